@@ -1,0 +1,160 @@
+from beam_agents._protos import messages_pb2 as _messages_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class IntentState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    INTENT_STATE_UNSPECIFIED: _ClassVar[IntentState]
+    PENDING: _ClassVar[IntentState]
+    RUNNING: _ClassVar[IntentState]
+    AWAITING_DECISION: _ClassVar[IntentState]
+    DONE: _ClassVar[IntentState]
+INTENT_STATE_UNSPECIFIED: IntentState
+PENDING: IntentState
+RUNNING: IntentState
+AWAITING_DECISION: IntentState
+DONE: IntentState
+
+class SubmitRequest(_message.Message):
+    __slots__ = ("intents",)
+    INTENTS_FIELD_NUMBER: _ClassVar[int]
+    intents: _containers.RepeatedCompositeFieldContainer[_messages_pb2.ToolIntent]
+    def __init__(self, intents: _Optional[_Iterable[_Union[_messages_pb2.ToolIntent, _Mapping]]] = ...) -> None: ...
+
+class SubmitAck(_message.Message):
+    __slots__ = ("intent_id", "outcome", "state", "reason", "result")
+    class Outcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        OUTCOME_UNSPECIFIED: _ClassVar[SubmitAck.Outcome]
+        ACCEPTED: _ClassVar[SubmitAck.Outcome]
+        DUPLICATE: _ClassVar[SubmitAck.Outcome]
+        REJECTED: _ClassVar[SubmitAck.Outcome]
+    OUTCOME_UNSPECIFIED: SubmitAck.Outcome
+    ACCEPTED: SubmitAck.Outcome
+    DUPLICATE: SubmitAck.Outcome
+    REJECTED: SubmitAck.Outcome
+    INTENT_ID_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    intent_id: str
+    outcome: SubmitAck.Outcome
+    state: IntentState
+    reason: str
+    result: _messages_pb2.ToolResult
+    def __init__(self, intent_id: _Optional[str] = ..., outcome: _Optional[_Union[SubmitAck.Outcome, str]] = ..., state: _Optional[_Union[IntentState, str]] = ..., reason: _Optional[str] = ..., result: _Optional[_Union[_messages_pb2.ToolResult, _Mapping]] = ...) -> None: ...
+
+class SubmitResponse(_message.Message):
+    __slots__ = ("acks",)
+    ACKS_FIELD_NUMBER: _ClassVar[int]
+    acks: _containers.RepeatedCompositeFieldContainer[SubmitAck]
+    def __init__(self, acks: _Optional[_Iterable[_Union[SubmitAck, _Mapping]]] = ...) -> None: ...
+
+class ReadRequest(_message.Message):
+    __slots__ = ("from_offset", "max_batch", "wait_ms")
+    FROM_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_BATCH_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    from_offset: int
+    max_batch: int
+    wait_ms: int
+    def __init__(self, from_offset: _Optional[int] = ..., max_batch: _Optional[int] = ..., wait_ms: _Optional[int] = ...) -> None: ...
+
+class EnvelopeRecord(_message.Message):
+    __slots__ = ("offset", "envelope")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    ENVELOPE_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    envelope: _messages_pb2.AgentEnvelope
+    def __init__(self, offset: _Optional[int] = ..., envelope: _Optional[_Union[_messages_pb2.AgentEnvelope, _Mapping]] = ...) -> None: ...
+
+class ReadResponse(_message.Message):
+    __slots__ = ("records", "next_offset")
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    records: _containers.RepeatedCompositeFieldContainer[EnvelopeRecord]
+    next_offset: int
+    def __init__(self, records: _Optional[_Iterable[_Union[EnvelopeRecord, _Mapping]]] = ..., next_offset: _Optional[int] = ...) -> None: ...
+
+class GetIntentRequest(_message.Message):
+    __slots__ = ("intent_id",)
+    INTENT_ID_FIELD_NUMBER: _ClassVar[int]
+    intent_id: str
+    def __init__(self, intent_id: _Optional[str] = ...) -> None: ...
+
+class GetIntentResponse(_message.Message):
+    __slots__ = ("found", "state", "intent", "result", "attempts")
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    INTENT_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    found: bool
+    state: IntentState
+    intent: _messages_pb2.ToolIntent
+    result: _messages_pb2.ToolResult
+    attempts: int
+    def __init__(self, found: _Optional[bool] = ..., state: _Optional[_Union[IntentState, str]] = ..., intent: _Optional[_Union[_messages_pb2.ToolIntent, _Mapping]] = ..., result: _Optional[_Union[_messages_pb2.ToolResult, _Mapping]] = ..., attempts: _Optional[int] = ...) -> None: ...
+
+class DecideRequest(_message.Message):
+    __slots__ = ("intent_id", "approved", "approver", "reason")
+    INTENT_ID_FIELD_NUMBER: _ClassVar[int]
+    APPROVED_FIELD_NUMBER: _ClassVar[int]
+    APPROVER_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    intent_id: str
+    approved: bool
+    approver: str
+    reason: str
+    def __init__(self, intent_id: _Optional[str] = ..., approved: _Optional[bool] = ..., approver: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class DecideResponse(_message.Message):
+    __slots__ = ("applied", "state", "reason", "result")
+    APPLIED_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    applied: bool
+    state: IntentState
+    reason: str
+    result: _messages_pb2.ToolResult
+    def __init__(self, applied: _Optional[bool] = ..., state: _Optional[_Union[IntentState, str]] = ..., reason: _Optional[str] = ..., result: _Optional[_Union[_messages_pb2.ToolResult, _Mapping]] = ...) -> None: ...
+
+class PublishRequest(_message.Message):
+    __slots__ = ("envelopes",)
+    ENVELOPES_FIELD_NUMBER: _ClassVar[int]
+    envelopes: _containers.RepeatedCompositeFieldContainer[_messages_pb2.AgentEnvelope]
+    def __init__(self, envelopes: _Optional[_Iterable[_Union[_messages_pb2.AgentEnvelope, _Mapping]]] = ...) -> None: ...
+
+class PublishResponse(_message.Message):
+    __slots__ = ("offsets",)
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    offsets: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, offsets: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class StatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class StatusResponse(_message.Message):
+    __slots__ = ("pending", "running", "awaiting_decision", "done", "head_offset", "in_flight")
+    PENDING_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    AWAITING_DECISION_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    HEAD_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    pending: int
+    running: int
+    awaiting_decision: int
+    done: int
+    head_offset: int
+    in_flight: int
+    def __init__(self, pending: _Optional[int] = ..., running: _Optional[int] = ..., awaiting_decision: _Optional[int] = ..., done: _Optional[int] = ..., head_offset: _Optional[int] = ..., in_flight: _Optional[int] = ...) -> None: ...

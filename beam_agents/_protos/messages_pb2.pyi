@@ -1,0 +1,169 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Approval(_message.Message):
+    __slots__ = ("intent_id", "approved", "approver", "decided_at_ms", "reason")
+    INTENT_ID_FIELD_NUMBER: _ClassVar[int]
+    APPROVED_FIELD_NUMBER: _ClassVar[int]
+    APPROVER_FIELD_NUMBER: _ClassVar[int]
+    DECIDED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    intent_id: str
+    approved: bool
+    approver: str
+    decided_at_ms: int
+    reason: str
+    def __init__(self, intent_id: _Optional[str] = ..., approved: _Optional[bool] = ..., approver: _Optional[str] = ..., decided_at_ms: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ToolResult(_message.Message):
+    __slots__ = ("intent_id", "entity_key", "seq", "status", "payload", "error_message", "completed_at_ms", "attempt")
+    class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        STATUS_UNSPECIFIED: _ClassVar[ToolResult.Status]
+        OK: _ClassVar[ToolResult.Status]
+        ERROR: _ClassVar[ToolResult.Status]
+        EXPIRED: _ClassVar[ToolResult.Status]
+        REJECTED: _ClassVar[ToolResult.Status]
+    STATUS_UNSPECIFIED: ToolResult.Status
+    OK: ToolResult.Status
+    ERROR: ToolResult.Status
+    EXPIRED: ToolResult.Status
+    REJECTED: ToolResult.Status
+    INTENT_ID_FIELD_NUMBER: _ClassVar[int]
+    ENTITY_KEY_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    COMPLETED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    intent_id: str
+    entity_key: bytes
+    seq: int
+    status: ToolResult.Status
+    payload: bytes
+    error_message: str
+    completed_at_ms: int
+    attempt: int
+    def __init__(self, intent_id: _Optional[str] = ..., entity_key: _Optional[bytes] = ..., seq: _Optional[int] = ..., status: _Optional[_Union[ToolResult.Status, str]] = ..., payload: _Optional[bytes] = ..., error_message: _Optional[str] = ..., completed_at_ms: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
+
+class ToolIntent(_message.Message):
+    __slots__ = ("intent_id", "entity_key", "seq", "step_index", "tool_name", "args_json", "created_at_ms", "expires_at_ms", "kind", "trace_id", "channel")
+    class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        KIND_UNSPECIFIED: _ClassVar[ToolIntent.Kind]
+        TOOL: _ClassVar[ToolIntent.Kind]
+        APPROVAL: _ClassVar[ToolIntent.Kind]
+    KIND_UNSPECIFIED: ToolIntent.Kind
+    TOOL: ToolIntent.Kind
+    APPROVAL: ToolIntent.Kind
+    INTENT_ID_FIELD_NUMBER: _ClassVar[int]
+    ENTITY_KEY_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    STEP_INDEX_FIELD_NUMBER: _ClassVar[int]
+    TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
+    ARGS_JSON_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    TRACE_ID_FIELD_NUMBER: _ClassVar[int]
+    CHANNEL_FIELD_NUMBER: _ClassVar[int]
+    intent_id: str
+    entity_key: bytes
+    seq: int
+    step_index: int
+    tool_name: str
+    args_json: str
+    created_at_ms: int
+    expires_at_ms: int
+    kind: ToolIntent.Kind
+    trace_id: str
+    channel: str
+    def __init__(self, intent_id: _Optional[str] = ..., entity_key: _Optional[bytes] = ..., seq: _Optional[int] = ..., step_index: _Optional[int] = ..., tool_name: _Optional[str] = ..., args_json: _Optional[str] = ..., created_at_ms: _Optional[int] = ..., expires_at_ms: _Optional[int] = ..., kind: _Optional[_Union[ToolIntent.Kind, str]] = ..., trace_id: _Optional[str] = ..., channel: _Optional[str] = ...) -> None: ...
+
+class TraceEvent(_message.Message):
+    __slots__ = ("trace_id", "span_id", "parent_span_id", "entity_key", "seq", "step_index", "event_type", "attributes", "start_ms", "end_ms", "sequence")
+    class EventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        EVENT_TYPE_UNSPECIFIED: _ClassVar[TraceEvent.EventType]
+        ACTIVATION_START: _ClassVar[TraceEvent.EventType]
+        LLM_CALL: _ClassVar[TraceEvent.EventType]
+        TOOL_CALL: _ClassVar[TraceEvent.EventType]
+        INTENT_EMITTED: _ClassVar[TraceEvent.EventType]
+        SUSPENDED: _ClassVar[TraceEvent.EventType]
+        ACTIVATION_END: _ClassVar[TraceEvent.EventType]
+        ERROR: _ClassVar[TraceEvent.EventType]
+    EVENT_TYPE_UNSPECIFIED: TraceEvent.EventType
+    ACTIVATION_START: TraceEvent.EventType
+    LLM_CALL: TraceEvent.EventType
+    TOOL_CALL: TraceEvent.EventType
+    INTENT_EMITTED: TraceEvent.EventType
+    SUSPENDED: TraceEvent.EventType
+    ACTIVATION_END: TraceEvent.EventType
+    ERROR: TraceEvent.EventType
+    class AttributesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TRACE_ID_FIELD_NUMBER: _ClassVar[int]
+    SPAN_ID_FIELD_NUMBER: _ClassVar[int]
+    PARENT_SPAN_ID_FIELD_NUMBER: _ClassVar[int]
+    ENTITY_KEY_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    STEP_INDEX_FIELD_NUMBER: _ClassVar[int]
+    EVENT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
+    START_MS_FIELD_NUMBER: _ClassVar[int]
+    END_MS_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    trace_id: str
+    span_id: str
+    parent_span_id: str
+    entity_key: bytes
+    seq: int
+    step_index: int
+    event_type: TraceEvent.EventType
+    attributes: _containers.ScalarMap[str, str]
+    start_ms: int
+    end_ms: int
+    sequence: int
+    def __init__(self, trace_id: _Optional[str] = ..., span_id: _Optional[str] = ..., parent_span_id: _Optional[str] = ..., entity_key: _Optional[bytes] = ..., seq: _Optional[int] = ..., step_index: _Optional[int] = ..., event_type: _Optional[_Union[TraceEvent.EventType, str]] = ..., attributes: _Optional[_Mapping[str, str]] = ..., start_ms: _Optional[int] = ..., end_ms: _Optional[int] = ..., sequence: _Optional[int] = ...) -> None: ...
+
+class AgentEnvelope(_message.Message):
+    __slots__ = ("entity_key", "event_time_ms", "external_event", "tool_result", "approval")
+    ENTITY_KEY_FIELD_NUMBER: _ClassVar[int]
+    EVENT_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    EXTERNAL_EVENT_FIELD_NUMBER: _ClassVar[int]
+    TOOL_RESULT_FIELD_NUMBER: _ClassVar[int]
+    APPROVAL_FIELD_NUMBER: _ClassVar[int]
+    entity_key: bytes
+    event_time_ms: int
+    external_event: bytes
+    tool_result: ToolResult
+    approval: Approval
+    def __init__(self, entity_key: _Optional[bytes] = ..., event_time_ms: _Optional[int] = ..., external_event: _Optional[bytes] = ..., tool_result: _Optional[_Union[ToolResult, _Mapping]] = ..., approval: _Optional[_Union[Approval, _Mapping]] = ...) -> None: ...
+
+class AgentError(_message.Message):
+    __slots__ = ("entity_key", "reason", "detail", "event_time_ms", "envelope", "seq")
+    ENTITY_KEY_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    EVENT_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    ENVELOPE_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    entity_key: bytes
+    reason: str
+    detail: str
+    event_time_ms: int
+    envelope: bytes
+    seq: int
+    def __init__(self, entity_key: _Optional[bytes] = ..., reason: _Optional[str] = ..., detail: _Optional[str] = ..., event_time_ms: _Optional[int] = ..., envelope: _Optional[bytes] = ..., seq: _Optional[int] = ...) -> None: ...
