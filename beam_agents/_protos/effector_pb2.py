@@ -25,45 +25,45 @@ _sym_db = _symbol_database.Default()
 from beam_agents._protos import messages_pb2 as beam__agents_dot___protos_dot_messages__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"beam_agents/_protos/effector.proto\x12\x0e\x62\x65\x61m_agents.v1\x1a\"beam_agents/_protos/messages.proto\"<\n\rSubmitRequest\x12+\n\x07intents\x18\x01 \x03(\x0b\x32\x1a.beam_agents.v1.ToolIntent\"\x89\x02\n\tSubmitAck\x12\x11\n\tintent_id\x18\x01 \x01(\t\x12\x32\n\x07outcome\x18\x02 \x01(\x0e\x32!.beam_agents.v1.SubmitAck.Outcome\x12*\n\x05state\x18\x03 \x01(\x0e\x32\x1b.beam_agents.v1.IntentState\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12*\n\x06result\x18\x05 \x01(\x0b\x32\x1a.beam_agents.v1.ToolResult\"M\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x41\x43\x43\x45PTED\x10\x01\x12\r\n\tDUPLICATE\x10\x02\x12\x0c\n\x08REJECTED\x10\x03\"9\n\x0eSubmitResponse\x12\'\n\x04\x61\x63ks\x18\x01 \x03(\x0b\x32\x19.beam_agents.v1.SubmitAck\"F\n\x0bReadRequest\x12\x13\n\x0b\x66rom_offset\x18\x01 \x01(\x03\x12\x11\n\tmax_batch\x18\x02 \x01(\x05\x12\x0f\n\x07wait_ms\x18\x03 \x01(\x05\"Q\n\x0e\x45nvelopeRecord\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12/\n\x08\x65nvelope\x18\x02 \x01(\x0b\x32\x1d.beam_agents.v1.AgentEnvelope\"T\n\x0cReadResponse\x12/\n\x07records\x18\x01 \x03(\x0b\x32\x1e.beam_agents.v1.EnvelopeRecord\x12\x13\n\x0bnext_offset\x18\x02 \x01(\x03\"%\n\x10GetIntentRequest\x12\x11\n\tintent_id\x18\x01 \x01(\t\"\xb8\x01\n\x11GetIntentResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12*\n\x05state\x18\x02 \x01(\x0e\x32\x1b.beam_agents.v1.IntentState\x12*\n\x06intent\x18\x03 \x01(\x0b\x32\x1a.beam_agents.v1.ToolIntent\x12*\n\x06result\x18\x04 \x01(\x0b\x32\x1a.beam_agents.v1.ToolResult\x12\x10\n\x08\x61ttempts\x18\x05 \x01(\x05\"V\n\rDecideRequest\x12\x11\n\tintent_id\x18\x01 \x01(\t\x12\x10\n\x08\x61pproved\x18\x02 \x01(\x08\x12\x10\n\x08\x61pprover\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\x89\x01\n\x0e\x44\x65\x63ideResponse\x12\x0f\n\x07\x61pplied\x18\x01 \x01(\x08\x12*\n\x05state\x18\x02 \x01(\x0e\x32\x1b.beam_agents.v1.IntentState\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12*\n\x06result\x18\x04 \x01(\x0b\x32\x1a.beam_agents.v1.ToolResult\"B\n\x0ePublishRequest\x12\x30\n\tenvelopes\x18\x01 \x03(\x0b\x32\x1d.beam_agents.v1.AgentEnvelope\"\"\n\x0fPublishResponse\x12\x0f\n\x07offsets\x18\x01 \x03(\x03\"\x0f\n\rStatusRequest\"\x83\x01\n\x0eStatusResponse\x12\x0f\n\x07pending\x18\x01 \x01(\x03\x12\x0f\n\x07running\x18\x02 \x01(\x03\x12\x19\n\x11\x61waiting_decision\x18\x03 \x01(\x03\x12\x0c\n\x04\x64one\x18\x04 \x01(\x03\x12\x13\n\x0bhead_offset\x18\x05 \x01(\x03\x12\x11\n\tin_flight\x18\x06 \x01(\x03*f\n\x0bIntentState\x12\x1c\n\x18INTENT_STATE_UNSPECIFIED\x10\x00\x12\x0b\n\x07PENDING\x10\x01\x12\x0b\n\x07RUNNING\x10\x02\x12\x15\n\x11\x41WAITING_DECISION\x10\x03\x12\x08\n\x04\x44ONE\x10\x04\x32\xc6\x03\n\x08\x45\x66\x66\x65\x63tor\x12G\n\x06Submit\x12\x1d.beam_agents.v1.SubmitRequest\x1a\x1e.beam_agents.v1.SubmitResponse\x12\x41\n\x04Read\x12\x1b.beam_agents.v1.ReadRequest\x1a\x1c.beam_agents.v1.ReadResponse\x12P\n\tGetIntent\x12 .beam_agents.v1.GetIntentRequest\x1a!.beam_agents.v1.GetIntentResponse\x12G\n\x06\x44\x65\x63ide\x12\x1d.beam_agents.v1.DecideRequest\x1a\x1e.beam_agents.v1.DecideResponse\x12J\n\x07Publish\x12\x1e.beam_agents.v1.PublishRequest\x1a\x1f.beam_agents.v1.PublishResponse\x12G\n\x06Status\x12\x1d.beam_agents.v1.StatusRequest\x1a\x1e.beam_agents.v1.StatusResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"beam_agents/_protos/effector.proto\x12\x0e\x62\x65\x61m_agents.v1\x1a\"beam_agents/_protos/messages.proto\"W\n\rSubmitRequest\x12+\n\x07intents\x18\x01 \x03(\x0b\x32\x1a.beam_agents.v1.ToolIntent\x12\x19\n\x11redeliver_results\x18\x02 \x01(\x08\"\x89\x02\n\tSubmitAck\x12\x11\n\tintent_id\x18\x01 \x01(\t\x12\x32\n\x07outcome\x18\x02 \x01(\x0e\x32!.beam_agents.v1.SubmitAck.Outcome\x12*\n\x05state\x18\x03 \x01(\x0e\x32\x1b.beam_agents.v1.IntentState\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12*\n\x06result\x18\x05 \x01(\x0b\x32\x1a.beam_agents.v1.ToolResult\"M\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x41\x43\x43\x45PTED\x10\x01\x12\r\n\tDUPLICATE\x10\x02\x12\x0c\n\x08REJECTED\x10\x03\"9\n\x0eSubmitResponse\x12\'\n\x04\x61\x63ks\x18\x01 \x03(\x0b\x32\x19.beam_agents.v1.SubmitAck\"F\n\x0bReadRequest\x12\x13\n\x0b\x66rom_offset\x18\x01 \x01(\x03\x12\x11\n\tmax_batch\x18\x02 \x01(\x05\x12\x0f\n\x07wait_ms\x18\x03 \x01(\x05\"Q\n\x0e\x45nvelopeRecord\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12/\n\x08\x65nvelope\x18\x02 \x01(\x0b\x32\x1d.beam_agents.v1.AgentEnvelope\"T\n\x0cReadResponse\x12/\n\x07records\x18\x01 \x03(\x0b\x32\x1e.beam_agents.v1.EnvelopeRecord\x12\x13\n\x0bnext_offset\x18\x02 \x01(\x03\"%\n\x10GetIntentRequest\x12\x11\n\tintent_id\x18\x01 \x01(\t\"\xb8\x01\n\x11GetIntentResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12*\n\x05state\x18\x02 \x01(\x0e\x32\x1b.beam_agents.v1.IntentState\x12*\n\x06intent\x18\x03 \x01(\x0b\x32\x1a.beam_agents.v1.ToolIntent\x12*\n\x06result\x18\x04 \x01(\x0b\x32\x1a.beam_agents.v1.ToolResult\x12\x10\n\x08\x61ttempts\x18\x05 \x01(\x05\"V\n\rDecideRequest\x12\x11\n\tintent_id\x18\x01 \x01(\t\x12\x10\n\x08\x61pproved\x18\x02 \x01(\x08\x12\x10\n\x08\x61pprover\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\x89\x01\n\x0e\x44\x65\x63ideResponse\x12\x0f\n\x07\x61pplied\x18\x01 \x01(\x08\x12*\n\x05state\x18\x02 \x01(\x0e\x32\x1b.beam_agents.v1.IntentState\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12*\n\x06result\x18\x04 \x01(\x0b\x32\x1a.beam_agents.v1.ToolResult\"B\n\x0ePublishRequest\x12\x30\n\tenvelopes\x18\x01 \x03(\x0b\x32\x1d.beam_agents.v1.AgentEnvelope\"\"\n\x0fPublishResponse\x12\x0f\n\x07offsets\x18\x01 \x03(\x03\"\x0f\n\rStatusRequest\"\x83\x01\n\x0eStatusResponse\x12\x0f\n\x07pending\x18\x01 \x01(\x03\x12\x0f\n\x07running\x18\x02 \x01(\x03\x12\x19\n\x11\x61waiting_decision\x18\x03 \x01(\x03\x12\x0c\n\x04\x64one\x18\x04 \x01(\x03\x12\x13\n\x0bhead_offset\x18\x05 \x01(\x03\x12\x11\n\tin_flight\x18\x06 \x01(\x03*f\n\x0bIntentState\x12\x1c\n\x18INTENT_STATE_UNSPECIFIED\x10\x00\x12\x0b\n\x07PENDING\x10\x01\x12\x0b\n\x07RUNNING\x10\x02\x12\x15\n\x11\x41WAITING_DECISION\x10\x03\x12\x08\n\x04\x44ONE\x10\x04\x32\xc6\x03\n\x08\x45\x66\x66\x65\x63tor\x12G\n\x06Submit\x12\x1d.beam_agents.v1.SubmitRequest\x1a\x1e.beam_agents.v1.SubmitResponse\x12\x41\n\x04Read\x12\x1b.beam_agents.v1.ReadRequest\x1a\x1c.beam_agents.v1.ReadResponse\x12P\n\tGetIntent\x12 .beam_agents.v1.GetIntentRequest\x1a!.beam_agents.v1.GetIntentResponse\x12G\n\x06\x44\x65\x63ide\x12\x1d.beam_agents.v1.DecideRequest\x1a\x1e.beam_agents.v1.DecideResponse\x12J\n\x07Publish\x12\x1e.beam_agents.v1.PublishRequest\x1a\x1f.beam_agents.v1.PublishResponse\x12G\n\x06Status\x12\x1d.beam_agents.v1.StatusRequest\x1a\x1e.beam_agents.v1.StatusResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'beam_agents._protos.effector_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_INTENTSTATE']._serialized_start=1429
-  _globals['_INTENTSTATE']._serialized_end=1531
+  _globals['_INTENTSTATE']._serialized_start=1456
+  _globals['_INTENTSTATE']._serialized_end=1558
   _globals['_SUBMITREQUEST']._serialized_start=90
-  _globals['_SUBMITREQUEST']._serialized_end=150
-  _globals['_SUBMITACK']._serialized_start=153
-  _globals['_SUBMITACK']._serialized_end=418
-  _globals['_SUBMITACK_OUTCOME']._serialized_start=341
-  _globals['_SUBMITACK_OUTCOME']._serialized_end=418
-  _globals['_SUBMITRESPONSE']._serialized_start=420
-  _globals['_SUBMITRESPONSE']._serialized_end=477
-  _globals['_READREQUEST']._serialized_start=479
-  _globals['_READREQUEST']._serialized_end=549
-  _globals['_ENVELOPERECORD']._serialized_start=551
-  _globals['_ENVELOPERECORD']._serialized_end=632
-  _globals['_READRESPONSE']._serialized_start=634
-  _globals['_READRESPONSE']._serialized_end=718
-  _globals['_GETINTENTREQUEST']._serialized_start=720
-  _globals['_GETINTENTREQUEST']._serialized_end=757
-  _globals['_GETINTENTRESPONSE']._serialized_start=760
-  _globals['_GETINTENTRESPONSE']._serialized_end=944
-  _globals['_DECIDEREQUEST']._serialized_start=946
-  _globals['_DECIDEREQUEST']._serialized_end=1032
-  _globals['_DECIDERESPONSE']._serialized_start=1035
-  _globals['_DECIDERESPONSE']._serialized_end=1172
-  _globals['_PUBLISHREQUEST']._serialized_start=1174
-  _globals['_PUBLISHREQUEST']._serialized_end=1240
-  _globals['_PUBLISHRESPONSE']._serialized_start=1242
-  _globals['_PUBLISHRESPONSE']._serialized_end=1276
-  _globals['_STATUSREQUEST']._serialized_start=1278
-  _globals['_STATUSREQUEST']._serialized_end=1293
-  _globals['_STATUSRESPONSE']._serialized_start=1296
-  _globals['_STATUSRESPONSE']._serialized_end=1427
-  _globals['_EFFECTOR']._serialized_start=1534
-  _globals['_EFFECTOR']._serialized_end=1988
+  _globals['_SUBMITREQUEST']._serialized_end=177
+  _globals['_SUBMITACK']._serialized_start=180
+  _globals['_SUBMITACK']._serialized_end=445
+  _globals['_SUBMITACK_OUTCOME']._serialized_start=368
+  _globals['_SUBMITACK_OUTCOME']._serialized_end=445
+  _globals['_SUBMITRESPONSE']._serialized_start=447
+  _globals['_SUBMITRESPONSE']._serialized_end=504
+  _globals['_READREQUEST']._serialized_start=506
+  _globals['_READREQUEST']._serialized_end=576
+  _globals['_ENVELOPERECORD']._serialized_start=578
+  _globals['_ENVELOPERECORD']._serialized_end=659
+  _globals['_READRESPONSE']._serialized_start=661
+  _globals['_READRESPONSE']._serialized_end=745
+  _globals['_GETINTENTREQUEST']._serialized_start=747
+  _globals['_GETINTENTREQUEST']._serialized_end=784
+  _globals['_GETINTENTRESPONSE']._serialized_start=787
+  _globals['_GETINTENTRESPONSE']._serialized_end=971
+  _globals['_DECIDEREQUEST']._serialized_start=973
+  _globals['_DECIDEREQUEST']._serialized_end=1059
+  _globals['_DECIDERESPONSE']._serialized_start=1062
+  _globals['_DECIDERESPONSE']._serialized_end=1199
+  _globals['_PUBLISHREQUEST']._serialized_start=1201
+  _globals['_PUBLISHREQUEST']._serialized_end=1267
+  _globals['_PUBLISHRESPONSE']._serialized_start=1269
+  _globals['_PUBLISHRESPONSE']._serialized_end=1303
+  _globals['_STATUSREQUEST']._serialized_start=1305
+  _globals['_STATUSREQUEST']._serialized_end=1320
+  _globals['_STATUSRESPONSE']._serialized_start=1323
+  _globals['_STATUSRESPONSE']._serialized_end=1454
+  _globals['_EFFECTOR']._serialized_start=1561
+  _globals['_EFFECTOR']._serialized_end=2015
 # @@protoc_insertion_point(module_scope)

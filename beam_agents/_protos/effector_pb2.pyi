@@ -22,10 +22,12 @@ AWAITING_DECISION: IntentState
 DONE: IntentState
 
 class SubmitRequest(_message.Message):
-    __slots__ = ("intents",)
+    __slots__ = ("intents", "redeliver_results")
     INTENTS_FIELD_NUMBER: _ClassVar[int]
+    REDELIVER_RESULTS_FIELD_NUMBER: _ClassVar[int]
     intents: _containers.RepeatedCompositeFieldContainer[_messages_pb2.ToolIntent]
-    def __init__(self, intents: _Optional[_Iterable[_Union[_messages_pb2.ToolIntent, _Mapping]]] = ...) -> None: ...
+    redeliver_results: bool
+    def __init__(self, intents: _Optional[_Iterable[_Union[_messages_pb2.ToolIntent, _Mapping]]] = ..., redeliver_results: _Optional[bool] = ...) -> None: ...
 
 class SubmitAck(_message.Message):
     __slots__ = ("intent_id", "outcome", "state", "reason", "result")

@@ -167,3 +167,13 @@ class AgentError(_message.Message):
     envelope: bytes
     seq: int
     def __init__(self, entity_key: _Optional[bytes] = ..., reason: _Optional[str] = ..., detail: _Optional[str] = ..., event_time_ms: _Optional[int] = ..., envelope: _Optional[bytes] = ..., seq: _Optional[int] = ...) -> None: ...
+
+class IntentDeadLetter(_message.Message):
+    __slots__ = ("intent", "reason", "outcome")
+    INTENT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    intent: ToolIntent
+    reason: str
+    outcome: str
+    def __init__(self, intent: _Optional[_Union[ToolIntent, _Mapping]] = ..., reason: _Optional[str] = ..., outcome: _Optional[str] = ...) -> None: ...
