@@ -160,3 +160,17 @@ class StatusResponse(_message.Message):
     head_offset: int
     in_flight: int
     def __init__(self, pending: _Optional[int] = ..., running: _Optional[int] = ..., awaiting_decision: _Optional[int] = ..., done: _Optional[int] = ..., head_offset: _Optional[int] = ..., in_flight: _Optional[int] = ...) -> None: ...
+
+class ListIntentsRequest(_message.Message):
+    __slots__ = ("state", "limit")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    state: IntentState
+    limit: int
+    def __init__(self, state: _Optional[_Union[IntentState, str]] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class ListIntentsResponse(_message.Message):
+    __slots__ = ("intents",)
+    INTENTS_FIELD_NUMBER: _ClassVar[int]
+    intents: _containers.RepeatedCompositeFieldContainer[_messages_pb2.ToolIntent]
+    def __init__(self, intents: _Optional[_Iterable[_Union[_messages_pb2.ToolIntent, _Mapping]]] = ...) -> None: ...

@@ -66,6 +66,11 @@ class EffectorStub:
                 request_serializer=beam__agents_dot___protos_dot_effector__pb2.StatusRequest.SerializeToString,
                 response_deserializer=beam__agents_dot___protos_dot_effector__pb2.StatusResponse.FromString,
                 _registered_method=True)
+        self.ListIntents = channel.unary_unary(
+                '/beam_agents.v1.Effector/ListIntents',
+                request_serializer=beam__agents_dot___protos_dot_effector__pb2.ListIntentsRequest.SerializeToString,
+                response_deserializer=beam__agents_dot___protos_dot_effector__pb2.ListIntentsResponse.FromString,
+                _registered_method=True)
 
 
 class EffectorServicer:
@@ -109,6 +114,12 @@ class EffectorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListIntents(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_EffectorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -141,6 +152,11 @@ def add_EffectorServicer_to_server(servicer, server):
                     servicer.Status,
                     request_deserializer=beam__agents_dot___protos_dot_effector__pb2.StatusRequest.FromString,
                     response_serializer=beam__agents_dot___protos_dot_effector__pb2.StatusResponse.SerializeToString,
+            ),
+            'ListIntents': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListIntents,
+                    request_deserializer=beam__agents_dot___protos_dot_effector__pb2.ListIntentsRequest.FromString,
+                    response_serializer=beam__agents_dot___protos_dot_effector__pb2.ListIntentsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -307,6 +323,33 @@ class Effector:
             '/beam_agents.v1.Effector/Status',
             beam__agents_dot___protos_dot_effector__pb2.StatusRequest.SerializeToString,
             beam__agents_dot___protos_dot_effector__pb2.StatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListIntents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/beam_agents.v1.Effector/ListIntents',
+            beam__agents_dot___protos_dot_effector__pb2.ListIntentsRequest.SerializeToString,
+            beam__agents_dot___protos_dot_effector__pb2.ListIntentsResponse.FromString,
             options,
             channel_credentials,
             insecure,

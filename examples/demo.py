@@ -1,0 +1,215 @@
+"""The end-to-end demo behind ``make demo``: pipeline plus effector sidecar, on one machine.
+
+1. Starts an effector (``python -m effector serve``) with the fraud tools on an embedded SQLite
+   store in a temporary directory, on a random free loopback port.
+2. Runs the fraud-triage pipeline (``examples/fraud_triage.py``) on the DirectRunner over a few
+   hundred transfers across dozens of accounts: risk lookups inline, a model call, freezes
+   staged as intents and executed by the effector, agents suspended and resumed.
+3. Meanwhile plays the human: approves one large transfer and denies another through the
+   effector's command line, and leaves the third to time out.
+4. Runs the same pipeline again over the same events and shows the effector executed nothing
+   new and the decisions are the same.
+5. Prints a summary table and stops every process it started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+
+from beam_agents._protos import EffectorStub, IntentState, ListIntentsRequest, StatusRequest
+from fraud_triage import make_events, read_lines, run
+from fraud_tools import LEDGER_ENV, open_ledger
+
+EXAMPLES = Path(__file__).resolve().parent
+N_EVENTS = 300
+N_ACCOUNTS = 40
+
+
+@contextlib.contextmanager
+def effector_sidecar(workdir: Path) -> Iterator[str]:
+    """Start the effector as a subprocess; yield its HOST:PORT; stop it on exit."""
+    env = {**os.environ, LEDGER_ENV: str(workdir / "bank.db")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(EXAMPLES), env.get("PYTHONPATH")]))
+    process = subprocess.Popen(
+        [
+            sys.executable, "-m", "effector", "serve",
+            "--tools", "fraud_tools:make_effector_registry",
+            "--store", f"sqlite:///{workdir / 'effector.db'}",
+            "--listen", "127.0.0.1:0",
+        ],
+        env=env, stdout=subprocess.PIPE, stderr=(workdir / "effector.log").open("w"), text=True,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        if "listening on" not in line:
+            raise RuntimeError(f"effector did not start: {(workdir / 'effector.log').read_text()}")
+        yield line.rsplit(" ", 1)[-1].strip()
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def effector_cli(target: str, *args: str) -> str:
+    """Run one ``python -m effector`` subcommand against ``target``; return its output."""
+    completed = subprocess.run(
+        [sys.executable, "-m", "effector", *args, "--target", target],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return completed.stdout.strip()
+
+
+class Human(threading.Thread):
+    """Decides approvals as they appear: approve the first, deny the second, ignore the third."""
+
+    def __init__(self, target: str, plan: dict[str, str]) -> None:
+        super().__init__(daemon=True)
+        self._target = target
+        self._plan = plan
+        self.decided: dict[str, str] = {}
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        with grpc.insecure_channel(self._target) as channel:
+            stub = EffectorStub(channel)
+            while not self._stop_event.wait(0.2):
+                waiting = stub.ListIntents(
+                    ListIntentsRequest(state=IntentState.AWAITING_DECISION)
+                ).intents
+                for intent in waiting:
+                    transfer = json.loads(intent.args_json)["transfer_id"]
+                    action = self._plan.get(transfer)
+                    if action and intent.intent_id not in self.decided:
+                        effector_cli(self._target, action, intent.intent_id, "--approver", "demo")
+                        self.decided[intent.intent_id] = f"{action} {transfer}"
+                        print(f"  human: {action} transfer {transfer}", flush=True)
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(timeout=5)
+
+
+class Progress(threading.Thread):
+    """Prints the effector's counters once a second while a run is going."""
+
+    def __init__(self, target: str, started: float) -> None:
+        super().__init__(daemon=True)
+        self._target = target
+        self._started = started
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        with grpc.insecure_channel(self._target) as channel:
+            stub = EffectorStub(channel)
+            while not self._stop_event.wait(1.0):
+                s = stub.Status(StatusRequest())
+                print(
+                    f"  [{time.monotonic() - self._started:5.1f}s] effector: pending={s.pending} "
+                    f"running={s.running} awaiting_approval={s.awaiting_decision} "
+                    f"done={s.done} log={s.head_offset}",
+                    flush=True,
+                )
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(timeout=5)
+
+
+def ledger_counts(path: Path) -> tuple[int, int]:
+    """(raw tool invocations, distinct freezes) recorded by the example bank."""
+    with contextlib.closing(open_ledger(str(path))) as ledger:
+        invocations = ledger.execute("SELECT COUNT(*) FROM invocations").fetchone()[0]
+        freezes = ledger.execute("SELECT COUNT(*) FROM freezes").fetchone()[0]
+    return int(invocations), int(freezes)
+
+
+def one_run(label: str, target: str, out_dir: Path) -> tuple[list[dict[str, object]], float]:
+    """Run the pipeline once with progress output; return its decisions and wall time."""
+    print(f"{label}: running the pipeline ...", flush=True)
+    started = time.monotonic()
+    progress = Progress(target, started)
+    progress.start()
+    try:
+        run(target, make_events(N_EVENTS, N_ACCOUNTS), str(out_dir))
+    finally:
+        progress.stop()
+    elapsed = time.monotonic() - started
+    decisions = read_lines(str(out_dir), "decisions")
+    print(f"{label}: {len(decisions)} decisions in {elapsed:.1f}s", flush=True)
+    return decisions, elapsed
+
+
+def main() -> None:
+    """Run the demo; exit non-zero if the system did not behave as promised."""
+    total_started = time.monotonic()
+    events = make_events(N_EVENTS, N_ACCOUNTS)
+    large = sorted(
+        json.loads(e.external_event)["id"]
+        for e in events
+        if json.loads(e.external_event)["amount"] >= 10_000
+    )
+    plan = {large[0]: "approve", large[1]: "deny"}
+    with tempfile.TemporaryDirectory(prefix="beam-agents-demo-") as tmp:
+        workdir = Path(tmp)
+        os.environ[LEDGER_ENV] = str(workdir / "bank.db")
+        with effector_sidecar(workdir) as target:
+            print(f"effector listening on {target} (store: SQLite in a temporary directory)")
+            human = Human(target, plan)
+            human.start()
+            try:
+                first, first_s = one_run("run 1", target, workdir / "run1")
+            finally:
+                human.stop()
+            invocations_1, freezes_1 = ledger_counts(workdir / "bank.db")
+            second, second_s = one_run("run 2 (replay)", target, workdir / "run2")
+            invocations_2, freezes_2 = ledger_counts(workdir / "bank.db")
+            status = effector_cli(target, "status")
+
+    by_decision = Counter(str(d["decision"]) for d in first)
+    same = sorted(map(json.dumps, first)) == sorted(map(json.dumps, second))
+    rows = [
+        ("events", f"{N_EVENTS} across {N_ACCOUNTS} accounts"),
+        ("decisions (run 1)", ", ".join(f"{k}={v}" for k, v in sorted(by_decision.items()))),
+        ("freezes executed", f"{freezes_1} (tool invocations: {invocations_1})"),
+        ("approvals", ", ".join(sorted(human.decided.values())) + ", 1 left to time out"),
+        ("run 1 time", f"{first_s:.1f}s"),
+        ("replay: new executions", f"{invocations_2 - invocations_1}"),
+        ("replay: same decisions", "yes" if same else "NO"),
+        ("replay time", f"{second_s:.1f}s"),
+        ("effector status", status.replace("\n", "; ")),
+        ("total time", f"{time.monotonic() - total_started:.1f}s"),
+    ]
+    width = max(len(name) for name, _ in rows)
+    print("\nsummary")
+    for name, value in rows:
+        print(f"  {name:<{width}}  {value}")
+    ok = (
+        len(first) == N_EVENTS
+        and same
+        and invocations_2 == invocations_1
+        and freezes_2 == freezes_1 == by_decision["frozen"]
+        and by_decision["approved"] == by_decision["declined"] == by_decision["held"] == 1
+    )
+    if not ok:
+        raise SystemExit("demo: the run did not behave as promised (see above)")
+    print("demo: ok")
+
+
+if __name__ == "__main__":
+    main()
