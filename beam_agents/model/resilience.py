@@ -1,0 +1,349 @@
+"""Retries with backoff and circuit breaking for model calls, bounded by the caller's budget.
+
+The runtime wraps each provider call::
+
+    breakers = CircuitBreakers()                  # one per DoFn instance, owned by the caller
+    attempts: list[Attempt] = []
+    response = await call_with_resilience(
+        lambda: client.complete(request),
+        policy=RetryPolicy(),
+        breaker=breakers.for_endpoint(client.endpoint_key(request)),  # HTTP providers
+        budget_s=remaining_activation_seconds,
+        on_attempt=attempts.append,               # for tracing: count, outcomes, waits
+    )
+
+Only errors whose class says ``retryable`` are retried (rate limits, server errors,
+timeouts). Nothing here is global: breakers live in a registry object the caller owns, and
+the clock, sleep and random source are injectable so tests are fast and deterministic.
+Beam-free.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import math
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Literal, TypeVar
+
+from beam_agents.model.client import ProviderError, RateLimitError
+
+T = TypeVar("T")
+
+Clock = Callable[[], float]
+Sleep = Callable[[float], Awaitable[object]]
+
+
+class CircuitOpenError(ProviderError):
+    """The endpoint's circuit is open: the call was refused without reaching the provider."""
+
+    retryable = False
+
+    def __init__(
+        self,
+        message: str = "circuit open",
+        *,
+        endpoint: str = "",
+        retry_after_s: float | None = None,
+    ):
+        super().__init__(message)
+        self.endpoint = endpoint
+        self.retry_after_s = retry_after_s
+
+
+def _check_number(name: str, value: float, *, minimum: float, inclusive: bool = True) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+    in_range = value >= minimum if inclusive else value > minimum
+    if not (math.isfinite(value) and in_range):
+        bound = f">= {minimum}" if inclusive else f"> {minimum}"
+        raise ValueError(f"{name} must be finite and {bound}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often and how patiently to retry a retryable provider error.
+
+    The wait before retry ``n`` (0-based) is drawn uniformly from
+    ``[0, min(max_backoff_s, initial_backoff_s * multiplier**n)]`` with ``jitter="full"``, or
+    is exactly that ceiling with ``jitter="none"``. A rate limit's ``retry_after_s`` is a lower
+    bound on the wait. ``max_attempts`` counts the first call.
+    """
+
+    max_attempts: int = 4
+    initial_backoff_s: float = 0.2
+    max_backoff_s: float = 10.0
+    multiplier: float = 2.0
+    jitter: Literal["full", "none"] = "full"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int):
+            raise TypeError(f"max_attempts must be an int, got {type(self.max_attempts).__name__}")
+        if self.max_attempts < 1:
+            raise ValueError(f"max_attempts must be >= 1, got {self.max_attempts}")
+        _check_number("initial_backoff_s", self.initial_backoff_s, minimum=0.0)
+        _check_number("max_backoff_s", self.max_backoff_s, minimum=self.initial_backoff_s)
+        _check_number("multiplier", self.multiplier, minimum=1.0)
+        if self.jitter not in ("full", "none"):
+            raise ValueError(f"jitter must be 'full' or 'none', got {self.jitter!r}")
+
+    def backoff_ceiling_s(self, retry_index: int) -> float:
+        """Return the longest wait before retry ``retry_index`` (0 for the first retry)."""
+        if self.initial_backoff_s == 0.0:
+            return 0.0
+        if self.multiplier > 1.0:
+            # Past this exponent the ceiling is max_backoff_s; stop before floats overflow.
+            cap_index = math.log(self.max_backoff_s / self.initial_backoff_s, self.multiplier)
+            if retry_index >= cap_index:
+                return self.max_backoff_s
+        return min(self.max_backoff_s, self.initial_backoff_s * self.multiplier**retry_index)
+
+    def backoff_s(self, retry_index: int, rng: random.Random) -> float:
+        """Return the wait before retry ``retry_index``, jittered per the policy."""
+        ceiling = self.backoff_ceiling_s(retry_index)
+        return rng.uniform(0.0, ceiling) if self.jitter == "full" else ceiling
+
+
+class CircuitState(enum.Enum):
+    """Where a circuit breaker is in its cycle."""
+
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half_open"
+
+
+class CircuitBreaker:
+    """Fails fast for an endpoint that keeps failing, and probes it again after a cool-down.
+
+    Closed: calls go through; ``failure_threshold`` consecutive failures open it. Open: calls
+    raise :class:`CircuitOpenError` until ``reset_timeout_s`` has passed, then it is half-open:
+    one trial call goes through (others are refused meanwhile); its success closes the
+    circuit, its failure opens it again for another cool-down. Not thread-safe: use one per
+    event loop (the runtime holds one registry per DoFn instance).
+    """
+
+    def __init__(
+        self,
+        failure_threshold: int = 5,
+        reset_timeout_s: float = 30.0,
+        *,
+        endpoint: str = "",
+        clock: Clock = time.monotonic,
+    ) -> None:
+        if isinstance(failure_threshold, bool) or not isinstance(failure_threshold, int):
+            raise TypeError("failure_threshold must be an int")
+        if failure_threshold < 1:
+            raise ValueError(f"failure_threshold must be >= 1, got {failure_threshold}")
+        _check_number("reset_timeout_s", reset_timeout_s, minimum=0.0)
+        self.failure_threshold = failure_threshold
+        self.reset_timeout_s = float(reset_timeout_s)
+        self.endpoint = endpoint
+        self._clock = clock
+        self._state = CircuitState.CLOSED
+        self._consecutive_failures = 0
+        self._opened_at = 0.0
+        self._trial_in_flight = False
+
+    def __repr__(self) -> str:
+        return f"CircuitBreaker(endpoint={self.endpoint!r}, state={self.state.value})"
+
+    @property
+    def state(self) -> CircuitState:
+        """The current state; an open circuit whose cool-down has passed reads half-open."""
+        if self._state is CircuitState.OPEN and self._cooldown_left() <= 0.0:
+            return CircuitState.HALF_OPEN
+        return self._state
+
+    @property
+    def consecutive_failures(self) -> int:
+        """Failures since the last success."""
+        return self._consecutive_failures
+
+    def _cooldown_left(self) -> float:
+        return self._opened_at + self.reset_timeout_s - self._clock()
+
+    def admit(self) -> None:
+        """Let a call through, or raise :class:`CircuitOpenError`.
+
+        Every admitted call must be followed by exactly one of :meth:`record_success`,
+        :meth:`record_failure` or :meth:`release`.
+        """
+        state = self.state
+        if state is CircuitState.CLOSED:
+            return
+        if state is CircuitState.HALF_OPEN and not self._trial_in_flight:
+            self._state = CircuitState.HALF_OPEN
+            self._trial_in_flight = True
+            return
+        retry_after = max(0.0, self._cooldown_left())
+        reason = (
+            "a trial call is in flight"
+            if state is CircuitState.HALF_OPEN
+            else (f"retry in {retry_after:.1f}s")
+        )
+        raise CircuitOpenError(
+            f"circuit open for {self.endpoint or 'this endpoint'} after "
+            f"{self._consecutive_failures} consecutive failures; {reason}",
+            endpoint=self.endpoint,
+            retry_after_s=retry_after,
+        )
+
+    def record_success(self) -> None:
+        """Record that the admitted call succeeded (the endpoint answered): close the circuit."""
+        self._state = CircuitState.CLOSED
+        self._consecutive_failures = 0
+        self._trial_in_flight = False
+
+    def record_failure(self) -> None:
+        """Record that the admitted call failed in a way that says the endpoint is unhealthy."""
+        self._consecutive_failures += 1
+        if self._trial_in_flight or self._consecutive_failures >= self.failure_threshold:
+            self._state = CircuitState.OPEN
+            self._opened_at = self._clock()
+        self._trial_in_flight = False
+
+    def release(self) -> None:
+        """Record that the admitted call ended without a verdict (cancelled, or a local bug)."""
+        self._trial_in_flight = False
+
+
+class CircuitBreakers:
+    """A registry of circuit breakers keyed by endpoint, owned by its caller (no globals)."""
+
+    def __init__(
+        self,
+        failure_threshold: int = 5,
+        reset_timeout_s: float = 30.0,
+        *,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        # Build one breaker now so bad settings fail at construction, not at the first call.
+        CircuitBreaker(failure_threshold, reset_timeout_s)
+        self.failure_threshold = failure_threshold
+        self.reset_timeout_s = reset_timeout_s
+        self._clock = clock
+        self._breakers: dict[str, CircuitBreaker] = {}
+
+    def for_endpoint(self, endpoint: str) -> CircuitBreaker:
+        """Return the breaker for ``endpoint`` (e.g. base URL plus model), made on first use."""
+        breaker = self._breakers.get(endpoint)
+        if breaker is None:
+            breaker = CircuitBreaker(
+                self.failure_threshold, self.reset_timeout_s, endpoint=endpoint, clock=self._clock
+            )
+            self._breakers[endpoint] = breaker
+        return breaker
+
+    def __len__(self) -> int:
+        return len(self._breakers)
+
+
+AttemptOutcome = Literal["ok", "retry", "failed"]
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One try of a call, as reported to ``on_attempt``.
+
+    ``number`` is 1-based. ``outcome`` is ``"ok"``, ``"retry"`` (failed; another attempt
+    follows after ``backoff_s`` seconds) or ``"failed"`` (failed; this error is raised).
+    ``elapsed_s`` is how long the attempt itself took.
+    """
+
+    number: int
+    outcome: AttemptOutcome
+    error: ProviderError | None = None
+    backoff_s: float = 0.0
+    elapsed_s: float = 0.0
+
+
+async def call_with_resilience(
+    call: Callable[[], Awaitable[T]],
+    *,
+    policy: RetryPolicy,
+    breaker: CircuitBreaker | None = None,
+    budget_s: float | None = None,
+    on_attempt: Callable[[Attempt], object] | None = None,
+    sleep: Sleep = asyncio.sleep,
+    clock: Clock = time.monotonic,
+    rng: random.Random | None = None,
+) -> T:
+    """Run ``call`` with retries, backoff and circuit breaking; return its result.
+
+    ``budget_s`` is the time left (seconds from now) for the whole thing, e.g. the remaining
+    activation budget: a wait that would reach it is not taken, and the last error is raised
+    instead. ``None`` means no budget. A non-retryable :class:`ProviderError` is raised at
+    once; an exception that is not a ``ProviderError`` propagates untouched. A refused call
+    (open circuit) raises :class:`CircuitOpenError`, chained to the last provider error if
+    there was one. Every attempt, refused ones included, is reported to ``on_attempt``.
+
+    Only retryable errors count as breaker failures: a non-retryable one (a bad request)
+    means the endpoint answered, so it counts as a success.
+    """
+    if budget_s is not None and math.isnan(budget_s):
+        raise ValueError("budget_s must be a number of seconds or None, not NaN")
+    rng = rng if rng is not None else random.Random()
+    deadline = None if budget_s is None else clock() + budget_s
+    last_error: ProviderError | None = None
+    number = 0
+    while True:
+        number += 1
+        started = clock()
+        if breaker is not None:
+            try:
+                breaker.admit()
+            except CircuitOpenError as refused:
+                _report(on_attempt, Attempt(number, "failed", refused))
+                raise refused from last_error
+        try:
+            result = await call()
+        except ProviderError as error:
+            elapsed = clock() - started
+            if breaker is not None:
+                if error.retryable:
+                    breaker.record_failure()
+                else:
+                    breaker.record_success()
+            wait = _wait_before_retry(error, number, policy, rng, deadline, clock)
+            if wait is None:
+                _report(on_attempt, Attempt(number, "failed", error, elapsed_s=elapsed))
+                raise
+            _report(on_attempt, Attempt(number, "retry", error, wait, elapsed))
+            last_error = error
+            await sleep(wait)
+            continue
+        except BaseException:
+            if breaker is not None:
+                breaker.release()
+            raise
+        if breaker is not None:
+            breaker.record_success()
+        _report(on_attempt, Attempt(number, "ok", elapsed_s=clock() - started))
+        return result
+
+
+def _wait_before_retry(
+    error: ProviderError,
+    number: int,
+    policy: RetryPolicy,
+    rng: random.Random,
+    deadline: float | None,
+    clock: Clock,
+) -> float | None:
+    """Return the wait before the next attempt, or ``None`` to give up with ``error``."""
+    if not error.retryable or number >= policy.max_attempts:
+        return None
+    wait = policy.backoff_s(number - 1, rng)
+    if isinstance(error, RateLimitError) and error.retry_after_s is not None:
+        wait = max(wait, error.retry_after_s)
+    if deadline is not None and clock() + wait >= deadline:
+        return None
+    return wait
+
+
+def _report(on_attempt: Callable[[Attempt], object] | None, attempt: Attempt) -> None:
+    if on_attempt is not None:
+        on_attempt(attempt)

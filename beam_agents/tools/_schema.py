@@ -1,0 +1,314 @@
+"""Signature → Pydantic v2 argument model → JSON Schema, and argument validation against it.
+
+One pass over a function's signature yields the argument model that validates calls and the
+JSON Schema the model is shown, so the two cannot describe different arguments.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
+from pydantic.errors import PydanticUserError
+from pydantic.fields import FieldInfo
+from pydantic.json_schema import GenerateJsonSchema
+from pydantic_core import PydanticUndefined
+
+from beam_agents.tools._intent import INTENT_PARAMETER, IntentInfo
+from beam_agents.tools._strict import drop_nulls_meaning_default
+from beam_agents.tools.errors import ToolArgumentError, ToolDefinitionError
+
+_MAX_SHOWN_INPUT = 60
+# Only pydantic's own errors and the TypeErrors it raises for nonsensical annotations mean "this
+# parameter type has no argument model or JSON Schema"; anything else is a bug and propagates.
+_UNREPRESENTABLE = (PydanticUserError, TypeError)
+
+
+class _ProviderJsonSchema(GenerateJsonSchema):
+    """Pydantic's JSON Schema without per-field titles, which only restate the parameter name."""
+
+    def field_title_should_be_set(self, schema: object) -> bool:
+        """Never: a field's title would only restate its name."""
+        return False
+
+
+@dataclass(frozen=True)
+class _Field:
+    """How one model field maps back onto the function's parameter of the same alias."""
+
+    field_name: str
+    parameter: str
+    always_passed: bool
+
+
+@dataclass(frozen=True)
+class ArgumentSpec:
+    """A tool's generated argument model, its JSON Schema, and how to validate calls with it."""
+
+    tool_name: str
+    model: type[BaseModel]
+    json_schema: dict[str, Any]
+    accepts_intent: bool
+    fields: tuple[_Field, ...]
+
+    def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """Validate ``arguments`` (Pydantic lax mode) into keyword arguments for the function.
+
+        Keys of parameters the caller left out and that have a Python default are omitted, so
+        the function's own default applies. Raises ``ToolArgumentError`` listing every problem.
+        """
+        if not isinstance(arguments, Mapping):
+            raise ToolArgumentError(
+                f"tool {self.tool_name!r}: arguments must be a mapping of parameter name to "
+                f"value, got {type(arguments).__name__}",
+                tool_name=self.tool_name,
+            )
+        bad_keys = [key for key in arguments if not isinstance(key, str)]
+        if bad_keys:
+            raise ToolArgumentError(
+                f"tool {self.tool_name!r}: argument names must be strings, got {bad_keys!r}",
+                tool_name=self.tool_name,
+                problems=[(repr(key), "argument name is not a string") for key in bad_keys],
+            )
+        payload = drop_nulls_meaning_default(arguments, self.json_schema)
+        try:
+            validated = self.model.model_validate(payload)
+        except ValidationError as error:
+            raise self._argument_error(error) from error
+        supplied = validated.model_fields_set
+        return {
+            field.parameter: getattr(validated, field.field_name)
+            for field in self.fields
+            if field.always_passed or field.field_name in supplied
+        }
+
+    def _argument_error(self, error: ValidationError) -> ToolArgumentError:
+        known = ", ".join(field.parameter for field in self.fields) or "none"
+        problems: list[tuple[str, str]] = []
+        for detail in error.errors():
+            location = ".".join(str(part) for part in detail["loc"]) or "(arguments)"
+            if detail["type"] == "extra_forbidden":
+                if detail["loc"] == (INTENT_PARAMETER,) and self.accepts_intent:
+                    message = "intent is injected by the effector and cannot be an argument"
+                else:
+                    message = "unknown argument"
+                    if len(detail["loc"]) == 1:
+                        message += f" (this tool's parameters: {known})"
+            else:
+                message = detail["msg"]
+                if detail["type"] != "missing":
+                    shown = repr(detail["input"])
+                    if len(shown) > _MAX_SHOWN_INPUT:
+                        shown = shown[: _MAX_SHOWN_INPUT - 3] + "..."
+                    message += f" (got {shown})"
+            problems.append((location, message))
+        listing = "; ".join(f"{location}: {message}" for location, message in problems)
+        return ToolArgumentError(
+            f"invalid arguments for tool {self.tool_name!r}: {listing}",
+            tool_name=self.tool_name,
+            problems=problems,
+        )
+
+
+def derive_arguments(
+    function: Callable[..., Any],
+    *,
+    tool_name: str,
+    side_effect: bool,
+    parameter_descriptions: Mapping[str, str],
+) -> ArgumentSpec:
+    """Build the argument model and JSON Schema of ``function``'s parameters.
+
+    Raises ``ToolDefinitionError`` naming the tool and parameter for ``*args``/``**kwargs``,
+    positional-only or unannotated parameters, annotations that do not resolve or have no JSON
+    Schema, and any misuse of the ``intent: IntentInfo`` parameter.
+    """
+    accepts_intent = False
+    definitions: dict[str, tuple[Any, FieldInfo]] = {}
+    hints: dict[str, Any] = {}
+    fields: list[_Field] = []
+    parameters = list(inspect.signature(function).parameters.values())
+    taken_names = {parameter.name for parameter in parameters}
+    for parameter in parameters:
+        _reject_unsupported_kind(parameter, tool_name)
+        hint = _resolve_annotation(function, parameter, tool_name)
+        if parameter.name == INTENT_PARAMETER or _mentions_intent_info(hint):
+            _check_intent_parameter(parameter, hint, tool_name=tool_name, side_effect=side_effect)
+            accepts_intent = True
+            continue
+        field_name = _field_name_for(parameter.name, taken_names)
+        taken_names.add(field_name)
+        definitions[field_name] = (
+            hint,
+            _field_info(parameter, hint, parameter_descriptions.get(parameter.name)),
+        )
+        hints[parameter.name] = hint
+        fields.append(
+            _Field(
+                field_name=field_name,
+                parameter=parameter.name,
+                always_passed=parameter.default is inspect.Parameter.empty,
+            )
+        )
+    try:
+        model: type[BaseModel] = create_model(
+            _model_name(tool_name),
+            __config__=ConfigDict(extra="forbid", protected_namespaces=()),
+            **definitions,  # type: ignore[call-overload]  # pydantic's kwargs are field specs
+        )
+        json_schema = model.model_json_schema(schema_generator=_ProviderJsonSchema)
+    except _UNREPRESENTABLE as error:
+        raise _unrepresentable(hints, tool_name, error) from error
+    json_schema.pop("title", None)
+    return ArgumentSpec(
+        tool_name=tool_name,
+        model=model,
+        json_schema=json_schema,
+        accepts_intent=accepts_intent,
+        fields=tuple(fields),
+    )
+
+
+def _reject_unsupported_kind(parameter: inspect.Parameter, tool_name: str) -> None:
+    name = parameter.name
+    if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
+        problem = f"'*{name}' is not supported: a tool takes named, typed arguments only"
+    elif parameter.kind is inspect.Parameter.VAR_KEYWORD:
+        problem = f"'**{name}' is not supported: a tool takes named, typed arguments only"
+    elif parameter.kind is inspect.Parameter.POSITIONAL_ONLY:
+        problem = f"{name!r} is positional-only, but tools are called with keyword arguments"
+    elif parameter.annotation is inspect.Parameter.empty:
+        problem = (
+            f"{name!r} has no type annotation; annotate it (for example {name}: str) so its "
+            f"schema can be derived"
+        )
+    else:
+        return
+    raise ToolDefinitionError(
+        f"tool {tool_name!r}: parameter {problem}", tool_name=tool_name, parameter=name
+    )
+
+
+def _resolve_annotation(
+    function: Callable[..., Any], parameter: inspect.Parameter, tool_name: str
+) -> Any:
+    # One parameter at a time, so an unresolvable annotation is reported against its parameter.
+    holder = types.SimpleNamespace(__annotations__={parameter.name: parameter.annotation})
+    namespace = getattr(function, "__globals__", {})
+    try:
+        hints = typing.get_type_hints(holder, globalns=namespace, include_extras=True)
+    except Exception as error:  # evaluating an annotation can raise anything; all mean "broken"
+        raise ToolDefinitionError(
+            f"tool {tool_name!r}: the annotation of parameter {parameter.name!r} "
+            f"({parameter.annotation!r}) cannot be resolved: {error}",
+            tool_name=tool_name,
+            parameter=parameter.name,
+        ) from error
+    return hints[parameter.name]
+
+
+def _strip_annotated(hint: Any) -> Any:
+    while typing.get_origin(hint) is Annotated:
+        hint = typing.get_args(hint)[0]
+    return hint
+
+
+def _mentions_intent_info(hint: Any) -> bool:
+    hint = _strip_annotated(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return any(_mentions_intent_info(member) for member in typing.get_args(hint))
+    return hint is IntentInfo
+
+
+def _check_intent_parameter(
+    parameter: inspect.Parameter, hint: Any, *, tool_name: str, side_effect: bool
+) -> None:
+    declaration = f"*, {INTENT_PARAMETER}: IntentInfo"
+    if parameter.name != INTENT_PARAMETER:
+        problem = (
+            f"{parameter.name!r} is typed with IntentInfo, which a tool receives only through a "
+            f"keyword-only parameter named {INTENT_PARAMETER!r} ({declaration})"
+        )
+    elif hint is not IntentInfo:
+        problem = (
+            f"{INTENT_PARAMETER!r} is reserved for the IntentInfo the effector injects and must "
+            f"be declared exactly as {declaration}, not with type {hint!r}"
+        )
+    elif not side_effect:
+        problem = (
+            f"{INTENT_PARAMETER!r} is declared on a read-only tool; only side_effect=True tools "
+            f"run in the effector, which is what injects the intent"
+        )
+    elif parameter.kind is not inspect.Parameter.KEYWORD_ONLY:
+        problem = (
+            f"{INTENT_PARAMETER!r} must be keyword-only ({declaration}), since it is injected "
+            f"and never passed positionally"
+        )
+    else:
+        return
+    raise ToolDefinitionError(
+        f"tool {tool_name!r}: parameter {problem}", tool_name=tool_name, parameter=parameter.name
+    )
+
+
+def _field_name_for(parameter_name: str, taken: set[str]) -> str:
+    # Pydantic refuses leading underscores and warns when a field shadows a BaseModel attribute
+    # (``schema``, ``json``...). Such parameters get an internal field name; the alias keeps the
+    # parameter's own name in the schema and in validation.
+    if not parameter_name.startswith("_") and not hasattr(BaseModel, parameter_name):
+        return parameter_name
+    candidate = "argument_" + parameter_name.lstrip("_")
+    while candidate in taken or hasattr(BaseModel, candidate):
+        candidate += "_"
+    return candidate
+
+
+def _field_info(parameter: inspect.Parameter, hint: Any, documented: str | None) -> FieldInfo:
+    # Field(description=...) in Annotated is the more specific source, so it wins. It is passed
+    # on explicitly because any description given here, even None, replaces the annotated one.
+    annotated = [
+        metadata.description
+        for metadata in getattr(hint, "__metadata__", ())
+        if isinstance(metadata, FieldInfo) and metadata.description
+    ]
+    default = (
+        PydanticUndefined if parameter.default is inspect.Parameter.empty else parameter.default
+    )
+    field_info = Field(
+        default,
+        alias=parameter.name,
+        description=annotated[-1] if annotated else documented,
+    )
+    assert isinstance(field_info, FieldInfo)  # Field() is typed as Any for dataclass_transform
+    return field_info
+
+
+def _model_name(tool_name: str) -> str:
+    words = tool_name.replace("-", "_").split("_")
+    return "".join(word[:1].upper() + word[1:] for word in words) + "Arguments"
+
+
+def _unrepresentable(
+    hints: Mapping[str, Any], tool_name: str, error: Exception
+) -> ToolDefinitionError:
+    for parameter, hint in hints.items():
+        try:
+            TypeAdapter(hint).json_schema()
+        except _UNREPRESENTABLE as parameter_error:
+            # Pydantic's first line says what is wrong; the rest advises on model config, which
+            # a tool author does not control.
+            reason = str(parameter_error).splitlines()[0]
+            return ToolDefinitionError(
+                f"tool {tool_name!r}: parameter {parameter!r} has type {hint!r}, which has no "
+                f"argument validator or JSON Schema: {reason}",
+                tool_name=tool_name,
+                parameter=parameter,
+            )
+    return ToolDefinitionError(
+        f"tool {tool_name!r}: its argument model cannot be built: {error}", tool_name=tool_name
+    )

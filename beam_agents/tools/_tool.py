@@ -1,0 +1,281 @@
+"""``@tool`` and ``Tool``: one definition yields both the callable and the schema a model sees.
+
+``@tool`` (bare) or ``@tool(name=..., description=..., side_effect=...)`` wraps a module-level
+function. The ``side_effect`` flag splits the runtime in two:
+
+- ``side_effect=False`` (the default): a read-only tool. Calling it keeps the function's own
+  semantics, and ``ToolRunner`` validates arguments and runs it inline in an activation.
+- ``side_effect=True``: calling it raises ``SideEffectToolError`` without running it, because
+  a side effect performed inside an activation happens again on every bundle retry. It is
+  requested with ``ctx.act(...)`` and executed by the effector, whose runner reaches the
+  function through :meth:`Tool.unwrap`, the single named bypass.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import importlib
+import inspect
+import re
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any, Generic, ParamSpec, TypeVar, overload
+
+from pydantic import BaseModel
+
+from beam_agents.tools._docstrings import read_docstring
+from beam_agents.tools._schema import ArgumentSpec, derive_arguments
+from beam_agents.tools.errors import SideEffectToolError, ToolDefinitionError
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+# What both OpenAI and Anthropic accept as a tool name; checking here fails at decoration
+# rather than on the first model call.
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+# How a pickled Tool names its function: (module, qualified name) when importable there,
+# otherwise the function object itself, for the pickler to copy by value.
+_FunctionReference = tuple[str, str] | Callable[..., Any]
+
+
+class Tool(Generic[_P, _R]):
+    """A function plus its provider-facing description, argument model and JSON schema.
+
+    Create one with :func:`tool`. ``schema`` is ``{"name", "description", "parameters"}`` with
+    ``parameters`` a JSON Schema object (nested definitions hoisted to one root ``$defs``).
+    ``validate_arguments`` is the single argument check every runner uses. Calling the Tool
+    runs the function for a read-only tool and raises ``SideEffectToolError`` for a
+    side-effecting one. Tools compare equal when they wrap the same function the same way, and
+    pickle by reference to their function.
+    """
+
+    def __init__(
+        self,
+        function: Callable[_P, _R],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        side_effect: bool = False,
+    ) -> None:
+        tool_name = _checked_name(function, name)
+        if not isinstance(side_effect, bool):
+            raise ToolDefinitionError(
+                f"tool {tool_name!r}: side_effect must be True or False, got {side_effect!r}",
+                tool_name=tool_name,
+            )
+        if description is not None and not isinstance(description, str):
+            raise ToolDefinitionError(
+                f"tool {tool_name!r}: description must be a string, "
+                f"got {type(description).__name__}",
+                tool_name=tool_name,
+            )
+        docstring = read_docstring(function.__doc__, tool_name=tool_name)
+        self._function = function
+        self._name = tool_name
+        self._side_effect = side_effect
+        self._description_override = description
+        self._description = docstring.description if description is None else description
+        self._arguments: ArgumentSpec = derive_arguments(
+            function,
+            tool_name=tool_name,
+            side_effect=side_effect,
+            parameter_descriptions=docstring.parameters,
+        )
+        self._schema: dict[str, Any] = {
+            "name": tool_name,
+            "description": self._description,
+            "parameters": self._arguments.json_schema,
+        }
+        functools.update_wrapper(self, function)
+
+    @property
+    def name(self) -> str:
+        """The name the model calls the tool by (the function's ``__name__`` unless overridden)."""
+        return self._name
+
+    @property
+    def description(self) -> str:
+        """What the model is told the tool does (the docstring's prose unless overridden)."""
+        return self._description
+
+    @property
+    def side_effect(self) -> bool:
+        """True if the tool changes the world, and so runs only in the effector."""
+        return self._side_effect
+
+    @property
+    def argument_model(self) -> type[BaseModel]:
+        """The Pydantic v2 model generated from the signature; it validates every call."""
+        return self._arguments.model
+
+    @property
+    def schema(self) -> dict[str, Any]:
+        """``{"name", "description", "parameters"}``; a fresh copy the caller may change."""
+        return copy.deepcopy(self._schema)
+
+    @property
+    def accepts_intent(self) -> bool:
+        """True if the function declares ``*, intent: IntentInfo`` for the effector to inject."""
+        return self._arguments.accepts_intent
+
+    def validate_arguments(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """Check ``arguments`` against the argument model; return the keyword arguments to call.
+
+        Validation is Pydantic's lax mode: values are coerced where the conversion is
+        unambiguous (``"5"`` for an ``int`` becomes ``5``, a dict becomes a nested model, a
+        string becomes an enum member). Unknown arguments are rejected, and so is ``intent``,
+        which only the effector supplies. A ``null`` for a parameter that has a default and
+        whose type does not admit ``None`` means "use the default" (that is how providers in
+        strict mode leave an argument out). Parameters left out keep the function's own
+        defaults. Raises ``ToolArgumentError`` naming the tool and every failing field.
+        """
+        return self._arguments.validate(arguments)
+
+    def unwrap(self) -> Callable[_P, _R]:
+        """Return the wrapped function itself, bypassing the ``side_effect`` guard.
+
+        The effector's execution path (``effector.EffectorToolRunner``) is the only sanctioned
+        caller: it is the one place a side-effecting tool may run. Nothing inside a pipeline
+        may call this. It is a named, greppable method rather than a private attribute so that
+        the single permitted bypass of "side effects only via intents" can be found and tested.
+        """
+        return self._function
+
+    def __call__(self, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        """Run a read-only tool as its function would; refuse a side-effecting one unrun."""
+        if self._side_effect:
+            raise SideEffectToolError.for_tool(self._name)
+        return self._function(*args, **kwargs)
+
+    def _identity(self) -> tuple[Callable[_P, _R], str, str | None, bool]:
+        return (self._function, self._name, self._description_override, self._side_effect)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Tool):
+            return NotImplemented
+        return self._identity() == other._identity()
+
+    def __hash__(self) -> int:
+        return hash(self._identity())
+
+    def __repr__(self) -> str:
+        return f"Tool(name={self._name!r}, side_effect={self._side_effect})"
+
+    def __reduce__(self) -> tuple[Callable[..., Tool[Any, Any]], tuple[Any, ...]]:
+        """Pickle by reference to the function and the decorator's arguments.
+
+        The generated argument model is never pickled (dill cannot pickle ``create_model``
+        classes); unpickling rebuilds it by applying the decorator again, or reuses the Tool the
+        function's module already built when that Tool is the same one.
+        """
+        return (
+            _restore_tool,
+            (
+                _reference_to(self._function),
+                self._name,
+                self._description_override,
+                self._side_effect,
+            ),
+        )
+
+
+@overload
+def tool(function: Callable[_P, _R], /) -> Tool[_P, _R]: ...
+
+
+@overload
+def tool(
+    *, name: str | None = None, description: str | None = None, side_effect: bool = False
+) -> Callable[[Callable[_P, _R]], Tool[_P, _R]]: ...
+
+
+def tool(
+    function: Callable[_P, _R] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    side_effect: bool = False,
+) -> Tool[_P, _R] | Callable[[Callable[_P, _R]], Tool[_P, _R]]:
+    """Make a function a :class:`Tool`; use bare (``@tool``) or with arguments.
+
+    ``name`` defaults to the function's ``__name__``, ``description`` to its docstring's prose
+    (the summary and long description, not the parameter sections), and ``side_effect`` to
+    False. Every parameter needs a type annotation; parameter descriptions come from the
+    docstring (Google, NumPy or Sphinx style) or ``Annotated[T, Field(description=...)]``.
+    Raises ``ToolDefinitionError`` naming the tool and parameter when the function cannot be a
+    tool.
+    """
+    if function is None:
+        return lambda decorated: Tool(
+            decorated, name=name, description=description, side_effect=side_effect
+        )
+    return Tool(function, name=name, description=description, side_effect=side_effect)
+
+
+def _checked_name(function: object, name: str | None) -> str:
+    if isinstance(function, Tool):
+        raise ToolDefinitionError(
+            f"{function.name!r} is already a tool; apply @tool once", tool_name=function.name
+        )
+    if not inspect.isfunction(function):
+        hint = " (to set the name, write @tool(name=...))" if isinstance(function, str) else ""
+        raise ToolDefinitionError(
+            f"@tool wraps a function defined with def or async def, "
+            f"got {type(function).__name__}{hint}"
+        )
+    tool_name = function.__name__ if name is None else name
+    if not isinstance(tool_name, str) or not _TOOL_NAME.fullmatch(tool_name):
+        raise ToolDefinitionError(
+            f"tool name {tool_name!r} (from {function.__qualname__}) is not valid: use 1 to 64 "
+            f"letters, digits, '_' or '-', as model providers require",
+            tool_name=str(tool_name),
+        )
+    return tool_name
+
+
+def _lookup(module_name: str, qualname: str) -> object:
+    target: object = sys.modules.get(module_name) or importlib.import_module(module_name)
+    for part in qualname.split("."):
+        target = getattr(target, part)
+    return target
+
+
+def _reference_to(function: Callable[..., Any]) -> _FunctionReference:
+    module_name = getattr(function, "__module__", None)
+    qualname = getattr(function, "__qualname__", "")
+    # __main__ is a different module in whichever process unpickles, and <locals> cannot be
+    # reached by name, so those functions travel by value (cloudpickle and dill can do that).
+    if not module_name or module_name == "__main__" or "<locals>" in qualname:
+        return function
+    try:
+        found = _lookup(module_name, qualname)
+    except (ImportError, AttributeError):
+        return function
+    if found is function or (isinstance(found, Tool) and found._function is function):
+        return (module_name, qualname)
+    return function
+
+
+def _restore_tool(
+    reference: _FunctionReference, name: str, description: str | None, side_effect: bool
+) -> Tool[Any, Any]:
+    """Rebuild a pickled Tool (see :meth:`Tool.__reduce__`)."""
+    found = _lookup(*reference) if isinstance(reference, tuple) else reference
+    if isinstance(found, Tool):
+        decorated_alike = (found.name, found._description_override, found.side_effect) == (
+            name,
+            description,
+            side_effect,
+        )
+        if decorated_alike:
+            return found
+        found = found._function
+    if not callable(found):
+        raise ToolDefinitionError(
+            f"cannot unpickle tool {name!r}: {reference!r} is no longer a function",
+            tool_name=name,
+        )
+    return Tool(found, name=name, description=description, side_effect=side_effect)

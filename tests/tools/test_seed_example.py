@@ -1,0 +1,51 @@
+"""The read-only-tools seed's tool half, with the seed's own imports, behaves as it promises."""
+
+import pytest
+
+from beam_agents.tools import ToolRegistry, ToolRunner, tool
+from beam_agents.tools.errors import SideEffectToolError
+
+
+@tool
+def risk_band(customer_id: str) -> str:
+    """Look up a customer's risk band. Read-only: safe to run inline."""
+    return "high" if customer_id.endswith("9") else "normal"
+
+
+@tool(side_effect=True)
+def freeze_account(customer_id: str) -> str:
+    """Freeze an account. Side-effecting: never executes inside the pipeline."""
+    return f"frozen:{customer_id}"
+
+
+def make_registry() -> ToolRegistry:
+    """A fresh registry per call — no module-level mutable state."""
+    registry = ToolRegistry()
+    registry.register(risk_band)
+    return registry
+
+
+def test_the_seeds_direct_call_is_refused() -> None:
+    try:
+        freeze_account(customer_id="cust-9")
+    except SideEffectToolError as exc:
+        refusal = str(exc)
+    else:
+        raise AssertionError("a side-effect tool must refuse a direct call")
+    assert "'freeze_account'" in refusal
+    assert "ctx.act(" in refusal
+
+
+def test_the_seeds_registry_is_fresh_and_holds_only_the_read_only_tool() -> None:
+    first, second = make_registry(), make_registry()
+    assert first is not second
+    assert first.names() == {"risk_band"}
+    assert "freeze_account" not in first
+
+
+@pytest.mark.asyncio
+async def test_the_seeds_read_only_tool_runs_inline_through_the_registry() -> None:
+    registry = make_registry()
+    runner = ToolRunner()
+    assert await runner.run(registry.get("risk_band"), {"customer_id": "cust-9"}) == "high"
+    assert await runner.run(registry.get("risk_band"), {"customer_id": "cust-1"}) == "normal"
