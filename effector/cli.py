@@ -1,0 +1,436 @@
+"""``beam-agents-effector`` / ``python -m effector``: run an effector, or talk to one.
+
+``serve`` loads a ``ToolRegistry`` from ``module:attribute``, opens the store named by URL,
+listens, prints ``effector listening on HOST:PORT`` once ready, and on SIGTERM or SIGINT
+drains (stops accepting calls, lets executions finish or releases them, closes the store) and
+exits 0. ``status``, ``approve`` and ``deny`` talk to a running effector.
+
+Every flag can also come from an environment variable ``BEAM_AGENTS_EFFECTOR_<FLAG>`` (dashes
+become underscores); a flag on the command line wins. Misconfiguration exits with status 2 and
+one line on stderr; a call that fails against a running server exits with status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import json
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import grpc
+
+from beam_agents._protos import IntentState
+from beam_agents.tools import ToolRegistry
+from effector.client import EffectorClient
+from effector.errors import ConfigurationError, StoreError
+from effector.server import EffectorServer, ServerSettings, parse_host_port
+from effector.store import open_store
+from effector.worker import WorkerSettings
+
+PROG = "beam-agents-effector"
+ENV_PREFIX = "BEAM_AGENTS_EFFECTOR_"
+DEFAULT_ADDRESS = "127.0.0.1:50051"
+
+_log = logging.getLogger("effector")
+
+
+def env_name(flag: str) -> str:
+    """The environment variable that supplies ``--flag``."""
+    return ENV_PREFIX + flag.lstrip("-").replace("-", "_").upper()
+
+
+class _Parser(argparse.ArgumentParser):
+    """Reports a usage error as one line on stderr and exits 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _host_port(text: str) -> str:
+    try:
+        parse_host_port(text)
+    except ConfigurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _flag_value(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def _option(
+    parser: argparse.ArgumentParser,
+    flag: str,
+    help_text: str,
+    *,
+    default: str | None = None,
+    **kwargs: Any,
+) -> None:
+    """Add ``flag`` with its environment variable as the default (argparse converts it)."""
+    variable = env_name(flag)
+    shown = "" if default is None else f"; default {default}"
+    parser.add_argument(
+        flag,
+        default=os.environ.get(variable, default),
+        help=f"{help_text} [env {variable}{shown}]",
+        **kwargs,
+    )
+
+
+def _switch(parser: argparse.ArgumentParser, flag: str, help_text: str) -> None:
+    variable = env_name(flag)
+    try:
+        default = _flag_value(os.environ.get(variable, ""))
+    except argparse.ArgumentTypeError as exc:
+        parser.error(f"{variable}: {exc}")
+    parser.add_argument(
+        flag, action="store_true", default=default, help=f"{help_text} [env {variable}]"
+    )
+
+
+def _add_auth_options(parser: argparse.ArgumentParser) -> None:
+    _option(
+        parser,
+        "--token",
+        "shared secret for 'authorization: Bearer <token>'; prefer --token-file or the "
+        "environment, since command lines are visible to other users",
+        metavar="TOKEN",
+    )
+    _option(parser, "--token-file", "file holding the shared secret", metavar="PATH")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser for every subcommand."""
+    parser = _Parser(
+        prog=PROG,
+        description="The beam-agents effector: executes each side-effecting intent once and "
+        "serves the ordered stream of result envelopes over gRPC.",
+        epilog="Every flag may also be set through the environment variable shown beside it.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = commands.add_parser(
+        "serve",
+        help="run an effector server",
+        description="Run an effector: gRPC server, worker and (optionally) metrics endpoint. "
+        "Prints 'effector listening on HOST:PORT' once ready; SIGTERM/SIGINT drain and exit 0.",
+    )
+    _option(
+        serve,
+        "--tools",
+        "the tools to execute: MODULE:ATTRIBUTE naming a ToolRegistry or a zero-argument "
+        "callable returning one (the working directory is importable)",
+        metavar="MODULE:ATTR",
+    )
+    _option(
+        serve,
+        "--store",
+        "where intents and results are recorded: sqlite:///relative.db, "
+        "sqlite:////absolute/path.db (add ?synchronous=normal to trade power-loss durability "
+        "for speed), or postgresql://user@host/dbname for a store shared by replicas",
+        metavar="URL",
+    )
+    _option(
+        serve,
+        "--listen",
+        "address to serve gRPC on; port 0 picks a free port (printed when ready). A "
+        "non-loopback host needs a token or --allow-insecure-bind",
+        default=DEFAULT_ADDRESS,
+        metavar="HOST:PORT",
+        type=_host_port,
+    )
+    _option(
+        serve,
+        "--lease-ms",
+        "how long a claim on an intent stays valid without renewal; a crashed replica's "
+        "intents are claimed again after it runs out",
+        default="30000",
+        metavar="MS",
+        type=_positive_int,
+    )
+    _option(
+        serve,
+        "--tool-timeout-ms",
+        "how long one tool call may run before its result is ERROR",
+        default="30000",
+        metavar="MS",
+        type=_positive_int,
+    )
+    _option(
+        serve,
+        "--result-retention-s",
+        "how long DONE intents and published envelopes are kept; a duplicate submitted "
+        "within this time is still recognised",
+        default=str(7 * 24 * 3600),
+        metavar="SECONDS",
+        type=_positive_int,
+    )
+    _option(
+        serve,
+        "--concurrency",
+        "how many intents (each of a different entity key) execute at once",
+        default="64",
+        metavar="N",
+        type=_positive_int,
+    )
+    _add_auth_options(serve)
+    _option(serve, "--tls-cert", "PEM certificate chain; serve TLS only", metavar="PATH")
+    _option(serve, "--tls-key", "PEM private key of --tls-cert", metavar="PATH")
+    _option(
+        serve,
+        "--metrics-listen",
+        "serve Prometheus metrics over HTTP on this address (off unless given)",
+        metavar="HOST:PORT",
+        type=_host_port,
+    )
+    _switch(
+        serve,
+        "--allow-insecure-bind",
+        "allow a non-loopback --listen without a token (anyone who can connect can submit)",
+    )
+    _option(
+        serve,
+        "--log-level",
+        "logging threshold on stderr",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        type=str.upper,
+    )
+
+    status = commands.add_parser(
+        "status", help="print a running effector's counts as JSON", description="Print counts."
+    )
+    approve = commands.add_parser(
+        "approve",
+        help="approve an approval intent",
+        description="Approve an APPROVAL intent; exits 1 if the decision was not applied.",
+    )
+    deny = commands.add_parser(
+        "deny",
+        help="deny an approval intent",
+        description="Deny an APPROVAL intent; exits 1 if the decision was not applied.",
+    )
+    for client_command in (status, approve, deny):
+        _option(
+            client_command,
+            "--target",
+            "the effector to talk to",
+            default=DEFAULT_ADDRESS,
+            metavar="HOST:PORT",
+        )
+        _add_auth_options(client_command)
+        _option(
+            client_command,
+            "--tls-root-cert",
+            "PEM root certificate to verify the server with (turns TLS on)",
+            metavar="PATH",
+        )
+        _option(
+            client_command,
+            "--timeout-s",
+            "deadline for the call",
+            default="10",
+            metavar="SECONDS",
+            type=_positive_int,
+        )
+    for decision in (approve, deny):
+        decision.add_argument("intent_id", metavar="INTENT_ID", help="the approval intent's id")
+        _option(decision, "--approver", "who decides (recorded)", default="", metavar="NAME")
+        _option(decision, "--reason", "free text recorded with the decision", default="")
+    return parser
+
+
+def _read_file(path: str, what: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read {what} {path!r}: {exc.strerror}") from None
+
+
+def _token(args: argparse.Namespace) -> str | None:
+    if args.token and args.token_file:
+        raise ConfigurationError("give the token once: --token or --token-file, not both")
+    if args.token_file:
+        from_file = _read_file(args.token_file, "token file").decode("utf-8", "replace").strip()
+        if not from_file:
+            raise ConfigurationError(f"token file {args.token_file!r} is empty")
+        return from_file
+    if args.token is None:
+        return None
+    token: str = args.token.strip()
+    if not token:
+        raise ConfigurationError("the token is empty")
+    return token
+
+
+def load_registry(spec: str) -> ToolRegistry:
+    """Resolve ``module:attribute`` to a ``ToolRegistry`` (or a callable returning one)."""
+    module_name, separator, attribute = spec.partition(":")
+    if not separator or not module_name or not attribute:
+        raise ConfigurationError(f"--tools must be MODULE:ATTRIBUTE, got {spec!r}")
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        found: Any = importlib.import_module(module_name)
+    except Exception as exc:
+        raise ConfigurationError(
+            f"cannot import tools module {module_name!r}: {type(exc).__name__}: {exc}"
+        ) from None
+    for part in attribute.split("."):
+        try:
+            found = getattr(found, part)
+        except AttributeError:
+            raise ConfigurationError(f"{module_name!r} has no attribute {attribute!r}") from None
+    if not isinstance(found, ToolRegistry) and callable(found):
+        try:
+            found = found()
+        except Exception as exc:
+            raise ConfigurationError(
+                f"calling {spec} failed: {type(exc).__name__}: {exc}"
+            ) from None
+    if not isinstance(found, ToolRegistry):
+        raise ConfigurationError(
+            f"{spec} is a {type(found).__name__}, not a ToolRegistry or a callable returning one"
+        )
+    return found
+
+
+def _server_settings(args: argparse.Namespace) -> ServerSettings:
+    if not args.tools:
+        raise ConfigurationError(f"--tools is required (or {env_name('--tools')})")
+    if not args.store:
+        raise ConfigurationError(f"--store is required (or {env_name('--store')})")
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise ConfigurationError("--tls-cert and --tls-key go together")
+    return ServerSettings(
+        listen=args.listen,
+        token=_token(args),
+        tls_cert=_read_file(args.tls_cert, "TLS certificate") if args.tls_cert else None,
+        tls_key=_read_file(args.tls_key, "TLS key") if args.tls_key else None,
+        allow_insecure_bind=args.allow_insecure_bind,
+        metrics_listen=args.metrics_listen,
+        tool_timeout_ms=args.tool_timeout_ms,
+        worker=WorkerSettings(
+            concurrency=args.concurrency,
+            lease_ms=args.lease_ms,
+            result_retention_ms=args.result_retention_s * 1000,
+        ),
+    )
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    settings = _server_settings(args)
+    settings.check()
+    registry = load_registry(args.tools)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    store = await open_store(args.store)
+    try:
+        server = EffectorServer(store, registry, settings)
+        await server.start()
+        try:
+            print(f"effector listening on {server.address}", flush=True)
+            await stop.wait()
+            _log.info("signal received, draining")
+        finally:
+            await server.stop()
+    finally:
+        await store.close()
+    return 0
+
+
+def _client(args: argparse.Namespace) -> EffectorClient:
+    root = _read_file(args.tls_root_cert, "TLS root certificate") if args.tls_root_cert else None
+    return EffectorClient(
+        args.target, token=_token(args), root_certificates=root, timeout_s=args.timeout_s
+    )
+
+
+def _status(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        status = client.status()
+    print(
+        json.dumps(
+            {
+                "pending": status.pending,
+                "running": status.running,
+                "awaiting_decision": status.awaiting_decision,
+                "done": status.done,
+                "in_flight": status.in_flight,
+                "head_offset": status.head_offset,
+            },
+            sort_keys=True,
+        )
+    )
+    return 0
+
+
+def _decide(args: argparse.Namespace, *, approved: bool) -> int:
+    with _client(args) as client:
+        decision = client.decide(
+            args.intent_id, approved=approved, approver=args.approver, reason=args.reason
+        )
+    if decision.applied:
+        print(f"{'approved' if approved else 'denied'} {args.intent_id}")
+        return 0
+    print(
+        f"not applied: {decision.reason} (state {IntentState.Name(decision.state)})",
+        file=sys.stderr,
+    )
+    return 1
+
+
+_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "serve": lambda args: asyncio.run(_serve(args)),
+    "status": _status,
+    "approve": lambda args: _decide(args, approved=True),
+    "deny": lambda args: _decide(args, approved=False),
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the process exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        logging.basicConfig(
+            level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+    try:
+        return _COMMANDS[args.command](args)
+    except (ConfigurationError, StoreError) as exc:
+        print(f"{PROG}: error: {_one_line(str(exc))}", file=sys.stderr)
+        return 2
+    except grpc.RpcError as exc:
+        code = exc.code().name if isinstance(exc, grpc.Call) else "UNKNOWN"
+        detail = exc.details() if isinstance(exc, grpc.Call) else str(exc)
+        print(f"{PROG}: {args.command} failed: {code}: {_one_line(detail)}", file=sys.stderr)
+        return 1
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())

@@ -1,0 +1,154 @@
+"""What the effector knows about one intent: identity checks, expiry, and result envelopes.
+
+Everything here is pure and shared by the server, the stores and the worker, so that the
+expiry rule and the shape of every published envelope are written down exactly once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+import uuid
+from typing import Any
+
+from beam_agents._json import canonical_json_bytes
+from beam_agents._protos import AgentEnvelope, Approval, ToolIntent, ToolResult
+
+
+def wall_clock_ms() -> int:
+    """Read the effector's processing-time clock, in milliseconds since the epoch."""
+    return time.time_ns() // 1_000_000
+
+
+def serialize_intent(intent: ToolIntent) -> bytes:
+    """Serialize an intent deterministically, so that equal intents store equal bytes."""
+    return intent.SerializeToString(deterministic=True)
+
+
+def intent_digest(serialized_intent: bytes) -> bytes:
+    """Digest every field of a serialized intent, for the same-id-different-content check."""
+    return hashlib.sha256(serialized_intent).digest()
+
+
+def intent_id_problem(intent_id: str) -> str | None:
+    """Why ``intent_id`` is not a usable id, or ``None`` if it is.
+
+    An id must be a UUID in its canonical lowercase hyphenated spelling, so that one intent
+    can never be recorded under two spellings of the same id.
+    """
+    try:
+        canonical = str(uuid.UUID(intent_id))
+    except ValueError:
+        return f"intent_id {intent_id[:64]!r} is not a UUID"
+    if canonical != intent_id:
+        return f"intent_id {intent_id!r} is not in canonical form (expected {canonical!r})"
+    return None
+
+
+def identity_problem(intent: ToolIntent) -> str | None:
+    """Why an intent cannot even be recorded (bad id or empty key), or ``None`` if it can."""
+    problem = intent_id_problem(intent.intent_id)
+    if problem is None and not intent.entity_key:
+        problem = f"intent {intent.intent_id} has an empty entity_key"
+    return problem
+
+
+def parse_arguments(args_json: str) -> Any:
+    """Decode ``args_json``; empty text means no arguments. Raises ``ValueError`` if not JSON."""
+    if not args_json:
+        return {}
+    return json.loads(args_json)
+
+
+def ttl_problem(intent: ToolIntent) -> str | None:
+    """Why an intent's expiry fields are inconsistent, or ``None`` if they are usable."""
+    if intent.expires_at_ms != 0 and intent.expires_at_ms < intent.created_at_ms:
+        return (
+            f"expires_at_ms ({intent.expires_at_ms}) precedes created_at_ms "
+            f"({intent.created_at_ms})"
+        )
+    return None
+
+
+def expiry_deadline_ms(intent: ToolIntent, first_received_at_ms: int) -> int:
+    """Return the wall-clock instant after which the intent is expired; 0 means never.
+
+    The intent's TTL window (``expires_at_ms - created_at_ms``, both event-time values minted
+    by the pipeline) is anchored at ``max(created_at_ms, first_received_at_ms)``. Replaying a
+    backlog with old event times therefore does not mass-expire it, while an intent that
+    waits at the effector for longer than its TTL is refused.
+    """
+    if intent.expires_at_ms == 0:
+        return 0
+    window = intent.expires_at_ms - intent.created_at_ms
+    return max(intent.created_at_ms, first_received_at_ms) + window
+
+
+def new_result(
+    intent: ToolIntent,
+    status: ToolResult.Status,
+    *,
+    completed_at_ms: int,
+    attempt: int,
+    payload: bytes = b"",
+    error_message: str = "",
+) -> ToolResult:
+    """Build a ``ToolResult`` addressed back to ``intent``'s key and activation."""
+    return ToolResult(
+        intent_id=intent.intent_id,
+        entity_key=intent.entity_key,
+        seq=intent.seq,
+        status=status,
+        payload=payload,
+        error_message=error_message,
+        completed_at_ms=completed_at_ms,
+        attempt=attempt,
+    )
+
+
+def rejected_result(intent: ToolIntent, reason: str, *, now_ms: int) -> ToolResult:
+    """Build the REJECTED result of an intent that was refused without running."""
+    return new_result(
+        intent, ToolResult.REJECTED, completed_at_ms=now_ms, attempt=0, error_message=reason
+    )
+
+
+def expired_result(intent: ToolIntent, *, now_ms: int, attempts: int) -> ToolResult:
+    """Build the EXPIRED result of an intent whose TTL ran out at the effector."""
+    awaited = "decided" if intent.kind == ToolIntent.APPROVAL else "run"
+    message = f"expired at the effector before it was {awaited}"
+    if attempts:
+        message += f"; {attempts} earlier attempt(s) were interrupted before recording a result"
+    return new_result(
+        intent, ToolResult.EXPIRED, completed_at_ms=now_ms, attempt=attempts, error_message=message
+    )
+
+
+def result_envelope(result: ToolResult) -> AgentEnvelope:
+    """Wrap ``result`` in the envelope that re-injects it, stamped with its completion time."""
+    return AgentEnvelope(
+        entity_key=result.entity_key, event_time_ms=result.completed_at_ms, tool_result=result
+    )
+
+
+def approval_envelope(approval: Approval, entity_key: bytes) -> AgentEnvelope:
+    """Wrap a recorded approval decision in the envelope that re-injects it."""
+    return AgentEnvelope(
+        entity_key=entity_key, event_time_ms=approval.decided_at_ms, approval=approval
+    )
+
+
+def decision_result(intent: ToolIntent, approval: Approval) -> ToolResult:
+    """Build the OK result stored for a decided approval; its payload records the decision."""
+    payload = canonical_json_bytes(
+        {
+            "approved": approval.approved,
+            "approver": approval.approver,
+            "decided_at_ms": approval.decided_at_ms,
+            "reason": approval.reason,
+        }
+    )
+    return new_result(
+        intent, ToolResult.OK, completed_at_ms=approval.decided_at_ms, attempt=0, payload=payload
+    )

@@ -1,0 +1,276 @@
+"""``EffectorToolRunner``: the one place a side-effecting tool is executed.
+
+``await EffectorToolRunner(tool_timeout_ms=...).run(tool, arguments, intent_info)`` refuses a
+read-only tool before anything else (``ToolRefusedError``; it is never validated nor invoked),
+validates ``arguments`` with the tool's argument model (``ToolArgumentError``), injects
+``intent=intent_info`` when the tool declares ``*, intent: IntentInfo``, and calls the function
+reached through ``Tool.unwrap()`` under a per-call timeout (``ToolTimeoutError``). Async tools
+are awaited on the event loop and must not block it; sync tools run on pooled worker threads,
+so a slow one never stalls the server. A timed-out sync tool cannot be interrupted: its thread
+is abandoned (a daemon, so it never holds up shutdown) and whatever it returns is discarded.
+
+:meth:`EffectorToolRunner.execute` maps one whole execution attempt of a ``ToolIntent`` to its
+``ToolResult``: REJECTED when the tool never ran (unknown tool, read-only tool, ``args_json``
+not a JSON object, invalid arguments, an argument named ``intent``), ERROR when it ran and
+failed (raised, timed out, or returned something that is not JSON), OK with the canonical JSON
+of the return value otherwise. EXPIRED is decided before a claim, by the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import queue
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from beam_agents._json import canonical_json_bytes
+from beam_agents._protos import ToolIntent, ToolResult
+from beam_agents.tools import IntentInfo, Tool, ToolRegistry
+from beam_agents.tools.errors import ToolArgumentError, ToolNotFoundError
+from effector.errors import ToolRefusedError, ToolTimeoutError
+from effector.intents import new_result, parse_arguments, rejected_result, ttl_problem
+
+MAX_ERROR_MESSAGE_CHARS = 4_096
+"""Error messages in results are cut to this length, so one failure cannot bloat the log."""
+
+
+class IntentRejectedError(Exception):
+    """An intent cannot be executed as written; the message is the recorded reason."""
+
+
+def prepare_call(
+    registry: ToolRegistry, intent: ToolIntent
+) -> tuple[Tool[..., Any], dict[str, Any]]:
+    """Resolve a TOOL intent to its tool and validated keyword arguments.
+
+    Raises :class:`IntentRejectedError` with the reason if the tool is unknown or read-only,
+    ``args_json`` is not a JSON object, or the arguments fail the tool's argument model.
+    """
+    try:
+        tool = registry.get(intent.tool_name)
+    except ToolNotFoundError:
+        raise IntentRejectedError(f"unknown tool {intent.tool_name[:128]!r}") from None
+    if not tool.side_effect:
+        raise IntentRejectedError(_read_only_refusal(tool).args[0])
+    try:
+        arguments = parse_arguments(intent.args_json)
+    except ValueError as exc:
+        raise IntentRejectedError(f"args_json for tool {tool.name!r} is not JSON: {exc}") from None
+    if not isinstance(arguments, dict):
+        raise IntentRejectedError(
+            f"args_json for tool {tool.name!r} must be a JSON object, "
+            f"not {type(arguments).__name__}"
+        )
+    try:
+        return tool, tool.validate_arguments(arguments)
+    except ToolArgumentError as exc:
+        raise IntentRejectedError(str(exc)) from None
+    except Exception as exc:  # a validator of the tool's own that raised something else
+        raise IntentRejectedError(
+            f"arguments for tool {tool.name!r} could not be validated: {type(exc).__name__}: {exc}"
+        ) from None
+
+
+def rejection_reason(registry: ToolRegistry, intent: ToolIntent) -> str | None:
+    """Why a well-identified intent must be recorded as REJECTED, or ``None`` if it is valid."""
+    if intent.kind == ToolIntent.APPROVAL:
+        try:
+            parse_arguments(intent.args_json)
+        except ValueError as exc:
+            return f"args_json of approval intent is not JSON: {exc}"
+    elif intent.kind == ToolIntent.TOOL:
+        try:
+            prepare_call(registry, intent)
+        except IntentRejectedError as exc:
+            return str(exc)
+    else:
+        return f"unknown intent kind {int(intent.kind)}"
+    return ttl_problem(intent)
+
+
+def _read_only_refusal(tool: Tool[..., Any]) -> ToolRefusedError:
+    return ToolRefusedError(
+        f"tool {tool.name!r} is read-only (side_effect=False): it runs inline in the pipeline "
+        f"through ToolRunner, never in the effector"
+    )
+
+
+class EffectorToolRunner:
+    """Runs ``side_effect=True`` tools, validated, with ``intent`` injected, under a timeout."""
+
+    def __init__(self, tool_timeout_ms: int = 30_000) -> None:
+        if isinstance(tool_timeout_ms, bool) or not isinstance(tool_timeout_ms, int):
+            raise TypeError(f"tool_timeout_ms must be an int, got {type(tool_timeout_ms).__name__}")
+        if tool_timeout_ms <= 0:
+            raise ValueError(f"tool_timeout_ms must be positive, got {tool_timeout_ms}")
+        self._timeout_ms = tool_timeout_ms
+        self._threads = _ToolThreads()
+
+    @property
+    def tool_timeout_ms(self) -> int:
+        """How long one tool call may take before it counts as failed."""
+        return self._timeout_ms
+
+    async def run(
+        self,
+        tool: Tool[..., Any],
+        arguments: Mapping[str, Any],
+        intent_info: IntentInfo | None = None,
+    ) -> Any:
+        """Validate ``arguments`` and run the side-effecting ``tool``; return its result.
+
+        Raises ``ToolRefusedError`` for a read-only tool (never invoked) or when the tool
+        declares ``intent`` but no ``intent_info`` is given, ``ToolArgumentError`` for invalid
+        arguments (never invoked), ``ToolTimeoutError`` past the timeout, and whatever the tool
+        itself raises.
+        """
+        if not isinstance(tool, Tool):
+            raise TypeError(f"EffectorToolRunner.run takes a Tool, got {type(tool).__name__}")
+        if not tool.side_effect:
+            raise _read_only_refusal(tool)
+        return await self._call(tool, tool.validate_arguments(arguments), intent_info)
+
+    async def execute(
+        self, registry: ToolRegistry, intent: ToolIntent, *, attempt: int, clock: Callable[[], int]
+    ) -> ToolResult:
+        """Execute one attempt of a TOOL intent and map the outcome to its ``ToolResult``."""
+        if intent.kind != ToolIntent.TOOL:
+            raise ValueError(f"only TOOL intents are executed; {intent.intent_id} is not one")
+        try:
+            tool, kwargs = prepare_call(registry, intent)
+        except IntentRejectedError as exc:
+            return rejected_result(intent, str(exc), now_ms=clock())
+        info = IntentInfo(
+            intent_id=intent.intent_id,
+            entity_key=intent.entity_key,
+            seq=intent.seq,
+            step_index=intent.step_index,
+            attempt=attempt,
+        )
+        try:
+            value = await self._call(tool, kwargs, info)
+            payload = _encode(tool, value)
+        # A tool that calls sys.exit() is a failed tool, not a request to stop the effector.
+        except (Exception, SystemExit) as exc:
+            return new_result(
+                intent,
+                ToolResult.ERROR,
+                completed_at_ms=clock(),
+                attempt=attempt,
+                error_message=_describe(exc)[:MAX_ERROR_MESSAGE_CHARS],
+            )
+        return new_result(
+            intent, ToolResult.OK, completed_at_ms=clock(), attempt=attempt, payload=payload
+        )
+
+    async def _call(
+        self, tool: Tool[..., Any], kwargs: dict[str, Any], intent_info: IntentInfo | None
+    ) -> Any:
+        if tool.accepts_intent:
+            if intent_info is None:
+                raise ToolRefusedError(
+                    f"tool {tool.name!r} declares intent: IntentInfo; run it with intent_info"
+                )
+            kwargs = {**kwargs, "intent": intent_info}
+        function = tool.unwrap()
+        try:
+            async with asyncio.timeout(self._timeout_ms / 1000) as scope:
+                if inspect.iscoroutinefunction(function):
+                    value = function(**kwargs)
+                else:
+                    value = await self._threads.call(function, kwargs)
+                if inspect.isawaitable(value):
+                    value = await value
+        except TimeoutError:
+            if scope.expired():
+                raise ToolTimeoutError(
+                    f"tool {tool.name!r} did not finish within {self._timeout_ms} ms"
+                ) from None
+            raise
+        return value
+
+
+class _ResultNotJsonError(Exception):
+    pass
+
+
+def _encode(tool: Tool[..., Any], value: Any) -> bytes:
+    try:
+        return canonical_json_bytes(value)
+    except (TypeError, ValueError) as exc:
+        raise _ResultNotJsonError(
+            f"tool {tool.name!r} returned a value that is not JSON-encodable: {exc}"
+        ) from None
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, (ToolTimeoutError, _ResultNotJsonError)):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
+class _ToolThreads:
+    """Daemon threads that run sync tools: an idle one is reused, otherwise another starts.
+
+    Threads are daemons so that a tool abandoned after its timeout never holds up shutdown,
+    and the pool grows past any fixed size rather than let abandoned tools starve new calls.
+    A thread idle for ``_IDLE_EXIT_S`` exits.
+    """
+
+    _IDLE_EXIT_S = 60.0
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+
+    def call(self, function: Callable[..., Any], kwargs: dict[str, Any]) -> asyncio.Future[Any]:
+        """Run ``function(**kwargs)`` on a pool thread; the future settles on this loop."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+
+        def settle(value: Any, error: BaseException | None) -> None:
+            if future.done():
+                return
+            if error is None:
+                future.set_result(value)
+            else:
+                future.set_exception(error)
+
+        def job() -> None:
+            value: Any = None
+            error: BaseException | None = None
+            try:
+                value = function(**kwargs)
+            except BaseException as exc:  # delivered to the awaiting task, which classifies it
+                error = exc
+            # A closed loop means the call was abandoned at shutdown; nobody waits for it.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(settle, value, error)
+
+        with self._lock:
+            start_thread = self._idle == 0
+            if not start_thread:
+                self._idle -= 1
+        self._jobs.put(job)
+        if start_thread:
+            threading.Thread(target=self._serve, name="effector-tool", daemon=True).start()
+        return future
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                job = self._jobs.get(timeout=self._IDLE_EXIT_S)
+            except queue.Empty:
+                with self._lock:
+                    # Zero idle means a caller counted on this thread and its job is queued.
+                    if self._idle > 0:
+                        self._idle -= 1
+                        return
+                continue
+            job()
+            with self._lock:
+                self._idle += 1

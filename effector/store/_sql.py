@@ -1,0 +1,645 @@
+"""The SQL logic both backends share: one schema, one set of transactions, two dialects.
+
+Each store operation is one transaction, written once here as a plain function over a DB-API
+style connection and run on a worker thread by the backend, which supplies the connection,
+the transaction boundaries and the few dialect differences (column types, row locks). The
+SQLite and PostgreSQL stores therefore cannot drift apart in what they record.
+
+Lock order, to keep concurrent PostgreSQL transactions from deadlocking: a transaction that
+changes existing rows locks a key's row before that key's intent rows and takes keys in key
+order (a claim takes key rows with SKIP LOCKED, so it never waits for one); a submit inserts
+its new intent rows in id order and then upserts key rows in key order; the log head row
+always comes last.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import functools
+import logging
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from beam_agents._protos import AgentEnvelope, Approval, IntentState, ToolIntent, ToolResult
+from effector.errors import StoreSchemaError
+from effector.intents import (
+    approval_envelope,
+    decision_result,
+    expired_result,
+    expiry_deadline_ms,
+    intent_digest,
+    rejected_result,
+    result_envelope,
+    serialize_intent,
+)
+from effector.store.base import (
+    Claim,
+    ClaimBatch,
+    Completion,
+    Decision,
+    EffectorStore,
+    IntentRecord,
+    LogRecord,
+    NewIntent,
+    StoreCounts,
+    SubmitOutcome,
+    SubmitResult,
+)
+
+SCHEMA_VERSION = 1
+"""Bumped (with a migration) whenever a table changes incompatibly."""
+
+_PENDING = IntentState.PENDING
+_RUNNING = IntentState.RUNNING
+_AWAITING = IntentState.AWAITING_DECISION
+_DONE = IntentState.DONE
+
+_PRUNE_BATCH = 10_000
+"""Rows deleted per table per prune call, so one prune never holds the store for long."""
+
+_T = TypeVar("_T")
+
+_log = logging.getLogger(__name__)
+
+
+class Cursor(Protocol):
+    """The part of a DB-API cursor the transactions use."""
+
+    @property
+    def rowcount(self) -> int:
+        """Rows changed by the last statement."""
+
+    def fetchone(self) -> Any:
+        """Return the next row, or ``None``."""
+
+    def fetchall(self) -> list[Any]:
+        """Return every remaining row."""
+
+
+class Tx(Protocol):
+    """One open transaction; SQL is written with ``?`` placeholders in every dialect."""
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Cursor:
+        """Run one statement."""
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        """Run one statement once per row."""
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    """What differs between SQL backends."""
+
+    blob: str
+    """The column type for bytes."""
+    bigint: str
+    """The column type for 64-bit integers."""
+    skip_locked: str
+    """Appended to a SELECT that picks work: row locks other claimers skip over."""
+    for_update: str
+    """Appended to a SELECT that reads a row it is about to change."""
+
+    def schema(self) -> list[str]:
+        """Return the DDL that creates every table and index, idempotently."""
+        blob, bigint = self.blob, self.bigint
+        return [
+            "CREATE TABLE IF NOT EXISTS effector_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
+            f"""CREATE TABLE IF NOT EXISTS effector_intents (
+                intent_id TEXT PRIMARY KEY,
+                entity_key {blob} NOT NULL,
+                seq {bigint} NOT NULL,
+                step_index {bigint} NOT NULL,
+                kind INTEGER NOT NULL,
+                digest {blob} NOT NULL,
+                intent {blob} NOT NULL,
+                state INTEGER NOT NULL,
+                received_at_ms {bigint} NOT NULL,
+                deadline_ms {bigint} NOT NULL,
+                attempts INTEGER NOT NULL,
+                result {blob},
+                completed_at_ms {bigint})""",
+            # The queue of each key: TOOL intents not yet DONE (only they are PENDING/RUNNING).
+            """CREATE INDEX IF NOT EXISTS effector_intents_queue
+                ON effector_intents (entity_key, seq, step_index) WHERE state IN (1, 2)""",
+            """CREATE INDEX IF NOT EXISTS effector_intents_awaiting
+                ON effector_intents (deadline_ms) WHERE state = 3 AND deadline_ms > 0""",
+            """CREATE INDEX IF NOT EXISTS effector_intents_done
+                ON effector_intents (completed_at_ms) WHERE state = 4""",
+            "CREATE INDEX IF NOT EXISTS effector_intents_state ON effector_intents (state)",
+            # One row per key with work: the per-key execution slot and its lease.
+            f"""CREATE TABLE IF NOT EXISTS effector_keys (
+                entity_key {blob} PRIMARY KEY,
+                pending INTEGER NOT NULL,
+                ready_at_ms {bigint} NOT NULL,
+                claim_token TEXT,
+                claimed_intent_id TEXT,
+                lease_owner TEXT,
+                lease_expires_at_ms {bigint})""",
+            """CREATE INDEX IF NOT EXISTS effector_keys_ready
+                ON effector_keys (ready_at_ms) WHERE pending > 0""",
+            f"""CREATE TABLE IF NOT EXISTS effector_envelopes (
+                log_offset {bigint} PRIMARY KEY,
+                envelope {blob} NOT NULL,
+                appended_at_ms {bigint} NOT NULL)""",
+            """CREATE INDEX IF NOT EXISTS effector_envelopes_age
+                ON effector_envelopes (appended_at_ms)""",
+            f"""CREATE TABLE IF NOT EXISTS effector_log_head (
+                id INTEGER PRIMARY KEY CHECK (id = 1),
+                head {bigint} NOT NULL)""",
+            "INSERT INTO effector_log_head (id, head) VALUES (1, 0) ON CONFLICT (id) DO NOTHING",
+            f"""INSERT INTO effector_meta (name, value)
+                VALUES ('schema_version', '{SCHEMA_VERSION}') ON CONFLICT (name) DO NOTHING""",
+        ]
+
+
+def create_schema(tx: Tx, dialect: Dialect) -> int:
+    """Create the schema if it is missing and check its version; returns the log head."""
+    for statement in dialect.schema():
+        tx.execute(statement)
+    (version,) = tx.execute(
+        "SELECT value FROM effector_meta WHERE name = 'schema_version'"
+    ).fetchone()
+    if version != str(SCHEMA_VERSION):
+        raise StoreSchemaError(
+            f"the store has schema version {version}; this effector understands {SCHEMA_VERSION}"
+        )
+    return _head(tx)
+
+
+def _head(tx: Tx) -> int:
+    (head,) = tx.execute("SELECT head FROM effector_log_head WHERE id = 1").fetchone()
+    return int(head)
+
+
+def _marks(count: int) -> str:
+    return ", ".join("?" * count)
+
+
+def _append(tx: Tx, envelopes: Sequence[AgentEnvelope], now_ms: int) -> list[int]:
+    """Append envelopes to the log; the head row lock orders offsets by commit."""
+    if not envelopes:
+        return []
+    (head,) = tx.execute(
+        "UPDATE effector_log_head SET head = head + ? WHERE id = 1 RETURNING head",
+        (len(envelopes),),
+    ).fetchone()
+    first = int(head) - len(envelopes) + 1
+    offsets = list(range(first, int(head) + 1))
+    tx.executemany(
+        "INSERT INTO effector_envelopes (log_offset, envelope, appended_at_ms) VALUES (?, ?, ?)",
+        [
+            (offset, envelope.SerializeToString(), now_ms)
+            for offset, envelope in zip(offsets, envelopes, strict=True)
+        ],
+    )
+    return offsets
+
+
+def _parse_result(blob: bytes | None) -> ToolResult | None:
+    return None if blob is None else ToolResult.FromString(bytes(blob))
+
+
+@dataclass(frozen=True, slots=True)
+class _Recorded:
+    digest: bytes
+    state: IntentState
+    result: ToolResult | None
+
+
+def _submit(tx: Tx, intents: Sequence[NewIntent], now_ms: int) -> tuple[list[SubmitResult], int]:
+    answers: list[SubmitResult | None] = [None] * len(intents)
+    recorded: dict[str, _Recorded] = {}
+    envelopes: list[AgentEnvelope] = []
+    new_work: dict[bytes, int] = {}
+    order = sorted(range(len(intents)), key=lambda i: (intents[i].intent.intent_id, i))
+    for index in order:
+        new = intents[index]
+        intent = new.intent
+        blob = serialize_intent(intent)
+        digest = intent_digest(blob)
+        first = recorded.get(intent.intent_id)
+        if first is None:
+            state, result = _initial_state(new, now_ms)
+            inserted = tx.execute(
+                """INSERT INTO effector_intents (intent_id, entity_key, seq, step_index, kind,
+                    digest, intent, state, received_at_ms, deadline_ms, attempts, result,
+                    completed_at_ms)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)
+                   ON CONFLICT (intent_id) DO NOTHING""",
+                (
+                    intent.intent_id,
+                    intent.entity_key,
+                    intent.seq,
+                    intent.step_index,
+                    intent.kind,
+                    digest,
+                    blob,
+                    state,
+                    now_ms,
+                    expiry_deadline_ms(intent, now_ms),
+                    None if result is None else result.SerializeToString(),
+                    None if result is None else now_ms,
+                ),
+            ).rowcount
+            if inserted:
+                recorded[intent.intent_id] = _Recorded(digest, state, result)
+                answers[index] = SubmitResult(SubmitOutcome.ACCEPTED, state, result)
+                if result is not None:
+                    envelopes.append(result_envelope(result))
+                elif state == _PENDING:
+                    new_work[intent.entity_key] = new_work.get(intent.entity_key, 0) + 1
+                continue
+            row = tx.execute(
+                "SELECT digest, state, result FROM effector_intents WHERE intent_id = ?",
+                (intent.intent_id,),
+            ).fetchone()
+            first = _Recorded(bytes(row[0]), row[1], _parse_result(row[2]))
+            recorded[intent.intent_id] = first
+        outcome = SubmitOutcome.DUPLICATE if first.digest == digest else SubmitOutcome.CONFLICT
+        answers[index] = SubmitResult(outcome, first.state, first.result)
+    for key in sorted(new_work):
+        tx.execute(
+            """INSERT INTO effector_keys (entity_key, pending, ready_at_ms) VALUES (?, ?, ?)
+               ON CONFLICT (entity_key) DO UPDATE SET
+                 ready_at_ms = CASE WHEN effector_keys.pending = 0 THEN excluded.ready_at_ms
+                                    ELSE effector_keys.ready_at_ms END,
+                 pending = effector_keys.pending + excluded.pending""",
+            (key, new_work[key], now_ms),
+        )
+    offsets = _append(tx, envelopes, now_ms)
+    return [answer for answer in answers if answer is not None], offsets[-1] if offsets else 0
+
+
+def _initial_state(new: NewIntent, now_ms: int) -> tuple[IntentState, ToolResult | None]:
+    if new.rejection is not None:
+        return _DONE, rejected_result(new.intent, new.rejection, now_ms=now_ms)
+    if new.intent.kind == ToolIntent.APPROVAL:
+        return _AWAITING, None
+    return _PENDING, None
+
+
+def _claim(
+    tx: Tx, dialect: Dialect, owner: str, limit: int, now_ms: int, lease_ms: int
+) -> tuple[ClaimBatch, int]:
+    keys = [
+        bytes(row[0])
+        for row in tx.execute(
+            """SELECT entity_key FROM effector_keys
+               WHERE pending > 0 AND (claim_token IS NULL OR lease_expires_at_ms < ?)
+               ORDER BY ready_at_ms LIMIT ?"""
+            + dialect.skip_locked,
+            (now_ms, limit),
+        ).fetchall()
+    ]
+    if not keys:
+        return ClaimBatch([], 0), 0
+    heads = tx.execute(
+        f"""SELECT intent_id, intent, state, attempts, deadline_ms FROM (
+              SELECT intent_id, intent, state, attempts, deadline_ms, ROW_NUMBER() OVER (
+                PARTITION BY entity_key ORDER BY seq, step_index) AS position
+              FROM effector_intents WHERE state IN (1, 2) AND entity_key IN ({_marks(len(keys))})
+            ) AS queued WHERE position = 1 ORDER BY intent_id""",
+        keys,
+    ).fetchall()
+    claims: list[Claim] = []
+    expired: list[AgentEnvelope] = []
+    for intent_id, blob, state, attempts, deadline_ms in heads:
+        intent = ToolIntent.FromString(bytes(blob))
+        if deadline_ms and now_ms > deadline_ms:
+            result = expired_result(intent, now_ms=now_ms, attempts=attempts)
+            if _finish(tx, intent_id, result, now_ms, state):
+                tx.execute(
+                    f"""UPDATE effector_keys SET pending = pending - 1, {_NO_CLAIM}
+                        WHERE entity_key = ?""",
+                    (intent.entity_key,),
+                )
+                expired.append(result_envelope(result))
+            continue
+        claim = Claim(token=uuid.uuid4().hex, intent=intent, attempt=attempts + 1)
+        if not tx.execute(
+            "UPDATE effector_intents SET state = ?, attempts = ? WHERE intent_id = ? AND state = ?",
+            (_RUNNING, claim.attempt, intent_id, state),
+        ).rowcount:
+            continue
+        tx.execute(
+            """UPDATE effector_keys SET claim_token = ?, claimed_intent_id = ?, lease_owner = ?,
+                 lease_expires_at_ms = ? WHERE entity_key = ?""",
+            (claim.token, intent_id, owner, now_ms + lease_ms, intent.entity_key),
+        )
+        claims.append(claim)
+    offsets = _append(tx, expired, now_ms)
+    return ClaimBatch(claims, len(expired)), offsets[-1] if offsets else 0
+
+
+def _finish(tx: Tx, intent_id: str, result: ToolResult, now_ms: int, from_state: int) -> bool:
+    """Record ``result`` as the terminal result if the intent is still in ``from_state``.
+
+    The condition makes the first terminal result win when two transactions race for one
+    intent (a claim whose lease ran out finishing beside its successor).
+    """
+    return bool(
+        tx.execute(
+            """UPDATE effector_intents SET state = ?, result = ?, completed_at_ms = ?
+               WHERE intent_id = ? AND state = ?""",
+            (_DONE, result.SerializeToString(), now_ms, intent_id, from_state),
+        ).rowcount
+    )
+
+
+def _complete(tx: Tx, completions: Sequence[Completion], now_ms: int) -> tuple[list[bool], int]:
+    recorded = [False] * len(completions)
+    envelopes: list[AgentEnvelope] = []
+
+    def lock_order(index: int) -> tuple[bytes, str]:
+        intent = completions[index].claim.intent
+        return intent.entity_key, intent.intent_id
+
+    for index in sorted(range(len(completions)), key=lock_order):
+        claim, result = completions[index].claim, completions[index].result
+        key = claim.intent.entity_key
+        released = tx.execute(
+            f"""UPDATE effector_keys SET ready_at_ms = ?, {_NO_CLAIM}
+                WHERE entity_key = ? AND claim_token = ?""",
+            (now_ms, key, claim.token),
+        ).rowcount
+        # First result wins: a claim whose lease ran out may finish after a later claim did.
+        if not _finish(tx, claim.intent.intent_id, result, now_ms, _RUNNING):
+            continue
+        tx.execute("UPDATE effector_keys SET pending = pending - 1 WHERE entity_key = ?", (key,))
+        recorded[index] = True
+        envelopes.append(result_envelope(result))
+        if not released:
+            _log.warning(
+                "recorded intent %s from a claim that had lost its lease", claim.intent.intent_id
+            )
+    offsets = _append(tx, envelopes, now_ms)
+    return recorded, offsets[-1] if offsets else 0
+
+
+_NO_CLAIM = (
+    "claim_token = NULL, claimed_intent_id = NULL, lease_owner = NULL, lease_expires_at_ms = NULL"
+)
+
+
+def _renew(tx: Tx, claims: Sequence[Claim], now_ms: int, lease_ms: int) -> set[str]:
+    held: set[str] = set()
+    for claim in sorted(claims, key=lambda c: c.intent.entity_key):
+        if tx.execute(
+            """UPDATE effector_keys SET lease_expires_at_ms = ?
+               WHERE entity_key = ? AND claim_token = ?""",
+            (now_ms + lease_ms, claim.intent.entity_key, claim.token),
+        ).rowcount:
+            held.add(claim.token)
+    return held
+
+
+def _release(tx: Tx, claims: Sequence[Claim]) -> None:
+    for claim in sorted(claims, key=lambda c: c.intent.entity_key):
+        if tx.execute(
+            f"UPDATE effector_keys SET {_NO_CLAIM} WHERE entity_key = ? AND claim_token = ?",
+            (claim.intent.entity_key, claim.token),
+        ).rowcount:
+            tx.execute(
+                "UPDATE effector_intents SET state = ? WHERE intent_id = ? AND state = ?",
+                (_PENDING, claim.intent.intent_id, _RUNNING),
+            )
+
+
+def release_all_claims(tx: Tx) -> None:
+    """Give back every claim: for a store only one process may open, all of them are stale."""
+    tx.execute(f"UPDATE effector_keys SET {_NO_CLAIM} WHERE claim_token IS NOT NULL")
+    tx.execute("UPDATE effector_intents SET state = ? WHERE state = ?", (_PENDING, _RUNNING))
+
+
+def _expire_approvals(tx: Tx, dialect: Dialect, now_ms: int, limit: int) -> tuple[int, int]:
+    rows = tx.execute(
+        """SELECT intent_id, intent FROM effector_intents
+           WHERE state = 3 AND deadline_ms > 0 AND deadline_ms < ?
+           ORDER BY deadline_ms LIMIT ?"""
+        + dialect.skip_locked,
+        (now_ms, limit),
+    ).fetchall()
+    envelopes = []
+    for intent_id, blob in rows:
+        result = expired_result(ToolIntent.FromString(bytes(blob)), now_ms=now_ms, attempts=0)
+        if _finish(tx, intent_id, result, now_ms, _AWAITING):
+            envelopes.append(result_envelope(result))
+    offsets = _append(tx, envelopes, now_ms)
+    return len(envelopes), offsets[-1] if offsets else 0
+
+
+def _decide(
+    tx: Tx,
+    dialect: Dialect,
+    intent_id: str,
+    approval: Approval,
+) -> tuple[Decision, int]:
+    now_ms = approval.decided_at_ms
+    row = tx.execute(
+        "SELECT intent, state, deadline_ms, result FROM effector_intents WHERE intent_id = ?"
+        + dialect.for_update,
+        (intent_id,),
+    ).fetchone()
+    if row is None:
+        return Decision(False, IntentState.INTENT_STATE_UNSPECIFIED, "unknown intent", None), 0
+    intent = ToolIntent.FromString(bytes(row[0]))
+    state, deadline_ms, result = row[1], row[2], _parse_result(row[3])
+    if intent.kind != ToolIntent.APPROVAL:
+        return Decision(False, state, "not an approval intent", result), 0
+    if state == _DONE:
+        assert result is not None
+        already = "already expired" if result.status == ToolResult.EXPIRED else "already decided"
+        return Decision(False, state, already, result), 0
+    if deadline_ms and now_ms > deadline_ms:
+        expired = expired_result(intent, now_ms=now_ms, attempts=0)
+        _finish(tx, intent_id, expired, now_ms, _AWAITING)
+        offsets = _append(tx, [result_envelope(expired)], now_ms)
+        return Decision(False, _DONE, "expired before the decision", expired), offsets[-1]
+    decided = decision_result(intent, approval)
+    _finish(tx, intent_id, decided, now_ms, _AWAITING)
+    offsets = _append(tx, [approval_envelope(approval, intent.entity_key)], now_ms)
+    return Decision(True, _DONE, "", decided), offsets[-1]
+
+
+def _read(tx: Tx, from_offset: int, max_records: int) -> list[LogRecord]:
+    rows = tx.execute(
+        """SELECT log_offset, envelope FROM effector_envelopes
+           WHERE log_offset >= ? ORDER BY log_offset LIMIT ?""",
+        (from_offset, max_records),
+    ).fetchall()
+    return [LogRecord(int(offset), AgentEnvelope.FromString(bytes(blob))) for offset, blob in rows]
+
+
+def _get_intent(tx: Tx, intent_id: str) -> IntentRecord | None:
+    row = tx.execute(
+        "SELECT intent, state, result, attempts FROM effector_intents WHERE intent_id = ?",
+        (intent_id,),
+    ).fetchone()
+    if row is None:
+        return None
+    return IntentRecord(ToolIntent.FromString(bytes(row[0])), row[1], _parse_result(row[2]), row[3])
+
+
+def _counts(tx: Tx) -> StoreCounts:
+    by_state = dict(
+        tx.execute("SELECT state, COUNT(*) FROM effector_intents GROUP BY state").fetchall()
+    )
+    return StoreCounts(
+        pending=int(by_state.get(_PENDING, 0)),
+        running=int(by_state.get(_RUNNING, 0)),
+        awaiting_decision=int(by_state.get(_AWAITING, 0)),
+        done=int(by_state.get(_DONE, 0)),
+        head_offset=_head(tx),
+    )
+
+
+def _prune(tx: Tx, now_ms: int, retention_ms: int) -> int:
+    cutoff = now_ms - retention_ms
+    removed = tx.execute(
+        """DELETE FROM effector_intents WHERE intent_id IN (
+             SELECT intent_id FROM effector_intents WHERE state = 4 AND completed_at_ms < ?
+             ORDER BY completed_at_ms LIMIT ?)""",
+        (cutoff, _PRUNE_BATCH),
+    ).rowcount
+    removed += tx.execute(
+        """DELETE FROM effector_envelopes WHERE log_offset IN (
+             SELECT log_offset FROM effector_envelopes WHERE appended_at_ms < ?
+             ORDER BY appended_at_ms LIMIT ?)""",
+        (cutoff, _PRUNE_BATCH),
+    ).rowcount
+    removed += tx.execute(
+        "DELETE FROM effector_keys WHERE pending = 0 AND claim_token IS NULL"
+    ).rowcount
+    return removed
+
+
+class SqlStore(EffectorStore):
+    """An :class:`EffectorStore` over SQL; backends provide connections and transactions.
+
+    Transactions run on the backend's executor threads, so the event loop never waits on a
+    database. After a transaction that appended envelopes commits, local waiters in
+    :meth:`wait_for_offset` are woken; a backend shared by several processes also polls.
+    """
+
+    def __init__(
+        self, dialect: Dialect, executor: Executor, head: int, poll_interval_s: float | None
+    ) -> None:
+        self._dialect = dialect
+        self._executor = executor
+        self._known_head = head
+        self._poll_interval_s = poll_interval_s
+        self._appended = asyncio.Event()
+
+    @abc.abstractmethod
+    def _transaction(self, work: Callable[[Tx], _T], *, write: bool) -> _T:
+        """Run ``work`` in one transaction on the calling (executor) thread."""
+
+    async def _run(self, work: Callable[[Tx], _T], *, write: bool = True) -> _T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._executor, functools.partial(self._transaction, work, write=write)
+        )
+
+    def _announce(self, head: int) -> None:
+        if head > self._known_head:
+            self._known_head = head
+            woken, self._appended = self._appended, asyncio.Event()
+            woken.set()
+
+    async def submit(self, intents: Sequence[NewIntent], now_ms: int) -> list[SubmitResult]:
+        """See :meth:`EffectorStore.submit`."""
+        answers, head = await self._run(lambda tx: _submit(tx, intents, now_ms))
+        self._announce(head)
+        return answers
+
+    async def claim(self, owner: str, limit: int, now_ms: int, lease_ms: int) -> ClaimBatch:
+        """See :meth:`EffectorStore.claim`."""
+        batch, head = await self._run(
+            lambda tx: _claim(tx, self._dialect, owner, limit, now_ms, lease_ms)
+        )
+        self._announce(head)
+        return batch
+
+    async def complete(self, completions: Sequence[Completion], now_ms: int) -> list[bool]:
+        """See :meth:`EffectorStore.complete`."""
+        recorded, head = await self._run(lambda tx: _complete(tx, completions, now_ms))
+        self._announce(head)
+        return recorded
+
+    async def renew(self, claims: Sequence[Claim], now_ms: int, lease_ms: int) -> set[str]:
+        """See :meth:`EffectorStore.renew`."""
+        return await self._run(lambda tx: _renew(tx, claims, now_ms, lease_ms))
+
+    async def release(self, claims: Sequence[Claim]) -> None:
+        """See :meth:`EffectorStore.release`."""
+        await self._run(lambda tx: _release(tx, claims))
+
+    async def expire_approvals(self, now_ms: int, limit: int) -> int:
+        """See :meth:`EffectorStore.expire_approvals`."""
+        expired, head = await self._run(
+            lambda tx: _expire_approvals(tx, self._dialect, now_ms, limit)
+        )
+        self._announce(head)
+        return expired
+
+    async def decide(
+        self, intent_id: str, *, approved: bool, approver: str, reason: str, now_ms: int
+    ) -> Decision:
+        """See :meth:`EffectorStore.decide`."""
+        approval = Approval(
+            intent_id=intent_id,
+            approved=approved,
+            approver=approver,
+            decided_at_ms=now_ms,
+            reason=reason,
+        )
+        decision, head = await self._run(lambda tx: _decide(tx, self._dialect, intent_id, approval))
+        self._announce(head)
+        return decision
+
+    async def publish(self, envelopes: Sequence[AgentEnvelope], now_ms: int) -> list[int]:
+        """See :meth:`EffectorStore.publish`."""
+        offsets = await self._run(lambda tx: _append(tx, envelopes, now_ms))
+        self._announce(offsets[-1] if offsets else 0)
+        return offsets
+
+    async def read(self, from_offset: int, max_records: int) -> list[LogRecord]:
+        """See :meth:`EffectorStore.read`."""
+        return await self._run(lambda tx: _read(tx, from_offset, max_records), write=False)
+
+    async def wait_for_offset(self, offset: int, timeout_s: float) -> None:
+        """See :meth:`EffectorStore.wait_for_offset`."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self._known_head < offset:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            appended = self._appended
+            if self._poll_interval_s is None:
+                wait_s = remaining
+            else:
+                wait_s = min(remaining, self._poll_interval_s)
+            try:
+                await asyncio.wait_for(appended.wait(), wait_s)
+            except TimeoutError:
+                if self._poll_interval_s is not None:
+                    self._announce(await self._run(_head, write=False))
+
+    async def get_intent(self, intent_id: str) -> IntentRecord | None:
+        """See :meth:`EffectorStore.get_intent`."""
+        return await self._run(lambda tx: _get_intent(tx, intent_id), write=False)
+
+    async def counts(self) -> StoreCounts:
+        """See :meth:`EffectorStore.counts`."""
+        counts = await self._run(_counts, write=False)
+        self._announce(counts.head_offset)
+        return counts
+
+    async def prune(self, now_ms: int, retention_ms: int) -> int:
+        """See :meth:`EffectorStore.prune`."""
+        return await self._run(lambda tx: _prune(tx, now_ms, retention_ms))

@@ -1,0 +1,183 @@
+"""The store interface: the durable record of intents, claims, results and envelopes.
+
+Every backend (SQLite, PostgreSQL) implements :class:`EffectorStore` and passes the same
+conformance suite. Time is always passed in (``now_ms``, the effector's wall clock), so the
+store itself never reads a clock and its behaviour is reproducible.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from beam_agents._protos import AgentEnvelope, IntentState, ToolIntent, ToolResult
+
+
+class SubmitOutcome(enum.Enum):
+    """What the store did with one submitted intent."""
+
+    ACCEPTED = "accepted"
+    """Recorded for the first time."""
+    DUPLICATE = "duplicate"
+    """Already recorded with identical content; nothing changed."""
+    CONFLICT = "conflict"
+    """Already recorded with different content under the same id; the first is kept."""
+
+
+@dataclass(frozen=True, slots=True)
+class NewIntent:
+    """An intent to record; with ``rejection`` set it is recorded as DONE with a REJECTED result."""
+
+    intent: ToolIntent
+    rejection: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitResult:
+    """The store's answer for one submitted intent: the outcome and the recorded intent's state."""
+
+    outcome: SubmitOutcome
+    state: IntentState
+    result: ToolResult | None
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A leased right to execute one intent; ``token`` identifies this claim and no other."""
+
+    token: str
+    intent: ToolIntent
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimBatch:
+    """What one claim round produced: intents to execute, and how many were refused as expired."""
+
+    claims: list[Claim]
+    expired: int
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """The result of executing a claimed intent, to be recorded and published."""
+
+    claim: Claim
+    result: ToolResult
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The store's answer to an approval decision (see ``DecideResponse``)."""
+
+    applied: bool
+    state: IntentState
+    reason: str
+    result: ToolResult | None
+
+
+@dataclass(frozen=True, slots=True)
+class IntentRecord:
+    """Everything recorded about one intent."""
+
+    intent: ToolIntent
+    state: IntentState
+    result: ToolResult | None
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class LogRecord:
+    """One envelope of the log at its offset."""
+
+    offset: int
+    envelope: AgentEnvelope
+
+
+@dataclass(frozen=True, slots=True)
+class StoreCounts:
+    """How many intents are in each state, and the newest offset of the envelope log."""
+
+    pending: int
+    running: int
+    awaiting_decision: int
+    done: int
+    head_offset: int
+
+
+class EffectorStore(abc.ABC):
+    """The durable record behind one or more effector replicas.
+
+    Guarantees every implementation keeps:
+
+    - one record per intent id; a second submit of the same id never creates a second record;
+    - a result is recorded in the same transaction that appends its envelope to the log, so
+      nothing is published that is not durable;
+    - envelope offsets start at 1, increase by one, and become visible in offset order;
+    - at most one live claim per entity key, and a key's intents are claimed in
+      ``(seq, step_index)`` order, each only after the one before it is DONE;
+    - a claim whose lease has run out may be claimed again, with the attempt count increased.
+    """
+
+    @abc.abstractmethod
+    async def submit(self, intents: Sequence[NewIntent], now_ms: int) -> list[SubmitResult]:
+        """Record new intents (deduplicated by id) and answer for each, in request order."""
+
+    @abc.abstractmethod
+    async def claim(self, owner: str, limit: int, now_ms: int, lease_ms: int) -> ClaimBatch:
+        """Claim up to ``limit`` runnable intents, each the head of an idle key.
+
+        An expired head is refused instead (recorded as EXPIRED and published), never claimed.
+        """
+
+    @abc.abstractmethod
+    async def complete(self, completions: Sequence[Completion], now_ms: int) -> list[bool]:
+        """Record results and publish their envelopes; ``False`` where another result won."""
+
+    @abc.abstractmethod
+    async def renew(self, claims: Sequence[Claim], now_ms: int, lease_ms: int) -> set[str]:
+        """Extend the leases of ``claims``; returns the tokens that are still held."""
+
+    @abc.abstractmethod
+    async def release(self, claims: Sequence[Claim]) -> None:
+        """Give claims back unfinished, so that their intents run again later."""
+
+    @abc.abstractmethod
+    async def expire_approvals(self, now_ms: int, limit: int) -> int:
+        """Refuse undecided approvals past their deadline (EXPIRED result envelopes)."""
+
+    @abc.abstractmethod
+    async def decide(
+        self, intent_id: str, *, approved: bool, approver: str, reason: str, now_ms: int
+    ) -> Decision:
+        """Record a decision on an approval intent and publish its Approval envelope."""
+
+    @abc.abstractmethod
+    async def publish(self, envelopes: Sequence[AgentEnvelope], now_ms: int) -> list[int]:
+        """Append external envelopes to the log; returns their offsets in order."""
+
+    @abc.abstractmethod
+    async def read(self, from_offset: int, max_records: int) -> list[LogRecord]:
+        """Envelopes with offset ``>= from_offset``, in offset order, at most ``max_records``."""
+
+    @abc.abstractmethod
+    async def wait_for_offset(self, offset: int, timeout_s: float) -> None:
+        """Return once the log's head reaches ``offset`` or ``timeout_s`` has passed."""
+
+    @abc.abstractmethod
+    async def get_intent(self, intent_id: str) -> IntentRecord | None:
+        """Everything recorded about one intent, or ``None`` if it is unknown."""
+
+    @abc.abstractmethod
+    async def counts(self) -> StoreCounts:
+        """How many intents are in each state, and the head offset."""
+
+    @abc.abstractmethod
+    async def prune(self, now_ms: int, retention_ms: int) -> int:
+        """Forget DONE intents and envelopes older than the retention; returns rows removed."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Release every resource the store holds; the store is unusable afterwards."""

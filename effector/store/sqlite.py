@@ -1,0 +1,153 @@
+"""The embedded SQLite store: the default, for one effector process.
+
+One connection on one dedicated thread serializes every transaction, so SQLite's single
+writer is never contended. The database is in WAL mode. ``synchronous`` defaults to ``FULL``:
+every commit is fsynced before the effector acknowledges a submit or publishes a result, so
+a committed record survives power loss as well as a crash and no log offset is ever handed
+out twice. ``?synchronous=normal`` trades that for speed: durable against a crash of the
+process, but the last commits may be lost on power loss or an OS crash.
+
+An exclusive advisory lock on ``<database>-effector.lock`` keeps a second effector from
+opening the same file; that is also why, on open, every claim left by a previous process is
+known to be abandoned and is given back at once instead of waiting for its lease.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import sqlite3
+import urllib.parse
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+from effector.errors import ConfigurationError, StoreBusyError, StoreError
+from effector.store._sql import Cursor, Dialect, SqlStore, Tx, create_schema, release_all_claims
+
+_T = TypeVar("_T")
+
+SQLITE = Dialect(blob="BLOB", bigint="INTEGER", skip_locked="", for_update="")
+
+_SYNCHRONOUS_MODES = ("full", "normal")
+
+
+class _SqliteTx:
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self._connection = connection
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Cursor:
+        return self._connection.execute(sql, params)
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        self._connection.executemany(sql, rows)
+
+
+def parse_sqlite_url(url: str) -> tuple[Path, str]:
+    """Split ``sqlite:///relative.db`` or ``sqlite:////absolute.db?synchronous=normal``.
+
+    As in SQLAlchemy, what follows ``sqlite:///`` is the path, so an absolute path shows
+    four slashes. Returns the path and the ``synchronous`` mode.
+    """
+    prefix = "sqlite:///"
+    if not url.startswith(prefix):
+        raise ConfigurationError(f"a SQLite store URL starts with {prefix!r}")
+    location, _, query = url[len(prefix) :].partition("?")
+    if not location or location == ":memory:":
+        raise ConfigurationError(
+            "a SQLite store needs a file path (an in-memory one is not durable)"
+        )
+    options = urllib.parse.parse_qs(query, keep_blank_values=True)
+    unknown = sorted(set(options) - {"synchronous"})
+    if unknown:
+        raise ConfigurationError(f"unknown SQLite store option(s): {', '.join(unknown)}")
+    synchronous = options.get("synchronous", ["full"])[-1].lower()
+    if synchronous not in _SYNCHRONOUS_MODES:
+        raise ConfigurationError(
+            f"synchronous must be one of {', '.join(_SYNCHRONOUS_MODES)}, not {synchronous!r}"
+        )
+    return Path(urllib.parse.unquote(location)), synchronous
+
+
+class SqliteStore(SqlStore):
+    """An :class:`~effector.store.base.EffectorStore` in one SQLite file (see the module doc)."""
+
+    def __init__(
+        self, connection: sqlite3.Connection, lock_file: IO[bytes], path: Path, head: int
+    ) -> None:
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="effector-sqlite")
+        super().__init__(SQLITE, executor, head, poll_interval_s=None)
+        self._connection = connection
+        self._lock_file = lock_file
+        self._path = path
+        self._thread_executor = executor
+
+    @classmethod
+    async def open(cls, url: str) -> SqliteStore:
+        """Open (creating if needed) the store at ``url``; see :func:`parse_sqlite_url`."""
+        path, synchronous = parse_sqlite_url(url)
+        lock_file = _lock_exclusively(path)
+        try:
+            connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            try:
+                connection.execute("PRAGMA journal_mode=WAL")
+                connection.execute(f"PRAGMA synchronous={synchronous.upper()}")
+                head = _in_transaction(connection, path, _open_schema, write=True)
+            except BaseException:
+                connection.close()
+                raise
+        except sqlite3.Error as exc:
+            lock_file.close()
+            raise StoreError(f"cannot open SQLite store {path}: {exc}") from exc
+        except BaseException:
+            lock_file.close()
+            raise
+        return cls(connection, lock_file, path, head)
+
+    def _transaction(self, work: Callable[[Tx], _T], *, write: bool) -> _T:
+        return _in_transaction(self._connection, self._path, work, write=write)
+
+    async def close(self) -> None:
+        """Close the connection and release the file lock."""
+        self._thread_executor.submit(self._connection.close).result()
+        self._thread_executor.shutdown(wait=True)
+        self._lock_file.close()
+
+
+def _open_schema(tx: Tx) -> int:
+    head = create_schema(tx, SQLITE)
+    release_all_claims(tx)
+    return head
+
+
+def _in_transaction(
+    connection: sqlite3.Connection, path: Path, work: Callable[[Tx], _T], *, write: bool
+) -> _T:
+    try:
+        connection.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        try:
+            outcome = work(_SqliteTx(connection))
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+        connection.execute("COMMIT")
+    except sqlite3.Error as exc:
+        raise StoreError(f"SQLite store {path}: {exc}") from exc
+    return outcome
+
+
+def _lock_exclusively(path: Path) -> IO[bytes]:
+    lock_path = path.with_name(path.name + "-effector.lock")
+    try:
+        lock_file = open(lock_path, "ab")  # noqa: SIM115 - held open for the store's lifetime
+    except OSError as exc:
+        raise ConfigurationError(f"cannot create the SQLite store's lock file: {exc}") from exc
+    try:
+        fcntl.flock(lock_file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock_file.close()
+        raise StoreBusyError(
+            f"SQLite store {path} is in use by another effector process (it holds "
+            f"{lock_path.name}); a SQLite store serves one process, use PostgreSQL for replicas"
+        ) from None
+    return lock_file

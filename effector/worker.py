@@ -1,0 +1,291 @@
+"""The worker: claims runnable intents, executes them, records and publishes their results.
+
+Per intent the phases run in this order: refuse-expired (inside the claim transaction) →
+claim with a lease → execute (``EffectorToolRunner``) → record the result durably and append
+its envelope (one transaction) → release the key. A key's intents run one at a time in
+``(seq, step_index)`` order because the store hands out one claim per key; different keys run
+concurrently, up to ``concurrency`` at once.
+
+Results are group-committed: while one batch of results is being written, the next ones
+queue up and go into the following transaction, so the store is written once per batch
+rather than once per intent. Leases are renewed while tools run, undecided approvals are
+expired on the worker's own schedule, and old DONE records are pruned after the retention.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from beam_agents._protos import ToolResult
+from beam_agents.tools import ToolRegistry
+from effector.errors import StoreError
+from effector.intents import wall_clock_ms
+from effector.metrics import EffectorMetrics
+from effector.runner import EffectorToolRunner
+from effector.store.base import Claim, Completion, EffectorStore
+
+_log = logging.getLogger(__name__)
+
+_STORE_RETRY_S = 0.5
+_APPROVAL_EXPIRY_BATCH = 1_000
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    """How the worker paces itself; every duration is in milliseconds."""
+
+    concurrency: int = 64
+    """Intents executed at once (each of a different key)."""
+    lease_ms: int = 30_000
+    """How long a claim stays valid without renewal; renewed every third of it."""
+    result_retention_ms: int = 7 * 24 * 3_600_000
+    """DONE intents and envelopes older than this may be pruned (dedup holds within it)."""
+    poll_interval_ms: int = 100
+    """The longest the worker sleeps before looking for work it was not told about."""
+    housekeeping_interval_ms: int = 1_000
+    """How often approvals are expired, leases renewed and gauges refreshed."""
+
+    def __post_init__(self) -> None:
+        for name in (
+            "concurrency",
+            "lease_ms",
+            "result_retention_ms",
+            "poll_interval_ms",
+            "housekeeping_interval_ms",
+        ):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+
+
+def default_owner() -> str:
+    """An owner id unique to this process, recorded on its leases (for diagnosis)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class _Recorder:
+    """Group-commits completions: one store transaction per batch of finished executions."""
+
+    def __init__(
+        self, store: EffectorStore, clock: Callable[[], int], on_recorded: Callable[[], None]
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._on_recorded = on_recorded
+        self._queue: list[tuple[Completion, asyncio.Future[bool]]] = []
+        self._ready = asyncio.Event()
+        self._closing = False
+        self._task = asyncio.create_task(self._run(), name="effector-recorder")
+
+    async def record(self, completion: Completion) -> bool:
+        """Queue ``completion`` and wait until it is committed; ``False`` if another result won."""
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._queue.append((completion, future))
+        self._ready.set()
+        # Shielded: a cancelled waiter must not take the queued result out of the next commit.
+        return await asyncio.shield(future)
+
+    async def close(self) -> None:
+        """Commit everything queued, then stop."""
+        self._closing = True
+        self._ready.set()
+        await self._task
+
+    async def _run(self) -> None:
+        while True:
+            await self._ready.wait()
+            self._ready.clear()
+            batch, self._queue = self._queue, []
+            if batch:
+                recorded = await self._commit([completion for completion, _ in batch])
+                for (_, future), was_recorded in zip(batch, recorded, strict=True):
+                    if not future.done():
+                        future.set_result(was_recorded)
+                self._on_recorded()
+            elif self._closing:
+                return
+
+    async def _commit(self, completions: list[Completion]) -> list[bool]:
+        while True:
+            try:
+                return await self._store.complete(completions, self._clock())
+            except StoreError as exc:
+                # Results stay in memory until the store is back: nothing executed is dropped.
+                _log.warning("recording %d result(s) failed, retrying: %s", len(completions), exc)
+                await asyncio.sleep(_STORE_RETRY_S)
+
+
+class Worker:
+    """Executes the intents of one store; see the module docstring for the phase order."""
+
+    def __init__(
+        self,
+        store: EffectorStore,
+        registry: ToolRegistry,
+        runner: EffectorToolRunner,
+        metrics: EffectorMetrics,
+        settings: WorkerSettings,
+        *,
+        owner: str | None = None,
+        clock: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self._store = store
+        self._registry = registry
+        self._runner = runner
+        self._metrics = metrics
+        self._settings = settings
+        self._owner = owner or default_owner()
+        self._clock = clock
+        self._claims: dict[str, Claim] = {}
+        self._executions: set[asyncio.Task[None]] = set()
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._recorder: _Recorder | None = None
+        self._loops: list[asyncio.Task[None]] = []
+
+    @property
+    def owner(self) -> str:
+        """The id this worker records on its leases."""
+        return self._owner
+
+    def start(self) -> None:
+        """Start claiming and executing; call once, from the event loop."""
+        self._recorder = _Recorder(self._store, self._clock, self.wake)
+        self._loops = [
+            asyncio.create_task(self._claim_loop(), name="effector-claims"),
+            asyncio.create_task(self._housekeeping_loop(), name="effector-housekeeping"),
+        ]
+
+    def wake(self) -> None:
+        """Look for runnable work now (new intents were submitted, or a key was released)."""
+        self._wake.set()
+
+    async def drain(self, grace_s: float) -> None:
+        """Stop claiming, let executions finish for up to ``grace_s``, record, release the rest.
+
+        Executions still running after the grace period are cancelled and their claims given
+        back, so their intents run again (as a new attempt) when an effector next starts; so
+        do executions whose results the store cannot take within another ``grace_s``.
+        """
+        self._stopping = True
+        self.wake()
+        claim_loop, housekeeping = self._loops
+        await claim_loop
+        if self._executions:
+            _, unfinished = await asyncio.wait(set(self._executions), timeout=grace_s)
+            for task in unfinished:
+                task.cancel()
+            await asyncio.gather(*unfinished, return_exceptions=True)
+        housekeeping.cancel()
+        await asyncio.gather(housekeeping, return_exceptions=True)
+        assert self._recorder is not None
+        try:
+            await asyncio.wait_for(self._recorder.close(), grace_s)
+        except TimeoutError:
+            _log.warning("the store did not take the last results; those intents will run again")
+        if self._claims:
+            abandoned = list(self._claims.values())
+            _log.warning("releasing %d claim(s) still running at shutdown", len(abandoned))
+            try:
+                await self._store.release(abandoned)
+            except StoreError as exc:
+                _log.warning("releasing claims failed; their leases will expire: %s", exc)
+
+    async def _claim_loop(self) -> None:
+        settings = self._settings
+        while not self._stopping:
+            self._wake.clear()
+            free = settings.concurrency - len(self._claims)
+            if free > 0:
+                try:
+                    batch = await self._store.claim(
+                        self._owner, free, self._clock(), settings.lease_ms
+                    )
+                except StoreError as exc:
+                    _log.warning("claiming work failed, retrying: %s", exc)
+                    await asyncio.sleep(_STORE_RETRY_S)
+                    continue
+                if batch.expired:
+                    self._metrics.expired.inc(batch.expired)
+                for claim in batch.claims:
+                    self._start(claim)
+                if batch.claims or batch.expired:
+                    continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), settings.poll_interval_ms / 1000)
+
+    def _start(self, claim: Claim) -> None:
+        self._claims[claim.token] = claim
+        task = asyncio.create_task(self._execute(claim), name=f"effector-intent:{claim.token}")
+        self._executions.add(task)
+        task.add_done_callback(self._executions.discard)
+
+    async def _execute(self, claim: Claim) -> None:
+        assert self._recorder is not None
+        metrics = self._metrics
+        metrics.in_flight.inc()
+        started = time.perf_counter()
+        try:
+            result = await self._runner.execute(
+                self._registry, claim.intent, attempt=claim.attempt, clock=self._clock
+            )
+            metrics.tool_latency.labels(claim.intent.tool_name).observe(
+                time.perf_counter() - started
+            )
+            if await self._recorder.record(Completion(claim, result)):
+                metrics.executed.labels(ToolResult.Status.Name(result.status)).inc()
+            del self._claims[claim.token]
+        except Exception:
+            # Only a defect in the effector gets here (tool failures become ERROR results);
+            # giving the claim back keeps the key from being blocked by a renewed lease.
+            _log.exception(
+                "executing intent %s failed; releasing its claim", claim.intent.intent_id
+            )
+            del self._claims[claim.token]
+            await self._store.release([claim])
+        finally:
+            metrics.in_flight.dec()
+            self.wake()
+
+    async def _housekeeping_loop(self) -> None:
+        settings = self._settings
+        renew_every_ms = settings.lease_ms // 3
+        prune_every_ms = min(60_000, max(settings.result_retention_ms // 4, 1))
+        last_renewal = last_prune = self._clock()
+        while True:
+            await asyncio.sleep(settings.housekeeping_interval_ms / 1000)
+            now = self._clock()
+            try:
+                if now - last_renewal >= renew_every_ms:
+                    last_renewal = now
+                    await self._renew(now)
+                expired = await self._store.expire_approvals(now, _APPROVAL_EXPIRY_BATCH)
+                if expired:
+                    self._metrics.expired.inc(expired)
+                if now - last_prune >= prune_every_ms:
+                    last_prune = now
+                    await self._store.prune(now, settings.result_retention_ms)
+                counts = await self._store.counts()
+                self._metrics.queue_depth.set(
+                    counts.pending + counts.running + counts.awaiting_decision
+                )
+            except StoreError as exc:
+                _log.warning("housekeeping failed, retrying: %s", exc)
+
+    async def _renew(self, now: int) -> None:
+        claims = list(self._claims.values())
+        if not claims:
+            return
+        held = await self._store.renew(claims, now, self._settings.lease_ms)
+        for claim in claims:
+            # Not held and not finished meanwhile: the lease ran out before this renewal, so
+            # the intent may be executing elsewhere too; the first recorded result wins.
+            if claim.token not in held and claim.token in self._claims:
+                _log.warning("lease on intent %s ran out before renewal", claim.intent.intent_id)

@@ -1,0 +1,226 @@
+"""The command line: help, misconfiguration, client subcommands, graceful drain, Beam-free."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import sqlite_url
+from effector_harness import (
+    TOOLS,
+    EffectorProcess,
+    cli_environment,
+    make_intent,
+    run_cli,
+)
+from effector_test_tools import read_ledger
+
+from beam_agents._protos import IntentState, SubmitAck, ToolIntent, ToolResult
+from effector.client import EffectorClient
+from effector.store import open_store
+
+SERVE_FLAGS = [
+    "--tools",
+    "--store",
+    "--listen",
+    "--lease-ms",
+    "--tool-timeout-ms",
+    "--result-retention-s",
+    "--concurrency",
+    "--token",
+    "--token-file",
+    "--tls-cert",
+    "--tls-key",
+    "--metrics-listen",
+    "--allow-insecure-bind",
+]
+
+
+def test_help_explains_every_flag_and_its_environment_variable() -> None:
+    result = run_cli("serve", "--help")
+    assert result.returncode == 0
+    text = " ".join(result.stdout.split())
+    for flag in SERVE_FLAGS:
+        assert flag in text
+        assert "BEAM_AGENTS_EFFECTOR_" + flag[2:].replace("-", "_").upper() in text
+    for command in ("status", "approve", "deny"):
+        sub = run_cli(command, "--help")
+        assert sub.returncode == 0
+        assert "--target" in sub.stdout and "BEAM_AGENTS_EFFECTOR_TARGET" in sub.stdout
+
+
+def test_importing_the_effector_never_imports_beam() -> None:
+    probe = (
+        "import sys, effector, effector.cli, effector.server, effector.worker, effector.client, "
+        "effector.store.sqlite, effector.store.postgres; "
+        "from effector import EffectorToolRunner; "
+        "assert 'apache_beam' not in sys.modules, 'apache_beam was imported'; print('ok')"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=cli_environment()
+    )
+    assert (result.returncode, result.stdout.strip()) == (0, "ok"), result.stderr
+
+
+def _misconfigurations(tmp_path: Path) -> dict[str, tuple[list[str], dict[str, str], str]]:
+    store = sqlite_url(tmp_path / "s.db")
+    base = ["serve", "--tools", TOOLS, "--store", store, "--listen", "127.0.0.1:0"]
+    return {
+        "no command": ([], {}, "required"),
+        "no tools": (["serve", "--store", store], {}, "--tools is required"),
+        "no store": (["serve", "--tools", TOOLS], {}, "--store is required"),
+        "missing module": ([*base, "--tools", "no_such_module:tools"], {}, "cannot import"),
+        "not a registry": (
+            [*base, "--tools", "effector_test_tools:LEDGER_ENV"],
+            {},
+            "not a ToolRegistry",
+        ),
+        "factory fails": ([*base, "--tools", "effector_test_tools:read_ledger"], {}, "failed"),
+        "bad spec": ([*base, "--tools", "effector_test_tools"], {}, "MODULE:ATTRIBUTE"),
+        "bad store": ([*base, "--store", "mysql://db"], {}, "unsupported store URL scheme"),
+        "memory store": ([*base, "--store", "sqlite:///:memory:"], {}, "in-memory"),
+        "public bind": ([*base, "--listen", "0.0.0.0:0"], {}, "non-loopback"),
+        "bad listen": ([*base, "--listen", "nowhere"], {}, "HOST:PORT"),
+        "zero lease": ([*base, "--lease-ms", "0"], {}, "positive"),
+        "bad env": (base, {"BEAM_AGENTS_EFFECTOR_CONCURRENCY": "lots"}, "positive"),
+        "bad env switch": (
+            base,
+            {"BEAM_AGENTS_EFFECTOR_ALLOW_INSECURE_BIND": "maybe"},
+            "true or false",
+        ),
+        "no token file": (
+            [*base, "--token-file", str(tmp_path / "absent")],
+            {},
+            "cannot read token file",
+        ),
+        "two tokens": (
+            [*base, "--token", "a", "--token-file", str(tmp_path / "t")],
+            {},
+            "not both",
+        ),
+        "half TLS": ([*base, "--tls-cert", str(tmp_path / "c.pem")], {}, "go together"),
+        "unreachable postgres": (
+            [*base, "--store", "postgresql://nobody@127.0.0.1:1/none?connect_timeout=2"],
+            {},
+            "PostgreSQL store",
+        ),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(_misconfigurations(Path("/unused"))))
+def test_misconfiguration_exits_2_with_one_line(case: str, tmp_path: Path) -> None:
+    args, env, expected = _misconfigurations(tmp_path)[case]
+    result = run_cli(*args, env=cli_environment(**env))
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert expected in lines[0]
+    assert result.stdout == ""
+
+
+@pytest.mark.asyncio
+async def test_a_sqlite_store_in_use_is_refused(tmp_path: Path) -> None:
+    url = sqlite_url(tmp_path / "s.db")
+    holder = await open_store(url)
+    try:
+        result = await asyncio.to_thread(
+            run_cli, "serve", "--tools", TOOLS, "--store", url, "--listen", "127.0.0.1:0"
+        )
+    finally:
+        await holder.close()
+    assert result.returncode == 2
+    assert "in use by another effector process" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_status_approve_deny_and_sigterm_against_a_running_server(tmp_path: Path) -> None:
+    url = sqlite_url(tmp_path / "s.db")
+    token_file = tmp_path / "token"
+    token_file.write_text("cli-token\n")
+    env = cli_environment(
+        BEAM_AGENTS_EFFECTOR_TOOLS=TOOLS,
+        BEAM_AGENTS_EFFECTOR_STORE=url,
+        BEAM_AGENTS_EFFECTOR_LISTEN="127.0.0.1:0",
+        BEAM_AGENTS_EFFECTOR_TOKEN_FILE=str(token_file),
+    )
+    first = make_intent("", {"amount": 10}, key=b"a", kind=ToolIntent.APPROVAL)
+    second = make_intent("", {"amount": 20}, key=b"b", kind=ToolIntent.APPROVAL)
+    with EffectorProcess(env=env) as effector:
+        with EffectorClient(effector.address, token="cli-token") as client:
+            acks = client.submit([first, second])
+            assert {ack.outcome for ack in acks} == {SubmitAck.ACCEPTED}
+        target = ["--target", effector.address, "--token-file", str(token_file)]
+        approved = run_cli("approve", first.intent_id, *target, "--approver", "ann")
+        assert (approved.returncode, approved.stdout.strip()) == (0, f"approved {first.intent_id}")
+        denied = run_cli("deny", second.intent_id, *target, "--reason", "too much")
+        assert (denied.returncode, denied.stdout.strip()) == (0, f"denied {second.intent_id}")
+        again = run_cli("approve", first.intent_id, *target)
+        assert again.returncode == 1
+        assert "not applied: already decided" in again.stderr
+        status = run_cli("status", *target)
+        assert status.returncode == 0, status.stderr
+        assert json.loads(status.stdout) == {
+            "awaiting_decision": 0,
+            "done": 2,
+            "head_offset": 2,
+            "in_flight": 0,
+            "pending": 0,
+            "running": 0,
+        }
+        unauthenticated = run_cli("status", "--target", effector.address)
+        assert unauthenticated.returncode == 1
+        assert "UNAUTHENTICATED" in unauthenticated.stderr
+        effector.signal(signal.SIGTERM)
+        assert effector.wait() == 0
+        assert "cli-token" not in effector.stderr()
+    unreachable = run_cli("status", "--target", effector.address, "--timeout-s", "2")
+    assert unreachable.returncode == 1
+    assert len(unreachable.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.asyncio
+async def test_sigterm_lets_a_running_tool_finish_and_keeps_queued_work(
+    tmp_path: Path, ledger: Path
+) -> None:
+    url = sqlite_url(tmp_path / "s.db")
+    running = make_intent("slow", {"seconds": 1.0}, key=b"k", seq=0)
+    queued = make_intent("add", {"a": 1}, key=b"k", seq=1)
+    args = ["--tools", TOOLS, "--store", url, "--listen", "127.0.0.1:0"]
+    with EffectorProcess(*args) as effector:
+        with EffectorClient(effector.address) as client:
+            client.submit([running, queued])
+        deadline = time.monotonic() + 20
+        while not any(row.event == "started" for row in read_ledger(ledger)):
+            assert time.monotonic() < deadline, "the slow tool never started"
+            await asyncio.sleep(0.02)
+        effector.signal(signal.SIGTERM)
+        assert await asyncio.to_thread(effector.wait) == 0
+    assert [row.event for row in read_ledger(ledger)] == ["started", "finished"]
+    store = await open_store(url)  # the lock was released on exit
+    try:
+        finished = await store.get_intent(running.intent_id)
+        assert finished is not None and finished.result is not None
+        assert (finished.state, finished.result.status, finished.attempts) == (
+            IntentState.DONE,
+            ToolResult.OK,
+            1,
+        )
+        waiting = await store.get_intent(queued.intent_id)
+        assert waiting is not None and waiting.state == IntentState.PENDING
+    finally:
+        await store.close()
+    with EffectorProcess(*args) as restarted:
+        with EffectorClient(restarted.address) as client:
+            deadline = time.monotonic() + 20
+            while client.get_intent(queued.intent_id).state != IntentState.DONE:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.05)
+            assert client.get_intent(queued.intent_id).result.payload == b"2"
+        restarted.signal(signal.SIGINT)
+        assert await asyncio.to_thread(restarted.wait) == 0
