@@ -111,7 +111,7 @@ class Progress(threading.Thread):
     def __init__(self, target: str, started: float) -> None:
         super().__init__(daemon=True)
         self._target = target
-        self._started = started
+        self._t0 = started
         self._stop_event = threading.Event()
 
     def run(self) -> None:
@@ -120,7 +120,7 @@ class Progress(threading.Thread):
             while not self._stop_event.wait(1.0):
                 s = stub.Status(StatusRequest())
                 print(
-                    f"  [{time.monotonic() - self._started:5.1f}s] effector: pending={s.pending} "
+                    f"  [{time.monotonic() - self._t0:5.1f}s] effector: pending={s.pending} "
                     f"running={s.running} awaiting_approval={s.awaiting_decision} "
                     f"done={s.done} log={s.head_offset}",
                     flush=True,

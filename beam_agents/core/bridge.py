@@ -1,0 +1,104 @@
+"""Driving an agent's coroutine from a synchronous ``DoFn``, cheaply.
+
+Most activations never wait on anything: their coroutine runs to completion the first time it
+is stepped. So :class:`CoroutineDriver` first steps the coroutine with ``send(None)`` directly
+on the calling thread, with its own event loop installed as the running loop for that step
+(``asyncio.get_running_loop()`` and future creation work as usual). If the coroutine finishes,
+no event loop ran at all. Only if it yields (it awaits real I/O, a sleep, a future) is it
+continued inside the owned loop, under ``activation_timeout_s`` (``asyncio.wait_for``).
+
+The loop belongs to one ``DoFn`` instance (created in ``setup``, closed in ``teardown``) and is
+only ever used by the thread running that instance. A coroutine that blocks the thread without
+yielding cannot be interrupted by the timeout, and tasks it spawns but does not await are not
+carried over to later activations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Coroutine, Generator
+from typing import Any, Generic, TypeVar
+
+from beam_agents.core.errors import ActivationTimeoutError
+
+T = TypeVar("T")
+
+
+class _Continue(Generic[T]):
+    """An awaitable that carries on a coroutine already stepped once outside the loop.
+
+    ``yield from`` cannot be used: it would step the coroutine again before handing over the
+    object it is already waiting on.
+    """
+
+    __slots__ = ("_coroutine", "_yielded")
+
+    def __init__(self, coroutine: Coroutine[Any, Any, T], yielded: Any) -> None:
+        self._coroutine = coroutine
+        self._yielded = yielded
+
+    def __await__(self) -> Generator[Any, Any, T]:
+        coroutine, yielded = self._coroutine, self._yielded
+        while True:
+            try:
+                sent = yield yielded
+            except BaseException as exc:  # cancellation must reach the agent too
+                try:
+                    yielded = coroutine.throw(exc)
+                except StopIteration as stop:
+                    return stop.value  # type: ignore[no-any-return]
+            else:
+                try:
+                    yielded = coroutine.send(sent)
+                except StopIteration as stop:
+                    return stop.value  # type: ignore[no-any-return]
+
+
+class CoroutineDriver:
+    """Runs coroutines to completion on an event loop it owns, stepping them inline first."""
+
+    __slots__ = ("_loop",)
+
+    def __init__(self) -> None:
+        self._loop = asyncio.new_event_loop()
+
+    def run(self, coroutine: Coroutine[Any, Any, T], timeout_s: float) -> T:
+        """Run ``coroutine`` to completion; raise ``ActivationTimeoutError`` after ``timeout_s``."""
+        started = time.monotonic()
+        previous_loop = asyncio._get_running_loop()
+        asyncio._set_running_loop(self._loop)
+        try:
+            yielded = coroutine.send(None)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        finally:
+            asyncio._set_running_loop(previous_loop)
+        remaining = timeout_s - (time.monotonic() - started)
+        if remaining <= 0:
+            coroutine.close()
+            raise ActivationTimeoutError(f"the activation did not finish within {timeout_s}s")
+        return self._loop.run_until_complete(self._finish(coroutine, yielded, remaining, timeout_s))
+
+    @staticmethod
+    async def _finish(
+        coroutine: Coroutine[Any, Any, T], yielded: Any, remaining_s: float, timeout_s: float
+    ) -> T:
+        try:
+            return await asyncio.wait_for(_Continue(coroutine, yielded), remaining_s)
+        except TimeoutError:
+            raise ActivationTimeoutError(
+                f"the activation did not finish within {timeout_s}s"
+            ) from None
+
+    def close(self) -> None:
+        """Close the loop, cancelling anything still scheduled on it."""
+        if self._loop.is_closed():
+            return
+        leftovers = asyncio.all_tasks(self._loop)
+        for task in leftovers:
+            task.cancel()
+        if leftovers:
+            self._loop.run_until_complete(asyncio.gather(*leftovers, return_exceptions=True))
+        self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+        self._loop.close()

@@ -1,0 +1,406 @@
+"""``ActivationContext``: everything an agent can see and do during one activation.
+
+An activation runs the agent once for one envelope: an external event (a new run), or a tool
+result or approval (a resume of the suspended run). Nothing the agent does takes effect
+immediately: memory writes, replay-cache inserts, intents and trace events are staged here and
+committed by the runtime only if the activation succeeds (invariant 1).
+
+The step cursor orders what an activation mints: each model call and each staged intent takes
+the next ``step_index``; inline tool calls do not. Intent ids are ``intent_id_for(key, seq,
+step_index)``. A resumed activation keeps the run's ``seq`` and continues the cursor where the
+suspended one stopped, so ids never collide within a run.
+
+Intent time (a documented clock decision): ``created_at_ms`` is the activation's event time and
+``expires_at_ms = created_at_ms + ttl_ms``, so intents are deterministic. The effector anchors
+the TTL window at ``max(created_at_ms, its own first receipt time)``: an old backlog replayed
+through the pipeline does not mass-expire, while an intent held at the effector for longer than
+its TTL is refused.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from beam_agents._json import canonical_json
+from beam_agents._protos import (
+    Approval,
+    ModelCache,
+    ModelCacheEntry,
+    ToolIntent,
+    ToolResult,
+    TraceEvent,
+)
+from beam_agents.core.agent import intent_id_for
+from beam_agents.core.errors import ModelNotConfiguredError, ReadOnlyIntentError
+from beam_agents.core.memory import WorkingMemory
+from beam_agents.core.model_gateway import ModelGateway
+from beam_agents.core.tracing import TraceRecorder
+from beam_agents.model.cache import ReplayCache, replay_cache_key
+from beam_agents.model.client import LlmRequest, LlmResponse
+from beam_agents.tools import ToolRegistry, ToolRunner
+from beam_agents.tools.errors import ToolArgumentError, ToolError
+
+APPROVAL_TOOL_NAME = "approval"
+"""The ``tool_name`` of every ``APPROVAL`` intent."""
+
+
+@dataclass(frozen=True, slots=True)
+class ActivationServices:
+    """What all activations of one runtime instance share: model, tools and defaults."""
+
+    model: ModelGateway | None
+    tool_registry: ToolRegistry
+    tool_runner: ToolRunner
+    intent_ttl_ms: int
+    approval_channel: str
+    approval_ttl_ms: int
+    cache_max_entries: int
+    cache_max_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Resumption:
+    """What resumes a suspended run: the admitted result or approval and the run so far."""
+
+    result: ToolResult | None
+    approval: Approval | None
+    snapshot: bytes
+    results: Mapping[str, ToolResult]
+    pending: tuple[tuple[str, int], ...]
+    """Still-unanswered ``(intent_id, kind)`` pairs, in staging order."""
+
+
+def _check_ttl(ttl_ms: object) -> int:
+    if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or ttl_ms <= 0:
+        raise ValueError(f"ttl_ms must be a positive int of milliseconds, got {ttl_ms!r}")
+    return ttl_ms
+
+
+def _arguments_json(tool_name: str, args: object) -> tuple[dict[str, Any], str]:
+    """Parse and canonicalize intent arguments given as JSON text or a mapping."""
+    if isinstance(args, str):
+        try:
+            parsed = json.loads(args)
+        except json.JSONDecodeError as exc:
+            raise ToolArgumentError(
+                f"arguments for {tool_name!r} are not valid JSON: {exc}", tool_name=tool_name
+            ) from None
+    elif isinstance(args, Mapping):
+        parsed = dict(args)
+    else:
+        raise ToolArgumentError(
+            f"arguments for {tool_name!r} must be a JSON object string or a mapping, "
+            f"got {type(args).__name__}",
+            tool_name=tool_name,
+        )
+    if not isinstance(parsed, dict):
+        raise ToolArgumentError(
+            f"arguments for {tool_name!r} must be a JSON object, got {type(parsed).__name__}",
+            tool_name=tool_name,
+        )
+    try:
+        return parsed, canonical_json(parsed)
+    except (TypeError, ValueError) as exc:
+        raise ToolArgumentError(
+            f"arguments for {tool_name!r} are not JSON-encodable: {exc}", tool_name=tool_name
+        ) from None
+
+
+class ActivationContext:
+    """The agent's view of one activation.
+
+    Attributes:
+        entity_key: The key this activation runs for.
+        seq: The run's sequence number on this key (0 for the key's first run); a resumed
+            activation has the seq of the run it continues.
+        now_ms: The event time of the envelope being processed (epoch milliseconds).
+        event: The external event's payload; ``b""`` on a resume.
+    """
+
+    __slots__ = (
+        "_approval",
+        "_cache",
+        "_load_cache",
+        "_load_memory",
+        "_memory",
+        "_pending",
+        "_pending_ids",
+        "_result",
+        "_results",
+        "_services",
+        "_snapshot",
+        "_step",
+        "entity_key",
+        "event",
+        "intents",
+        "now_ms",
+        "seq",
+        "tokens_used",
+        "trace",
+    )
+
+    def __init__(
+        self,
+        *,
+        entity_key: bytes,
+        seq: int,
+        now_ms: int,
+        event: bytes,
+        first_step: int,
+        trace: TraceRecorder,
+        services: ActivationServices,
+        load_memory: Callable[[], bytes | None],
+        load_cache: Callable[[], ModelCache | None],
+        resumption: Resumption | None = None,
+    ) -> None:
+        self.entity_key = entity_key
+        self.seq = seq
+        self.now_ms = now_ms
+        self.event = event
+        self.trace = trace
+        self.intents: list[ToolIntent] = []
+        self.tokens_used = 0
+        self._step = first_step
+        self._services = services
+        self._load_memory = load_memory
+        self._load_cache = load_cache
+        self._memory: WorkingMemory | None = None
+        self._cache: ReplayCache | None = None
+        if resumption is None:
+            self._result: ToolResult | None = None
+            self._approval: Approval | None = None
+            self._snapshot = b""
+            self._results: Mapping[str, ToolResult] = MappingProxyType({})
+            self._pending: tuple[tuple[str, int], ...] = ()
+        else:
+            self._result = resumption.result
+            self._approval = resumption.approval
+            self._snapshot = resumption.snapshot
+            self._results = MappingProxyType(dict(resumption.results))
+            self._pending = resumption.pending
+        self._pending_ids = frozenset(intent_id for intent_id, _ in self._pending)
+
+    # -- memory --------------------------------------------------------------------------
+
+    @property
+    def memory(self) -> WorkingMemory:
+        """The key's working memory (committed state plus this activation's staged writes)."""
+        if self._memory is None:
+            self._memory = WorkingMemory(self._load_memory())
+        return self._memory
+
+    @property
+    def touched_memory(self) -> WorkingMemory | None:
+        """The working memory if this activation used it, for the commit."""
+        return self._memory
+
+    @property
+    def touched_cache(self) -> ReplayCache | None:
+        """The replay cache if this activation called the model, for the commit."""
+        return self._cache
+
+    # -- resume inputs -------------------------------------------------------------------
+
+    @property
+    def is_resume(self) -> bool:
+        """Whether this activation resumes a suspended run (with a result or an approval)."""
+        return self._result is not None or self._approval is not None
+
+    @property
+    def resume_result(self) -> ToolResult | None:
+        """The tool result that resumed the run, if a tool result did."""
+        return self._result
+
+    @property
+    def resume_approval(self) -> Approval | None:
+        """The approval decision that resumed the run, if an approval did."""
+        return self._approval
+
+    @property
+    def snapshot(self) -> bytes:
+        """What the run's last ``Suspend`` stored (``b""`` on a new run)."""
+        return self._snapshot
+
+    @property
+    def results(self) -> Mapping[str, ToolResult]:
+        """Every tool result received by this run so far, by intent id."""
+        return self._results
+
+    @property
+    def pending_intent_ids(self) -> frozenset[str]:
+        """Intents of this run still unanswered, including those staged in this activation."""
+        if not self.intents:
+            return self._pending_ids
+        return self._pending_ids | {intent.intent_id for intent in self.intents}
+
+    @property
+    def next_step(self) -> int:
+        """The step cursor: the ``step_index`` the next model call or intent will take."""
+        return self._step
+
+    def pending_after(self) -> list[tuple[str, int]]:
+        """``(intent_id, kind)`` of every unanswered intent, carried ones first, for a Suspend."""
+        return [*self._pending, *((intent.intent_id, intent.kind) for intent in self.intents)]
+
+    # -- model ---------------------------------------------------------------------------
+
+    def _take_step(self) -> int:
+        step = self._step
+        self._step = step + 1
+        return step
+
+    async def call_model(self, request: LlmRequest) -> LlmResponse:
+        """Call the model through the replay cache; takes a step; traced as ``LLM_CALL``.
+
+        A call with the same request at the same run position as a committed one is replayed
+        from the cache without reaching the provider.
+        """
+        if not isinstance(request, LlmRequest):
+            raise TypeError(f"call_model takes an LlmRequest, got {type(request).__name__}")
+        model = self._services.model
+        if model is None:
+            raise ModelNotConfiguredError(
+                "the agent called the model, but AgentConfig.provider_factory is not set; "
+                "pass provider_factory=<a zero-argument function returning the model client>"
+            )
+        step = self._take_step()
+        cache_key = replay_cache_key(request, self.entity_key, self.seq, step)
+        if self._cache is None:
+            self._cache = ReplayCache(
+                self._load_cache(),
+                max_entries=self._services.cache_max_entries,
+                max_bytes=self._services.cache_max_bytes,
+            )
+        entry = self._cache.lookup(cache_key)
+        if entry is not None:
+            response = model.replay(entry)
+        else:
+            response = await model.complete(request)
+            self._cache.record(
+                ModelCacheEntry(
+                    cache_key=cache_key,
+                    seq=self.seq,
+                    step_index=step,
+                    response=response.response,
+                    input_tokens=response.usage.input_tokens,
+                    output_tokens=response.usage.output_tokens,
+                    stored_at_ms=self.now_ms,
+                )
+            )
+        self.tokens_used += response.usage.total_tokens
+        self.trace.record(
+            TraceEvent.LLM_CALL,
+            step,
+            {
+                "model_id": request.model_id,
+                "cache": "miss" if entry is None else "hit",
+                "input_tokens": str(response.usage.input_tokens),
+                "output_tokens": str(response.usage.output_tokens),
+            },
+        )
+        return response
+
+    # -- tools ---------------------------------------------------------------------------
+
+    async def run_tool(self, name: str, args: Mapping[str, Any]) -> Any:
+        """Run the read-only tool ``name`` inline and return its result; traced as ``TOOL_CALL``.
+
+        The tool comes from ``AgentConfig.tool_registry``; an unknown name raises
+        ``ToolNotFoundError``, a side-effecting tool ``SideEffectToolError`` and invalid
+        arguments ``ToolArgumentError`` (none of these is traced: nothing ran). Does not take
+        a step.
+        """
+        tool = self._services.tool_registry.get(name)
+        try:
+            result = await self._services.tool_runner.run(tool, args)
+        except ToolError:
+            raise
+        except Exception as exc:
+            self.trace.record(
+                TraceEvent.TOOL_CALL,
+                self._step,
+                {"tool_name": name, "status": "error", "error": type(exc).__name__},
+            )
+            raise
+        self.trace.record(TraceEvent.TOOL_CALL, self._step, {"tool_name": name, "status": "ok"})
+        return result
+
+    def act(
+        self, tool_name: str, args: str | Mapping[str, Any], *, ttl_ms: int | None = None
+    ) -> str:
+        """Stage an intent for the effector to run ``tool_name``; return its id.
+
+        ``args`` is a JSON object (text) or a mapping, stored as canonical JSON. If the tool
+        registry knows ``tool_name`` the arguments are validated now (``ToolArgumentError``),
+        and a read-only tool is refused (``ReadOnlyIntentError``: run it with ``run_tool``).
+        ``ttl_ms`` defaults to ``AgentConfig.intent_ttl_ms``. Takes a step; traced as
+        ``INTENT_EMITTED``. Nothing executes here.
+        """
+        if not isinstance(tool_name, str) or not tool_name:
+            raise ValueError(f"act needs a tool name, got {tool_name!r}")
+        arguments, args_json = _arguments_json(tool_name, args)
+        registry = self._services.tool_registry
+        if tool_name in registry:
+            tool = registry.get(tool_name)
+            if not tool.side_effect:
+                raise ReadOnlyIntentError(
+                    f"tool {tool_name!r} is read-only; run it inline with "
+                    f"await ctx.run_tool({tool_name!r}, arguments) instead of staging an intent",
+                    tool_name=tool_name,
+                )
+            tool.validate_arguments(arguments)
+        ttl = self._services.intent_ttl_ms if ttl_ms is None else _check_ttl(ttl_ms)
+        return self._stage(ToolIntent.TOOL, tool_name, args_json, ttl, "")
+
+    def request_approval(
+        self,
+        args: str | Mapping[str, Any],
+        *,
+        channel: str | None = None,
+        ttl_ms: int | None = None,
+    ) -> str:
+        """Stage an ``APPROVAL`` intent asking for a decision about ``args``; return its id.
+
+        ``channel`` defaults to ``HitlPolicy.approval_channel`` and ``ttl_ms`` to
+        ``HitlPolicy.intent_ttl_ms`` (``AgentConfig.intent_ttl_ms`` without a policy). The
+        decision comes back as ``ctx.resume_approval``. Takes a step.
+        """
+        if channel is not None and not isinstance(channel, str):
+            raise TypeError(f"channel must be a str, got {type(channel).__name__}")
+        _, args_json = _arguments_json(APPROVAL_TOOL_NAME, args)
+        ttl = self._services.approval_ttl_ms if ttl_ms is None else _check_ttl(ttl_ms)
+        route = self._services.approval_channel if channel is None else channel
+        return self._stage(ToolIntent.APPROVAL, APPROVAL_TOOL_NAME, args_json, ttl, route)
+
+    def _stage(self, kind: int, tool_name: str, args_json: str, ttl_ms: int, channel: str) -> str:
+        step = self._take_step()
+        intent_id = intent_id_for(self.entity_key, self.seq, step)
+        self.intents.append(
+            ToolIntent(
+                intent_id=intent_id,
+                entity_key=self.entity_key,
+                seq=self.seq,
+                step_index=step,
+                tool_name=tool_name,
+                args_json=args_json,
+                created_at_ms=self.now_ms,
+                expires_at_ms=self.now_ms + ttl_ms,
+                kind=kind,  # type: ignore[arg-type]
+                trace_id=self.trace.trace_id,
+                channel=channel,
+            )
+        )
+        self.trace.record(
+            TraceEvent.INTENT_EMITTED,
+            step,
+            {
+                "intent_id": intent_id,
+                "tool_name": tool_name,
+                "kind": ToolIntent.Kind.Name(kind),
+            },
+        )
+        return intent_id

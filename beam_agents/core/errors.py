@@ -1,0 +1,72 @@
+"""Typed errors the runtime raises inside an activation, and the stable ``.errors`` reasons.
+
+An exception that escapes an agent fails its activation: nothing is committed and the envelope
+goes to ``RunAgentOutputs.errors`` with reason ``activation_error`` (or ``activation_timeout``).
+The classes below are what the activation context raises when it is misused, so that a test or
+a dead-letter consumer can tell the causes apart by type and by reason.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from beam_agents.tools.errors import ToolError
+
+
+class ErrorReason(enum.StrEnum):
+    """The machine-readable ``reason`` of an ``AgentError`` record on ``.errors``."""
+
+    ACTIVATION_ERROR = "activation_error"
+    """The agent raised (or returned something other than ``Complete``/``Suspend``)."""
+    ACTIVATION_TIMEOUT = "activation_timeout"
+    """The activation ran longer than ``AgentConfig.activation_timeout_s``."""
+    ORPHANED_RESULT = "orphaned_result"
+    """A tool result or approval that matches no pending intent; the detail says why."""
+    MALFORMED_ELEMENT = "malformed_element"
+    """The element is not a ``(bytes, AgentEnvelope)`` pair."""
+    EMPTY_KEY = "empty_key"
+    """The element's key is empty."""
+    KEY_MISMATCH = "key_mismatch"
+    """The element's key differs from its envelope's ``entity_key``."""
+    MISSING_PAYLOAD = "missing_payload"
+    """The envelope carries no event, tool result or approval."""
+    BUFFER_OVERFLOW = "buffer_overflow"
+    """An external event arrived for a suspended key whose event buffer was full."""
+    SUSPENSION_DROPPED = "suspension_dropped"
+    """A suspended run reached its deadline and its timeout route was ``Drop``."""
+    SUSPENSION_WIPED = "suspension_wiped"
+    """A suspended run was discarded by idle-key cleanup before it was resumed."""
+    TIMEOUT_ROUTE_ERROR = "timeout_route_error"
+    """The HITL ``on_timeout`` route raised or returned something that is not a route."""
+
+
+class AgentRuntimeError(Exception):
+    """Base class of the errors the activation context raises."""
+
+
+class StateSchemaError(AgentRuntimeError):
+    """A state blob was written by a newer schema version than this code understands."""
+
+
+class MemoryLimitError(AgentRuntimeError, ValueError):
+    """A working-memory write would take the key's memory past its size cap."""
+
+
+class MemorySlotError(AgentRuntimeError, TypeError):
+    """A working-memory call used a bad key or value, or the wrong kind of slot."""
+
+
+class ModelNotConfiguredError(AgentRuntimeError):
+    """The agent called the model but ``AgentConfig.provider_factory`` is not set."""
+
+
+class InvalidOutcomeError(AgentRuntimeError, TypeError):
+    """The agent returned something that is not a valid ``Complete`` or ``Suspend``."""
+
+
+class ActivationTimeoutError(AgentRuntimeError, TimeoutError):
+    """The activation did not finish within ``AgentConfig.activation_timeout_s``."""
+
+
+class ReadOnlyIntentError(ToolError):
+    """``ctx.act`` named a read-only tool, which runs inline with ``ctx.run_tool`` instead."""

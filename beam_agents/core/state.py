@@ -1,0 +1,202 @@
+"""How a key's state is laid out, decoded and written: every cell is ``bytes``.
+
+Cells (all ``ReadModifyWriteStateSpec(BytesCoder)`` except the buffer):
+
+- ``header``: ``KeyHeader`` (the next ``seq``, last activity). Read by every activation, and
+  the only cell idle-key cleanup keeps, so identifiers never repeat for a key.
+- ``memory``: ``MemoryState``, read only when the agent touches ``ctx.memory``.
+- ``cache``: ``ModelCache``, read only when the agent calls the model.
+- ``continuation``: ``Continuation``, present only while the key's run is suspended.
+- ``buffer``: a bag of serialized ``AgentEnvelope``s, the external events that arrived while
+  the key was suspended; non-empty only while ``continuation`` is present.
+
+Cells hold serialized protos rather than objects because Beam's state cache sizes every cached
+object per key and bundle; for rich objects that sizing dominates at many keys, for ``bytes``
+it is free. A cell is written only when its content changed, and an empty content clears it.
+The Beam state objects are used only through ``read``/``write``/``clear``/``add``, so nothing
+here imports Apache Beam.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, TypeVar
+
+from google.protobuf.message import Message
+
+from beam_agents._protos import Continuation, KeyHeader, ModelCache
+from beam_agents.core.errors import StateSchemaError
+from beam_agents.model.cache import CACHE_SCHEMA_VERSION
+
+HEADER_SCHEMA_VERSION = 1
+"""The ``KeyHeader.schema_version`` this code writes and the newest it reads."""
+
+CONTINUATION_SCHEMA_VERSION = 1
+"""The ``Continuation.schema_version`` this code writes and the newest it reads."""
+
+M = TypeVar("M", bound=Message)
+
+
+def decode_versioned(message_type: type[M], blob: bytes, newest_version: int) -> M:
+    """Parse ``blob`` as ``message_type``, refusing a schema version newer than ``newest``."""
+    message = message_type.FromString(blob)
+    version: int = getattr(message, "schema_version")  # noqa: B009 - every state blob has one
+    if version > newest_version:
+        raise StateSchemaError(
+            f"{message_type.__name__} state has schema version {version}; this runtime reads "
+            f"up to {newest_version}. Run the newer beam-agents version that wrote it."
+        )
+    return message
+
+
+class ValueCell(Protocol):
+    """A Beam ``ReadModifyWrite`` state object, as far as the runtime uses it."""
+
+    def read(self) -> Any:
+        """The stored value, or ``None``."""
+
+    def write(self, value: Any) -> None:
+        """Replace the stored value."""
+
+    def clear(self) -> None:
+        """Remove the stored value."""
+
+
+class BagCell(Protocol):
+    """A Beam ``Bag`` state object, as far as the runtime uses it."""
+
+    def read(self) -> Any:
+        """The stored values, in insertion order."""
+
+    def add(self, value: Any) -> None:
+        """Append a value."""
+
+    def clear(self) -> None:
+        """Remove every value."""
+
+
+class KeyState:
+    """One key's state cells for the duration of one ``process`` or timer call.
+
+    Decoded values are kept so that several runs in one call (a resume followed by buffered
+    events) read each cell at most once.
+    """
+
+    __slots__ = (
+        "_buffer_cell",
+        "_cache_cell",
+        "_continuation",
+        "_continuation_cell",
+        "_continuation_read",
+        "_header",
+        "_header_cell",
+        "_memory_blob",
+        "_memory_cell",
+        "_memory_read",
+    )
+
+    def __init__(
+        self,
+        header: ValueCell,
+        memory: ValueCell,
+        cache: ValueCell,
+        continuation: ValueCell,
+        buffer: BagCell,
+    ) -> None:
+        self._header_cell = header
+        self._memory_cell = memory
+        self._cache_cell = cache
+        self._continuation_cell = continuation
+        self._buffer_cell = buffer
+        self._header: KeyHeader | None = None
+        self._memory_blob: bytes | None = None
+        self._memory_read = False
+        self._continuation: Continuation | None = None
+        self._continuation_read = False
+
+    @property
+    def header(self) -> KeyHeader:
+        """The key's header (a fresh one for a key never seen or never committed)."""
+        if self._header is None:
+            blob = self._header_cell.read()
+            self._header = (
+                decode_versioned(KeyHeader, blob, HEADER_SCHEMA_VERSION)
+                if blob
+                else KeyHeader(schema_version=HEADER_SCHEMA_VERSION)
+            )
+        return self._header
+
+    def write_header(self, header: KeyHeader) -> None:
+        """Store ``header``."""
+        self._header = header
+        self._header_cell.write(header.SerializeToString())
+
+    def read_memory(self) -> bytes | None:
+        """The committed ``MemoryState`` blob (read from the cell once per call)."""
+        if not self._memory_read:
+            self._memory_blob = self._memory_cell.read()
+            self._memory_read = True
+        return self._memory_blob
+
+    def write_memory(self, blob: bytes) -> None:
+        """Store the memory blob; ``b""`` clears the cell."""
+        self._memory_blob = blob or None
+        self._memory_read = True
+        _write_or_clear(self._memory_cell, blob)
+
+    def read_cache(self) -> ModelCache | None:
+        """The committed replay cache, decoded (``None`` if empty)."""
+        blob = self._cache_cell.read()
+        return decode_versioned(ModelCache, blob, CACHE_SCHEMA_VERSION) if blob else None
+
+    def write_cache(self, blob: bytes) -> None:
+        """Store the replay-cache blob; ``b""`` clears the cell."""
+        _write_or_clear(self._cache_cell, blob)
+
+    @property
+    def continuation(self) -> Continuation | None:
+        """The suspended run's continuation, or ``None`` when the key is not suspended."""
+        if not self._continuation_read:
+            blob = self._continuation_cell.read()
+            self._continuation = (
+                decode_versioned(Continuation, blob, CONTINUATION_SCHEMA_VERSION) if blob else None
+            )
+            self._continuation_read = True
+        return self._continuation
+
+    def write_continuation(self, continuation: Continuation | None) -> None:
+        """Store ``continuation``; ``None`` clears it (the key is no longer suspended)."""
+        self._continuation = continuation
+        self._continuation_read = True
+        if continuation is None:
+            self._continuation_cell.clear()
+        else:
+            self._continuation_cell.write(continuation.SerializeToString(deterministic=True))
+
+    def buffered(self) -> list[bytes]:
+        """The serialized envelopes buffered while suspended, oldest first."""
+        return list(self._buffer_cell.read())
+
+    def buffer(self, envelope_bytes: bytes) -> None:
+        """Append an envelope to the buffer."""
+        self._buffer_cell.add(envelope_bytes)
+
+    def replace_buffer(self, envelopes: list[bytes]) -> None:
+        """Replace the buffer's content with ``envelopes``."""
+        self._buffer_cell.clear()
+        for envelope_bytes in envelopes:
+            self._buffer_cell.add(envelope_bytes)
+
+    def wipe(self) -> None:
+        """Idle-key cleanup: clear everything but the header."""
+        self._memory_cell.clear()
+        self._memory_blob = None
+        self._memory_read = True
+        self._cache_cell.clear()
+        self.write_continuation(None)
+
+
+def _write_or_clear(cell: ValueCell, blob: bytes) -> None:
+    if blob:
+        cell.write(blob)
+    else:
+        cell.clear()

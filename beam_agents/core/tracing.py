@@ -1,0 +1,104 @@
+"""Deterministic trace events for activations.
+
+Every field of a ``TraceEvent`` is a pure function of the key, the run and the position of the
+event, so two runs of the same pipeline emit byte-identical traces:
+
+- ``trace_id``: ``uuid5(TRACE_NAMESPACE, f"{key.hex()}|{seq}")`` as 32 hex digits, one per run
+  (a resumed activation shares the trace of the run it continues).
+- ``sequence``: the event's position in the run, continuing across resumes.
+- ``span_id``: 16 hex digits encoding the sequence and the event type, unique in its trace.
+- ``parent_span_id``: an activation's ``ACTIVATION_START`` hangs under the run's first
+  ``ACTIVATION_START`` (the root, which has no parent); every other event of the activation
+  hangs under its own ``ACTIVATION_START``.
+- ``start_ms``/``end_ms``: the activation's event time, never the wall clock.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+
+from beam_agents._protos import TraceEvent
+from beam_agents.core.ids import uuid5_hex
+
+TRACE_NAMESPACE = uuid.UUID("d14e16df-be50-59e9-a710-702fd4f47bff")
+"""The uuid5 namespace of trace ids: ``uuid5(NAMESPACE_URL, "urn:beam-agents:trace")``."""
+
+_START = TraceEvent.ACTIVATION_START
+
+
+def trace_id_for(entity_key: bytes, seq: int) -> str:
+    """The trace id of run ``seq`` of ``entity_key``."""
+    return uuid5_hex(TRACE_NAMESPACE, f"{entity_key.hex()}|{seq}")
+
+
+def span_id_for(sequence: int, event_type: int) -> str:
+    """The span id of the event at ``sequence`` (of type ``event_type``) in its trace."""
+    return f"{sequence:012x}{event_type:04x}"
+
+
+class TraceRecorder:
+    """Collects one activation's trace events; they are emitted only if it commits."""
+
+    __slots__ = (
+        "_activation_span",
+        "_entity_key",
+        "_first_sequence",
+        "_now_ms",
+        "_root_span",
+        "_seq",
+        "_trace_id",
+        "events",
+    )
+
+    def __init__(
+        self, entity_key: bytes, seq: int, trace_id: str, first_sequence: int, now_ms: int
+    ) -> None:
+        self._entity_key = entity_key
+        self._seq = seq
+        self._trace_id = trace_id
+        self._first_sequence = first_sequence
+        self._now_ms = now_ms
+        self._activation_span = span_id_for(first_sequence, _START)
+        self._root_span = "" if first_sequence == 0 else span_id_for(0, _START)
+        self.events: list[TraceEvent] = []
+
+    @property
+    def trace_id(self) -> str:
+        """The run's trace id."""
+        return self._trace_id
+
+    @property
+    def next_sequence(self) -> int:
+        """The sequence the run's next event will get."""
+        return self._first_sequence + len(self.events)
+
+    def _event(
+        self, event_type: int, sequence: int, step_index: int, attributes: Mapping[str, str]
+    ) -> TraceEvent:
+        is_start = event_type in (_START, TraceEvent.ERROR)
+        return TraceEvent(
+            trace_id=self._trace_id,
+            span_id=span_id_for(sequence, event_type),
+            parent_span_id=self._root_span if is_start else self._activation_span,
+            entity_key=self._entity_key,
+            seq=self._seq,
+            step_index=step_index,
+            event_type=event_type,  # type: ignore[arg-type]
+            attributes=attributes,
+            start_ms=self._now_ms,
+            end_ms=self._now_ms,
+            sequence=sequence,
+        )
+
+    def record(
+        self, event_type: int, step_index: int, attributes: Mapping[str, str] | None = None
+    ) -> None:
+        """Append an event of ``event_type`` at ``step_index``."""
+        self.events.append(
+            self._event(event_type, self.next_sequence, step_index, attributes or {})
+        )
+
+    def failure(self, step_index: int, attributes: Mapping[str, str]) -> TraceEvent:
+        """The single ``ERROR`` event that replaces everything a failed activation recorded."""
+        return self._event(TraceEvent.ERROR, self._first_sequence, step_index, attributes)

@@ -1,0 +1,134 @@
+"""Human in the loop: what a suspended run does when nobody answers in time.
+
+A run that suspends gets a processing-time deadline (``Suspend.timeout_ms`` or
+:attr:`HitlPolicy.timeout_ms`). If it is still suspended when the deadline timer fires, the
+policy's ``on_timeout`` route decides, given a :class:`~beam_agents.core.agent.FallbackContext`:
+
+- :class:`Deny` ends the run and emits its ``output`` bytes on ``.output`` (nothing if empty).
+- :class:`Drop` ends the run and writes a ``suspension_dropped`` record to ``.errors``.
+- :class:`Escalate` stages a fresh ``APPROVAL`` intent (at the run's next step, on the policy's
+  channel) and suspends again with a new deadline. Approval requests that were pending are
+  answered "not approved" by the deadline, so a late decision on them is refused as arriving
+  after the deadline. After ``max_escalations`` escalations the next ``Escalate`` is taken as
+  ``Deny(policy.exhausted_output)``: the configured default, chosen so that the final
+  decision never depends on calling the route again.
+
+``on_timeout`` must be a pure, synchronous, module-level function: a retried timer bundle calls
+it again with the same context and must reach the same decision (fail closed, invariant 6).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeAlias
+
+from beam_agents.core.agent import FallbackContext
+
+
+@dataclass(frozen=True, slots=True)
+class Deny:
+    """End the suspended run; emit ``output`` on ``.output`` when it is not empty."""
+
+    output: bytes = b""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.output, bytes):
+            raise TypeError(f"Deny.output must be bytes, got {type(self.output).__name__}")
+
+
+@dataclass(frozen=True, slots=True)
+class Drop:
+    """End the suspended run and record it on ``.errors`` as ``suspension_dropped``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Escalate:
+    """Ask again: stage a fresh approval intent and suspend with a new deadline."""
+
+
+Route: TypeAlias = Deny | Drop | Escalate
+"""What a timeout route returns."""
+
+TimeoutRoute: TypeAlias = Callable[[FallbackContext], Route]
+"""The shape of ``HitlPolicy.on_timeout``."""
+
+
+def _positive_int(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"HitlPolicy.{name} must be a positive int of milliseconds, got {value!r}")
+
+
+@dataclass(frozen=True)
+class HitlPolicy:
+    """How a pipeline waits for people: deadlines, approval routing and the timeout route.
+
+    ``timeout_ms``: processing time a suspended run waits before ``on_timeout`` decides (a
+    ``Suspend.timeout_ms`` overrides it per suspension). ``intent_ttl_ms``: the default TTL of
+    approval intents. ``approval_channel``: where approval requests are routed unless
+    ``ctx.request_approval(channel=...)`` says otherwise. ``max_escalations``: how many times
+    ``Escalate`` may re-ask before the run is denied with ``exhausted_output``.
+    """
+
+    timeout_ms: int
+    intent_ttl_ms: int
+    approval_channel: str
+    on_timeout: TimeoutRoute
+    max_escalations: int = 0
+    exhausted_output: bytes = b""
+
+    def __post_init__(self) -> None:
+        _positive_int("timeout_ms", self.timeout_ms)
+        _positive_int("intent_ttl_ms", self.intent_ttl_ms)
+        if not isinstance(self.approval_channel, str):
+            raise ValueError(
+                f"HitlPolicy.approval_channel must be a str, "
+                f"got {type(self.approval_channel).__name__}"
+            )
+        if (
+            isinstance(self.max_escalations, bool)
+            or not isinstance(self.max_escalations, int)
+            or self.max_escalations < 0
+        ):
+            raise ValueError(
+                f"HitlPolicy.max_escalations must be an int >= 0, got {self.max_escalations!r}"
+            )
+        if not isinstance(self.exhausted_output, bytes):
+            raise ValueError(
+                f"HitlPolicy.exhausted_output must be bytes, "
+                f"got {type(self.exhausted_output).__name__}"
+            )
+        _check_route_function(self.on_timeout)
+
+    def decide(self, fallback: FallbackContext, escalations_so_far: int) -> Route:
+        """The route for a timed-out suspension; ``Escalate`` past the limit becomes a ``Deny``.
+
+        Raises ``TypeError`` if ``on_timeout`` returns something that is not a route.
+        """
+        route = self.on_timeout(fallback)
+        if not isinstance(route, Deny | Drop | Escalate):
+            raise TypeError(
+                f"HitlPolicy.on_timeout must return Deny, Drop or Escalate, "
+                f"got {type(route).__name__}"
+            )
+        if isinstance(route, Escalate) and escalations_so_far >= self.max_escalations:
+            return Deny(self.exhausted_output)
+        return route
+
+
+def _check_route_function(on_timeout: object) -> None:
+    if not callable(on_timeout):
+        raise ValueError(f"HitlPolicy.on_timeout must be a function, got {on_timeout!r}")
+    if inspect.iscoroutinefunction(on_timeout):
+        raise ValueError(
+            "HitlPolicy.on_timeout must be synchronous: a timeout route decides from its "
+            "FallbackContext alone and may not await anything"
+        )
+    qualname = getattr(on_timeout, "__qualname__", "")
+    if not inspect.isfunction(on_timeout) or "<" in qualname or "." in qualname:
+        raise ValueError(
+            f"HitlPolicy.on_timeout must be a module-level function (def at the top of a "
+            f"module), got {qualname or on_timeout!r}; lambdas, nested functions and methods "
+            "are not accepted because the route must be pure and pickle by reference"
+        )

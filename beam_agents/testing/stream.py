@@ -1,0 +1,112 @@
+# mypy: disallow-untyped-calls=False
+# (Beam's own API is mostly unannotated; this module is glue around it.)
+"""``TestStream`` builders for ``RunAgent`` pipelines, and the matching processing clock."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.coders import BytesCoder, ProtoCoder, TupleCoder
+from apache_beam.testing.test_stream import TestStream
+from apache_beam.transforms.window import TimestampedValue
+
+from beam_agents._protos import AgentEnvelope, Approval, ToolResult
+
+
+def epoch_clock() -> float:
+    """Processing time as a ``TestStream`` pipeline on the DirectRunner sees it: the epoch.
+
+    The DirectRunner starts a ``TestStream`` pipeline's processing-time clock at 0 and moves it
+    only on ``advance_processing_time``. A ``DoFn`` cannot read that clock, so pass this as
+    ``AgentConfig.processing_clock``: a suspension's deadline is then ``timeout_ms`` after 0,
+    and advancing processing time past it fires the timeout route. (A suspension made after
+    the stream has already advanced past ``timeout_ms`` is therefore due at once.)
+    """
+    return 0.0
+
+
+class EnvelopeStream:
+    """Builds a ``TestStream`` of ``(key, AgentEnvelope)`` pairs for ``RunAgent``.
+
+    Each added envelope is its own ``TestStream`` step (and so its own bundle), timestamped
+    with its event time. ``build()`` ends the stream by advancing the watermark to infinity.
+    """
+
+    def __init__(self) -> None:
+        # (what, value) steps, replayed onto a fresh TestStream by build().
+        self._steps: list[tuple[str, object]] = []
+
+    def envelope(self, envelope: AgentEnvelope) -> EnvelopeStream:
+        """Add ``envelope`` as the element ``(envelope.entity_key, envelope)``."""
+        element = (envelope.entity_key, envelope)
+        self._steps.append(("elements", [TimestampedValue(element, envelope.event_time_ms / 1000)]))
+        return self
+
+    def envelopes(self, envelopes: Iterable[AgentEnvelope]) -> EnvelopeStream:
+        """Add several envelopes, in order."""
+        for envelope in envelopes:
+            self.envelope(envelope)
+        return self
+
+    def event(self, key: bytes, payload: bytes, *, at_ms: int) -> EnvelopeStream:
+        """Add an external event."""
+        return self.envelope(
+            AgentEnvelope(entity_key=key, event_time_ms=at_ms, external_event=payload)
+        )
+
+    def result(
+        self,
+        key: bytes,
+        intent_id: str,
+        *,
+        at_ms: int,
+        payload: bytes = b"",
+        status: ToolResult.Status = ToolResult.OK,
+        error_message: str = "",
+    ) -> EnvelopeStream:
+        """Add a tool result for ``intent_id``, as the effector would publish it."""
+        result = ToolResult(
+            intent_id=intent_id,
+            entity_key=key,
+            status=status,
+            payload=payload,
+            error_message=error_message,
+            completed_at_ms=at_ms,
+            attempt=1,
+        )
+        return self.envelope(AgentEnvelope(entity_key=key, event_time_ms=at_ms, tool_result=result))
+
+    def approval(
+        self, key: bytes, intent_id: str, *, approved: bool, at_ms: int, approver: str = "tester"
+    ) -> EnvelopeStream:
+        """Add an approval decision for ``intent_id``."""
+        decision = Approval(
+            intent_id=intent_id, approved=approved, approver=approver, decided_at_ms=at_ms
+        )
+        return self.envelope(AgentEnvelope(entity_key=key, event_time_ms=at_ms, approval=decision))
+
+    def advance_watermark_to(self, at_ms: int) -> EnvelopeStream:
+        """Advance the event-time watermark to ``at_ms``."""
+        self._steps.append(("watermark", at_ms / 1000))
+        return self
+
+    def advance_processing_time(self, by_ms: int) -> EnvelopeStream:
+        """Advance the processing-time clock by ``by_ms`` (fires due deadline timers)."""
+        self._steps.append(("processing_time", by_ms / 1000))
+        return self
+
+    def build(self) -> beam.PTransform[Any, Any]:
+        """The finished ``TestStream``, typed ``tuple[bytes, AgentEnvelope]``."""
+        stream = TestStream(coder=TupleCoder([BytesCoder(), ProtoCoder(AgentEnvelope)]))
+        for what, value in self._steps:
+            if what == "elements":
+                stream.add_elements(value)
+            elif what == "watermark":
+                stream.advance_watermark_to(value)
+            else:
+                stream.advance_processing_time(value)
+        stream.advance_watermark_to_infinity()
+        typed: beam.PTransform[Any, Any] = stream.with_output_types(tuple[bytes, AgentEnvelope])
+        return typed

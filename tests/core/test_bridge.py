@@ -1,0 +1,81 @@
+"""The coroutine bridge: inline first step, the owned loop only when needed, the timeout."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+
+from beam_agents.core.bridge import CoroutineDriver
+from beam_agents.core.errors import ActivationTimeoutError
+
+
+@pytest.fixture
+def driver() -> Iterator[CoroutineDriver]:
+    owned = CoroutineDriver()
+    yield owned
+    owned.close()
+
+
+async def finishes_at_once() -> asyncio.AbstractEventLoop:
+    return asyncio.get_running_loop()
+
+
+async def sleeps(seconds: float) -> str:
+    await asyncio.sleep(seconds)
+    return "slept"
+
+
+async def gathers() -> list[int]:
+    async def one(value: int) -> int:
+        await asyncio.sleep(0)
+        return value
+
+    return list(await asyncio.gather(one(1), one(2), one(3)))
+
+
+async def raises() -> None:
+    raise LookupError("inside")
+
+
+def test_a_coroutine_that_never_waits_sees_the_owned_loop_as_running(
+    driver: CoroutineDriver,
+) -> None:
+    loop = driver.run(finishes_at_once(), 1.0)
+    assert isinstance(loop, asyncio.AbstractEventLoop)
+    assert not loop.is_running()
+    with pytest.raises(RuntimeError):
+        asyncio.get_running_loop()  # nothing is left installed on this thread
+
+
+def test_a_coroutine_that_waits_is_finished_on_the_owned_loop(driver: CoroutineDriver) -> None:
+    assert driver.run(sleeps(0.01), 1.0) == "slept"
+    assert driver.run(gathers(), 1.0) == [1, 2, 3]
+
+
+def test_exceptions_propagate(driver: CoroutineDriver) -> None:
+    with pytest.raises(LookupError, match="inside"):
+        driver.run(raises(), 1.0)
+
+
+def test_a_slow_coroutine_times_out_and_is_cancelled(driver: CoroutineDriver) -> None:
+    cancelled = []
+
+    async def watched() -> None:
+        try:
+            await asyncio.sleep(5)
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+
+    with pytest.raises(ActivationTimeoutError, match=r"within 0\.05s"):
+        driver.run(watched(), 0.05)
+    assert cancelled == [True]
+    assert driver.run(sleeps(0), 1.0) == "slept"  # the loop is still usable
+
+
+def test_close_is_idempotent() -> None:
+    owned = CoroutineDriver()
+    owned.close()
+    owned.close()

@@ -1,0 +1,240 @@
+"""Forced bundle retries (determinism, no repeated model calls) and idle-key cleanup."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from beam_agents import AgentConfig, Complete, Escalate, FallbackContext, HitlPolicy, Suspend
+from beam_agents._protos import ToolIntent, TraceEvent
+from beam_agents.core.agent import intent_id_for
+from beam_agents.core.context import ActivationContext
+from beam_agents.core.tracing import trace_id_for
+from beam_agents.model.client import LlmRequest
+from beam_agents.model.fake import FakeLLM, match_contains, respond_with
+from beam_agents.testing import EnvelopeStream, FailFirstCommit, epoch_clock
+from tests.core.harness import Outputs, SharedProvider, run_agent, streamed
+
+K = b"order-1"
+
+
+def ask(text: str) -> LlmRequest:
+    return LlmRequest(model_id="planner", messages=[{"role": "user", "content": text}])
+
+
+def make_fake() -> FakeLLM:
+    return FakeLLM(
+        [
+            (match_contains("plan"), respond_with(b"ship it")),
+            (match_contains("summarize"), respond_with(b"shipped")),
+        ]
+    )
+
+
+async def plan_then_summarize(ctx: ActivationContext) -> Complete | Suspend:
+    if not ctx.is_resume:
+        plan = await ctx.call_model(ask("plan " + ctx.event.decode()))
+        ctx.act("ship", {"plan": plan.text})
+        return Suspend(snapshot=plan.response)
+    result = ctx.resume_result
+    assert result is not None
+    summary = await ctx.call_model(ask("summarize " + result.payload.decode()))
+    ctx.act("notify", {"summary": summary.text, "plan": ctx.snapshot.decode()})
+    return Complete(output=summary.response)
+
+
+def order_stream() -> EnvelopeStream:
+    return (
+        EnvelopeStream()
+        .event(K, b"order", at_ms=1_000)
+        .result(K, intent_id_for(K, 0, 1), payload=b'"tracking-1"', at_ms=2_000)
+    )
+
+
+def fingerprint(outputs: Outputs) -> tuple[list[bytes], list[bytes], list[bytes]]:
+    return (
+        sorted(intent.SerializeToString(deterministic=True) for intent in outputs.intents),
+        sorted(event.SerializeToString(deterministic=True) for event in outputs.traces),
+        sorted(outputs.output),
+    )
+
+
+def calls_containing(fake: FakeLLM, text: str) -> int:
+    return sum(text in str(request.messages) for request in fake.requests)
+
+
+def test_a_retried_resume_commits_the_same_intents_without_repeating_committed_calls(
+    tmp_path: Path,
+) -> None:
+    plain = SharedProvider(make_fake())
+    unforced = run_agent(
+        streamed(order_stream()),
+        plan_then_summarize,
+        AgentConfig(provider_factory=plain),
+        streaming=True,
+    )
+    retried = SharedProvider(make_fake())
+    forced = FailFirstCommit(tmp_path / "markers", trigger="tool_result")
+    with_retry = run_agent(
+        streamed(order_stream()),
+        plan_then_summarize,
+        AgentConfig(provider_factory=retried, before_commit=forced),
+        streaming=True,
+    )
+    assert forced.forced() == [f"{K.hex()}-0-tool_result-2"]
+    assert unforced.output == [b"shipped"] and unforced.errors == []
+    assert fingerprint(with_retry) == fingerprint(unforced)
+    # The call committed with the suspension is never made again; the resumed activation's own
+    # call was not committed when its bundle failed, so the retry makes it once more.
+    assert calls_containing(plain.fake, "plan") == calls_containing(retried.fake, "plan") == 1
+    assert calls_containing(plain.fake, "summarize") == 1
+    assert calls_containing(retried.fake, "summarize") == 2
+
+
+def test_a_retried_first_commit_mints_the_same_intents(tmp_path: Path) -> None:
+    forced = FailFirstCommit(tmp_path, trigger="event", entity_key=K)
+    first = run_agent(
+        streamed(order_stream()),
+        plan_then_summarize,
+        AgentConfig(provider_factory=SharedProvider(make_fake())),
+        streaming=True,
+    )
+    second = run_agent(
+        streamed(order_stream()),
+        plan_then_summarize,
+        AgentConfig(provider_factory=SharedProvider(make_fake()), before_commit=forced),
+        streaming=True,
+    )
+    assert forced.forced() == [f"{K.hex()}-0-event-0"]
+    assert fingerprint(first) == fingerprint(second)
+
+
+async def ask_again_after_resume(ctx: ActivationContext) -> Complete | Suspend:
+    answer = await ctx.call_model(ask("plan the same thing"))
+    if not ctx.is_resume:
+        ctx.act("ship", {})
+        return Suspend()
+    return Complete(output=answer.response)
+
+
+def test_the_replay_cache_never_serves_a_call_from_another_position_across_a_resume() -> None:
+    provider = SharedProvider(make_fake())
+    stream = (
+        EnvelopeStream()
+        .event(K, b"order", at_ms=1_000)
+        .result(K, intent_id_for(K, 0, 1), at_ms=2_000)
+    )
+    outputs = run_agent(
+        streamed(stream),
+        ask_again_after_resume,
+        AgentConfig(provider_factory=provider),
+        streaming=True,
+    )
+    assert outputs.output == [b"ship it"]
+    assert provider.fake.call_count == 2
+    llm_calls = sorted(
+        (event.step_index, event.attributes["cache"])
+        for event in outputs.traces
+        if event.event_type == TraceEvent.LLM_CALL
+    )
+    assert llm_calls == [(0, "miss"), (2, "miss")]
+
+
+def escalate(fallback: FallbackContext) -> Escalate:
+    return Escalate()
+
+
+async def approve_first(ctx: ActivationContext) -> Complete | Suspend:
+    if ctx.is_resume:
+        return Complete(output=b"decided")
+    ctx.request_approval({"order": ctx.event.decode()})
+    return Suspend()
+
+
+def test_a_retried_deadline_firing_escalates_identically(tmp_path: Path) -> None:
+    def run(before_commit: FailFirstCommit | None) -> Outputs:
+        stream = EnvelopeStream().event(K, b"order", at_ms=1_000).advance_processing_time(6_000)
+        policy = HitlPolicy(
+            timeout_ms=5_000,
+            intent_ttl_ms=60_000,
+            approval_channel="ops",
+            on_timeout=escalate,
+            max_escalations=1,
+        )
+        config = AgentConfig(
+            hitl_policy=policy, processing_clock=epoch_clock, before_commit=before_commit
+        )
+        return run_agent(streamed(stream), approve_first, config, streaming=True)
+
+    forced = FailFirstCommit(tmp_path, trigger="deadline")
+    assert fingerprint(run(forced)) == fingerprint(run(None))
+    assert f"{K.hex()}-0-deadline-1" in forced.forced()
+
+
+# -- idle-key cleanup ---------------------------------------------------------------------
+
+
+async def remember_and_act(ctx: ActivationContext) -> Complete:
+    ctx.memory.append("seen", ctx.event)
+    ctx.act("note", {"event": ctx.event.decode()})
+    await ctx.call_model(ask("plan " + ctx.event.decode()))
+    seen = b",".join(ctx.memory.ring("seen"))
+    return Complete(output=b"seq %d saw %s" % (ctx.seq, seen))
+
+
+def test_cleanup_clears_an_idle_key_but_its_identifiers_never_repeat() -> None:
+    stream = (
+        EnvelopeStream()
+        .event(K, b"a", at_ms=1_000)
+        .event(K, b"b", at_ms=9_000)
+        .advance_watermark_to(12_000)  # the first timer fires early and re-arms for 19 000
+        .event(K, b"c", at_ms=16_000)
+        .advance_watermark_to(40_000)  # idle since 16 000: cleaned up
+        .event(K, b"d", at_ms=50_000)
+    )
+    provider = SharedProvider(make_fake())
+    outputs = run_agent(
+        streamed(stream),
+        remember_and_act,
+        AgentConfig(provider_factory=provider, ttl_ms=10_000),
+        streaming=True,
+    )
+    assert sorted(outputs.output) == [
+        b"seq 0 saw a",
+        b"seq 1 saw a,b",
+        b"seq 2 saw a,b,c",
+        b"seq 3 saw d",
+    ]
+    ids = [intent.intent_id for intent in outputs.intents]
+    assert sorted(ids) == sorted(intent_id_for(K, seq, 0) for seq in range(4))
+    assert len({event.trace_id for event in outputs.traces}) == 4
+    assert {event.trace_id for event in outputs.traces} == {trace_id_for(K, s) for s in range(4)}
+    # Cache keys include the seq too: after cleanup the same request is a new provider call.
+    assert provider.fake.call_count == 4
+    assert outputs.errors == []
+
+
+async def wait_for_tool(ctx: ActivationContext) -> Complete | Suspend:
+    if ctx.event == b"wait":
+        ctx.act("slow", {})
+        return Suspend()
+    ctx.memory.append("seen", ctx.event)
+    return Complete(output=b"%s seq %d memory %d" % (ctx.event, ctx.seq, len(ctx.memory.keys())))
+
+
+def test_cleanup_reports_a_wiped_suspension_and_then_runs_what_was_waiting() -> None:
+    stream = (
+        EnvelopeStream()
+        .event(K, b"wait", at_ms=1_000)
+        .event(K, b"queued", at_ms=2_000)
+        .advance_watermark_to(30_000)
+        .result(K, intent_id_for(K, 0, 0), at_ms=31_000)
+    )
+    outputs = run_agent(streamed(stream), wait_for_tool, AgentConfig(ttl_ms=10_000), streaming=True)
+    assert outputs.output == [b"queued seq 1 memory 1"]
+    assert sorted(error.reason for error in outputs.errors) == [
+        "orphaned_result",
+        "suspension_wiped",
+    ]
+    wiped = next(error for error in outputs.errors if error.reason == "suspension_wiped")
+    assert wiped.seq == 0 and "waiting for 1 intents" in wiped.detail
+    assert [intent.kind for intent in outputs.intents] == [ToolIntent.TOOL]

@@ -1,0 +1,316 @@
+"""RunAgent on the FnApiRunner: outputs, traces, identity, the model path and bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import apache_beam as beam
+import pytest
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+
+from beam_agents import AgentConfig, Complete, RunAgent, Suspend, intent_id_for
+from beam_agents._protos import AgentEnvelope, AgentError, ToolIntent, TraceEvent
+from beam_agents.core.context import ActivationContext
+from beam_agents.core.memory import MEMORY_CAP_BYTES
+from beam_agents.core.tracing import trace_id_for
+from beam_agents.model.client import LlmRequest
+from beam_agents.model.fake import FakeLLM, match_any, match_contains, respond_with
+from beam_agents.tools import ToolRegistry, tool
+from tests.core.harness import SharedProvider, created, event, run_agent
+
+
+@tool
+def risk_band(customer_id: str) -> str:
+    """Read-only."""
+    return "high" if customer_id.endswith("9") else "normal"
+
+
+@tool(side_effect=True)
+def freeze_account(customer_id: str) -> str:
+    """Side-effecting."""
+    return f"frozen:{customer_id}"
+
+
+def make_registry() -> ToolRegistry:
+    return ToolRegistry([risk_band, freeze_account])
+
+
+def make_provider() -> FakeLLM:
+    return FakeLLM([(match_any(), respond_with(b"ok"))])
+
+
+async def assess(ctx: ActivationContext) -> Complete:
+    customer = ctx.event.decode()
+    band = await ctx.run_tool("risk_band", {"customer_id": customer})
+    if band == "high":
+        ctx.act("freeze_account", {"customer_id": customer}, ttl_ms=60_000)
+        return Complete(output=b"freeze-requested:" + customer.encode())
+    return Complete(output=b"cleared:" + customer.encode())
+
+
+def test_read_only_tools_run_inline_and_side_effects_become_intents() -> None:
+    outputs = run_agent(
+        created([event(b"c-9", b"cust-9"), event(b"c-1", b"cust-1")]),
+        assess,
+        AgentConfig(provider_factory=make_provider, tool_registry=make_registry()),
+    )
+    assert sorted(outputs.output) == [b"cleared:cust-1", b"freeze-requested:cust-9"]
+    assert [intent.tool_name for intent in outputs.intents] == ["freeze_account"]
+    intent = outputs.intents[0]
+    assert intent.intent_id == intent_id_for(b"c-9", 0, 0)
+    assert json.loads(intent.args_json) == {"customer_id": "cust-9"}
+    assert (intent.created_at_ms, intent.expires_at_ms) == (1_000, 61_000)
+    assert outputs.event_types(b"c-9") == [
+        "ACTIVATION_START",
+        "TOOL_CALL",
+        "INTENT_EMITTED",
+        "ACTIVATION_END",
+    ]
+    assert outputs.event_types(b"c-1") == ["ACTIVATION_START", "TOOL_CALL", "ACTIVATION_END"]
+    assert outputs.errors == []
+
+
+def test_trace_fields_are_derived_from_key_seq_and_position() -> None:
+    outputs = run_agent(
+        created([event(b"c-9", b"cust-9", at_ms=7_000)]),
+        assess,
+        AgentConfig(tool_registry=make_registry()),
+    )
+    events = outputs.traces_for(b"c-9")
+    root = events[0]
+    assert {event.trace_id for event in events} == {trace_id_for(b"c-9", 0)}
+    assert [event.sequence for event in events] == [0, 1, 2, 3]
+    assert root.parent_span_id == ""
+    assert all(event.parent_span_id == root.span_id for event in events[1:])
+    assert len({event.span_id for event in events}) == 4
+    assert {(event.start_ms, event.end_ms) for event in events} == {(7_000, 7_000)}
+    assert [event.step_index for event in events] == [0, 0, 0, 1]
+
+
+async def tally(ctx: ActivationContext) -> Complete:
+    return Complete(output=ctx.entity_key + b":" + str(ctx.seq).encode())
+
+
+def test_many_keys_each_get_their_own_first_run() -> None:
+    keys = [b"key-%d" % index for index in range(40)]
+    outputs = run_agent(created([event(key, b"e") for key in keys]), tally)
+    assert sorted(outputs.output) == sorted(key + b":0" for key in keys)
+    assert len(outputs.traces) == 2 * len(keys)
+
+
+async def count_in_memory(ctx: ActivationContext) -> Complete:
+    ctx.memory.append("events", ctx.event)
+    return Complete(output=b"%d:%d" % (ctx.seq, len(ctx.memory.ring("events"))))
+
+
+def test_several_events_on_one_key_each_see_the_previous_commits() -> None:
+    elements = [event(b"same", b"e%d" % index, at_ms=index) for index in range(6)]
+    outputs = run_agent(created(elements), count_in_memory)
+    assert sorted(outputs.output) == [b"%d:%d" % (seq, seq + 1) for seq in range(6)]
+
+
+async def stage_two(ctx: ActivationContext) -> Complete:
+    await ctx.run_tool("risk_band", {"customer_id": ctx.event.decode()})
+    ctx.act("freeze_account", {"customer_id": ctx.event.decode()})
+    ctx.request_approval({"customer_id": ctx.event.decode()}, channel="ops")
+    return Complete(output=b"done")
+
+
+def serialized(messages: list[ToolIntent] | list[TraceEvent]) -> list[bytes]:
+    return sorted(message.SerializeToString(deterministic=True) for message in messages)
+
+
+def test_two_runs_of_the_same_pipeline_emit_byte_identical_intents_and_traces() -> None:
+    elements = [event(b"k-%d" % index, b"cust-%d" % index, at_ms=index) for index in range(10)]
+    config = AgentConfig(tool_registry=make_registry())
+    first = run_agent(created(elements), stage_two, config)
+    second = run_agent(created(elements), stage_two, config)
+    assert len(first.intents) == 20
+    assert serialized(first.intents) == serialized(second.intents)
+    assert serialized(first.traces) == serialized(second.traces)
+    for intent in first.intents:
+        assert intent.intent_id == intent_id_for(intent.entity_key, 0, intent.step_index)
+    kinds = sorted((intent.step_index, intent.kind) for intent in first.intents)
+    assert set(kinds) == {(0, ToolIntent.TOOL), (1, ToolIntent.APPROVAL)}
+
+
+async def ask_twice(ctx: ActivationContext) -> Complete:
+    request = LlmRequest(model_id="m", messages=[{"role": "user", "content": "same"}])
+    first = await ctx.call_model(request)
+    second = await ctx.call_model(request)
+    return Complete(output=(first.text + "|" + second.text).encode())
+
+
+def test_identical_requests_in_one_activation_are_separate_provider_calls() -> None:
+    provider = SharedProvider(FakeLLM([(match_contains("same"), respond_with(b"answer"))]))
+    outputs = run_agent(
+        created([event(b"k", b"e")]),
+        ask_twice,
+        AgentConfig(provider_factory=provider, model_cache_max_entries=1),
+    )
+    assert outputs.output == [b"answer|answer"]
+    assert provider.fake.call_count == 2
+    llm_calls = [e for e in outputs.traces if e.event_type == TraceEvent.LLM_CALL]
+    assert sorted(e.step_index for e in llm_calls) == [0, 1]
+    assert {e.attributes["cache"] for e in llm_calls} == {"miss"}
+
+
+# -- bad input ----------------------------------------------------------------------------
+
+
+async def uses_unknown_tool(ctx: ActivationContext) -> Complete:
+    await ctx.run_tool("no_such_tool", {})
+    return Complete(output=b"unreachable")
+
+
+async def bad_intent_arguments(ctx: ActivationContext) -> Complete:
+    ctx.act("freeze_account", {"customer_id": 12, "extra": True})
+    return Complete(output=b"unreachable")
+
+
+async def overfills_memory(ctx: ActivationContext) -> Complete:
+    ctx.memory.set("blob", b"x" * MEMORY_CAP_BYTES)
+    return Complete(output=b"unreachable")
+
+
+async def returns_text(ctx: ActivationContext) -> Complete:
+    return Complete(output="text")  # type: ignore[arg-type]
+
+
+async def returns_nothing(ctx: ActivationContext) -> None:
+    return None
+
+
+async def suspends_on_nothing(ctx: ActivationContext) -> Suspend:
+    return Suspend()
+
+
+async def too_slow(ctx: ActivationContext) -> Complete:
+    ctx.act("freeze_account", {"customer_id": "c"})
+    await asyncio.sleep(5)
+    return Complete(output=b"unreachable")
+
+
+@pytest.mark.parametrize(
+    ("agent", "reason", "detail"),
+    [
+        (uses_unknown_tool, "activation_error", "ToolNotFoundError"),
+        (bad_intent_arguments, "activation_error", "ToolArgumentError"),
+        (overfills_memory, "activation_error", "MemoryLimitError"),
+        (returns_text, "activation_error", "Complete.output must be bytes"),
+        (returns_nothing, "activation_error", "must return Complete or Suspend, got NoneType"),
+        (suspends_on_nothing, "activation_error", "nothing could ever resume it"),
+        (too_slow, "activation_timeout", "ActivationTimeoutError"),
+    ],
+)
+def test_a_failed_activation_commits_nothing_and_reports_one_error(
+    agent: object, reason: str, detail: str
+) -> None:
+    envelope = AgentEnvelope(entity_key=b"k", event_time_ms=42, external_event=b"cust-1")
+    outputs = run_agent(
+        created([(b"k", envelope)]),
+        agent,  # type: ignore[arg-type]
+        AgentConfig(tool_registry=make_registry(), activation_timeout_s=0.3),
+    )
+    assert outputs.output == [] and outputs.intents == []
+    assert len(outputs.errors) == 1
+    error = outputs.errors[0]
+    assert (error.reason, error.entity_key, error.event_time_ms, error.seq) == (reason, b"k", 42, 0)
+    assert detail in error.detail
+    assert AgentEnvelope.FromString(error.envelope) == envelope
+    assert [TraceEvent.EventType.Name(e.event_type) for e in outputs.traces] == ["ERROR"]
+    assert outputs.traces[0].attributes["reason"] == reason
+
+
+def test_malformed_elements_become_typed_errors_and_good_ones_still_run() -> None:
+    good = event(b"good", b"e")
+    elements = [
+        good,
+        "not a pair",
+        (b"k", b"not an envelope"),
+        (b"", AgentEnvelope(entity_key=b"", external_event=b"e")),
+        (b"k", AgentEnvelope(entity_key=b"other", external_event=b"e")),
+        (b"k", AgentEnvelope(entity_key=b"k", event_time_ms=5)),
+        ("text-key", AgentEnvelope(entity_key=b"k", external_event=b"e")),
+    ]
+    outputs = run_agent(created(elements, typed=False), tally)
+    assert outputs.output == [b"good:0"]
+    assert outputs.reasons() == sorted(
+        [
+            "malformed_element",
+            "malformed_element",
+            "empty_key",
+            "key_mismatch",
+            "missing_payload",
+            "malformed_element",
+        ]
+    )
+    missing = next(e for e in outputs.errors if e.reason == "missing_payload")
+    assert AgentEnvelope.FromString(missing.envelope).event_time_ms == 5
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ([b"a", b"b"], "expects a PCollection of \\(bytes, AgentEnvelope\\) pairs"),
+        ([("k", AgentEnvelope())], "keys must be bytes"),
+        ([(b"k", b"v")], "values must be AgentEnvelope"),
+    ],
+)
+def test_input_that_is_not_keyed_envelopes_is_refused_at_construction(
+    values: list[object], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message), beam.Pipeline(runner=FnApiRunner()) as pipeline:
+        pipeline | beam.Create(values) | RunAgent(tally)
+
+
+def not_async(ctx: ActivationContext) -> Complete:
+    return Complete()
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"ttl_ms": 0}, "ttl_ms"),
+        ({"activation_timeout_s": 0}, "activation_timeout_s"),
+        ({"activation_timeout_s": float("inf")}, "activation_timeout_s"),
+        ({"provider_factory": "openai"}, "provider_factory"),
+        ({"tool_registry": [risk_band]}, "tool_registry"),
+        ({"hitl_policy": "ask"}, "hitl_policy"),
+        ({"intent_ttl_ms": 0}, "intent_ttl_ms"),
+        ({"max_buffered_events": 0}, "max_buffered_events"),
+        ({"model_cache_max_bytes": -1}, "model_cache_max_bytes"),
+    ],
+)
+def test_bad_configuration_is_refused_with_the_field_named(
+    settings: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        AgentConfig(**settings)  # type: ignore[arg-type]
+
+
+def test_run_agent_needs_an_async_agent_and_an_agent_config() -> None:
+    with pytest.raises(ValueError, match="async def"):
+        RunAgent(not_async)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="AgentConfig"):
+        RunAgent(tally, config={"ttl_ms": 5})  # type: ignore[arg-type]
+
+
+def test_outputs_use_deterministic_coders() -> None:
+    pipeline = beam.Pipeline(runner=FnApiRunner())
+    keyed = pipeline | beam.Create([event(b"k", b"e")]).with_output_types(
+        tuple[bytes, AgentEnvelope]
+    )
+    outputs = keyed | RunAgent(tally)
+    assert outputs.output.element_type is bytes
+    assert outputs.intents.element_type is ToolIntent
+    assert outputs.traces.element_type is TraceEvent
+    assert outputs.errors.element_type is AgentError
+    coders = [beam.coders.registry.get_coder(pc.element_type) for pc in outputs]
+    assert [type(coder) for coder in coders] == [
+        beam.coders.BytesCoder,
+        beam.coders.ProtoCoder,
+        beam.coders.ProtoCoder,
+        beam.coders.ProtoCoder,
+    ]

@@ -1,0 +1,98 @@
+"""Every example program runs as a user would run it, exits 0 and prints what it promises.
+
+Examples are collected from ``examples/``: every ``*.py`` with a ``__main__`` block is a
+program and must be listed either in ``EXPECTED_OUTPUT`` (run here, each expected line must
+appear in its output, in order) or in ``DRIVEN_BY`` (run by another example). Modules without
+a ``__main__`` block (shared tools, helpers) are not programs.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+
+EXPECTED_OUTPUT: dict[str, list[str]] = {
+    "read_only_tools.py": [
+        "read_only_tools: tool 'freeze_account' has side effects",
+        "read_only_tools: ok",
+    ],
+    "fast_path.py": [
+        "fast_path: alice's second activation remembered her first message",
+        "fast_path: 3 events, 3 model calls, 0 intents",
+        "fast_path: ok",
+    ],
+    "intents_and_resume.py": [
+        "intents_and_resume: staged reserve_stock as be14bf1a-1337-5caf-be3a-e3dcc940a9f2",
+        "intents_and_resume: staged charge_card as f052fc51-ee95-5526-9e44-6b720e36bf37",
+        "intents_and_resume: ok",
+    ],
+    "human_in_the_loop.py": [
+        "human_in_the_loop: refund r-3 paid without asking",
+        "human_in_the_loop: refund r-1 approved by dana, then paid",
+        "human_in_the_loop: refund r-2 denied when nobody answered in time",
+        "human_in_the_loop: ok",
+    ],
+    "demo.py": ["demo: ok"],
+}
+
+DRIVEN_BY: dict[str, str] = {"fraud_triage.py": "demo.py"}
+
+TIMEOUT_S = 600
+
+
+def example_programs() -> list[str]:
+    return sorted(
+        path.name
+        for path in EXAMPLES.glob("*.py")
+        if 'if __name__ == "__main__":' in path.read_text(encoding="utf-8")
+    )
+
+
+def test_every_example_program_is_accounted_for() -> None:
+    unlisted = [
+        name for name in example_programs() if name not in EXPECTED_OUTPUT and name not in DRIVEN_BY
+    ]
+    assert unlisted == [], f"add these to EXPECTED_OUTPUT or DRIVEN_BY in {__file__}: {unlisted}"
+    missing = [name for name in [*EXPECTED_OUTPUT, *DRIVEN_BY] if not (EXAMPLES / name).exists()]
+    assert missing == [], f"listed examples that do not exist: {missing}"
+    assert set(DRIVEN_BY.values()) <= set(EXPECTED_OUTPUT)
+
+
+@pytest.mark.timeout(TIMEOUT_S + 30)
+@pytest.mark.parametrize("name", sorted(EXPECTED_OUTPUT))
+def test_example_runs_and_prints_what_it_promises(name: str) -> None:
+    # The checkout comes first on the path, so the code under test is what the example imports.
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
+    completed = subprocess.run(
+        [sys.executable, str(EXAMPLES / name)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert completed.returncode == 0, (
+        f"{name} exited {completed.returncode}\n--- stdout\n{completed.stdout}\n"
+        f"--- stderr\n{completed.stderr[-4000:]}"
+    )
+    lines = completed.stdout.splitlines()
+    position = 0
+    for expected in EXPECTED_OUTPUT[name]:
+        found = next(
+            (index for index in range(position, len(lines)) if lines[index].startswith(expected)),
+            None,
+        )
+        assert found is not None, (
+            f"{name} did not print {expected!r} (in order):\n{completed.stdout}"
+        )
+        position = found + 1
