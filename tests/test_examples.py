@@ -40,6 +40,7 @@ EXPECTED_OUTPUT: dict[str, list[str]] = {
         "human_in_the_loop: ok",
     ],
     "demo.py": ["demo: ok"],
+    "tool_loop.py": ["tool_loop: staged issue_refund", "tool_loop: answer:", "tool_loop: ok"],
 }
 
 DRIVEN_BY: dict[str, str] = {"fraud_triage.py": "demo.py"}

@@ -1,5 +1,6 @@
 from beam_agents._protos import messages_pb2 as _messages_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
@@ -58,7 +59,24 @@ class ModelCache(_message.Message):
     def __init__(self, schema_version: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[ModelCacheEntry, _Mapping]]] = ...) -> None: ...
 
 class Continuation(_message.Message):
-    __slots__ = ("schema_version", "seq", "next_step", "snapshot", "adapter", "pending_intent_ids", "deadline_ms", "results", "approvals", "trace_id", "escalations", "started_at_ms", "tokens_used", "pending_kinds", "answered_intent_ids", "trace_sequence")
+    __slots__ = ("schema_version", "seq", "next_step", "snapshot", "adapter", "pending_intent_ids", "deadline_ms", "results", "approvals", "trace_id", "escalations", "started_at_ms", "tokens_used", "pending_kinds", "answered_intent_ids", "trace_sequence", "steps")
+    class StepRecord(_message.Message):
+        __slots__ = ("kind", "digest")
+        class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+            __slots__ = ()
+            KIND_UNSPECIFIED: _ClassVar[Continuation.StepRecord.Kind]
+            MODEL: _ClassVar[Continuation.StepRecord.Kind]
+            INTENT: _ClassVar[Continuation.StepRecord.Kind]
+            APPROVAL: _ClassVar[Continuation.StepRecord.Kind]
+        KIND_UNSPECIFIED: Continuation.StepRecord.Kind
+        MODEL: Continuation.StepRecord.Kind
+        INTENT: Continuation.StepRecord.Kind
+        APPROVAL: Continuation.StepRecord.Kind
+        KIND_FIELD_NUMBER: _ClassVar[int]
+        DIGEST_FIELD_NUMBER: _ClassVar[int]
+        kind: Continuation.StepRecord.Kind
+        digest: bytes
+        def __init__(self, kind: _Optional[_Union[Continuation.StepRecord.Kind, str]] = ..., digest: _Optional[bytes] = ...) -> None: ...
     SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     NEXT_STEP_FIELD_NUMBER: _ClassVar[int]
@@ -75,6 +93,7 @@ class Continuation(_message.Message):
     PENDING_KINDS_FIELD_NUMBER: _ClassVar[int]
     ANSWERED_INTENT_IDS_FIELD_NUMBER: _ClassVar[int]
     TRACE_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
     schema_version: int
     seq: int
     next_step: int
@@ -91,7 +110,8 @@ class Continuation(_message.Message):
     pending_kinds: _containers.RepeatedScalarFieldContainer[_messages_pb2.ToolIntent.Kind]
     answered_intent_ids: _containers.RepeatedScalarFieldContainer[str]
     trace_sequence: int
-    def __init__(self, schema_version: _Optional[int] = ..., seq: _Optional[int] = ..., next_step: _Optional[int] = ..., snapshot: _Optional[bytes] = ..., adapter: _Optional[str] = ..., pending_intent_ids: _Optional[_Iterable[str]] = ..., deadline_ms: _Optional[int] = ..., results: _Optional[_Iterable[_Union[_messages_pb2.ToolResult, _Mapping]]] = ..., approvals: _Optional[_Iterable[_Union[_messages_pb2.Approval, _Mapping]]] = ..., trace_id: _Optional[str] = ..., escalations: _Optional[int] = ..., started_at_ms: _Optional[int] = ..., tokens_used: _Optional[int] = ..., pending_kinds: _Optional[_Iterable[_Union[_messages_pb2.ToolIntent.Kind, str]]] = ..., answered_intent_ids: _Optional[_Iterable[str]] = ..., trace_sequence: _Optional[int] = ...) -> None: ...
+    steps: _containers.RepeatedCompositeFieldContainer[Continuation.StepRecord]
+    def __init__(self, schema_version: _Optional[int] = ..., seq: _Optional[int] = ..., next_step: _Optional[int] = ..., snapshot: _Optional[bytes] = ..., adapter: _Optional[str] = ..., pending_intent_ids: _Optional[_Iterable[str]] = ..., deadline_ms: _Optional[int] = ..., results: _Optional[_Iterable[_Union[_messages_pb2.ToolResult, _Mapping]]] = ..., approvals: _Optional[_Iterable[_Union[_messages_pb2.Approval, _Mapping]]] = ..., trace_id: _Optional[str] = ..., escalations: _Optional[int] = ..., started_at_ms: _Optional[int] = ..., tokens_used: _Optional[int] = ..., pending_kinds: _Optional[_Iterable[_Union[_messages_pb2.ToolIntent.Kind, str]]] = ..., answered_intent_ids: _Optional[_Iterable[str]] = ..., trace_sequence: _Optional[int] = ..., steps: _Optional[_Iterable[_Union[Continuation.StepRecord, _Mapping]]] = ...) -> None: ...
 
 class KeyHeader(_message.Message):
     __slots__ = ("schema_version", "next_seq", "last_activity_ms", "generation")

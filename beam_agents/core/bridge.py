@@ -11,6 +11,11 @@ The loop belongs to one ``DoFn`` instance (created in ``setup``, closed in ``tea
 only ever used by the thread running that instance. A coroutine that blocks the thread without
 yielding cannot be interrupted by the timeout, and tasks it spawns but does not await are not
 carried over to later activations.
+
+The inline first step runs outside any ``asyncio.Task``: ``asyncio.current_task()`` is
+``None`` there. Code that needs a task (``asyncio.timeout``, or HTTP clients built on anyio,
+such as httpx) must first ``await enter_task()``, which yields once so that the rest runs in
+the loop, inside a task. The runtime does so before every provider call.
 """
 
 from __future__ import annotations
@@ -23,6 +28,12 @@ from typing import Any, Generic, TypeVar
 from beam_agents.core.errors import ActivationTimeoutError
 
 T = TypeVar("T")
+
+
+async def enter_task() -> None:
+    """Make sure what follows runs inside an ``asyncio.Task`` (see the module docstring)."""
+    if asyncio.current_task() is None:
+        await asyncio.sleep(0)
 
 
 class _Continue(Generic[T]):
@@ -58,14 +69,20 @@ class _Continue(Generic[T]):
 class CoroutineDriver:
     """Runs coroutines to completion on an event loop it owns, stepping them inline first."""
 
-    __slots__ = ("_loop",)
+    __slots__ = ("_deadline", "_loop")
 
     def __init__(self) -> None:
         self._loop = asyncio.new_event_loop()
+        self._deadline = 0.0
+
+    def time_left_s(self) -> float:
+        """Seconds left before the coroutine being run times out (negative once it has)."""
+        return self._deadline - time.monotonic()
 
     def run(self, coroutine: Coroutine[Any, Any, T], timeout_s: float) -> T:
         """Run ``coroutine`` to completion; raise ``ActivationTimeoutError`` after ``timeout_s``."""
         started = time.monotonic()
+        self._deadline = started + timeout_s
         previous_loop = asyncio._get_running_loop()
         asyncio._set_running_loop(self._loop)
         try:

@@ -7,8 +7,29 @@ committed by the runtime only if the activation succeeds (invariant 1).
 
 The step cursor orders what an activation mints: each model call and each staged intent takes
 the next ``step_index``; inline tool calls do not. Intent ids are ``intent_id_for(key, seq,
-step_index)``. A resumed activation keeps the run's ``seq`` and continues the cursor where the
-suspended one stopped, so ids never collide within a run.
+step_index)``, and the run records every step it takes (its kind and a digest of its content).
+
+The replay prefix: a resumed activation keeps the run's ``seq`` and starts its cursor at the
+run's first step, in replay mode. While the cursor is below the run's high-water mark, each step
+is compared with the record at that position: a model call with the same request is served from
+the replay cache (or, if its entry was evicted, called again at the same position), and an
+``act``/``request_approval`` with the same content returns the intent id it returned before and
+stages nothing (the intent was already emitted). The first step that differs (another kind or
+another digest) ends replay: it and every later step take fresh positions from the high-water
+mark on. So an agent that re-walks its conversation on resume gets its earlier answers back for
+free, an agent that branches on ``ctx.is_resume`` and does something new at once continues
+exactly where the run stopped, and ids never collide within a run. Replayed model calls are
+traced as ``LLM_CALL`` with ``beam_agents.cache_hit=true`` and no attempts; replayed intents
+are not traced again (their ``INTENT_EMITTED`` was committed with them).
+
+Token budget (``AgentConfig.max_tokens_per_run``): the tokens the provider reports are summed
+over the whole run, resumes included (the sum travels in the continuation); calls served from
+the replay cache spend nothing (a replayed call whose entry was evicted is made, and counted,
+again). The check uses actual usage, after each call: a call that takes the run past the
+budget fails the activation with ``BudgetExceededError`` (reason ``budget_exceeded``), and a run
+that has already used its whole budget is refused before calling. Nothing of the failed
+activation is committed, its response included, so re-driving the envelope calls the model again
+and fails the same way unless the budget was raised.
 
 Intent time (a documented clock decision): ``created_at_ms`` is the activation's event time and
 ``expires_at_ms = created_at_ms + ttl_ms``, so intents are deterministic. The effector anchors
@@ -19,8 +40,9 @@ its TTL is refused.
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -28,6 +50,7 @@ from typing import Any
 from beam_agents._json import canonical_json
 from beam_agents._protos import (
     Approval,
+    Continuation,
     ModelCache,
     ModelCacheEntry,
     ToolIntent,
@@ -35,17 +58,38 @@ from beam_agents._protos import (
     TraceEvent,
 )
 from beam_agents.core.agent import intent_id_for
-from beam_agents.core.errors import ModelNotConfiguredError, ReadOnlyIntentError
+from beam_agents.core.errors import (
+    BudgetExceededError,
+    ModelNotConfiguredError,
+    ReadOnlyIntentError,
+)
 from beam_agents.core.memory import WorkingMemory
 from beam_agents.core.model_gateway import ModelGateway
 from beam_agents.core.tracing import TraceRecorder
-from beam_agents.model.cache import ReplayCache, replay_cache_key
+from beam_agents.model.cache import ReplayCache, cache_key_for_digest
 from beam_agents.model.client import LlmRequest, LlmResponse
 from beam_agents.tools import ToolRegistry, ToolRunner
 from beam_agents.tools.errors import ToolArgumentError, ToolError
 
 APPROVAL_TOOL_NAME = "approval"
 """The ``tool_name`` of every ``APPROVAL`` intent."""
+
+StepRecord = Continuation.StepRecord
+"""One recorded step of a run (kind and content digest), as the continuation stores it."""
+
+_STEP_KIND_OF_INTENT: dict[int, int] = {
+    ToolIntent.TOOL: StepRecord.INTENT,
+    ToolIntent.APPROVAL: StepRecord.APPROVAL,
+}
+
+
+def intent_step_digest(kind: int, tool_name: str, args_json: str) -> bytes:
+    """The content digest recorded for an intent step: its kind, tool name and arguments."""
+    return hashlib.sha256(f"{kind}|{tool_name}|{args_json}".encode()).digest()
+
+
+def _no_time_limit() -> float | None:
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +104,9 @@ class ActivationServices:
     approval_ttl_ms: int
     cache_max_entries: int
     cache_max_bytes: int
+    max_tokens_per_run: int | None = None
+    time_left_s: Callable[[], float | None] = _no_time_limit
+    """Seconds left in the running activation's time budget (``None``: unbounded)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +119,10 @@ class Resumption:
     results: Mapping[str, ToolResult]
     pending: tuple[tuple[str, int], ...]
     """Still-unanswered ``(intent_id, kind)`` pairs, in staging order."""
+    tokens_used: int = 0
+    """Tokens the run's earlier activations spent."""
+    steps: Sequence[StepRecord] = ()
+    """The run's recorded steps (``steps[i]`` is step ``i``): the replay prefix."""
 
 
 def _check_ttl(ttl_ms: object) -> int:
@@ -124,19 +175,25 @@ class ActivationContext:
     __slots__ = (
         "_approval",
         "_cache",
+        "_high_water",
         "_load_cache",
         "_load_memory",
         "_memory",
         "_pending",
         "_pending_ids",
+        "_recorded",
+        "_replay_end",
         "_result",
         "_results",
         "_services",
         "_snapshot",
         "_step",
+        "_tokens_before",
+        "budget_error",
         "entity_key",
         "event",
         "intents",
+        "new_steps",
         "now_ms",
         "seq",
         "tokens_used",
@@ -164,7 +221,11 @@ class ActivationContext:
         self.trace = trace
         self.intents: list[ToolIntent] = []
         self.tokens_used = 0
-        self._step = first_step
+        """Tokens the provider reported for this activation's calls (replays spend none)."""
+        self.budget_error: BudgetExceededError | None = None
+        """Set once a call went past the run's token budget: the activation must fail."""
+        self.new_steps: list[tuple[int, bytes]] = []
+        """``(StepRecord kind, digest)`` of every fresh step this activation took, in order."""
         self._services = services
         self._load_memory = load_memory
         self._load_cache = load_cache
@@ -176,13 +237,23 @@ class ActivationContext:
             self._snapshot = b""
             self._results: Mapping[str, ToolResult] = MappingProxyType({})
             self._pending: tuple[tuple[str, int], ...] = ()
+            self._tokens_before = 0
+            self._recorded: Sequence[StepRecord] = ()
         else:
             self._result = resumption.result
             self._approval = resumption.approval
             self._snapshot = resumption.snapshot
             self._results = MappingProxyType(dict(resumption.results))
             self._pending = resumption.pending
+            self._tokens_before = resumption.tokens_used
+            self._recorded = resumption.steps
         self._pending_ids = frozenset(intent_id for intent_id, _ in self._pending)
+        # A run's steps are recorded from its first one, so the replay prefix is all of them;
+        # a continuation written before steps were recorded has fewer records than steps, and
+        # its unrecorded positions can only be skipped.
+        self._high_water = first_step
+        self._replay_end = min(len(self._recorded), first_step)
+        self._step = 0 if self._replay_end else first_step
 
     # -- memory --------------------------------------------------------------------------
 
@@ -239,8 +310,27 @@ class ActivationContext:
 
     @property
     def next_step(self) -> int:
-        """The step cursor: the ``step_index`` the next model call or intent will take."""
+        """The step cursor: the ``step_index`` the next model call or intent will take.
+
+        While a resumed activation replays the run's recorded steps, this is the position of
+        the next record; a step that differs from it takes :attr:`high_water_step` instead.
+        """
         return self._step
+
+    @property
+    def high_water_step(self) -> int:
+        """The first step position no activation of this run has taken yet."""
+        return max(self._step, self._high_water)
+
+    @property
+    def run_tokens_used(self) -> int:
+        """Tokens spent by the whole run so far: earlier activations plus this one."""
+        return self._tokens_before + self.tokens_used
+
+    @property
+    def tool_registry(self) -> ToolRegistry:
+        """``AgentConfig.tool_registry``: the tools ``run_tool`` runs and ``act`` validates."""
+        return self._services.tool_registry
 
     def pending_after(self) -> list[tuple[str, int]]:
         """``(intent_id, kind)`` of every unanswered intent, carried ones first, for a Suspend."""
@@ -248,16 +338,48 @@ class ActivationContext:
 
     # -- model ---------------------------------------------------------------------------
 
-    def _take_step(self) -> int:
+    def _take_step(self, kind: int, digest: bytes) -> tuple[int, bool]:
+        """Take the next step for an operation of ``kind`` with content ``digest``.
+
+        Returns the step's position and whether it repeats the run's record there (a replay).
+        """
         step = self._step
+        if step < self._replay_end:
+            record = self._recorded[step]
+            if record.kind == kind and record.digest == digest:
+                following = step + 1
+                self._step = following if following < self._replay_end else self._high_water
+                return step, True
+            self._replay_end = 0
+            step = self._high_water
         self._step = step + 1
-        return step
+        self.new_steps.append((kind, digest))
+        return step, False
+
+    def _replay_cache(self) -> ReplayCache:
+        if self._cache is None:
+            self._cache = ReplayCache(
+                self._load_cache(),
+                max_entries=self._services.cache_max_entries,
+                max_bytes=self._services.cache_max_bytes,
+            )
+        return self._cache
+
+    def _refuse_over_budget(self, limit: int, detail: str) -> BudgetExceededError:
+        self.budget_error = BudgetExceededError(
+            f"run seq {self.seq} {detail}: {self.run_tokens_used} tokens used of its "
+            f"max_tokens_per_run budget of {limit}"
+        )
+        return self.budget_error
 
     async def call_model(self, request: LlmRequest) -> LlmResponse:
         """Call the model through the replay cache; takes a step; traced as ``LLM_CALL``.
 
         A call with the same request at the same run position as a committed one is replayed
-        from the cache without reaching the provider.
+        from the cache without reaching the provider. Otherwise the provider is called with
+        ``AgentConfig.model_retry`` retries; a ``ProviderError`` that survives them propagates
+        (and, unless the agent handles it, fails the activation as ``model_error``). Past the
+        run's token budget it raises ``BudgetExceededError`` (see the module docstring).
         """
         if not isinstance(request, LlmRequest):
             raise TypeError(f"call_model takes an LlmRequest, got {type(request).__name__}")
@@ -267,20 +389,23 @@ class ActivationContext:
                 "the agent called the model, but AgentConfig.provider_factory is not set; "
                 "pass provider_factory=<a zero-argument function returning the model client>"
             )
-        step = self._take_step()
-        cache_key = replay_cache_key(request, self.entity_key, self.seq, step)
-        if self._cache is None:
-            self._cache = ReplayCache(
-                self._load_cache(),
-                max_entries=self._services.cache_max_entries,
-                max_bytes=self._services.cache_max_bytes,
-            )
-        entry = self._cache.lookup(cache_key)
+        if self.budget_error is not None:
+            raise self.budget_error
+        request_digest = request.content_digest()
+        step, _ = self._take_step(StepRecord.MODEL, bytes.fromhex(request_digest))
+        cache_key = cache_key_for_digest(request_digest, self.entity_key, self.seq, step)
+        cache = self._replay_cache()
+        entry = cache.lookup(cache_key)
         if entry is not None:
             response = model.replay(entry)
+            attempts = 0
         else:
-            response = await model.complete(request)
-            self._cache.record(
+            limit = self._services.max_tokens_per_run
+            if limit is not None and self.run_tokens_used >= limit:
+                raise self._refuse_over_budget(limit, "was refused a model call")
+            answer = await model.complete(request, budget_s=self._services.time_left_s())
+            response, attempts = answer.response, answer.attempts
+            cache.record(
                 ModelCacheEntry(
                     cache_key=cache_key,
                     seq=self.seq,
@@ -291,16 +416,15 @@ class ActivationContext:
                     stored_at_ms=self.now_ms,
                 )
             )
-        self.tokens_used += response.usage.total_tokens
+            self.tokens_used += response.usage.total_tokens
+            if limit is not None and self.run_tokens_used > limit:
+                raise self._refuse_over_budget(limit, "went over its token budget")
         self.trace.record(
             TraceEvent.LLM_CALL,
             step,
-            {
-                "model_id": request.model_id,
-                "cache": "miss" if entry is None else "hit",
-                "input_tokens": str(response.usage.input_tokens),
-                "output_tokens": str(response.usage.output_tokens),
-            },
+            model.trace_attributes(
+                request, response, attempts=attempts, cache_hit=entry is not None
+            ),
         )
         return response
 
@@ -338,7 +462,9 @@ class ActivationContext:
         registry knows ``tool_name`` the arguments are validated now (``ToolArgumentError``),
         and a read-only tool is refused (``ReadOnlyIntentError``: run it with ``run_tool``).
         ``ttl_ms`` defaults to ``AgentConfig.intent_ttl_ms``. Takes a step; traced as
-        ``INTENT_EMITTED``. Nothing executes here.
+        ``INTENT_EMITTED``. Nothing executes here. Replaying a step of the run (the same tool
+        and arguments at the same position, see the module docstring) returns the id it
+        returned before and stages nothing.
         """
         if not isinstance(tool_name, str) or not tool_name:
             raise ValueError(f"act needs a tool name, got {tool_name!r}")
@@ -377,8 +503,12 @@ class ActivationContext:
         return self._stage(ToolIntent.APPROVAL, APPROVAL_TOOL_NAME, args_json, ttl, route)
 
     def _stage(self, kind: int, tool_name: str, args_json: str, ttl_ms: int, channel: str) -> str:
-        step = self._take_step()
+        step, replayed = self._take_step(
+            _STEP_KIND_OF_INTENT[kind], intent_step_digest(kind, tool_name, args_json)
+        )
         intent_id = intent_id_for(self.entity_key, self.seq, step)
+        if replayed:
+            return intent_id
         self.intents.append(
             ToolIntent(
                 intent_id=intent_id,

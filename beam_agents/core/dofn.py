@@ -27,11 +27,13 @@ fires early, rather than reset on every element.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import apache_beam as beam
 from apache_beam.coders import BytesCoder
+from apache_beam.metrics.metric import Metrics
 from apache_beam.pvalue import TaggedOutput
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import (
@@ -61,18 +63,27 @@ from beam_agents.core.agent import (
     Suspend,
     intent_id_for,
 )
-from beam_agents.core.bridge import CoroutineDriver
+from beam_agents.core.bridge import CoroutineDriver, enter_task
 from beam_agents.core.context import (
     APPROVAL_TOOL_NAME,
     ActivationContext,
     ActivationServices,
     Resumption,
+    StepRecord,
+    intent_step_digest,
 )
-from beam_agents.core.errors import ActivationTimeoutError, ErrorReason, InvalidOutcomeError
-from beam_agents.core.model_gateway import ModelGateway
+from beam_agents.core.errors import (
+    ActivationTimeoutError,
+    BudgetExceededError,
+    ErrorReason,
+    InvalidOutcomeError,
+)
+from beam_agents.core.model_gateway import METRICS_NAMESPACE, MODEL_COUNTERS, ModelGateway
 from beam_agents.core.state import CONTINUATION_SCHEMA_VERSION, HEADER_SCHEMA_VERSION, KeyState
 from beam_agents.core.tracing import TraceRecorder, trace_id_for
 from beam_agents.hitl import Deny, Drop, Escalate, HitlPolicy, Route
+from beam_agents.model.client import ProviderError
+from beam_agents.model.resilience import CircuitBreakers
 from beam_agents.tools import ToolRunner
 
 if TYPE_CHECKING:
@@ -98,9 +109,10 @@ class CommitInfo:
     """Identifies a commit about to happen, for ``AgentConfig.before_commit``.
 
     ``trigger`` is what caused it: ``"event"``, ``"tool_result"``, ``"approval"`` (an
-    activation), ``"deadline"`` or ``"idle"`` (a timer firing). ``first_step`` is the run's step
-    cursor when the activation or firing began, so ``(entity_key, seq, trigger, first_step)``
-    names one activation across bundle retries.
+    activation), ``"deadline"`` or ``"idle"`` (a timer firing). ``first_step`` is the run's
+    high-water step (the first position none of its activations had taken) when the activation
+    or firing began, so ``(entity_key, seq, trigger, first_step)`` names one activation across
+    bundle retries.
     """
 
     entity_key: bytes
@@ -128,6 +140,14 @@ def _error(
             seq=seq,
         ),
     )
+
+
+def _steps_aligned(continuation: Continuation) -> bool:
+    """Whether the run's step records cover every step it took, so more can be appended.
+
+    Continuations written before steps were recorded have none; their runs never replay.
+    """
+    return len(continuation.steps) == continuation.next_step
 
 
 def element_problem(element: Any) -> TaggedOutput[str, AgentError] | None:
@@ -210,6 +230,39 @@ _KEY: Any = beam.DoFn.KeyParam
 _TIMESTAMP: Any = beam.DoFn.TimestampParam
 
 
+class _BeamModelCounters:
+    """The model gateway's counters as Beam metrics (namespace ``beam_agents``)."""
+
+    __slots__ = ("_counters",)
+
+    def __init__(self) -> None:
+        self._counters = {name: Metrics.counter(METRICS_NAMESPACE, name) for name in MODEL_COUNTERS}
+
+    def inc(self, name: str, value: int = 1) -> None:
+        """Add ``value`` to the counter ``name``."""
+        self._counters[name].inc(value)
+
+
+async def _close_client(aclose: Callable[[], Awaitable[object]]) -> None:
+    await enter_task()
+    await aclose()
+
+
+def _failure_reason(failure: BaseException) -> ErrorReason:
+    if isinstance(failure, ActivationTimeoutError):
+        return ErrorReason.ACTIVATION_TIMEOUT
+    if isinstance(failure, BudgetExceededError):
+        return ErrorReason.BUDGET_EXCEEDED
+    if isinstance(failure, ProviderError):
+        return ErrorReason.MODEL_ERROR
+    return ErrorReason.ACTIVATION_ERROR
+
+
+def _describe(failure: BaseException) -> str:
+    notes = getattr(failure, "__notes__", None) or ()
+    return "; ".join([f"{type(failure).__name__}: {failure}", *notes])
+
+
 class _Call:
     """One ``process`` or timer call on one key: its state, its timers and its outputs."""
 
@@ -236,13 +289,24 @@ class AgentDoFn(beam.DoFn):
     # -- lifecycle -----------------------------------------------------------------------
 
     def setup(self) -> None:
-        """Create the event loop and the model client this instance owns."""
+        """Create the event loop, the model client and the circuit breakers this instance owns."""
         config = self._config
-        self._driver = CoroutineDriver()
+        driver = self._driver = CoroutineDriver()
         policy = config.hitl_policy
         factory = config.provider_factory
+        model = None
+        if factory is not None:
+            threshold = config.circuit_failure_threshold
+            model = ModelGateway(
+                factory(),
+                retry_policy=config.model_retry,
+                breakers=None
+                if threshold is None
+                else CircuitBreakers(threshold, config.circuit_reset_timeout_s),
+                metrics=_BeamModelCounters(),
+            )
         self._services = ActivationServices(
-            model=None if factory is None else ModelGateway(factory()),
+            model=model,
             tool_registry=config.tool_registry,
             tool_runner=ToolRunner(),
             intent_ttl_ms=config.intent_ttl_ms,
@@ -250,6 +314,8 @@ class AgentDoFn(beam.DoFn):
             approval_ttl_ms=config.intent_ttl_ms if policy is None else policy.intent_ttl_ms,
             cache_max_entries=config.model_cache_max_entries,
             cache_max_bytes=config.model_cache_max_bytes,
+            max_tokens_per_run=config.max_tokens_per_run,
+            time_left_s=driver.time_left_s,
         )
 
     def teardown(self) -> None:
@@ -262,7 +328,7 @@ class AgentDoFn(beam.DoFn):
         aclose = getattr(client, "aclose", None)
         try:
             if callable(aclose):
-                driver.run(aclose(), self._config.activation_timeout_s)
+                driver.run(_close_client(aclose), self._config.activation_timeout_s)
         finally:
             driver.close()
 
@@ -385,6 +451,8 @@ class AgentDoFn(beam.DoFn):
                 pending=tuple(
                     zip(admitted.pending_intent_ids, admitted.pending_kinds, strict=True)
                 ),
+                tokens_used=admitted.tokens_used,
+                steps=admitted.steps,
             ),
         )
         trigger = TRIGGER_APPROVAL if is_approval else TRIGGER_TOOL_RESULT
@@ -448,23 +516,20 @@ class AgentDoFn(beam.DoFn):
         envelope_bytes: bytes | None,
     ) -> Outcome | None:
         """Run the agent; on failure emit the error and trace and return ``None``."""
-        ctx.trace.record(TraceEvent.ACTIVATION_START, ctx.next_step, {"trigger": trigger})
+        ctx.trace.record(TraceEvent.ACTIVATION_START, ctx.high_water_step, {"trigger": trigger})
         assert self._driver is not None
-        reason = ErrorReason.ACTIVATION_ERROR
         failure: BaseException
         try:
             outcome = self._driver.run(self._agent(ctx), self._config.activation_timeout_s)
             return self._checked(outcome, ctx)
-        except ActivationTimeoutError as exc:
-            reason, failure = ErrorReason.ACTIVATION_TIMEOUT, exc
         except (Exception, asyncio.CancelledError) as exc:
             failure = exc
-        detail = f"{type(failure).__name__}: {failure}"
+        reason = _failure_reason(failure)
         call.out.append(
             TaggedOutput(
                 TRACES_TAG,
                 ctx.trace.failure(
-                    ctx.next_step, {"reason": reason.value, "error": type(failure).__name__}
+                    ctx.high_water_step, {"reason": reason.value, "error": type(failure).__name__}
                 ),
             )
         )
@@ -472,7 +537,7 @@ class AgentDoFn(beam.DoFn):
             _error(
                 call.key,
                 reason,
-                detail,
+                _describe(failure),
                 envelope.event_time_ms,
                 envelope.SerializeToString() if envelope_bytes is None else envelope_bytes,
                 ctx.seq,
@@ -481,6 +546,9 @@ class AgentDoFn(beam.DoFn):
         return None
 
     def _checked(self, outcome: object, ctx: ActivationContext) -> Outcome:
+        if ctx.budget_error is not None:
+            # The agent caught it, but a run past its budget must not commit.
+            raise ctx.budget_error
         if isinstance(outcome, Complete):
             if not isinstance(outcome.output, bytes):
                 raise InvalidOutcomeError(
@@ -528,7 +596,9 @@ class AgentDoFn(beam.DoFn):
             suspended = self._suspension(ctx, outcome, base)
         else:
             ctx.trace.record(
-                TraceEvent.ACTIVATION_END, ctx.next_step, {"output_bytes": str(len(outcome.output))}
+                TraceEvent.ACTIVATION_END,
+                ctx.high_water_step,
+                {"output_bytes": str(len(outcome.output))},
             )
         self._before_commit(call.key, ctx.seq, trigger, base.next_step)
         memory = ctx.touched_memory
@@ -562,12 +632,20 @@ class AgentDoFn(beam.DoFn):
         """The continuation a ``Suspend`` persists (and its ``SUSPENDED`` trace)."""
         pending = ctx.pending_after()
         timeout = self._suspension_timeout(outcome)
-        ctx.trace.record(TraceEvent.SUSPENDED, ctx.next_step, {"pending": str(len(pending))})
+        next_step = ctx.high_water_step
+        ctx.trace.record(TraceEvent.SUSPENDED, next_step, {"pending": str(len(pending))})
         suspended = Continuation()
         suspended.CopyFrom(base)
         suspended.schema_version = CONTINUATION_SCHEMA_VERSION
         suspended.seq = ctx.seq
-        suspended.next_step = ctx.next_step
+        suspended.next_step = next_step
+        if _steps_aligned(base):
+            suspended.steps.extend(
+                StepRecord(kind=kind, digest=digest)  # type: ignore[arg-type]
+                for kind, digest in ctx.new_steps
+            )
+        else:
+            del suspended.steps[:]
         suspended.snapshot = outcome.snapshot
         suspended.adapter = outcome.adapter
         del suspended.pending_intent_ids[:]
@@ -773,6 +851,13 @@ class AgentDoFn(beam.DoFn):
             step,
             {"intent_id": intent_id, "tool_name": APPROVAL_TOOL_NAME, "kind": "APPROVAL"},
         )
+        if _steps_aligned(escalated):
+            escalated.steps.append(
+                StepRecord(
+                    kind=StepRecord.APPROVAL,
+                    digest=intent_step_digest(ToolIntent.APPROVAL, APPROVAL_TOOL_NAME, args_json),
+                )
+            )
         kept.append((intent_id, ToolIntent.APPROVAL))
         trace.record(
             TraceEvent.SUSPENDED, step + 1, {"pending": str(len(kept)), "route": "escalate"}

@@ -1,7 +1,9 @@
 """Typed errors the runtime raises inside an activation, and the stable ``.errors`` reasons.
 
 An exception that escapes an agent fails its activation: nothing is committed and the envelope
-goes to ``RunAgentOutputs.errors`` with reason ``activation_error`` (or ``activation_timeout``).
+goes to ``RunAgentOutputs.errors`` with reason ``activation_error``, or a more specific one:
+``activation_timeout``, ``model_error`` (a ``ProviderError`` from a model call) or
+``budget_exceeded``.
 The classes below are what the activation context raises when it is misused, so that a test or
 a dead-letter consumer can tell the causes apart by type and by reason.
 """
@@ -38,6 +40,13 @@ class ErrorReason(enum.StrEnum):
     """A suspended run was discarded by idle-key cleanup before it was resumed."""
     TIMEOUT_ROUTE_ERROR = "timeout_route_error"
     """The HITL ``on_timeout`` route raised or returned something that is not a route."""
+    MODEL_ERROR = "model_error"
+    """A model call failed for good and the agent let the ``ProviderError`` escape: retries
+    exhausted, an error that is not retried (a bad request, an undecodable body), or the
+    endpoint's circuit open. Nothing was committed; the envelope can be re-driven."""
+    BUDGET_EXCEEDED = "budget_exceeded"
+    """The run's model calls went past ``AgentConfig.max_tokens_per_run`` (resumes included).
+    Nothing was committed; re-driving fails the same way unless the budget is raised."""
 
 
 class AgentRuntimeError(Exception):
@@ -62,6 +71,14 @@ class ModelNotConfiguredError(AgentRuntimeError):
 
 class InvalidOutcomeError(AgentRuntimeError, TypeError):
     """The agent returned something that is not a valid ``Complete`` or ``Suspend``."""
+
+
+class BudgetExceededError(AgentRuntimeError):
+    """The run's model calls used more tokens than ``AgentConfig.max_tokens_per_run``.
+
+    Raised by ``ctx.call_model``; the activation fails as ``budget_exceeded`` even if the agent
+    catches it.
+    """
 
 
 class ActivationTimeoutError(AgentRuntimeError, TimeoutError):

@@ -1,32 +1,161 @@
 """The single point where an activation reaches the model provider.
 
 ``ActivationContext.call_model`` consults the replay cache and, on a miss, calls
-:meth:`ModelGateway.complete`; that method is the one place a retry policy, a circuit breaker
-or a token budget wraps the provider call. Replays never reach the provider.
+:meth:`ModelGateway.complete`, which wraps the provider call in the runtime's resilience:
+retries with backoff (``AgentConfig.model_retry``), bounded by what remains of the
+activation's time budget, and a circuit breaker per endpoint, from a registry owned by one
+``DoFn`` instance (never shared across instances or keys). Replays never reach the provider.
+
+The gateway also names what is measured: the Beam counters (namespace ``beam_agents``, see
+:data:`MODEL_COUNTERS`) and the ``LLM_CALL`` trace attributes, which follow the OpenTelemetry
+GenAI conventions. Nothing here imports Apache Beam: the ``DoFn`` hands in a
+:class:`ModelMetrics` backed by Beam counters.
 """
 
 from __future__ import annotations
 
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from beam_agents._json import canonical_json
 from beam_agents._protos import ModelCacheEntry
+from beam_agents.core.bridge import enter_task
+from beam_agents.model.anthropic import AnthropicMessagesProvider
 from beam_agents.model.cache import replayed_response
-from beam_agents.model.client import LlmRequest, LlmResponse, ModelClient
+from beam_agents.model.client import LlmRequest, LlmResponse, ModelClient, ProviderError
+from beam_agents.model.openai import OpenAIChatProvider
+from beam_agents.model.resilience import (
+    Attempt,
+    CircuitBreakers,
+    CircuitOpenError,
+    RetryPolicy,
+    call_with_resilience,
+)
+
+METRICS_NAMESPACE = "beam_agents"
+"""The namespace of the runtime's Beam metrics."""
+
+MODEL_CALLS = "model_calls"
+"""Counter: model calls that missed the replay cache and went to the provider (one per call,
+whatever its number of attempts, failed calls included)."""
+MODEL_CACHE_HITS = "model_cache_hits"
+"""Counter: model calls served from the replay cache."""
+MODEL_RETRIES = "model_retries"
+"""Counter: provider attempts beyond the first of each call."""
+MODEL_CALL_FAILURES = "model_call_failures"
+"""Counter: model calls that failed after their retries (or at once, when not retryable)."""
+MODEL_INPUT_TOKENS = "model_input_tokens"
+"""Counter: input tokens the provider reported (replayed calls spend none)."""
+MODEL_OUTPUT_TOKENS = "model_output_tokens"
+"""Counter: output tokens the provider reported (replayed calls spend none)."""
+
+MODEL_COUNTERS = (
+    MODEL_CALLS,
+    MODEL_CACHE_HITS,
+    MODEL_RETRIES,
+    MODEL_CALL_FAILURES,
+    MODEL_INPUT_TOKENS,
+    MODEL_OUTPUT_TOKENS,
+)
+"""Every counter the gateway increments."""
+
+_SINGLE_ATTEMPT = RetryPolicy(max_attempts=1)
+
+
+class ModelMetrics(Protocol):
+    """Where the gateway counts what it does (Beam counters in the runtime)."""
+
+    def inc(self, name: str, value: int = 1) -> None:
+        """Add ``value`` to the counter ``name`` (one of :data:`MODEL_COUNTERS`)."""
+
+
+class _Uncounted:
+    """A :class:`ModelMetrics` that keeps nothing, for gateways used outside a pipeline."""
+
+    def inc(self, name: str, value: int = 1) -> None:
+        """Ignore the increment."""
+
+
+def gen_ai_provider_name(client: object) -> str:
+    """The ``gen_ai.provider.name`` of ``client``.
+
+    A client may declare it as a ``gen_ai_provider_name`` attribute; the bundled HTTP providers
+    are ``openai`` and ``anthropic``; any other client is named by its class.
+    """
+    declared = getattr(client, "gen_ai_provider_name", None)
+    if isinstance(declared, str) and declared:
+        return declared
+    if isinstance(client, OpenAIChatProvider):
+        return "openai"
+    if isinstance(client, AnthropicMessagesProvider):
+        return "anthropic"
+    return type(client).__name__
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderAnswer:
+    """A provider's response and how many attempts reaching the provider it took."""
+
+    response: LlmResponse
+    attempts: int
 
 
 class ModelGateway:
-    """Calls one DoFn instance's model client and rebuilds replayed responses with it."""
+    """Calls one ``DoFn`` instance's model client with retries and circuit breaking.
 
-    __slots__ = ("client",)
+    ``retry_policy`` ``None`` makes one attempt per call; ``breakers`` ``None`` disables
+    circuit breaking. Breakers are keyed by the client's ``endpoint_key(request)`` when it has
+    one (the HTTP providers: base URL plus model), else by client class and model id.
 
-    def __init__(self, client: ModelClient) -> None:
+    Each call first moves into an asyncio task (``bridge.enter_task``, one turn of the event
+    loop), since HTTP clients need one; a client whose ``complete`` works outside a task (pure
+    asyncio, like ``FakeLLM``) may say so with ``needs_asyncio_task = False`` and skip that turn.
+    """
+
+    __slots__ = (
+        "_breakers",
+        "_metrics",
+        "_needs_task",
+        "_policy",
+        "_rng",
+        "client",
+        "provider_name",
+    )
+
+    def __init__(
+        self,
+        client: ModelClient,
+        *,
+        retry_policy: RetryPolicy | None = None,
+        breakers: CircuitBreakers | None = None,
+        metrics: ModelMetrics | None = None,
+    ) -> None:
         if not callable(getattr(client, "complete", None)):
             raise TypeError(
                 f"provider_factory returned {type(client).__name__}, which has no "
                 "`async complete(request)` method"
             )
         self.client = client
+        self.provider_name = gen_ai_provider_name(client)
+        self._policy = _SINGLE_ATTEMPT if retry_policy is None else retry_policy
+        self._breakers = breakers
+        self._metrics: ModelMetrics = _Uncounted() if metrics is None else metrics
+        self._needs_task = getattr(client, "needs_asyncio_task", True) is not False
+        # One source of backoff jitter per gateway: seeding a fresh one per call costs more
+        # than the rest of a cache-missing call's bookkeeping.
+        self._rng = random.Random()
 
-    async def complete(self, request: LlmRequest) -> LlmResponse:
-        """Send ``request`` to the provider."""
+    def _endpoint(self, request: LlmRequest) -> str:
+        endpoint_key: Callable[[LlmRequest], str] | None = getattr(
+            self.client, "endpoint_key", None
+        )
+        if callable(endpoint_key):
+            return endpoint_key(request)
+        return f"{type(self.client).__qualname__}#{request.model_id}"
+
+    async def _call_once(self, request: LlmRequest) -> LlmResponse:
         response = await self.client.complete(request)
         if not isinstance(response, LlmResponse):
             raise TypeError(
@@ -35,6 +164,80 @@ class ModelGateway:
             )
         return response
 
+    async def complete(
+        self, request: LlmRequest, *, budget_s: float | None = None
+    ) -> ProviderAnswer:
+        """Send ``request`` to the provider, retrying retryable errors within ``budget_s``.
+
+        A ``ProviderError`` that ends the call (retries exhausted, not retryable, or the
+        circuit open) propagates with a note saying how many attempts were made.
+        """
+        if self._needs_task:
+            await enter_task()
+        attempts: list[Attempt] = []
+        breaker = None
+        if self._breakers is not None:
+            breaker = self._breakers.for_endpoint(self._endpoint(request))
+        metrics = self._metrics
+        metrics.inc(MODEL_CALLS)
+        try:
+            response = await call_with_resilience(
+                lambda: self._call_once(request),
+                policy=self._policy,
+                breaker=breaker,
+                budget_s=budget_s,
+                on_attempt=attempts.append,
+                rng=self._rng,
+            )
+        except ProviderError as error:
+            reached = _reached_provider(attempts)
+            metrics.inc(MODEL_CALL_FAILURES)
+            if reached > 1:
+                metrics.inc(MODEL_RETRIES, reached - 1)
+            error.add_note(
+                f"the model call to {request.model_id or 'the default model'} failed after "
+                f"{reached} attempt(s) reaching the provider"
+            )
+            raise
+        reached = _reached_provider(attempts)
+        if reached > 1:
+            metrics.inc(MODEL_RETRIES, reached - 1)
+        metrics.inc(MODEL_INPUT_TOKENS, response.usage.input_tokens)
+        metrics.inc(MODEL_OUTPUT_TOKENS, response.usage.output_tokens)
+        return ProviderAnswer(response, reached)
+
     def replay(self, entry: ModelCacheEntry) -> LlmResponse:
         """The response recorded in ``entry``, decoded by this gateway's client."""
+        self._metrics.inc(MODEL_CACHE_HITS)
         return replayed_response(self.client, entry)
+
+    def trace_attributes(
+        self, request: LlmRequest, response: LlmResponse, *, attempts: int, cache_hit: bool
+    ) -> dict[str, str]:
+        """The ``LLM_CALL`` attributes: OpenTelemetry GenAI names plus ``beam_agents.*``.
+
+        Every value is a function of the request and the (possibly replayed) response, never
+        of the wall clock, so traces stay deterministic. ``finish_reasons`` is a JSON array.
+        """
+        default_model = getattr(self.client, "model", "")
+        requested = request.model_id or (default_model if isinstance(default_model, str) else "")
+        usage = response.usage
+        return {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.system": self.provider_name,
+            "gen_ai.provider.name": self.provider_name,
+            "gen_ai.request.model": requested,
+            "gen_ai.response.model": response.model,
+            "gen_ai.usage.input_tokens": str(usage.input_tokens),
+            "gen_ai.usage.output_tokens": str(usage.output_tokens),
+            "gen_ai.response.finish_reasons": canonical_json(
+                [response.stop_reason] if response.stop_reason else []
+            ),
+            "beam_agents.cache_hit": "true" if cache_hit else "false",
+            "beam_agents.attempts": str(attempts),
+        }
+
+
+def _reached_provider(attempts: list[Attempt]) -> int:
+    """How many of ``attempts`` reached the provider (an open circuit refuses without it)."""
+    return sum(1 for attempt in attempts if not isinstance(attempt.error, CircuitOpenError))

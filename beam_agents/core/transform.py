@@ -38,6 +38,7 @@ from beam_agents.core.dofn import (
 from beam_agents.hitl import HitlPolicy
 from beam_agents.model.cache import DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES
 from beam_agents.model.client import ModelClient
+from beam_agents.model.resilience import RetryPolicy
 from beam_agents.tools import ToolRegistry
 
 DEFAULT_INTENT_TTL_MS = 3_600_000
@@ -89,6 +90,19 @@ class AgentConfig:
         before_commit: Called with a :class:`CommitInfo` just before an activation or timer
             firing commits; if it raises, the bundle fails and the runner retries it.
             ``beam_agents.testing.FailFirstCommit`` uses it to force retries in tests.
+        model_retry: How model calls that fail with a retryable ``ProviderError`` (rate
+            limits, server errors, timeouts) are retried, within what remains of
+            ``activation_timeout_s``. Default ``RetryPolicy()``; ``None`` (or
+            ``RetryPolicy(max_attempts=1)``) makes one attempt. A call that fails for good
+            fails the activation as ``model_error`` unless the agent handles the error.
+        circuit_failure_threshold: Consecutive retryable failures of one endpoint (base URL
+            and model) after which each ``DoFn`` instance's circuit breaker for it opens and
+            calls fail fast with ``CircuitOpenError``; ``None`` disables circuit breaking.
+        circuit_reset_timeout_s: How long an open circuit refuses calls before it lets one
+            trial call through.
+        max_tokens_per_run: Token budget of one run (its first activation and every resume):
+            a model call whose reported usage takes the run past it fails the activation as
+            ``budget_exceeded``. ``None`` (the default): no budget.
     """
 
     provider_factory: Callable[[], ModelClient] | None = None
@@ -102,6 +116,10 @@ class AgentConfig:
     model_cache_max_bytes: int = DEFAULT_MAX_BYTES
     processing_clock: Callable[[], float] = time.time
     before_commit: Callable[[CommitInfo], None] | None = None
+    model_retry: RetryPolicy | None = field(default_factory=RetryPolicy)
+    circuit_failure_threshold: int | None = 5
+    circuit_reset_timeout_s: float = 30.0
+    max_tokens_per_run: int | None = None
 
     def __post_init__(self) -> None:
         _require(
@@ -148,6 +166,29 @@ class AgentConfig:
         _require(
             self.before_commit is None or callable(self.before_commit),
             "AgentConfig.before_commit must be a callable or None",
+        )
+        _require(
+            self.model_retry is None or isinstance(self.model_retry, RetryPolicy),
+            "AgentConfig.model_retry must be a beam_agents.model.resilience.RetryPolicy or None "
+            f"(no retries), got {type(self.model_retry).__name__}",
+        )
+        _require(
+            self.circuit_failure_threshold is None or _is_count(self.circuit_failure_threshold, 1),
+            "AgentConfig.circuit_failure_threshold must be an int >= 1 or None (no circuit "
+            f"breaking), got {self.circuit_failure_threshold!r}",
+        )
+        reset = self.circuit_reset_timeout_s
+        _require(
+            isinstance(reset, int | float)
+            and not isinstance(reset, bool)
+            and math.isfinite(reset)
+            and reset >= 0,
+            f"AgentConfig.circuit_reset_timeout_s must be a number of seconds >= 0, got {reset!r}",
+        )
+        _require(
+            self.max_tokens_per_run is None or _is_count(self.max_tokens_per_run, 1),
+            "AgentConfig.max_tokens_per_run must be an int >= 1 or None (no budget), got "
+            f"{self.max_tokens_per_run!r}",
         )
         policy = self.hitl_policy
         if policy is not None and self.ttl_ms is not None:

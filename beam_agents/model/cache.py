@@ -31,7 +31,12 @@ DEFAULT_MAX_BYTES = 512 * 1024
 
 def replay_cache_key(request: LlmRequest, entity_key: bytes, seq: int, step_index: int) -> str:
     """The cache key of ``request`` made by run ``seq`` of ``entity_key`` at ``step_index``."""
-    position = f"{request.content_digest()}|{entity_key.hex()}|{seq}|{step_index}"
+    return cache_key_for_digest(request.content_digest(), entity_key, seq, step_index)
+
+
+def cache_key_for_digest(request_digest: str, entity_key: bytes, seq: int, step_index: int) -> str:
+    """:func:`replay_cache_key` for a request whose ``content_digest()`` is already known."""
+    position = f"{request_digest}|{entity_key.hex()}|{seq}|{step_index}"
     return hashlib.sha256(position.encode("ascii")).hexdigest()
 
 

@@ -1,3 +1,5 @@
+# mypy: disallow-untyped-calls=False
+# (Beam's own API is mostly unannotated.)
 """Running RunAgent pipelines in tests and collecting their four outputs as Python values."""
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import apache_beam as beam
+from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
@@ -63,6 +66,12 @@ class Outputs:
     intents: list[ToolIntent] = field(default_factory=list)
     traces: list[TraceEvent] = field(default_factory=list)
     errors: list[AgentError] = field(default_factory=list)
+    counters: dict[str, int] = field(default_factory=dict)
+    """The pipeline's ``beam_agents`` counters (attempted values: retried bundles included).
+
+    Complete on the FnApiRunner; the BundleBasedDirectRunner in streaming mode reports only
+    part of its bundles' metrics (measured with a plain counting DoFn), so do not assert on
+    them there."""
 
     def traces_for(self, key: bytes) -> list[TraceEvent]:
         """The key's trace events in emission order (by seq, then sequence)."""
@@ -116,11 +125,17 @@ def run_agent(
     options = PipelineOptions()
     options.view_as(StandardOptions).streaming = streaming
     runner = BundleBasedDirectRunner() if streaming else FnApiRunner()
-    with beam.Pipeline(runner=runner, options=options) as pipeline:
-        outputs = source(pipeline) | "Agent" >> RunAgent(agent, config=config or AgentConfig())
-        for tag in ("output", "intents", "traces", "errors"):
-            getattr(outputs, tag) | f"Collect_{tag}" >> beam.ParDo(_Collect(token, tag))
+    pipeline = beam.Pipeline(runner=runner, options=options)
+    outputs = source(pipeline) | "Agent" >> RunAgent(agent, config=config or AgentConfig())
+    for tag in ("output", "intents", "traces", "errors"):
+        getattr(outputs, tag) | f"Collect_{tag}" >> beam.ParDo(_Collect(token, tag))
+    result = pipeline.run()
+    result.wait_until_finish()
     collected = Outputs()
+    query = result.metrics().query(MetricsFilter().with_namespace("beam_agents"))
+    for counter in query["counters"]:
+        name = counter.key.metric.name
+        collected.counters[name] = collected.counters.get(name, 0) + counter.attempted
     with _LOCK:
         items = _COLLECTED.pop(token, [])
     for tag, element in items:

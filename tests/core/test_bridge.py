@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from beam_agents.core.bridge import CoroutineDriver
+from beam_agents.core.bridge import CoroutineDriver, enter_task
 from beam_agents.core.errors import ActivationTimeoutError
 
 
@@ -79,3 +79,24 @@ def test_close_is_idempotent() -> None:
     owned = CoroutineDriver()
     owned.close()
     owned.close()
+
+
+async def needs_a_task() -> tuple[bool, bool]:
+    inline_has_task = asyncio.current_task() is not None
+    await enter_task()
+    async with asyncio.timeout(1.0):
+        await asyncio.sleep(0)
+    return inline_has_task, asyncio.current_task() is not None
+
+
+def test_enter_task_moves_the_rest_of_the_coroutine_into_a_task(driver: CoroutineDriver) -> None:
+    assert driver.run(needs_a_task(), 5.0) == (False, True)
+
+
+def test_time_left_counts_down_from_the_timeout(driver: CoroutineDriver) -> None:
+    async def measure() -> float:
+        await asyncio.sleep(0.05)
+        return driver.time_left_s()
+
+    left = driver.run(measure(), 2.0)
+    assert 1.0 < left <= 1.95

@@ -195,7 +195,10 @@ async def test_two_identical_model_calls_are_two_provider_calls_at_two_steps() -
     assert first.text == second.text == "answer words"
     assert ctx.next_step == 2
     assert [event.step_index for event in ctx.trace.events] == [0, 1]
-    assert [event.attributes["cache"] for event in ctx.trace.events] == ["miss", "miss"]
+    assert [event.attributes["beam_agents.cache_hit"] for event in ctx.trace.events] == [
+        "false",
+        "false",
+    ]
     assert ctx.touched_cache is not None and len(ctx.touched_cache) == 2
     assert ctx.tokens_used == 2 * (2 + 2)
 
@@ -214,7 +217,7 @@ async def test_a_committed_call_at_the_same_position_is_replayed_without_the_pro
     response = await replay.call_model(request)
     assert again.call_count == 0
     assert response.text == "first answer"
-    assert replay.trace.events[0].attributes["cache"] == "hit"
+    assert replay.trace.events[0].attributes["beam_agents.cache_hit"] == "true"
     # The same request one step later is a different position: a real call.
     assert (await replay.call_model(request)).text == "a different answer"
     assert again.call_count == 1

@@ -109,34 +109,67 @@ def test_a_retried_first_commit_mints_the_same_intents(tmp_path: Path) -> None:
 
 
 async def ask_again_after_resume(ctx: ActivationContext) -> Complete | Suspend:
+    """Re-walks its run on resume: the same model call, then the same intent, every time."""
     answer = await ctx.call_model(ask("plan the same thing"))
+    shipment = ctx.act("ship", {"plan": answer.text})
     if not ctx.is_resume:
-        ctx.act("ship", {})
         return Suspend()
-    return Complete(output=answer.response)
+    return Complete(output=b"%s -> %s" % (answer.response, shipment.encode()))
 
 
-def test_the_replay_cache_never_serves_a_call_from_another_position_across_a_resume() -> None:
-    provider = SharedProvider(make_fake())
-    stream = (
-        EnvelopeStream()
-        .event(K, b"order", at_ms=1_000)
-        .result(K, intent_id_for(K, 0, 1), at_ms=2_000)
+def llm_calls(outputs: Outputs) -> list[tuple[int, str]]:
+    return sorted(
+        (event.step_index, event.attributes["beam_agents.cache_hit"])
+        for event in outputs.traces
+        if event.event_type == TraceEvent.LLM_CALL
     )
+
+
+def test_calls_made_before_a_suspension_are_replayed_when_the_resume_re_walks_them() -> None:
+    provider = SharedProvider(make_fake())
+    shipment = intent_id_for(K, 0, 1)
+    stream = EnvelopeStream().event(K, b"order", at_ms=1_000).result(K, shipment, at_ms=2_000)
     outputs = run_agent(
         streamed(stream),
         ask_again_after_resume,
         AgentConfig(provider_factory=provider),
         streaming=True,
     )
-    assert outputs.output == [b"ship it"]
-    assert provider.fake.call_count == 2
-    llm_calls = sorted(
-        (event.step_index, event.attributes["cache"])
-        for event in outputs.traces
-        if event.event_type == TraceEvent.LLM_CALL
+    assert outputs.errors == []
+    # The resume walked the same path: the same answer, from the cache, and the same intent id.
+    assert outputs.output == [b"ship it -> " + shipment.encode()]
+    assert provider.fake.call_count == 1
+    assert llm_calls(outputs) == [(0, "false"), (0, "true")]
+    # The replayed intent was already emitted with the suspension: nothing new is staged.
+    assert [(intent.step_index, intent.tool_name) for intent in outputs.intents] == [(1, "ship")]
+    assert outputs.event_types(K) == [
+        "ACTIVATION_START",
+        "LLM_CALL",
+        "INTENT_EMITTED",
+        "SUSPENDED",
+        "ACTIVATION_START",
+        "LLM_CALL",
+        "ACTIVATION_END",
+    ]
+
+
+def test_a_continuation_style_agent_continues_where_the_run_stopped() -> None:
+    provider = SharedProvider(make_fake())
+    outputs = run_agent(
+        streamed(order_stream()),
+        plan_then_summarize,
+        AgentConfig(provider_factory=provider),
+        streaming=True,
     )
-    assert llm_calls == [(0, "miss"), (2, "miss")]
+    assert outputs.errors == [] and outputs.output == [b"shipped"]
+    # Its first step on resume differs from the record, so it takes the next fresh position.
+    assert llm_calls(outputs) == [(0, "false"), (2, "false")]
+    assert sorted((i.step_index, i.intent_id, i.tool_name) for i in outputs.intents) == [
+        (1, intent_id_for(K, 0, 1), "ship"),
+        (3, intent_id_for(K, 0, 3), "notify"),
+    ]
+    assert calls_containing(provider.fake, "plan") == calls_containing(provider.fake, "summarize")
+    assert provider.fake.call_count == 2
 
 
 def escalate(fallback: FallbackContext) -> Escalate:

@@ -153,7 +153,7 @@ def test_identical_requests_in_one_activation_are_separate_provider_calls() -> N
     assert provider.fake.call_count == 2
     llm_calls = [e for e in outputs.traces if e.event_type == TraceEvent.LLM_CALL]
     assert sorted(e.step_index for e in llm_calls) == [0, 1]
-    assert {e.attributes["cache"] for e in llm_calls} == {"miss"}
+    assert {e.attributes["beam_agents.cache_hit"] for e in llm_calls} == {"false"}
 
 
 # -- bad input ----------------------------------------------------------------------------
@@ -281,6 +281,11 @@ def not_async(ctx: ActivationContext) -> Complete:
         ({"intent_ttl_ms": 0}, "intent_ttl_ms"),
         ({"max_buffered_events": 0}, "max_buffered_events"),
         ({"model_cache_max_bytes": -1}, "model_cache_max_bytes"),
+        ({"model_retry": {"max_attempts": 3}}, "model_retry"),
+        ({"circuit_failure_threshold": 0}, "circuit_failure_threshold"),
+        ({"circuit_reset_timeout_s": -1.0}, "circuit_reset_timeout_s"),
+        ({"max_tokens_per_run": 0}, "max_tokens_per_run"),
+        ({"max_tokens_per_run": True}, "max_tokens_per_run"),
     ],
 )
 def test_bad_configuration_is_refused_with_the_field_named(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import pickle
 import time
 
@@ -10,24 +11,32 @@ import cloudpickle
 import dill
 import pytest
 
+from beam_agents.model.anthropic import AnthropicMessagesProvider
 from beam_agents.model.client import (
     LlmRequest,
+    LlmResponse,
     ProviderRequestError,
     RateLimitError,
     ServerError,
+    TokenUsage,
     ToolCall,
     decode_with,
 )
 from beam_agents.model.fake import (
     FakeLLM,
+    Shape,
     fail_then_succeed,
     match_any,
     match_contains,
     match_model_id,
     raise_error,
     respond_with,
+    respond_with_fn,
+    respond_with_text,
     respond_with_tool_calls,
+    wire_body,
 )
+from beam_agents.model.openai import OpenAIChatProvider
 
 
 def ask(text: str, model_id: str = "m") -> LlmRequest:
@@ -161,3 +170,122 @@ def test_bad_rules_and_behaviors_are_type_errors() -> None:
         FakeLLM([(match_any(), b"answer")])  # type: ignore[list-item]
     with pytest.raises(TypeError, match="str"):
         match_contains(b"bytes")  # type: ignore[arg-type]
+
+
+# -- shapes, callable responders, usage, latency -------------------------------------------
+
+PROVIDER_DECODERS = {
+    "openai": OpenAIChatProvider(base_url="http://127.0.0.1:9", api_key_env=None),
+    "anthropic": AnthropicMessagesProvider(base_url="http://127.0.0.1:9", api_key_env=None),
+}
+
+
+@pytest.mark.parametrize("shape", ["openai", "anthropic"])
+def test_a_shaped_fake_answers_with_the_provider_wire_body(shape: Shape) -> None:
+    fake = FakeLLM(
+        [
+            (match_contains("tools"), respond_with_tool_calls([("lookup", {"id": 7})], text="t")),
+            (match_any(), respond_with_text("just text")),
+        ],
+        shape=shape,
+    )
+    answer = asyncio.run(fake.complete(ask("use tools please")))
+    decoded = PROVIDER_DECODERS[shape].decode(answer.response)
+    assert decoded == answer
+    assert [(c.id, c.name, dict(c.arguments)) for c in answer.tool_calls] == [
+        ("call_0", "lookup", {"id": 7})
+    ]
+    assert answer.stop_reason == {"openai": "tool_calls", "anthropic": "tool_use"}[shape]
+    assert (answer.usage.input_tokens, answer.usage.output_tokens, answer.model) == (3, 1, "m")
+    plain = asyncio.run(fake.complete(ask("hello")))
+    assert plain.text == "just text" and plain.tool_calls == ()
+    assert decode_with(fake, plain.response) == plain
+    assert json.loads(plain.response)["model"] == "m"
+
+
+def test_wire_body_refuses_an_unknown_shape() -> None:
+    with pytest.raises(ValueError, match="shape"):
+        wire_body("grpc", text="x")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="shape"):
+        FakeLLM([], shape="xml")  # type: ignore[arg-type]
+
+
+def echo_last_message(request: LlmRequest) -> bytes:
+    return b"echo: " + str(request.messages[-1]["content"]).encode()
+
+
+def typed_answer(request: LlmRequest) -> LlmResponse:
+    return LlmResponse(response=b"typed", text="typed", usage=TokenUsage(1, 2))
+
+
+def not_an_answer(request: LlmRequest) -> str:
+    return "text is not bytes"
+
+
+def test_respond_with_fn_answers_with_bytes_or_a_response() -> None:
+    fake = FakeLLM(
+        [
+            (match_contains("echo"), respond_with_fn(echo_last_message)),
+            (match_contains("typed"), respond_with_fn(typed_answer)),
+            (match_any(), respond_with_fn(not_an_answer)),  # type: ignore[arg-type]
+        ]
+    )
+    echoed = asyncio.run(fake.complete(ask("echo me")))
+    assert (echoed.text, echoed.usage.input_tokens, echoed.usage.output_tokens) == (
+        "echo: echo me",
+        2,
+        3,
+    )
+    typed = asyncio.run(fake.complete(ask("typed")))
+    assert (typed.text, typed.usage, typed.model) == ("typed", TokenUsage(1, 2), "m")
+    with pytest.raises(TypeError, match="must return bytes or an LlmResponse"):
+        asyncio.run(fake.complete(ask("other")))
+    with pytest.raises(TypeError, match="callable"):
+        respond_with_fn(b"not callable")  # type: ignore[arg-type]
+
+
+def test_usage_can_be_scripted_per_behavior() -> None:
+    usage = TokenUsage(input_tokens=1_000, output_tokens=250)
+    fake = FakeLLM(
+        [
+            (match_contains("a"), respond_with(b"plain", usage=usage)),
+            (match_contains("b"), respond_with_tool_calls([("t", {})], usage=usage)),
+            (match_any(), respond_with_text("c", usage=usage)),
+        ],
+        shape="fake",
+    )
+    for text in ("a", "b", "c"):
+        assert asyncio.run(fake.complete(ask(text))).usage == usage
+    with pytest.raises(TypeError, match="TokenUsage"):
+        respond_with(b"x", usage=(1, 2))  # type: ignore[arg-type]
+
+
+def test_latency_yields_to_the_event_loop() -> None:
+    fake = FakeLLM([(match_any(), respond_with_text("slow", latency_ms=100))])
+
+    async def three_at_once() -> float:
+        started = time.monotonic()
+        await asyncio.gather(*(fake.complete(ask(text)) for text in "xyz"))
+        return time.monotonic() - started
+
+    elapsed = asyncio.run(three_at_once())
+    # Three 100 ms answers overlap only if the latency is an asyncio sleep (a blocking sleep
+    # would take 300 ms).
+    assert 0.1 <= elapsed < 0.25
+
+
+def test_calls_are_counted_per_distinct_request() -> None:
+    fake = FakeLLM([(match_any(), respond_with(b"ok"))])
+    for text in ("x", "y", "x", "x"):
+        asyncio.run(fake.complete(ask(text)))
+    assert sorted(fake.calls_per_request().values()) == [1, 3]
+    assert fake.calls_per_request()[ask("x").content_digest()] == 3
+
+
+@pytest.mark.parametrize("dumps", [pickle.dumps, cloudpickle.dumps, dill.dumps])
+def test_a_shaped_fake_with_a_responder_pickles(dumps: object) -> None:
+    fake = FakeLLM([(match_any(), respond_with_fn(echo_last_message))], shape="anthropic")
+    copy = pickle.loads(dumps(fake))  # type: ignore[operator]
+    assert copy.shape == "anthropic"
+    body = wire_body("anthropic", text="echo: hi", usage=TokenUsage(1, 2), model="m")
+    assert copy.decode(body).text == "echo: hi"

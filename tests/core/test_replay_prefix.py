@@ -1,0 +1,197 @@
+"""The replay prefix: a resumed activation re-walking its run replays it, then diverges."""
+
+from __future__ import annotations
+
+import pytest
+
+from beam_agents import AgentConfig, Complete, Escalate, FallbackContext, HitlPolicy, Suspend
+from beam_agents._protos import Continuation, ModelCache, ToolIntent, ToolResult
+from beam_agents.core.agent import intent_id_for
+from beam_agents.core.context import ActivationContext, Resumption, StepRecord
+from beam_agents.model.client import LlmRequest
+from beam_agents.model.fake import FakeLLM, match_any, respond_with
+from beam_agents.testing import EnvelopeStream, epoch_clock
+from tests.core.harness import run_agent, streamed
+from tests.core.test_context import KEY, event_types, make_context
+
+SEQ = 4
+PLAN = LlmRequest(model_id="m", messages=[{"role": "user", "content": "plan the trip"}])
+
+
+def answering(text: bytes) -> FakeLLM:
+    return FakeLLM([(match_any(), respond_with(text))])
+
+
+async def first_activation() -> tuple[ActivationContext, FakeLLM]:
+    """A run's first activation: a model call, an intent and an approval request."""
+    fake = answering(b"fly")
+    ctx = make_context(provider=fake, seq=SEQ)
+    await ctx.call_model(PLAN)
+    ctx.act("charge", {"amount": 5})
+    ctx.request_approval({"trip": "fly"})
+    return ctx, fake
+
+
+def resumed(first: ActivationContext, fake: FakeLLM) -> ActivationContext:
+    """The resume of ``first``'s run, with what its suspension would have committed."""
+    assert first.touched_cache is not None
+    steps = [StepRecord(kind=kind, digest=digest) for kind, digest in first.new_steps]  # type: ignore[arg-type]
+    charge = intent_id_for(KEY, SEQ, 1)
+    answer = ToolResult(intent_id=charge, status=ToolResult.OK, payload=b'"charged"')
+    return make_context(
+        provider=fake,
+        seq=SEQ,
+        first_step=first.high_water_step,
+        cache=ModelCache.FromString(first.touched_cache.encode()),
+        resumption=Resumption(
+            result=answer,
+            approval=None,
+            snapshot=b"",
+            results={charge: answer},
+            pending=((intent_id_for(KEY, SEQ, 2), ToolIntent.APPROVAL),),
+            tokens_used=first.tokens_used,
+            steps=steps,
+        ),
+    )
+
+
+@pytest.mark.asyncio
+async def test_every_step_is_recorded_with_its_kind_and_content_digest() -> None:
+    ctx, _ = await first_activation()
+    assert [kind for kind, _ in ctx.new_steps] == [
+        StepRecord.MODEL,
+        StepRecord.INTENT,
+        StepRecord.APPROVAL,
+    ]
+    assert ctx.new_steps[0][1] == bytes.fromhex(PLAN.content_digest())
+    assert len({digest for _, digest in ctx.new_steps}) == 3
+    assert (ctx.next_step, ctx.high_water_step) == (3, 3)
+
+
+@pytest.mark.asyncio
+async def test_a_re_walk_replays_every_step_and_then_continues_fresh() -> None:
+    first, fake = await first_activation()
+    ctx = resumed(first, fake)
+    assert (ctx.next_step, ctx.high_water_step) == (0, 3)
+    response = await ctx.call_model(PLAN)
+    assert response.text == "fly" and fake.call_count == 1
+    assert ctx.act("charge", {"amount": 5}) == intent_id_for(KEY, SEQ, 1)
+    assert ctx.request_approval({"trip": "fly"}) == intent_id_for(KEY, SEQ, 2)
+    assert ctx.intents == [] and ctx.new_steps == [] and ctx.tokens_used == 0
+    assert event_types(ctx) == ["LLM_CALL"]
+    assert ctx.trace.events[0].attributes["beam_agents.cache_hit"] == "true"
+    assert ctx.trace.events[0].attributes["beam_agents.attempts"] == "0"
+    assert ctx.act("notify", {"trip": "fly"}) == intent_id_for(KEY, SEQ, 3)
+    assert [intent.step_index for intent in ctx.intents] == [3]
+    assert [kind for kind, _ in ctx.new_steps] == [StepRecord.INTENT]
+    assert ctx.run_tokens_used == first.tokens_used
+
+
+@pytest.mark.asyncio
+async def test_the_first_different_step_ends_replay_at_the_high_water_mark() -> None:
+    first, fake = await first_activation()
+    ctx = resumed(first, fake)
+    await ctx.call_model(PLAN)
+    # Other arguments at step 1: the run diverges here, and takes fresh positions from 3 on.
+    assert ctx.act("charge", {"amount": 6}) == intent_id_for(KEY, SEQ, 3)
+    # The recorded approval would match step 2, but replay is over: this is step 4.
+    assert ctx.request_approval({"trip": "fly"}) == intent_id_for(KEY, SEQ, 4)
+    assert [intent.step_index for intent in ctx.intents] == [3, 4]
+    assert len(ctx.new_steps) == 2
+
+
+@pytest.mark.asyncio
+async def test_another_kind_of_step_diverges_even_with_the_same_content() -> None:
+    first, fake = await first_activation()
+    ctx = resumed(first, fake)
+    assert ctx.act("charge", {"amount": 5}) == intent_id_for(KEY, SEQ, 3)
+    await ctx.call_model(PLAN)  # a fresh position: the provider is called again
+    assert fake.call_count == 2
+    assert ctx.trace.events[-1].step_index == 4
+
+
+@pytest.mark.asyncio
+async def test_a_replayed_call_whose_entry_was_evicted_is_made_again_at_its_position() -> None:
+    first, _ = await first_activation()
+    again = answering(b"fly again")
+    ctx = resumed(first, again)
+    ctx._load_cache = lambda: None  # the replay cache lost the entry
+    response = await ctx.call_model(PLAN)
+    assert response.text == "fly again" and again.call_count == 1
+    assert ctx.trace.events[0].step_index == 0
+    assert ctx.new_steps == [] and ctx.next_step == 1
+    assert ctx.touched_cache is not None and ctx.touched_cache.changed
+
+
+@pytest.mark.parametrize(("recorded", "expected_first"), [(0, 3), (1, 3)])
+def test_a_continuation_without_full_step_records_continues_at_its_cursor(
+    recorded: int, expected_first: int
+) -> None:
+    steps = [StepRecord(kind=StepRecord.INTENT, digest=b"x" * 32)][:recorded]
+    ctx = make_context(
+        seq=SEQ,
+        first_step=3,
+        resumption=Resumption(
+            result=ToolResult(intent_id="i"),
+            approval=None,
+            snapshot=b"",
+            results={},
+            pending=(),
+            steps=steps,
+        ),
+    )
+    assert ctx.act("charge", {"amount": 1}) == intent_id_for(KEY, SEQ, expected_first)
+
+
+def escalate(fallback: FallbackContext) -> Escalate:
+    return Escalate()
+
+
+async def approve_then_ship(ctx: ActivationContext) -> Complete | Suspend:
+    """Re-walks its approval request on every resume; ships once the escalation is approved."""
+    ctx.request_approval({"order": "o-1"})
+    approval = ctx.resume_approval
+    if approval is not None and approval.approved:
+        ctx.act("ship", {"order": "o-1"})
+        # The stream's processing clock is already past the policy's timeout (see epoch_clock).
+        return Suspend(timeout_ms=60_000)
+    if ctx.resume_result is not None:
+        return Complete(output=b"shipped")
+    return Suspend()
+
+
+def test_escalations_are_recorded_so_later_resumes_still_replay() -> None:
+    escalated = intent_id_for(b"o-1", 0, 1)
+    stream = (
+        EnvelopeStream()
+        .event(b"o-1", b"order", at_ms=1_000)
+        .advance_processing_time(6_000)
+        .approval(b"o-1", escalated, approved=True, at_ms=2_000)
+        .result(b"o-1", intent_id_for(b"o-1", 0, 2), at_ms=3_000)
+    )
+    policy = HitlPolicy(
+        timeout_ms=5_000,
+        intent_ttl_ms=60_000,
+        approval_channel="ops",
+        on_timeout=escalate,
+        max_escalations=1,
+    )
+    config = AgentConfig(hitl_policy=policy, processing_clock=epoch_clock)
+    outputs = run_agent(streamed(stream), approve_then_ship, config, streaming=True)
+    assert outputs.errors == [] and outputs.output == [b"shipped"]
+    assert sorted((i.step_index, i.tool_name) for i in outputs.intents) == [
+        (0, "approval"),
+        (1, "approval"),
+        (2, "ship"),
+    ]
+
+
+def test_the_continuation_stores_one_record_per_step() -> None:
+    suspended = Continuation(next_step=2)
+    suspended.steps.add(kind=StepRecord.MODEL, digest=b"a")
+    suspended.steps.add(kind=StepRecord.INTENT, digest=b"b")
+    again = Continuation.FromString(suspended.SerializeToString(deterministic=True))
+    assert [(step.kind, step.digest) for step in again.steps] == [
+        (StepRecord.MODEL, b"a"),
+        (StepRecord.INTENT, b"b"),
+    ]
