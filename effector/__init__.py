@@ -3,7 +3,8 @@
 Agents never perform side effects; they stage ``ToolIntent`` messages, which the pipeline
 submits here. The effector records each intent, executes it with ``EffectorToolRunner``,
 records the ``ToolResult`` and publishes it on an ordered envelope log that the pipeline reads
-back (``Read``). It never imports Apache Beam. Run it with ``beam-agents-effector serve`` or
+back (``Read``); approvers list what awaits them (``ListIntents``) and decide (``Decide``).
+It never imports Apache Beam. Run it with ``beam-agents-effector serve`` or
 ``python -m effector serve`` (see ``--help``).
 
 Guarantees
@@ -44,6 +45,13 @@ Guarantees
   recorded as DONE with a REJECTED result and published, so a suspended agent resumes. An
   intent whose id is not a canonical UUID or whose key is empty is refused in its
   acknowledgement and not recorded.
+- **Redelivery on request.** A Submit with ``redeliver_results`` set appends, for each
+  DUPLICATE whose intent is already DONE, the envelope that published its result to the log
+  again: the same bytes at a new offset (for a decided approval its ``Approval`` envelope,
+  otherwise its ``tool_result`` envelope, REJECTED and EXPIRED included). A pipeline that
+  replays its events from fresh state thus receives the results its agents wait for, while
+  nothing executes again; a duplicate of an intent not yet DONE appends nothing (its result
+  is published when it completes). ``RunAgent`` refuses a result it has already applied.
 - **Stores** are pluggable by URL and pass one conformance suite: SQLite (embedded, default,
   one process, fsync on every commit) and PostgreSQL (shared by replicas; keys are claimed
   with row locks, ``FOR UPDATE SKIP LOCKED``, under leases that are renewed while tools run).

@@ -3,7 +3,9 @@
 ``serve`` loads a ``ToolRegistry`` from ``module:attribute``, opens the store named by URL,
 listens, prints ``effector listening on HOST:PORT`` once ready, and on SIGTERM or SIGINT
 drains (stops accepting calls, lets executions finish or releases them, closes the store) and
-exits 0. ``status``, ``approve`` and ``deny`` talk to a running effector.
+exits 0. ``status``, ``pending``, ``approve`` and ``deny`` talk to a running effector: ``pending``
+is an approver's inbox, one approval awaiting decision per line, as
+``<intent_id> <entity_key> <args_json>`` (see :func:`display_key` for how the key is shown).
 
 Every flag can also come from an environment variable ``BEAM_AGENTS_EFFECTOR_<FLAG>`` (dashes
 become underscores); a flag on the command line wins. Misconfiguration exits with status 2 and
@@ -26,11 +28,17 @@ from typing import Any, NoReturn
 
 import grpc
 
-from beam_agents._protos import IntentState
+from beam_agents._protos import IntentState, ToolIntent
 from beam_agents.tools import ToolRegistry
 from effector.client import EffectorClient
 from effector.errors import ConfigurationError, StoreError
-from effector.server import EffectorServer, ServerSettings, parse_host_port
+from effector.server import (
+    DEFAULT_LIST_LIMIT,
+    MAX_LIST_LIMIT,
+    EffectorServer,
+    ServerSettings,
+    parse_host_port,
+)
 from effector.store import open_store
 from effector.worker import WorkerSettings
 
@@ -222,6 +230,21 @@ def build_parser() -> argparse.ArgumentParser:
     status = commands.add_parser(
         "status", help="print a running effector's counts as JSON", description="Print counts."
     )
+    pending = commands.add_parser(
+        "pending",
+        help="list the approval intents awaiting a decision",
+        description="Print the approval intents awaiting a decision, oldest first, one per line: "
+        "INTENT_ID ENTITY_KEY ARGS_JSON. ENTITY_KEY is the key as text when it is printable "
+        "UTF-8 without whitespace (and does not start with 0x), otherwise 0x and its hex.",
+    )
+    _option(
+        pending,
+        "--limit",
+        f"list at most this many (the server caps it at {MAX_LIST_LIMIT})",
+        default=str(DEFAULT_LIST_LIMIT),
+        metavar="N",
+        type=_positive_int,
+    )
     approve = commands.add_parser(
         "approve",
         help="approve an approval intent",
@@ -232,7 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="deny an approval intent",
         description="Deny an APPROVAL intent; exits 1 if the decision was not applied.",
     )
-    for client_command in (status, approve, deny):
+    for client_command in (status, pending, approve, deny):
         _option(
             client_command,
             "--target",
@@ -389,6 +412,37 @@ def _status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pending(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        intents = client.list_intents(IntentState.AWAITING_DECISION, limit=args.limit)
+    for intent in intents:
+        print(inbox_line(intent))
+    return 0
+
+
+def inbox_line(intent: ToolIntent) -> str:
+    """``<intent_id> <entity_key> <args_json>``: one approval awaiting a decision, on one line."""
+    # Recorded approvals hold valid JSON, where a raw line break can only be insignificant
+    # whitespace, so replacing it keeps the arguments intact and the entry on one line.
+    args_json = (intent.args_json or "{}").replace("\r", " ").replace("\n", " ")
+    return f"{intent.intent_id} {display_key(intent.entity_key)} {args_json}"
+
+
+def display_key(entity_key: bytes) -> str:
+    """The key as text if it is printable UTF-8 without whitespace, else ``0x`` and its hex.
+
+    A text key that itself starts with ``0x`` is shown in hex too, so the two never collide.
+    """
+    try:
+        text = entity_key.decode("utf-8")
+    except UnicodeDecodeError:
+        text = ""
+    readable = text.isprintable() and not any(c.isspace() for c in text)
+    if text and readable and not text.startswith("0x"):
+        return text
+    return "0x" + entity_key.hex()
+
+
 def _decide(args: argparse.Namespace, *, approved: bool) -> int:
     with _client(args) as client:
         decision = client.decide(
@@ -407,6 +461,7 @@ def _decide(args: argparse.Namespace, *, approved: bool) -> int:
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "serve": lambda args: asyncio.run(_serve(args)),
     "status": _status,
+    "pending": _pending,
     "approve": lambda args: _decide(args, approved=True),
     "deny": lambda args: _decide(args, approved=False),
 }

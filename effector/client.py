@@ -27,6 +27,8 @@ from beam_agents._protos import (
     EffectorStub,
     GetIntentRequest,
     GetIntentResponse,
+    IntentState,
+    ListIntentsRequest,
     PublishRequest,
     ReadRequest,
     ReadResponse,
@@ -77,9 +79,16 @@ class EffectorClient:
         self._metadata = _metadata(token)
         self._timeout_s = timeout_s
 
-    def submit(self, intents: Iterable[ToolIntent]) -> list[SubmitAck]:
-        """Submit a batch of intents; one acknowledgement per intent, in order."""
-        response = self._stub.Submit(SubmitRequest(intents=intents), **self._call())
+    def submit(
+        self, intents: Iterable[ToolIntent], *, redeliver_results: bool = False
+    ) -> list[SubmitAck]:
+        """Submit a batch of intents; one acknowledgement per intent, in order.
+
+        With ``redeliver_results``, the result envelope of every duplicate that is already
+        DONE is appended to the envelope log again.
+        """
+        request = SubmitRequest(intents=intents, redeliver_results=redeliver_results)
+        response = self._stub.Submit(request, **self._call())
         return list(response.acks)
 
     def read(self, from_offset: int, *, max_batch: int = 0, wait_ms: int = 0) -> ReadResponse:
@@ -114,6 +123,11 @@ class EffectorClient:
         """How many intents are in each state, and the log's head offset."""
         response: StatusResponse = self._stub.Status(StatusRequest(), **self._call())
         return response
+
+    def list_intents(self, state: IntentState, *, limit: int = 0) -> list[ToolIntent]:
+        """Intents in ``state``, oldest first; ``limit`` 0 means the server's default."""
+        request = ListIntentsRequest(state=state, limit=limit)
+        return list(self._stub.ListIntents(request, **self._call()).intents)
 
     def health(self, service: str = "") -> bool:
         """True if the server reports SERVING for ``service`` ("" is the whole server)."""
@@ -163,9 +177,16 @@ class AsyncEffectorClient:
         self._metadata = _metadata(token)
         self._timeout_s = timeout_s
 
-    async def submit(self, intents: Iterable[ToolIntent]) -> list[SubmitAck]:
-        """Submit a batch of intents; one acknowledgement per intent, in order."""
-        response = await self._stub.Submit(SubmitRequest(intents=intents), **self._call())
+    async def submit(
+        self, intents: Iterable[ToolIntent], *, redeliver_results: bool = False
+    ) -> list[SubmitAck]:
+        """Submit a batch of intents; one acknowledgement per intent, in order.
+
+        With ``redeliver_results``, the result envelope of every duplicate that is already
+        DONE is appended to the envelope log again.
+        """
+        request = SubmitRequest(intents=intents, redeliver_results=redeliver_results)
+        response = await self._stub.Submit(request, **self._call())
         return list(response.acks)
 
     async def read(self, from_offset: int, *, max_batch: int = 0, wait_ms: int = 0) -> ReadResponse:
@@ -200,6 +221,11 @@ class AsyncEffectorClient:
         """How many intents are in each state, and the log's head offset."""
         response: StatusResponse = await self._stub.Status(StatusRequest(), **self._call())
         return response
+
+    async def list_intents(self, state: IntentState, *, limit: int = 0) -> list[ToolIntent]:
+        """Intents in ``state``, oldest first; ``limit`` 0 means the server's default."""
+        request = ListIntentsRequest(state=state, limit=limit)
+        return list((await self._stub.ListIntents(request, **self._call())).intents)
 
     async def health(self, service: str = "") -> bool:
         """True if the server reports SERVING for ``service`` ("" is the whole server)."""

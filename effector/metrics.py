@@ -32,6 +32,12 @@ class EffectorMetrics:
             "Submits of an intent already recorded with identical content.",
             registry=self.registry,
         )
+        self.redelivered = Counter(
+            "effector_results_redelivered",
+            "Result envelopes of DONE intents appended to the log again on a duplicate submit "
+            "that asked for redelivery.",
+            registry=self.registry,
+        )
         self.rejected = Counter(
             "effector_intents_rejected",
             "Submitted intents refused: malformed (not recorded), invalid (recorded as REJECTED) "

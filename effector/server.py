@@ -12,7 +12,13 @@ server. Submit validates every intent and acknowledges each one in request order
   resumes and learns why; a resubmission is then a DUPLICATE carrying that result;
 - an id already recorded with identical content is a DUPLICATE (with its state, and its
   result once DONE); with different content it is REJECTED as a conflict, the first kept;
+  when the request sets ``redeliver_results``, a DUPLICATE whose intent is DONE also appends
+  the envelope that published its result to the log again (same bytes, new offset), so a
+  pipeline replaying from fresh state receives the result it waits for;
 - anything else is ACCEPTED.
+
+``ListIntents`` lists the intents in one state, oldest first (by first receipt), at most
+``MAX_LIST_LIMIT`` per call: an approver's inbox is ``AWAITING_DECISION``.
 
 Batches are limited (``MAX_SUBMIT_BATCH`` intents; ``MAX_MESSAGE_BYTES`` per message) and an
 empty batch is INVALID_ARGUMENT. Errors never carry secrets, and a request the server cannot
@@ -42,6 +48,9 @@ from beam_agents._protos import (
     EnvelopeRecord,
     GetIntentRequest,
     GetIntentResponse,
+    IntentState,
+    ListIntentsRequest,
+    ListIntentsResponse,
     PublishRequest,
     PublishResponse,
     ReadRequest,
@@ -81,6 +90,10 @@ MAX_READ_WAIT_MS = 60_000
 """The longest a Read waits for new envelopes."""
 MAX_TEXT_FIELD_CHARS = 4_096
 """The longest ``approver`` or ``reason`` a Decide may carry."""
+DEFAULT_LIST_LIMIT = 100
+"""Intents per ListIntents when the request leaves ``limit`` at 0."""
+MAX_LIST_LIMIT = 1_000
+"""The most intents one ListIntents returns."""
 
 _HEALTH_METHOD_PREFIX = f"/{health.SERVICE_NAME}/"
 _EFFECTOR_METHOD_PREFIX = f"/{EFFECTOR_SERVICE}/"
@@ -164,6 +177,14 @@ def _guarded(
     return handler
 
 
+_LISTABLE_STATES = (
+    IntentState.PENDING,
+    IntentState.RUNNING,
+    IntentState.AWAITING_DECISION,
+    IntentState.DONE,
+)
+
+
 def _check_intent_id(intent_id: str) -> None:
     problem = intent_id_problem(intent_id)
     if problem is not None:
@@ -216,7 +237,13 @@ class EffectorService(EffectorServicer):
         positions = [
             i for i, ack in enumerate(acks) if ack.outcome == SubmitAck.OUTCOME_UNSPECIFIED
         ]
-        answers = await self._store.submit(to_record, self._clock()) if to_record else []
+        answers = (
+            await self._store.submit(
+                to_record, self._clock(), redeliver_results=request.redeliver_results
+            )
+            if to_record
+            else []
+        )
         accepted = 0
         for position, new, answer in zip(positions, to_record, answers, strict=True):
             ack = acks[position]
@@ -226,6 +253,8 @@ class EffectorService(EffectorServicer):
             if answer.outcome is SubmitOutcome.DUPLICATE:
                 ack.outcome = SubmitAck.DUPLICATE
                 self._metrics.duplicates.inc()
+                if answer.redelivered:
+                    self._metrics.redelivered.inc()
             elif answer.outcome is SubmitOutcome.CONFLICT:
                 ack.outcome = SubmitAck.REJECTED
                 ack.reason = (
@@ -331,6 +360,21 @@ class EffectorService(EffectorServicer):
                 stamped.event_time_ms = now
             envelopes.append(stamped)
         return PublishResponse(offsets=await self._store.publish(envelopes, now))
+
+    @_guarded
+    async def ListIntents(
+        self, request: ListIntentsRequest, context: grpc.aio.ServicerContext
+    ) -> ListIntentsResponse:
+        """Intents in one state, oldest first (by first receipt), at most ``limit``."""
+        if request.state not in _LISTABLE_STATES:
+            raise _invalid(
+                f"state must be one of {', '.join(IntentState.Name(s) for s in _LISTABLE_STATES)}"
+                f", got {request.state}"
+            )
+        if request.limit < 0:
+            raise _invalid("limit must not be negative")
+        limit = min(request.limit or DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT)
+        return ListIntentsResponse(intents=await self._store.list_intents(request.state, limit))
 
     @_guarded
     async def Status(

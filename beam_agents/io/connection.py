@@ -1,14 +1,33 @@
-"""How the pipeline reaches an effector: target, bearer token and TLS, mirroring its server flags."""
+"""How the pipeline reaches an effector: target, bearer token and TLS, mirroring its server flags.
+
+The effector's server takes a shared secret (``--token``/``--token-file``) that every call but
+health checks must carry as ``authorization: Bearer <token>``, and a TLS certificate
+(``--tls-cert``/``--tls-key``). :class:`EffectorConnection` is the client half: the token
+(given, or read from an environment variable on the worker), and the PEM root certificate that
+the server's certificate must chain to.
+"""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
 
 from beam_agents._protos import EffectorStub
+
+_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+"""The largest message the effector accepts or sends by default (its ``MAX_MESSAGE_BYTES``)."""
+
+_CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
+    # gRPC's reconnect backoff grows to two minutes by default; a restarted effector should be
+    # found within the retry budget of SubmitIntents and the read loop of ReadEnvelopes.
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 2_000),
+)
 
 _TRANSIENT_CODES = frozenset(
     {
@@ -20,49 +39,78 @@ _TRANSIENT_CODES = frozenset(
         grpc.StatusCode.UNKNOWN,
     }
 )
+_AUTH_CODES = frozenset({grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED})
 
 
-def is_transient(error: grpc.RpcError) -> bool:
+def _status_code(error: grpc.RpcError) -> grpc.StatusCode | None:
+    code = getattr(error, "code", None)
+    return code() if callable(code) else None
+
+
+def _is_transient(error: grpc.RpcError) -> bool:
     """Whether a failed call may succeed if simply tried again."""
-    code = error.code() if callable(getattr(error, "code", None)) else None
-    return code in _TRANSIENT_CODES
+    return _status_code(error) in _TRANSIENT_CODES
+
+
+def _describe(error: grpc.RpcError) -> str:
+    """``CODE: details`` of a failed call, for dead letters and error messages."""
+    code = _status_code(error)
+    details = getattr(error, "details", None)
+    text = details() if callable(details) else str(error)
+    return f"{code.name if code is not None else 'UNKNOWN'}: {text}"
+
+
+def _call_failure(what: str, target: str, error: grpc.RpcError) -> Exception:
+    """The exception to raise for a call that failed for good: typed by its cause."""
+    message = f"{what} at {target} failed: {_describe(error)}"
+    if _status_code(error) in _AUTH_CODES:
+        return PermissionError(f"{message} (check the token)")
+    if _is_transient(error):
+        return ConnectionError(message)
+    return RuntimeError(message)
 
 
 @dataclass(frozen=True)
 class EffectorConnection:
     """Connection settings for an effector; picklable, so Beam can ship it to workers.
 
-    ``token`` (or the environment variable named by ``token_env``, read on the worker so the
-    secret never enters the pipeline graph) is sent as ``authorization: Bearer <token>`` on every
-    call. ``tls_root_cert`` is a PEM file path; when given, the channel uses TLS and verifies the
-    server against it. ``tls_server_name`` overrides the name checked in the certificate.
+    - ``target``: ``HOST:PORT`` (or any gRPC target) of the effector.
+    - ``token`` (or the environment variable named by ``token_env``, read on the worker so
+      that the secret never enters the pipeline graph) is sent as
+      ``authorization: Bearer <token>`` on every call, as the effector's ``--token`` expects.
+    - ``tls_root_cert``: the PEM root certificate (a file path, or the PEM bytes) that the
+      effector's ``--tls-cert`` must chain to; with it the channel uses TLS. A path is read
+      when the connection is created, so a missing file is reported at once.
+    - ``tls_server_name``: the name to check in the server's certificate instead of the
+      target's host (for test certificates issued to another name).
     """
 
     target: str
-    token: str | None = None
+    token: str | None = field(default=None, repr=False)
     token_env: str | None = None
-    tls_root_cert: str | None = None
+    tls_root_cert: str | os.PathLike[str] | bytes | None = field(default=None, repr=False)
     tls_server_name: str | None = None
+    _root_certificates: bytes | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if not self.target or ":" not in self.target:
+        if not isinstance(self.target, str) or ":" not in self.target:
             raise ValueError(f"effector target must be HOST:PORT, got {self.target!r}")
         if self.token is not None and self.token_env is not None:
             raise ValueError("give either token or token_env, not both")
-
-    def __repr__(self) -> str:
-        token = "<set>" if self.token else None
-        return (
-            f"EffectorConnection(target={self.target!r}, token={token}, "
-            f"token_env={self.token_env!r}, tls_root_cert={self.tls_root_cert!r})"
-        )
+        if self.token is not None and not self.token.strip():
+            raise ValueError("token is empty")
+        if self.tls_server_name is not None and self.tls_root_cert is None:
+            raise ValueError("tls_server_name needs tls_root_cert (it only applies to TLS)")
+        object.__setattr__(self, "_root_certificates", _read_root_certificates(self.tls_root_cert))
 
     def resolved_token(self) -> str | None:
         """The bearer token to send, read from the environment when ``token_env`` is set."""
         if self.token_env is not None:
-            value = os.environ.get(self.token_env)
+            value = os.environ.get(self.token_env, "").strip()
             if not value:
-                raise ValueError(f"environment variable {self.token_env} is not set")
+                raise ValueError(
+                    f"environment variable {self.token_env} (the effector token) is not set"
+                )
             return value
         return self.token
 
@@ -72,15 +120,43 @@ class EffectorConnection:
         return (("authorization", f"Bearer {token}"),) if token else ()
 
     def open_channel(self) -> grpc.Channel:
-        """A new synchronous channel to the effector."""
-        options = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
+        """A new synchronous channel to the effector; the caller closes it."""
+        options: list[tuple[str, str | int]] = list(_CHANNEL_OPTIONS)
+        if self._root_certificates is None:
+            return grpc.insecure_channel(self.target, options=options)
         if self.tls_server_name:
             options.append(("grpc.ssl_target_name_override", self.tls_server_name))
-        if self.tls_root_cert is None:
-            return grpc.insecure_channel(self.target, options=options)
-        credentials = grpc.ssl_channel_credentials(Path(self.tls_root_cert).read_bytes())
+        credentials = grpc.ssl_channel_credentials(root_certificates=self._root_certificates)
         return grpc.secure_channel(self.target, credentials, options=options)
 
     def stub(self, channel: grpc.Channel) -> EffectorStub:
-        """The generated stub over ``channel``."""
-        return EffectorStub(channel)
+        """The generated ``Effector`` stub over ``channel``."""
+        return EffectorStub(channel)  # type: ignore[no-untyped-call]
+
+
+def _read_root_certificates(source: str | os.PathLike[str] | bytes | None) -> bytes | None:
+    if source is None or isinstance(source, bytes):
+        return source
+    try:
+        return Path(source).read_bytes()
+    except OSError as exc:
+        raise ValueError(
+            f"cannot read tls_root_cert {os.fspath(source)!r}: {exc.strerror}"
+        ) from None
+
+
+def _connection(
+    target: str | EffectorConnection,
+    token: str | None,
+    token_env: str | None,
+    tls_root_cert: str | os.PathLike[str] | bytes | None,
+) -> EffectorConnection:
+    """The connection a transform was given, or one built from its keyword arguments."""
+    if isinstance(target, EffectorConnection):
+        if token is not None or token_env is not None or tls_root_cert is not None:
+            raise ValueError(
+                "pass token, token_env and tls_root_cert inside the EffectorConnection, "
+                "not beside it"
+            )
+        return target
+    return EffectorConnection(target, token=token, token_env=token_env, tls_root_cert=tls_root_cert)

@@ -1,52 +1,91 @@
+# mypy: disallow-untyped-calls=False
+# (Beam's own API is mostly unannotated; this module is glue around it.)
 """``ReadEnvelopes``: the effector's envelope log as a ``KV[bytes, AgentEnvelope]`` source.
 
-The log is read by a splittable DoFn that long-polls the effector's ``Read`` RPC and defers its
-remainder between polls. That one shape serves both topologies in DESIGN.md: on a streaming
-runner it is an unbounded source to flatten with the event source; on the DirectRunner it is the
-single source that emits the initial events (published to the effector first) and then every
-re-injected result and approval, and stops once the effector is idle.
+The log is read by a splittable DoFn over an unbounded offset range that long-polls the
+effector's ``Read`` RPC and defers its remainder between polls. That one shape serves both
+topologies in DESIGN.md: on a streaming runner it is an unbounded source to flatten with the
+event source; on a local runner (Beam's FnApiRunner) it is the single source that emits the
+initial events (published to the effector first) and then every re-injected result and
+approval, and stops once the effector is idle.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import apache_beam as beam
+import grpc
 from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
 from apache_beam.io.watermark_estimators import ManualWatermarkEstimator
-from apache_beam.metrics import Metrics
+from apache_beam.metrics.metric import Metrics
 from apache_beam.pvalue import PBegin, PCollection
 from apache_beam.transforms.core import RestrictionProvider
 from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Duration, Timestamp
 
 from beam_agents._protos import AgentEnvelope, PublishRequest, ReadRequest, StatusRequest
-from beam_agents.io.connection import EffectorConnection
+from beam_agents.io.connection import (
+    EffectorConnection,
+    _call_failure,
+    _connection,
+    _describe,
+    _is_transient,
+)
 
-# The restriction's end: far beyond any offset the log will reach, so the range is unbounded.
+_log = logging.getLogger(__name__)
+
+_METRICS_NAMESPACE = "beam_agents.io"
 _LOG_END = 2**62
-_PUBLISH_CHUNK = 500
+"""The restriction's end: beyond any offset the log will reach, so the range is unbounded."""
+_PUBLISH_MAX_ENVELOPES = 500
+_PUBLISH_MAX_BYTES = 4 * 1024 * 1024
+_RPC_TIMEOUT_S = 30.0
+_MAX_POLL_WAIT_MS = 60_000
+"""The effector waits at most this long in one Read."""
+_RETRY_INITIAL_S = 0.1
+_RETRY_MAX_S = 5.0
 
 
-class _LogRestrictions(RestrictionProvider):  # type: ignore[misc]
+class _LogRestrictions(RestrictionProvider):
     """One unsplittable offset range per reader: the log is consumed in order."""
 
     def initial_restriction(self, start_offset: int) -> OffsetRange:
+        """From the start offset to (practically) forever."""
         return OffsetRange(start_offset, _LOG_END)
 
     def create_tracker(self, restriction: OffsetRange) -> OffsetRestrictionTracker:
+        """Claims offsets in increasing order."""
         return OffsetRestrictionTracker(restriction)
 
     def restriction_size(self, start_offset: int, restriction: OffsetRange) -> int:
+        """Unknown, and never split: report one unit of work."""
         return 1
 
     def split(self, start_offset: int, restriction: OffsetRange) -> Iterator[OffsetRange]:
+        """Never split up front: one reader per log."""
         yield restriction
 
 
-class _PublishInitialEventsFn(beam.DoFn):  # type: ignore[misc]
+def _publish_chunks(events: list[bytes]) -> Iterator[list[AgentEnvelope]]:
+    """Serialized events in Publish-sized chunks (bounded in count and in bytes)."""
+    chunk: list[AgentEnvelope] = []
+    size = 0
+    for raw in events:
+        if chunk and (len(chunk) == _PUBLISH_MAX_ENVELOPES or size + len(raw) > _PUBLISH_MAX_BYTES):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(AgentEnvelope.FromString(raw))
+        size += len(raw)
+    if chunk:
+        yield chunk
+
+
+class _PublishInitialEventsFn(beam.DoFn):
     """Publishes the initial events, then emits the offset the reader starts from."""
 
     def __init__(
@@ -57,30 +96,40 @@ class _PublishInitialEventsFn(beam.DoFn):  # type: ignore[misc]
         self._start_offset = start_offset
 
     def process(self, _impulse: bytes) -> Iterator[int]:
-        if not self._events:
-            yield self._start_offset if self._start_offset is not None else 1
-            return
+        """Publish (if there are events) and emit the first offset to read."""
+        first_published = 1
+        if self._events:
+            first_published = self._publish()
+        yield first_published if self._start_offset is None else self._start_offset
+
+    def _publish(self) -> int:
+        metadata = self._connection.metadata()
         channel = self._connection.open_channel()
+        offsets: list[int] = []
         try:
             stub = self._connection.stub(channel)
-            metadata = self._connection.metadata()
-            first_offset: int | None = None
-            for start in range(0, len(self._events), _PUBLISH_CHUNK):
-                chunk = [
-                    AgentEnvelope.FromString(raw)
-                    for raw in self._events[start : start + _PUBLISH_CHUNK]
-                ]
-                response = stub.Publish(PublishRequest(envelopes=chunk), metadata=metadata)
-                if first_offset is None and response.offsets:
-                    first_offset = response.offsets[0]
+            for chunk in _publish_chunks(self._events):
+                response = stub.Publish(
+                    PublishRequest(envelopes=chunk), timeout=_RPC_TIMEOUT_S, metadata=metadata
+                )
+                offsets.extend(response.offsets)
+        except grpc.RpcError as error:
+            raise _call_failure(
+                f"publishing the initial events ({len(offsets)} of {len(self._events)} done)",
+                self._connection.target,
+                error,
+            ) from error
         finally:
             channel.close()
-        assert first_offset is not None
-        yield first_offset if self._start_offset is None else self._start_offset
+        return offsets[0]
+
+
+_TRACKER: Any = beam.DoFn.RestrictionParam(_LogRestrictions())
+_WATERMARK: Any = beam.DoFn.WatermarkEstimatorParam(ManualWatermarkEstimator.default_provider())
 
 
 @beam.DoFn.unbounded_per_element()
-class _ReadLogFn(beam.DoFn):  # type: ignore[misc]
+class _ReadLogFn(beam.DoFn):
     """Long-polls the envelope log from the restriction's start; defers between polls."""
 
     def __init__(
@@ -96,15 +145,21 @@ class _ReadLogFn(beam.DoFn):  # type: ignore[misc]
         self._poll_wait_ms = poll_wait_ms
         self._stop_when_idle_s = stop_when_idle_s
         self._watermark_lag = Duration.of(watermark_lag_s)
-        self._read = Metrics.counter("beam_agents.io", "envelopes_read")
+        self._read = Metrics.counter(_METRICS_NAMESPACE, "envelopes_read")
+        self._retries = Metrics.counter(_METRICS_NAMESPACE, "read_retries")
 
     def setup(self) -> None:
+        """Open the channel; reset the idle clock and the failure count."""
+        self._metadata = self._connection.metadata()
         self._channel = self._connection.open_channel()
         self._stub = self._connection.stub(self._channel)
-        self._metadata = self._connection.metadata()
+        # Kept on the instance across the deferred remainders it processes: stopping when idle
+        # is meant for local runs, where one instance reads the whole log.
         self._idle_since: float | None = None
+        self._failures = 0
 
     def teardown(self) -> None:
+        """Close the channel."""
         channel = getattr(self, "_channel", None)
         if channel is not None:
             channel.close()
@@ -112,73 +167,111 @@ class _ReadLogFn(beam.DoFn):  # type: ignore[misc]
     def process(
         self,
         start_offset: int,
-        tracker: Any = beam.DoFn.RestrictionParam(_LogRestrictions()),
-        watermark: Any = beam.DoFn.WatermarkEstimatorParam(
-            ManualWatermarkEstimator.default_provider()
-        ),
+        tracker: Any = _TRACKER,
+        watermark: Any = _WATERMARK,
     ) -> Iterator[Any]:
+        """One poll: emit what arrived, then defer the rest of the log (or stop when idle)."""
         position = tracker.current_restriction().start
-        response = self._stub.Read(
-            ReadRequest(
-                from_offset=position, max_batch=self._max_batch, wait_ms=self._poll_wait_ms
-            ),
-            metadata=self._metadata,
-        )
+        try:
+            response = self._stub.Read(
+                ReadRequest(
+                    from_offset=position, max_batch=self._max_batch, wait_ms=self._poll_wait_ms
+                ),
+                timeout=_RPC_TIMEOUT_S + self._poll_wait_ms / 1000,
+                metadata=self._metadata,
+            )
+            stop = not response.records and self._idle_and_drained(position)
+        except grpc.RpcError as error:
+            self._back_off(error)
+            tracker.defer_remainder()
+            return
+        self._failures = 0
+        if stop:
+            tracker.try_claim(_LOG_END)
+            return
+        if response.records:
+            self._idle_since = None
         newest: Timestamp | None = None
         for record in response.records:
             if not tracker.try_claim(record.offset):
                 return
             envelope = record.envelope
-            timestamp = Timestamp.of(envelope.event_time_ms / 1000.0)
+            timestamp = Timestamp(micros=envelope.event_time_ms * 1000)
             newest = timestamp if newest is None else max(newest, timestamp)
             self._read.inc()
             yield TimestampedValue((envelope.entity_key, envelope), timestamp)
-        if newest is not None:
-            self._idle_since = None
-            self._advance_watermark(watermark, newest - self._watermark_lag)
-        elif self._effector_is_idle():
-            tracker.try_claim(_LOG_END)
-            return
-        tracker.defer_remainder(Duration.of(0))
+        # With nothing to read the reader is at the head of the log, so the watermark may
+        # follow the clock; otherwise it follows the newest event time read.
+        self._advance_watermark(watermark, (newest or Timestamp.now()) - self._watermark_lag)
+        tracker.defer_remainder()
 
     def _advance_watermark(self, watermark: Any, candidate: Timestamp) -> None:
         current = watermark.current_watermark()
         if current is None or candidate > current:
             watermark.set_watermark(candidate)
 
-    def _effector_is_idle(self) -> bool:
-        """Whether to stop: told to, nothing arrived for long enough, and nothing in flight."""
+    def _idle_and_drained(self, position: int) -> bool:
+        """Whether to stop: told to, idle for long enough, nothing in flight, nothing unread."""
         if self._stop_when_idle_s is None:
             return False
         now = time.monotonic()
         if self._idle_since is None:
             self._idle_since = now
-            return False
         if now - self._idle_since < self._stop_when_idle_s:
             return False
-        status = self._stub.Status(StatusRequest(), metadata=self._metadata)
-        if status.in_flight > 0:
-            return False
-        return True
+        status = self._stub.Status(StatusRequest(), timeout=_RPC_TIMEOUT_S, metadata=self._metadata)
+        # The store counts before it reads the head, so a result published after the counts
+        # shows in the head and is read before stopping.
+        return bool(status.in_flight == 0 and status.head_offset < position)
+
+    def _back_off(self, error: grpc.RpcError) -> None:
+        if not _is_transient(error):
+            raise _call_failure(
+                "reading the envelope log", self._connection.target, error
+            ) from error
+        self._retries.inc()
+        delay = min(_RETRY_MAX_S, _RETRY_INITIAL_S * 2**self._failures)
+        self._failures += 1
+        _log.warning(
+            "reading the envelope log at %s failed (%s); retrying in %.1f s",
+            self._connection.target,
+            _describe(error),
+            delay,
+        )
+        # Slept here rather than requested as a resume delay: local runners resume at once.
+        time.sleep(delay)
 
 
-class ReadEnvelopes(beam.PTransform):  # type: ignore[misc]
+class ReadEnvelopes(beam.PTransform[PBegin, PCollection[tuple[bytes, AgentEnvelope]]]):
     """Read the effector's envelope log as ``KV[bytes, AgentEnvelope]``, timestamped by event time.
 
-    - ``events``: initial events to publish to the effector before reading; the reader then
-      starts at the first of them, so the output is those events followed by every envelope
-      appended after them (tool results, approvals). This is the DirectRunner's single-source
-      shape.
-    - ``start_offset``: where to start reading (default: the first published event, or 1 when
-      there are no events). On streaming runners the reader's position is checkpointed by the
-      runner; across pipeline restarts pass the offset to resume from.
-    - ``stop_when_idle_s``: stop once nothing new arrived for this long and the effector has
-      nothing in flight (no pending, running or awaiting-decision intents). ``None`` (default)
-      reads forever, as a streaming source should.
-    - ``watermark_lag_s``: the watermark trails the newest event time read by this much.
+    Each element is ``(envelope.entity_key, envelope)`` with the timestamp
+    ``envelope.event_time_ms``, in log (offset) order.
 
-    A duplicate delivery (after a retry or a redelivered result) is harmless: ``RunAgent``
-    refuses a result it has already applied.
+    - ``events``: external events (``external_event`` envelopes, each with an ``entity_key``)
+      to publish to the effector before reading; reading then starts at the first of them,
+      so the output is those events followed by every envelope appended after them (tool
+      results, approvals). This is the single-source shape local runners need to close a loop
+      through the effector. They are published once per run of the pipeline.
+    - ``start_offset``: where to start reading instead (default: the first published event,
+      or 1, the start of the log, when there are no events). On streaming runners the
+      reader's position is checkpointed by the runner; across pipeline restarts pass the
+      offset to resume from.
+    - ``stop_when_idle_s``: stop once nothing new has arrived for this long, the effector has
+      nothing in flight (no pending, running or awaiting-decision intents: an approval still
+      waiting for a decision keeps the reader going) and everything in the log has been read.
+      ``None`` (default) reads forever, as a streaming source should.
+    - ``max_batch``: envelopes per ``Read``; ``poll_wait_ms``: how long one ``Read`` waits for
+      new envelopes (at most 60 000).
+    - ``watermark_lag_s``: the watermark trails the newest event time read (or the wall clock,
+      when the whole log has been read) by this much.
+    - ``token``, ``token_env``, ``tls_root_cert``: as for :class:`EffectorConnection`; or pass
+      an ``EffectorConnection`` as ``target``.
+
+    Transient failures (the effector restarting) are retried with backoff, indefinitely; a
+    wrong token fails the pipeline with ``PermissionError``. A duplicate delivery (after a
+    retry, or a redelivered result) is harmless: ``RunAgent`` refuses a result it has already
+    applied.
     """
 
     def __init__(
@@ -193,43 +286,51 @@ class ReadEnvelopes(beam.PTransform):  # type: ignore[misc]
         watermark_lag_s: float = 60.0,
         token: str | None = None,
         token_env: str | None = None,
-        tls_root_cert: str | None = None,
+        tls_root_cert: str | os.PathLike[str] | bytes | None = None,
     ) -> None:
         super().__init__()
         if start_offset is not None and start_offset < 1:
             raise ValueError(f"start_offset counts from 1, got {start_offset}")
         if stop_when_idle_s is not None and stop_when_idle_s <= 0:
             raise ValueError("stop_when_idle_s must be positive (or None to read forever)")
-        if max_batch < 1 or poll_wait_ms < 0:
-            raise ValueError("need max_batch >= 1 and poll_wait_ms >= 0")
-        encoded: list[bytes] = []
-        for envelope in events or ():
-            if not isinstance(envelope, AgentEnvelope):
-                raise ValueError(f"events must be AgentEnvelopes, got {type(envelope).__name__}")
-            if not envelope.entity_key:
-                raise ValueError("every event needs a non-empty entity_key")
-            encoded.append(envelope.SerializeToString())
-        self._connection = (
-            target
-            if isinstance(target, EffectorConnection)
-            else EffectorConnection(
-                target, token=token, token_env=token_env, tls_root_cert=tls_root_cert
-            )
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be at least 1, got {max_batch}")
+        if not 0 <= poll_wait_ms <= _MAX_POLL_WAIT_MS:
+            raise ValueError(f"poll_wait_ms must be between 0 and {_MAX_POLL_WAIT_MS}")
+        if watermark_lag_s < 0:
+            raise ValueError(f"watermark_lag_s must not be negative, got {watermark_lag_s}")
+        connection = _connection(target, token, token_env, tls_root_cert)
+        self._publish_fn = _PublishInitialEventsFn(
+            connection, _encode_events(events or ()), start_offset
         )
-        self._events = encoded
-        self._start_offset = start_offset
         self._read_fn = _ReadLogFn(
-            self._connection, max_batch, poll_wait_ms, stop_when_idle_s, watermark_lag_s
+            connection, max_batch, poll_wait_ms, stop_when_idle_s, watermark_lag_s
         )
 
     def expand(self, pbegin: PBegin) -> PCollection[tuple[bytes, AgentEnvelope]]:
-        return (
+        """Impulse → publish the events → read the log from the first one."""
+        envelopes: PCollection[tuple[bytes, AgentEnvelope]] = (
             pbegin
             | "Start" >> beam.Impulse()
-            | "Publish"
-            >> beam.ParDo(
-                _PublishInitialEventsFn(self._connection, self._events, self._start_offset)
-            )
-            | "ReadLog"
-            >> beam.ParDo(self._read_fn).with_output_types(tuple[bytes, AgentEnvelope])
+            | "Publish" >> beam.ParDo(self._publish_fn)
+            | "ReadLog" >> beam.ParDo(self._read_fn).with_output_types(tuple[bytes, AgentEnvelope])
         )
+        return envelopes
+
+
+def _encode_events(events: Iterable[AgentEnvelope]) -> list[bytes]:
+    encoded: list[bytes] = []
+    for position, envelope in enumerate(events):
+        if not isinstance(envelope, AgentEnvelope):
+            raise ValueError(
+                f"events must be AgentEnvelopes; event {position} is a {type(envelope).__name__}"
+            )
+        if not envelope.entity_key:
+            raise ValueError(f"event {position} has an empty entity_key")
+        if envelope.WhichOneof("payload") != "external_event":
+            raise ValueError(
+                f"event {position} is not an external_event envelope: only the effector "
+                "publishes tool results and approvals"
+            )
+        encoded.append(envelope.SerializeToString())
+    return encoded

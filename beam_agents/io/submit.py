@@ -1,7 +1,10 @@
+# mypy: disallow-untyped-calls=False
+# (Beam's own API is mostly unannotated; this module is glue around it.)
 """``SubmitIntents``: hand staged intents to the effector, once per intent id, from any bundle."""
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from collections.abc import Iterator, Sequence
@@ -10,14 +13,28 @@ from typing import Any
 
 import apache_beam as beam
 import grpc
-from apache_beam.metrics import Metrics
+from apache_beam.metrics.metric import Metrics
 from apache_beam.pvalue import PCollection, TaggedOutput
 from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_agents._protos import IntentDeadLetter, SubmitAck, SubmitRequest, ToolIntent
-from beam_agents.io.connection import EffectorConnection, is_transient
+from beam_agents.io.connection import (
+    _MAX_MESSAGE_BYTES,
+    EffectorConnection,
+    _connection,
+    _describe,
+    _is_transient,
+)
 
 _DEAD_LETTER = "dead_letter"
+_METRICS_NAMESPACE = "beam_agents.io"
+
+_MAX_BATCH_SIZE = 1_000
+"""The most intents one Submit may carry (the effector's ``MAX_SUBMIT_BATCH``)."""
+_MAX_BATCH_BYTES = 4 * 1024 * 1024
+"""A batch is cut before it grows past this, so requests stay well under the message limit."""
+_MAX_INTENT_BYTES = _MAX_MESSAGE_BYTES - 64 * 1024
+"""An intent larger than this cannot be sent at all (with room for the request's framing)."""
 
 
 @dataclass(frozen=True)
@@ -25,8 +42,10 @@ class SubmitIntentsOutputs:
     """What ``SubmitIntents`` returns.
 
     ``acks``: one ``SubmitAck`` per intent the effector answered (accepted, duplicate or
-    rejected). ``dead_letter``: one ``IntentDeadLetter`` per intent the effector rejected or
-    could not be reached for, with the reason; re-submit them once the cause is fixed.
+    rejected), in the intent's window and with its timestamp. ``dead_letter``: one
+    ``IntentDeadLetter`` per intent that was refused or never reached the effector, with the
+    reason (and the effector's outcome name when it refused it); re-submit them once the cause
+    is fixed.
     """
 
     acks: PCollection[SubmitAck]
@@ -42,13 +61,33 @@ class _Backoff:
     max_s: float
 
     def delays(self) -> Iterator[float]:
-        """Sleep before each retry: uniform in [0, min(max, initial * 2**n)]."""
-        for attempt in range(self.max_attempts - 1):
-            yield random.uniform(0.0, min(self.max_s, self.initial_s * 2**attempt))
+        """The sleep before each retry: uniform in ``[0, min(max, initial * 2**n)]``."""
+        for retry in range(self.max_attempts - 1):
+            yield random.uniform(0.0, min(self.max_s, self.initial_s * 2**retry))
 
 
-class _SubmitIntentsFn(beam.DoFn):  # type: ignore[misc]
-    """Buffers a bundle's intents and submits them in batches when the bundle finishes."""
+@dataclass(frozen=True)
+class _Pending:
+    intent: ToolIntent
+    timestamp: Any
+    window: Any
+
+    def output(self, value: Any) -> WindowedValue:
+        return WindowedValue(value, self.timestamp, (self.window,))
+
+
+class _CallFailedError(Exception):
+    def __init__(self, error: grpc.RpcError, attempts: int) -> None:
+        super().__init__(error)
+        self.reason = f"effector call failed after {attempts} attempt(s): {_describe(error)}"
+
+
+_TIMESTAMP: Any = beam.DoFn.TimestampParam
+_WINDOW: Any = beam.DoFn.WindowParam
+
+
+class _SubmitIntentsFn(beam.DoFn):
+    """Buffers intents into batches and submits each batch, retrying transient failures."""
 
     def __init__(
         self,
@@ -63,98 +102,142 @@ class _SubmitIntentsFn(beam.DoFn):  # type: ignore[misc]
         self._backoff = backoff
         self._rpc_timeout_s = rpc_timeout_s
         self._redeliver_results = redeliver_results
-        self._accepted = Metrics.counter("beam_agents.io", "intents_accepted")
-        self._duplicates = Metrics.counter("beam_agents.io", "intents_duplicate")
-        self._dead_lettered = Metrics.counter("beam_agents.io", "intents_dead_lettered")
-        self._retries = Metrics.counter("beam_agents.io", "submit_retries")
+        self._accepted = Metrics.counter(_METRICS_NAMESPACE, "intents_accepted")
+        self._duplicates = Metrics.counter(_METRICS_NAMESPACE, "intents_duplicate")
+        self._rejected = Metrics.counter(_METRICS_NAMESPACE, "intents_rejected")
+        self._dead_lettered = Metrics.counter(_METRICS_NAMESPACE, "intents_dead_lettered")
+        self._retries = Metrics.counter(_METRICS_NAMESPACE, "submit_retries")
+        self._batch_sizes = Metrics.distribution(_METRICS_NAMESPACE, "submit_batch_size")
 
     def setup(self) -> None:
+        """Open the channel and resolve the token (from the worker's environment, if so told)."""
+        self._metadata = self._connection.metadata()
         self._channel = self._connection.open_channel()
         self._stub = self._connection.stub(self._channel)
-        self._metadata = self._connection.metadata()
 
     def teardown(self) -> None:
+        """Close the channel."""
         channel = getattr(self, "_channel", None)
         if channel is not None:
             channel.close()
 
     def start_bundle(self) -> None:
-        self._pending: list[tuple[ToolIntent, Any, Any]] = []
+        """Start an empty batch."""
+        self._batch: list[_Pending] = []
+        self._batch_bytes = 0
 
     def process(
         self,
         intent: ToolIntent,
-        timestamp: Any = beam.DoFn.TimestampParam,
-        window: Any = beam.DoFn.WindowParam,
+        timestamp: Any = _TIMESTAMP,
+        window: Any = _WINDOW,
     ) -> Iterator[Any]:
+        """Add ``intent`` to the batch; submit the batch first if it is full."""
         if not isinstance(intent, ToolIntent):
-            self._dead_lettered.inc()
-            yield TaggedOutput(
-                _DEAD_LETTER,
-                IntentDeadLetter(reason=f"not a ToolIntent: {type(intent).__name__}"),
+            yield self._dead_letter(
+                IntentDeadLetter(reason=f"not a ToolIntent: {type(intent).__name__}")
             )
             return
-        self._pending.append((intent, timestamp, window))
+        size = intent.ByteSize()
+        if size > _MAX_INTENT_BYTES:
+            yield self._dead_letter(
+                IntentDeadLetter(
+                    intent=intent,
+                    reason=f"intent is {size} bytes, over the {_MAX_INTENT_BYTES}-byte limit "
+                    "of one effector request",
+                )
+            )
+            return
+        if self._batch and self._batch_bytes + size > _MAX_BATCH_BYTES:
+            yield from self._submit_batch()
+        self._batch.append(_Pending(intent, timestamp, window))
+        self._batch_bytes += size
+        if len(self._batch) >= self._batch_size:
+            yield from self._submit_batch()
 
     def finish_bundle(self) -> Iterator[Any]:
-        pending, self._pending = self._pending, []
-        for start in range(0, len(pending), self._batch_size):
-            yield from self._submit_batch(pending[start : start + self._batch_size])
+        """Submit what is left of the batch."""
+        yield from self._submit_batch()
 
-    def _submit_batch(self, batch: Sequence[tuple[ToolIntent, Any, Any]]) -> Iterator[Any]:
-        request = SubmitRequest(
-            intents=[intent for intent, _, _ in batch], redeliver_results=self._redeliver_results
-        )
-        try:
-            response = self._call_with_retries(request)
-        except grpc.RpcError as error:
-            reason = f"effector call failed: {error.code().name}: {error.details()}"
-            for intent, timestamp, window in batch:
-                self._dead_lettered.inc()
-                letter = IntentDeadLetter(intent=intent, reason=reason)
-                yield TaggedOutput(_DEAD_LETTER, WindowedValue(letter, timestamp, [window]))
+    def _submit_batch(self) -> Iterator[Any]:
+        batch, self._batch, self._batch_bytes = self._batch, [], 0
+        if not batch:
             return
-        for (intent, timestamp, window), ack in zip(batch, response.acks, strict=True):
-            yield WindowedValue(ack, timestamp, [window])
+        self._batch_sizes.update(len(batch))
+        try:
+            acks = self._submit([pending.intent for pending in batch])
+        except _CallFailedError as failure:
+            for pending in batch:
+                letter = IntentDeadLetter(intent=pending.intent, reason=failure.reason)
+                yield self._dead_letter(pending.output(letter))
+            return
+        for pending, ack in zip(batch, acks, strict=True):
+            yield pending.output(ack)
             if ack.outcome == SubmitAck.ACCEPTED:
                 self._accepted.inc()
             elif ack.outcome == SubmitAck.DUPLICATE:
                 self._duplicates.inc()
             else:
-                self._dead_lettered.inc()
+                self._rejected.inc()
                 letter = IntentDeadLetter(
-                    intent=intent,
+                    intent=pending.intent,
                     reason=ack.reason,
                     outcome=SubmitAck.Outcome.Name(ack.outcome),
                 )
-                yield TaggedOutput(_DEAD_LETTER, WindowedValue(letter, timestamp, [window]))
+                yield self._dead_letter(pending.output(letter))
 
-    def _call_with_retries(self, request: SubmitRequest) -> Any:
+    def _submit(self, intents: Sequence[ToolIntent]) -> Sequence[SubmitAck]:
+        """Submit one batch; retrying is safe because the effector deduplicates by intent id."""
+        request = SubmitRequest(intents=intents, redeliver_results=self._redeliver_results)
         delays = self._backoff.delays()
+        attempts = 0
         while True:
+            attempts += 1
             try:
-                return self._stub.Submit(
+                response = self._stub.Submit(
                     request, timeout=self._rpc_timeout_s, metadata=self._metadata
                 )
             except grpc.RpcError as error:
-                delay = next(delays, None) if is_transient(error) else None
+                delay = next(delays, None) if _is_transient(error) else None
                 if delay is None:
-                    raise
+                    raise _CallFailedError(error, attempts) from error
                 self._retries.inc()
                 time.sleep(delay)
+                continue
+            if len(response.acks) != len(intents):
+                raise RuntimeError(
+                    f"the effector answered {len(response.acks)} acknowledgements for "
+                    f"{len(intents)} intents"
+                )
+            return list(response.acks)
+
+    def _dead_letter(self, letter: Any) -> TaggedOutput[str, Any]:
+        self._dead_lettered.inc()
+        return TaggedOutput(_DEAD_LETTER, letter)
 
 
-class SubmitIntents(beam.PTransform):  # type: ignore[misc]
+class SubmitIntents(beam.PTransform[PCollection[ToolIntent], SubmitIntentsOutputs]):
     """Submit ``ToolIntent``s to an effector; returns :class:`SubmitIntentsOutputs`.
 
-    Intents are batched per bundle (at most ``batch_size`` per call). Transient gRPC failures
-    (unavailable, deadline exceeded, ...) are retried with exponential backoff and full jitter up
-    to ``max_attempts`` calls, which is safe because the effector deduplicates on intent id. What
-    still fails, and every intent the effector rejects, goes to ``dead_letter`` with the reason.
+    Intents are submitted in batches of at most ``batch_size`` (and a few MiB), cut within a
+    bundle and at its end. A call that fails transiently (unavailable, deadline exceeded, ...)
+    is retried with exponential backoff and full jitter, ``initial_backoff_s`` doubling up to
+    ``max_backoff_s``, for at most ``max_attempts`` calls in all; each call has a deadline of
+    ``rpc_timeout_s``. Retrying is safe because the effector deduplicates on intent id. A batch
+    that still fails, or fails for a reason retrying cannot fix (a wrong token:
+    UNAUTHENTICATED), goes to ``dead_letter`` with the gRPC status, as does every intent the
+    effector rejects (with its reason).
 
-    ``redeliver_results`` (default on) asks the effector to publish again the stored result of an
-    intent that is already done, so re-running a pipeline from fresh state over the same events
-    resumes its agents without executing anything twice.
+    ``target`` is ``HOST:PORT`` with ``token`` or ``token_env`` and ``tls_root_cert`` (see
+    :class:`EffectorConnection`), or an ``EffectorConnection``.
+
+    ``redeliver_results`` (default on) asks the effector to publish again the stored result of
+    an intent that is already done, so re-running a pipeline from fresh state over the same
+    events resumes its agents without executing anything twice.
+
+    Beam metrics (namespace ``beam_agents.io``): ``intents_accepted``, ``intents_duplicate``,
+    ``intents_rejected``, ``intents_dead_lettered``, ``submit_retries`` and the distribution
+    ``submit_batch_size``.
     """
 
     def __init__(
@@ -163,7 +246,7 @@ class SubmitIntents(beam.PTransform):  # type: ignore[misc]
         *,
         token: str | None = None,
         token_env: str | None = None,
-        tls_root_cert: str | None = None,
+        tls_root_cert: str | os.PathLike[str] | bytes | None = None,
         batch_size: int = 256,
         max_attempts: int = 6,
         initial_backoff_s: float = 0.1,
@@ -172,21 +255,21 @@ class SubmitIntents(beam.PTransform):  # type: ignore[misc]
         redeliver_results: bool = True,
     ) -> None:
         super().__init__()
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        if not 1 <= batch_size <= _MAX_BATCH_SIZE:
+            raise ValueError(
+                f"batch_size must be between 1 and {_MAX_BATCH_SIZE}, got {batch_size}"
+            )
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
         if initial_backoff_s < 0 or max_backoff_s < initial_backoff_s:
-            raise ValueError("need 0 <= initial_backoff_s <= max_backoff_s")
-        self._connection = (
-            target
-            if isinstance(target, EffectorConnection)
-            else EffectorConnection(
-                target, token=token, token_env=token_env, tls_root_cert=tls_root_cert
+            raise ValueError(
+                "need 0 <= initial_backoff_s <= max_backoff_s, got "
+                f"{initial_backoff_s} and {max_backoff_s}"
             )
-        )
+        if rpc_timeout_s <= 0:
+            raise ValueError(f"rpc_timeout_s must be positive, got {rpc_timeout_s}")
         self._fn = _SubmitIntentsFn(
-            self._connection,
+            _connection(target, token, token_env, tls_root_cert),
             batch_size,
             _Backoff(max_attempts, initial_backoff_s, max_backoff_s),
             rpc_timeout_s,
@@ -194,6 +277,7 @@ class SubmitIntents(beam.PTransform):  # type: ignore[misc]
         )
 
     def expand(self, intents: PCollection[ToolIntent]) -> SubmitIntentsOutputs:
+        """Submit ``intents``; split the answers into acknowledgements and dead letters."""
         results = intents | "Submit" >> beam.ParDo(self._fn).with_output_types(
             SubmitAck
         ).with_outputs(_DEAD_LETTER, main="acks")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import functools
+import json
 import logging
 import uuid
 from collections.abc import Callable, Iterable, Sequence
@@ -50,8 +51,12 @@ from effector.store.base import (
     SubmitResult,
 )
 
-SCHEMA_VERSION = 1
-"""Bumped (with a migration) whenever a table changes incompatibly."""
+SCHEMA_VERSION = 2
+"""Bumped (with a migration) whenever a table changes incompatibly.
+
+Version 2 added ``published_envelope`` (the bytes of the envelope that published an intent's
+terminal result, kept for redelivery) and indexed intents by ``(state, received_at_ms)``.
+"""
 
 _PENDING = IntentState.PENDING
 _RUNNING = IntentState.RUNNING
@@ -121,7 +126,8 @@ class Dialect:
                 deadline_ms {bigint} NOT NULL,
                 attempts INTEGER NOT NULL,
                 result {blob},
-                completed_at_ms {bigint})""",
+                completed_at_ms {bigint},
+                published_envelope {blob})""",
             # The queue of each key: TOOL intents not yet DONE (only they are PENDING/RUNNING).
             """CREATE INDEX IF NOT EXISTS effector_intents_queue
                 ON effector_intents (entity_key, seq, step_index) WHERE state IN (1, 2)""",
@@ -129,7 +135,9 @@ class Dialect:
                 ON effector_intents (deadline_ms) WHERE state = 3 AND deadline_ms > 0""",
             """CREATE INDEX IF NOT EXISTS effector_intents_done
                 ON effector_intents (completed_at_ms) WHERE state = 4""",
-            "CREATE INDEX IF NOT EXISTS effector_intents_state ON effector_intents (state)",
+            # Counts by state, and ListIntents (oldest first within a state).
+            """CREATE INDEX IF NOT EXISTS effector_intents_by_state
+                ON effector_intents (state, received_at_ms, intent_id)""",
             # One row per key with work: the per-key execution slot and its lease.
             f"""CREATE TABLE IF NOT EXISTS effector_keys (
                 entity_key {blob} PRIMARY KEY,
@@ -163,11 +171,62 @@ def create_schema(tx: Tx, dialect: Dialect) -> int:
     (version,) = tx.execute(
         "SELECT value FROM effector_meta WHERE name = 'schema_version'"
     ).fetchone()
-    if version != str(SCHEMA_VERSION):
+    if version == "1":
+        _migrate_from_version_1(tx, dialect)
+    elif version != str(SCHEMA_VERSION):
         raise StoreSchemaError(
             f"the store has schema version {version}; this effector understands {SCHEMA_VERSION}"
         )
     return _head(tx)
+
+
+_MIGRATION_BATCH = 1_000
+
+
+def _migrate_from_version_1(tx: Tx, dialect: Dialect) -> None:
+    """Add ``published_envelope`` and fill it in for every intent already DONE.
+
+    Version 1 kept only the result; the envelope that published it is rebuilt the way it was
+    built then (an ``Approval`` from the decision recorded in an approval's OK payload, a
+    ``tool_result`` envelope otherwise), which yields the same bytes.
+    """
+    tx.execute(f"ALTER TABLE effector_intents ADD COLUMN published_envelope {dialect.blob}")
+    tx.execute("DROP INDEX IF EXISTS effector_intents_state")
+    after = ""
+    while True:
+        rows = tx.execute(
+            """SELECT intent_id, intent, result FROM effector_intents
+               WHERE state = 4 AND intent_id > ? ORDER BY intent_id LIMIT ?""",
+            (after, _MIGRATION_BATCH),
+        ).fetchall()
+        if not rows:
+            break
+        updates = []
+        for intent_id, intent_blob, result_blob in rows:
+            intent = ToolIntent.FromString(bytes(intent_blob))
+            result = ToolResult.FromString(bytes(result_blob))
+            updates.append((_version_1_envelope(intent, result).SerializeToString(), intent_id))
+        tx.executemany(
+            "UPDATE effector_intents SET published_envelope = ? WHERE intent_id = ?", updates
+        )
+        after = rows[-1][0]
+    tx.execute(
+        "UPDATE effector_meta SET value = ? WHERE name = 'schema_version'", (str(SCHEMA_VERSION),)
+    )
+
+
+def _version_1_envelope(intent: ToolIntent, result: ToolResult) -> AgentEnvelope:
+    if intent.kind == ToolIntent.APPROVAL and result.status == ToolResult.OK:
+        decision = json.loads(result.payload)
+        approval = Approval(
+            intent_id=intent.intent_id,
+            approved=decision["approved"],
+            approver=decision["approver"],
+            decided_at_ms=decision["decided_at_ms"],
+            reason=decision["reason"],
+        )
+        return approval_envelope(approval, intent.entity_key)
+    return result_envelope(result)
 
 
 def _head(tx: Tx) -> int:
@@ -179,8 +238,8 @@ def _marks(count: int) -> str:
     return ", ".join("?" * count)
 
 
-def _append(tx: Tx, envelopes: Sequence[AgentEnvelope], now_ms: int) -> list[int]:
-    """Append envelopes to the log; the head row lock orders offsets by commit."""
+def _append(tx: Tx, envelopes: Sequence[bytes], now_ms: int) -> list[int]:
+    """Append serialized envelopes to the log; the head row lock orders offsets by commit."""
     if not envelopes:
         return []
     (head,) = tx.execute(
@@ -191,12 +250,19 @@ def _append(tx: Tx, envelopes: Sequence[AgentEnvelope], now_ms: int) -> list[int
     offsets = list(range(first, int(head) + 1))
     tx.executemany(
         "INSERT INTO effector_envelopes (log_offset, envelope, appended_at_ms) VALUES (?, ?, ?)",
-        [
-            (offset, envelope.SerializeToString(), now_ms)
-            for offset, envelope in zip(offsets, envelopes, strict=True)
-        ],
+        [(offset, envelope, now_ms) for offset, envelope in zip(offsets, envelopes, strict=True)],
     )
     return offsets
+
+
+def _head_after(offsets: Sequence[int]) -> int:
+    """The log head after an append (0 when nothing was appended)."""
+    return offsets[-1] if offsets else 0
+
+
+def _optional_bytes(blob: bytes | None) -> bytes | None:
+    # PostgreSQL hands BYTEA back as memoryview.
+    return None if blob is None else bytes(blob)
 
 
 def _parse_result(blob: bytes | None) -> ToolResult | None:
@@ -208,12 +274,17 @@ class _Recorded:
     digest: bytes
     state: IntentState
     result: ToolResult | None
+    published_envelope: bytes | None
 
 
-def _submit(tx: Tx, intents: Sequence[NewIntent], now_ms: int) -> tuple[list[SubmitResult], int]:
+def _submit(
+    tx: Tx, intents: Sequence[NewIntent], now_ms: int, redeliver_results: bool
+) -> tuple[list[SubmitResult], int]:
     answers: list[SubmitResult | None] = [None] * len(intents)
     recorded: dict[str, _Recorded] = {}
-    envelopes: list[AgentEnvelope] = []
+    # Rows are written in id order (the lock order in the module docstring); the log gets
+    # what this submit appends in request order.
+    envelopes: dict[int, bytes] = {}
     new_work: dict[bytes, int] = {}
     order = sorted(range(len(intents)), key=lambda i: (intents[i].intent.intent_id, i))
     for index in order:
@@ -224,11 +295,12 @@ def _submit(tx: Tx, intents: Sequence[NewIntent], now_ms: int) -> tuple[list[Sub
         first = recorded.get(intent.intent_id)
         if first is None:
             state, result = _initial_state(new, now_ms)
+            published = None if result is None else result_envelope(result).SerializeToString()
             inserted = tx.execute(
                 """INSERT INTO effector_intents (intent_id, entity_key, seq, step_index, kind,
                     digest, intent, state, received_at_ms, deadline_ms, attempts, result,
-                    completed_at_ms)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)
+                    completed_at_ms, published_envelope)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?)
                    ON CONFLICT (intent_id) DO NOTHING""",
                 (
                     intent.intent_id,
@@ -243,24 +315,32 @@ def _submit(tx: Tx, intents: Sequence[NewIntent], now_ms: int) -> tuple[list[Sub
                     expiry_deadline_ms(intent, now_ms),
                     None if result is None else result.SerializeToString(),
                     None if result is None else now_ms,
+                    published,
                 ),
             ).rowcount
             if inserted:
-                recorded[intent.intent_id] = _Recorded(digest, state, result)
+                recorded[intent.intent_id] = _Recorded(digest, state, result, published)
                 answers[index] = SubmitResult(SubmitOutcome.ACCEPTED, state, result)
-                if result is not None:
-                    envelopes.append(result_envelope(result))
+                if published is not None:
+                    envelopes[index] = published
                 elif state == _PENDING:
                     new_work[intent.entity_key] = new_work.get(intent.entity_key, 0) + 1
                 continue
             row = tx.execute(
-                "SELECT digest, state, result FROM effector_intents WHERE intent_id = ?",
+                """SELECT digest, state, result, published_envelope FROM effector_intents
+                   WHERE intent_id = ?""",
                 (intent.intent_id,),
             ).fetchone()
-            first = _Recorded(bytes(row[0]), row[1], _parse_result(row[2]))
+            first = _Recorded(bytes(row[0]), row[1], _parse_result(row[2]), _optional_bytes(row[3]))
             recorded[intent.intent_id] = first
         outcome = SubmitOutcome.DUPLICATE if first.digest == digest else SubmitOutcome.CONFLICT
-        answers[index] = SubmitResult(outcome, first.state, first.result)
+        # Only a DONE intent has a published envelope; one not yet DONE publishes it later.
+        redelivery = first.published_envelope if redeliver_results else None
+        if outcome is SubmitOutcome.DUPLICATE and redelivery is not None:
+            envelopes[index] = redelivery
+            answers[index] = SubmitResult(outcome, first.state, first.result, redelivered=True)
+        else:
+            answers[index] = SubmitResult(outcome, first.state, first.result)
     for key in sorted(new_work):
         tx.execute(
             """INSERT INTO effector_keys (entity_key, pending, ready_at_ms) VALUES (?, ?, ?)
@@ -270,8 +350,8 @@ def _submit(tx: Tx, intents: Sequence[NewIntent], now_ms: int) -> tuple[list[Sub
                  pending = effector_keys.pending + excluded.pending""",
             (key, new_work[key], now_ms),
         )
-    offsets = _append(tx, envelopes, now_ms)
-    return [answer for answer in answers if answer is not None], offsets[-1] if offsets else 0
+    offsets = _append(tx, [envelopes[index] for index in sorted(envelopes)], now_ms)
+    return [answer for answer in answers if answer is not None], _head_after(offsets)
 
 
 def _initial_state(new: NewIntent, now_ms: int) -> tuple[IntentState, ToolResult | None]:
@@ -306,18 +386,19 @@ def _claim(
         keys,
     ).fetchall()
     claims: list[Claim] = []
-    expired: list[AgentEnvelope] = []
+    expired: list[bytes] = []
     for intent_id, blob, state, attempts, deadline_ms in heads:
         intent = ToolIntent.FromString(bytes(blob))
         if deadline_ms and now_ms > deadline_ms:
             result = expired_result(intent, now_ms=now_ms, attempts=attempts)
-            if _finish(tx, intent_id, result, now_ms, state):
+            published = _finish(tx, intent_id, result, result_envelope(result), now_ms, state)
+            if published is not None:
                 tx.execute(
                     f"""UPDATE effector_keys SET pending = pending - 1, {_NO_CLAIM}
                         WHERE entity_key = ?""",
                     (intent.entity_key,),
                 )
-                expired.append(result_envelope(result))
+                expired.append(published)
             continue
         claim = Claim(token=uuid.uuid4().hex, intent=intent, attempt=attempts + 1)
         if not tx.execute(
@@ -332,27 +413,38 @@ def _claim(
         )
         claims.append(claim)
     offsets = _append(tx, expired, now_ms)
-    return ClaimBatch(claims, len(expired)), offsets[-1] if offsets else 0
+    return ClaimBatch(claims, len(expired)), _head_after(offsets)
 
 
-def _finish(tx: Tx, intent_id: str, result: ToolResult, now_ms: int, from_state: int) -> bool:
-    """Record ``result`` as the terminal result if the intent is still in ``from_state``.
+def _finish(
+    tx: Tx,
+    intent_id: str,
+    result: ToolResult,
+    envelope: AgentEnvelope,
+    now_ms: int,
+    from_state: int,
+) -> bytes | None:
+    """Record ``result``, and the ``envelope`` that publishes it, if still in ``from_state``.
 
-    The condition makes the first terminal result win when two transactions race for one
-    intent (a claim whose lease ran out finishing beside its successor).
+    Returns the envelope's bytes for the caller to append to the log, or ``None`` if the
+    intent had left ``from_state``: the condition makes the first terminal result win when two
+    transactions race for one intent (a claim whose lease ran out finishing beside its
+    successor). The same bytes are kept for redelivery, so a redelivered envelope is
+    byte-identical to the one first published.
     """
-    return bool(
-        tx.execute(
-            """UPDATE effector_intents SET state = ?, result = ?, completed_at_ms = ?
-               WHERE intent_id = ? AND state = ?""",
-            (_DONE, result.SerializeToString(), now_ms, intent_id, from_state),
-        ).rowcount
-    )
+    published = envelope.SerializeToString()
+    recorded = tx.execute(
+        """UPDATE effector_intents SET state = ?, result = ?, completed_at_ms = ?,
+             published_envelope = ?
+           WHERE intent_id = ? AND state = ?""",
+        (_DONE, result.SerializeToString(), now_ms, published, intent_id, from_state),
+    ).rowcount
+    return published if recorded else None
 
 
 def _complete(tx: Tx, completions: Sequence[Completion], now_ms: int) -> tuple[list[bool], int]:
     recorded = [False] * len(completions)
-    envelopes: list[AgentEnvelope] = []
+    envelopes: list[bytes] = []
 
     def lock_order(index: int) -> tuple[bytes, str]:
         intent = completions[index].claim.intent
@@ -367,17 +459,20 @@ def _complete(tx: Tx, completions: Sequence[Completion], now_ms: int) -> tuple[l
             (now_ms, key, claim.token),
         ).rowcount
         # First result wins: a claim whose lease ran out may finish after a later claim did.
-        if not _finish(tx, claim.intent.intent_id, result, now_ms, _RUNNING):
+        published = _finish(
+            tx, claim.intent.intent_id, result, result_envelope(result), now_ms, _RUNNING
+        )
+        if published is None:
             continue
         tx.execute("UPDATE effector_keys SET pending = pending - 1 WHERE entity_key = ?", (key,))
         recorded[index] = True
-        envelopes.append(result_envelope(result))
+        envelopes.append(published)
         if not released:
             _log.warning(
                 "recorded intent %s from a claim that had lost its lease", claim.intent.intent_id
             )
     offsets = _append(tx, envelopes, now_ms)
-    return recorded, offsets[-1] if offsets else 0
+    return recorded, _head_after(offsets)
 
 
 _NO_CLAIM = (
@@ -426,10 +521,11 @@ def _expire_approvals(tx: Tx, dialect: Dialect, now_ms: int, limit: int) -> tupl
     envelopes = []
     for intent_id, blob in rows:
         result = expired_result(ToolIntent.FromString(bytes(blob)), now_ms=now_ms, attempts=0)
-        if _finish(tx, intent_id, result, now_ms, _AWAITING):
-            envelopes.append(result_envelope(result))
+        published = _finish(tx, intent_id, result, result_envelope(result), now_ms, _AWAITING)
+        if published is not None:
+            envelopes.append(published)
     offsets = _append(tx, envelopes, now_ms)
-    return len(envelopes), offsets[-1] if offsets else 0
+    return len(envelopes), _head_after(offsets)
 
 
 def _decide(
@@ -455,14 +551,14 @@ def _decide(
         already = "already expired" if result.status == ToolResult.EXPIRED else "already decided"
         return Decision(False, state, already, result), 0
     if deadline_ms and now_ms > deadline_ms:
-        expired = expired_result(intent, now_ms=now_ms, attempts=0)
-        _finish(tx, intent_id, expired, now_ms, _AWAITING)
-        offsets = _append(tx, [result_envelope(expired)], now_ms)
-        return Decision(False, _DONE, "expired before the decision", expired), offsets[-1]
-    decided = decision_result(intent, approval)
-    _finish(tx, intent_id, decided, now_ms, _AWAITING)
-    offsets = _append(tx, [approval_envelope(approval, intent.entity_key)], now_ms)
-    return Decision(True, _DONE, "", decided), offsets[-1]
+        result = expired_result(intent, now_ms=now_ms, attempts=0)
+        envelope, applied, reason = result_envelope(result), False, "expired before the decision"
+    else:
+        result = decision_result(intent, approval)
+        envelope, applied, reason = approval_envelope(approval, intent.entity_key), True, ""
+    published = _finish(tx, intent_id, result, envelope, now_ms, _AWAITING)
+    offsets = _append(tx, [] if published is None else [published], now_ms)
+    return Decision(applied, _DONE, reason, result), _head_after(offsets)
 
 
 def _read(tx: Tx, from_offset: int, max_records: int) -> list[LogRecord]:
@@ -482,6 +578,15 @@ def _get_intent(tx: Tx, intent_id: str) -> IntentRecord | None:
     if row is None:
         return None
     return IntentRecord(ToolIntent.FromString(bytes(row[0])), row[1], _parse_result(row[2]), row[3])
+
+
+def _list_intents(tx: Tx, state: IntentState, limit: int) -> list[ToolIntent]:
+    rows = tx.execute(
+        """SELECT intent FROM effector_intents WHERE state = ?
+           ORDER BY received_at_ms, intent_id LIMIT ?""",
+        (state, limit),
+    ).fetchall()
+    return [ToolIntent.FromString(bytes(blob)) for (blob,) in rows]
 
 
 def _counts(tx: Tx) -> StoreCounts:
@@ -550,9 +655,11 @@ class SqlStore(EffectorStore):
             woken, self._appended = self._appended, asyncio.Event()
             woken.set()
 
-    async def submit(self, intents: Sequence[NewIntent], now_ms: int) -> list[SubmitResult]:
+    async def submit(
+        self, intents: Sequence[NewIntent], now_ms: int, *, redeliver_results: bool = False
+    ) -> list[SubmitResult]:
         """See :meth:`EffectorStore.submit`."""
-        answers, head = await self._run(lambda tx: _submit(tx, intents, now_ms))
+        answers, head = await self._run(lambda tx: _submit(tx, intents, now_ms, redeliver_results))
         self._announce(head)
         return answers
 
@@ -603,8 +710,9 @@ class SqlStore(EffectorStore):
 
     async def publish(self, envelopes: Sequence[AgentEnvelope], now_ms: int) -> list[int]:
         """See :meth:`EffectorStore.publish`."""
-        offsets = await self._run(lambda tx: _append(tx, envelopes, now_ms))
-        self._announce(offsets[-1] if offsets else 0)
+        serialized = [envelope.SerializeToString() for envelope in envelopes]
+        offsets = await self._run(lambda tx: _append(tx, serialized, now_ms))
+        self._announce(_head_after(offsets))
         return offsets
 
     async def read(self, from_offset: int, max_records: int) -> list[LogRecord]:
@@ -633,6 +741,10 @@ class SqlStore(EffectorStore):
     async def get_intent(self, intent_id: str) -> IntentRecord | None:
         """See :meth:`EffectorStore.get_intent`."""
         return await self._run(lambda tx: _get_intent(tx, intent_id), write=False)
+
+    async def list_intents(self, state: IntentState, limit: int) -> list[ToolIntent]:
+        """See :meth:`EffectorStore.list_intents`."""
+        return await self._run(lambda tx: _list_intents(tx, state, limit), write=False)
 
     async def counts(self) -> StoreCounts:
         """See :meth:`EffectorStore.counts`."""

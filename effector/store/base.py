@@ -41,6 +41,8 @@ class SubmitResult:
     outcome: SubmitOutcome
     state: IntentState
     result: ToolResult | None
+    redelivered: bool = False
+    """Whether the intent's published result envelope was appended to the log again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +116,8 @@ class EffectorStore(abc.ABC):
 
     - one record per intent id; a second submit of the same id never creates a second record;
     - a result is recorded in the same transaction that appends its envelope to the log, so
-      nothing is published that is not durable;
+      nothing is published that is not durable; the envelope's bytes are kept with the result,
+      so a redelivery publishes exactly the same bytes again;
     - envelope offsets start at 1, increase by one, and become visible in offset order;
     - at most one live claim per entity key, and a key's intents are claimed in
       ``(seq, step_index)`` order, each only after the one before it is DONE;
@@ -122,8 +125,15 @@ class EffectorStore(abc.ABC):
     """
 
     @abc.abstractmethod
-    async def submit(self, intents: Sequence[NewIntent], now_ms: int) -> list[SubmitResult]:
-        """Record new intents (deduplicated by id) and answer for each, in request order."""
+    async def submit(
+        self, intents: Sequence[NewIntent], now_ms: int, *, redeliver_results: bool = False
+    ) -> list[SubmitResult]:
+        """Record new intents (deduplicated by id) and answer for each, in request order.
+
+        With ``redeliver_results``, every DUPLICATE whose intent is already DONE appends the
+        envelope that published its result to the log again, at a new offset, byte for byte.
+        Envelopes a submit appends (rejections, redeliveries) are appended in request order.
+        """
 
     @abc.abstractmethod
     async def claim(self, owner: str, limit: int, now_ms: int, lease_ms: int) -> ClaimBatch:
@@ -169,6 +179,10 @@ class EffectorStore(abc.ABC):
     @abc.abstractmethod
     async def get_intent(self, intent_id: str) -> IntentRecord | None:
         """Everything recorded about one intent, or ``None`` if it is unknown."""
+
+    @abc.abstractmethod
+    async def list_intents(self, state: IntentState, limit: int) -> list[ToolIntent]:
+        """At most ``limit`` intents in ``state``, oldest first (by first receipt, then id)."""
 
     @abc.abstractmethod
     async def counts(self) -> StoreCounts:

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from effector_test_tools import LEDGER_ENV
+from effector_test_tools import LEDGER_ENV, create_ledger
 
 from tests.pg import PostgresServer, postgres_server
 
@@ -33,6 +33,6 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 @pytest.fixture
 def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Where the test tools record their executions (also inherited by subprocesses)."""
-    path = tmp_path / "ledger.db"
+    path = create_ledger(tmp_path / "ledger.db")
     monkeypatch.setenv(LEDGER_ENV, str(path))
     return path

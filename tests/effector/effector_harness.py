@@ -3,19 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
+import ipaddress
 import os
 import select
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from effector_test_tools import make_registry
 
 from beam_agents._json import canonical_json
@@ -93,6 +100,80 @@ async def running_effector(
             await server.stop()
     finally:
         await store.close()
+
+
+class BackgroundEffector:
+    """An in-process effector serving from its own event-loop thread, for synchronous tests.
+
+    Beam pipelines block the calling thread, so the effector they talk to runs elsewhere.
+    ``close()`` (or leaving the ``with`` block) drains the server and closes the store.
+    """
+
+    def __init__(self, store_url: str, settings: ServerSettings | None = None) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        self._context = running_effector(store_url, settings=settings)
+        try:
+            self.running = self._call(self._context.__aenter__())
+        except BaseException:
+            self._stop_loop()
+            raise
+        self.address = self.running.server.address
+        self.port = self.running.server.port
+
+    def _call(self, coroutine: Any, timeout_s: float = 60) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout_s)
+
+    def _stop_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=30)
+        self._loop.close()
+
+    def close(self) -> None:
+        if self._loop.is_closed():
+            return
+        try:
+            self._call(self._context.__aexit__(None, None, None))
+        finally:
+            self._stop_loop()
+
+    def __enter__(self) -> BackgroundEffector:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def self_signed_certificate(
+    dns_names: Sequence[str] = ("localhost",), ip_addresses: Sequence[str] = ("127.0.0.1",)
+) -> tuple[bytes, bytes]:
+    """A self-signed certificate for the given names, and its private key (both PEM)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, dns_names[0])])
+    now = datetime.datetime.now(datetime.UTC)
+    alternative_names: list[x509.GeneralName] = [x509.DNSName(dns) for dns in dns_names]
+    alternative_names += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ip_addresses]
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName(alternative_names), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    return (
+        certificate.public_bytes(serialization.Encoding.PEM),
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        ),
+    )
 
 
 async def wait_done(

@@ -41,18 +41,28 @@ def _ledger() -> str | None:
     return os.environ.get(LEDGER_ENV)
 
 
+def create_ledger(path: Path) -> Path:
+    """Create an empty ledger at ``path``, before any tool runs, and return the path.
+
+    Created up front because switching a SQLite file to WAL while other connections open it
+    fails at once with "database is locked" (concurrent tools would race to do it).
+    """
+    with sqlite3.connect(path, isolation_level=None) as connection:
+        # WAL without fsync: the ledger must survive a SIGKILL of the effector, not power loss.
+        connection.execute("PRAGMA journal_mode=WAL")
+        connection.execute(
+            "CREATE TABLE ledger (event TEXT, intent_id TEXT, entity_key BLOB, seq INTEGER, "
+            "step_index INTEGER, attempt INTEGER, tool TEXT, at_ns INTEGER, pid INTEGER)"
+        )
+    connection.close()
+    return path
+
+
 def _write(path: str | None, event: str, tool_name: str, intent: IntentInfo) -> None:
     if not path:
         return
     with sqlite3.connect(path, timeout=30, isolation_level=None) as connection:
-        # WAL without fsync: the ledger must survive a SIGKILL of the effector, not power loss.
-        connection.execute("PRAGMA journal_mode=WAL")
         connection.execute("PRAGMA synchronous=OFF")
-        connection.execute(
-            "CREATE TABLE IF NOT EXISTS ledger (event TEXT, intent_id TEXT, entity_key BLOB, "
-            "seq INTEGER, step_index INTEGER, attempt INTEGER, tool TEXT, at_ns INTEGER, "
-            "pid INTEGER)"
-        )
         connection.execute(
             "INSERT INTO ledger VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
@@ -71,13 +81,8 @@ def _write(path: str | None, event: str, tool_name: str, intent: IntentInfo) -> 
 
 
 def read_ledger(path: Path) -> list[LedgerRow]:
-    if not path.exists():
-        return []
     with sqlite3.connect(path, timeout=30) as connection:
-        try:
-            rows = connection.execute("SELECT * FROM ledger ORDER BY rowid").fetchall()
-        except sqlite3.OperationalError:
-            return []
+        rows = connection.execute("SELECT * FROM ledger ORDER BY rowid").fetchall()
     connection.close()
     return [LedgerRow(*row) for row in rows]
 

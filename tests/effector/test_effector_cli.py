@@ -22,6 +22,7 @@ from effector_harness import (
 from effector_test_tools import read_ledger
 
 from beam_agents._protos import IntentState, SubmitAck, ToolIntent, ToolResult
+from effector.cli import display_key, inbox_line
 from effector.client import EffectorClient
 from effector.store import open_store
 
@@ -49,7 +50,7 @@ def test_help_explains_every_flag_and_its_environment_variable() -> None:
     for flag in SERVE_FLAGS:
         assert flag in text
         assert "BEAM_AGENTS_EFFECTOR_" + flag[2:].replace("-", "_").upper() in text
-    for command in ("status", "approve", "deny"):
+    for command in ("status", "pending", "approve", "deny"):
         sub = run_cli(command, "--help")
         assert sub.returncode == 0
         assert "--target" in sub.stdout and "BEAM_AGENTS_EFFECTOR_TARGET" in sub.stdout
@@ -150,16 +151,28 @@ def test_status_approve_deny_and_sigterm_against_a_running_server(tmp_path: Path
         BEAM_AGENTS_EFFECTOR_TOKEN_FILE=str(token_file),
     )
     first = make_intent("", {"amount": 10}, key=b"a", kind=ToolIntent.APPROVAL)
-    second = make_intent("", {"amount": 20}, key=b"b", kind=ToolIntent.APPROVAL)
+    second = make_intent(
+        "", {"amount": 20, "note": "big one"}, key=b"\xffb", kind=ToolIntent.APPROVAL
+    )
     with EffectorProcess(env=env) as effector:
         with EffectorClient(effector.address, token="cli-token") as client:
             acks = client.submit([first, second])
             assert {ack.outcome for ack in acks} == {SubmitAck.ACCEPTED}
         target = ["--target", effector.address, "--token-file", str(token_file)]
+        inbox = run_cli("pending", *target)
+        assert inbox.returncode == 0, inbox.stderr
+        assert inbox.stdout.splitlines() == [
+            f'{first.intent_id} a {{"amount":10}}',
+            f'{second.intent_id} 0xff62 {{"amount":20,"note":"big one"}}',
+        ]
+        assert run_cli("pending", *target, "--limit", "1").stdout.splitlines() == [
+            inbox.stdout.splitlines()[0]
+        ]
         approved = run_cli("approve", first.intent_id, *target, "--approver", "ann")
         assert (approved.returncode, approved.stdout.strip()) == (0, f"approved {first.intent_id}")
         denied = run_cli("deny", second.intent_id, *target, "--reason", "too much")
         assert (denied.returncode, denied.stdout.strip()) == (0, f"denied {second.intent_id}")
+        assert run_cli("pending", *target).stdout == ""
         again = run_cli("approve", first.intent_id, *target)
         assert again.returncode == 1
         assert "not applied: already decided" in again.stderr
@@ -224,3 +237,27 @@ async def test_sigterm_lets_a_running_tool_finish_and_keeps_queued_work(
             assert client.get_intent(queued.intent_id).result.payload == b"2"
         restarted.signal(signal.SIGINT)
         assert await asyncio.to_thread(restarted.wait) == 0
+
+
+@pytest.mark.parametrize(
+    ("key", "shown"),
+    [
+        (b"order-17", "order-17"),
+        ("caf\u00e9".encode(), "caf\u00e9"),
+        (b"two words", "0x74776f20776f726473"),
+        (b"\x00\x01", "0x0001"),
+        (b"\xff", "0xff"),
+        (b"0x41", "0x30783431"),
+        (b"tab\there", "0x7461620968657265"),
+    ],
+)
+def test_inbox_keys_are_text_when_readable_and_hex_otherwise(key: bytes, shown: str) -> None:
+    assert display_key(key) == shown
+
+
+def test_an_inbox_line_stays_on_one_line() -> None:
+    intent = make_intent("", '{\n  "a": "x\\ny"\n}', kind=ToolIntent.APPROVAL)
+    line = inbox_line(intent)
+    assert "\n" not in line
+    assert json.loads(line.split(" ", 2)[2]) == {"a": "x\ny"}
+    assert inbox_line(make_intent("", "", kind=ToolIntent.APPROVAL)).endswith(" key {}")

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import logging
 from pathlib import Path
 
 import grpc
 import pytest
 from conftest import sqlite_url
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
-from effector_harness import FAST_WORKER, make_intent, running_effector, wait_done
+from effector_harness import (
+    FAST_WORKER,
+    make_intent,
+    running_effector,
+    self_signed_certificate,
+    wait_done,
+)
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from effector.client import AsyncEffectorClient
@@ -22,38 +22,6 @@ from effector.errors import ConfigurationError
 from effector.server import ServerSettings
 
 TOKEN = "s3cret-token-value-1234"
-
-
-def self_signed_certificate() -> tuple[bytes, bytes]:
-    """A certificate for 127.0.0.1 and localhost, and its private key (both PEM)."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            ),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    return (
-        certificate.public_bytes(serialization.Encoding.PEM),
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        ),
-    )
 
 
 async def list_services(

@@ -24,7 +24,12 @@ from beam_agents._protos import (
     ToolResult,
 )
 from effector.client import AsyncEffectorClient
-from effector.server import MAX_SUBMIT_BATCH, ServerSettings
+from effector.server import (
+    DEFAULT_LIST_LIMIT,
+    MAX_LIST_LIMIT,
+    MAX_SUBMIT_BATCH,
+    ServerSettings,
+)
 from effector.worker import WorkerSettings
 
 
@@ -414,3 +419,97 @@ async def test_many_keys_many_intents_all_finish_once(tmp_path: Path, ledger: Pa
         if row.event == "started":
             starts[row.entity_key].append(row.seq)
     assert all(seqs == sorted(seqs) and len(seqs) == 12 for seqs in starts.values())
+
+
+async def metric_samples(port: int | None) -> dict[str, float]:
+    async with httpx.AsyncClient() as http:
+        text = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
+    return {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line and not line.startswith("#")
+    }
+
+
+@pytest.mark.asyncio
+async def test_submit_with_redelivery_republishes_done_results_once_per_request(
+    store_url: str, ledger: Path
+) -> None:
+    settings = ServerSettings(metrics_listen="127.0.0.1:0", worker=FAST_WORKER)
+    executed = make_intent("record", {"note": "once"}, key=b"run")
+    approval = make_intent("", {"amount": 9}, key=b"ask", kind=ToolIntent.APPROVAL)
+    rejected = make_intent("missing", key=b"bad")
+    async with running_effector(store_url, settings=settings) as effector:
+        client = effector.client
+        await client.submit([executed, approval, rejected])
+        # Asked while the approval is still undecided: nothing is appended for it.
+        await wait_done(client, [executed.intent_id, rejected.intent_id])
+        early = await client.submit([approval], redeliver_results=True)
+        assert (early[0].outcome, early[0].state) == (
+            SubmitAck.DUPLICATE,
+            IntentState.AWAITING_DECISION,
+        )
+        await client.decide(approval.intent_id, approved=True, approver="ann")
+        first = await read_envelopes(client, 3)
+        assert (await client.read(4, wait_ms=100)).records == []
+
+        plain = await client.submit([executed, approval, rejected])
+        assert {ack.outcome for ack in plain} == {SubmitAck.DUPLICATE}
+        assert (await client.read(4, wait_ms=100)).records == []
+
+        acks = await client.submit([rejected, executed, approval], redeliver_results=True)
+        assert [(ack.outcome, ack.state) for ack in acks] == [
+            (SubmitAck.DUPLICATE, IntentState.DONE)
+        ] * 3
+        again = await read_envelopes(client, 6)
+        by_id = {
+            (e.tool_result.intent_id or e.approval.intent_id): e.SerializeToString() for e in first
+        }
+        assert [e.SerializeToString() for e in again[3:]] == [
+            by_id[rejected.intent_id],
+            by_id[executed.intent_id],
+            by_id[approval.intent_id],
+        ]
+        samples = await metric_samples(effector.server.metrics_port)
+    assert samples["effector_results_redelivered_total"] == 3
+    assert [row.event for row in read_ledger(ledger)] == ["started", "finished"]
+
+
+@pytest.mark.asyncio
+async def test_list_intents_is_an_approvers_inbox(tmp_path: Path) -> None:
+    approvals = [
+        make_intent("", {"n": n}, key=f"k{n}".encode(), kind=ToolIntent.APPROVAL) for n in range(5)
+    ]
+    async with running_effector(sqlite_url(tmp_path / "s.db")) as effector:
+        client = effector.client
+        for intent in approvals:
+            await client.submit([intent])
+        await client.decide(approvals[1].intent_id, approved=False)
+        inbox = await client.list_intents(IntentState.AWAITING_DECISION)
+        assert inbox == [approvals[0], *approvals[2:]]
+        assert await client.list_intents(IntentState.AWAITING_DECISION, limit=2) == inbox[:2]
+        assert await client.list_intents(IntentState.DONE) == [approvals[1]]
+        assert await client.list_intents(IntentState.PENDING) == []
+        for state, limit in (
+            (IntentState.INTENT_STATE_UNSPECIFIED, 0),
+            (42, 0),
+            (IntentState.DONE, -1),
+        ):
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await client.list_intents(state, limit=limit)  # type: ignore[arg-type]
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+@pytest.mark.asyncio
+async def test_list_intents_default_and_maximum_limits(tmp_path: Path) -> None:
+    approvals = [
+        make_intent("", key=f"k{n:04}".encode(), kind=ToolIntent.APPROVAL)
+        for n in range(MAX_LIST_LIMIT + 1)
+    ]
+    async with running_effector(sqlite_url(tmp_path / "s.db")) as effector:
+        client = effector.client
+        for start in range(0, len(approvals), MAX_SUBMIT_BATCH):
+            await client.submit(approvals[start : start + MAX_SUBMIT_BATCH])
+        assert len(await client.list_intents(IntentState.AWAITING_DECISION)) == DEFAULT_LIST_LIMIT
+        capped = await client.list_intents(IntentState.AWAITING_DECISION, limit=10 * MAX_LIST_LIMIT)
+        assert len(capped) == MAX_LIST_LIMIT

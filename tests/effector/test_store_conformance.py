@@ -6,8 +6,10 @@ Time is passed in explicitly, so leases, expiry and retention are tested without
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import AsyncIterator
 
+import psycopg
 import pytest
 import pytest_asyncio
 from effector_harness import make_intent
@@ -15,7 +17,7 @@ from effector_harness import make_intent
 from beam_agents._protos import AgentEnvelope, IntentState, ToolIntent, ToolResult
 from effector.intents import expiry_deadline_ms, new_result
 from effector.store import EffectorStore, open_store
-from effector.store.base import Claim, Completion, NewIntent, SubmitOutcome
+from effector.store.base import Claim, Completion, NewIntent, SubmitOutcome, SubmitResult
 
 T0 = 1_700_000_000_000
 LEASE = 1_000
@@ -431,3 +433,184 @@ async def test_records_survive_reopening(store_url: str) -> None:
         assert await submit(second, intent) == [SubmitOutcome.DUPLICATE]
     finally:
         await second.close()
+
+
+async def redeliver(store: EffectorStore, *intents: ToolIntent, now: int) -> list[SubmitResult]:
+    return await store.submit(
+        [NewIntent(intent) for intent in intents], now, redeliver_results=True
+    )
+
+
+async def raw_log(store: EffectorStore) -> list[bytes]:
+    return [record.envelope.SerializeToString() for record in await store.read(1, 10_000)]
+
+
+@pytest.mark.asyncio
+async def test_redelivery_republishes_every_kind_of_result_byte_for_byte(
+    store: EffectorStore,
+) -> None:
+    executed = make_intent("add", key=b"executed")
+    expired_tool = make_intent("add", key=b"late", ttl_ms=10, created_at_ms=T0)
+    rejected = make_intent("nope", key=b"rejected")
+    approved = make_intent("", {"amount": 1}, key=b"approved", kind=ToolIntent.APPROVAL)
+    denied = make_intent("", {"amount": 2}, key=b"denied", kind=ToolIntent.APPROVAL)
+    lapsed = make_intent("", key=b"lapsed", kind=ToolIntent.APPROVAL, ttl_ms=10, created_at_ms=T0)
+    await submit(store, executed, expired_tool, approved, denied, lapsed)
+    await store.submit([NewIntent(rejected, rejection="unknown tool 'nope'")], T0)
+    batch = await store.claim("w", 10, T0 + 11, LEASE)
+    assert ([c.intent for c in batch.claims], batch.expired) == ([executed], 1)
+    await store.complete([ok(batch.claims[0], b"2", now=T0 + 12)], T0 + 12)
+    await store.decide(approved.intent_id, approved=True, approver="ann", reason="ok", now_ms=T0)
+    await store.decide(denied.intent_id, approved=False, approver="bob", reason="no", now_ms=T0)
+    assert await store.expire_approvals(T0 + 20, 10) == 1
+    first = await raw_log(store)
+    assert len(first) == 6
+    published = {AgentEnvelope.FromString(blob).entity_key: blob for blob in first}
+
+    everything = [executed, expired_tool, rejected, approved, denied, lapsed]
+    answers = await redeliver(store, *everything, now=T0 + 1_000)
+    assert [(a.outcome, a.state, a.redelivered) for a in answers] == [
+        (SubmitOutcome.DUPLICATE, IntentState.DONE, True)
+    ] * 6
+    again = (await raw_log(store))[6:]
+    # Appended in request order, each the very bytes first published for that intent.
+    assert again == [published[intent.entity_key] for intent in everything]
+    payloads = [AgentEnvelope.FromString(blob).WhichOneof("payload") for blob in again]
+    tool_result, approval = "tool_result", "approval"
+    assert payloads == [tool_result, tool_result, tool_result, approval, approval, tool_result]
+    # Redelivery re-executes nothing and decides nothing again.
+    assert (await store.claim("w", 10, T0 + 2_000, LEASE)).claims == []
+    record = await store.get_intent(executed.intent_id)
+    assert record is not None and record.attempts == 1
+    counts = await store.counts()
+    assert (counts.done, counts.head_offset) == (6, 12)
+
+
+@pytest.mark.asyncio
+async def test_redelivery_skips_work_not_yet_done_conflicts_and_plain_duplicates(
+    store: EffectorStore,
+) -> None:
+    queued = make_intent("add", key=b"a", seq=1)
+    running = make_intent("add", key=b"a", seq=0)
+    awaiting = make_intent("", key=b"b", kind=ToolIntent.APPROVAL)
+    finished = make_intent("add", {"a": 1}, key=b"c", created_at_ms=T0)
+    await submit(store, queued, running, awaiting, finished)
+    claims = {c.intent.intent_id: c for c in (await store.claim("w", 10, T0, LEASE)).claims}
+    assert set(claims) == {running.intent_id, finished.intent_id}
+    await store.complete([ok(claims[finished.intent_id])], T0)
+    assert len(await raw_log(store)) == 1
+
+    answers = await redeliver(store, queued, running, awaiting, now=T0 + 1)
+    assert [(a.outcome, a.state, a.redelivered) for a in answers] == [
+        (SubmitOutcome.DUPLICATE, IntentState.PENDING, False),
+        (SubmitOutcome.DUPLICATE, IntentState.RUNNING, False),
+        (SubmitOutcome.DUPLICATE, IntentState.AWAITING_DECISION, False),
+    ]
+    conflicting = make_intent("add", {"a": 2}, key=b"c", created_at_ms=T0)
+    [conflict] = await redeliver(store, conflicting, now=T0 + 2)
+    assert (conflict.outcome, conflict.redelivered) == (SubmitOutcome.CONFLICT, False)
+    [plain] = await store.submit([NewIntent(finished)], T0 + 3)
+    assert (plain.outcome, plain.state, plain.redelivered) == (
+        SubmitOutcome.DUPLICATE,
+        IntentState.DONE,
+        False,
+    )
+    assert len(await raw_log(store)) == 1
+    # Once the running intent finishes, its result is published once, by the completion.
+    await store.complete([ok(claims[running.intent_id])], T0 + 4)
+    log = await store.read(1, 10)
+    assert [r.envelope.tool_result.intent_id for r in log] == [
+        finished.intent_id,
+        running.intent_id,
+    ]
+
+
+@pytest.mark.asyncio
+async def test_redelivered_results_are_not_executed_again_by_a_fresh_claim(
+    store: EffectorStore,
+) -> None:
+    intent = make_intent("add", key=b"k")
+    await submit(store, intent)
+    [claim] = (await store.claim("w", 1, T0, LEASE)).claims
+    await store.complete([ok(claim)], T0)
+    for round_ in range(3):
+        await redeliver(store, intent, now=T0 + round_)
+    assert (await store.claim("w", 10, T0 + LEASE * 10, LEASE)).claims == []
+    log = await raw_log(store)
+    assert len(log) == 4 and len(set(log)) == 1
+    record = await store.get_intent(intent.intent_id)
+    assert record is not None and (record.state, record.attempts) == (IntentState.DONE, 1)
+
+
+@pytest.mark.asyncio
+async def test_list_intents_by_state_oldest_first_and_bounded(store: EffectorStore) -> None:
+    approvals = [
+        make_intent("", {"n": n}, key=f"ap{n}".encode(), kind=ToolIntent.APPROVAL) for n in range(4)
+    ]
+    # Received out of key order: the listing follows receipt time, not ids or keys.
+    for offset, intent in enumerate(reversed(approvals)):
+        await submit(store, intent, now=T0 + offset)
+    tool_a = make_intent("add", key=b"t1")
+    tool_b = make_intent("add", key=b"t2")
+    await submit(store, tool_a, tool_b, now=T0 + 10)
+    await store.decide(approvals[0].intent_id, approved=True, approver="", reason="", now_ms=T0)
+
+    awaiting = await store.list_intents(IntentState.AWAITING_DECISION, 100)
+    assert awaiting == [approvals[3], approvals[2], approvals[1]]
+    assert await store.list_intents(IntentState.AWAITING_DECISION, 2) == awaiting[:2]
+    assert await store.list_intents(IntentState.DONE, 100) == [approvals[0]]
+    pending = await store.list_intents(IntentState.PENDING, 100)
+    # Same receipt time: ties are broken by intent id.
+    assert pending == sorted([tool_a, tool_b], key=lambda i: i.intent_id)
+    [claim] = (await store.claim("w", 1, T0 + 20, LEASE)).claims
+    assert await store.list_intents(IntentState.RUNNING, 100) == [claim.intent]
+    assert await store.list_intents(IntentState.INTENT_STATE_UNSPECIFIED, 100) == []
+
+
+@pytest.mark.asyncio
+async def test_a_version_1_store_is_migrated_and_redelivers_old_results(
+    store_url: str,
+) -> None:
+    executed = make_intent("add", key=b"x")
+    approval = make_intent("", key=b"y", kind=ToolIntent.APPROVAL)
+    waiting = make_intent("", key=b"z", kind=ToolIntent.APPROVAL)
+    first = await open_store(store_url)
+    try:
+        await submit(first, executed, approval, waiting)
+        [claim] = (await first.claim("w", 1, T0, LEASE)).claims
+        await first.complete([ok(claim)], T0)
+        await first.decide(approval.intent_id, approved=True, approver="a", reason="r", now_ms=T0)
+        before = await raw_log(first)
+    finally:
+        await first.close()
+    await downgrade_to_version_1(store_url)
+
+    migrated = await open_store(store_url)
+    try:
+        answers = await redeliver(migrated, executed, approval, waiting, now=T0 + 1)
+        assert [a.redelivered for a in answers] == [True, True, False]
+        assert (await raw_log(migrated))[2:] == before
+        assert await migrated.list_intents(IntentState.AWAITING_DECISION, 10) == [waiting]
+    finally:
+        await migrated.close()
+    reopened = await open_store(store_url)  # the migration ran once; version 2 opens as is
+    await reopened.close()
+
+
+async def downgrade_to_version_1(store_url: str) -> None:
+    """Turn a version 2 store back into the version 1 layout, with its data."""
+    statements = [
+        "ALTER TABLE effector_intents DROP COLUMN published_envelope",
+        "DROP INDEX effector_intents_by_state",
+        "CREATE INDEX effector_intents_state ON effector_intents (state)",
+        "UPDATE effector_meta SET value = '1' WHERE name = 'schema_version'",
+    ]
+    if store_url.startswith("sqlite:///"):
+        with sqlite3.connect(store_url.removeprefix("sqlite:///")) as connection:
+            for statement in statements:
+                connection.execute(statement)
+        connection.close()
+    else:
+        async with await psycopg.AsyncConnection.connect(store_url, autocommit=True) as connection:
+            for statement in statements:
+                await connection.execute(statement)
