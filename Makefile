@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 READY := $(VENV)/.ready
 
-.PHONY: test test-fast demo proto lint bench clean
+.PHONY: test demo proto lint bench clean
 
 $(READY): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,7 +28,7 @@ lint: $(READY)
 
 ## demo: the end-to-end demo
 demo: $(READY)
-	$(BIN)/python examples/read_only_tools.py
+	$(BIN)/python examples/demo.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

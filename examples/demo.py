@@ -24,13 +24,21 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 
-from beam_agents._protos import EffectorStub, IntentState, ListIntentsRequest, StatusRequest
-from fraud_triage import make_events, read_lines, run
+from beam_agents._protos import (
+    AgentEnvelope,
+    EffectorStub,
+    IntentState,
+    ListIntentsRequest,
+    StatusRequest,
+)
+
 from fraud_tools import LEDGER_ENV, open_ledger
+from fraud_triage import make_events, read_lines, run
 
 EXAMPLES = Path(__file__).resolve().parent
 N_EVENTS = 300
@@ -86,6 +94,7 @@ class Human(threading.Thread):
         self._stop_event = threading.Event()
 
     def run(self) -> None:
+        """Poll the effector's approval inbox and act on the planned transfers."""
         with grpc.insecure_channel(self._target) as channel:
             stub = EffectorStub(channel)
             while not self._stop_event.wait(0.2):
@@ -101,6 +110,7 @@ class Human(threading.Thread):
                         print(f"  human: {action} transfer {transfer}", flush=True)
 
     def stop(self) -> None:
+        """Stop the thread and wait for it."""
         self._stop_event.set()
         self.join(timeout=5)
 
@@ -115,6 +125,7 @@ class Progress(threading.Thread):
         self._stop_event = threading.Event()
 
     def run(self) -> None:
+        """Print the effector's counters until stopped."""
         with grpc.insecure_channel(self._target) as channel:
             stub = EffectorStub(channel)
             while not self._stop_event.wait(1.0):
@@ -127,6 +138,7 @@ class Progress(threading.Thread):
                 )
 
     def stop(self) -> None:
+        """Stop the thread and wait for it."""
         self._stop_event.set()
         self.join(timeout=5)
 
@@ -139,14 +151,16 @@ def ledger_counts(path: Path) -> tuple[int, int]:
     return int(invocations), int(freezes)
 
 
-def one_run(label: str, target: str, out_dir: Path) -> tuple[list[dict[str, object]], float]:
+def one_run(
+    label: str, target: str, out_dir: Path, events: list[AgentEnvelope]
+) -> tuple[list[dict[str, object]], float]:
     """Run the pipeline once with progress output; return its decisions and wall time."""
     print(f"{label}: running the pipeline ...", flush=True)
     started = time.monotonic()
     progress = Progress(target, started)
     progress.start()
     try:
-        run(target, make_events(N_EVENTS, N_ACCOUNTS), str(out_dir))
+        run(target, events, str(out_dir))
     finally:
         progress.stop()
     elapsed = time.monotonic() - started
@@ -155,59 +169,123 @@ def one_run(label: str, target: str, out_dir: Path) -> tuple[list[dict[str, obje
     return decisions, elapsed
 
 
-def main() -> None:
-    """Run the demo; exit non-zero if the system did not behave as promised."""
-    total_started = time.monotonic()
-    events = make_events(N_EVENTS, N_ACCOUNTS)
+@dataclass
+class DemoReport:
+    """What one demo run observed: both runs' decisions, the bank's ledger and the effector."""
+
+    n_events: int
+    n_accounts: int
+    first: list[dict[str, object]]
+    second: list[dict[str, object]]
+    first_s: float
+    second_s: float
+    invocations: tuple[int, int]
+    freezes: tuple[int, int]
+    ledger_intent_ids: list[str]
+    executed_freeze_intent_ids: set[str]
+    decided: dict[str, str]
+    effector_status: str
+
+    def problems(self) -> list[str]:
+        """Every way this run fell short of what the system promises (empty when it held)."""
+        by_decision = Counter(str(d["decision"]) for d in self.first)
+        checks = {
+            "a decision for every event": len(self.first) == self.n_events,
+            "each transfer decided once": len({d["transfer_id"] for d in self.first})
+            == self.n_events,
+            "one approved, one declined, one held": by_decision["approved"]
+            == by_decision["declined"]
+            == by_decision["held"]
+            == 1,
+            "one ledger entry per freeze intent": sorted(self.ledger_intent_ids)
+            == sorted(self.executed_freeze_intent_ids),
+            "one freeze per frozen decision": self.freezes[0] == by_decision["frozen"],
+            "every freeze invoked once": self.invocations[0] == self.freezes[0],
+            "replay executes nothing": self.invocations[1] == self.invocations[0]
+            and self.freezes[1] == self.freezes[0],
+            "replay decides the same": sorted(map(json.dumps, self.first))
+            == sorted(map(json.dumps, self.second)),
+        }
+        return [name for name, held in checks.items() if not held]
+
+
+def run_demo(workdir: Path, n_events: int = N_EVENTS, n_accounts: int = N_ACCOUNTS) -> DemoReport:
+    """Start the effector in ``workdir``, run the pipeline twice, and report what happened."""
+    events = make_events(n_events, n_accounts)
     large = sorted(
         json.loads(e.external_event)["id"]
         for e in events
         if json.loads(e.external_event)["amount"] >= 10_000
     )
     plan = {large[0]: "approve", large[1]: "deny"}
-    with tempfile.TemporaryDirectory(prefix="beam-agents-demo-") as tmp:
-        workdir = Path(tmp)
-        os.environ[LEDGER_ENV] = str(workdir / "bank.db")
-        with effector_sidecar(workdir) as target:
-            print(f"effector listening on {target} (store: SQLite in a temporary directory)")
-            human = Human(target, plan)
-            human.start()
-            try:
-                first, first_s = one_run("run 1", target, workdir / "run1")
-            finally:
-                human.stop()
-            invocations_1, freezes_1 = ledger_counts(workdir / "bank.db")
-            second, second_s = one_run("run 2 (replay)", target, workdir / "run2")
-            invocations_2, freezes_2 = ledger_counts(workdir / "bank.db")
-            status = effector_cli(target, "status")
+    ledger = workdir / "bank.db"
+    os.environ[LEDGER_ENV] = str(ledger)
+    with effector_sidecar(workdir) as target:
+        print(f"effector listening on {target} (store: SQLite in a temporary directory)")
+        human = Human(target, plan)
+        human.start()
+        try:
+            first, first_s = one_run("run 1", target, workdir / "run1", events)
+        finally:
+            human.stop()
+        invocations_1, freezes_1 = ledger_counts(ledger)
+        second, second_s = one_run("run 2 (replay)", target, workdir / "run2", events)
+        invocations_2, freezes_2 = ledger_counts(ledger)
+        with grpc.insecure_channel(target) as channel:
+            done = EffectorStub(channel).ListIntents(
+                ListIntentsRequest(state=IntentState.DONE, limit=1000)
+            )
+        executed = {i.intent_id for i in done.intents if i.tool_name == "freeze_account"}
+        status = effector_cli(target, "status")
+    with contextlib.closing(open_ledger(str(ledger))) as connection:
+        ledger_ids = [row[0] for row in connection.execute("SELECT intent_id FROM freezes")]
+    return DemoReport(
+        n_events=n_events,
+        n_accounts=n_accounts,
+        first=first,
+        second=second,
+        first_s=first_s,
+        second_s=second_s,
+        invocations=(invocations_1, invocations_2),
+        freezes=(freezes_1, freezes_2),
+        ledger_intent_ids=ledger_ids,
+        executed_freeze_intent_ids=executed,
+        decided=dict(human.decided),
+        effector_status=status,
+    )
 
-    by_decision = Counter(str(d["decision"]) for d in first)
-    same = sorted(map(json.dumps, first)) == sorted(map(json.dumps, second))
+
+def print_summary(report: DemoReport, total_s: float) -> None:
+    """The short table the demo ends with."""
+    by_decision = Counter(str(d["decision"]) for d in report.first)
+    same = sorted(map(json.dumps, report.first)) == sorted(map(json.dumps, report.second))
     rows = [
-        ("events", f"{N_EVENTS} across {N_ACCOUNTS} accounts"),
+        ("events", f"{report.n_events} across {report.n_accounts} accounts"),
         ("decisions (run 1)", ", ".join(f"{k}={v}" for k, v in sorted(by_decision.items()))),
-        ("freezes executed", f"{freezes_1} (tool invocations: {invocations_1})"),
-        ("approvals", ", ".join(sorted(human.decided.values())) + ", 1 left to time out"),
-        ("run 1 time", f"{first_s:.1f}s"),
-        ("replay: new executions", f"{invocations_2 - invocations_1}"),
+        ("intents executed", f"{report.freezes[0]} freezes ({report.invocations[0]} tool calls)"),
+        ("approvals", ", ".join(sorted(report.decided.values())) + ", 1 left to time out"),
+        ("run 1 time", f"{report.first_s:.1f}s"),
+        ("replay: new executions", f"{report.invocations[1] - report.invocations[0]}"),
         ("replay: same decisions", "yes" if same else "NO"),
-        ("replay time", f"{second_s:.1f}s"),
-        ("effector status", status.replace("\n", "; ")),
-        ("total time", f"{time.monotonic() - total_started:.1f}s"),
+        ("replay time", f"{report.second_s:.1f}s"),
+        ("effector status", report.effector_status.replace("\n", "; ")),
+        ("total time", f"{total_s:.1f}s"),
     ]
     width = max(len(name) for name, _ in rows)
     print("\nsummary")
     for name, value in rows:
         print(f"  {name:<{width}}  {value}")
-    ok = (
-        len(first) == N_EVENTS
-        and same
-        and invocations_2 == invocations_1
-        and freezes_2 == freezes_1 == by_decision["frozen"]
-        and by_decision["approved"] == by_decision["declined"] == by_decision["held"] == 1
-    )
-    if not ok:
-        raise SystemExit("demo: the run did not behave as promised (see above)")
+
+
+def main() -> None:
+    """Run the demo; exit non-zero if the system did not behave as promised."""
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="beam-agents-demo-") as tmp:
+        report = run_demo(Path(tmp))
+    print_summary(report, time.monotonic() - started)
+    problems = report.problems()
+    if problems:
+        raise SystemExit(f"demo: not as promised: {'; '.join(problems)}")
     print("demo: ok")
 
 

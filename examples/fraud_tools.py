@@ -40,6 +40,7 @@ def freeze_account(account: str, reason: str, *, intent: IntentInfo) -> dict[str
     Args:
         account: The account to freeze.
         reason: Why, for the bank's audit trail.
+        intent: Injected by the effector; its id is the ledger's idempotency key.
     """
     with closing(open_ledger(os.environ[LEDGER_ENV])) as ledger, ledger:
         ledger.execute(

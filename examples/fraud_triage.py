@@ -1,5 +1,4 @@
-"""Fraud triage: an agent per account that screens transfers, freezes risky accounts through the
-effector, and waits for a human on large transfers.
+"""Fraud triage: screen transfers per account, freeze risky accounts, ask a human on large ones.
 
 For each transfer event, keyed by account, the agent
 1. looks up the account's risk band inline (a read-only tool),
@@ -35,6 +34,7 @@ from beam_agents.core.context import ActivationContext
 from beam_agents.io import ReadEnvelopes, SubmitIntents
 from beam_agents.model.client import LlmRequest
 from beam_agents.model.fake import FakeLLM, match_any, match_contains, respond_with
+
 from fraud_tools import make_pipeline_registry
 
 LARGE_TRANSFER = 10_000
@@ -166,12 +166,16 @@ def run(target: str, events: list[AgentEnvelope], out_dir: str, idle_s: float = 
         )
         (
             outputs.errors
-            | "ErrorText" >> beam.Map(lambda e: canonical_json({"reason": e.reason, "detail": e.detail}))
+            | "ErrorText"
+            >> beam.Map(lambda e: canonical_json({"reason": e.reason, "detail": e.detail}))
             | "Errors" >> beam.ParDo(_WriteJsonLines(out_dir, "errors"))
         )
         (
             submitted.dead_letter
-            | "DeadText" >> beam.Map(lambda d: canonical_json({"intent": d.intent.intent_id, "reason": d.reason}))
+            | "DeadText"
+            >> beam.Map(
+                lambda d: canonical_json({"intent": d.intent.intent_id, "reason": d.reason})
+            )
             | "DeadLetters" >> beam.ParDo(_WriteJsonLines(out_dir, "dead_letters"))
         )
 

@@ -21,8 +21,9 @@ def test_regenerating_the_protos_changes_nothing(tmp_path: Path) -> None:
     fresh = tmp_path / "beam_agents" / "_protos"
     fresh_files = sorted(path.name for path in fresh.iterdir() if path.is_file())
     committed_files = sorted(
-        path.name for path in GENERATED.iterdir() if path.name.endswith((".py", ".pyi"))
-        and "_pb2" in path.name
+        path.name
+        for path in GENERATED.iterdir()
+        if path.name.endswith((".py", ".pyi")) and "_pb2" in path.name
     )
     assert fresh_files == committed_files, "run `make proto` and commit the result"
     _, mismatch, errors = filecmp.cmpfiles(fresh, GENERATED, fresh_files, shallow=False)
