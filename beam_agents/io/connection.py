@@ -5,10 +5,17 @@ health checks must carry as ``authorization: Bearer <token>``, and a TLS certifi
 (``--tls-cert``/``--tls-key``). :class:`EffectorConnection` is the client half: the token
 (given, or read from an environment variable on the worker), and the PEM root certificate that
 the server's certificate must chain to.
+
+Replicas of one effector (several processes sharing a PostgreSQL store) are reached through
+one connection whose target lists them all: calls are spread over the replicas round-robin,
+and one that is down is routed around until it is back. Any replica can answer any call,
+because they share the store.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +35,9 @@ _CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.initial_reconnect_backoff_ms", 200),
     ("grpc.max_reconnect_backoff_ms", 2_000),
 )
+
+_ROUND_ROBIN = json.dumps({"loadBalancingConfig": [{"round_robin": {}}]})
+"""gRPC service config spreading calls over every address of a replica list."""
 
 _TRANSIENT_CODES = frozenset(
     {
@@ -74,7 +84,9 @@ def _call_failure(what: str, target: str, error: grpc.RpcError) -> Exception:
 class EffectorConnection:
     """Connection settings for an effector; picklable, so Beam can ship it to workers.
 
-    - ``target``: ``HOST:PORT`` (or any gRPC target) of the effector.
+    - ``target``: ``HOST:PORT`` (or any gRPC target) of the effector; or the replicas of one
+      effector as a comma-separated list of ``IP:PORT`` addresses (``[IPv6]:PORT``), e.g.
+      ``"127.0.0.1:50051,127.0.0.1:50052"``, reached round-robin (see the module docstring).
     - ``token`` (or the environment variable named by ``token_env``, read on the worker so
       that the secret never enters the pipeline graph) is sent as
       ``authorization: Bearer <token>`` on every call, as the effector's ``--token`` expects.
@@ -95,6 +107,7 @@ class EffectorConnection:
     def __post_init__(self) -> None:
         if not isinstance(self.target, str) or ":" not in self.target:
             raise ValueError(f"effector target must be HOST:PORT, got {self.target!r}")
+        _channel_target(self.target)
         if self.token is not None and self.token_env is not None:
             raise ValueError("give either token or token_env, not both")
         if self.token is not None and not self.token.strip():
@@ -122,16 +135,49 @@ class EffectorConnection:
     def open_channel(self) -> grpc.Channel:
         """A new synchronous channel to the effector; the caller closes it."""
         options: list[tuple[str, str | int]] = list(_CHANNEL_OPTIONS)
+        target = _channel_target(self.target)
+        if target != self.target:
+            options.append(("grpc.service_config", _ROUND_ROBIN))
         if self._root_certificates is None:
-            return grpc.insecure_channel(self.target, options=options)
+            return grpc.insecure_channel(target, options=options)
         if self.tls_server_name:
             options.append(("grpc.ssl_target_name_override", self.tls_server_name))
         credentials = grpc.ssl_channel_credentials(root_certificates=self._root_certificates)
-        return grpc.secure_channel(self.target, credentials, options=options)
+        return grpc.secure_channel(target, credentials, options=options)
 
     def stub(self, channel: grpc.Channel) -> EffectorStub:
         """The generated ``Effector`` stub over ``channel``."""
         return EffectorStub(channel)  # type: ignore[no-untyped-call]
+
+
+def _channel_target(target: str) -> str:
+    """The gRPC target for ``target``: itself, or for a list of replicas an address list.
+
+    gRPC spells a fixed list of addresses ``ipv4:A:P,B:P`` (or ``ipv6:[A]:P,[B]:P``); it has no
+    such form for host names, so a list must give IP addresses of one family.
+    """
+    if "," not in target:
+        return target
+    families: set[int] = set()
+    for address in target.split(","):
+        host, separator, port = address.strip().rpartition(":")
+        bracketed = host.startswith("[") and host.endswith("]")
+        try:
+            version = ipaddress.ip_address(host[1:-1] if bracketed else host).version
+        except ValueError:
+            raise ValueError(
+                f"a list of effector replicas must give IP:PORT addresses, got {address!r} in "
+                f"{target!r} (for host names, use one DNS name that resolves to every replica)"
+            ) from None
+        if not separator or not port.isdigit() or (version == 6) != bracketed:
+            raise ValueError(
+                f"effector replica {address!r} in {target!r} is not IP:PORT ([IPv6]:PORT)"
+            )
+        families.add(version)
+    if len(families) > 1:
+        raise ValueError(f"effector replicas {target!r} mix IPv4 and IPv6 addresses")
+    addresses = ",".join(address.strip() for address in target.split(","))
+    return f"ipv{families.pop()}:{addresses}"
 
 
 def _read_root_certificates(source: str | os.PathLike[str] | bytes | None) -> bytes | None:

@@ -30,6 +30,7 @@ from apache_beam.utils.timestamp import Duration, Timestamp
 
 from beam_agents._protos import AgentEnvelope, PublishRequest, ReadRequest, StatusRequest
 from beam_agents.io.connection import (
+    _MAX_MESSAGE_BYTES,
     EffectorConnection,
     _call_failure,
     _connection,
@@ -44,6 +45,8 @@ _LOG_END = 2**62
 """The restriction's end: beyond any offset the log will reach, so the range is unbounded."""
 _PUBLISH_MAX_ENVELOPES = 500
 _PUBLISH_MAX_BYTES = 4 * 1024 * 1024
+_MAX_EVENT_BYTES = _MAX_MESSAGE_BYTES - 64 * 1024
+"""An event larger than this cannot be published at all (with room for the request's framing)."""
 _RPC_TIMEOUT_S = 30.0
 _MAX_POLL_WAIT_MS = 60_000
 """The effector waits at most this long in one Read."""
@@ -268,10 +271,15 @@ class ReadEnvelopes(beam.PTransform[PBegin, PCollection[tuple[bytes, AgentEnvelo
     - ``token``, ``token_env``, ``tls_root_cert``: as for :class:`EffectorConnection`; or pass
       an ``EffectorConnection`` as ``target``.
 
-    Transient failures (the effector restarting) are retried with backoff, indefinitely; a
-    wrong token fails the pipeline with ``PermissionError``. A duplicate delivery (after a
+    Reading retries transient failures (the effector restarting) with backoff, indefinitely;
+    a wrong token fails the pipeline with ``PermissionError``. A duplicate delivery (after a
     retry, or a redelivered result) is harmless: ``RunAgent`` refuses a result it has already
-    applied.
+    applied. Publishing the events is not retried: a ``Publish`` cut off by a failure may
+    have been applied, and publishing it again would make every event in it run twice (each
+    as a new run, with new intents); the pipeline fails with ``ConnectionError`` instead, and
+    running it again is safe (it reads from the events it publishes then, and the effector
+    deduplicates the intents they lead to). An event too large for one effector request is
+    refused when the transform is built.
     """
 
     def __init__(
@@ -332,5 +340,11 @@ def _encode_events(events: Iterable[AgentEnvelope]) -> list[bytes]:
                 f"event {position} is not an external_event envelope: only the effector "
                 "publishes tool results and approvals"
             )
-        encoded.append(envelope.SerializeToString())
+        raw = envelope.SerializeToString()
+        if len(raw) > _MAX_EVENT_BYTES:
+            raise ValueError(
+                f"event {position} is {len(raw)} bytes, over the {_MAX_EVENT_BYTES}-byte limit "
+                "of one effector request; keep large payloads elsewhere and send a reference"
+            )
+        encoded.append(raw)
     return encoded

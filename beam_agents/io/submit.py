@@ -223,10 +223,11 @@ class SubmitIntents(beam.PTransform[PCollection[ToolIntent], SubmitIntentsOutput
     bundle and at its end. A call that fails transiently (unavailable, deadline exceeded, ...)
     is retried with exponential backoff and full jitter, ``initial_backoff_s`` doubling up to
     ``max_backoff_s``, for at most ``max_attempts`` calls in all; each call has a deadline of
-    ``rpc_timeout_s``. Retrying is safe because the effector deduplicates on intent id. A batch
-    that still fails, or fails for a reason retrying cannot fix (a wrong token:
-    UNAUTHENTICATED), goes to ``dead_letter`` with the gRPC status, as does every intent the
-    effector rejects (with its reason).
+    ``rpc_timeout_s``. With the defaults a batch is retried for about ten seconds on average
+    (twenty at most), enough to ride out an effector restart. Retrying is safe because the
+    effector deduplicates on intent id. A batch that still fails, or fails for a reason
+    retrying cannot fix (a wrong token: UNAUTHENTICATED), goes to ``dead_letter`` with the
+    gRPC status, as does every intent the effector rejects (with its reason).
 
     ``target`` is ``HOST:PORT`` with ``token`` or ``token_env`` and ``tls_root_cert`` (see
     :class:`EffectorConnection`), or an ``EffectorConnection``.
@@ -248,7 +249,7 @@ class SubmitIntents(beam.PTransform[PCollection[ToolIntent], SubmitIntentsOutput
         token_env: str | None = None,
         tls_root_cert: str | os.PathLike[str] | bytes | None = None,
         batch_size: int = 256,
-        max_attempts: int = 6,
+        max_attempts: int = 10,
         initial_backoff_s: float = 0.1,
         max_backoff_s: float = 5.0,
         rpc_timeout_s: float = 30.0,
