@@ -26,6 +26,10 @@ lint: $(READY)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy beam_agents effector
 
+## bench: the performance suite (under 10 minutes); writes BENCHMARKS.md
+bench: $(READY)
+	$(BIN)/python -m benchmarks
+
 ## demo: the end-to-end demo
 demo: $(READY)
 	$(BIN)/python examples/demo.py

@@ -1,54 +1,110 @@
-"""Effector throughput: sustained intents/s end to end, beside a no-op gRPC round trip.
-
-Starts a real effector (``python -m effector serve``) on a fresh store, submits intents for a
-no-op side-effecting tool in batches from several concurrent submitters, and reads the result
-envelopes back through ``Read`` until every intent's result has been seen. Reported:
-
-- sustained intents/s: intents / (first submit → last result envelope read), so each counted
-  intent was recorded, executed, its result made durable and then published;
-- p50/p99 Submit acknowledgement latency (one batch per Submit);
-- the floor: p50/p99 of a no-op gRPC round trip (health ``Check``) to the same server, measured
-  in the same run.
-
-Run ``python benchmarks/effector_throughput.py`` (``--quick`` for a one-iteration smoke run,
-``--store postgresql://...`` to measure PostgreSQL instead of SQLite).
-"""
+"""Benchmark 6: effector throughput on SQLite and on PostgreSQL with two replicas, with floors."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import os
-import statistics
-import subprocess
+import contextlib
+import pstats
+import sqlite3
 import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from beam_agents._protos import ToolIntent
-from beam_agents.tools import ToolRegistry, tool
+import psycopg
+import pytest
+
+from beam_agents._protos import AgentEnvelope, SubmitAck, ToolIntent, ToolResult
+from benchmarks.harness import (
+    EFFECTOR_READY,
+    Hotspot,
+    cumulative,
+    effector_command,
+    findings,
+    idle_seconds,
+    percentile,
+    serving,
+    summarize_profile,
+    total_seconds,
+)
+from benchmarks.noop_grpc import READY as NOOP_READY
+from benchmarks.report import BenchmarkResult, Figure, Goal, ProfileOutput, Target
 from effector.client import AsyncEffectorClient
+from tests.pg import postgres_server
 
-REPO = Path(__file__).resolve().parent.parent
+TITLE = "Effector throughput: SQLite, and PostgreSQL with two replicas"
+
+DEFINITION = """\
+Intents for the no-op side-effecting tool `noop`, over 1,000 keys, are submitted in batches of
+500 by 4 concurrent submitters (one `AsyncEffectorClient` channel per effector; with two
+replicas, submitters alternate between them) while a reader long-polls `Read` from the log
+head. **Sustained intents/s = intents / (first Submit → the reader has seen every intent's OK
+result)**: each counted intent was recorded, claimed, executed, its result recorded and then
+published, and read back. The effectors are real subprocesses (`python -m effector serve
+--concurrency 256`); the SQLite store uses its default `synchronous=FULL`, so every intent and
+every result is fsynced before it is acknowledged or published. **Submit calls/s** = Submit
+calls (500 intents each) acknowledged per second during the same run, while the worker
+executes. Each store is measured twice; the better run is shown.
+
+Floors, measured in the same run: (a) the no-op gRPC server (`benchmarks/noop_grpc.py`: the
+same `Effector` service on the same `grpc.aio` server settings, in its own process, whose
+Submit acknowledges every intent without validating or storing anything), driven by the same
+client with the same batches and the same 4 concurrent callers, over as many server processes
+as there are effector replicas: its calls/s is the request-rate floor. (b) A bare
+insert-and-commit of the same records into the same kind of store, on one connection: per
+batch, one transaction inserting the 500 intent rows and one inserting the 500 result rows and
+their log envelopes (the two durable writes an effector must make before acknowledging and
+before publishing), with SQLite in WAL mode and `synchronous=FULL`. The throwaway PostgreSQL
+cluster (`tests/pg.py`) runs with `fsync=off`, so its figures compare to its floor only.
+
+Targets: at least 2,000 sustained intents/s on SQLite; Submit calls/s at least 0.6x the no-op
+floor's calls/s."""
+
+KEYS = 1_000
+SUBMITTERS = 4
+CONCURRENCY = 256
+FULL = (20_000, 500, 2)
+QUICK = (1_000, 100, 1)
+"""(intents per run, intents per Submit, runs per store)."""
+NOOP_ROUNDS = 3
+READ_TIMEOUT_S = 120.0
+THROUGHPUT_TARGET = Target(Goal.AT_LEAST, 2_000.0)
+SUBMIT_TARGET = Target(Goal.RATIO_AT_LEAST, 0.6)
 
 
-@tool(side_effect=True)
-def noop() -> None:
-    """Do nothing: the benchmark measures the effector, not a tool."""
+@dataclass(frozen=True)
+class Sustained:
+    """One sustained run."""
+
+    intents: int
+    calls: int
+    elapsed_s: float
+    submit_s: float
+    ack_s: list[float]
+
+    @property
+    def intents_per_s(self) -> float:
+        """Intents whose results were read, per second."""
+        return self.intents / self.elapsed_s
+
+    @property
+    def calls_per_s(self) -> float:
+        """Submit calls acknowledged per second."""
+        return self.calls / self.submit_s
 
 
-def make_registry() -> ToolRegistry:
-    """The benchmark's tools (loaded by the effector subprocess)."""
-    return ToolRegistry([noop])
-
-
-def _intents(count: int, keys: int, run: str) -> list[ToolIntent]:
+def make_intents(count: int) -> list[ToolIntent]:
+    """``count`` fresh ``noop`` intents over :data:`KEYS` keys, each key's in seq order."""
+    run = uuid.uuid4().hex[:8]
+    now_ms = int(time.time() * 1000)
     intents = []
     for index in range(count):
-        key = f"{run}-key-{index % keys}".encode()
-        seq = index // keys
+        key = f"{run}-key-{index % KEYS}".encode()
+        seq = index // KEYS
         intents.append(
             ToolIntent(
                 intent_id=str(uuid.uuid5(uuid.NAMESPACE_OID, f"{key.hex()}|{seq}|0")),
@@ -56,150 +112,405 @@ def _intents(count: int, keys: int, run: str) -> list[ToolIntent]:
                 seq=seq,
                 tool_name="noop",
                 args_json="{}",
+                created_at_ms=now_ms,
                 kind=ToolIntent.TOOL,
+                trace_id=run,
             )
         )
     return intents
 
 
-def _percentile(samples: list[float], fraction: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+def _chunks(intents: list[ToolIntent], size: int) -> list[list[ToolIntent]]:
+    return [intents[start : start + size] for start in range(0, len(intents), size)]
 
 
-async def _floor(client: AsyncEffectorClient, calls: int) -> list[float]:
-    latencies = []
-    for _ in range(calls):
-        started = time.perf_counter()
-        await client.health()
-        latencies.append(time.perf_counter() - started)
+async def _submit_all(
+    clients: Sequence[AsyncEffectorClient], calls: list[list[ToolIntent]]
+) -> list[float]:
+    """Submit every batch, :data:`SUBMITTERS` at a time; return each call's latency."""
+    latencies: list[float] = []
+
+    async def submitter(worker: int) -> None:
+        client = clients[worker % len(clients)]
+        for chunk in calls[worker::SUBMITTERS]:
+            started = time.perf_counter()
+            acks = await client.submit(chunk)
+            latencies.append(time.perf_counter() - started)
+            refused = [ack for ack in acks if ack.outcome != SubmitAck.ACCEPTED]
+            if refused:
+                raise RuntimeError(f"{len(refused)} intents not accepted, e.g. {refused[0]}")
+
+    await asyncio.gather(*(submitter(worker) for worker in range(SUBMITTERS)))
     return latencies
 
 
-async def _measure(
-    target: str, count: int, keys: int, batch: int, submitters: int
-) -> dict[str, float]:
-    async with AsyncEffectorClient(target) as client:
-        await _floor(client, 50)  # warm the channel
-        floor = await _floor(client, 500)
-        intents = _intents(count, keys, uuid.uuid4().hex[:8])
-        batches = [intents[i : i + batch] for i in range(0, count, batch)]
-        ack_latencies: list[float] = []
-        head = (await client.status()).head_offset
+async def _read_results(client: AsyncEffectorClient, after: int, wanted: set[str]) -> None:
+    """Read the log from offset ``after + 1`` until every wanted intent's OK result was seen."""
+    offset, waiting = after + 1, set(wanted)
+    while waiting:
+        response = await client.read(offset, max_batch=5_000, wait_ms=1_000)
+        for record in response.records:
+            envelope = record.envelope
+            if envelope.WhichOneof("payload") != "tool_result":
+                continue
+            result = envelope.tool_result
+            if result.intent_id in waiting:
+                if result.status != ToolResult.OK:
+                    raise RuntimeError(f"intent {result.intent_id} failed: {result.error_message}")
+                waiting.discard(result.intent_id)
+        offset = response.next_offset
 
-        async def submitter(worker: int) -> None:
-            for chunk in batches[worker::submitters]:
-                started = time.perf_counter()
-                acks = await client.submit(chunk)
-                ack_latencies.append(time.perf_counter() - started)
-                assert all(ack.outcome == ack.ACCEPTED for ack in acks), acks[0]
 
-        async def reader() -> None:
-            offset, seen = head + 1, 0
-            while seen < count:
-                response = await client.read(offset, max_batch=5_000, wait_ms=1_000)
-                seen += sum(1 for r in response.records if r.envelope.tool_result.status == 1)
-                offset = response.next_offset
-
+async def sustained(targets: Sequence[str], count: int, batch: int) -> Sustained:
+    """Submit ``count`` intents to the effectors at ``targets`` and read all results back."""
+    clients = [AsyncEffectorClient(target) for target in targets]
+    try:
+        for client in clients:
+            await client.health()
+        intents = make_intents(count)
+        head = (await clients[0].status()).head_offset
+        reading = asyncio.create_task(
+            _read_results(clients[0], head, {intent.intent_id for intent in intents})
+        )
         started = time.perf_counter()
-        reading = asyncio.create_task(reader())
-        await asyncio.gather(*(submitter(i) for i in range(submitters)))
-        submitted = time.perf_counter() - started
-        await reading
-        elapsed = time.perf_counter() - started
-    return {
-        "intents": count,
-        "elapsed_s": elapsed,
-        "intents_per_s": count / elapsed,
-        "submit_only_per_s": count / submitted,
-        "ack_p50_ms": statistics.median(ack_latencies) * 1000,
-        "ack_p99_ms": _percentile(ack_latencies, 0.99) * 1000,
-        "floor_p50_ms": statistics.median(floor) * 1000,
-        "floor_p99_ms": _percentile(floor, 0.99) * 1000,
-    }
+        ack_s = await _submit_all(clients, _chunks(intents, batch))
+        submit_s = time.perf_counter() - started
+        await asyncio.wait_for(reading, READ_TIMEOUT_S)
+        elapsed_s = time.perf_counter() - started
+    finally:
+        for client in clients:
+            await client.close()
+    return Sustained(count, len(ack_s), elapsed_s, submit_s, ack_s)
 
 
-def _start_server(store_url: str, concurrency: int) -> tuple[subprocess.Popen[str], str]:
-    environment = dict(os.environ)
-    environment["PYTHONPATH"] = os.pathsep.join(
-        [str(REPO), str(Path(__file__).resolve().parent), environment.get("PYTHONPATH", "")]
-    )
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "effector",
-            "serve",
-            "--tools",
-            "effector_throughput:make_registry",
-            "--store",
-            store_url,
-            "--listen",
-            "127.0.0.1:0",
-            "--concurrency",
-            str(concurrency),
-            "--log-level",
-            "WARNING",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=environment,
-    )
-    assert process.stdout is not None
-    line = process.stdout.readline().strip()
-    if not line.startswith("effector listening on "):
-        process.kill()
-        raise SystemExit(f"effector did not start: {line!r}")
-    return process, line.removeprefix("effector listening on ")
+async def noop_calls_per_s(targets: Sequence[str], count: int, batch: int) -> float:
+    """The no-op servers' Submit calls/s with the same batches and callers (best round)."""
+    clients = [AsyncEffectorClient(target) for target in targets]
+    try:
+        calls = _chunks(make_intents(count), batch)
+        await _submit_all(clients, calls[: SUBMITTERS * 2])  # warm the channels
+        rates = []
+        for _ in range(NOOP_ROUNDS):
+            started = time.perf_counter()
+            await _submit_all(clients, calls)
+            rates.append(len(calls) / (time.perf_counter() - started))
+    finally:
+        for client in clients:
+            await client.close()
+    return max(rates)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="one small iteration (smoke run)")
-    parser.add_argument("--store", help="store URL (default: a fresh SQLite file)")
-    parser.add_argument("--intents", type=int, default=20_000)
-    parser.add_argument("--keys", type=int, default=1_000)
-    parser.add_argument("--batch", type=int, default=500)
-    parser.add_argument("--submitters", type=int, default=4)
-    parser.add_argument("--concurrency", type=int, default=256)
-    parser.add_argument("--iterations", type=int, default=3)
-    args = parser.parse_args()
-    if args.quick:
-        args.intents, args.iterations = 2_000, 1
-    with tempfile.TemporaryDirectory(prefix="effector-bench-") as scratch:
-        store_url = args.store or f"sqlite:///{scratch}/bench.db"
-        process, target = _start_server(store_url, args.concurrency)
-        try:
-            runs = [
-                asyncio.run(_measure(target, args.intents, args.keys, args.batch, args.submitters))
-                for _ in range(args.iterations)
-            ]
-        finally:
-            process.terminate()
-            process.wait(timeout=60)
-    best = max(runs, key=lambda run: run["intents_per_s"])
-    store_kind = "postgresql" if store_url.startswith("postgres") else "sqlite"
-    print(
-        f"effector throughput ({store_kind}, {args.intents} intents over {args.keys} keys, "
-        f"batches of {args.batch}, {args.submitters} submitters, best of {len(runs)})"
-    )
-    rows = [
-        ("sustained intents/s (submit → result read)", f"{best['intents_per_s']:,.0f}"),
-        ("submit-only intents/s", f"{best['submit_only_per_s']:,.0f}"),
-        (
-            "submit ack p50 / p99 (ms per batch)",
-            f"{best['ack_p50_ms']:.1f} / {best['ack_p99_ms']:.1f}",
-        ),
-        (
-            "floor: no-op gRPC round trip p50 / p99 (ms)",
-            f"{best['floor_p50_ms']:.3f} / {best['floor_p99_ms']:.3f}",
-        ),
-        ("all runs, intents/s", ", ".join(f"{run['intents_per_s']:,.0f}" for run in runs)),
+def _floor_schema(blob: str) -> list[str]:
+    return [
+        f"CREATE TABLE intents (intent_id TEXT PRIMARY KEY, entity_key {blob} NOT NULL, "
+        f"seq BIGINT NOT NULL, step_index BIGINT NOT NULL, tool_name TEXT NOT NULL, "
+        f"args_json TEXT NOT NULL, intent {blob} NOT NULL)",
+        f"CREATE TABLE results (intent_id TEXT PRIMARY KEY, status INTEGER NOT NULL, "
+        f"payload {blob} NOT NULL, completed_at_ms BIGINT NOT NULL)",
+        f"CREATE TABLE log (log_offset BIGINT PRIMARY KEY, entity_key {blob} NOT NULL, "
+        f"envelope {blob} NOT NULL)",
     ]
-    width = max(len(name) for name, _ in rows)
-    for name, value in rows:
-        print(f"  {name:<{width}}  {value}")
 
 
-if __name__ == "__main__":
-    main()
+def bare_insert_rate(connection: Any, placeholder: str, count: int, batch: int) -> float:
+    """Intents/s of the bare insert-and-commit floor on a DB-API ``connection``."""
+    marks = ", ".join([placeholder] * 7)
+    insert_intent = f"INSERT INTO intents VALUES ({marks})"
+    insert_result = f"INSERT INTO results VALUES ({', '.join([placeholder] * 4)})"
+    insert_log = f"INSERT INTO log VALUES ({', '.join([placeholder] * 3)})"
+    intents = make_intents(count)
+    cursor = connection.cursor()
+    offset = 0
+    started = time.perf_counter()
+    for chunk in _chunks(intents, batch):
+        cursor.executemany(
+            insert_intent,
+            [
+                (i.intent_id, i.entity_key, i.seq, i.step_index, i.tool_name, i.args_json,
+                 i.SerializeToString())
+                for i in chunk
+            ],
+        )  # fmt: skip
+        connection.commit()
+        now_ms = int(time.time() * 1000)
+        results = [
+            ToolResult(
+                intent_id=i.intent_id,
+                entity_key=i.entity_key,
+                seq=i.seq,
+                status=ToolResult.OK,
+                payload=b"null",
+                completed_at_ms=now_ms,
+            )
+            for i in chunk
+        ]
+        cursor.executemany(
+            insert_result, [(r.intent_id, r.status, r.payload, r.completed_at_ms) for r in results]
+        )
+        log_rows = []
+        for result in results:
+            offset += 1
+            envelope = AgentEnvelope(
+                entity_key=result.entity_key, event_time_ms=now_ms, tool_result=result
+            )
+            log_rows.append((offset, result.entity_key, envelope.SerializeToString()))
+        cursor.executemany(insert_log, log_rows)
+        connection.commit()
+    return count / (time.perf_counter() - started)
+
+
+def bare_sqlite_rate(path: Path, count: int, batch: int) -> float:
+    """The floor on a fresh SQLite file, WAL and ``synchronous=FULL`` like the effector's."""
+    connection = sqlite3.connect(path)
+    try:
+        connection.execute("PRAGMA journal_mode=WAL")
+        connection.execute("PRAGMA synchronous=FULL")
+        for statement in _floor_schema("BLOB"):
+            connection.execute(statement)
+        return bare_insert_rate(connection, "?", count, batch)
+    finally:
+        connection.close()
+
+
+def bare_postgres_rate(url: str, count: int, batch: int) -> float:
+    """The floor on a fresh PostgreSQL database."""
+    with psycopg.connect(url) as connection:
+        for statement in _floor_schema("BYTEA"):
+            connection.execute(statement)
+        connection.commit()
+        return bare_insert_rate(connection, "%s", count, batch)
+
+
+@contextlib.contextmanager
+def _servers(commands: Sequence[list[str]], ready: str, logs: Path) -> Iterator[list[str]]:
+    with contextlib.ExitStack() as stack:
+        targets = []
+        for index, command in enumerate(commands):
+            log = stack.enter_context((logs / f"server-{ready.split()[0]}-{index}.log").open("w"))
+            targets.append(stack.enter_context(serving(command, ready, log)))
+        yield targets
+
+
+def _noop_command() -> list[str]:
+    return [sys.executable, "-m", "benchmarks.noop_grpc", "--listen", "127.0.0.1:0"]
+
+
+def measure_store(
+    label: str,
+    store_url: str,
+    replicas: int,
+    floor_rate: Callable[[], float],
+    floor_label: str,
+    size: tuple[int, int, int],
+    scratch: Path,
+) -> tuple[list[Figure], list[str]]:
+    """Figures for one store: sustained intents/s and Submit calls/s, beside their floors."""
+    count, batch, runs = size
+    bare = floor_rate()
+    with _servers([_noop_command()] * replicas, NOOP_READY, scratch) as noop_targets:
+        noop = asyncio.run(noop_calls_per_s(noop_targets, count, batch))
+    command = effector_command(store_url, concurrency=CONCURRENCY)
+    with _servers([command] * replicas, EFFECTOR_READY, scratch) as targets:
+        measured = [asyncio.run(sustained(targets, count, batch)) for _ in range(runs)]
+    best = max(measured, key=lambda run: run.intents_per_s)
+    is_sqlite = store_url.startswith("sqlite")
+    figures = [
+        Figure(
+            name=f"sustained intents/s, {label}",
+            unit="intents/s",
+            ours=best.intents_per_s,
+            samples=best.intents,
+            floor=bare,
+            floor_label=floor_label,
+            target=THROUGHPUT_TARGET if is_sqlite else None,
+        ),
+        Figure(
+            name=f"Submit calls/s ({batch} intents each), {label}",
+            unit="calls/s",
+            ours=best.calls_per_s,
+            samples=best.calls,
+            floor=noop,
+            floor_label=f"no-op gRPC Submit, {replicas} server{'s' if replicas > 1 else ''}",
+            target=SUBMIT_TARGET,
+        ),
+    ]
+    durable_calls = bare / batch
+    details = [
+        f"{label}: even the bare insert-and-commit floor makes only {durable_calls:,.0f} "
+        f"batches of {batch} durable per second, {durable_calls / noop:.2f}x the no-op gRPC "
+        "floor's calls/s: a Submit that records its intents before acknowledging them is bound "
+        "by the store, not by gRPC.",
+        f"{label}: runs of {count:,} intents: "
+        + ", ".join(f"{run.intents_per_s:,.0f}" for run in measured)
+        + f" intents/s; in the best, Submit acknowledged {count / best.submit_s:,.0f} "
+        f"intents/s ({count / best.submit_s / bare:.2f}x the bare insert-and-commit floor, "
+        f"while the worker ran), one call took p50 {percentile(best.ack_s, 0.5) * 1000:.1f} ms, "
+        f"p99 {percentile(best.ack_s, 0.99) * 1000:.1f} ms.",
+    ]
+    return figures, details
+
+
+def run(quick: bool) -> BenchmarkResult:
+    """Measure SQLite (one effector) and PostgreSQL (two replicas)."""
+    size = QUICK if quick else FULL
+    count, batch, _ = size
+    figures: list[Figure] = []
+    details: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="beam-agents-bench-") as scratch_dir:
+        scratch = Path(scratch_dir)
+        measured, notes = measure_store(
+            "SQLite",
+            f"sqlite:///{scratch / 'effector.db'}",
+            1,
+            lambda: bare_sqlite_rate(scratch / "floor.db", count, batch),
+            "bare SQLite insert+commit",
+            size,
+            scratch,
+        )
+        figures += measured
+        details += notes
+        try:
+            with postgres_server() as server:
+                measured, notes = measure_store(
+                    "PostgreSQL, 2 replicas",
+                    server.create_database("effector"),
+                    2,
+                    lambda: bare_postgres_rate(server.create_database("floor"), count, batch),
+                    "bare PostgreSQL insert+commit",
+                    size,
+                    scratch,
+                )
+            figures += measured
+            details += notes
+        except pytest.skip.Exception as skipped:
+            details.append(f"PostgreSQL rows not measured: {skipped}")
+    return BenchmarkResult(
+        name="effector_throughput",
+        title=TITLE,
+        definition=DEFINITION,
+        figures=figures,
+        details=details,
+    )
+
+
+_SQLITE_EXECUTE = "<method 'execute' of 'sqlite3.Connection' objects>"
+_TRANSACTION = ("effector/store/sqlite.py", "_in_transaction")
+STORE_HOTSPOTS = (
+    Hotspot(
+        *_TRANSACTION,
+        "Every store operation; all run one at a time on this one thread.",
+        "",
+    ),
+    Hotspot(
+        "effector/store/_sql.py",
+        "_complete",
+        "Recording results: per intent, single-row UPDATEs of the key row (release, then the "
+        "pending count) and of the intent row, then the log insert.",
+        "one set-based statement per table per batch (`UPDATE ... FROM (VALUES ...)`, which "
+        "SQLite and PostgreSQL both take) instead of three statements per intent.",
+    ),
+    Hotspot(
+        "effector/store/_sql.py",
+        "_claim",
+        "Claiming: per claimed intent, a single-row UPDATE of the intent and one of its key.",
+        "the same: one set-based UPDATE per table for the whole claim batch.",
+    ),
+    Hotspot(
+        "effector/store/_sql.py",
+        "_submit",
+        "Recording a Submit: one INSERT per intent, then the key rows.",
+        "a multi-row INSERT (or `executemany`) per batch, then one upsert of the key rows.",
+    ),
+    Hotspot(
+        "effector/store/_sql.py",
+        "_read",
+        "Serving `Read` long-polls, queued behind the writes on the same thread.",
+        "serve reads from a second, read-only connection on its own thread (WAL lets readers "
+        "run beside the writer).",
+    ),
+)
+LOOP_HOTSPOTS = (
+    Hotspot(
+        "effector/server.py",
+        "Submit",
+        "The Submit handler on the event loop, validation included; the rest of a Submit's "
+        "latency is waiting for the store thread.",
+        "",
+    ),
+    Hotspot(
+        "beam_agents/tools/_tool.py",
+        "validate_arguments",
+        "Validating an intent's arguments with its tool's Pydantic model: twice per intent, "
+        "at Submit and again before execution.",
+        "validate once, at Submit, and execute intents recorded as valid without validating "
+        "their arguments again.",
+    ),
+    Hotspot(
+        "effector/worker.py",
+        "_execute",
+        "The worker's path per intent: run the tool, queue the result for the group commit, "
+        "release the claim.",
+        "",
+    ),
+)
+PROFILE_MIN_BUSY_SHARE = 0.1
+"""Threads busy for less than this share of the run are left out of the profile."""
+
+
+def profile(quick: bool) -> ProfileOutput:
+    """Profile every thread of one SQLite effector through a sustained run."""
+    count, batch, _ = QUICK if quick else FULL
+    with tempfile.TemporaryDirectory(prefix="beam-agents-bench-") as scratch_dir:
+        scratch = Path(scratch_dir)
+        command = effector_command(
+            f"sqlite:///{scratch / 'effector.db'}",
+            concurrency=CONCURRENCY,
+            profile_dir=scratch / "profiles",
+        )
+        with _servers([command], EFFECTOR_READY, scratch) as targets:
+            run = asyncio.run(sustained(targets, count, batch))
+        threads = {
+            path.stem: pstats.Stats(str(path)) for path in (scratch / "profiles").glob("*.prof")
+        }
+    output = ProfileOutput(
+        findings=[
+            f"Profiled: one SQLite effector through one sustained run of {count:,} intents "
+            f"({run.elapsed_s:.2f} s), every thread; shares are of each thread's busy time (its "
+            "profiled time less its waits for work)."
+        ],
+        raw=[],
+    )
+    quiet = 0
+    for name, stats in sorted(threads.items()):
+        busy_s = total_seconds(stats) - idle_seconds(stats)
+        if busy_s < PROFILE_MIN_BUSY_SHARE * run.elapsed_s:
+            quiet += 1
+            continue
+        heading = f"thread {name}: busy {busy_s:.2f} s, {busy_s / run.elapsed_s:.0%} of the run"
+        output.findings.append(f"{heading}.")
+        if name.startswith("effector-sqlite"):
+            output.findings.extend(_store_findings(stats, busy_s, count))
+        elif name == "MainThread":
+            output.findings.extend(
+                findings(stats, LOOP_HOTSPOTS, busy_s=busy_s, unit="intent", units=count)
+            )
+        output.raw.extend(["", f"{heading}:", *summarize_profile(stats, top=8)])
+    output.raw.append(
+        f"({quiet} more threads were busy less than {PROFILE_MIN_BUSY_SHARE:.0%} of the run.)"
+    )
+    return output
+
+
+def _store_findings(stats: pstats.Stats, busy_s: float, intents: int) -> list[str]:
+    _, statements = cumulative(stats, "~", _SQLITE_EXECUTE)
+    transactions_s, _ = cumulative(stats, *_TRANSACTION)
+    named_s = sum(cumulative(stats, spot.path, spot.function)[0] for spot in STORE_HOTSPOTS[1:])
+    return [
+        f"`sqlite3.Connection.execute` was called {statements:,} times, "
+        f"{statements / intents:.1f} per intent; each call lets go of the GIL and has to win it "
+        "back from the busy event-loop thread.",
+        *findings(stats, STORE_HOTSPOTS, busy_s=busy_s, unit="intent", units=intents),
+        f"The rest of `_in_transaction`, {(transactions_s - named_s) / busy_s:.0%}: BEGIN and "
+        "COMMIT (each COMMIT an fsync, with `synchronous=FULL`) and the housekeeping "
+        "transactions.",
+    ]

@@ -1,0 +1,254 @@
+"""What the benchmarks share: statistics, timing, profiling and subprocess servers."""
+
+from __future__ import annotations
+
+import contextlib
+import cProfile
+import math
+import os
+import pstats
+import select
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+STARTUP_TIMEOUT_S = 60.0
+"""How long a server subprocess may take to print its address."""
+
+
+def percentile(samples: Sequence[float], fraction: float) -> float:
+    """The nearest-rank percentile (``fraction`` in [0, 1]) of ``samples``."""
+    if not samples:
+        raise ValueError("no samples")
+    ordered = sorted(samples)
+    rank = math.ceil(round(fraction * len(ordered), 9))  # rounded: 0.57 * 100 is 56.99...
+    return ordered[max(1, min(len(ordered), rank)) - 1]
+
+
+def child_environment() -> dict[str, str]:
+    """The environment for subprocesses: this one, with the repository importable."""
+    environment = dict(os.environ)
+    environment["PYTHONPATH"] = os.pathsep.join(
+        part for part in (str(REPO_ROOT), environment.get("PYTHONPATH", "")) if part
+    )
+    return environment
+
+
+@contextlib.contextmanager
+def serving(command: Sequence[str], ready_prefix: str, log: IO[str]) -> Iterator[str]:
+    """Start a server subprocess, yield the ``HOST:PORT`` it prints after ``ready_prefix``.
+
+    The server's stderr goes to ``log``. On exit the server gets SIGTERM (so it drains), then
+    SIGKILL if it has not exited within 30 s.
+    """
+    process = subprocess.Popen(
+        list(command),
+        stdout=subprocess.PIPE,
+        stderr=log,
+        text=True,
+        env=child_environment(),
+        cwd=REPO_ROOT,
+    )
+    try:
+        assert process.stdout is not None
+        ready, _, _ = select.select([process.stdout], [], [], STARTUP_TIMEOUT_S)
+        line = process.stdout.readline().strip() if ready else ""
+        if not line.startswith(ready_prefix):
+            log.flush()
+            tail = Path(log.name).read_text(errors="replace").strip().splitlines()[-10:]
+            raise RuntimeError(
+                f"{' '.join(command[1:4])} did not start (first line {line!r}); its log ends:\n"
+                + "\n".join(tail)
+            )
+        yield line.removeprefix(ready_prefix)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def effector_command(
+    store_url: str, *, concurrency: int = 256, profile_dir: Path | None = None
+) -> list[str]:
+    """``python -m effector serve`` with the benchmark tools on ``store_url``, any free port.
+
+    With ``profile_dir``, every thread of the effector is profiled and its statistics written
+    there when it exits (see :mod:`benchmarks.profiled_effector`).
+    """
+    entry = (
+        ["effector"] if profile_dir is None else ["benchmarks.profiled_effector", str(profile_dir)]
+    )
+    return [
+        sys.executable,
+        "-m",
+        *entry,
+        "serve",
+        "--tools",
+        "benchmarks.tools:make_registry",
+        "--store",
+        store_url,
+        "--listen",
+        "127.0.0.1:0",
+        "--concurrency",
+        str(concurrency),
+        "--log-level",
+        "WARNING",
+    ]
+
+
+EFFECTOR_READY = "effector listening on "
+
+
+def seconds_per_call(action: Callable[[], object]) -> float:
+    """Wall time of one call of ``action``, in seconds."""
+    started = time.perf_counter()
+    action()
+    return time.perf_counter() - started
+
+
+def profile_call(action: Callable[[], object]) -> pstats.Stats:
+    """cProfile ``action`` in this thread."""
+    profiler = cProfile.Profile()
+    profiler.runcall(action)
+    return pstats.Stats(profiler)
+
+
+@dataclass(frozen=True)
+class Hotspot:
+    """A function a finding reports on: where it is, what it costs and what to do about it."""
+
+    path: str
+    """Its file, from the package root, e.g. ``beam_agents/core/tracing.py``."""
+    function: str
+    what: str
+    """What the function does that costs."""
+    fix: str
+    """The proposed fix; empty when the cost is shared with the floor."""
+
+
+def _entries(stats: pstats.Stats) -> dict[tuple[str, int, str], tuple[int, int, float, float, Any]]:
+    entries: dict[tuple[str, int, str], tuple[int, int, float, float, Any]]
+    entries = stats.stats  # type: ignore[attr-defined]
+    return entries
+
+
+def cumulative(stats: pstats.Stats, path: str, function: str) -> tuple[float, int]:
+    """Cumulative seconds and calls of the functions named ``function`` in files ending ``path``."""
+    seconds, calls = 0.0, 0
+    for (filename, _, name), (_, count, _, cumulative_s, _) in _entries(stats).items():
+        if name == function and filename.endswith(path):
+            seconds += cumulative_s
+            calls += count
+    return seconds, calls
+
+
+def findings(
+    stats: pstats.Stats, hotspots: Sequence[Hotspot], *, busy_s: float, unit: str, units: int
+) -> list[str]:
+    """One line per hotspot: its share of ``busy_s`` and its cost per ``unit`` (of ``units``)."""
+    lines = []
+    for spot in hotspots:
+        seconds, calls = cumulative(stats, spot.path, spot.function)
+        line = (
+            f"`{spot.path}` `{spot.function}`: {100 * seconds / busy_s:.0f}% "
+            f"({calls:,} calls, {1e6 * seconds / units:.1f} µs per {unit} under the profiler). "
+            f"{spot.what}"
+        )
+        lines.append(line if not spot.fix else f"{line} Proposed fix: {spot.fix}")
+    return lines
+
+
+_IDLE_WAITS = frozenset(
+    {
+        "<method 'poll' of 'select.epoll' objects>",
+        "<method 'get' of '_queue.SimpleQueue' objects>",
+        "<method 'acquire' of '_thread.lock' objects>",
+        "<built-in method time.sleep>",
+    }
+)
+"""Builtins in which a thread waits for work (their self time is idle, not cost)."""
+
+
+def idle_seconds(stats: pstats.Stats) -> float:
+    """Self time spent in the blocking waits of :data:`_IDLE_WAITS`."""
+    return sum(
+        entry[2] for (_, _, function), entry in _entries(stats).items() if function in _IDLE_WAITS
+    )
+
+
+def total_seconds(stats: pstats.Stats) -> float:
+    """All profiled self time."""
+    return sum(entry[2] for entry in _entries(stats).values())
+
+
+def summarize_profile(stats: pstats.Stats, *, top: int = 12) -> list[str]:
+    """Report lines: time by area, the top functions by self time, ours by cumulative time."""
+    entries = _entries(stats)
+    total = total_seconds(stats) or 1.0
+    by_area: dict[str, float] = {}
+    rows = []
+    for (filename, line, function), (_, calls, self_time, cumulative_s, _) in entries.items():
+        area = _area(filename)
+        by_area[area] = by_area.get(area, 0.0) + self_time
+        where = f"{_short_path(filename)}:{line}({function})"
+        rows.append((self_time, cumulative_s, calls, where, area))
+    idle = idle_seconds(stats)
+    lines = [
+        f"profiled {total:.2f} s, of which {idle:.2f} s ({100 * idle / total:.0f}%) waiting for "
+        "work (epoll, queue, lock, sleep); self time by area:"
+    ]
+    for area, seconds in sorted(by_area.items(), key=lambda item: -item[1]):
+        if seconds / total >= 0.001:
+            lines.append(f"  {100 * seconds / total:5.1f}%  {area}")
+    lines.append(f"top {top} functions by self time (self %, cumulative %, calls):")
+    for self_time, cumulative_s, calls, where, _ in sorted(rows, reverse=True)[:top]:
+        lines.append(
+            f"  {100 * self_time / total:5.1f}%  {100 * cumulative_s / total:5.1f}%  "
+            f"{calls:>9,}  {where}"
+        )
+    ours = sorted((row for row in rows if row[4].endswith("(ours)")), key=lambda row: -row[1])[:top]
+    if ours:
+        lines.append(f"top {len(ours)} of our functions by cumulative time:")
+        for self_time, cumulative_s, calls, where, _ in ours:
+            lines.append(
+                f"  {100 * self_time / total:5.1f}%  {100 * cumulative_s / total:5.1f}%  "
+                f"{calls:>9,}  {where}"
+            )
+    return lines
+
+
+_AREAS = (
+    ("beam_agents/", "beam_agents (ours)"),
+    ("effector/", "effector (ours)"),
+    ("benchmarks/", "benchmark code"),
+    ("apache_beam/", "apache_beam"),
+    ("google/protobuf/", "protobuf"),
+    ("grpc", "grpc"),
+    ("asyncio/", "asyncio"),
+)
+
+
+def _area(filename: str) -> str:
+    for marker, area in _AREAS:
+        if marker in filename:
+            return area
+    if filename == "~":
+        return "builtins (C)"
+    return "other Python"
+
+
+def _short_path(filename: str) -> str:
+    for marker in ("beam_agents/", "effector/", "benchmarks/", "apache_beam/", "google/"):
+        position = filename.find(marker)
+        if position >= 0:
+            return filename[position:]
+    return Path(filename).name if filename != "~" else "~"

@@ -1,0 +1,323 @@
+# mypy: disallow-untyped-calls=False
+# (Beam's own API is mostly unannotated; this module is glue around it.)
+"""Benchmark 2: per-activation overhead on top of the model's latency, at 50 ms and 500 ms."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import multiprocessing
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.pvalue import PCollection
+
+from beam_agents import AgentConfig, RunAgent
+from beam_agents._protos import AgentEnvelope
+from beam_agents.core.agent import Complete
+from beam_agents.core.context import ActivationContext
+from beam_agents.model.client import LlmRequest, LlmResponse
+from beam_agents.model.fake import FakeLLM, match_any, respond_with
+from benchmarks.harness import percentile
+from benchmarks.pipelines import (
+    CONTINUATION_STATE,
+    HEADER_STATE,
+    Element,
+    advance_header,
+    run_pipeline,
+)
+from benchmarks.report import BenchmarkResult, Figure, Goal, Target
+
+TITLE = "Overhead tiers: activation wall time minus the model's latency"
+
+DEFINITION = """\
+Every activation makes one model call to a `FakeLLM` configured with
+`respond_with(b"...", latency_ms=L)` and completes with an output. A `DoFn` fused right after
+`RunAgent` on `.output` notes `time.perf_counter()` as each output arrives. A runner thread
+runs activations one after another, so the time between two consecutive outputs is one whole
+activation as the worker lives it: Beam handing over the element, admission, the state reads,
+building the context, the bridge stepping the coroutine and, once it waits, running it on the
+DoFn's event loop, the replay-cache lookup, the model call, staging the cache entry and the
+traces, the commit (header and cache cells) and emitting the outputs. **Overhead = that time
+minus L**, the configured latency, so the event loop waking late after the fake's sleep counts
+as ours. The first output of each bundle has no predecessor and is not a sample; pipeline
+start-up and the source are not in any sample.
+
+The floor is a bare stateful `DoFn` on the same runner, with the same concurrency, that does the
+no-op state traffic (read header and continuation, write the header), waits out L on an event
+loop it owns (`loop.run_until_complete(asyncio.sleep(L))`, the least a DoFn can do to wait for
+an async provider) and emits its output, measured the same way. Both parts of that floor
+matter. A thread that blocked for milliseconds comes back to cold caches on a shared machine,
+so the same work costs more after a wait than in a hot loop, and more after a long wait than a
+short one. And an asyncio timer wakes late: `epoll_wait` takes whole milliseconds, rounded up,
+and the kernel lets it overrun by a timer slack of 0.1% of its timeout (a plain `time.sleep`
+gets a fixed 50 µs), so the lateness grows with L too (see the details below, for ours and the
+floor). Both effects hit any stage that waits on asyncio, ours or not; a real provider's answer
+wakes the loop through its socket, with no timer.
+
+`FnApiRunner` runs a stateful stage on one thread, so 1,000 sequential activations at 500 ms
+would take over 8 minutes. Each tier therefore runs K pipelines side by side, each in its own
+process (forked from a clean server process) with its own `FnApiRunner`, like K SDK workers
+sharing the cores: K = 4 at 50 ms and K = 25 at 500 ms, so every tier keeps the machine
+similarly (and lightly) busy, and each pipeline runs enough activations for at least 1,000
+samples in all. The pipelines start together at a barrier, their first activations staggered
+over one latency period so they do not wake in lockstep.
+
+Target: the overhead does not grow with the latency any more than the floor's does: our p50
+overhead at 500 ms over ours at 50 ms is at most 1.25x the same ratio for the floor."""
+
+TIERS_MS = ((50, 4), (500, 25))
+"""(latency, pipelines run side by side) per tier."""
+QUICK_TIERS_MS = ((5, 2), (50, 4))
+SAMPLES = 1_000
+QUICK_SAMPLES = 8
+KEYS_PER_PIPELINE = 10
+GROWTH_TARGET = Target(Goal.RATIO_AT_MOST, 1.25)
+
+
+@dataclass
+class _Run:
+    """What the stage under test and the output stamp of this process's pipeline share."""
+
+    barrier: Any
+    """A ``multiprocessing`` barrier: every pipeline of the tier starts together."""
+    phase_s: float
+    """How long this pipeline's first element waits after the barrier."""
+    samples: list[tuple[float, float]] = field(default_factory=list)
+    """(seconds between two outputs, seconds spent waiting for the latency) per element."""
+    started: bool = False
+    waited_s: float = 0.0
+
+
+_current: _Run | None = None
+"""Set in each pipeline process before its pipeline runs (one pipeline per process)."""
+
+
+def _run_state() -> _Run:
+    assert _current is not None, "the tier's pipelines run in their own processes"
+    return _current
+
+
+def _start_together() -> None:
+    """On the pipeline's first element: wait for every pipeline, then for this one's phase."""
+    run = _run_state()
+    if not run.started:
+        run.started = True
+        run.barrier.wait()
+        time.sleep(run.phase_s)
+
+
+class TimedFakeLLM:
+    """A ``FakeLLM`` with a fixed latency that notes how long each call took."""
+
+    def __init__(self, latency_ms: int) -> None:
+        self._inner = FakeLLM([(match_any(), respond_with(b"an answer", latency_ms=latency_ms))])
+
+    async def complete(self, request: LlmRequest) -> LlmResponse:
+        """Answer through the fake, timing the call."""
+        started = time.perf_counter()
+        response = await self._inner.complete(request)
+        _run_state().waited_s = time.perf_counter() - started
+        return response
+
+    def decode(self, raw: bytes) -> LlmResponse:
+        """Rebuild a response from its raw body (for replays)."""
+        return self._inner.decode(raw)
+
+
+async def model_agent(ctx: ActivationContext) -> Complete:
+    """One model call, then complete with an output."""
+    _start_together()
+    await ctx.call_model(
+        LlmRequest(model_id="bench", messages=({"role": "user", "content": ctx.event.decode()},))
+    )
+    return Complete(output=b"done")
+
+
+class WaitingFloorDoFn(beam.DoFn):
+    """The floor: a no-op activation's state traffic, waiting out the latency, one output.
+
+    It waits on an event loop it owns, ``run_until_complete(asyncio.sleep(L))``: the least a
+    DoFn can do to wait for an async provider.
+    """
+
+    def __init__(self, latency_ms: int) -> None:
+        super().__init__()
+        self._latency_s = latency_ms / 1000
+
+    def setup(self) -> None:
+        self._loop = asyncio.new_event_loop()
+
+    def teardown(self) -> None:
+        self._loop.close()
+
+    def process(
+        self,
+        element: Element,
+        header: Any = HEADER_STATE,
+        continuation: Any = CONTINUATION_STATE,
+    ) -> list[bytes]:
+        _start_together()
+        advance_header(header, continuation, element[1].event_time_ms)
+        started = time.perf_counter()
+        self._loop.run_until_complete(asyncio.sleep(self._latency_s))
+        _run_state().waited_s = time.perf_counter() - started
+        return [b"done"]
+
+
+class StampOutputs(beam.DoFn):
+    """Notes the time between consecutive outputs of one bundle (fused after the stage)."""
+
+    def start_bundle(self) -> None:
+        self._previous: float | None = None
+
+    def process(self, output: bytes) -> None:
+        now = time.perf_counter()
+        run = _run_state()
+        if self._previous is not None:
+            run.samples.append((now - self._previous, run.waited_s))
+        self._previous = now
+
+
+def _events(pipeline: int, count: int) -> list[Element]:
+    elements = []
+    for index in range(count):
+        key = b"p%d-k%d" % (pipeline, index % KEYS_PER_PIPELINE)
+        event = AgentEnvelope(
+            entity_key=key, event_time_ms=1_000 + index, external_event=b"question %d" % index
+        )
+        elements.append((key, event))
+    return elements
+
+
+def _run_pipeline(pipeline: int, activations: int, latency_ms: int, floor: bool) -> None:
+    def stage(keyed: PCollection[Element]) -> None:
+        if floor:
+            outputs = keyed | "Floor" >> beam.ParDo(WaitingFloorDoFn(latency_ms))
+        else:
+            config = AgentConfig(provider_factory=functools.partial(TimedFakeLLM, latency_ms))
+            outputs = (keyed | "Agent" >> RunAgent(model_agent, config=config)).output
+        outputs | "Stamp" >> beam.ParDo(StampOutputs())
+
+    run_pipeline(_events(pipeline, activations), stage)
+
+
+def _pipeline_process(
+    index: int,
+    activations: int,
+    latency_ms: int,
+    floor: bool,
+    barrier: Any,
+    phase_s: float,
+    results: Any,
+) -> None:
+    """One pipeline of a tier, in its own process; sends back its samples or its failure."""
+    global _current
+    _current = _Run(barrier=barrier, phase_s=phase_s)
+    try:
+        _run_pipeline(index, activations, latency_ms, floor)
+    except BaseException:
+        barrier.abort()
+        results.send(traceback.format_exc())
+        raise
+    results.send(_current.samples)
+
+
+def measure_tier(
+    latency_ms: int, pipelines: int, samples: int, *, floor: bool
+) -> list[tuple[float, float]]:
+    """Run ``pipelines`` pipelines side by side until ``samples`` elements were timed.
+
+    Each pipeline runs in its own process, forked from a clean server process that has imported
+    this module, as separate SDK workers would: they share the cores but not a GIL.
+    """
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__])
+    per_pipeline = -(-samples // pipelines) + 1  # the first output of each has no predecessor
+    barrier = context.Barrier(pipelines)
+    stagger_s = latency_ms / 1000 / pipelines
+    running = []
+    for index in range(pipelines):
+        receiver, sender = context.Pipe(duplex=False)
+        process = context.Process(
+            target=_pipeline_process,
+            args=(index, per_pipeline, latency_ms, floor, barrier, index * stagger_s, sender),
+        )
+        process.start()
+        sender.close()
+        running.append((process, receiver))
+    collected: list[tuple[float, float]] = []
+    failures = []
+    for index, (process, receiver) in enumerate(running):
+        try:
+            outcome = receiver.recv()
+        except EOFError:
+            outcome = "exited before reporting"
+        process.join()
+        if isinstance(outcome, str):
+            failures.append(f"pipeline {index} ({process.exitcode}): {outcome}")
+        else:
+            collected.extend(outcome)
+    if failures:
+        raise RuntimeError("\n".join(failures))
+    return collected
+
+
+def _ms(samples: Sequence[float], fraction: float) -> float:
+    return percentile(samples, fraction) * 1000
+
+
+def run(quick: bool) -> BenchmarkResult:
+    """Measure each tier, ours and floor."""
+    count = QUICK_SAMPLES if quick else SAMPLES
+    tiers = QUICK_TIERS_MS if quick else TIERS_MS
+    figures: list[Figure] = []
+    details: list[str] = []
+    p50s: dict[tuple[int, bool], float] = {}
+    for latency_ms, pipelines in tiers:
+        overheads = {}
+        for floor in (True, False):
+            timed = measure_tier(latency_ms, pipelines, count, floor=floor)
+            overheads[floor] = [gap - latency_ms / 1000 for gap, _ in timed]
+            p50s[latency_ms, floor] = _ms(overheads[floor], 0.5)
+            lateness = [waited - latency_ms / 1000 for _, waited in timed]
+            outside = [gap - waited for gap, waited in timed]
+            details.append(
+                f"L = {latency_ms} ms, {'floor' if floor else 'RunAgent'}: the wait itself "
+                f"(`asyncio.sleep`, {'in the floor' if floor else 'in the fake'}) ended p50 "
+                f"{_ms(lateness, 0.5):.3f} ms (p99 {_ms(lateness, 0.99):.3f} ms) after L; "
+                f"everything else took p50 {_ms(outside, 0.5):.3f} ms, p99 "
+                f"{_ms(outside, 0.99):.3f} ms."
+            )
+        for label, fraction in (("p50", 0.5), ("p99", 0.99)):
+            figures.append(
+                Figure(
+                    name=(
+                        f"activation overhead {label}, L = {latency_ms} ms ({pipelines} pipelines)"
+                    ),
+                    unit="ms",
+                    ours=_ms(overheads[False], fraction),
+                    samples=len(overheads[False]),
+                    floor=_ms(overheads[True], fraction),
+                    floor_label=f"{label}, bare DoFn waiting L",
+                )
+            )
+    (low, _), (high, _) = tiers
+    figures.append(
+        Figure(
+            name=f"overhead growth, p50 at {high} ms over p50 at {low} ms",
+            unit="x",
+            ours=p50s[high, False] / p50s[low, False],
+            samples=count,
+            floor=p50s[high, True] / p50s[low, True],
+            floor_label="the floor's growth",
+            target=GROWTH_TARGET,
+        )
+    )
+    return BenchmarkResult(
+        name="overhead_tiers", title=TITLE, definition=DEFINITION, figures=figures, details=details
+    )

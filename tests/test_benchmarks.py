@@ -1,0 +1,173 @@
+"""Smoke runs of the performance suite, so no benchmark can rot between ``make bench`` runs.
+
+Each benchmark runs one tiny iteration (``--quick``) in its own interpreter, exactly as
+``make bench`` runs it, and must produce well-formed figures: the expected rows, positive
+numbers, sample counts, floors where the benchmark has one. Nothing here asserts on speed.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from benchmarks import effector_throughput, noop_activation
+from benchmarks.harness import REPO_ROOT, percentile
+from benchmarks.report import BenchmarkResult, Figure, Goal, Target, format_number, render_markdown
+from benchmarks.run_all import BENCHMARKS, main, run_in_subprocess
+
+EXPECTED_ROWS = {
+    "noop_activation": ["no-op activation, 100 keys"],
+    "overhead_tiers": [
+        "activation overhead p50, L = 5 ms (2 pipelines)",
+        "activation overhead p99, L = 5 ms (2 pipelines)",
+        "activation overhead p50, L = 50 ms (4 pipelines)",
+        "activation overhead p99, L = 50 ms (4 pipelines)",
+        "overhead growth, p50 at 50 ms over p50 at 5 ms",
+    ],
+    "run_inference": ["per element, 100 keys"],
+    "state_commit": ["commit, memory value of 1 KiB", "commit, memory value of 64 KiB"],
+    "suspend_resume": ["round trip p50", "round trip p99"],
+    "effector_throughput": [
+        "sustained intents/s, SQLite",
+        "Submit calls/s (100 intents each), SQLite",
+        "sustained intents/s, PostgreSQL, 2 replicas",
+        "Submit calls/s (100 intents each), PostgreSQL, 2 replicas",
+    ],
+}
+"""The rows each benchmark's quick run must produce, in order."""
+
+WITH_FLOOR = {"noop_activation", "overhead_tiers", "run_inference", "state_commit"}
+"""Benchmarks whose every row has a floor (the others mix absolute targets and floors)."""
+
+
+def test_every_benchmark_is_smoke_tested() -> None:
+    assert set(EXPECTED_ROWS) == set(BENCHMARKS)
+
+
+def _assert_well_formed(result: BenchmarkResult, name: str) -> None:
+    assert result.name == name
+    assert result.title and result.definition.strip()
+    assert [figure.name for figure in result.figures] == EXPECTED_ROWS[name]
+    for figure in result.figures:
+        assert math.isfinite(figure.ours) and figure.ours > 0, figure
+        assert figure.samples >= 1, figure
+        assert figure.unit, figure
+        if name in WITH_FLOOR:
+            assert figure.floor is not None and figure.floor > 0, figure
+            assert figure.floor_label, figure
+        if figure.floor is not None:
+            ratio = figure.ratio
+            assert ratio is not None and math.isclose(ratio, figure.ours / figure.floor)
+        if figure.target is not None:
+            assert isinstance(figure.met, bool)
+    assert result.elapsed_s > 0
+
+
+@pytest.mark.parametrize("name", BENCHMARKS)
+def test_quick_run_produces_well_formed_figures(name: str) -> None:
+    result = run_in_subprocess(name, quick=True, profile=False)
+    _assert_well_formed(result, name)
+
+
+def test_suite_writes_the_report(tmp_path: Path) -> None:
+    report = tmp_path / "BENCHMARKS.md"
+    assert main(["--quick", "--only", "noop_activation", "--output", str(report)]) == 0
+    text = report.read_text()
+    assert text.startswith("# Benchmarks")
+    assert "## Machine" in text and "| CPU |" in text and "| Apache Beam |" in text
+    assert "## Results" in text and "| 1 | no-op activation, 100 keys |" in text
+    assert "### 1. No-op activation" in text
+
+
+def test_unknown_benchmark_is_refused() -> None:
+    with pytest.raises(SystemExit):
+        main(["--quick", "--only", "no_such_benchmark"])
+
+
+def test_a_failing_benchmark_is_reported_without_local_paths() -> None:
+    with pytest.raises(RuntimeError, match="exited with status 2") as failure:
+        run_in_subprocess("no_such_benchmark", quick=True, profile=False)
+    assert "unknown benchmark 'no_such_benchmark'" in str(failure.value)
+    assert str(REPO_ROOT) not in str(failure.value)
+
+
+def test_runagent_profile_names_our_functions() -> None:
+    findings, raw = noop_activation.profile(quick=True)
+    assert any(finding.startswith("`beam_agents/core/dofn.py` `process`: ") for finding in findings)
+    assert any("Proposed fix: " in finding for finding in findings)
+    assert raw[0].startswith("profiled ")
+
+
+def test_effector_profile_covers_the_store_thread() -> None:
+    findings, raw = effector_throughput.profile(quick=True)
+    assert any(finding.startswith("thread MainThread: busy ") for finding in findings)
+    assert any(finding.startswith("thread effector-sqlite") for finding in findings)
+    assert any("`sqlite3.Connection.execute` was called" in finding for finding in findings)
+    assert any(line.startswith("thread effector-sqlite") for line in raw)
+
+
+def test_figure_refuses_non_positive_numbers() -> None:
+    with pytest.raises(ValueError, match="positive"):
+        Figure(name="x", unit="ms", ours=0.0, samples=1)
+    with pytest.raises(ValueError, match="floor"):
+        Figure(name="x", unit="ms", ours=1.0, samples=1, floor=-1.0)
+    with pytest.raises(ValueError, match="sample"):
+        Figure(name="x", unit="ms", ours=1.0, samples=0)
+
+
+def test_targets_are_checked_against_the_right_number() -> None:
+    slower = Figure(name="x", unit="µs", ours=3.0, samples=1, floor=2.0)
+    assert Target(Goal.RATIO_AT_MOST, 1.5).is_met(slower.ours, slower.ratio)
+    assert not Target(Goal.RATIO_AT_MOST, 1.4).is_met(slower.ours, slower.ratio)
+    assert Target(Goal.RATIO_AT_LEAST, 1.5).is_met(slower.ours, slower.ratio)
+    assert Target(Goal.BELOW, 30.0).is_met(29.9, None)
+    assert not Target(Goal.BELOW, 30.0).is_met(30.0, None)
+    assert Target(Goal.AT_LEAST, 2_000.0).is_met(2_000.0, None)
+    with pytest.raises(ValueError, match="floor"):
+        Target(Goal.RATIO_AT_MOST, 1.5).is_met(1.0, None)
+
+
+def test_results_survive_the_trip_through_json() -> None:
+    result = BenchmarkResult(
+        name="n",
+        title="t",
+        definition="d",
+        figures=[
+            Figure(
+                name="f",
+                unit="ms",
+                ours=2.0,
+                samples=3,
+                floor=1.0,
+                floor_label="floor",
+                target=Target(Goal.RATIO_AT_MOST, 1.5),
+            )
+        ],
+        details=["detail"],
+        elapsed_s=1.0,
+    )
+    again = BenchmarkResult.from_json(result.to_json())
+    assert again == result
+    assert again.figures[0].met is False
+    text = render_markdown(
+        [again], {"CPU": "c"}, order=["m", "n"], quick=True, failures={}, elapsed_s=1.0
+    )
+    assert "| 2 | f | 2.00 ms | 1.00 ms (floor) | 2.00x | 3 | ≤ 1.50x floor | **no** |" in text
+    assert "### 2. t" in text
+    assert "Missed: f." in text
+
+
+def test_percentile_and_number_format() -> None:
+    samples = [float(value) for value in range(1, 101)]
+    assert percentile(samples, 0.5) == 50.0
+    assert percentile(samples, 0.99) == 99.0
+    assert percentile([7.0], 0.99) == 7.0
+    assert [format_number(v) for v in (12_345.6, 123.4, 12.34, 1.234, 0.01234)] == [
+        "12,346",
+        "123",
+        "12.3",
+        "1.23",
+        "0.0123",
+    ]
