@@ -379,7 +379,7 @@ class AgentDoFn(beam.DoFn):
         )
         outcome = self._activate(call, ctx, TRIGGER_EVENT, envelope, envelope_bytes)
         if outcome is not None:
-            self._commit(call, ctx, outcome, TRIGGER_EVENT, Continuation(started_at_ms=now_ms))
+            self._commit(call, ctx, outcome, TRIGGER_EVENT, None)
 
     def _buffer_event(self, call: _Call, envelope: AgentEnvelope) -> None:
         state = call.state
@@ -582,17 +582,19 @@ class AgentDoFn(beam.DoFn):
         ctx: ActivationContext,
         outcome: Outcome,
         trigger: str,
-        base: Continuation,
+        base: Continuation | None,
     ) -> None:
         """Apply a successful activation: state, timers and outputs, all at once.
 
         ``base`` is the run's continuation with the admitted answer applied (for a resume), or
-        a fresh one (for a new run).
+        ``None`` for a new run (whose continuation is built only if it suspends).
         """
         state = call.state
         was_suspended = state.continuation is not None
         suspended: Continuation | None = None
         if isinstance(outcome, Suspend):
+            if base is None:
+                base = Continuation(started_at_ms=ctx.now_ms)
             suspended = self._suspension(ctx, outcome, base)
         else:
             ctx.trace.record(
@@ -600,7 +602,7 @@ class AgentDoFn(beam.DoFn):
                 ctx.high_water_step,
                 {"output_bytes": str(len(outcome.output))},
             )
-        self._before_commit(call.key, ctx.seq, trigger, base.next_step)
+        self._before_commit(call.key, ctx.seq, trigger, 0 if base is None else base.next_step)
         memory = ctx.touched_memory
         if memory is not None and memory.changed:
             state.write_memory(memory.encode())
@@ -616,10 +618,9 @@ class AgentDoFn(beam.DoFn):
             state.write_continuation(None)
             call.deadline.clear()
         out = call.out
-        for intent in ctx.intents:
-            out.append(TaggedOutput(INTENTS_TAG, intent))
-        for event in ctx.trace.events:
-            out.append(TaggedOutput(TRACES_TAG, event))
+        if ctx.intents:
+            out.extend([TaggedOutput(INTENTS_TAG, intent) for intent in ctx.intents])
+        out.extend([TaggedOutput(TRACES_TAG, event) for event in ctx.trace.events])
         if isinstance(outcome, Complete):
             if outcome.output:
                 out.append(outcome.output)

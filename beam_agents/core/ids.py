@@ -7,13 +7,23 @@ Every activation derives a trace id and most derive intent ids; ``uuid.uuid5`` c
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import uuid
+from typing import Any
+
+
+@functools.cache
+def _namespace_hash(namespace: uuid.UUID) -> Any:
+    # The SHA-1 state after the namespace bytes: copying it skips rehashing them on every call.
+    return hashlib.sha1(namespace.bytes)
 
 
 def uuid5_hex(namespace: uuid.UUID, name: str) -> str:
     """``uuid.uuid5(namespace, name).hex``: 32 lowercase hex digits."""
-    digest = bytearray(hashlib.sha1(namespace.bytes + name.encode("utf-8")).digest()[:16])
+    hasher = _namespace_hash(namespace).copy()
+    hasher.update(name.encode("utf-8"))
+    digest = bytearray(hasher.digest()[:16])
     digest[6] = (digest[6] & 0x0F) | 0x50  # version 5
     digest[8] = (digest[8] & 0x3F) | 0x80  # RFC 4122 variant
     return digest.hex()

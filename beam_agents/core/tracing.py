@@ -25,6 +25,7 @@ TRACE_NAMESPACE = uuid.UUID("d14e16df-be50-59e9-a710-702fd4f47bff")
 """The uuid5 namespace of trace ids: ``uuid5(NAMESPACE_URL, "urn:beam-agents:trace")``."""
 
 _START = TraceEvent.ACTIVATION_START
+_PARENTLESS = frozenset((_START, TraceEvent.ERROR))
 
 
 def trace_id_for(entity_key: bytes, seq: int) -> str:
@@ -35,6 +36,9 @@ def trace_id_for(entity_key: bytes, seq: int) -> str:
 def span_id_for(sequence: int, event_type: int) -> str:
     """The span id of the event at ``sequence`` (of type ``event_type``) in its trace."""
     return f"{sequence:012x}{event_type:04x}"
+
+
+_ROOT_SPAN = span_id_for(0, _START)
 
 
 class TraceRecorder:
@@ -59,8 +63,10 @@ class TraceRecorder:
         self._trace_id = trace_id
         self._first_sequence = first_sequence
         self._now_ms = now_ms
-        self._activation_span = span_id_for(first_sequence, _START)
-        self._root_span = "" if first_sequence == 0 else span_id_for(0, _START)
+        self._activation_span = (
+            _ROOT_SPAN if first_sequence == 0 else span_id_for(first_sequence, _START)
+        )
+        self._root_span = "" if first_sequence == 0 else _ROOT_SPAN
         self.events: list[TraceEvent] = []
 
     @property
@@ -76,27 +82,38 @@ class TraceRecorder:
     def _event(
         self, event_type: int, sequence: int, step_index: int, attributes: Mapping[str, str]
     ) -> TraceEvent:
-        is_start = event_type in (_START, TraceEvent.ERROR)
-        return TraceEvent(
-            trace_id=self._trace_id,
-            span_id=span_id_for(sequence, event_type),
-            parent_span_id=self._root_span if is_start else self._activation_span,
-            entity_key=self._entity_key,
-            seq=self._seq,
-            step_index=step_index,
-            event_type=event_type,  # type: ignore[arg-type]
-            attributes=attributes,
-            start_ms=self._now_ms,
-            end_ms=self._now_ms,
-            sequence=sequence,
-        )
+        # Field by field rather than by keyword: about three times cheaper for these messages,
+        # and zero-valued scalars are skipped (proto3 serializes them identically either way).
+        event = TraceEvent()
+        event.trace_id = self._trace_id
+        event.span_id = span_id_for(sequence, event_type)
+        parent = self._root_span if event_type in _PARENTLESS else self._activation_span
+        if parent:
+            event.parent_span_id = parent
+        event.entity_key = self._entity_key
+        event.seq = self._seq
+        if step_index:
+            event.step_index = step_index
+        event.event_type = event_type  # type: ignore[assignment]
+        if attributes:
+            # Item by item: the map's inherited ``update`` is a slow pure-Python loop.
+            event_attributes = event.attributes
+            for name, value in attributes.items():
+                event_attributes[name] = value
+        event.start_ms = event.end_ms = self._now_ms
+        if sequence:
+            event.sequence = sequence
+        return event
 
     def record(
         self, event_type: int, step_index: int, attributes: Mapping[str, str] | None = None
     ) -> None:
         """Append an event of ``event_type`` at ``step_index``."""
-        self.events.append(
-            self._event(event_type, self.next_sequence, step_index, attributes or {})
+        events = self.events
+        events.append(
+            self._event(
+                event_type, self._first_sequence + len(events), step_index, attributes or {}
+            )
         )
 
     def failure(self, step_index: int, attributes: Mapping[str, str]) -> TraceEvent:
