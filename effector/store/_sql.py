@@ -277,63 +277,127 @@ class _Recorded:
     published_envelope: bytes | None
 
 
+_ROWS_PER_STATEMENT = 200
+"""Rows per multi-row statement, well under every backend's limit on bound parameters."""
+
+
+def _chunks(items: Sequence[_T], size: int = _ROWS_PER_STATEMENT) -> Iterable[Sequence[_T]]:
+    return (items[start : start + size] for start in range(0, len(items), size))
+
+
+def _row_marks(count: int, width: int) -> str:
+    """Placeholders for ``count`` rows of ``width`` values: ``(?, ?), (?, ?)``."""
+    row = f"({_marks(width)})"
+    return ", ".join([row] * count)
+
+
+def _flatten(rows: Sequence[Sequence[Any]]) -> list[Any]:
+    return [value for row in rows for value in row]
+
+
+def _insert_intents(tx: Tx, rows: Sequence[Sequence[Any]]) -> set[str]:
+    """Insert intent rows (in the given order) that are not recorded yet; returns their ids."""
+    inserted: set[str] = set()
+    for chunk in _chunks(rows):
+        inserted.update(
+            row[0]
+            for row in tx.execute(
+                f"""INSERT INTO effector_intents (intent_id, entity_key, seq, step_index, kind,
+                    digest, intent, state, received_at_ms, deadline_ms, attempts, result,
+                    completed_at_ms, published_envelope)
+                   VALUES {_row_marks(len(chunk), 14)}
+                   ON CONFLICT (intent_id) DO NOTHING RETURNING intent_id""",
+                _flatten(chunk),
+            ).fetchall()
+        )
+    return inserted
+
+
+def _recorded_intents(tx: Tx, intent_ids: Sequence[str]) -> dict[str, _Recorded]:
+    recorded: dict[str, _Recorded] = {}
+    for chunk in _chunks(intent_ids):
+        for intent_id, digest, state, result, published in tx.execute(
+            f"""SELECT intent_id, digest, state, result, published_envelope
+                FROM effector_intents WHERE intent_id IN ({_marks(len(chunk))})""",
+            chunk,
+        ).fetchall():
+            recorded[intent_id] = _Recorded(
+                bytes(digest), state, _parse_result(result), _optional_bytes(published)
+            )
+    return recorded
+
+
+def _add_pending(tx: Tx, new_work: dict[bytes, int], now_ms: int) -> None:
+    """Count new PENDING intents on their keys' rows, creating rows in key order as needed."""
+    rows = [(key, new_work[key], now_ms) for key in sorted(new_work)]
+    for chunk in _chunks(rows):
+        tx.execute(
+            f"""INSERT INTO effector_keys (entity_key, pending, ready_at_ms)
+                VALUES {_row_marks(len(chunk), 3)}
+                ON CONFLICT (entity_key) DO UPDATE SET
+                 ready_at_ms = CASE WHEN effector_keys.pending = 0 THEN excluded.ready_at_ms
+                                    ELSE effector_keys.ready_at_ms END,
+                 pending = effector_keys.pending + excluded.pending""",
+            _flatten(chunk),
+        )
+
+
 def _submit(
     tx: Tx, intents: Sequence[NewIntent], now_ms: int, redeliver_results: bool
 ) -> tuple[list[SubmitResult], int]:
+    blobs = [serialize_intent(new.intent) for new in intents]
+    digests = [intent_digest(blob) for blob in blobs]
+    # Rows are written in id order (the lock order in the module docstring); the first of
+    # several requests for one id in a batch is the one recorded, the rest answer against it.
+    order = sorted(range(len(intents)), key=lambda i: (intents[i].intent.intent_id, i))
+    first_of: dict[str, int] = {}
+    for index in order:
+        first_of.setdefault(intents[index].intent.intent_id, index)
+    candidates: dict[str, _Recorded] = {}
+    rows: list[tuple[Any, ...]] = []
+    for intent_id, index in first_of.items():
+        intent = intents[index].intent
+        state, result = _initial_state(intents[index], now_ms)
+        published = None if result is None else result_envelope(result).SerializeToString()
+        candidates[intent_id] = _Recorded(digests[index], state, result, published)
+        rows.append(
+            (
+                intent_id,
+                intent.entity_key,
+                intent.seq,
+                intent.step_index,
+                intent.kind,
+                digests[index],
+                blobs[index],
+                state,
+                now_ms,
+                expiry_deadline_ms(intent, now_ms),
+                0,
+                None if result is None else result.SerializeToString(),
+                None if result is None else now_ms,
+                published,
+            )
+        )
+    inserted = _insert_intents(tx, rows)
+    recorded = _recorded_intents(tx, [i for i in first_of if i not in inserted])
+    recorded.update((intent_id, candidates[intent_id]) for intent_id in inserted)
     answers: list[SubmitResult | None] = [None] * len(intents)
-    recorded: dict[str, _Recorded] = {}
-    # Rows are written in id order (the lock order in the module docstring); the log gets
-    # what this submit appends in request order.
+    # The log gets what this submit appends in request order.
     envelopes: dict[int, bytes] = {}
     new_work: dict[bytes, int] = {}
-    order = sorted(range(len(intents)), key=lambda i: (intents[i].intent.intent_id, i))
     for index in order:
-        new = intents[index]
-        intent = new.intent
-        blob = serialize_intent(intent)
-        digest = intent_digest(blob)
-        first = recorded.get(intent.intent_id)
-        if first is None:
-            state, result = _initial_state(new, now_ms)
-            published = None if result is None else result_envelope(result).SerializeToString()
-            inserted = tx.execute(
-                """INSERT INTO effector_intents (intent_id, entity_key, seq, step_index, kind,
-                    digest, intent, state, received_at_ms, deadline_ms, attempts, result,
-                    completed_at_ms, published_envelope)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?)
-                   ON CONFLICT (intent_id) DO NOTHING""",
-                (
-                    intent.intent_id,
-                    intent.entity_key,
-                    intent.seq,
-                    intent.step_index,
-                    intent.kind,
-                    digest,
-                    blob,
-                    state,
-                    now_ms,
-                    expiry_deadline_ms(intent, now_ms),
-                    None if result is None else result.SerializeToString(),
-                    None if result is None else now_ms,
-                    published,
-                ),
-            ).rowcount
-            if inserted:
-                recorded[intent.intent_id] = _Recorded(digest, state, result, published)
-                answers[index] = SubmitResult(SubmitOutcome.ACCEPTED, state, result)
-                if published is not None:
-                    envelopes[index] = published
-                elif state == _PENDING:
-                    new_work[intent.entity_key] = new_work.get(intent.entity_key, 0) + 1
-                continue
-            row = tx.execute(
-                """SELECT digest, state, result, published_envelope FROM effector_intents
-                   WHERE intent_id = ?""",
-                (intent.intent_id,),
-            ).fetchone()
-            first = _Recorded(bytes(row[0]), row[1], _parse_result(row[2]), _optional_bytes(row[3]))
-            recorded[intent.intent_id] = first
-        outcome = SubmitOutcome.DUPLICATE if first.digest == digest else SubmitOutcome.CONFLICT
+        intent = intents[index].intent
+        first = recorded[intent.intent_id]
+        if intent.intent_id in inserted and first_of[intent.intent_id] == index:
+            answers[index] = SubmitResult(SubmitOutcome.ACCEPTED, first.state, first.result)
+            if first.published_envelope is not None:
+                envelopes[index] = first.published_envelope
+            elif first.state == _PENDING:
+                new_work[intent.entity_key] = new_work.get(intent.entity_key, 0) + 1
+            continue
+        outcome = (
+            SubmitOutcome.DUPLICATE if first.digest == digests[index] else SubmitOutcome.CONFLICT
+        )
         # Only a DONE intent has a published envelope; one not yet DONE publishes it later.
         redelivery = first.published_envelope if redeliver_results else None
         if outcome is SubmitOutcome.DUPLICATE and redelivery is not None:
@@ -341,15 +405,7 @@ def _submit(
             answers[index] = SubmitResult(outcome, first.state, first.result, redelivered=True)
         else:
             answers[index] = SubmitResult(outcome, first.state, first.result)
-    for key in sorted(new_work):
-        tx.execute(
-            """INSERT INTO effector_keys (entity_key, pending, ready_at_ms) VALUES (?, ?, ?)
-               ON CONFLICT (entity_key) DO UPDATE SET
-                 ready_at_ms = CASE WHEN effector_keys.pending = 0 THEN excluded.ready_at_ms
-                                    ELSE effector_keys.ready_at_ms END,
-                 pending = effector_keys.pending + excluded.pending""",
-            (key, new_work[key], now_ms),
-        )
+    _add_pending(tx, new_work, now_ms)
     offsets = _append(tx, [envelopes[index] for index in sorted(envelopes)], now_ms)
     return [answer for answer in answers if answer is not None], _head_after(offsets)
 
@@ -385,7 +441,7 @@ def _claim(
             ) AS queued WHERE position = 1 ORDER BY intent_id""",
         keys,
     ).fetchall()
-    claims: list[Claim] = []
+    candidates: list[Claim] = []
     expired: list[bytes] = []
     for intent_id, blob, state, attempts, deadline_ms in heads:
         intent = ToolIntent.FromString(bytes(blob))
@@ -400,20 +456,40 @@ def _claim(
                 )
                 expired.append(published)
             continue
-        claim = Claim(token=uuid.uuid4().hex, intent=intent, attempt=attempts + 1)
-        if not tx.execute(
-            "UPDATE effector_intents SET state = ?, attempts = ? WHERE intent_id = ? AND state = ?",
-            (_RUNNING, claim.attempt, intent_id, state),
-        ).rowcount:
-            continue
-        tx.execute(
-            """UPDATE effector_keys SET claim_token = ?, claimed_intent_id = ?, lease_owner = ?,
-                 lease_expires_at_ms = ? WHERE entity_key = ?""",
-            (claim.token, intent_id, owner, now_ms + lease_ms, intent.entity_key),
-        )
-        claims.append(claim)
+        candidates.append(Claim(token=uuid.uuid4().hex, intent=intent, attempt=attempts + 1))
+    claims = _start_running(tx, candidates)
+    # The keys are locked (or, on SQLite, the whole store is), so the heads cannot change.
+    tx.executemany(
+        """UPDATE effector_keys SET claim_token = ?, claimed_intent_id = ?, lease_owner = ?,
+             lease_expires_at_ms = ? WHERE entity_key = ?""",
+        [
+            (claim.token, claim.intent.intent_id, owner, now_ms + lease_ms, claim.intent.entity_key)
+            for claim in claims
+        ],
+    )
     offsets = _append(tx, expired, now_ms)
     return ClaimBatch(claims, len(expired)), _head_after(offsets)
+
+
+def _start_running(tx: Tx, candidates: Sequence[Claim]) -> list[Claim]:
+    """Mark the candidates' intents RUNNING, counting the attempt; returns those it marked."""
+    started: set[str] = set()
+    for chunk in _chunks(candidates):
+        started.update(
+            row[0]
+            for row in tx.execute(
+                f"""UPDATE effector_intents SET state = ?, attempts = attempts + 1
+                    WHERE intent_id IN ({_marks(len(chunk))}) AND state IN (?, ?)
+                    RETURNING intent_id""",
+                [
+                    _RUNNING,
+                    *(claim.intent.intent_id for claim in chunk),
+                    _PENDING,
+                    _RUNNING,
+                ],
+            ).fetchall()
+        )
+    return [claim for claim in candidates if claim.intent.intent_id in started]
 
 
 def _finish(
@@ -443,36 +519,84 @@ def _finish(
 
 
 def _complete(tx: Tx, completions: Sequence[Completion], now_ms: int) -> tuple[list[bool], int]:
-    recorded = [False] * len(completions)
-    envelopes: list[bytes] = []
-
     def lock_order(index: int) -> tuple[bytes, str]:
         intent = completions[index].claim.intent
         return intent.entity_key, intent.intent_id
 
-    for index in sorted(range(len(completions)), key=lock_order):
-        claim, result = completions[index].claim, completions[index].result
-        key = claim.intent.entity_key
-        released = tx.execute(
-            f"""UPDATE effector_keys SET ready_at_ms = ?, {_NO_CLAIM}
-                WHERE entity_key = ? AND claim_token = ?""",
-            (now_ms, key, claim.token),
-        ).rowcount
-        # First result wins: a claim whose lease ran out may finish after a later claim did.
-        published = _finish(
-            tx, claim.intent.intent_id, result, result_envelope(result), now_ms, _RUNNING
-        )
-        if published is None:
+    order = sorted(range(len(completions)), key=lock_order)
+    claims = [completions[index].claim for index in order]
+    keys = sorted({claim.intent.entity_key for claim in claims})
+    held = {
+        (bytes(key), token)
+        for chunk in _chunks(keys)
+        for key, token in tx.execute(
+            f"""SELECT entity_key, claim_token FROM effector_keys
+                WHERE entity_key IN ({_marks(len(chunk))})""",
+            chunk,
+        ).fetchall()
+    }
+    tx.executemany(
+        f"""UPDATE effector_keys SET ready_at_ms = ?, {_NO_CLAIM}
+            WHERE entity_key = ? AND claim_token = ?""",
+        [(now_ms, claim.intent.entity_key, claim.token) for claim in claims],
+    )
+    # First result wins: a claim whose lease ran out may finish after a later claim did, or
+    # beside it in one batch, where the first in lock order is the one tried.
+    tried: dict[str, int] = {}
+    for index, claim in zip(order, claims, strict=True):
+        tried.setdefault(claim.intent.intent_id, index)
+    published = _finish_running(
+        tx, [(intent_id, completions[index].result) for intent_id, index in tried.items()], now_ms
+    )
+    recorded = [False] * len(completions)
+    envelopes: list[bytes] = []
+    finished_keys: list[tuple[bytes]] = []
+    for index, claim in zip(order, claims, strict=True):
+        envelope = published.get(claim.intent.intent_id)
+        if envelope is None or tried[claim.intent.intent_id] != index:
             continue
-        tx.execute("UPDATE effector_keys SET pending = pending - 1 WHERE entity_key = ?", (key,))
         recorded[index] = True
-        envelopes.append(published)
-        if not released:
+        envelopes.append(envelope)
+        finished_keys.append((claim.intent.entity_key,))
+        if (claim.intent.entity_key, claim.token) not in held:
             _log.warning(
                 "recorded intent %s from a claim that had lost its lease", claim.intent.intent_id
             )
+    tx.executemany(
+        "UPDATE effector_keys SET pending = pending - 1 WHERE entity_key = ?", finished_keys
+    )
     offsets = _append(tx, envelopes, now_ms)
     return recorded, _head_after(offsets)
+
+
+def _finish_running(
+    tx: Tx, results: Sequence[tuple[str, ToolResult]], now_ms: int
+) -> dict[str, bytes]:
+    """Record results of intents still RUNNING; returns the envelopes it published, by id.
+
+    The set-based twin of :func:`_finish` for the worker's batches (each id at most once): the
+    same condition makes the first terminal result win, and the returned bytes are the ones
+    kept for redelivery.
+    """
+    rows = [
+        (intent_id, result.SerializeToString(), result_envelope(result).SerializeToString())
+        for intent_id, result in results
+    ]
+    envelopes = {intent_id: envelope for intent_id, _, envelope in rows}
+    finished: dict[str, bytes] = {}
+    for chunk in _chunks(rows):
+        for (intent_id,) in tx.execute(
+            f"""WITH finished (intent_id, result, envelope) AS (VALUES {_row_marks(len(chunk), 3)})
+                UPDATE effector_intents SET state = ?, result = finished.result,
+                  completed_at_ms = ?, published_envelope = finished.envelope
+                FROM finished
+                WHERE effector_intents.intent_id = finished.intent_id
+                  AND effector_intents.state = ?
+                RETURNING effector_intents.intent_id""",
+            [*_flatten(chunk), _DONE, now_ms, _RUNNING],
+        ).fetchall():
+            finished[intent_id] = envelopes[intent_id]
+    return finished
 
 
 _NO_CLAIM = (

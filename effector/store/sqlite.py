@@ -27,6 +27,9 @@ from effector.store._sql import Cursor, Dialect, SqlStore, Tx, create_schema, re
 
 _T = TypeVar("_T")
 
+_CACHED_STATEMENTS = 2_048
+"""Prepared statements kept per connection: every batch size of every batched statement."""
+
 SQLITE = Dialect(blob="BLOB", bigint="INTEGER", skip_locked="", for_update="")
 
 _SYNCHRONOUS_MODES = ("full", "normal")
@@ -88,7 +91,14 @@ class SqliteStore(SqlStore):
         path, synchronous = parse_sqlite_url(url)
         lock_file = _lock_exclusively(path)
         try:
-            connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            # Batched statements take one SQL text per batch size; a cache big enough for all
+            # of them keeps every statement prepared once, not again after each eviction.
+            connection = sqlite3.connect(
+                path,
+                isolation_level=None,
+                check_same_thread=False,
+                cached_statements=_CACHED_STATEMENTS,
+            )
             try:
                 connection.execute("PRAGMA journal_mode=WAL")
                 connection.execute(f"PRAGMA synchronous={synchronous.upper()}")
