@@ -113,6 +113,14 @@ def _invalid(message: str) -> _RequestError:
     return _RequestError(grpc.StatusCode.INVALID_ARGUMENT, message)
 
 
+def _check_batch_size(count: int, limit: int, rpc: str, items: str) -> None:
+    """Refuse an empty batch or one over ``limit``, saying which and what to do."""
+    if count == 0:
+        raise _invalid(f"empty batch: a {rpc} carries at least one {items[:-1]}")
+    if count > limit:
+        raise _invalid(f"batch of {count} {items} is over the limit of {limit}; split it")
+
+
 @dataclass(frozen=True, slots=True)
 class _UndecodableRequest:
     """Stands in for a request whose bytes did not parse, so the RPC can refuse it properly."""
@@ -213,13 +221,7 @@ class EffectorService(EffectorServicer):
         self, request: SubmitRequest, context: grpc.aio.ServicerContext
     ) -> SubmitResponse:
         """Record a batch of intents; one acknowledgement per intent, in request order."""
-        count = len(request.intents)
-        if count == 0:
-            raise _invalid("empty batch: a Submit carries at least one intent")
-        if count > MAX_SUBMIT_BATCH:
-            raise _invalid(
-                f"batch of {count} intents is over the limit of {MAX_SUBMIT_BATCH}; split it"
-            )
+        _check_batch_size(len(request.intents), MAX_SUBMIT_BATCH, "Submit", "intents")
         acks: list[SubmitAck] = []
         to_record: list[NewIntent] = []
         for intent in request.intents:
@@ -337,13 +339,7 @@ class EffectorService(EffectorServicer):
         self, request: PublishRequest, context: grpc.aio.ServicerContext
     ) -> PublishResponse:
         """Append external events to the envelope log (an event time of 0 is stamped now)."""
-        count = len(request.envelopes)
-        if count == 0:
-            raise _invalid("empty batch: a Publish carries at least one envelope")
-        if count > MAX_PUBLISH_BATCH:
-            raise _invalid(
-                f"batch of {count} envelopes is over the limit of {MAX_PUBLISH_BATCH}; split it"
-            )
+        _check_batch_size(len(request.envelopes), MAX_PUBLISH_BATCH, "Publish", "envelopes")
         now = self._clock()
         envelopes: list[AgentEnvelope] = []
         for position, envelope in enumerate(request.envelopes):
