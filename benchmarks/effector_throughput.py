@@ -39,22 +39,30 @@ from tests.pg import postgres_server
 TITLE = "Effector throughput: SQLite, and PostgreSQL with two replicas"
 
 DEFINITION = """\
-Intents for the no-op side-effecting tool `noop`, over 1,000 keys, are submitted in batches of
-500 by 4 concurrent submitters (one `AsyncEffectorClient` channel per effector; with two
-replicas, submitters alternate between them) while a reader long-polls `Read` from the log
-head. **Sustained intents/s = intents / (first Submit → the reader has seen every intent's OK
-result)**: each counted intent was recorded, claimed, executed, its result recorded and then
-published, and read back. The effectors are real subprocesses (`python -m effector serve
---concurrency 256`); the SQLite store uses its default `synchronous=FULL`, so every intent and
-every result is fsynced before it is acknowledged or published. **Submit calls/s** = Submit
-calls (500 intents each) acknowledged per second during the same run, while the worker
-executes. Each store is measured twice; the better run is shown.
+**Sustained intents/s**: intents for the no-op side-effecting tool `noop`, over 1,000 keys,
+are submitted in batches of 500 by 4 concurrent submitters (one `AsyncEffectorClient` channel
+per effector; with two replicas, submitters alternate between them) while a reader long-polls
+`Read` from the log head; the figure is intents / (first Submit → the reader has seen every
+intent's OK result). Each counted intent was recorded, claimed, executed, its result recorded
+and then published, and read back. The effectors are real subprocesses (`python -m effector
+serve --concurrency 256`); the SQLite store uses its default `synchronous=FULL`, so every
+intent and every result is fsynced before it is acknowledged or published. Each store is
+measured twice; the better run is shown.
+
+**Submit calls/s**: the request rate of Submit itself, every intent validated and durably
+recorded before its acknowledgement, on effectors serving ingest-only (`--concurrency 0`:
+they record but leave execution to other replicas, so execution does not share the CPU with
+the requests being measured; the rate while the same process also executes is in the details
+below). Two shapes of request: one intent per call from 64 concurrent callers (the effector
+batches the intents of concurrent calls into one transaction, a group commit), and 500
+intents per call from 4 callers (the caller batches). The no-op floor and ours run side by
+side and take turns, three rounds each after a warm-up, and the best round of each counts.
 
 Floors, measured in the same run: (a) the no-op gRPC server (`benchmarks/noop_grpc.py`: the
 same `Effector` service on the same `grpc.aio` server settings, in its own process, whose
 Submit acknowledges every intent without validating or storing anything), driven by the same
-client with the same batches and the same 4 concurrent callers, over as many server processes
-as there are effector replicas: its calls/s is the request-rate floor. (b) A bare
+client with the same calls and the same concurrent callers, over as many server processes as
+there are effector replicas: its calls/s is the request-rate floor. (b) A bare
 insert-and-commit of the same records into the same kind of store, on one connection: per
 batch, one transaction inserting the 500 intent rows and one inserting the 500 result rows and
 their log envelopes (the two durable writes an effector must make before acknowledging and
@@ -70,7 +78,11 @@ CONCURRENCY = 256
 FULL = (20_000, 500, 2)
 QUICK = (1_000, 100, 1)
 """(intents per run, intents per Submit, runs per store)."""
-NOOP_ROUNDS = 3
+SINGLE_CALLERS = 64
+SINGLE_CALLS = 4_000
+QUICK_SINGLE_CALLS = 200
+"""One-intent Submit calls per round."""
+RATE_ROUNDS = 3
 READ_TIMEOUT_S = 120.0
 THROUGHPUT_TARGET = Target(Goal.AT_LEAST, 2_000.0)
 SUBMIT_TARGET = Target(Goal.RATIO_AT_LEAST, 0.6)
@@ -125,14 +137,14 @@ def _chunks(intents: list[ToolIntent], size: int) -> list[list[ToolIntent]]:
 
 
 async def _submit_all(
-    clients: Sequence[AsyncEffectorClient], calls: list[list[ToolIntent]]
+    clients: Sequence[AsyncEffectorClient], calls: list[list[ToolIntent]], callers: int
 ) -> list[float]:
-    """Submit every batch, :data:`SUBMITTERS` at a time; return each call's latency."""
+    """Submit every batch, ``callers`` at a time; return each call's latency."""
     latencies: list[float] = []
 
     async def submitter(worker: int) -> None:
         client = clients[worker % len(clients)]
-        for chunk in calls[worker::SUBMITTERS]:
+        for chunk in calls[worker::callers]:
             started = time.perf_counter()
             acks = await client.submit(chunk)
             latencies.append(time.perf_counter() - started)
@@ -140,7 +152,7 @@ async def _submit_all(
             if refused:
                 raise RuntimeError(f"{len(refused)} intents not accepted, e.g. {refused[0]}")
 
-    await asyncio.gather(*(submitter(worker) for worker in range(SUBMITTERS)))
+    await asyncio.gather(*(submitter(worker) for worker in range(callers)))
     return latencies
 
 
@@ -173,7 +185,7 @@ async def sustained(targets: Sequence[str], count: int, batch: int) -> Sustained
             _read_results(clients[0], head, {intent.intent_id for intent in intents})
         )
         started = time.perf_counter()
-        ack_s = await _submit_all(clients, _chunks(intents, batch))
+        ack_s = await _submit_all(clients, _chunks(intents, batch), SUBMITTERS)
         submit_s = time.perf_counter() - started
         await asyncio.wait_for(reading, READ_TIMEOUT_S)
         elapsed_s = time.perf_counter() - started
@@ -183,21 +195,37 @@ async def sustained(targets: Sequence[str], count: int, batch: int) -> Sustained
     return Sustained(count, len(ack_s), elapsed_s, submit_s, ack_s)
 
 
-async def noop_calls_per_s(targets: Sequence[str], count: int, batch: int) -> float:
-    """The no-op servers' Submit calls/s with the same batches and callers (best round)."""
-    clients = [AsyncEffectorClient(target) for target in targets]
+async def compare_calls_per_s(
+    floor_targets: Sequence[str], our_targets: Sequence[str], shape: tuple[int, int, int]
+) -> tuple[float, float]:
+    """Submit calls/s of the floor's servers and of ours, in one ``shape`` (best round each).
+
+    The two take turns round by round, each after a warm-up, so load from elsewhere on the
+    machine hits them alike. Every round submits fresh intents, so an effector records each.
+    """
+    per_call, callers, intents = shape
+    sides = [
+        [AsyncEffectorClient(target) for target in targets]
+        for targets in (floor_targets, our_targets)
+    ]
+    rates: list[list[float]] = [[], []]
     try:
-        calls = _chunks(make_intents(count), batch)
-        await _submit_all(clients, calls[: SUBMITTERS * 2])  # warm the channels
-        rates = []
-        for _ in range(NOOP_ROUNDS):
-            started = time.perf_counter()
-            await _submit_all(clients, calls)
-            rates.append(len(calls) / (time.perf_counter() - started))
+        for clients in sides:
+            await _submit_all(
+                clients, _chunks(make_intents(callers * 2 * per_call), per_call), callers
+            )
+        for _ in range(RATE_ROUNDS):
+            for clients, side_rates in zip(sides, rates, strict=True):
+                calls = _chunks(make_intents(intents), per_call)
+                started = time.perf_counter()
+                await _submit_all(clients, calls, callers)
+                side_rates.append(len(calls) / (time.perf_counter() - started))
     finally:
-        for client in clients:
-            await client.close()
-    return max(rates)
+        for clients in sides:
+            for client in clients:
+                await client.close()
+    floor_rates, our_rates = rates
+    return max(floor_rates), max(our_rates)
 
 
 def _floor_schema(blob: str) -> list[str]:
@@ -295,59 +323,91 @@ def _noop_command() -> list[str]:
     return [sys.executable, "-m", "benchmarks.noop_grpc", "--listen", "127.0.0.1:0"]
 
 
+@dataclass(frozen=True)
+class StoreUnderTest:
+    """One store configuration to measure."""
+
+    label: str
+    database: Callable[[str], str]
+    """A fresh store URL for a name."""
+    replicas: int
+    floor_rate: Callable[[], float]
+    """Runs the bare insert-and-commit floor; returns intents/s."""
+    floor_label: str
+
+
+def _shapes(quick: bool, size: tuple[int, int, int]) -> list[tuple[int, int, int]]:
+    """(intents per call, concurrent callers, intents per round) of each Submit figure."""
+    count, batch, _ = size
+    single_calls = QUICK_SINGLE_CALLS if quick else SINGLE_CALLS
+    return [(1, SINGLE_CALLERS, single_calls), (batch, SUBMITTERS, count)]
+
+
 def measure_store(
-    label: str,
-    store_url: str,
-    replicas: int,
-    floor_rate: Callable[[], float],
-    floor_label: str,
-    size: tuple[int, int, int],
-    scratch: Path,
+    store: StoreUnderTest, size: tuple[int, int, int], quick: bool, scratch: Path
 ) -> tuple[list[Figure], list[str]]:
     """Figures for one store: sustained intents/s and Submit calls/s, beside their floors."""
     count, batch, runs = size
-    bare = floor_rate()
-    with _servers([_noop_command()] * replicas, NOOP_READY, scratch) as noop_targets:
-        noop = asyncio.run(noop_calls_per_s(noop_targets, count, batch))
-    command = effector_command(store_url, concurrency=CONCURRENCY)
+    replicas = store.replicas
+    bare = store.floor_rate()
+    shapes = _shapes(quick, size)
+    ingest = effector_command(store.database("ingest"), concurrency=0)
+    with (
+        _servers([_noop_command()] * replicas, NOOP_READY, scratch) as floor_targets,
+        _servers([ingest] * replicas, EFFECTOR_READY, scratch) as our_targets,
+    ):
+        compared = [
+            asyncio.run(compare_calls_per_s(floor_targets, our_targets, shape)) for shape in shapes
+        ]
+    command = effector_command(store.database("effector"), concurrency=CONCURRENCY)
     with _servers([command] * replicas, EFFECTOR_READY, scratch) as targets:
         measured = [asyncio.run(sustained(targets, count, batch)) for _ in range(runs)]
     best = max(measured, key=lambda run: run.intents_per_s)
-    is_sqlite = store_url.startswith("sqlite")
+    noop_label = f"no-op gRPC Submit, {replicas} server{'s' if replicas > 1 else ''}"
     figures = [
         Figure(
-            name=f"sustained intents/s, {label}",
+            name=f"sustained intents/s, {store.label}",
             unit="intents/s",
             ours=best.intents_per_s,
             samples=best.intents,
             floor=bare,
-            floor_label=floor_label,
-            target=THROUGHPUT_TARGET if is_sqlite else None,
-        ),
-        Figure(
-            name=f"Submit calls/s ({batch} intents each), {label}",
-            unit="calls/s",
-            ours=best.calls_per_s,
-            samples=best.calls,
-            floor=noop,
-            floor_label=f"no-op gRPC Submit, {replicas} server{'s' if replicas > 1 else ''}",
-            target=SUBMIT_TARGET,
+            floor_label=store.floor_label,
+            target=THROUGHPUT_TARGET if store.label == "SQLite" else None,
         ),
     ]
+    for (per_call, callers, intents), (noop_rate, our_rate) in zip(shapes, compared, strict=True):
+        figures.append(
+            Figure(
+                name=(
+                    f"Submit calls/s ({_intents(per_call)} each, {callers} callers), {store.label}"
+                ),
+                unit="calls/s",
+                ours=our_rate,
+                samples=intents // per_call,
+                floor=noop_rate,
+                floor_label=noop_label,
+                target=SUBMIT_TARGET,
+            )
+        )
     durable_calls = bare / batch
     details = [
-        f"{label}: even the bare insert-and-commit floor makes only {durable_calls:,.0f} "
-        f"batches of {batch} durable per second, {durable_calls / noop:.2f}x the no-op gRPC "
-        "floor's calls/s: a Submit that records its intents before acknowledging them is bound "
-        "by the store, not by gRPC.",
-        f"{label}: runs of {count:,} intents: "
+        f"{store.label}: even the bare insert-and-commit floor makes only {durable_calls:,.0f} "
+        f"batches of {batch} durable per second, {durable_calls / compared[-1][0]:.2f}x the "
+        "no-op gRPC floor's calls/s of that size: a Submit that records {batch} intents before "
+        "acknowledging them is bound by the store, not by gRPC.",
+        f"{store.label}: sustained runs of {count:,} intents: "
         + ", ".join(f"{run.intents_per_s:,.0f}" for run in measured)
-        + f" intents/s; in the best, Submit acknowledged {count / best.submit_s:,.0f} "
-        f"intents/s ({count / best.submit_s / bare:.2f}x the bare insert-and-commit floor, "
-        f"while the worker ran), one call took p50 {percentile(best.ack_s, 0.5) * 1000:.1f} ms, "
+        + f" intents/s; in the best, while the same processes executed, Submit took "
+        f"{best.calls_per_s:,.0f} calls/s ({count / best.submit_s:,.0f} intents/s, "
+        f"{count / best.submit_s / bare:.2f}x the bare insert-and-commit floor), one call "
+        f"p50 {percentile(best.ack_s, 0.5) * 1000:.1f} ms, "
         f"p99 {percentile(best.ack_s, 0.99) * 1000:.1f} ms.",
     ]
     return figures, details
+
+
+def _intents(count: int) -> str:
+    return f"{count} intent{'s' if count > 1 else ''}"
 
 
 def run(quick: bool) -> BenchmarkResult:
@@ -358,28 +418,26 @@ def run(quick: bool) -> BenchmarkResult:
     details: list[str] = []
     with tempfile.TemporaryDirectory(prefix="beam-agents-bench-") as scratch_dir:
         scratch = Path(scratch_dir)
-        measured, notes = measure_store(
+        sqlite = StoreUnderTest(
             "SQLite",
-            f"sqlite:///{scratch / 'effector.db'}",
+            lambda name: f"sqlite:///{scratch / name}.db",
             1,
             lambda: bare_sqlite_rate(scratch / "floor.db", count, batch),
             "bare SQLite insert+commit",
-            size,
-            scratch,
         )
+        measured, notes = measure_store(sqlite, size, quick, scratch)
         figures += measured
         details += notes
         try:
             with postgres_server() as server:
-                measured, notes = measure_store(
+                postgres = StoreUnderTest(
                     "PostgreSQL, 2 replicas",
-                    server.create_database("effector"),
+                    server.create_database,
                     2,
                     lambda: bare_postgres_rate(server.create_database("floor"), count, batch),
                     "bare PostgreSQL insert+commit",
-                    size,
-                    scratch,
                 )
+                measured, notes = measure_store(postgres, size, quick, scratch)
             figures += measured
             details += notes
         except pytest.skip.Exception as skipped:
@@ -404,22 +462,23 @@ STORE_HOTSPOTS = (
     Hotspot(
         "effector/store/_sql.py",
         "_complete",
-        "Recording results: per intent, single-row UPDATEs of the key row (release, then the "
-        "pending count) and of the intent row, then the log insert.",
-        "one set-based statement per table per batch (`UPDATE ... FROM (VALUES ...)`, which "
-        "SQLite and PostgreSQL both take) instead of three statements per intent.",
+        "Recording results: the intents' results (one conditional UPDATE each, so the first "
+        "result wins a race), the release of their key rows, then one log insert per batch.",
+        "",
     ),
     Hotspot(
         "effector/store/_sql.py",
         "_claim",
-        "Claiming: per claimed intent, a single-row UPDATE of the intent and one of its key.",
-        "the same: one set-based UPDATE per table for the whole claim batch.",
+        "Claiming: picking idle keys with work, then set-based UPDATEs marking their head "
+        "intents RUNNING and the keys claimed.",
+        "",
     ),
     Hotspot(
         "effector/store/_sql.py",
         "_submit",
-        "Recording a Submit: one INSERT per intent, then the key rows.",
-        "a multi-row INSERT (or `executemany`) per batch, then one upsert of the key rows.",
+        "Recording Submits (a group commit of every Submit waiting): multi-row INSERTs of the "
+        "intents, then one upsert of their key rows.",
+        "",
     ),
     Hotspot(
         "effector/store/_sql.py",

@@ -55,6 +55,10 @@ Guarantees
 - **Stores** are pluggable by URL and pass one conformance suite: SQLite (embedded, default,
   one process, fsync on every commit) and PostgreSQL (shared by replicas; keys are claimed
   with row locks, ``FOR UPDATE SKIP LOCKED``, under leases that are renewed while tools run).
+  Concurrent Submits are group-committed: each is acknowledged only after the transaction
+  holding it committed, and answers as if the Submits had been recorded one after another,
+  in arrival order. A replica started with ``--concurrency 0`` is ingest-only: it records and
+  publishes but executes nothing.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import importlib
 import json
 import logging
@@ -61,14 +62,19 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def _positive_int(text: str) -> int:
+def _int_at_least(minimum: int, text: str) -> int:
+    kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected {kind}, got {text!r}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"expected {kind}, got {text!r}")
     return value
+
+
+_positive_int = functools.partial(_int_at_least, 1)
+_non_negative_int = functools.partial(_int_at_least, 0)
 
 
 def _host_port(text: str) -> str:
@@ -198,10 +204,12 @@ def build_parser() -> argparse.ArgumentParser:
     _option(
         serve,
         "--concurrency",
-        "how many intents (each of a different entity key) execute at once",
+        "how many intents (each of a different entity key) execute at once; 0 serves "
+        "ingest-only: it records and publishes but executes nothing, leaving that to the other "
+        "replicas on the same PostgreSQL store",
         default="64",
         metavar="N",
-        type=_positive_int,
+        type=_non_negative_int,
     )
     _add_auth_options(serve)
     _option(serve, "--tls-cert", "PEM certificate chain; serve TLS only", metavar="PATH")

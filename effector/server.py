@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 
 import grpc
 from google.protobuf.message import DecodeError
+from google.protobuf.message_factory import GetMessageClass
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -60,7 +61,6 @@ from beam_agents._protos import (
     SubmitAck,
     SubmitRequest,
     SubmitResponse,
-    add_EffectorServicer_to_server,
 )
 from beam_agents._protos.effector_pb2 import DESCRIPTOR as _EFFECTOR_FILE
 from beam_agents.tools import ToolRegistry
@@ -73,7 +73,8 @@ from effector.worker import Worker, WorkerSettings
 
 _log = logging.getLogger(__name__)
 
-EFFECTOR_SERVICE = _EFFECTOR_FILE.services_by_name["Effector"].full_name
+_EFFECTOR = _EFFECTOR_FILE.services_by_name["Effector"]
+EFFECTOR_SERVICE = _EFFECTOR.full_name
 """The fully qualified gRPC service name, ``beam_agents.v1.Effector``."""
 
 MAX_SUBMIT_BATCH = 1_000
@@ -96,7 +97,6 @@ MAX_LIST_LIMIT = 1_000
 """The most intents one ListIntents returns."""
 
 _HEALTH_METHOD_PREFIX = f"/{health.SERVICE_NAME}/"
-_EFFECTOR_METHOD_PREFIX = f"/{EFFECTOR_SERVICE}/"
 
 _Request = TypeVar("_Request")
 _Response = TypeVar("_Response")
@@ -138,27 +138,26 @@ def _tolerant(deserialize: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
     return parse
 
 
-class MalformedRequestInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """Lets Effector RPCs answer undecodable request bytes with INVALID_ARGUMENT.
+def add_effector_service(servicer: EffectorServicer, server: grpc.aio.Server) -> None:
+    """Register the Effector RPCs on ``server`` with parsers that tolerate undecodable bytes.
 
-    Left alone, gRPC reports a request that fails to parse as UNKNOWN, with the parser's
-    exception in the details.
+    Left to the generated registration, gRPC reports a request that fails to parse as
+    UNKNOWN, with the parser's exception in the details; here such a request reaches its RPC
+    as an :class:`_UndecodableRequest`, which answers INVALID_ARGUMENT. Wrapping the parsers
+    once, at registration, costs nothing per call (a server interceptor would run per call).
     """
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        """Wrap the request parser of every (unary) Effector method."""
-        handler = await continuation(handler_call_details)
-        if handler is None or not handler_call_details.method.startswith(_EFFECTOR_METHOD_PREFIX):
-            return handler
-        return grpc.unary_unary_rpc_method_handler(
-            handler.unary_unary,
-            request_deserializer=_tolerant(handler.request_deserializer),
-            response_serializer=handler.response_serializer,
+    handlers = {
+        method.name: grpc.unary_unary_rpc_method_handler(
+            getattr(servicer, method.name),
+            request_deserializer=_tolerant(GetMessageClass(method.input_type).FromString),
+            response_serializer=GetMessageClass(method.output_type).SerializeToString,
         )
+        for method in _EFFECTOR.methods
+    }
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(EFFECTOR_SERVICE, handlers),)
+    )
+    server.add_registered_method_handlers(EFFECTOR_SERVICE, handlers)
 
 
 def _guarded(
@@ -544,9 +543,9 @@ class EffectorServer:
         """Bind, start serving and start the worker; raises ``ConfigurationError`` on bad setup."""
         settings = self._settings
         host, port = settings.check()
-        interceptors: list[grpc.aio.ServerInterceptor] = [MalformedRequestInterceptor()]
+        interceptors: list[grpc.aio.ServerInterceptor] = []
         if settings.token:
-            interceptors.insert(0, BearerTokenInterceptor(settings.token))
+            interceptors.append(BearerTokenInterceptor(settings.token))
         server = grpc.aio.server(
             interceptors=interceptors,
             options=[
@@ -557,7 +556,7 @@ class EffectorServer:
                 ("grpc.so_reuseport", 0),
             ],
         )
-        add_EffectorServicer_to_server(  # type: ignore[no-untyped-call]
+        add_effector_service(
             EffectorService(self._store, self._registry, self._worker, self.metrics, self._clock),
             server,
         )
@@ -589,6 +588,8 @@ class EffectorServer:
         await self._health.set(EFFECTOR_SERVICE, health_pb2.HealthCheckResponse.SERVING)
         self._worker.start()
         _log.info("effector listening on %s (worker %s)", self.address, self._worker.owner)
+        if settings.worker.concurrency == 0:
+            _log.warning("ingest-only (concurrency 0): this effector executes no intents")
 
     async def stop(self, rpc_grace_s: float = 1.0) -> None:
         """Drain: stop accepting RPCs, let executions finish (or release them), stop metrics.

@@ -6,10 +6,11 @@ its envelope (one transaction) → release the key. A key's intents run one at a
 ``(seq, step_index)`` order because the store hands out one claim per key; different keys run
 concurrently, up to ``concurrency`` at once.
 
-Results are group-committed: while one batch of results is being written, the next ones
-queue up and go into the following transaction, so the store is written once per batch
-rather than once per intent. Leases are renewed while tools run, undecided approvals are
-expired on the worker's own schedule, and old DONE records are pruned after the retention.
+Results are group-committed (:mod:`effector.group_commit`): while one batch of results is
+being written, the next ones queue up and go into the following transaction, so the store is
+written once per batch rather than once per intent. Leases are renewed while tools run,
+undecided approvals are expired on the worker's own schedule, and old DONE records are pruned
+after the retention.
 """
 
 from __future__ import annotations
@@ -21,12 +22,13 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from beam_agents._protos import ToolResult
 from beam_agents.tools import ToolRegistry
 from effector.errors import StoreError
+from effector.group_commit import GroupCommit
 from effector.intents import wall_clock_ms
 from effector.metrics import EffectorMetrics
 from effector.runner import EffectorToolRunner
@@ -43,7 +45,11 @@ class WorkerSettings:
     """How the worker paces itself; every duration is in milliseconds."""
 
     concurrency: int = 64
-    """Intents executed at once (each of a different key)."""
+    """Intents executed at once (each of a different key).
+
+    0 makes an ingest-only replica: it records, publishes and keeps house, but never claims;
+    the other replicas on its (PostgreSQL) store execute.
+    """
     lease_ms: int = 30_000
     """How long a claim stays valid without renewal; renewed every third of it."""
     result_retention_ms: int = 7 * 24 * 3_600_000
@@ -54,8 +60,9 @@ class WorkerSettings:
     """How often approvals are expired, leases renewed and gauges refreshed."""
 
     def __post_init__(self) -> None:
+        if self.concurrency < 0:
+            raise ValueError(f"concurrency must not be negative, got {self.concurrency}")
         for name in (
-            "concurrency",
             "lease_ms",
             "result_retention_ms",
             "poll_interval_ms",
@@ -68,58 +75,6 @@ class WorkerSettings:
 def default_owner() -> str:
     """An owner id unique to this process, recorded on its leases (for diagnosis)."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
-class _Recorder:
-    """Group-commits completions: one store transaction per batch of finished executions."""
-
-    def __init__(
-        self, store: EffectorStore, clock: Callable[[], int], on_recorded: Callable[[], None]
-    ) -> None:
-        self._store = store
-        self._clock = clock
-        self._on_recorded = on_recorded
-        self._queue: list[tuple[Completion, asyncio.Future[bool]]] = []
-        self._ready = asyncio.Event()
-        self._closing = False
-        self._task = asyncio.create_task(self._run(), name="effector-recorder")
-
-    async def record(self, completion: Completion) -> bool:
-        """Queue ``completion`` and wait until it is committed; ``False`` if another result won."""
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._queue.append((completion, future))
-        self._ready.set()
-        # Shielded: a cancelled waiter must not take the queued result out of the next commit.
-        return await asyncio.shield(future)
-
-    async def close(self) -> None:
-        """Commit everything queued, then stop."""
-        self._closing = True
-        self._ready.set()
-        await self._task
-
-    async def _run(self) -> None:
-        while True:
-            await self._ready.wait()
-            self._ready.clear()
-            batch, self._queue = self._queue, []
-            if batch:
-                recorded = await self._commit([completion for completion, _ in batch])
-                for (_, future), was_recorded in zip(batch, recorded, strict=True):
-                    if not future.done():
-                        future.set_result(was_recorded)
-                self._on_recorded()
-            elif self._closing:
-                return
-
-    async def _commit(self, completions: list[Completion]) -> list[bool]:
-        while True:
-            try:
-                return await self._store.complete(completions, self._clock())
-            except StoreError as exc:
-                # Results stay in memory until the store is back: nothing executed is dropped.
-                _log.warning("recording %d result(s) failed, retrying: %s", len(completions), exc)
-                await asyncio.sleep(_STORE_RETRY_S)
 
 
 class Worker:
@@ -147,7 +102,7 @@ class Worker:
         self._executions: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
         self._stopping = False
-        self._recorder: _Recorder | None = None
+        self._recorder: GroupCommit[Completion, bool] = GroupCommit(self._record)
         self._loops: list[asyncio.Task[None]] = []
 
     @property
@@ -157,7 +112,6 @@ class Worker:
 
     def start(self) -> None:
         """Start claiming and executing; call once, from the event loop."""
-        self._recorder = _Recorder(self._store, self._clock, self.wake)
         self._loops = [
             asyncio.create_task(self._claim_loop(), name="effector-claims"),
             asyncio.create_task(self._housekeeping_loop(), name="effector-housekeeping"),
@@ -185,9 +139,8 @@ class Worker:
             await asyncio.gather(*unfinished, return_exceptions=True)
         housekeeping.cancel()
         await asyncio.gather(housekeeping, return_exceptions=True)
-        assert self._recorder is not None
         try:
-            await asyncio.wait_for(self._recorder.close(), grace_s)
+            await asyncio.wait_for(self._recorder.drain(), grace_s)
         except TimeoutError:
             _log.warning("the store did not take the last results; those intents will run again")
         if self._claims:
@@ -228,7 +181,6 @@ class Worker:
         task.add_done_callback(self._executions.discard)
 
     async def _execute(self, claim: Claim) -> None:
-        assert self._recorder is not None
         metrics = self._metrics
         metrics.in_flight.inc()
         started = time.perf_counter()
@@ -239,7 +191,7 @@ class Worker:
             metrics.tool_latency.labels(claim.intent.tool_name).observe(
                 time.perf_counter() - started
             )
-            if await self._recorder.record(Completion(claim, result)):
+            if await self._recorder(Completion(claim, result)):
                 metrics.executed.labels(ToolResult.Status.Name(result.status)).inc()
             del self._claims[claim.token]
         except Exception:
@@ -253,6 +205,19 @@ class Worker:
         finally:
             metrics.in_flight.dec()
             self.wake()
+
+    async def _record(self, completions: Sequence[Completion]) -> list[bool]:
+        while True:
+            try:
+                recorded = await self._store.complete(completions, self._clock())
+            except StoreError as exc:
+                # Results stay in memory until the store is back: nothing executed is dropped.
+                _log.warning("recording %d result(s) failed, retrying: %s", len(completions), exc)
+                await asyncio.sleep(_STORE_RETRY_S)
+                continue
+            # Recording released keys, so their next intents are runnable.
+            self.wake()
+            return recorded
 
     async def _housekeeping_loop(self) -> None:
         settings = self._settings

@@ -27,6 +27,7 @@ from typing import Any, Protocol, TypeVar
 
 from beam_agents._protos import AgentEnvelope, Approval, IntentState, ToolIntent, ToolResult
 from effector.errors import StoreSchemaError
+from effector.group_commit import GroupCommit
 from effector.intents import (
     approval_envelope,
     decision_result,
@@ -343,8 +344,9 @@ def _add_pending(tx: Tx, new_work: dict[bytes, int], now_ms: int) -> None:
 
 
 def _submit(
-    tx: Tx, intents: Sequence[NewIntent], now_ms: int, redeliver_results: bool
+    tx: Tx, intents: Sequence[NewIntent], now_ms: int, redeliver: Sequence[bool]
 ) -> tuple[list[SubmitResult], int]:
+    """Record ``intents``; ``redeliver[i]`` says whether intent ``i`` asked for redelivery."""
     blobs = [serialize_intent(new.intent) for new in intents]
     digests = [intent_digest(blob) for blob in blobs]
     # Rows are written in id order (the lock order in the module docstring); the first of
@@ -399,7 +401,7 @@ def _submit(
             SubmitOutcome.DUPLICATE if first.digest == digests[index] else SubmitOutcome.CONFLICT
         )
         # Only a DONE intent has a published envelope; one not yet DONE publishes it later.
-        redelivery = first.published_envelope if redeliver_results else None
+        redelivery = first.published_envelope if redeliver[index] else None
         if outcome is SubmitOutcome.DUPLICATE and redelivery is not None:
             envelopes[index] = redelivery
             answers[index] = SubmitResult(outcome, first.state, first.result, redelivered=True)
@@ -746,12 +748,22 @@ def _prune(tx: Tx, now_ms: int, retention_ms: int) -> int:
     return removed
 
 
+@dataclass(frozen=True, slots=True)
+class _Submission:
+    """One caller's submit, waiting to be recorded together with its concurrent neighbours."""
+
+    intents: Sequence[NewIntent]
+    now_ms: int
+    redeliver_results: bool
+
+
 class SqlStore(EffectorStore):
     """An :class:`EffectorStore` over SQL; backends provide connections and transactions.
 
     Transactions run on the backend's executor threads, so the event loop never waits on a
     database. After a transaction that appended envelopes commits, local waiters in
     :meth:`wait_for_offset` are woken; a backend shared by several processes also polls.
+    Concurrent submits are group-committed (:mod:`effector.group_commit`).
     """
 
     def __init__(
@@ -762,6 +774,9 @@ class SqlStore(EffectorStore):
         self._known_head = head
         self._poll_interval_s = poll_interval_s
         self._appended = asyncio.Event()
+        self._submissions: GroupCommit[_Submission, list[SubmitResult]] = GroupCommit(
+            self._record_submissions
+        )
 
     @abc.abstractmethod
     def _transaction(self, work: Callable[[Tx], _T], *, write: bool) -> _T:
@@ -782,10 +797,29 @@ class SqlStore(EffectorStore):
     async def submit(
         self, intents: Sequence[NewIntent], now_ms: int, *, redeliver_results: bool = False
     ) -> list[SubmitResult]:
-        """See :meth:`EffectorStore.submit`."""
-        answers, head = await self._run(lambda tx: _submit(tx, intents, now_ms, redeliver_results))
+        """See :meth:`EffectorStore.submit`; concurrent submits share one transaction."""
+        return await self._submissions(_Submission(intents, now_ms, redeliver_results))
+
+    async def _record_submissions(
+        self, submissions: Sequence[_Submission]
+    ) -> list[list[SubmitResult]]:
+        """Record a group of submits as one, in arrival order, and split the answers back.
+
+        One combined submit keeps the lock order of a single one. The group is stamped with
+        its latest ``now_ms``: the time the last of them arrived, still before any commits.
+        """
+        intents = [new for submission in submissions for new in submission.intents]
+        redeliver = [
+            submission.redeliver_results for submission in submissions for _ in submission.intents
+        ]
+        now_ms = max(submission.now_ms for submission in submissions)
+        answers, head = await self._run(lambda tx: _submit(tx, intents, now_ms, redeliver))
         self._announce(head)
-        return answers
+        split, start = [], 0
+        for submission in submissions:
+            split.append(answers[start : start + len(submission.intents)])
+            start += len(submission.intents)
+        return split
 
     async def claim(self, owner: str, limit: int, now_ms: int, lease_ms: int) -> ClaimBatch:
         """See :meth:`EffectorStore.claim`."""

@@ -89,7 +89,8 @@ def _misconfigurations(tmp_path: Path) -> dict[str, tuple[list[str], dict[str, s
         "public bind": ([*base, "--listen", "0.0.0.0:0"], {}, "non-loopback"),
         "bad listen": ([*base, "--listen", "nowhere"], {}, "HOST:PORT"),
         "zero lease": ([*base, "--lease-ms", "0"], {}, "positive"),
-        "bad env": (base, {"BEAM_AGENTS_EFFECTOR_CONCURRENCY": "lots"}, "positive"),
+        "bad env": (base, {"BEAM_AGENTS_EFFECTOR_CONCURRENCY": "lots"}, "integer >= 0"),
+        "negative concurrency": ([*base, "--concurrency", "-1"], {}, "integer >= 0"),
         "bad env switch": (
             base,
             {"BEAM_AGENTS_EFFECTOR_ALLOW_INSECURE_BIND": "maybe"},

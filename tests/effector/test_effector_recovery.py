@@ -165,3 +165,32 @@ async def test_two_replicas_on_one_postgres_execute_each_intent_once_in_key_orde
     assert executions == Counter({i.intent_id: 1 for i in intents})
     assert len({r.pid for r in rows}) == 2, "both replicas should have executed work"
     assert_key_order(rows)
+
+
+@pytest.mark.asyncio
+async def test_an_ingest_only_replica_records_and_publishes_while_its_peer_executes(
+    postgres: PostgresServer, ledger: Path
+) -> None:
+    url = postgres.create_database("ingest_only")
+    args = ["--tools", TOOLS, "--store", url, "--listen", "127.0.0.1:0"]
+    intents = [
+        make_intent("record", {"note": f"{k}/{s}"}, key=f"key-{k}".encode(), seq=s)
+        for k in range(10)
+        for s in range(5)
+    ]
+    with EffectorProcess(*args, "--concurrency", "0") as ingest:
+        with EffectorClient(ingest.address) as client:
+            acks = await asyncio.to_thread(client.submit, intents)
+            assert {ack.outcome for ack in acks} == {SubmitAck.ACCEPTED}
+            await asyncio.sleep(0.5)
+            assert read_ledger(ledger) == [], "an ingest-only replica must not execute"
+            with EffectorProcess(*args) as executor:
+                await asyncio.to_thread(wait_all_done, client, intents, 60)
+                published = await asyncio.to_thread(read_results, client)
+                executor.signal(signal.SIGTERM)
+                assert await asyncio.to_thread(executor.wait) == 0
+        assert "ingest-only" in ingest.stderr()
+    assert Counter(r.intent_id for r in published) == Counter({i.intent_id: 1 for i in intents})
+    rows = read_ledger(ledger)
+    assert {r.pid for r in rows} == {executor.process.pid}
+    assert_key_order(rows)

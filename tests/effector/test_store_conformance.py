@@ -614,3 +614,41 @@ async def downgrade_to_version_1(store_url: str) -> None:
         async with await psycopg.AsyncConnection.connect(store_url, autocommit=True) as connection:
             for statement in statements:
                 await connection.execute(statement)
+
+
+@pytest.mark.asyncio
+async def test_concurrent_submits_answer_as_if_recorded_one_after_another(
+    store: EffectorStore,
+) -> None:
+    finished = make_intent("add", {"a": 1}, key=b"done", created_at_ms=T0)
+    await submit(store, finished)
+    [claim] = (await store.claim("w", 10, T0, LEASE)).claims
+    await store.complete([ok(claim)], T0)
+    fresh = make_intent("add", {"a": 1}, key=b"x", created_at_ms=T0)
+    changed = make_intent("add", {"a": 2}, key=b"x", created_at_ms=T0)
+    other = make_intent("add", key=b"y", created_at_ms=T0)
+    refused = make_intent("nope", key=b"z", created_at_ms=T0)
+
+    first, second, third, fourth = await asyncio.gather(
+        store.submit([NewIntent(fresh), NewIntent(refused, rejection="unknown tool")], T0 + 1),
+        store.submit([NewIntent(fresh), NewIntent(other)], T0 + 2),
+        store.submit([NewIntent(finished)], T0 + 3, redeliver_results=True),
+        store.submit([NewIntent(changed), NewIntent(finished)], T0 + 4),
+    )
+
+    assert [a.outcome for a in first] == [SubmitOutcome.ACCEPTED, SubmitOutcome.ACCEPTED]
+    assert [a.outcome for a in second] == [SubmitOutcome.DUPLICATE, SubmitOutcome.ACCEPTED]
+    assert [(a.outcome, a.redelivered) for a in third] == [(SubmitOutcome.DUPLICATE, True)]
+    assert [(a.outcome, a.redelivered) for a in fourth] == [
+        (SubmitOutcome.CONFLICT, False),
+        (SubmitOutcome.DUPLICATE, False),
+    ]
+    # The rejection (first submit) is published before the redelivery (third), as submitted.
+    log = [envelope.tool_result for envelope in await envelopes(store)]
+    assert [(r.intent_id, r.status) for r in log] == [
+        (finished.intent_id, ToolResult.OK),
+        (refused.intent_id, ToolResult.REJECTED),
+        (finished.intent_id, ToolResult.OK),
+    ]
+    batch = await store.claim("w", 10, T0 + 5, LEASE)
+    assert sorted(c.intent.args_json for c in batch.claims) == ['{"a":1}', "{}"]

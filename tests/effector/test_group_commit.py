@@ -1,0 +1,96 @@
+"""Group commit: concurrent requests share commits, answer in order, and fail alone."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+
+from effector.group_commit import GroupCommit
+
+
+class Ledger:
+    """A commit function that records every batch it was given and can be told to fail."""
+
+    def __init__(self, poison: str | None = None) -> None:
+        self.batches: list[list[str]] = []
+        self.poison = poison
+        self.gate = asyncio.Event()
+        self.gate.set()
+
+    async def commit(self, requests: Sequence[str]) -> list[str]:
+        self.batches.append(list(requests))
+        await self.gate.wait()
+        if self.poison in requests:
+            raise RuntimeError(f"cannot commit {self.poison}")
+        return [request.upper() for request in requests]
+
+
+@pytest.mark.asyncio
+async def test_a_lone_request_is_committed_at_once() -> None:
+    ledger = Ledger()
+    group: GroupCommit[str, str] = GroupCommit(ledger.commit)
+    assert await group("a") == "A"
+    assert ledger.batches == [["a"]]
+
+
+@pytest.mark.asyncio
+async def test_requests_arriving_during_a_commit_share_the_next_one() -> None:
+    ledger = Ledger()
+    ledger.gate.clear()
+    group: GroupCommit[str, str] = GroupCommit(ledger.commit)
+    first = asyncio.ensure_future(group("a"))
+    await asyncio.sleep(0)
+    rest = [asyncio.ensure_future(group(name)) for name in ("b", "c", "d")]
+    await asyncio.sleep(0)
+    ledger.gate.set()
+    assert await asyncio.gather(first, *rest) == ["A", "B", "C", "D"]
+    assert ledger.batches == [["a"], ["b", "c", "d"]]
+
+
+@pytest.mark.asyncio
+async def test_a_failing_batch_is_retried_one_by_one_and_only_the_bad_request_fails() -> None:
+    ledger = Ledger(poison="bad")
+    ledger.gate.clear()
+    group: GroupCommit[str, str] = GroupCommit(ledger.commit)
+    first = asyncio.ensure_future(group("a"))
+    await asyncio.sleep(0)
+    rest = [asyncio.ensure_future(group(name)) for name in ("b", "bad", "c")]
+    await asyncio.sleep(0)
+    ledger.gate.set()
+    outcomes = await asyncio.gather(first, *rest, return_exceptions=True)
+    assert outcomes[:2] == ["A", "B"] and outcomes[3] == "C"
+    assert isinstance(outcomes[2], RuntimeError) and "bad" in str(outcomes[2])
+    assert ledger.batches == [["a"], ["b", "bad", "c"], ["b"], ["bad"], ["c"]]
+
+
+@pytest.mark.asyncio
+async def test_a_caller_that_gives_up_does_not_take_its_request_out_of_the_commit() -> None:
+    ledger = Ledger()
+    ledger.gate.clear()
+    group: GroupCommit[str, str] = GroupCommit(ledger.commit)
+    waiter = asyncio.ensure_future(group("a"))
+    await asyncio.sleep(0)
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    ledger.gate.set()
+    await group.drain()
+    assert ledger.batches == [["a"]]
+    assert await group("b") == "B"
+
+
+@pytest.mark.asyncio
+async def test_cancelling_a_drain_abandons_what_is_queued() -> None:
+    ledger = Ledger()
+    ledger.gate.clear()
+    group: GroupCommit[str, str] = GroupCommit(ledger.commit)
+    waiter = asyncio.ensure_future(group("a"))
+    await asyncio.sleep(0)
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(group.drain(), 0.01)
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    ledger.gate.set()
+    assert await group("b") == "B"
