@@ -9,12 +9,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
+# Built once: ``json.dumps`` with any non-default option builds a new encoder on every call.
+_ENCODER = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
 
 def canonical_json(value: Any) -> str:
     """Encode ``value`` as canonical JSON text; raises ``TypeError``/``ValueError`` if it cannot."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
+    return _ENCODER.encode(value)
 
 
 def canonical_json_bytes(value: Any) -> bytes:

@@ -15,7 +15,13 @@ carried over to later activations.
 The inline first step runs outside any ``asyncio.Task``: ``asyncio.current_task()`` is
 ``None`` there. Code that needs a task (``asyncio.timeout``, or HTTP clients built on anyio,
 such as httpx) must first ``await enter_task()``, which yields once so that the rest runs in
-the loop, inside a task. The runtime does so before every provider call.
+the loop, inside a task. The runtime does so before every provider call. What it yields is a
+marker only the driver sees (only the driver steps a coroutine outside a task): the task picks
+the coroutine up again in its first step, rather than after a turn of the loop.
+
+The coroutine continues in the task that ``run_until_complete`` makes, under an
+``asyncio.timeout``: no second task, future or loop turn per activation, as
+``asyncio.wait_for`` would cost.
 """
 
 from __future__ import annotations
@@ -30,10 +36,22 @@ from beam_agents.core.errors import ActivationTimeoutError
 T = TypeVar("T")
 
 
+class _EnterTask:
+    """Yielded by :func:`enter_task` outside a task: the driver continues in its task at once."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, Any, None]:
+        yield self
+
+
+_ENTER_TASK = _EnterTask()
+
+
 async def enter_task() -> None:
     """Make sure what follows runs inside an ``asyncio.Task`` (see the module docstring)."""
     if asyncio.current_task() is None:
-        await asyncio.sleep(0)
+        await _ENTER_TASK
 
 
 class _Continue(Generic[T]):
@@ -52,18 +70,21 @@ class _Continue(Generic[T]):
     def __await__(self) -> Generator[Any, Any, T]:
         coroutine, yielded = self._coroutine, self._yielded
         while True:
-            try:
-                sent = yield yielded
-            except BaseException as exc:  # cancellation must reach the agent too
-                try:
-                    yielded = coroutine.throw(exc)
-                except StopIteration as stop:
-                    return stop.value  # type: ignore[no-any-return]
+            if yielded is _ENTER_TASK:
+                sent = None  # now inside the task: nothing to wait for
             else:
                 try:
-                    yielded = coroutine.send(sent)
-                except StopIteration as stop:
-                    return stop.value  # type: ignore[no-any-return]
+                    sent = yield yielded
+                except BaseException as exc:  # cancellation must reach the agent too
+                    try:
+                        yielded = coroutine.throw(exc)
+                    except StopIteration as stop:
+                        return stop.value  # type: ignore[no-any-return]
+                    continue
+            try:
+                yielded = coroutine.send(sent)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
 
 
 class CoroutineDriver:
@@ -102,7 +123,8 @@ class CoroutineDriver:
         coroutine: Coroutine[Any, Any, T], yielded: Any, remaining_s: float, timeout_s: float
     ) -> T:
         try:
-            return await asyncio.wait_for(_Continue(coroutine, yielded), remaining_s)
+            async with asyncio.timeout(remaining_s):
+                return await _Continue(coroutine, yielded)
         except TimeoutError:
             raise ActivationTimeoutError(
                 f"the activation did not finish within {timeout_s}s"

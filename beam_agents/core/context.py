@@ -51,7 +51,6 @@ from beam_agents._json import canonical_json
 from beam_agents._protos import (
     Approval,
     Continuation,
-    ModelCache,
     ModelCacheEntry,
     ToolIntent,
     ToolResult,
@@ -65,6 +64,7 @@ from beam_agents.core.errors import (
 )
 from beam_agents.core.memory import WorkingMemory
 from beam_agents.core.model_gateway import ModelGateway
+from beam_agents.core.state import decode_cache
 from beam_agents.core.tracing import TraceRecorder
 from beam_agents.model.cache import ReplayCache, cache_key_for_digest
 from beam_agents.model.client import LlmRequest, LlmResponse
@@ -211,7 +211,7 @@ class ActivationContext:
         trace: TraceRecorder,
         services: ActivationServices,
         load_memory: Callable[[], bytes | None],
-        load_cache: Callable[[], ModelCache | None],
+        load_cache: Callable[[], bytes | None],
         resumption: Resumption | None = None,
     ) -> None:
         self.entity_key = entity_key
@@ -358,10 +358,12 @@ class ActivationContext:
 
     def _replay_cache(self) -> ReplayCache:
         if self._cache is None:
+            blob = self._load_cache()
             self._cache = ReplayCache(
-                self._load_cache(),
+                None if blob is None else decode_cache(blob),
                 max_entries=self._services.cache_max_entries,
                 max_bytes=self._services.cache_max_bytes,
+                serialized=blob,
             )
         return self._cache
 

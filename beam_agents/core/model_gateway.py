@@ -14,6 +14,7 @@ GenAI conventions. Nothing here imports Apache Beam: the ``DoFn`` hands in a
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -116,6 +117,7 @@ class ModelGateway:
 
     __slots__ = (
         "_breakers",
+        "_endpoint_key",
         "_metrics",
         "_needs_task",
         "_policy",
@@ -143,16 +145,18 @@ class ModelGateway:
         self._breakers = breakers
         self._metrics: ModelMetrics = _Uncounted() if metrics is None else metrics
         self._needs_task = getattr(client, "needs_asyncio_task", True) is not False
+        # Looked up once: a missing attribute costs an exception inside getattr on every call.
+        endpoint_key = getattr(client, "endpoint_key", None)
+        self._endpoint_key: Callable[[LlmRequest], str] | None = (
+            endpoint_key if callable(endpoint_key) else None
+        )
         # One source of backoff jitter per gateway: seeding a fresh one per call costs more
         # than the rest of a cache-missing call's bookkeeping.
         self._rng = random.Random()
 
     def _endpoint(self, request: LlmRequest) -> str:
-        endpoint_key: Callable[[LlmRequest], str] | None = getattr(
-            self.client, "endpoint_key", None
-        )
-        if callable(endpoint_key):
-            return endpoint_key(request)
+        if self._endpoint_key is not None:
+            return self._endpoint_key(request)
         return f"{type(self.client).__qualname__}#{request.model_id}"
 
     async def _call_once(self, request: LlmRequest) -> LlmResponse:
@@ -219,9 +223,12 @@ class ModelGateway:
         Every value is a function of the request and the (possibly replayed) response, never
         of the wall clock, so traces stay deterministic. ``finish_reasons`` is a JSON array.
         """
-        default_model = getattr(self.client, "model", "")
-        requested = request.model_id or (default_model if isinstance(default_model, str) else "")
+        requested = request.model_id
+        if not requested:
+            default_model = getattr(self.client, "model", "")
+            requested = default_model if isinstance(default_model, str) else ""
         usage = response.usage
+        reason: object = response.stop_reason  # typed str, but a client may break the type
         return {
             "gen_ai.operation.name": "chat",
             "gen_ai.system": self.provider_name,
@@ -230,12 +237,18 @@ class ModelGateway:
             "gen_ai.response.model": response.model,
             "gen_ai.usage.input_tokens": str(usage.input_tokens),
             "gen_ai.usage.output_tokens": str(usage.output_tokens),
-            "gen_ai.response.finish_reasons": canonical_json(
-                [response.stop_reason] if response.stop_reason else []
-            ),
+            "gen_ai.response.finish_reasons": _finish_reasons(reason)
+            if isinstance(reason, str)
+            else canonical_json([reason] if reason else []),
             "beam_agents.cache_hit": "true" if cache_hit else "false",
             "beam_agents.attempts": str(attempts),
         }
+
+
+@functools.lru_cache(maxsize=64)
+def _finish_reasons(stop_reason: str) -> str:
+    """``gen_ai.response.finish_reasons``: a JSON array (providers use a handful of reasons)."""
+    return canonical_json([stop_reason] if stop_reason else [])
 
 
 def _reached_provider(attempts: list[Attempt]) -> int:

@@ -48,6 +48,11 @@ def decode_versioned(message_type: type[M], blob: bytes, newest_version: int) ->
     return message
 
 
+def decode_cache(blob: bytes) -> ModelCache:
+    """Parse a committed replay-cache blob, refusing a newer schema version."""
+    return decode_versioned(ModelCache, blob, CACHE_SCHEMA_VERSION)
+
+
 class ValueCell(Protocol):
     """A Beam ``ReadModifyWrite`` state object, as far as the runtime uses it."""
 
@@ -143,10 +148,10 @@ class KeyState:
         self._memory_read = True
         _write_or_clear(self._memory_cell, blob)
 
-    def read_cache(self) -> ModelCache | None:
-        """The committed replay cache, decoded (``None`` if empty)."""
-        blob = self._cache_cell.read()
-        return decode_versioned(ModelCache, blob, CACHE_SCHEMA_VERSION) if blob else None
+    def read_cache(self) -> bytes | None:
+        """The committed ``ModelCache`` blob (``None`` if empty); see :func:`decode_cache`."""
+        blob: bytes | None = self._cache_cell.read()
+        return blob or None
 
     def write_cache(self, blob: bytes) -> None:
         """Store the replay-cache blob; ``b""`` clears the cell."""

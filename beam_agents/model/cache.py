@@ -50,44 +50,116 @@ def replayed_response(client: object, entry: ModelCacheEntry) -> LlmResponse:
 class ReplayCache:
     """A key's replay cache as one activation sees it: committed entries plus staged ones.
 
-    Built from the decoded committed ``ModelCache`` (or ``None`` for an empty one);
-    :meth:`encode` applies the bounds.
+    Built from the decoded committed ``ModelCache`` (or ``None`` for an empty one), which it
+    never modifies, and, if at hand, the bytes it was decoded from (``serialized``), which
+    spares serializing it again; :meth:`encode` applies the bounds.
+
+    Committed entries are not indexed up front: wrapping each of them in a Python object would
+    cost more than the rest of a model call's bookkeeping at a full cache. An entry stores its
+    key verbatim, so a key whose bytes occur nowhere in the serialized committed cache is in no
+    entry; only a key that passes that test (a replay) makes the entries indexed. A fresh run's
+    keys never pass it: they hash a ``seq`` that no committed entry has.
     """
 
-    __slots__ = ("_by_key", "_changed", "_max_bytes", "_max_entries")
+    __slots__ = (
+        "_absent",
+        "_committed",
+        "_committed_blob",
+        "_index",
+        "_max_bytes",
+        "_max_entries",
+        "_staged",
+        "_superseded",
+    )
 
-    def __init__(self, committed: ModelCache | None, *, max_entries: int, max_bytes: int) -> None:
+    def __init__(
+        self,
+        committed: ModelCache | None,
+        *,
+        max_entries: int,
+        max_bytes: int,
+        serialized: bytes | None = None,
+    ) -> None:
         self._max_entries = max_entries
         self._max_bytes = max_bytes
-        self._by_key: dict[str, ModelCacheEntry] = (
-            {} if committed is None else {entry.cache_key: entry for entry in committed.entries}
-        )
-        self._changed = False
+        self._committed = committed if committed is not None and committed.entries else None
+        self._committed_blob = serialized
+        self._index: dict[str, int] | None = None
+        self._absent: set[str] = set()
+        """Keys the byte test ruled out (a miss is looked up, then recorded)."""
+        self._superseded: set[int] = set()
+        """Positions of committed entries replaced by a staged one with the same key."""
+        self._staged: dict[str, ModelCacheEntry] = {}
+
+    def _committed_position(self, cache_key: str) -> int | None:
+        committed = self._committed
+        if committed is None:
+            return None
+        if self._index is None:
+            if cache_key in self._absent:
+                return None
+            if self._committed_blob is None:
+                self._committed_blob = committed.SerializeToString()
+            if cache_key.encode() not in self._committed_blob:
+                self._absent.add(cache_key)
+                return None
+            self._index = {entry.cache_key: at for at, entry in enumerate(committed.entries)}
+        return self._index.get(cache_key)
 
     def lookup(self, cache_key: str) -> ModelCacheEntry | None:
         """The entry stored under ``cache_key``, or ``None``."""
-        return self._by_key.get(cache_key)
+        staged = self._staged.get(cache_key)
+        if staged is not None:
+            return staged
+        position = self._committed_position(cache_key)
+        if position is None or self._committed is None:
+            return None
+        return self._committed.entries[position]
 
     def record(self, entry: ModelCacheEntry) -> None:
         """Stage ``entry`` as the newest one."""
-        self._by_key.pop(entry.cache_key, None)
-        self._by_key[entry.cache_key] = entry
-        self._changed = True
+        cache_key = entry.cache_key
+        self._staged.pop(cache_key, None)
+        self._staged[cache_key] = entry
+        position = self._committed_position(cache_key)
+        if position is not None:
+            self._superseded.add(position)
 
     @property
     def changed(self) -> bool:
         """Whether this activation recorded anything."""
-        return self._changed
+        return bool(self._staged)
 
     def __len__(self) -> int:
-        return len(self._by_key)
+        committed = self._committed
+        kept = 0 if committed is None else len(committed.entries) - len(self._superseded)
+        return kept + len(self._staged)
 
     def encode(self) -> bytes:
         """The serialized, bounded ``ModelCache``; ``b""`` when nothing is kept."""
-        entries = list(self._by_key.values())[-self._max_entries :]
-        cache = ModelCache(schema_version=CACHE_SCHEMA_VERSION, entries=entries)
-        while cache.entries and cache.ByteSize() > self._max_bytes:
-            del cache.entries[0]
-        if not cache.entries:
+        cache = ModelCache()
+        if self._committed is not None:
+            # One copy in C, then trimmed in place: far cheaper than rebuilding the message
+            # from Python objects for every committed entry.
+            cache.CopyFrom(self._committed)
+            for position in sorted(self._superseded, reverse=True):
+                del cache.entries[position]
+        cache.schema_version = CACHE_SCHEMA_VERSION
+        entries = cache.entries
+        staged = list(self._staged.values())
+        excess = len(entries) + len(staged) - self._max_entries
+        if excess > 0:
+            dropped = min(excess, len(entries))
+            del entries[:dropped]
+            staged = staged[excess - dropped :]
+        entries.extend(staged)
+        if not entries:
+            return b""
+        blob = cache.SerializeToString(deterministic=True)
+        if len(blob) <= self._max_bytes:
+            return blob
+        while entries and cache.ByteSize() > self._max_bytes:
+            del entries[0]
+        if not entries:
             return b""
         return cache.SerializeToString(deterministic=True)

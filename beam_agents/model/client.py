@@ -13,6 +13,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+# Built once: ``json.dumps`` with any non-default option builds a new encoder on every call.
+_REQUEST_ENCODER = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
+)
+
 
 @dataclass(frozen=True)
 class LlmRequest:
@@ -25,17 +30,13 @@ class LlmRequest:
 
     def canonical_json(self) -> str:
         """The request as canonical JSON (sorted keys, compact), the basis of its cache key."""
-        return json.dumps(
+        return _REQUEST_ENCODER.encode(
             {
                 "model_id": self.model_id,
                 "messages": list(self.messages),
                 "tools_schema": list(self.tools_schema),
                 "sampling_params": dict(self.sampling_params),
-            },
-            sort_keys=True,
-            separators=(",", ":"),
-            ensure_ascii=False,
-            default=str,
+            }
         )
 
     def content_digest(self) -> str:

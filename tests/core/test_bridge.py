@@ -93,6 +93,16 @@ def test_enter_task_moves_the_rest_of_the_coroutine_into_a_task(driver: Coroutin
     assert driver.run(needs_a_task(), 5.0) == (False, True)
 
 
+def test_the_timeout_covers_what_runs_after_enter_task(driver: CoroutineDriver) -> None:
+    async def enters_then_hangs() -> None:
+        await enter_task()
+        await asyncio.sleep(5)
+
+    with pytest.raises(ActivationTimeoutError):
+        driver.run(enters_then_hangs(), 0.05)
+    assert driver.run(needs_a_task(), 5.0) == (False, True)
+
+
 def test_time_left_counts_down_from_the_timeout(driver: CoroutineDriver) -> None:
     async def measure() -> float:
         await asyncio.sleep(0.05)

@@ -79,7 +79,7 @@ def make_context(
         trace=TraceRecorder(KEY, seq, trace_id_for(KEY, seq), 0, 1_000),
         services=services,
         load_memory=memory_loader,
-        load_cache=lambda: cache,
+        load_cache=lambda: None if cache is None else cache.SerializeToString(),
         resumption=resumption,
     )
 

@@ -76,3 +76,39 @@ def test_a_replayed_response_is_decoded_by_the_client_with_the_recorded_usage() 
     assert (response.usage.input_tokens, response.usage.output_tokens) == (5, 2)
     plain = replayed_response(object(), ModelCacheEntry(response=b"plain text"))
     assert plain.text == "plain text"
+
+
+def committed_cache(*entries: ModelCacheEntry) -> tuple[ModelCache, bytes]:
+    blob = ModelCache(schema_version=1, entries=entries).SerializeToString(deterministic=True)
+    return ModelCache.FromString(blob), blob
+
+
+def test_recording_a_committed_key_replaces_it_as_the_newest_and_leaves_the_input_alone() -> None:
+    committed, blob = committed_cache(entry("a"), entry("b"), entry("c"))
+    cache = ReplayCache(committed, max_entries=10, max_bytes=10_000, serialized=blob)
+    assert cache.lookup("b") == entry("b") and len(cache) == 3
+    cache.record(entry("a", size=3))
+    assert cache.lookup("a") == entry("a", size=3) and len(cache) == 3
+    kept = ModelCache.FromString(cache.encode())
+    assert [e.cache_key for e in kept.entries] == ["b", "c", "a"]
+    assert kept.entries[-1].response == b"xxx"
+    assert committed.SerializeToString(deterministic=True) == blob
+
+
+def test_a_key_found_only_inside_a_stored_response_is_a_miss() -> None:
+    stored = ModelCacheEntry(cache_key="k1", response=b"the answer mentions k2")
+    committed, blob = committed_cache(stored)
+    for serialized in (blob, None):
+        cache = ReplayCache(committed, max_entries=10, max_bytes=10_000, serialized=serialized)
+        assert cache.lookup("k2") is None and cache.lookup("k3") is None
+        assert cache.lookup("k1") == stored
+
+
+def test_new_entries_are_appended_after_the_committed_ones_within_the_bounds() -> None:
+    committed, blob = committed_cache(entry("a"), entry("b"))
+    cache = ReplayCache(committed, max_entries=3, max_bytes=10_000, serialized=blob)
+    cache.record(entry("c"))
+    cache.record(entry("d"))
+    kept = ModelCache.FromString(cache.encode())
+    assert [e.cache_key for e in kept.entries] == ["b", "c", "d"]
+    assert kept.schema_version == 1
