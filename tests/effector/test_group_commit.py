@@ -9,6 +9,8 @@ import pytest
 
 from effector.group_commit import GroupCommit
 
+Waiter = asyncio.Future[str]
+
 
 class Ledger:
     """A commit function that records every batch it was given and can be told to fail."""
@@ -35,31 +37,35 @@ async def test_a_lone_request_is_committed_at_once() -> None:
     assert ledger.batches == [["a"]]
 
 
+async def held_commit(ledger: Ledger, request: str) -> tuple[GroupCommit[str, str], Waiter]:
+    """A group whose commit of ``request`` has begun and is held until ``ledger.gate`` opens."""
+    ledger.gate.clear()
+    group: GroupCommit[str, str] = GroupCommit(ledger.commit)
+    waiter = asyncio.ensure_future(group(request))
+    await asyncio.sleep(0)
+    return group, waiter
+
+
+async def one_then_the_rest(ledger: Ledger, first: str, *rest: str) -> list[object]:
+    """Submit ``first``; while its commit is held, submit the ``rest``; release; gather all."""
+    group, waiter = await held_commit(ledger, first)
+    waiters = [waiter, *(asyncio.ensure_future(group(name)) for name in rest)]
+    await asyncio.sleep(0)
+    ledger.gate.set()
+    return await asyncio.gather(*waiters, return_exceptions=True)
+
+
 @pytest.mark.asyncio
 async def test_requests_arriving_during_a_commit_share_the_next_one() -> None:
     ledger = Ledger()
-    ledger.gate.clear()
-    group: GroupCommit[str, str] = GroupCommit(ledger.commit)
-    first = asyncio.ensure_future(group("a"))
-    await asyncio.sleep(0)
-    rest = [asyncio.ensure_future(group(name)) for name in ("b", "c", "d")]
-    await asyncio.sleep(0)
-    ledger.gate.set()
-    assert await asyncio.gather(first, *rest) == ["A", "B", "C", "D"]
+    assert await one_then_the_rest(ledger, "a", "b", "c", "d") == ["A", "B", "C", "D"]
     assert ledger.batches == [["a"], ["b", "c", "d"]]
 
 
 @pytest.mark.asyncio
 async def test_a_failing_batch_is_retried_one_by_one_and_only_the_bad_request_fails() -> None:
     ledger = Ledger(poison="bad")
-    ledger.gate.clear()
-    group: GroupCommit[str, str] = GroupCommit(ledger.commit)
-    first = asyncio.ensure_future(group("a"))
-    await asyncio.sleep(0)
-    rest = [asyncio.ensure_future(group(name)) for name in ("b", "bad", "c")]
-    await asyncio.sleep(0)
-    ledger.gate.set()
-    outcomes = await asyncio.gather(first, *rest, return_exceptions=True)
+    outcomes = await one_then_the_rest(ledger, "a", "b", "bad", "c")
     assert outcomes[:2] == ["A", "B"] and outcomes[3] == "C"
     assert isinstance(outcomes[2], RuntimeError) and "bad" in str(outcomes[2])
     assert ledger.batches == [["a"], ["b", "bad", "c"], ["b"], ["bad"], ["c"]]
@@ -68,10 +74,7 @@ async def test_a_failing_batch_is_retried_one_by_one_and_only_the_bad_request_fa
 @pytest.mark.asyncio
 async def test_a_caller_that_gives_up_does_not_take_its_request_out_of_the_commit() -> None:
     ledger = Ledger()
-    ledger.gate.clear()
-    group: GroupCommit[str, str] = GroupCommit(ledger.commit)
-    waiter = asyncio.ensure_future(group("a"))
-    await asyncio.sleep(0)
+    group, waiter = await held_commit(ledger, "a")
     waiter.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiter
@@ -84,10 +87,7 @@ async def test_a_caller_that_gives_up_does_not_take_its_request_out_of_the_commi
 @pytest.mark.asyncio
 async def test_cancelling_a_drain_abandons_what_is_queued() -> None:
     ledger = Ledger()
-    ledger.gate.clear()
-    group: GroupCommit[str, str] = GroupCommit(ledger.commit)
-    waiter = asyncio.ensure_future(group("a"))
-    await asyncio.sleep(0)
+    group, waiter = await held_commit(ledger, "a")
     with pytest.raises(TimeoutError):
         await asyncio.wait_for(group.drain(), 0.01)
     with pytest.raises(asyncio.CancelledError):
