@@ -41,7 +41,16 @@ _POLL_INTERVAL_S = 0.05
 
 @functools.lru_cache(maxsize=512)
 def _pg_sql(sql: str) -> str:
-    return sql.replace("?", "%s")
+    """``?`` placeholders numbered as PostgreSQL's own ``$1, $2, ...``.
+
+    Statements go to the server as written (``RawCursor``): psycopg would otherwise rewrite
+    ``%s`` placeholders on every execution of a statement too long for its cache, which every
+    multi-row batch statement is.
+    """
+    parts = sql.split("?")
+    return (
+        "".join(f"{part}${number}" for number, part in enumerate(parts[:-1], start=1)) + parts[-1]
+    )
 
 
 class _PostgresTx:
@@ -84,7 +93,9 @@ class PostgresStore(SqlStore):
         return store
 
     def _connect(self) -> psycopg.Connection[Any]:
-        return psycopg.connect(self._conninfo, autocommit=True, connect_timeout=10)
+        return psycopg.connect(
+            self._conninfo, autocommit=True, connect_timeout=10, cursor_factory=psycopg.RawCursor
+        )
 
     def _transaction(self, work: Callable[[Tx], _T], *, write: bool) -> _T:
         connection: psycopg.Connection[Any] | None = None
