@@ -5,7 +5,7 @@ is stepped. So :class:`CoroutineDriver` first steps the coroutine with ``send(No
 on the calling thread, with its own event loop installed as the running loop for that step
 (``asyncio.get_running_loop()`` and future creation work as usual). If the coroutine finishes,
 no event loop ran at all. Only if it yields (it awaits real I/O, a sleep, a future) is it
-continued inside the owned loop, under ``activation_timeout_s`` (``asyncio.wait_for``).
+continued inside the owned loop, under ``activation_timeout_s``.
 
 The loop belongs to one ``DoFn`` instance (created in ``setup``, closed in ``teardown``) and is
 only ever used by the thread running that instance. A coroutine that blocks the thread without
