@@ -108,6 +108,8 @@ class Dialect:
     """Appended to a SELECT that picks work: row locks other claimers skip over."""
     for_update: str
     """Appended to a SELECT that reads a row it is about to change."""
+    lateral: bool
+    """Whether the backend joins LATERAL subqueries (PostgreSQL does, SQLite does not)."""
 
     def schema(self) -> list[str]:
         """Return the DDL that creates every table and index, idempotently."""
@@ -435,14 +437,7 @@ def _claim(
     ]
     if not keys:
         return ClaimBatch([], 0), 0
-    heads = tx.execute(
-        f"""SELECT intent_id, intent, state, attempts, deadline_ms FROM (
-              SELECT intent_id, intent, state, attempts, deadline_ms, ROW_NUMBER() OVER (
-                PARTITION BY entity_key ORDER BY seq, step_index) AS position
-              FROM effector_intents WHERE state IN (1, 2) AND entity_key IN ({_marks(len(keys))})
-            ) AS queued WHERE position = 1 ORDER BY intent_id""",
-        keys,
-    ).fetchall()
+    heads = _queue_heads(tx, dialect, keys)
     candidates: list[Claim] = []
     expired: list[bytes] = []
     for intent_id, blob, state, attempts, deadline_ms in heads:
@@ -471,6 +466,38 @@ def _claim(
     )
     offsets = _append(tx, expired, now_ms)
     return ClaimBatch(claims, len(expired)), _head_after(offsets)
+
+
+_HEAD_COLUMNS = ("intent_id", "intent", "state", "attempts", "deadline_ms")
+
+
+def _queue_heads(tx: Tx, dialect: Dialect, keys: Sequence[bytes]) -> list[Any]:
+    """The head of each key's queue (its first PENDING or RUNNING intent), in id order.
+
+    Each head is one ordered probe of the queue index. (Numbering every queued row of the keys
+    with a window function read all of them, blobs included: 6x slower on PostgreSQL and 40x
+    on SQLite with 20 intents queued per key.) Each backend is given the join its planner
+    turns into one probe per key.
+    """
+
+    def probe(columns: Sequence[str]) -> str:
+        return f"""SELECT {", ".join(f"queued.{column}" for column in columns)}
+                   FROM effector_intents AS queued
+                   WHERE queued.entity_key = effector_keys.entity_key AND queued.state IN (1, 2)
+                   ORDER BY queued.seq, queued.step_index LIMIT 1"""
+
+    join = (
+        f"CROSS JOIN LATERAL ({probe(_HEAD_COLUMNS)}) AS head"
+        if dialect.lateral
+        else f"JOIN effector_intents AS head ON head.intent_id = ({probe(['intent_id'])})"
+    )
+    return tx.execute(
+        f"""SELECT {", ".join(f"head.{column}" for column in _HEAD_COLUMNS)}
+            FROM effector_keys {join}
+            WHERE effector_keys.entity_key IN ({_marks(len(keys))})
+            ORDER BY head.intent_id""",
+        keys,
+    ).fetchall()
 
 
 def _start_running(tx: Tx, candidates: Sequence[Claim]) -> list[Claim]:

@@ -30,6 +30,7 @@ POSTGRES = Dialect(
     bigint="BIGINT",
     skip_locked=" FOR UPDATE SKIP LOCKED",
     for_update=" FOR UPDATE",
+    lateral=True,
 )
 
 _SCHEMA_LOCK = 0x6566_6665_6374_6F72

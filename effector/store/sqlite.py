@@ -30,7 +30,7 @@ _T = TypeVar("_T")
 _CACHED_STATEMENTS = 2_048
 """Prepared statements kept per connection: every batch size of every batched statement."""
 
-SQLITE = Dialect(blob="BLOB", bigint="INTEGER", skip_locked="", for_update="")
+SQLITE = Dialect(blob="BLOB", bigint="INTEGER", skip_locked="", for_update="", lateral=False)
 
 _SYNCHRONOUS_MODES = ("full", "normal")
 
