@@ -31,9 +31,11 @@ EXPECTED_ROWS = {
     "suspend_resume": ["round trip p50", "round trip p99"],
     "effector_throughput": [
         "sustained intents/s, SQLite",
+        "sustained intents/s against the no-op request rate, SQLite",
         "Submit calls/s (1 intent each, 64 callers), SQLite",
         "Submit calls/s (100 intents each, 4 callers), SQLite",
         "sustained intents/s, PostgreSQL, 2 replicas",
+        "sustained intents/s against the no-op request rate, PostgreSQL, 2 replicas",
         "Submit calls/s (1 intent each, 64 callers), PostgreSQL, 2 replicas",
         "Submit calls/s (100 intents each, 4 callers), PostgreSQL, 2 replicas",
     ],
