@@ -6,6 +6,7 @@ Time is passed in explicitly, so leases, expiry and retention are tested without
 from __future__ import annotations
 
 import asyncio
+import random
 import sqlite3
 from collections.abc import AsyncIterator
 
@@ -134,6 +135,30 @@ async def test_claims_follow_per_key_order_one_at_a_time(store: EffectorStore) -
     assert record.result is not None and record.result.payload == b'"done"'
     running = await store.get_intent(b_first.intent_id)
     assert running is not None and (running.state, running.attempts) == (IntentState.RUNNING, 1)
+
+
+@pytest.mark.asyncio
+async def test_every_key_runs_its_queue_in_order_across_many_keys(store: EffectorStore) -> None:
+    # Many keys with several intents each, submitted shuffled: every claim round must hand
+    # out exactly the lowest (seq, step_index) left on each key, whatever the arrival order.
+    queues = {
+        f"key-{k}".encode(): [
+            make_intent("add", key=f"key-{k}".encode(), seq=seq, step=step)
+            for seq in range(3)
+            for step in range(2)
+        ]
+        for k in range(40)
+    }
+    arrivals = [intent for queue in queues.values() for intent in queue]
+    random.Random(7).shuffle(arrivals)
+    await submit(store, *arrivals)
+    for position in range(6):
+        batch = await store.claim("w", 1_000, T0, LEASE)
+        assert sorted(c.intent.intent_id for c in batch.claims) == sorted(
+            queue[position].intent_id for queue in queues.values()
+        )
+        assert await store.complete([ok(claim) for claim in batch.claims], T0) == [True] * 40
+    assert (await store.claim("w", 1_000, T0, LEASE)).claims == []
 
 
 @pytest.mark.asyncio
