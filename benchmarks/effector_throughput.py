@@ -376,28 +376,35 @@ def measure_store(
     servers = f"{replicas} server{'s' if replicas > 1 else ''}"
     noop_label = f"no-op gRPC Submit, {servers}"
     (single, single_callers, _), (single_noop_rate, _) = shapes[0], compared[0]
+    # The sustained rate beside each of its floors: (name, unit, floor, floor label, target).
+    sustained_beside = [
+        (
+            f"sustained intents/s, {store.label}",
+            "intents/s",
+            bare,
+            store.floor_label,
+            THROUGHPUT_TARGET if store.label == "SQLite" else None,
+        ),
+        (
+            f"sustained intents/s against the no-op request rate, {store.label}",
+            "/s",
+            single_noop_rate,
+            f"no-op gRPC Submit requests of {_intents(single)}, {single_callers} callers, "
+            f"{servers}",
+            REQUEST_RATE_TARGET,
+        ),
+    ]
     figures = [
         Figure(
-            name=f"sustained intents/s, {store.label}",
-            unit="intents/s",
+            name=name,
+            unit=unit,
             ours=best.intents_per_s,
             samples=best.intents,
-            floor=bare,
-            floor_label=store.floor_label,
-            target=THROUGHPUT_TARGET if store.label == "SQLite" else None,
-        ),
-        Figure(
-            name=f"sustained intents/s against the no-op request rate, {store.label}",
-            unit="/s",
-            ours=best.intents_per_s,
-            samples=best.intents,
-            floor=single_noop_rate,
-            floor_label=(
-                f"no-op gRPC Submit requests of {_intents(single)}, {single_callers} callers, "
-                f"{servers}"
-            ),
-            target=REQUEST_RATE_TARGET,
-        ),
+            floor=floor,
+            floor_label=floor_label,
+            target=target,
+        )
+        for name, unit, floor, floor_label, target in sustained_beside
     ]
     for (per_call, callers, intents), (noop_rate, our_rate) in zip(shapes, compared, strict=True):
         figures.append(
