@@ -153,6 +153,8 @@ class Worker:
 
     async def _claim_loop(self) -> None:
         settings = self._settings
+        if settings.concurrency == 0:
+            return  # ingest-only: never claims, so every Submit's wake() would be wasted work
         while not self._stopping:
             self._wake.clear()
             free = settings.concurrency - len(self._claims)
