@@ -37,7 +37,7 @@ from beam_agents._protos import (
     StatusRequest,
 )
 
-from fraud_tools import LEDGER_ENV, open_ledger
+from fraud_tools import LEDGER_ENV, connect_ledger
 from fraud_triage import make_events, read_lines, run
 
 EXAMPLES = Path(__file__).resolve().parent
@@ -145,7 +145,7 @@ class Progress(threading.Thread):
 
 def ledger_counts(path: Path) -> tuple[int, int]:
     """(raw tool invocations, distinct freezes) recorded by the example bank."""
-    with contextlib.closing(open_ledger(str(path))) as ledger:
+    with contextlib.closing(connect_ledger(str(path))) as ledger:
         invocations = ledger.execute("SELECT COUNT(*) FROM invocations").fetchone()[0]
         freezes = ledger.execute("SELECT COUNT(*) FROM freezes").fetchone()[0]
     return int(invocations), int(freezes)
@@ -199,6 +199,7 @@ class DemoReport:
             == 1,
             "one ledger entry per freeze intent": sorted(self.ledger_intent_ids)
             == sorted(self.executed_freeze_intent_ids),
+            "every freeze succeeded": by_decision["freeze-failed"] == 0,
             "one freeze per frozen decision": self.freezes[0] == by_decision["frozen"],
             "every freeze invoked once": self.invocations[0] == self.freezes[0],
             "replay executes nothing": self.invocations[1] == self.invocations[0]
@@ -237,7 +238,7 @@ def run_demo(workdir: Path, n_events: int = N_EVENTS, n_accounts: int = N_ACCOUN
             )
         executed = {i.intent_id for i in done.intents if i.tool_name == "freeze_account"}
         status = effector_cli(target, "status")
-    with contextlib.closing(open_ledger(str(ledger))) as connection:
+    with contextlib.closing(connect_ledger(str(ledger))) as connection:
         ledger_ids = [row[0] for row in connection.execute("SELECT intent_id FROM freezes")]
     return DemoReport(
         n_events=n_events,

@@ -7,7 +7,9 @@ pipeline never needs to resolve a side-effecting one.
 ``freeze_account`` writes to a SQLite "bank ledger" named by ``FRAUD_LEDGER``. It records every
 raw invocation, and passes the intent id as an idempotency key into the ledger, so even the one
 crash window the effector cannot close (after the tool ran, before its result was recorded)
-never freezes an account twice.
+never freezes an account twice. ``make_effector_registry`` creates the ledger once, when the
+effector loads the tools, because switching a new SQLite file to WAL while other connections
+open it fails at once with "database is locked": freezes running side by side would race.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ def freeze_account(account: str, reason: str, *, intent: IntentInfo) -> dict[str
         reason: Why, for the bank's audit trail.
         intent: Injected by the effector; its id is the ledger's idempotency key.
     """
-    with closing(open_ledger(os.environ[LEDGER_ENV])) as ledger, ledger:
+    with closing(connect_ledger(os.environ[LEDGER_ENV])) as ledger, ledger:
         ledger.execute(
             "INSERT INTO invocations (intent_id, attempt) VALUES (?, ?)",
             (intent.intent_id, intent.attempt),
@@ -54,18 +56,22 @@ def freeze_account(account: str, reason: str, *, intent: IntentInfo) -> dict[str
     return {"account": account, "frozen": True}
 
 
-def open_ledger(path: str) -> sqlite3.Connection:
-    """Open (creating if needed) the example bank's ledger."""
-    connection = sqlite3.connect(path, timeout=30)
-    connection.execute("PRAGMA journal_mode=WAL")
-    connection.execute(
-        "CREATE TABLE IF NOT EXISTS invocations (intent_id TEXT NOT NULL, attempt INTEGER)"
-    )
-    connection.execute(
-        "CREATE TABLE IF NOT EXISTS freezes"
-        " (intent_id TEXT PRIMARY KEY, account TEXT NOT NULL, reason TEXT NOT NULL)"
-    )
-    return connection
+def create_ledger(path: str) -> None:
+    """Create the example bank's ledger at ``path`` if it is missing (in WAL mode)."""
+    with closing(sqlite3.connect(path, timeout=30)) as connection:
+        connection.execute("PRAGMA journal_mode=WAL")
+        connection.execute(
+            "CREATE TABLE IF NOT EXISTS invocations (intent_id TEXT NOT NULL, attempt INTEGER)"
+        )
+        connection.execute(
+            "CREATE TABLE IF NOT EXISTS freezes"
+            " (intent_id TEXT PRIMARY KEY, account TEXT NOT NULL, reason TEXT NOT NULL)"
+        )
+
+
+def connect_ledger(path: str) -> sqlite3.Connection:
+    """Open the example bank's ledger, which ``create_ledger`` made."""
+    return sqlite3.connect(path, timeout=30)
 
 
 def make_pipeline_registry() -> ToolRegistry:
@@ -76,7 +82,10 @@ def make_pipeline_registry() -> ToolRegistry:
 
 
 def make_effector_registry() -> ToolRegistry:
-    """The tools the effector may execute: side-effecting ones."""
+    """The tools the effector may execute: side-effecting ones. Creates the ledger."""
+    if not os.environ.get(LEDGER_ENV):
+        raise RuntimeError(f"set {LEDGER_ENV} to the bank ledger's path (a SQLite file)")
+    create_ledger(os.environ[LEDGER_ENV])
     registry = ToolRegistry()
     registry.register(freeze_account)
     return registry

@@ -8,12 +8,20 @@ a ``__main__`` block (shared tools, helpers) are not programs.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import importlib
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from beam_agents._protos import ToolIntent, ToolResult
+from beam_agents.core.agent import intent_id_for
+from effector.runner import EffectorToolRunner
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
@@ -97,3 +105,32 @@ def test_example_runs_and_prints_what_it_promises(name: str) -> None:
             f"{name} did not print {expected!r} (in order):\n{completed.stdout}"
         )
         position = found + 1
+
+
+def test_fraud_freeze_succeeds_while_someone_reads_the_new_ledger(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The demo's effector runs freezes side by side on a ledger nobody has opened yet; switching
+    # a SQLite file to WAL while another connection has it open fails at once ("database is
+    # locked"), so the effector's tool loader must create the ledger before any freeze runs.
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    fraud_tools = importlib.import_module("fraud_tools")
+    monkeypatch.setenv(fraud_tools.LEDGER_ENV, str(tmp_path / "bank.db"))
+    registry = fraud_tools.make_effector_registry()
+    intent = ToolIntent(
+        intent_id=intent_id_for(b"acct-01", 0, 0),
+        entity_key=b"acct-01",
+        tool_name="freeze_account",
+        args_json='{"account": "acct-01", "reason": "test"}',
+        kind=ToolIntent.TOOL,
+    )
+    with contextlib.closing(sqlite3.connect(tmp_path / "bank.db")) as teller:
+        teller.execute("BEGIN")
+        assert teller.execute("SELECT COUNT(*) FROM freezes").fetchone() == (0,)
+        result = asyncio.run(
+            EffectorToolRunner().execute(registry, intent, attempt=1, clock=lambda: 0)
+        )
+        teller.execute("COMMIT")
+        assert result.status == ToolResult.OK, result.error_message
+        frozen = teller.execute("SELECT intent_id, account FROM freezes").fetchall()
+    assert frozen == [(intent.intent_id, "acct-01")]
