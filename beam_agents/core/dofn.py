@@ -121,6 +121,11 @@ class CommitInfo:
     first_step: int
 
 
+def _no_committed_calls() -> None:
+    """A new run's replay cache starts empty, without reading the cell (see ``state``)."""
+    return None
+
+
 def _error(
     entity_key: bytes,
     reason: ErrorReason,
@@ -375,7 +380,7 @@ class AgentDoFn(beam.DoFn):
             trace=TraceRecorder(call.key, seq, trace_id_for(call.key, seq), 0, now_ms),
             services=self._services,
             load_memory=state.read_memory,
-            load_cache=state.read_cache,
+            load_cache=_no_committed_calls,
         )
         outcome = self._activate(call, ctx, TRIGGER_EVENT, envelope, envelope_bytes)
         if outcome is not None:
@@ -606,16 +611,16 @@ class AgentDoFn(beam.DoFn):
         memory = ctx.touched_memory
         if memory is not None and memory.changed:
             state.write_memory(memory.encode())
-        cache = ctx.touched_cache
-        if cache is not None and cache.changed:
-            state.write_cache(cache.encode())
         header = state.header
         self._write_header(call, max(header.next_seq, ctx.seq + 1), ctx.now_ms)
         if suspended is not None:
+            cache = ctx.touched_cache
+            if cache is not None and cache.changed:
+                state.write_cache(cache.encode())
             state.write_continuation(suspended)
             self._set_deadline(call, suspended.deadline_ms)
         elif was_suspended:
-            state.write_continuation(None)
+            state.end_run()
             call.deadline.clear()
         out = call.out
         if ctx.intents:
@@ -877,7 +882,7 @@ class AgentDoFn(beam.DoFn):
         call.out.extend(TaggedOutput(TRACES_TAG, event) for event in trace.events)
 
     def _end_suspension(self, call: _Call) -> None:
-        call.state.write_continuation(None)
+        call.state.end_run()
         call.deadline.clear()
         self._drain(call)
 

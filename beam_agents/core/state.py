@@ -5,7 +5,11 @@ Cells (all ``ReadModifyWriteStateSpec(BytesCoder)`` except the buffer):
 - ``header``: ``KeyHeader`` (the next ``seq``, last activity). Read by every activation, and
   the only cell idle-key cleanup keeps, so identifiers never repeat for a key.
 - ``memory``: ``MemoryState``, read only when the agent touches ``ctx.memory``.
-- ``cache``: ``ModelCache``, read only when the agent calls the model.
+- ``cache``: ``ModelCache``, the model calls of the suspended run, read only when a resumed
+  run calls the model. Written only when a run suspends, and cleared when the run ends: a
+  key runs one run at a time, and an entry is replayed only by the run that made it (its
+  ``seq`` is in the cache key), so a run that ended has nothing left to replay and a new run
+  starts from an empty cache without reading the cell.
 - ``continuation``: ``Continuation``, present only while the key's run is suspended.
 - ``buffer``: a bag of serialized ``AgentEnvelope``s, the external events that arrived while
   the key was suspended; non-empty only while ``continuation`` is present.
@@ -191,13 +195,17 @@ class KeyState:
         for envelope_bytes in envelopes:
             self._buffer_cell.add(envelope_bytes)
 
+    def end_run(self) -> None:
+        """The suspended run ended: clear its continuation and its replay cache."""
+        self._cache_cell.clear()
+        self.write_continuation(None)
+
     def wipe(self) -> None:
         """Idle-key cleanup: clear everything but the header."""
         self._memory_cell.clear()
         self._memory_blob = None
         self._memory_read = True
-        self._cache_cell.clear()
-        self.write_continuation(None)
+        self.end_run()
 
 
 def _write_or_clear(cell: ValueCell, blob: bytes) -> None:

@@ -81,8 +81,8 @@ class AgentConfig:
         intent_ttl_ms: Default TTL of intents staged with ``ctx.act``.
         max_buffered_events: How many external events may wait for one suspended key; more
             go to ``.errors`` as ``buffer_overflow``.
-        model_cache_max_entries: Bound on replay-cache entries per key.
-        model_cache_max_bytes: Bound on a key's serialized replay cache.
+        model_cache_max_entries: Bound on the replay-cache entries a suspended run keeps.
+        model_cache_max_bytes: Bound on a suspended run's serialized replay cache.
         processing_clock: Seconds since the epoch on the runner's processing-time clock, used
             to place suspension deadlines. Default ``time.time``. A ``TestStream`` pipeline on
             the DirectRunner starts its processing clock at the epoch: pass

@@ -57,8 +57,7 @@ class ReplayCache:
     Committed entries are not indexed up front: wrapping each of them in a Python object would
     cost more than the rest of a model call's bookkeeping at a full cache. An entry stores its
     key verbatim, so a key whose bytes occur nowhere in the serialized committed cache is in no
-    entry; only a key that passes that test (a replay) makes the entries indexed. A fresh run's
-    keys never pass it: they hash a ``seq`` that no committed entry has.
+    entry; only a key that passes that test (a replay) makes the entries indexed.
     """
 
     __slots__ = (
