@@ -42,9 +42,10 @@ runs activations one after another, so the time between two consecutive outputs 
 activation as the worker lives it: Beam handing over the element, admission, the state reads,
 building the context, the bridge stepping the coroutine and, once it waits, running it on the
 DoFn's event loop, the replay-cache lookup, the model call, staging the cache entry and the
-traces, the commit (header and cache cells) and emitting the outputs. **Overhead = that time
-minus L**, the configured latency. The first output of each bundle has no predecessor and is
-not a sample; pipeline start-up and the source are not in any sample.
+traces, the commit (the header cell: a run that completes keeps no cache) and emitting the
+outputs. **Overhead = that time minus L**, the configured latency. The first output of each
+bundle has no predecessor and is not a sample; pipeline start-up and the source are not in
+any sample.
 
 The fake's latency is `beam_agents.model.fake.simulate_latency`: it yields to the event loop
 for L and ends on time. (A plain `asyncio.sleep(L)` fires late: `epoll_wait` counts whole
@@ -333,11 +334,12 @@ WHERE_THE_TIME_GOES = """\
 Where our time goes, and what remains (profiled with cProfile and py-spy on the FnApiRunner,
 hot and with the CPU caches evicted during each wait): the event-loop hand-off now takes the
 same four loop turns as the floor's (it took eight: `asyncio.wait_for` made a task and a
-future per call, and `enter_task` cost a turn); the replay cache no longer indexes every
-committed entry per activation, nor re-serializes the committed cache; JSON encoders and the
-gateway's lookups are built once. What is left above the floor is spread thinly: the model
-call's bookkeeping (request digest, replay-cache entry, `LLM_CALL` trace), the commit of the
-header and cache cells, and Beam's handling of the extra tagged outputs. After a long wait
+future per call, and `enter_task` cost a turn); the replay cache keeps only a suspended run's
+calls, so an activation that completes its run neither reads nor writes the cache cell (it
+read the key's whole cache and wrote it back with the new entry); JSON encoders and the
+gateway's lookups are built once. What is left above the floor is spread thinly: the model call's bookkeeping
+(request digest, replay-cache entry, `LLM_CALL` trace), the commit of the header cell, and
+Beam's handling of the extra tagged outputs. After a long wait
 all of it runs with cold caches, which is why the 500 ms tier costs more than the 50 ms one,
 for the floor too. The p99 is mostly the machine's: the floor's own p99 uses most of the
 3 ms budget on this shared 2-core machine, and a longer code path is more often interrupted
