@@ -333,17 +333,16 @@ def run(quick: bool) -> BenchmarkResult:
 WHERE_THE_TIME_GOES = """\
 Where our time goes, and what remains (profiled with cProfile and py-spy on the FnApiRunner,
 hot and with the CPU caches evicted during each wait): the event-loop hand-off now takes the
-same four loop turns as the floor's (it took eight: `asyncio.wait_for` made a task and a
-future per call, and `enter_task` cost a turn); the replay cache keeps only a suspended run's
-calls, so an activation that completes its run neither reads nor writes the cache cell (it
-read the key's whole cache and wrote it back with the new entry); JSON encoders and the
-gateway's lookups are built once. What is left above the floor is spread thinly: the model call's bookkeeping
-(request digest, replay-cache entry, `LLM_CALL` trace), the commit of the header cell, and
-Beam's handling of the extra tagged outputs. After a long wait
-all of it runs with cold caches, which is why the 500 ms tier costs more than the 50 ms one,
-for the floor too. The p99 is mostly the machine's: the floor's own p99 uses most of the
-3 ms budget on this shared 2-core machine, and a longer code path is more often interrupted
-by the other processes."""
+same four loop turns as the floor's (it took eight: `asyncio.wait_for` made a task and a future
+per call, and `enter_task` cost a turn); the replay cache keeps only a suspended run's calls,
+so an activation that completes its run neither reads nor writes the cache cell (it read the
+key's whole cache and wrote it back with the new entry); JSON encoders and the gateway's
+lookups are built once. What is left above the floor is spread thinly: the model call's
+bookkeeping (request digest, replay-cache entry, `LLM_CALL` trace), the commit of the header
+cell, and Beam's handling of the extra tagged outputs. After a long wait all of it runs with
+cold caches, which is why the 500 ms tier costs more than the 50 ms one, for the floor too. The
+p99 is mostly the machine's: the floor's own p99 uses most of the 3 ms budget on this shared
+2-core machine, and a longer code path is more often interrupted by the other processes."""
 
 
 def _budget_details(figures: Sequence[Figure]) -> list[str]:

@@ -33,6 +33,7 @@ EXPECTED_ROWS = {
         "sustained intents/s, SQLite",
         "sustained intents/s against the no-op request rate, SQLite",
         "Submit calls/s (1 intent each, 64 callers), SQLite",
+        "Submit calls/s (1 intent each, 64 callers), SQLite with synchronous=NORMAL",
         "Submit calls/s (100 intents each, 4 callers), SQLite",
         "sustained intents/s, PostgreSQL, 2 replicas",
         "sustained intents/s against the no-op request rate, PostgreSQL, 2 replicas",
