@@ -516,7 +516,11 @@ claims, in the query that finds each claimed key's next intent: it numbered ever
 of those keys with a window function, reading each row and its blob, to keep the first per key.
 It now probes the queue index once per key (a correlated subquery on SQLite, a LATERAL join on
 PostgreSQL), over an order of magnitude faster with many intents queued per key, which lifted
-the sustained rate on both stores. What remains: per intent, a Submit checks the id, validates
+the sustained rate on both stores. The same profile showed `Read` long-polls queued behind the
+writes on that thread; SQLite reads now run on a read-only connection on a thread of their own
+(in WAL mode they see the last commit without waiting for the writer), which keeps reads
+answering while a write is in progress but did not move the sustained rate measurably in
+alternating runs. What remains: per intent, a Submit checks the id, validates
 the arguments against the tool's Pydantic model, digests and stores the intent and upserts its
 key's row, which the no-op floor does not; so with 500 intents per call the store's own insert
 rate bounds the call rate (even the bare insert-and-commit floor reaches only the fraction of
@@ -529,12 +533,15 @@ through psycopg (BEGIN, the intents' INSERT ... RETURNING, the key rows' upsert,
 Python work holds the GIL the gRPC handlers need."""
 
 
+WRITER_THREAD = "effector-sqlite_"
+"""The name of the SQLite store's writer thread, less its number."""
 _SQLITE_EXECUTE = "<method 'execute' of 'sqlite3.Connection' objects>"
 _TRANSACTION = ("effector/store/sqlite.py", "_in_transaction")
 STORE_HOTSPOTS = (
     Hotspot(
         *_TRANSACTION,
-        "Every store operation; all run one at a time on this one thread.",
+        "Every write to the store; all run one at a time on this one thread (reads run on "
+        "a read-only connection on a thread of their own).",
         "",
     ),
     Hotspot(
@@ -557,13 +564,6 @@ STORE_HOTSPOTS = (
         "Recording Submits (a group commit of every Submit waiting): multi-row INSERTs of the "
         "intents, then one upsert of their key rows.",
         "",
-    ),
-    Hotspot(
-        "effector/store/_sql.py",
-        "_read",
-        "Serving `Read` long-polls, queued behind the writes on the same thread.",
-        "serve reads from a second, read-only connection on its own thread (WAL lets readers "
-        "run beside the writer).",
     ),
 )
 LOOP_HOTSPOTS = (
@@ -625,7 +625,7 @@ def profile(quick: bool) -> ProfileOutput:
             continue
         heading = f"thread {name}: busy {busy_s:.2f} s, {busy_s / run.elapsed_s:.0%} of the run"
         output.findings.append(f"{heading}.")
-        if name.startswith("effector-sqlite"):
+        if name.startswith(WRITER_THREAD):
             output.findings.extend(_store_findings(stats, busy_s, count))
         elif name == "MainThread":
             output.findings.extend(

@@ -788,16 +788,23 @@ class SqlStore(EffectorStore):
     """An :class:`EffectorStore` over SQL; backends provide connections and transactions.
 
     Transactions run on the backend's executor threads, so the event loop never waits on a
-    database. After a transaction that appended envelopes commits, local waiters in
-    :meth:`wait_for_offset` are woken; a backend shared by several processes also polls.
-    Concurrent submits are group-committed (:mod:`effector.group_commit`).
+    database; a backend may give read-only transactions executor threads of their own. After
+    a transaction that appended envelopes commits, local waiters in :meth:`wait_for_offset`
+    are woken; a backend shared by several processes also polls. Concurrent submits are
+    group-committed (:mod:`effector.group_commit`).
     """
 
     def __init__(
-        self, dialect: Dialect, executor: Executor, head: int, poll_interval_s: float | None
+        self,
+        dialect: Dialect,
+        executor: Executor,
+        head: int,
+        poll_interval_s: float | None,
+        read_executor: Executor | None = None,
     ) -> None:
         self._dialect = dialect
         self._executor = executor
+        self._read_executor = executor if read_executor is None else read_executor
         self._known_head = head
         self._poll_interval_s = poll_interval_s
         self._appended = asyncio.Event()
@@ -812,7 +819,8 @@ class SqlStore(EffectorStore):
     async def _run(self, work: Callable[[Tx], _T], *, write: bool = True) -> _T:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
-            self._executor, functools.partial(self._transaction, work, write=write)
+            self._executor if write else self._read_executor,
+            functools.partial(self._transaction, work, write=write),
         )
 
     def _announce(self, head: int) -> None:

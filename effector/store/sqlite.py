@@ -1,7 +1,11 @@
 """The embedded SQLite store: the default, for one effector process.
 
-One connection on one dedicated thread serializes every transaction, so SQLite's single
-writer is never contended. The database is in WAL mode. ``synchronous`` defaults to ``FULL``:
+One connection on one dedicated thread serializes every write transaction, so SQLite's
+single writer is never contended. Reads (``Read``, ``GetIntent``, ``ListIntents``,
+``Status``) run on a second, read-only connection on a thread of their own: in WAL mode a
+reader sees the last commit without blocking the writer or waiting for it, so long-polling
+readers take no time from the thread that records intents and results. The database is in
+WAL mode. ``synchronous`` defaults to ``FULL``:
 every commit is fsynced before the effector acknowledges a submit or publishes a result, so
 a committed record survives power loss as well as a crash and no log offset is ever handed
 out twice. ``?synchronous=normal`` trades that for speed: durable against a crash of the
@@ -76,14 +80,19 @@ class SqliteStore(SqlStore):
     """An :class:`~effector.store.base.EffectorStore` in one SQLite file (see the module doc)."""
 
     def __init__(
-        self, connection: sqlite3.Connection, lock_file: IO[bytes], path: Path, head: int
+        self,
+        connections: tuple[sqlite3.Connection, sqlite3.Connection],
+        lock_file: IO[bytes],
+        path: Path,
+        head: int,
     ) -> None:
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="effector-sqlite")
-        super().__init__(SQLITE, executor, head, poll_interval_s=None)
-        self._connection = connection
+        read_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="effector-sqlite-read")
+        super().__init__(SQLITE, executor, head, poll_interval_s=None, read_executor=read_executor)
+        self._connection, self._read_connection = connections
         self._lock_file = lock_file
         self._path = path
-        self._thread_executor = executor
+        self._thread_executors = (executor, read_executor)
 
     @classmethod
     async def open(cls, url: str) -> SqliteStore:
@@ -103,6 +112,13 @@ class SqliteStore(SqlStore):
                 connection.execute("PRAGMA journal_mode=WAL")
                 connection.execute(f"PRAGMA synchronous={synchronous.upper()}")
                 head = _in_transaction(connection, path, _open_schema, write=True)
+                # Opened after the schema and WAL mode exist, which a read-only one cannot set.
+                reader = sqlite3.connect(
+                    path.resolve().as_uri() + "?mode=ro",
+                    uri=True,
+                    isolation_level=None,
+                    check_same_thread=False,
+                )
             except BaseException:
                 connection.close()
                 raise
@@ -112,15 +128,19 @@ class SqliteStore(SqlStore):
         except BaseException:
             lock_file.close()
             raise
-        return cls(connection, lock_file, path, head)
+        return cls((connection, reader), lock_file, path, head)
 
     def _transaction(self, work: Callable[[Tx], _T], *, write: bool) -> _T:
-        return _in_transaction(self._connection, self._path, work, write=write)
+        connection = self._connection if write else self._read_connection
+        return _in_transaction(connection, self._path, work, write=write)
 
     async def close(self) -> None:
-        """Close the connection and release the file lock."""
-        self._thread_executor.submit(self._connection.close).result()
-        self._thread_executor.shutdown(wait=True)
+        """Close both connections, each on its own thread, and release the file lock."""
+        for executor, connection in zip(
+            self._thread_executors, (self._connection, self._read_connection), strict=True
+        ):
+            executor.submit(connection.close).result()
+            executor.shutdown(wait=True)
         self._lock_file.close()
 
 

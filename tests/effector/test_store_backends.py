@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
+import threading
 from pathlib import Path
 
 import psycopg
 import pytest
 from conftest import sqlite_url
+from effector_harness import make_intent
 
 from effector.errors import ConfigurationError, StoreBusyError, StoreSchemaError
 from effector.store import open_store
+from effector.store.base import NewIntent, SubmitOutcome
 from effector.store.sqlite import parse_sqlite_url
 
 
@@ -73,3 +77,26 @@ async def test_an_unknown_schema_version_is_refused(store_url: str) -> None:
     _set_schema_version(store_url, "99")
     with pytest.raises(StoreSchemaError, match="schema version 99"):
         await open_store(store_url)
+
+
+@pytest.mark.asyncio
+async def test_sqlite_reads_answer_while_a_write_transaction_is_open(tmp_path: Path) -> None:
+    store = await open_store(sqlite_url(tmp_path / "s.db"))
+    release = threading.Event()
+    intent = make_intent("record", {"event": "e"})
+    try:
+        (recorded,) = await store.submit([NewIntent(intent, None)], now_ms=1_000)
+        assert recorded.outcome is SubmitOutcome.ACCEPTED
+        # Hold the writer inside a transaction until the reads are done: they must not need it.
+        writer = asyncio.ensure_future(store._run(lambda tx: release.wait(30), write=True))
+        try:
+            counts = await asyncio.wait_for(store.counts(), 10)
+            seen = await asyncio.wait_for(store.get_intent(intent.intent_id), 10)
+            assert not writer.done()
+        finally:
+            release.set()
+            assert await writer is True
+    finally:
+        await store.close()
+    assert counts.pending == 1
+    assert seen is not None and seen.intent == intent
