@@ -1,15 +1,16 @@
 """The embedded SQLite store: the default, for one effector process.
 
-One connection on one dedicated thread serializes every write transaction, so SQLite's
-single writer is never contended. Reads (``Read``, ``GetIntent``, ``ListIntents``,
-``Status``) run on a second, read-only connection on a thread of their own: in WAL mode a
-reader sees the last commit without blocking the writer or waiting for it, so long-polling
-readers take no time from the thread that records intents and results. The database is in
-WAL mode. ``synchronous`` defaults to ``FULL``:
-every commit is fsynced before the effector acknowledges a submit or publishes a result, so
-a committed record survives power loss as well as a crash and no log offset is ever handed
-out twice. ``?synchronous=normal`` trades that for speed: durable against a crash of the
-process, but the last commits may be lost on power loss or an OS crash.
+The database is in WAL mode. One connection on one dedicated thread serializes every write
+transaction, so SQLite's single writer is never contended. Reads (``Read``, ``GetIntent``,
+``ListIntents``, ``Status``) run on a second, read-only connection on a thread of their own: a
+WAL reader sees the last commit without blocking the writer or waiting for it, so long-polling
+readers take no time from the thread that records intents and results.
+
+``synchronous`` defaults to ``FULL``: every commit is fsynced before the effector acknowledges
+a submit or publishes a result, so a committed record survives power loss as well as a crash
+and no log offset is ever handed out twice. ``?synchronous=normal`` trades that for speed:
+durable against a crash of the process, but the last commits may be lost on power loss or an
+OS crash.
 
 An exclusive advisory lock on ``<database>-effector.lock`` keeps a second effector from
 opening the same file; that is also why, on open, every claim left by a previous process is
