@@ -420,11 +420,12 @@ def measure_store(
         )
         for name, unit, floor, floor_label, target in sustained_beside
     ]
+    (single_shape, batch_shape), (single_rates, batch_rates) = shapes, compared
     submit_rows = [
-        (shape, rates, store.label, REQUEST_RATE_TARGET if shape[0] == 1 else None)
-        for shape, rates in zip(shapes, compared, strict=True)
+        (single_shape, single_rates, store.label, REQUEST_RATE_TARGET),
+        *((single_shape, rates, label, None) for label, rates in relaxed),
+        (batch_shape, batch_rates, store.label, None),
     ]
-    submit_rows[1:1] = [(shapes[0], rates, label, None) for label, rates in relaxed]
     for (per_call, callers, intents), (noop_rate, our_rate), label, target in submit_rows:
         figures.append(
             Figure(
