@@ -26,8 +26,8 @@ DEFINITION = """\
 Wall time of a whole pipeline `Create(elements) | stage` on a fresh `FnApiRunner` object,
 divided by the element count: 100,000 external events spread round-robin over 1,000 and over
 10,000 keys. Our stage is `RunAgent` with an agent that returns `Complete()` at once; the floor
-is a bare stateful `DoFn` doing the same state traffic (read the header and continuation cells,
-write the header) on the same runner and input. Both include the source (`Create`), whose cost
+is a bare stateful `DoFn` doing the same state traffic (read the header cell, write it back) on
+the same runner and input. Both include the source (`Create`), whose cost
 alone is given below so the overhead can also be read net of it. The pipelines take turns
 (source, floor, ours; three rounds at 1,000 keys, one at 10,000), after a warm-up run of each,
 and the best round of each counts, so load from elsewhere on the shared machine hits them alike
@@ -89,12 +89,6 @@ HOTSPOTS = (
     ),
     Hotspot(
         "beam_agents/core/state.py",
-        "continuation",
-        "Reading the continuation cell through Beam's state API (the floor reads it too).",
-        "",
-    ),
-    Hotspot(
-        "beam_agents/core/state.py",
         "header",
         "Reading the header cell (the floor reads it too).",
         "",
@@ -104,8 +98,10 @@ HOTSPOTS = (
         "get_deep_size",
         "Inside those reads and the commits: Beam's state cache weighing every value it caches "
         "with `objsize`, which walks the globals of every loaded module on each call. It is "
-        "paid per key and bundle, not per element, by the floor as much as by RunAgent, which "
-        "is why the ratio shrinks as keys get fewer elements each.",
+        "paid per cell, key and bundle, not per element, by the floor as much as by RunAgent "
+        "(a key that is not suspended has only its header read, since the header says whether "
+        "there is a continuation), which is why the ratio shrinks as keys get fewer elements "
+        "each.",
         "",
     ),
     Hotspot(

@@ -24,7 +24,6 @@ from beam_agents.model.client import LlmRequest, LlmResponse
 from beam_agents.model.fake import FakeLLM, match_any, respond_with, simulate_latency
 from benchmarks.harness import percentile
 from benchmarks.pipelines import (
-    CONTINUATION_STATE,
     HEADER_STATE,
     Element,
     advance_header,
@@ -54,7 +53,7 @@ milliseconds, rounded up, and the kernel lets it overrun by 0.1% of its timeout,
 through its socket, with no timer.) How late the wait really ended is in the details below.
 
 The floor is a bare stateful `DoFn` on the same runner, with the same concurrency, that does the
-no-op state traffic (read header and continuation, write the header), waits out L on an event
+no-op state traffic (read the header, write it back), waits out L on an event
 loop it owns (`loop.run_until_complete(simulate_latency(L))`, the least a DoFn can do to wait
 for an async provider) and emits its output, measured the same way. A thread that waited for
 milliseconds comes back to cold caches on a shared machine, so the same work costs more after
@@ -163,10 +162,9 @@ class WaitingFloorDoFn(beam.DoFn):
         self,
         element: Element,
         header: Any = HEADER_STATE,
-        continuation: Any = CONTINUATION_STATE,
     ) -> list[bytes]:
         _start_together()
-        advance_header(header, continuation, element[1].event_time_ms)
+        advance_header(header, element[1].event_time_ms)
         started = time.perf_counter()
         self._loop.run_until_complete(simulate_latency(self._latency_ms))
         _run_state().waited_s = time.perf_counter() - started

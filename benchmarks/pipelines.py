@@ -77,17 +77,18 @@ def source_only(keyed: PCollection[Element]) -> None:
 
 
 _HEADER = ReadModifyWriteStateSpec("header", BytesCoder())
-_CONTINUATION = ReadModifyWriteStateSpec("continuation", BytesCoder())
 _MEMORY = ReadModifyWriteStateSpec("memory", BytesCoder())
 HEADER_STATE: Any = beam.DoFn.StateParam(_HEADER)
-CONTINUATION_STATE: Any = beam.DoFn.StateParam(_CONTINUATION)
 MEMORY_STATE: Any = beam.DoFn.StateParam(_MEMORY)
 
 
-def advance_header(header: Any, continuation: Any, event_time_ms: int) -> int:
-    """A no-op activation's state traffic; returns the seq the key was at."""
+def advance_header(header: Any, event_time_ms: int) -> int:
+    """A no-op activation's state traffic; returns the seq the key was at.
+
+    A no-op activation on a key that is not suspended reads only the header: the header says
+    whether there is a continuation to read.
+    """
     blob = header.read()
-    continuation.read()
     state = KeyHeader.FromString(blob) if blob else KeyHeader()
     header.write(
         KeyHeader(next_seq=state.next_seq + 1, last_activity_ms=event_time_ms).SerializeToString()
@@ -96,7 +97,7 @@ def advance_header(header: Any, continuation: Any, event_time_ms: int) -> int:
 
 
 class BareStatefulDoFn(beam.DoFn):
-    """The no-op floor: per element, read the header and continuation cells, write the header.
+    """The no-op floor: per element, read the header cell and write it back, advanced.
 
     That is exactly the state traffic of a no-op activation, and nothing else.
     """
@@ -105,9 +106,8 @@ class BareStatefulDoFn(beam.DoFn):
         self,
         element: Element,
         header: Any = HEADER_STATE,
-        continuation: Any = CONTINUATION_STATE,
     ) -> None:
-        advance_header(header, continuation, element[1].event_time_ms)
+        advance_header(header, element[1].event_time_ms)
 
 
 class BareMemoryDoFn(beam.DoFn):
@@ -124,10 +124,9 @@ class BareMemoryDoFn(beam.DoFn):
         self,
         element: Element,
         header: Any = HEADER_STATE,
-        continuation: Any = CONTINUATION_STATE,
         memory: Any = MEMORY_STATE,
     ) -> None:
-        seq = advance_header(header, continuation, element[1].event_time_ms)
+        seq = advance_header(header, element[1].event_time_ms)
         memory.read()
         memory.write(memory_value(seq, self._memory_bytes))
 

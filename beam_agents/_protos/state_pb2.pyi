@@ -114,13 +114,13 @@ class Continuation(_message.Message):
     def __init__(self, schema_version: _Optional[int] = ..., seq: _Optional[int] = ..., next_step: _Optional[int] = ..., snapshot: _Optional[bytes] = ..., adapter: _Optional[str] = ..., pending_intent_ids: _Optional[_Iterable[str]] = ..., deadline_ms: _Optional[int] = ..., results: _Optional[_Iterable[_Union[_messages_pb2.ToolResult, _Mapping]]] = ..., approvals: _Optional[_Iterable[_Union[_messages_pb2.Approval, _Mapping]]] = ..., trace_id: _Optional[str] = ..., escalations: _Optional[int] = ..., started_at_ms: _Optional[int] = ..., tokens_used: _Optional[int] = ..., pending_kinds: _Optional[_Iterable[_Union[_messages_pb2.ToolIntent.Kind, str]]] = ..., answered_intent_ids: _Optional[_Iterable[str]] = ..., trace_sequence: _Optional[int] = ..., steps: _Optional[_Iterable[_Union[Continuation.StepRecord, _Mapping]]] = ...) -> None: ...
 
 class KeyHeader(_message.Message):
-    __slots__ = ("schema_version", "next_seq", "last_activity_ms", "generation")
+    __slots__ = ("schema_version", "next_seq", "last_activity_ms", "suspended")
     SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
     NEXT_SEQ_FIELD_NUMBER: _ClassVar[int]
     LAST_ACTIVITY_MS_FIELD_NUMBER: _ClassVar[int]
-    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    SUSPENDED_FIELD_NUMBER: _ClassVar[int]
     schema_version: int
     next_seq: int
     last_activity_ms: int
-    generation: int
-    def __init__(self, schema_version: _Optional[int] = ..., next_seq: _Optional[int] = ..., last_activity_ms: _Optional[int] = ..., generation: _Optional[int] = ...) -> None: ...
+    suspended: bool
+    def __init__(self, schema_version: _Optional[int] = ..., next_seq: _Optional[int] = ..., last_activity_ms: _Optional[int] = ..., suspended: _Optional[bool] = ...) -> None: ...

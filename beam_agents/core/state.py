@@ -2,21 +2,26 @@
 
 Cells (all ``ReadModifyWriteStateSpec(BytesCoder)`` except the buffer):
 
-- ``header``: ``KeyHeader`` (the next ``seq``, last activity). Read by every activation, and
-  the only cell idle-key cleanup keeps, so identifiers never repeat for a key.
+- ``header``: ``KeyHeader`` (the next ``seq``, last activity, whether the key is suspended).
+  Read by every activation, and the only cell idle-key cleanup keeps, so identifiers never
+  repeat for a key.
 - ``memory``: ``MemoryState``, read only when the agent touches ``ctx.memory``.
 - ``cache``: ``ModelCache``, the model calls of the suspended run, read only when a resumed
   run calls the model. Written only when a run suspends, and cleared when the run ends: a
   key runs one run at a time, and an entry is replayed only by the run that made it (its
   ``seq`` is in the cache key), so a run that ended has nothing left to replay and a new run
   starts from an empty cache without reading the cell.
-- ``continuation``: ``Continuation``, present only while the key's run is suspended.
+- ``continuation``: ``Continuation``, present only while the key's run is suspended. The
+  header records whether it is present (``KeyState`` keeps the two in step), so an event on a
+  key that is not suspended reads the header alone.
 - ``buffer``: a bag of serialized ``AgentEnvelope``s, the external events that arrived while
   the key was suspended; non-empty only while ``continuation`` is present.
 
 Cells hold serialized protos rather than objects because Beam's state cache sizes every cached
-object per key and bundle; for rich objects that sizing dominates at many keys, for ``bytes``
-it is free. A cell is written only when its content changed, and an empty content clears it.
+object per key and bundle, which for rich objects grows with the object. Even for ``bytes`` each
+weighing walks the globals of every loaded module (``objsize``), hundreds of microseconds in a
+Beam worker, paid for every cell a key first reads in a bundle: hence reading as few cells as
+possible. A cell is written only when its content changed, and an empty content clears it.
 The Beam state objects are used only through ``read``/``write``/``clear``/``add``, so nothing
 here imports Apache Beam.
 """
@@ -31,8 +36,13 @@ from beam_agents._protos import Continuation, KeyHeader, ModelCache
 from beam_agents.core.errors import StateSchemaError
 from beam_agents.model.cache import CACHE_SCHEMA_VERSION
 
-HEADER_SCHEMA_VERSION = 1
-"""The ``KeyHeader.schema_version`` this code writes and the newest it reads."""
+HEADER_SCHEMA_VERSION = 2
+"""The ``KeyHeader.schema_version`` this code writes and the newest it reads.
+
+Version 2 added ``suspended``; a version 1 header does not say, so the continuation is read.
+"""
+
+_HEADER_KNOWS_SUSPENSION = 2
 
 CONTINUATION_SCHEMA_VERSION = 1
 """The ``Continuation.schema_version`` this code writes and the newest it reads."""
@@ -124,7 +134,10 @@ class KeyState:
 
     @property
     def header(self) -> KeyHeader:
-        """The key's header (a fresh one for a key never seen or never committed)."""
+        """The key's header (a fresh one for a key never seen or never committed).
+
+        A key with no header has no continuation either: every commit writes the header.
+        """
         if self._header is None:
             blob = self._header_cell.read()
             self._header = (
@@ -135,7 +148,8 @@ class KeyState:
         return self._header
 
     def write_header(self, header: KeyHeader) -> None:
-        """Store ``header``."""
+        """Store ``header``, with ``suspended`` set to whether the key has a continuation."""
+        header.suspended = self.continuation is not None
         self._header = header
         self._header_cell.write(header.SerializeToString())
 
@@ -165,21 +179,39 @@ class KeyState:
     def continuation(self) -> Continuation | None:
         """The suspended run's continuation, or ``None`` when the key is not suspended."""
         if not self._continuation_read:
-            blob = self._continuation_cell.read()
-            self._continuation = (
-                decode_versioned(Continuation, blob, CONTINUATION_SCHEMA_VERSION) if blob else None
-            )
+            header = self.header
+            if header.schema_version >= _HEADER_KNOWS_SUSPENSION and not header.suspended:
+                self._continuation = None
+            else:
+                blob = self._continuation_cell.read()
+                self._continuation = (
+                    decode_versioned(Continuation, blob, CONTINUATION_SCHEMA_VERSION)
+                    if blob
+                    else None
+                )
             self._continuation_read = True
         return self._continuation
 
     def write_continuation(self, continuation: Continuation | None) -> None:
-        """Store ``continuation``; ``None`` clears it (the key is no longer suspended)."""
+        """Store ``continuation``; ``None`` clears it (the key is no longer suspended).
+
+        The header follows when the key starts or stops being suspended, so the two cells
+        never disagree in a commit.
+        """
+        header = self.header
         self._continuation = continuation
         self._continuation_read = True
         if continuation is None:
             self._continuation_cell.clear()
         else:
             self._continuation_cell.write(continuation.SerializeToString(deterministic=True))
+        # A version 1 header (never ``suspended``) that stays unsuspended may stay as it is:
+        # it makes the next call read the continuation cell, which is then empty.
+        if header.suspended != (continuation is not None):
+            updated = KeyHeader()
+            updated.CopyFrom(header)
+            updated.schema_version = HEADER_SCHEMA_VERSION
+            self.write_header(updated)
 
     def buffered(self) -> list[bytes]:
         """The serialized envelopes buffered while suspended, oldest first."""

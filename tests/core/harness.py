@@ -19,6 +19,7 @@ from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from beam_agents import AgentConfig, RunAgent
 from beam_agents._protos import AgentEnvelope, AgentError, ToolIntent, TraceEvent
 from beam_agents.core.agent import AgentFn
+from beam_agents.core.dofn import AgentDoFn
 from beam_agents.model.fake import FakeLLM
 from beam_agents.testing import EnvelopeStream
 
@@ -141,3 +142,83 @@ def run_agent(
     for tag, element in items:
         getattr(collected, tag).append(element)
     return collected
+
+
+class CountingCell:
+    """An in-memory ``ReadModifyWrite`` state cell that counts its reads."""
+
+    def __init__(self) -> None:
+        self.value: bytes | None = None
+        self.reads = 0
+
+    def read(self) -> bytes | None:
+        self.reads += 1
+        return self.value
+
+    def write(self, value: bytes) -> None:
+        self.value = value
+
+    def clear(self) -> None:
+        self.value = None
+
+
+class InMemoryBag:
+    """An in-memory ``Bag`` state cell."""
+
+    def __init__(self) -> None:
+        self.values: list[bytes] = []
+
+    def read(self) -> list[bytes]:
+        return list(self.values)
+
+    def add(self, value: bytes) -> None:
+        self.values.append(value)
+
+    def clear(self) -> None:
+        self.values.clear()
+
+
+class RecordingTimer:
+    """An in-memory timer: the time it is set to, or ``None`` once cleared."""
+
+    def __init__(self) -> None:
+        self.at: object = None
+
+    def set(self, timestamp: object) -> None:
+        self.at = timestamp
+
+    def clear(self) -> None:
+        self.at = None
+
+
+class InMemoryKeyState:
+    """One key's state cells and timers, for driving ``AgentDoFn`` without a runner.
+
+    Lets a test see exactly which cells an element reads and writes, which a pipeline hides.
+    """
+
+    def __init__(self) -> None:
+        self.header = CountingCell()
+        self.memory = CountingCell()
+        self.cache = CountingCell()
+        self.continuation = CountingCell()
+        self.buffer = InMemoryBag()
+        self.deadline = RecordingTimer()
+        self.idle = RecordingTimer()
+
+    def params(self) -> dict[str, Any]:
+        """The state and timer arguments ``process`` and the timer callbacks take."""
+        return {
+            "header": self.header,
+            "memory": self.memory,
+            "cache": self.cache,
+            "continuation": self.continuation,
+            "buffer": self.buffer,
+            "deadline": self.deadline,
+            "idle": self.idle,
+        }
+
+    def process(self, dofn: AgentDoFn, key: bytes, envelope: AgentEnvelope) -> list[Any]:
+        """Deliver ``envelope`` on ``key`` to ``dofn.process`` over these cells."""
+        outputs: list[Any] = dofn.process((key, envelope), **self.params())
+        return outputs

@@ -13,7 +13,7 @@ from beam_agents.core.tracing import trace_id_for
 from beam_agents.model.client import LlmRequest
 from beam_agents.model.fake import FakeLLM, match_contains, respond_with
 from beam_agents.testing import EnvelopeStream, FailFirstCommit, epoch_clock
-from tests.core.harness import Outputs, SharedProvider, run_agent, streamed
+from tests.core.harness import InMemoryKeyState, Outputs, SharedProvider, run_agent, streamed
 
 K = b"order-1"
 
@@ -274,74 +274,34 @@ def test_cleanup_reports_a_wiped_suspension_and_then_runs_what_was_waiting() -> 
     assert [intent.kind for intent in outputs.intents] == [ToolIntent.TOOL]
 
 
-class _Cell:
-    """An in-memory ``ReadModifyWrite`` state cell that counts its reads."""
-
-    def __init__(self) -> None:
-        self.value: bytes | None = None
-        self.reads = 0
-
-    def read(self) -> bytes | None:
-        self.reads += 1
-        return self.value
-
-    def write(self, value: bytes) -> None:
-        self.value = value
-
-    def clear(self) -> None:
-        self.value = None
-
-
-class _Bag:
-    def __init__(self) -> None:
-        self.values: list[bytes] = []
-
-    def read(self) -> list[bytes]:
-        return list(self.values)
-
-    def add(self, value: bytes) -> None:
-        self.values.append(value)
-
-    def clear(self) -> None:
-        self.values.clear()
-
-
-class _Timer:
-    def set(self, timestamp: object) -> None:
-        pass
-
-    def clear(self) -> None:
-        pass
-
-
 def test_a_run_keeps_its_model_calls_in_state_only_while_it_is_suspended() -> None:
     fake = make_fake()
     dofn = AgentDoFn(plan_then_summarize, AgentConfig(provider_factory=lambda: fake))
     dofn.setup()
-    cells = {name: _Cell() for name in ("header", "memory", "cache", "continuation")}
+    cells = InMemoryKeyState()
 
     def deliver(envelope: AgentEnvelope) -> list[object]:
-        return dofn.process((K, envelope), **cells, buffer=_Bag(), deadline=_Timer(), idle=_Timer())
+        return cells.process(dofn, K, envelope)
 
     try:
         deliver(AgentEnvelope(entity_key=K, event_time_ms=1_000, external_event=b"order"))
         # Suspended: the run's one model call is kept, for its resume to replay.
-        cache = ModelCache.FromString(cells["cache"].value or b"")
+        cache = ModelCache.FromString(cells.cache.value or b"")
         assert [(entry.seq, entry.step_index) for entry in cache.entries] == [(0, 0)]
         shipped = ToolResult(
             intent_id=intent_id_for(K, 0, 1), entity_key=K, status=ToolResult.OK, payload=b'"t-1"'
         )
         deliver(AgentEnvelope(entity_key=K, event_time_ms=2_000, tool_result=shipped))
         # The run completed: nothing it cached can be replayed again, so none of it is kept.
-        assert cells["continuation"].value is None and cells["cache"].value is None
-        reads = cells["cache"].reads
+        assert cells.continuation.value is None and cells.cache.value is None
+        reads = cells.cache.reads
         outputs = deliver(
             AgentEnvelope(entity_key=K, event_time_ms=3_000, external_event=b"second order")
         )
-        assert cells["continuation"].value is not None, outputs
+        assert cells.continuation.value is not None, outputs
         # A new run's calls are keyed by a seq no earlier call had: it never reads the cell.
-        assert cells["cache"].reads == reads
-        cache = ModelCache.FromString(cells["cache"].value or b"")
+        assert cells.cache.reads == reads
+        cache = ModelCache.FromString(cells.cache.value or b"")
         assert [(entry.seq, entry.step_index) for entry in cache.entries] == [(1, 0)]
     finally:
         dofn.teardown()
