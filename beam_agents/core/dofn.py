@@ -236,16 +236,34 @@ _TIMESTAMP: Any = beam.DoFn.TimestampParam
 
 
 class _BeamModelCounters:
-    """The model gateway's counters as Beam metrics (namespace ``beam_agents``)."""
+    """The model gateway's counters as Beam metrics (namespace ``beam_agents``).
 
-    __slots__ = ("_counters",)
+    Counts add up here and reach Beam once per bundle (:meth:`flush`): every Beam counter update
+    looks up the thread's metrics container, and a model call makes several.
+    """
+
+    __slots__ = ("_counters", "_pending")
 
     def __init__(self) -> None:
         self._counters = {name: Metrics.counter(METRICS_NAMESPACE, name) for name in MODEL_COUNTERS}
+        self._pending = dict.fromkeys(MODEL_COUNTERS, 0)
 
     def inc(self, name: str, value: int = 1) -> None:
         """Add ``value`` to the counter ``name``."""
-        self._counters[name].inc(value)
+        self._pending[name] += value
+
+    def flush(self) -> None:
+        """Hand the counts since the last flush to Beam."""
+        pending = self._pending
+        for name, value in pending.items():
+            if value:
+                self._counters[name].inc(value)
+                pending[name] = 0
+
+    def discard(self) -> None:
+        """Drop unflushed counts (a bundle that failed does not count)."""
+        for name in self._pending:
+            self._pending[name] = 0
 
 
 async def _close_client(aclose: Callable[[], Awaitable[object]]) -> None:
@@ -290,6 +308,7 @@ class AgentDoFn(beam.DoFn):
         self._config = config
         self._driver: CoroutineDriver | None = None
         self._services: ActivationServices | None = None
+        self._counters: _BeamModelCounters | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -302,13 +321,14 @@ class AgentDoFn(beam.DoFn):
         model = None
         if factory is not None:
             threshold = config.circuit_failure_threshold
+            self._counters = _BeamModelCounters()
             model = ModelGateway(
                 factory(),
                 retry_policy=config.model_retry,
                 breakers=None
                 if threshold is None
                 else CircuitBreakers(threshold, config.circuit_reset_timeout_s),
-                metrics=_BeamModelCounters(),
+                metrics=self._counters,
             )
         self._services = ActivationServices(
             model=model,
@@ -322,6 +342,16 @@ class AgentDoFn(beam.DoFn):
             max_tokens_per_run=config.max_tokens_per_run,
             time_left_s=driver.time_left_s,
         )
+
+    def start_bundle(self) -> None:
+        """Start counting the bundle's model calls afresh."""
+        if self._counters is not None:
+            self._counters.discard()
+
+    def finish_bundle(self) -> None:
+        """Report the bundle's model calls to Beam's metrics."""
+        if self._counters is not None:
+            self._counters.flush()
 
     def teardown(self) -> None:
         """Close the model client (if it can be closed) and the event loop."""
