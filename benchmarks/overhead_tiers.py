@@ -59,6 +59,12 @@ for an async provider) and emits its output, measured the same way. A thread tha
 milliseconds comes back to cold caches on a shared machine, so the same work costs more after
 a wait than in a hot loop; the floor pays that too.
 
+Each pipeline sends its events round-robin over 10 keys, so about a quarter of the samples are
+a key's first activation in the bundle. Beam then loads the key's header cell and weighs it for
+its state cache with `objsize`, which walks the globals of every loaded module: over a
+millisecond after a long wait, for RunAgent and the floor alike, and what sets both p99s. The
+details give those samples apart from the others.
+
 `FnApiRunner` runs a stateful stage on one thread, so 1,000 sequential activations at 500 ms
 would take over 8 minutes. Each tier therefore runs K pipelines side by side, each in its own
 process (forked from a clean server process) with its own `FnApiRunner`, like K SDK workers
@@ -82,6 +88,18 @@ OVERHEAD_TARGETS = {"p50": Target(Goal.BELOW, 1.0), "p99": Target(Goal.BELOW, 3.
 """Upper bounds in ms on the overhead's percentiles, at every tier."""
 
 
+@dataclass(frozen=True)
+class Sample:
+    """One activation as the output stamp saw it."""
+
+    gap_s: float
+    """Seconds between this output and the previous one: the whole activation."""
+    waited_s: float
+    """Seconds of that spent waiting out the latency."""
+    new_key: bool
+    """Whether this was the key's first activation in the bundle (its state loaded, weighed)."""
+
+
 @dataclass
 class _Run:
     """What the stage under test and the output stamp of this process's pipeline share."""
@@ -90,10 +108,11 @@ class _Run:
     """A ``multiprocessing`` barrier: every pipeline of the tier starts together."""
     phase_s: float
     """How long this pipeline's first element waits after the barrier."""
-    samples: list[tuple[float, float]] = field(default_factory=list)
-    """(seconds between two outputs, seconds spent waiting for the latency) per element."""
+    samples: list[Sample] = field(default_factory=list)
     started: bool = False
     waited_s: float = 0.0
+    keys_seen: set[bytes] = field(default_factory=set)
+    new_key: bool = False
 
 
 _current: _Run | None = None
@@ -105,13 +124,18 @@ def _run_state() -> _Run:
     return _current
 
 
-def _start_together() -> None:
-    """On the pipeline's first element: wait for every pipeline, then for this one's phase."""
+def _start_together(key: bytes) -> None:
+    """On the pipeline's first element: wait for every pipeline, then for this one's phase.
+
+    Also notes whether ``key`` is new in this bundle.
+    """
     run = _run_state()
     if not run.started:
         run.started = True
         run.barrier.wait()
         time.sleep(run.phase_s)
+    run.new_key = key not in run.keys_seen
+    run.keys_seen.add(key)
 
 
 class TimedFakeLLM:
@@ -134,7 +158,7 @@ class TimedFakeLLM:
 
 async def model_agent(ctx: ActivationContext) -> Complete:
     """One model call, then complete with an output."""
-    _start_together()
+    _start_together(ctx.entity_key)
     await ctx.call_model(
         LlmRequest(model_id="bench", messages=({"role": "user", "content": ctx.event.decode()},))
     )
@@ -163,7 +187,7 @@ class WaitingFloorDoFn(beam.DoFn):
         element: Element,
         header: Any = HEADER_STATE,
     ) -> list[bytes]:
-        _start_together()
+        _start_together(element[0])
         advance_header(header, element[1].event_time_ms)
         started = time.perf_counter()
         self._loop.run_until_complete(simulate_latency(self._latency_ms))
@@ -181,7 +205,7 @@ class StampOutputs(beam.DoFn):
         now = time.perf_counter()
         run = _run_state()
         if self._previous is not None:
-            run.samples.append((now - self._previous, run.waited_s))
+            run.samples.append(Sample(now - self._previous, run.waited_s, run.new_key))
         self._previous = now
 
 
@@ -229,9 +253,7 @@ def _pipeline_process(
     results.send(_current.samples)
 
 
-def measure_tier(
-    latency_ms: int, pipelines: int, samples: int, *, floor: bool
-) -> list[tuple[float, float]]:
+def measure_tier(latency_ms: int, pipelines: int, samples: int, *, floor: bool) -> list[Sample]:
     """Run ``pipelines`` pipelines side by side until ``samples`` elements were timed.
 
     Each pipeline runs in its own process, forked from a clean server process that has imported
@@ -252,7 +274,7 @@ def measure_tier(
         process.start()
         sender.close()
         running.append((process, receiver))
-    collected: list[tuple[float, float]] = []
+    collected: list[Sample] = []
     failures = []
     for index, (process, receiver) in enumerate(running):
         try:
@@ -284,17 +306,20 @@ def run(quick: bool) -> BenchmarkResult:
         overheads = {}
         for floor in (True, False):
             timed = measure_tier(latency_ms, pipelines, count, floor=floor)
-            overheads[floor] = [gap - latency_ms / 1000 for gap, _ in timed]
+            latency_s = latency_ms / 1000
+            overheads[floor] = [sample.gap_s - latency_s for sample in timed]
             p50s[latency_ms, floor] = _ms(overheads[floor], 0.5)
-            lateness = [waited - latency_ms / 1000 for _, waited in timed]
-            outside = [gap - waited for gap, waited in timed]
+            lateness = [sample.waited_s - latency_s for sample in timed]
+            outside = [sample.gap_s - sample.waited_s for sample in timed]
+            who = "floor" if floor else "RunAgent"
             details.append(
-                f"L = {latency_ms} ms, {'floor' if floor else 'RunAgent'}: the wait itself "
+                f"L = {latency_ms} ms, {who}: the wait itself "
                 f"(`simulate_latency`, {'in the floor' if floor else 'in the fake'}) ended p50 "
                 f"{_ms(lateness, 0.5):.3f} ms (p99 {_ms(lateness, 0.99):.3f} ms) after L; "
                 f"everything else took p50 {_ms(outside, 0.5):.3f} ms, p99 "
                 f"{_ms(outside, 0.99):.3f} ms."
             )
+            details.append(_by_key_novelty(f"L = {latency_ms} ms, {who}", timed, latency_s))
         for label, fraction in (("p50", 0.5), ("p99", 0.99)):
             figures.append(
                 Figure(
@@ -341,6 +366,19 @@ cell, and Beam's handling of the extra tagged outputs. After a long wait all of 
 cold caches, which is why the 500 ms tier costs more than the 50 ms one, for the floor too. The
 p99 is mostly the machine's: the floor's own p99 uses most of the 3 ms budget on this shared
 2-core machine, and a longer code path is more often interrupted by the other processes."""
+
+
+def _by_key_novelty(label: str, timed: Sequence[Sample], latency_s: float) -> str:
+    """The overhead of a key's first activation in its bundle, apart from the others'."""
+    parts = []
+    for new_key, kind in ((True, "first activations of a key"), (False, "the others")):
+        overheads = [sample.gap_s - latency_s for sample in timed if sample.new_key is new_key]
+        if overheads:
+            parts.append(
+                f"{kind} ({len(overheads)}) p50 {_ms(overheads, 0.5):.3f} ms, p99 "
+                f"{_ms(overheads, 0.99):.3f} ms"
+            )
+    return f"{label}, overhead by sample: " + "; ".join(parts) + "."
 
 
 def _budget_details(figures: Sequence[Figure]) -> list[str]:
