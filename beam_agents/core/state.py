@@ -36,13 +36,8 @@ from beam_agents._protos import Continuation, KeyHeader, ModelCache
 from beam_agents.core.errors import StateSchemaError
 from beam_agents.model.cache import CACHE_SCHEMA_VERSION
 
-HEADER_SCHEMA_VERSION = 2
-"""The ``KeyHeader.schema_version`` this code writes and the newest it reads.
-
-Version 2 added ``suspended``; a version 1 header does not say, so the continuation is read.
-"""
-
-_HEADER_KNOWS_SUSPENSION = 2
+HEADER_SCHEMA_VERSION = 1
+"""The ``KeyHeader.schema_version`` this code writes and the newest it reads."""
 
 CONTINUATION_SCHEMA_VERSION = 1
 """The ``Continuation.schema_version`` this code writes and the newest it reads."""
@@ -143,7 +138,7 @@ class KeyState:
             self._header = (
                 decode_versioned(KeyHeader, blob, HEADER_SCHEMA_VERSION)
                 if blob
-                else KeyHeader(schema_version=HEADER_SCHEMA_VERSION)
+                else KeyHeader(schema_version=HEADER_SCHEMA_VERSION, suspended=False)
             )
         return self._header
 
@@ -180,7 +175,8 @@ class KeyState:
         """The suspended run's continuation, or ``None`` when the key is not suspended."""
         if not self._continuation_read:
             header = self.header
-            if header.schema_version >= _HEADER_KNOWS_SUSPENSION and not header.suspended:
+            # Unset in a header written before the field existed: then only the cell can tell.
+            if header.HasField("suspended") and not header.suspended:
                 self._continuation = None
             else:
                 blob = self._continuation_cell.read()
@@ -205,12 +201,11 @@ class KeyState:
             self._continuation_cell.clear()
         else:
             self._continuation_cell.write(continuation.SerializeToString(deterministic=True))
-        # A version 1 header (never ``suspended``) that stays unsuspended may stay as it is:
-        # it makes the next call read the continuation cell, which is then empty.
+        # A header without ``suspended`` that stays unsuspended may stay as it is: it makes the
+        # next call read the continuation cell, which is then empty.
         if header.suspended != (continuation is not None):
             updated = KeyHeader()
             updated.CopyFrom(header)
-            updated.schema_version = HEADER_SCHEMA_VERSION
             self.write_header(updated)
 
     def buffered(self) -> list[bytes]:

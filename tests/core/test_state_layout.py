@@ -104,10 +104,21 @@ def test_a_key_cleaned_up_while_suspended_is_no_longer_suspended(dofn: AgentDoFn
 def test_a_suspended_key_whose_header_predates_the_flag_still_resumes(dofn: AgentDoFn) -> None:
     cells = InMemoryKeyState()
     cells.process(dofn, K, event(b"hold", 1_000))
-    # State written by a runtime whose header (version 1) did not record suspensions.
+    # State written by a runtime whose header did not record suspensions.
     cells.header.value = KeyHeader(
         schema_version=1, next_seq=1, last_activity_ms=1_000
     ).SerializeToString()
     assert main_outputs(cells.process(dofn, K, result_for(0, 0, 2_000))) == [b"released"]
     assert cells.continuation.value is None
-    assert header_of(cells).schema_version == 2 and not header_of(cells).suspended
+    assert header_of(cells).HasField("suspended") and not header_of(cells).suspended
+
+
+def test_a_header_that_says_suspended_after_the_run_ended_is_corrected(dofn: AgentDoFn) -> None:
+    cells = InMemoryKeyState()
+    # An earlier runtime ended a timed-out run by clearing the continuation alone.
+    cells.header.value = KeyHeader(
+        schema_version=1, next_seq=1, last_activity_ms=1_000, suspended=True
+    ).SerializeToString()
+    assert main_outputs(cells.process(dofn, K, event(b"next", 2_000))) == [b"done next"]
+    assert cells.continuation.reads == 1
+    assert header_of(cells).next_seq == 2 and not header_of(cells).suspended
