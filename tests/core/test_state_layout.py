@@ -115,7 +115,8 @@ def test_a_suspended_key_whose_header_predates_the_flag_still_resumes(dofn: Agen
 
 def test_a_header_that_says_suspended_after_the_run_ended_is_corrected(dofn: AgentDoFn) -> None:
     cells = InMemoryKeyState()
-    # An earlier runtime ended a timed-out run by clearing the continuation alone.
+    # This runtime suspended the key; then, after a rollback, an earlier runtime's deadline timer
+    # ended the run by clearing the continuation alone, leaving the header as it was.
     cells.header.value = KeyHeader(
         schema_version=1, next_seq=1, last_activity_ms=1_000, suspended=True
     ).SerializeToString()
