@@ -105,6 +105,17 @@ HOTSPOTS = (
         "",
     ),
     Hotspot(
+        "apache_beam/transforms/core.py",
+        "__eq__",
+        "Beam matching each parameter of `process` against six special markers (element, key, "
+        "window, ...) with a Python `__eq__`, on every element, before it looks up the "
+        "parameter's state or timer object (booked to Beam): RunAgent's `process` takes seven "
+        "state and timer parameters, the floor's one.",
+        "fewer parameters: the replay cache lives exactly as long as the continuation and could "
+        "be a field of it, one cell and one parameter fewer (not done: it changes the state "
+        "layout of runs suspended across an upgrade).",
+    ),
+    Hotspot(
         "beam_agents/core/tracing.py",
         "record",
         "Building the two TraceEvent protos every activation emits (ACTIVATION_START and "

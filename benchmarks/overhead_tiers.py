@@ -77,9 +77,8 @@ samples in all. The pipelines start together at a barrier, their first activatio
 over one latency period so they do not wake in lockstep.
 
 Targets (keys already loaded): p50 under 1 ms and p99 under 3 ms at both tiers; and the
-overhead does not grow with
-the latency any more than the floor's does: our p50 at 500 ms over ours at 50 ms is at most
-1.25x the same ratio for the floor."""
+overhead does not grow with the latency any more than the floor's does: our p50 at 500 ms over
+ours at 50 ms is at most 1.25x the same ratio for the floor."""
 
 TIERS_MS = ((50, 4), (500, 25))
 """(latency, pipelines run side by side) per tier."""
