@@ -125,6 +125,11 @@ class Resumption:
     """The run's recorded steps (``steps[i]`` is step ``i``): the replay prefix."""
 
 
+# Shared by every new run, which has neither results nor pending intents (both read-only).
+_NO_RESULTS: Mapping[str, ToolResult] = MappingProxyType({})
+_NONE_PENDING: frozenset[str] = frozenset()
+
+
 def _check_ttl(ttl_ms: object) -> int:
     if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or ttl_ms <= 0:
         raise ValueError(f"ttl_ms must be a positive int of milliseconds, got {ttl_ms!r}")
@@ -235,7 +240,7 @@ class ActivationContext:
             self._result: ToolResult | None = None
             self._approval: Approval | None = None
             self._snapshot = b""
-            self._results: Mapping[str, ToolResult] = MappingProxyType({})
+            self._results: Mapping[str, ToolResult] = _NO_RESULTS
             self._pending: tuple[tuple[str, int], ...] = ()
             self._tokens_before = 0
             self._recorded: Sequence[StepRecord] = ()
@@ -247,7 +252,11 @@ class ActivationContext:
             self._pending = resumption.pending
             self._tokens_before = resumption.tokens_used
             self._recorded = resumption.steps
-        self._pending_ids = frozenset(intent_id for intent_id, _ in self._pending)
+        self._pending_ids = (
+            frozenset(intent_id for intent_id, _ in self._pending)
+            if self._pending
+            else _NONE_PENDING
+        )
         # A run's steps are recorded from its first one, so the replay prefix is all of them;
         # a continuation written before steps were recorded has fewer records than steps, and
         # its unrecorded positions can only be skipped.
