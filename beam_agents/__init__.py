@@ -11,12 +11,12 @@ from typing import Any
 
 _LAZY_EXPORTS = {
     "RunAgent": "beam_agents.core.transform",
-    "AgentConfig": "beam_agents.core.transform",
+    "AgentConfig": "beam_agents.core.config",
     "RunAgentOutputs": "beam_agents.core.transform",
     "Complete": "beam_agents.core.agent",
     "Suspend": "beam_agents.core.agent",
-    "FallbackContext": "beam_agents.core.agent",
-    "intent_id_for": "beam_agents.core.agent",
+    "FallbackContext": "beam_agents.hitl",
+    "intent_id_for": "beam_agents.core.ids",
     "HitlPolicy": "beam_agents.hitl",
     "Deny": "beam_agents.hitl",
     "Drop": "beam_agents.hitl",

@@ -1,20 +1,9 @@
 """Human in the loop: what a suspended run does when nobody answers in time.
 
-A run that suspends gets a processing-time deadline (``Suspend.timeout_ms`` or
-:attr:`HitlPolicy.timeout_ms`). If it is still suspended when the deadline timer fires, the
-policy's ``on_timeout`` route decides, given a :class:`~beam_agents.core.agent.FallbackContext`:
-
-- :class:`Deny` ends the run and emits its ``output`` bytes on ``.output`` (nothing if empty).
-- :class:`Drop` ends the run and writes a ``suspension_dropped`` record to ``.errors``.
-- :class:`Escalate` stages a fresh ``APPROVAL`` intent (at the run's next step, on the policy's
-  channel) and suspends again with a new deadline. Approval requests that were pending are
-  answered "not approved" by the deadline, so a late decision on them is refused as arriving
-  after the deadline. After ``max_escalations`` escalations the next ``Escalate`` is taken as
-  ``Deny(policy.exhausted_output)``: the configured default, chosen so that the final
-  decision never depends on calling the route again.
-
-``on_timeout`` must be a pure, synchronous, module-level function: a retried timer bundle calls
-it again with the same context and must reach the same decision (fail closed, invariant 6).
+A :class:`HitlPolicy` gives a suspension its deadline and an ``on_timeout`` route that, given
+a :class:`FallbackContext`, returns :class:`Deny`, :class:`Drop` or :class:`Escalate`. The
+route must be pure, synchronous and module-level: a retried timer bundle calls it again.
+See "Human in the loop" in ``beam_agents/README.md``.
 """
 
 from __future__ import annotations
@@ -24,7 +13,23 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeAlias
 
-from beam_agents.core.agent import FallbackContext
+
+@dataclass(frozen=True, slots=True)
+class FallbackContext:
+    """What a HITL timeout route (``HitlPolicy.on_timeout``) is given to decide on.
+
+    Every field is a pure function of the key's state and the timer, so a retried timer bundle
+    hands the route the same context and reaches the same decision. ``deadline_ms`` and
+    ``fired_at_ms`` are processing time (epoch milliseconds on the runner's clock);
+    ``fired_at_ms`` is the timestamp of the timer that fired.
+    """
+
+    entity_key: bytes
+    seq: int
+    snapshot: bytes
+    deadline_ms: int
+    fired_at_ms: int
+    pending_intent_ids: frozenset[str]
 
 
 @dataclass(frozen=True, slots=True)

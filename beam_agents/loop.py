@@ -1,40 +1,9 @@
 """The tool-calling loop: let the model call tools until it answers, across suspensions.
 
-``await run_tool_loop(ctx, request)`` sends ``request`` with the tools of a registry, and for as
-long as the model answers with tool calls, answers them and calls the model again:
-
-- a **read-only** tool runs inline, through ``ctx.run_tool``;
-- a **side-effecting** tool is staged as an intent, through ``ctx.act``: nothing executes in
-  the pipeline. Parallel tool calls in one model turn become parallel intents (fan-out), and
-  when any of them has no result yet the loop returns a :class:`LoopOutcome` holding a
-  ``Suspend``. Each result that arrives resumes the run; the loop then re-walks the
-  conversation from the start, deterministically: every model call already made is served by
-  the replay cache and every ``act`` already staged returns the same intent id without staging
-  anything (the runtime's replay prefix). Once every call of the turn has its result, the
-  results are fed back and the model is called again. Results may arrive in any order.
-
-Tool results go back to the model in the neutral message format
-(:mod:`beam_agents.model._http`): one ``{"role": "tool", "tool_call_id", "content"}`` message
-per call, in the order of the calls. ``content`` is the canonical JSON of the value for a
-success (the effector's payload, or the inline tool's return value encoded the same way), and
-a description of the failure with ``"is_error": true`` otherwise: an ``ERROR``, ``EXPIRED`` or
-``REJECTED`` result, an unknown tool name, arguments that do not validate, or an inline tool
-that raised. The model sees a failure the same way whichever side ran the tool.
-
-Which tools: the loop offers the tools of ``registry`` and dispatches on the same registry,
-so the schema the model sees and the code that answers it cannot drift apart. By default that
-is ``AgentConfig.tool_registry`` (register every tool there, read-only and side-effecting:
-``ctx.run_tool`` runs the former and ``ctx.act`` validates arguments for the latter). A
-narrower ``registry`` may be passed to offer a subset; its read-only tools must also be in
-``AgentConfig.tool_registry``, since that is what ``ctx.run_tool`` runs (checked on every call,
-``ToolLoopConfigError``).
-
-State: the loop keeps the request it started from in the ``Suspend`` snapshot (adapter
-:data:`LOOP_ADAPTER`), so ``request`` is read only when the run starts (a resume has no event
-to rebuild it from); on a resume the stored request is used. The loop therefore owns the run's
-snapshot: run one loop per run (a run is an event and its resumes). Inline tools run again on every
-resume; if one answers differently, the conversation differs from the recorded one from that
-point on and the model is called afresh (and the intents that follow get fresh ids).
+``await run_tool_loop(ctx, request)`` answers the model's tool calls, read-only tools inline
+(``ctx.run_tool``) and side-effecting ones as intents (``ctx.act``), suspending while results
+are pending; on resume it re-walks the conversation through the replay prefix. It owns the
+run's snapshot: run one loop per run. See "The tool-calling loop" in ``beam_agents/README.md``.
 """
 
 from __future__ import annotations
@@ -213,7 +182,7 @@ async def run_tool_loop(
     intent_ttl_ms: int | None = None,
     suspend_timeout_ms: int | None = None,
 ) -> LoopOutcome:
-    """Run the tool-calling loop for ``request``; see the module docstring.
+    """Run the tool-calling loop for ``request``; see ``beam_agents/README.md``.
 
     Args:
         ctx: The activation context.

@@ -132,9 +132,15 @@ HOTSPOTS = (
         "derive it only when a trace is emitted, or from the intent-id hash the run needs anyway.",
     ),
     Hotspot(
-        "beam_agents/core/dofn.py",
+        "beam_agents/core/activation.py",
         "_commit",
-        "Writing the header and emitting the outputs.",
+        "Planning the commit: the header and the outputs.",
+        "",
+    ),
+    Hotspot(
+        "beam_agents/core/dofn.py",
+        "_applied",
+        "Applying the plan: writing the header cell and tagging the outputs.",
         "",
     ),
     Hotspot(

@@ -1,7 +1,7 @@
 """The agent runtime: an agent as a keyed, stateful Beam ``DoFn``.
 
-Outcomes, the activation context, working memory and the ``RunAgent`` transform. Read
-``agent.py`` and ``context.py`` first (what an agent sees), then ``dofn.py`` (how an activation
-is staged and committed). Importing this package does not import Apache Beam; ``dofn.py`` and
-``transform.py`` do.
+Read ``agent.py`` and ``context.py`` first (what an agent sees), then ``activation.py`` (how an
+activation is admitted, run and committed), then ``dofn.py`` (the Beam glue). ``README.md``
+here maps every module to the decision it owns. Only ``dofn.py`` and ``transform.py`` import
+Apache Beam.
 """

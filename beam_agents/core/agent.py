@@ -1,38 +1,32 @@
-"""What an agent is, what it returns, and the deterministic identity of what it requests.
+"""What an agent is and what it returns.
 
 An agent is a module-level ``async def agent(ctx: ActivationContext) -> Complete | Suspend``.
 It returns :class:`Complete` when it is done, or :class:`Suspend` to wait for the results of
-the intents it staged (and for approvals). Everything it requests gets an id from
-:func:`intent_id_for`, a pure function of the key, the run's ``seq`` and the step position,
-so a retried bundle that walks the same path mints byte-identical intents.
+the intents it staged (and for approvals). ``intent_id_for`` and ``FallbackContext`` are
+re-exported here from ``core.ids`` and ``beam_agents.hitl``, where they live.
 """
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from beam_agents.core.ids import hyphenated, uuid5_hex
+from beam_agents.core.ids import INTENT_NAMESPACE, intent_id_for
+from beam_agents.hitl import FallbackContext
 
 if TYPE_CHECKING:
     from beam_agents.core.context import ActivationContext
 
-INTENT_NAMESPACE = uuid.UUID("396f639f-0714-5193-8a2d-3dad80bac0d8")
-"""The uuid5 namespace of intent ids: ``uuid5(NAMESPACE_URL, "urn:beam-agents:intent")``.
-
-Fixed forever. Changing it would change every intent id, and the effector deduplicates on them.
-"""
-
-
-def intent_id_for(entity_key: bytes, seq: int, step_index: int) -> str:
-    """The id of the intent staged by run ``seq`` of ``entity_key`` at step ``step_index``.
-
-    ``str(uuid5(INTENT_NAMESPACE, f"{entity_key.hex()}|{seq}|{step_index}"))``. A key's first
-    run has ``seq == 0`` and its first step has ``step_index == 0``.
-    """
-    return hyphenated(uuid5_hex(INTENT_NAMESPACE, f"{entity_key.hex()}|{seq}|{step_index}"))
+__all__ = [
+    "INTENT_NAMESPACE",
+    "AgentFn",
+    "Complete",
+    "FallbackContext",
+    "Outcome",
+    "Suspend",
+    "intent_id_for",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,21 +78,3 @@ Outcome: TypeAlias = Complete | Suspend
 
 AgentFn: TypeAlias = Callable[["ActivationContext"], Coroutine[Any, Any, Outcome]]
 """The shape of an agent: ``async def agent(ctx) -> Complete | Suspend``."""
-
-
-@dataclass(frozen=True, slots=True)
-class FallbackContext:
-    """What a HITL timeout route (``HitlPolicy.on_timeout``) is given to decide on.
-
-    Every field is a pure function of the key's state and the timer, so a retried timer bundle
-    hands the route the same context and reaches the same decision. ``deadline_ms`` and
-    ``fired_at_ms`` are processing time (epoch milliseconds on the runner's clock);
-    ``fired_at_ms`` is the timestamp of the timer that fired.
-    """
-
-    entity_key: bytes
-    seq: int
-    snapshot: bytes
-    deadline_ms: int
-    fired_at_ms: int
-    pending_intent_ids: frozenset[str]

@@ -1,27 +1,8 @@
 """Driving an agent's coroutine from a synchronous ``DoFn``, cheaply.
 
-Most activations never wait on anything: their coroutine runs to completion the first time it
-is stepped. So :class:`CoroutineDriver` first steps the coroutine with ``send(None)`` directly
-on the calling thread, with its own event loop installed as the running loop for that step
-(``asyncio.get_running_loop()`` and future creation work as usual). If the coroutine finishes,
-no event loop ran at all. Only if it yields (it awaits real I/O, a sleep, a future) is it
-continued inside the owned loop, under ``activation_timeout_s``.
-
-The loop belongs to one ``DoFn`` instance (created in ``setup``, closed in ``teardown``) and is
-only ever used by the thread running that instance. A coroutine that blocks the thread without
-yielding cannot be interrupted by the timeout, and tasks it spawns but does not await are not
-carried over to later activations.
-
-The inline first step runs outside any ``asyncio.Task``: ``asyncio.current_task()`` is
-``None`` there. Code that needs a task (``asyncio.timeout``, or HTTP clients built on anyio,
-such as httpx) must first ``await enter_task()``, which yields once so that the rest runs in
-the loop, inside a task. The runtime does so before every provider call. What it yields is a
-marker only the driver sees (only the driver steps a coroutine outside a task): the task picks
-the coroutine up again in its first step, rather than after a turn of the loop.
-
-The coroutine continues in the task that ``run_until_complete`` makes, under an
-``asyncio.timeout``: no second task, future or loop turn per activation, as
-``asyncio.wait_for`` would cost.
+:class:`CoroutineDriver` steps the coroutine inline first and continues it in an event loop it
+owns only if it waits on something; code that needs an ``asyncio.Task`` first awaits
+:func:`enter_task`. ``core/README.md`` ("Driving coroutines") explains why and the limits.
 """
 
 from __future__ import annotations

@@ -1,69 +1,38 @@
 """``ActivationContext``: everything an agent can see and do during one activation.
 
-An activation runs the agent once for one envelope: an external event (a new run), or a tool
-result or approval (a resume of the suspended run). Nothing the agent does takes effect
-immediately: memory writes, replay-cache inserts, intents and trace events are staged here and
-committed by the runtime only if the activation succeeds (invariant 1).
-
-The step cursor orders what an activation mints: each model call and each staged intent takes
-the next ``step_index``; inline tool calls do not. Intent ids are ``intent_id_for(key, seq,
-step_index)``, and the run records every step it takes (its kind and a digest of its content).
-
-The replay prefix: a resumed activation keeps the run's ``seq`` and starts its cursor at the
-run's first step, in replay mode. While the cursor is below the run's high-water mark, each step
-is compared with the record at that position: a model call with the same request is served from
-the replay cache (or, if its entry was evicted, called again at the same position), and an
-``act``/``request_approval`` with the same content returns the intent id it returned before and
-stages nothing (the intent was already emitted). The first step that differs (another kind or
-another digest) ends replay: it and every later step take fresh positions from the high-water
-mark on. So an agent that re-walks its conversation on resume gets its earlier answers back for
-free, an agent that branches on ``ctx.is_resume`` and does something new at once continues
-exactly where the run stopped, and ids never collide within a run. Replayed model calls are
-traced as ``LLM_CALL`` with ``beam_agents.cache_hit=true`` and no attempts; replayed intents
-are not traced again (their ``INTENT_EMITTED`` was committed with them).
-
-Token budget (``AgentConfig.max_tokens_per_run``): the tokens the provider reports are summed
-over the whole run, resumes included (the sum travels in the continuation); calls served from
-the replay cache spend nothing (a replayed call whose entry was evicted is made, and counted,
-again). The check uses actual usage, after each call: a call that takes the run past the
-budget fails the activation with ``BudgetExceededError`` (reason ``budget_exceeded``), and a run
-that has already used its whole budget is refused before calling. Nothing of the failed
-activation is committed, its response included, so re-driving the envelope calls the model again
-and fails the same way unless the budget was raised.
-
-Intent time (a documented clock decision): ``created_at_ms`` is the activation's event time and
-``expires_at_ms = created_at_ms + ttl_ms``, so intents are deterministic. The effector anchors
-the TTL window at ``max(created_at_ms, its own first receipt time)``: an old backlog replayed
-through the pipeline does not mass-expire, while an intent held at the effector for longer than
-its TTL is refused.
+Nothing the agent does takes effect at once: memory writes, replay-cache inserts, intents and
+trace events go to the activation's :class:`~beam_agents.core.staging.Staged` record, which the
+runtime commits only if the activation succeeds (invariant 1). The step cursor, the replay
+prefix, the token budget and intent times are explained in ``core/README.md``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 from beam_agents._json import canonical_json
-from beam_agents._protos import (
-    Approval,
-    Continuation,
-    ModelCacheEntry,
-    ToolIntent,
-    ToolResult,
-    TraceEvent,
-)
-from beam_agents.core.agent import intent_id_for
+from beam_agents._protos import Approval, ModelCacheEntry, ToolIntent, ToolResult, TraceEvent
+from beam_agents.core.continuation import Resumption
+from beam_agents.core.cursor import ReplayCursor, StepRecord
 from beam_agents.core.errors import (
     BudgetExceededError,
     ModelNotConfiguredError,
     ReadOnlyIntentError,
 )
+from beam_agents.core.ids import intent_id_for
 from beam_agents.core.memory import WorkingMemory
 from beam_agents.core.model_gateway import ModelGateway
+from beam_agents.core.staging import (
+    APPROVAL_TOOL_NAME,
+    STEP_KIND_OF_INTENT,
+    Staged,
+    intent_step_digest,
+    stage_intent,
+)
 from beam_agents.core.state import decode_cache
 from beam_agents.core.tracing import TraceRecorder
 from beam_agents.model.cache import ReplayCache, cache_key_for_digest
@@ -71,21 +40,7 @@ from beam_agents.model.client import LlmRequest, LlmResponse
 from beam_agents.tools import ToolRegistry, ToolRunner
 from beam_agents.tools.errors import ToolArgumentError, ToolError
 
-APPROVAL_TOOL_NAME = "approval"
-"""The ``tool_name`` of every ``APPROVAL`` intent."""
-
-StepRecord = Continuation.StepRecord
-"""One recorded step of a run (kind and content digest), as the continuation stores it."""
-
-_STEP_KIND_OF_INTENT: dict[int, int] = {
-    ToolIntent.TOOL: StepRecord.INTENT,
-    ToolIntent.APPROVAL: StepRecord.APPROVAL,
-}
-
-
-def intent_step_digest(kind: int, tool_name: str, args_json: str) -> bytes:
-    """The content digest recorded for an intent step: its kind, tool name and arguments."""
-    return hashlib.sha256(f"{kind}|{tool_name}|{args_json}".encode()).digest()
+__all__ = ["ActivationContext", "ActivationServices", "Resumption", "StepRecord", "staged"]
 
 
 def _no_time_limit() -> float | None:
@@ -107,22 +62,6 @@ class ActivationServices:
     max_tokens_per_run: int | None = None
     time_left_s: Callable[[], float | None] = _no_time_limit
     """Seconds left in the running activation's time budget (``None``: unbounded)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Resumption:
-    """What resumes a suspended run: the admitted result or approval and the run so far."""
-
-    result: ToolResult | None
-    approval: Approval | None
-    snapshot: bytes
-    results: Mapping[str, ToolResult]
-    pending: tuple[tuple[str, int], ...]
-    """Still-unanswered ``(intent_id, kind)`` pairs, in staging order."""
-    tokens_used: int = 0
-    """Tokens the run's earlier activations spent."""
-    steps: Sequence[StepRecord] = ()
-    """The run's recorded steps (``steps[i]`` is step ``i``): the replay prefix."""
 
 
 # Shared by every new run, which has neither results nor pending intents (both read-only).
@@ -179,30 +118,18 @@ class ActivationContext:
 
     __slots__ = (
         "_approval",
-        "_cache",
-        "_high_water",
         "_load_cache",
         "_load_memory",
-        "_memory",
-        "_pending",
         "_pending_ids",
-        "_recorded",
-        "_replay_end",
         "_result",
         "_results",
         "_services",
         "_snapshot",
-        "_step",
-        "_tokens_before",
-        "budget_error",
+        "_staged",
         "entity_key",
         "event",
-        "intents",
-        "new_steps",
         "now_ms",
         "seq",
-        "tokens_used",
-        "trace",
     )
 
     def __init__(
@@ -223,65 +150,41 @@ class ActivationContext:
         self.seq = seq
         self.now_ms = now_ms
         self.event = event
-        self.trace = trace
-        self.intents: list[ToolIntent] = []
-        self.tokens_used = 0
-        """Tokens the provider reported for this activation's calls (replays spend none)."""
-        self.budget_error: BudgetExceededError | None = None
-        """Set once a call went past the run's token budget: the activation must fail."""
-        self.new_steps: list[tuple[int, bytes]] = []
-        """``(StepRecord kind, digest)`` of every fresh step this activation took, in order."""
         self._services = services
         self._load_memory = load_memory
         self._load_cache = load_cache
-        self._memory: WorkingMemory | None = None
-        self._cache: ReplayCache | None = None
         if resumption is None:
             self._result: ToolResult | None = None
             self._approval: Approval | None = None
             self._snapshot = b""
             self._results: Mapping[str, ToolResult] = _NO_RESULTS
-            self._pending: tuple[tuple[str, int], ...] = ()
-            self._tokens_before = 0
-            self._recorded: Sequence[StepRecord] = ()
+            self._pending_ids = _NONE_PENDING
+            self._staged = Staged(trace, ReplayCursor(first_step))
         else:
             self._result = resumption.result
             self._approval = resumption.approval
             self._snapshot = resumption.snapshot
             self._results = MappingProxyType(dict(resumption.results))
-            self._pending = resumption.pending
-            self._tokens_before = resumption.tokens_used
-            self._recorded = resumption.steps
-        self._pending_ids = (
-            frozenset(intent_id for intent_id, _ in self._pending)
-            if self._pending
-            else _NONE_PENDING
-        )
-        # A run's steps are recorded from its first one, so the replay prefix is all of them;
-        # a continuation written before steps were recorded has fewer records than steps, and
-        # its unrecorded positions can only be skipped.
-        self._high_water = first_step
-        self._replay_end = min(len(self._recorded), first_step)
-        self._step = 0 if self._replay_end else first_step
+            pending = resumption.pending
+            self._pending_ids = (
+                frozenset(intent_id for intent_id, _ in pending) if pending else _NONE_PENDING
+            )
+            self._staged = Staged(
+                trace,
+                ReplayCursor(first_step, resumption.steps),
+                pending,
+                resumption.tokens_used,
+            )
 
     # -- memory --------------------------------------------------------------------------
 
     @property
     def memory(self) -> WorkingMemory:
         """The key's working memory (committed state plus this activation's staged writes)."""
-        if self._memory is None:
-            self._memory = WorkingMemory(self._load_memory())
-        return self._memory
-
-    @property
-    def touched_memory(self) -> WorkingMemory | None:
-        """The working memory if this activation used it, for the commit."""
-        return self._memory
-
-    @property
-    def touched_cache(self) -> ReplayCache | None:
-        """The replay cache if this activation called the model, for the commit."""
-        return self._cache
+        staged = self._staged
+        if staged.memory is None:
+            staged.memory = WorkingMemory(self._load_memory())
+        return staged.memory
 
     # -- resume inputs -------------------------------------------------------------------
 
@@ -313,9 +216,10 @@ class ActivationContext:
     @property
     def pending_intent_ids(self) -> frozenset[str]:
         """Intents of this run still unanswered, including those staged in this activation."""
-        if not self.intents:
+        intents = self._staged.intents
+        if not intents:
             return self._pending_ids
-        return self._pending_ids | {intent.intent_id for intent in self.intents}
+        return self._pending_ids | {intent.intent_id for intent in intents}
 
     @property
     def next_step(self) -> int:
@@ -324,64 +228,44 @@ class ActivationContext:
         While a resumed activation replays the run's recorded steps, this is the position of
         the next record; a step that differs from it takes :attr:`high_water_step` instead.
         """
-        return self._step
+        return self._staged.cursor.next_step
 
     @property
     def high_water_step(self) -> int:
         """The first step position no activation of this run has taken yet."""
-        return max(self._step, self._high_water)
+        return self._staged.cursor.high_water_step
 
     @property
     def run_tokens_used(self) -> int:
         """Tokens spent by the whole run so far: earlier activations plus this one."""
-        return self._tokens_before + self.tokens_used
+        return self._staged.run_tokens_used
 
     @property
     def tool_registry(self) -> ToolRegistry:
         """``AgentConfig.tool_registry``: the tools ``run_tool`` runs and ``act`` validates."""
         return self._services.tool_registry
 
-    def pending_after(self) -> list[tuple[str, int]]:
-        """``(intent_id, kind)`` of every unanswered intent, carried ones first, for a Suspend."""
-        return [*self._pending, *((intent.intent_id, intent.kind) for intent in self.intents)]
-
     # -- model ---------------------------------------------------------------------------
 
-    def _take_step(self, kind: int, digest: bytes) -> tuple[int, bool]:
-        """Take the next step for an operation of ``kind`` with content ``digest``.
-
-        Returns the step's position and whether it repeats the run's record there (a replay).
-        """
-        step = self._step
-        if step < self._replay_end:
-            record = self._recorded[step]
-            if record.kind == kind and record.digest == digest:
-                following = step + 1
-                self._step = following if following < self._replay_end else self._high_water
-                return step, True
-            self._replay_end = 0
-            step = self._high_water
-        self._step = step + 1
-        self.new_steps.append((kind, digest))
-        return step, False
-
     def _replay_cache(self) -> ReplayCache:
-        if self._cache is None:
+        staged = self._staged
+        if staged.cache is None:
             blob = self._load_cache()
-            self._cache = ReplayCache(
+            staged.cache = ReplayCache(
                 None if blob is None else decode_cache(blob),
                 max_entries=self._services.cache_max_entries,
                 max_bytes=self._services.cache_max_bytes,
                 serialized=blob,
             )
-        return self._cache
+        return staged.cache
 
     def _refuse_over_budget(self, limit: int, detail: str) -> BudgetExceededError:
-        self.budget_error = BudgetExceededError(
+        error = BudgetExceededError(
             f"run seq {self.seq} {detail}: {self.run_tokens_used} tokens used of its "
             f"max_tokens_per_run budget of {limit}"
         )
-        return self.budget_error
+        self._staged.budget_error = error
+        return error
 
     async def call_model(self, request: LlmRequest) -> LlmResponse:
         """Call the model through the replay cache; takes a step; traced as ``LLM_CALL``.
@@ -400,10 +284,11 @@ class ActivationContext:
                 "the agent called the model, but AgentConfig.provider_factory is not set; "
                 "pass provider_factory=<a zero-argument function returning the model client>"
             )
-        if self.budget_error is not None:
-            raise self.budget_error
+        staged = self._staged
+        if staged.budget_error is not None:
+            raise staged.budget_error
         request_digest = request.content_digest()
-        step, _ = self._take_step(StepRecord.MODEL, bytes.fromhex(request_digest))
+        step, _ = staged.cursor.take(StepRecord.MODEL, bytes.fromhex(request_digest))
         cache_key = cache_key_for_digest(request_digest, self.entity_key, self.seq, step)
         cache = self._replay_cache()
         entry = cache.lookup(cache_key)
@@ -427,10 +312,10 @@ class ActivationContext:
                     stored_at_ms=self.now_ms,
                 )
             )
-            self.tokens_used += response.usage.total_tokens
+            staged.tokens_used += response.usage.total_tokens
             if limit is not None and self.run_tokens_used > limit:
                 raise self._refuse_over_budget(limit, "went over its token budget")
-        self.trace.record(
+        staged.trace.record(
             TraceEvent.LLM_CALL,
             step,
             model.trace_attributes(
@@ -450,18 +335,21 @@ class ActivationContext:
         a step.
         """
         tool = self._services.tool_registry.get(name)
+        staged = self._staged
         try:
             result = await self._services.tool_runner.run(tool, args)
         except ToolError:
             raise
         except Exception as exc:
-            self.trace.record(
+            staged.trace.record(
                 TraceEvent.TOOL_CALL,
-                self._step,
+                staged.cursor.next_step,
                 {"tool_name": name, "status": "error", "error": type(exc).__name__},
             )
             raise
-        self.trace.record(TraceEvent.TOOL_CALL, self._step, {"tool_name": name, "status": "ok"})
+        staged.trace.record(
+            TraceEvent.TOOL_CALL, staged.cursor.next_step, {"tool_name": name, "status": "ok"}
+        )
         return result
 
     def act(
@@ -514,34 +402,28 @@ class ActivationContext:
         return self._stage(ToolIntent.APPROVAL, APPROVAL_TOOL_NAME, args_json, ttl, route)
 
     def _stage(self, kind: int, tool_name: str, args_json: str, ttl_ms: int, channel: str) -> str:
-        step, replayed = self._take_step(
-            _STEP_KIND_OF_INTENT[kind], intent_step_digest(kind, tool_name, args_json)
+        staged = self._staged
+        step, replayed = staged.cursor.take(
+            STEP_KIND_OF_INTENT[kind], intent_step_digest(kind, tool_name, args_json)
         )
-        intent_id = intent_id_for(self.entity_key, self.seq, step)
         if replayed:
-            return intent_id
-        self.intents.append(
-            ToolIntent(
-                intent_id=intent_id,
-                entity_key=self.entity_key,
-                seq=self.seq,
-                step_index=step,
-                tool_name=tool_name,
-                args_json=args_json,
-                created_at_ms=self.now_ms,
-                expires_at_ms=self.now_ms + ttl_ms,
-                kind=kind,  # type: ignore[arg-type]
-                trace_id=self.trace.trace_id,
-                channel=channel,
-            )
+            return intent_id_for(self.entity_key, self.seq, step)
+        intent = stage_intent(
+            staged.trace,
+            entity_key=self.entity_key,
+            seq=self.seq,
+            step=step,
+            kind=kind,
+            tool_name=tool_name,
+            args_json=args_json,
+            created_at_ms=self.now_ms,
+            ttl_ms=ttl_ms,
+            channel=channel,
         )
-        self.trace.record(
-            TraceEvent.INTENT_EMITTED,
-            step,
-            {
-                "intent_id": intent_id,
-                "tool_name": tool_name,
-                "kind": ToolIntent.Kind.Name(kind),
-            },
-        )
-        return intent_id
+        staged.intents.append(intent)
+        return intent.intent_id
+
+
+def staged(ctx: ActivationContext) -> Staged:
+    """What ``ctx``'s activation staged, for the runtime to commit (agents never need it)."""
+    return ctx._staged

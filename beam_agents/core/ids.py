@@ -1,8 +1,9 @@
-"""Name-based (version 5) UUIDs, computed without building ``uuid.UUID`` objects.
+"""Deterministic identifiers: intent ids and the name-based UUIDs behind them.
 
-Every activation derives a trace id and most derive intent ids; ``uuid.uuid5`` costs about
-3 µs per call, most of it object construction, while the digest itself is well under 1 µs.
-:func:`uuid5_hex` returns exactly ``uuid.uuid5(namespace, name).hex``.
+:func:`intent_id_for` is a pure function of key, seq and step, so a retried bundle that walks
+the same path mints byte-identical intents. :func:`uuid5_hex` returns exactly
+``uuid.uuid5(namespace, name).hex`` without building ``uuid.UUID`` objects (it is on the hot
+path of every activation).
 """
 
 from __future__ import annotations
@@ -32,3 +33,19 @@ def uuid5_hex(namespace: uuid.UUID, name: str) -> str:
 def hyphenated(hex32: str) -> str:
     """The canonical 8-4-4-4-12 string form of a 32-digit UUID hex."""
     return f"{hex32[:8]}-{hex32[8:12]}-{hex32[12:16]}-{hex32[16:20]}-{hex32[20:]}"
+
+
+INTENT_NAMESPACE = uuid.UUID("396f639f-0714-5193-8a2d-3dad80bac0d8")
+"""The uuid5 namespace of intent ids: ``uuid5(NAMESPACE_URL, "urn:beam-agents:intent")``.
+
+Fixed forever. Changing it would change every intent id, and the effector deduplicates on them.
+"""
+
+
+def intent_id_for(entity_key: bytes, seq: int, step_index: int) -> str:
+    """The id of the intent staged by run ``seq`` of ``entity_key`` at step ``step_index``.
+
+    ``str(uuid5(INTENT_NAMESPACE, f"{entity_key.hex()}|{seq}|{step_index}"))``. A key's first
+    run has ``seq == 0`` and its first step has ``step_index == 0``.
+    """
+    return hyphenated(uuid5_hex(INTENT_NAMESPACE, f"{entity_key.hex()}|{seq}|{step_index}"))

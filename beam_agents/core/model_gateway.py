@@ -1,32 +1,23 @@
 """The single point where an activation reaches the model provider.
 
-``ActivationContext.call_model`` consults the replay cache and, on a miss, calls
-:meth:`ModelGateway.complete`, which wraps the provider call in the runtime's resilience:
-retries with backoff (``AgentConfig.model_retry``), bounded by what remains of the
-activation's time budget, and a circuit breaker per endpoint, from a registry owned by one
-``DoFn`` instance (never shared across instances or keys). Replays never reach the provider.
-
-The gateway also names what is measured: the Beam counters (namespace ``beam_agents``, see
-:data:`MODEL_COUNTERS`) and the ``LLM_CALL`` trace attributes, which follow the OpenTelemetry
-GenAI conventions. Nothing here imports Apache Beam: the ``DoFn`` hands in a
-:class:`ModelMetrics` backed by Beam counters.
+:meth:`ModelGateway.complete` wraps a cache-missing call in the runtime's resilience (retries
+within the activation's time budget, a circuit breaker per endpoint) and names what is
+measured: Beam counters (:data:`MODEL_COUNTERS`) and OpenTelemetry GenAI trace attributes.
+It reaches the client only through the hooks ``ModelClient`` declares. Beam-free.
 """
 
 from __future__ import annotations
 
 import functools
 import random
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 from beam_agents._json import canonical_json
 from beam_agents._protos import ModelCacheEntry
 from beam_agents.core.bridge import enter_task
-from beam_agents.model.anthropic import AnthropicMessagesProvider
 from beam_agents.model.cache import replayed_response
-from beam_agents.model.client import LlmRequest, LlmResponse, ModelClient, ProviderError
-from beam_agents.model.openai import OpenAIChatProvider
+from beam_agents.model.client import LlmRequest, LlmResponse, ProviderError, as_model_client
 from beam_agents.model.resilience import (
     Attempt,
     CircuitBreakers,
@@ -79,22 +70,6 @@ class _Uncounted:
         """Ignore the increment."""
 
 
-def gen_ai_provider_name(client: object) -> str:
-    """The ``gen_ai.provider.name`` of ``client``.
-
-    A client may declare it as a ``gen_ai_provider_name`` attribute; the bundled HTTP providers
-    are ``openai`` and ``anthropic``; any other client is named by its class.
-    """
-    declared = getattr(client, "gen_ai_provider_name", None)
-    if isinstance(declared, str) and declared:
-        return declared
-    if isinstance(client, OpenAIChatProvider):
-        return "openai"
-    if isinstance(client, AnthropicMessagesProvider):
-        return "anthropic"
-    return type(client).__name__
-
-
 @dataclass(frozen=True, slots=True)
 class ProviderAnswer:
     """A provider's response and how many attempts reaching the provider it took."""
@@ -106,18 +81,16 @@ class ProviderAnswer:
 class ModelGateway:
     """Calls one ``DoFn`` instance's model client with retries and circuit breaking.
 
-    ``retry_policy`` ``None`` makes one attempt per call; ``breakers`` ``None`` disables
-    circuit breaking. Breakers are keyed by the client's ``endpoint_key(request)`` when it has
-    one (the HTTP providers: base URL plus model), else by client class and model id.
-
-    Each call first moves into an asyncio task (``bridge.enter_task``, one turn of the event
-    loop), since HTTP clients need one; a client whose ``complete`` works outside a task (pure
-    asyncio, like ``FakeLLM``) may say so with ``needs_asyncio_task = False`` and skip that turn.
+    ``client`` is a ``ModelClient``, or any object with ``async complete(request)``, adapted
+    by ``as_model_client``; :attr:`client` is the object as given. ``retry_policy`` ``None``
+    makes one attempt per call; ``breakers`` ``None`` disables circuit breaking. Breakers are
+    keyed by the client's ``endpoint_key(request)``. Each call first moves into an asyncio task
+    (``bridge.enter_task``) unless the client says ``needs_asyncio_task = False``.
     """
 
     __slots__ = (
         "_breakers",
-        "_endpoint_key",
+        "_client",
         "_metrics",
         "_needs_task",
         "_policy",
@@ -128,39 +101,31 @@ class ModelGateway:
 
     def __init__(
         self,
-        client: ModelClient,
+        client: object,
         *,
         retry_policy: RetryPolicy | None = None,
         breakers: CircuitBreakers | None = None,
         metrics: ModelMetrics | None = None,
     ) -> None:
-        if not callable(getattr(client, "complete", None)):
+        try:
+            adapted = as_model_client(client)
+        except TypeError:
             raise TypeError(
                 f"provider_factory returned {type(client).__name__}, which has no "
                 "`async complete(request)` method"
-            )
+            ) from None
         self.client = client
-        self.provider_name = gen_ai_provider_name(client)
+        self._client = adapted
+        self.provider_name = adapted.gen_ai_provider_name
+        self._needs_task = adapted.needs_asyncio_task
         self._policy = _SINGLE_ATTEMPT if retry_policy is None else retry_policy
         self._breakers = breakers
         self._metrics: ModelMetrics = _Uncounted() if metrics is None else metrics
-        self._needs_task = getattr(client, "needs_asyncio_task", True) is not False
-        # Looked up once: a missing attribute costs an exception inside getattr on every call.
-        endpoint_key = getattr(client, "endpoint_key", None)
-        self._endpoint_key: Callable[[LlmRequest], str] | None = (
-            endpoint_key if callable(endpoint_key) else None
-        )
-        # One source of backoff jitter per gateway: seeding a fresh one per call costs more
-        # than the rest of a cache-missing call's bookkeeping.
+        # One source of backoff jitter per gateway, not one seeded per call.
         self._rng = random.Random()
 
-    def _endpoint(self, request: LlmRequest) -> str:
-        if self._endpoint_key is not None:
-            return self._endpoint_key(request)
-        return f"{type(self.client).__qualname__}#{request.model_id}"
-
     async def _call_once(self, request: LlmRequest) -> LlmResponse:
-        response = await self.client.complete(request)
+        response = await self._client.complete(request)
         if not isinstance(response, LlmResponse):
             raise TypeError(
                 f"{type(self.client).__name__}.complete returned "
@@ -181,7 +146,7 @@ class ModelGateway:
         attempts: list[Attempt] = []
         breaker = None
         if self._breakers is not None:
-            breaker = self._breakers.for_endpoint(self._endpoint(request))
+            breaker = self._breakers.for_endpoint(self._client.endpoint_key(request))
         metrics = self._metrics
         metrics.inc(MODEL_CALLS)
         try:
@@ -213,7 +178,12 @@ class ModelGateway:
     def replay(self, entry: ModelCacheEntry) -> LlmResponse:
         """The response recorded in ``entry``, decoded by this gateway's client."""
         self._metrics.inc(MODEL_CACHE_HITS)
-        return replayed_response(self.client, entry)
+        return replayed_response(self._client, entry)
+
+    async def aclose(self) -> None:
+        """Close the client through its ``aclose`` hook, inside an asyncio task."""
+        await enter_task()
+        await self._client.aclose()
 
     def trace_attributes(
         self, request: LlmRequest, response: LlmResponse, *, attempts: int, cache_hit: bool
@@ -223,10 +193,7 @@ class ModelGateway:
         Every value is a function of the request and the (possibly replayed) response, never
         of the wall clock, so traces stay deterministic. ``finish_reasons`` is a JSON array.
         """
-        requested = request.model_id
-        if not requested:
-            default_model = getattr(self.client, "model", "")
-            requested = default_model if isinstance(default_model, str) else ""
+        requested = request.model_id or self._client.model
         usage = response.usage
         reason: object = response.stop_reason  # typed str, but a client may break the type
         return {

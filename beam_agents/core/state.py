@@ -1,34 +1,14 @@
-"""How a key's state is laid out, decoded and written: every cell is ``bytes``.
+"""How a key's state is laid out, decoded and written: every cell holds protobuf ``bytes``.
 
-Cells (all ``ReadModifyWriteStateSpec(BytesCoder)`` except the buffer):
-
-- ``header``: ``KeyHeader`` (the next ``seq``, last activity, whether the key is suspended).
-  Read by every activation, and the only cell idle-key cleanup keeps, so identifiers never
-  repeat for a key.
-- ``memory``: ``MemoryState``, read only when the agent touches ``ctx.memory``.
-- ``cache``: ``ModelCache``, the model calls of the suspended run, read only when a resumed
-  run calls the model. Written only when a run suspends, and cleared when the run ends: a
-  key runs one run at a time, and an entry is replayed only by the run that made it (its
-  ``seq`` is in the cache key), so a run that ended has nothing left to replay and a new run
-  starts from an empty cache without reading the cell.
-- ``continuation``: ``Continuation``, present only while the key's run is suspended. The
-  header records whether it is present (``KeyState`` keeps the two in step), so an event on a
-  key that is not suspended reads the header alone.
-- ``buffer``: a bag of serialized ``AgentEnvelope``s, the external events that arrived while
-  the key was suspended; non-empty only while ``continuation`` is present.
-
-Cells hold serialized protos rather than objects because Beam's state cache sizes every cached
-object per key and bundle, which for rich objects grows with the object. Even for ``bytes`` each
-weighing walks the globals of every loaded module (``objsize``), hundreds of microseconds in a
-Beam worker, paid for every cell a key first reads in a bundle: hence reading as few cells as
-possible. A cell is written only when its content changed, and an empty content clears it.
-The Beam state objects are used only through ``read``/``write``/``clear``/``add``, so nothing
-here imports Apache Beam.
+:class:`KeyState` is one key's state for one call: cells are read lazily (at most once) and
+writes are recorded for the Beam glue to apply. Schema versions refuse state written by a newer
+runtime. The cells and why they are read sparingly: ``core/README.md``, "State layout".
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from google.protobuf.message import Message
 
@@ -62,70 +42,60 @@ def decode_cache(blob: bytes) -> ModelCache:
     return decode_versioned(ModelCache, blob, CACHE_SCHEMA_VERSION)
 
 
-class ValueCell(Protocol):
-    """A Beam ``ReadModifyWrite`` state object, as far as the runtime uses it."""
+CellRead = Callable[[], Any]
+"""Reads one state cell: its value (``bytes`` or ``None``), or a bag's values."""
 
-    def read(self) -> Any:
-        """The stored value, or ``None``."""
-
-    def write(self, value: Any) -> None:
-        """Replace the stored value."""
-
-    def clear(self) -> None:
-        """Remove the stored value."""
-
-
-class BagCell(Protocol):
-    """A Beam ``Bag`` state object, as far as the runtime uses it."""
-
-    def read(self) -> Any:
-        """The stored values, in insertion order."""
-
-    def add(self, value: Any) -> None:
-        """Append a value."""
-
-    def clear(self) -> None:
-        """Remove every value."""
+HEADER, MEMORY, CACHE, CONTINUATION = "header", "memory", "cache", "continuation"
+"""The names of the value cells, as :attr:`KeyState.writes` keys them."""
 
 
 class KeyState:
-    """One key's state cells for the duration of one ``process`` or timer call.
+    """One key's state for one ``process`` or timer call: lazy reads, staged writes.
 
-    Decoded values are kept so that several runs in one call (a resume followed by buffered
-    events) read each cell at most once.
+    Each cell is read at most once, and only when needed. Writes are recorded in
+    :attr:`writes` (``None`` clears a cell) and the buffer's in :attr:`buffer_reset` and
+    :attr:`buffer_added`, for the Beam glue to apply; later reads in the call see them.
     """
 
     __slots__ = (
-        "_buffer_cell",
-        "_cache_cell",
         "_continuation",
-        "_continuation_cell",
         "_continuation_read",
         "_header",
-        "_header_cell",
         "_memory_blob",
-        "_memory_cell",
         "_memory_read",
+        "_read_buffer",
+        "_read_cache",
+        "_read_continuation",
+        "_read_header",
+        "_read_memory",
+        "buffer_added",
+        "buffer_reset",
+        "writes",
     )
 
     def __init__(
         self,
-        header: ValueCell,
-        memory: ValueCell,
-        cache: ValueCell,
-        continuation: ValueCell,
-        buffer: BagCell,
+        header: CellRead,
+        memory: CellRead,
+        cache: CellRead,
+        continuation: CellRead,
+        buffer: CellRead,
     ) -> None:
-        self._header_cell = header
-        self._memory_cell = memory
-        self._cache_cell = cache
-        self._continuation_cell = continuation
-        self._buffer_cell = buffer
+        self._read_header = header
+        self._read_memory = memory
+        self._read_cache = cache
+        self._read_continuation = continuation
+        self._read_buffer = buffer
         self._header: KeyHeader | None = None
         self._memory_blob: bytes | None = None
         self._memory_read = False
         self._continuation: Continuation | None = None
         self._continuation_read = False
+        self.writes: dict[str, bytes | None] = {}
+        """Cell name to its new value; ``None`` clears the cell."""
+        self.buffer_reset = False
+        """Whether the buffer is cleared before :attr:`buffer_added` is appended."""
+        self.buffer_added: list[bytes] = []
 
     @property
     def header(self) -> KeyHeader:
@@ -134,7 +104,7 @@ class KeyState:
         A key with no header has no continuation either: every commit writes the header.
         """
         if self._header is None:
-            blob = self._header_cell.read()
+            blob = self._read_header()
             self._header = (
                 decode_versioned(KeyHeader, blob, HEADER_SCHEMA_VERSION)
                 if blob
@@ -146,12 +116,12 @@ class KeyState:
         """Store ``header``, with ``suspended`` set to whether the key has a continuation."""
         header.suspended = self.continuation is not None
         self._header = header
-        self._header_cell.write(header.SerializeToString())
+        self.writes[HEADER] = header.SerializeToString()
 
     def read_memory(self) -> bytes | None:
         """The committed ``MemoryState`` blob (read from the cell once per call)."""
         if not self._memory_read:
-            self._memory_blob = self._memory_cell.read()
+            self._memory_blob = self._read_memory()
             self._memory_read = True
         return self._memory_blob
 
@@ -159,16 +129,16 @@ class KeyState:
         """Store the memory blob; ``b""`` clears the cell."""
         self._memory_blob = blob or None
         self._memory_read = True
-        _write_or_clear(self._memory_cell, blob)
+        self.writes[MEMORY] = blob or None
 
     def read_cache(self) -> bytes | None:
         """The committed ``ModelCache`` blob (``None`` if empty); see :func:`decode_cache`."""
-        blob: bytes | None = self._cache_cell.read()
+        blob: bytes | None = self.writes[CACHE] if CACHE in self.writes else self._read_cache()
         return blob or None
 
     def write_cache(self, blob: bytes) -> None:
         """Store the replay-cache blob; ``b""`` clears the cell."""
-        _write_or_clear(self._cache_cell, blob)
+        self.writes[CACHE] = blob or None
 
     @property
     def continuation(self) -> Continuation | None:
@@ -179,7 +149,7 @@ class KeyState:
             if header.HasField("suspended") and not header.suspended:
                 self._continuation = None
             else:
-                blob = self._continuation_cell.read()
+                blob = self._read_continuation()
                 self._continuation = (
                     decode_versioned(Continuation, blob, CONTINUATION_SCHEMA_VERSION)
                     if blob
@@ -197,10 +167,9 @@ class KeyState:
         header = self.header
         self._continuation = continuation
         self._continuation_read = True
-        if continuation is None:
-            self._continuation_cell.clear()
-        else:
-            self._continuation_cell.write(continuation.SerializeToString(deterministic=True))
+        self.writes[CONTINUATION] = (
+            None if continuation is None else continuation.SerializeToString(deterministic=True)
+        )
         # A header without ``suspended`` that stays unsuspended may stay as it is: it makes the
         # next call read the continuation cell, which is then empty.
         if header.suspended != (continuation is not None):
@@ -210,33 +179,26 @@ class KeyState:
 
     def buffered(self) -> list[bytes]:
         """The serialized envelopes buffered while suspended, oldest first."""
-        return list(self._buffer_cell.read())
+        stored = [] if self.buffer_reset else list(self._read_buffer())
+        return [*stored, *self.buffer_added]
 
     def buffer(self, envelope_bytes: bytes) -> None:
         """Append an envelope to the buffer."""
-        self._buffer_cell.add(envelope_bytes)
+        self.buffer_added.append(envelope_bytes)
 
     def replace_buffer(self, envelopes: list[bytes]) -> None:
         """Replace the buffer's content with ``envelopes``."""
-        self._buffer_cell.clear()
-        for envelope_bytes in envelopes:
-            self._buffer_cell.add(envelope_bytes)
+        self.buffer_reset = True
+        self.buffer_added = list(envelopes)
 
     def end_run(self) -> None:
         """The suspended run ended: clear its continuation and its replay cache."""
-        self._cache_cell.clear()
+        self.writes[CACHE] = None
         self.write_continuation(None)
 
     def wipe(self) -> None:
         """Idle-key cleanup: clear everything but the header."""
-        self._memory_cell.clear()
+        self.writes[MEMORY] = None
         self._memory_blob = None
         self._memory_read = True
         self.end_run()
-
-
-def _write_or_clear(cell: ValueCell, blob: bytes) -> None:
-    if blob:
-        cell.write(blob)
-    else:
-        cell.clear()

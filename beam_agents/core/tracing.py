@@ -1,16 +1,8 @@
 """Deterministic trace events for activations.
 
-Every field of a ``TraceEvent`` is a pure function of the key, the run and the position of the
-event, so two runs of the same pipeline emit byte-identical traces:
-
-- ``trace_id``: ``uuid5(TRACE_NAMESPACE, f"{key.hex()}|{seq}")`` as 32 hex digits, one per run
-  (a resumed activation shares the trace of the run it continues).
-- ``sequence``: the event's position in the run, continuing across resumes.
-- ``span_id``: 16 hex digits encoding the sequence and the event type, unique in its trace.
-- ``parent_span_id``: an activation's ``ACTIVATION_START`` hangs under the run's first
-  ``ACTIVATION_START`` (the root, which has no parent); every other event of the activation
-  hangs under its own ``ACTIVATION_START``.
-- ``start_ms``/``end_ms``: the activation's event time, never the wall clock.
+Every field of a ``TraceEvent`` is a pure function of the key, the run and the event's
+position, so a retried or replayed run emits byte-identical traces (ids, parents and times are
+described in ``core/README.md``, "Trace events").
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """How the pipeline reaches an effector: target, bearer token and TLS, mirroring its server flags.
 
-The effector's server takes a shared secret (``--token``/``--token-file``) that every call but
-health checks must carry as ``authorization: Bearer <token>``, and a TLS certificate
-(``--tls-cert``/``--tls-key``). :class:`EffectorConnection` is the client half: the token
-(given, or read from an environment variable on the worker), and the PEM root certificate that
-the server's certificate must chain to.
-
-Replicas of one effector (several processes sharing a PostgreSQL store) are reached through
-one connection whose target lists them all: calls are spread over the replicas round-robin,
-and one that is down is routed around until it is back. Any replica can answer any call,
-because they share the store.
+:class:`EffectorConnection` is the client half of the effector's ``--token`` and
+``--tls-cert`` settings; its target may list several replicas of one effector, which calls
+reach round-robin. See ``beam_agents/io/README.md``.
 """
 
 from __future__ import annotations
@@ -86,7 +79,7 @@ class EffectorConnection:
 
     - ``target``: ``HOST:PORT`` (or any gRPC target) of the effector; or the replicas of one
       effector as a comma-separated list of ``IP:PORT`` addresses (``[IPv6]:PORT``), e.g.
-      ``"127.0.0.1:50051,127.0.0.1:50052"``, reached round-robin (see the module docstring).
+      ``"127.0.0.1:50051,127.0.0.1:50052"``, reached round-robin (see ``beam_agents/io/README.md``).
     - ``token`` (or the environment variable named by ``token_env``, read on the worker so
       that the secret never enters the pipeline graph) is sent as
       ``authorization: Bearer <token>`` on every call, as the effector's ``--token`` expects.

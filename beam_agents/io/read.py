@@ -2,12 +2,9 @@
 # (Beam's own API is mostly unannotated; this module is glue around it.)
 """``ReadEnvelopes``: the effector's envelope log as a ``KV[bytes, AgentEnvelope]`` source.
 
-The log is read by a splittable DoFn over an unbounded offset range that long-polls the
-effector's ``Read`` RPC and defers its remainder between polls. That one shape serves both
-topologies in DESIGN.md: on a streaming runner it is an unbounded source to flatten with the
-event source; on a local runner (Beam's FnApiRunner) it is the single source that emits the
-initial events (published to the effector first) and then every re-injected result and
-approval, and stops once the effector is idle.
+A splittable DoFn over an unbounded offset range long-polls the effector's ``Read`` RPC. The
+same shape is an unbounded source on a streaming runner and the single source that closes the
+loop on a local runner; see ``beam_agents/io/README.md``.
 """
 
 from __future__ import annotations

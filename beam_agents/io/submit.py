@@ -1,6 +1,10 @@
 # mypy: disallow-untyped-calls=False
 # (Beam's own API is mostly unannotated; this module is glue around it.)
-"""``SubmitIntents``: hand staged intents to the effector, once per intent id, from any bundle."""
+"""``SubmitIntents``: hand staged intents to the effector, once per intent id, from any bundle.
+
+Intents go in batches; transient failures are retried (safe: the effector deduplicates on
+intent id), and what cannot be handed over goes to a dead-letter output with the reason.
+"""
 
 from __future__ import annotations
 

@@ -1,14 +1,9 @@
 """The replay cache: committed model calls, kept in a key's state and replayed by position.
 
-Each entry is keyed by the request's content digest together with ``(key, seq, step_index)``,
-so a call is replayed only by the same run at the same step with the same request; two
-identical requests in one activation sit at different steps and are two provider calls. The
-stored value is the provider's raw body, rebuilt with ``decode_with(client, raw)``.
-
-The cache is a ``ModelCache`` proto, oldest entry first, bounded both in entries and in
-serialized bytes, evicting the oldest entries first. An entry bigger than the byte bound on its
-own is not kept: the cache is an optimisation, and a miss only costs a provider call.
-Nothing here imports Apache Beam.
+An entry is keyed by the request's content digest with ``(key, seq, step_index)`` and stores
+the provider's raw body, rebuilt with ``decode_with(client, raw)``. The cache is a bounded
+``ModelCache`` proto (entries and bytes, oldest evicted first). Details in
+``beam_agents/model/README.md``.
 """
 
 from __future__ import annotations

@@ -1,17 +1,42 @@
-"""The neutral model-call contract: ``LlmRequest``, ``LlmResponse`` and provider errors.
+"""The model-call contract: ``LlmRequest``, ``LlmResponse``, provider errors and ``ModelClient``.
 
-A model client is any object with ``async complete(request) -> LlmResponse``. Clients whose
-raw bodies need provider-specific decoding also offer ``decode(raw: bytes) -> LlmResponse``,
-which the replay cache uses to rebuild a response from the stored raw body.
+``ModelClient`` declares every hook the runtime calls on a model client, each with its default.
+An object that only has ``async complete(request)`` still works: :func:`as_model_client` adapts
+it, in this one place. See ``beam_agents/model/README.md``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
+
+from beam_agents.model.errors import (
+    ProviderError,
+    ProviderRequestError,
+    ProviderTimeout,
+    RateLimitError,
+    ServerError,
+)
+
+__all__ = [
+    "LlmRequest",
+    "LlmResponse",
+    "ModelClient",
+    "ProviderError",
+    "ProviderRequestError",
+    "ProviderTimeout",
+    "RateLimitError",
+    "ServerError",
+    "TokenUsage",
+    "ToolCall",
+    "as_model_client",
+    "decode_plain",
+    "decode_with",
+]
 
 # Built once: ``json.dumps`` with any non-default option builds a new encoder on every call.
 _REQUEST_ENCODER = json.JSONEncoder(
@@ -78,68 +103,135 @@ class LlmResponse:
     model: str = ""
 
 
-@runtime_checkable
-class ModelClient(Protocol):
-    """Anything that can answer an :class:`LlmRequest`."""
+def decode_plain(raw: bytes) -> LlmResponse:
+    """Decode a raw body that is plain text: the default :meth:`ModelClient.decode`."""
+    return LlmResponse(response=raw, text=raw.decode("utf-8", errors="replace"))
 
+
+class ModelClient(ABC):
+    """The base of model clients: every hook the runtime uses, each with its default.
+
+    Only :meth:`complete` is required. Subclass this, or hand the runtime any object with
+    ``async complete(request)``: :func:`as_model_client` reads the same hooks from such an
+    object's attributes, taking these defaults for those it lacks.
+    """
+
+    needs_asyncio_task: bool = True
+    """Whether :meth:`complete` must run inside an ``asyncio.Task``, as HTTP clients must.
+    Default ``True``; a pure-asyncio client (``FakeLLM``) says ``False`` and skips a turn of
+    the event loop per call."""
+
+    model: str = ""
+    """The model a request with an empty ``model_id`` goes to, traced as
+    ``gen_ai.request.model``. Default ``""``."""
+
+    @property
+    def gen_ai_provider_name(self) -> str:
+        """The ``gen_ai.provider.name`` the runtime traces calls with. Default: the class name."""
+        return type(self).__name__
+
+    @abstractmethod
     async def complete(self, request: LlmRequest) -> LlmResponse:
+        """Send ``request`` to the model and return its decoded response. Required."""
+
+    def decode(self, raw: bytes) -> LlmResponse:
+        """Rebuild a response from its stored raw body (replays). Default: :func:`decode_plain`."""
+        return decode_plain(raw)
+
+    def endpoint_key(self, request: LlmRequest) -> str:
+        """The circuit-breaker key of ``request``. Default: ``{class qualname}#{model_id}``."""
+        return f"{type(self).__qualname__}#{request.model_id}"
+
+    async def aclose(self) -> None:
+        """Release what the client holds (connections) at teardown. Default: nothing to do."""
+        return
+
+
+class CompletesRequests(Protocol):
+    """A model client as ``AgentConfig.provider_factory`` returns it.
+
+    A :class:`ModelClient`, or any object with ``async complete(request)``; the other hooks are
+    read from such an object by :func:`as_model_client`.
+    """
+
+    async def complete(self, request: LlmRequest, /) -> LlmResponse:
         """Send ``request`` to the model and return its decoded response."""
         ...
 
 
-def decode_plain(raw: bytes) -> LlmResponse:
-    """Decode a raw body that is plain text: the fallback for clients without ``decode``."""
-    return LlmResponse(response=raw, text=raw.decode("utf-8", errors="replace"))
+def as_model_client(client: object) -> ModelClient:
+    """``client`` itself if it is a :class:`ModelClient`, else adapted to one.
+
+    Raises ``TypeError`` when ``client`` has no ``complete`` method.
+    """
+    if isinstance(client, ModelClient):
+        return client
+    if not callable(getattr(client, "complete", None)):
+        raise TypeError(f"{type(client).__name__} has no `async complete(request)` method")
+    return _AdaptedClient(client)
 
 
 def decode_with(client: object, raw: bytes) -> LlmResponse:
     """Rebuild an :class:`LlmResponse` from a stored raw body using ``client``'s decoder."""
-    decode = getattr(client, "decode", None)
-    if callable(decode):
-        response = decode(raw)
-        if not isinstance(response, LlmResponse):
-            raise TypeError(f"{type(client).__name__}.decode must return an LlmResponse")
-        return response
-    return decode_plain(raw)
+    adapted = client if isinstance(client, ModelClient) else _AdaptedClient(client)
+    response = adapted.decode(raw)
+    if not isinstance(response, LlmResponse):
+        named = adapted.wrapped if isinstance(adapted, _AdaptedClient) else adapted
+        raise TypeError(f"{type(named).__name__}.decode must return an LlmResponse")
+    return response
 
 
-class ProviderError(Exception):
-    """Base class for every failure of a model provider call."""
+class _AdaptedClient(ModelClient):
+    """A client that does not subclass :class:`ModelClient`, seen through its hooks.
 
-    retryable: bool = False
+    A hook the wrapped object lacks takes the base's default, naming the wrapped object's class.
+    """
 
+    def __init__(self, wrapped: Any) -> None:
+        self.wrapped = wrapped
+        declared = getattr(wrapped, "gen_ai_provider_name", None)
+        self._provider_name = (
+            declared if isinstance(declared, str) and declared else type(wrapped).__name__
+        )
+        self.needs_asyncio_task = getattr(wrapped, "needs_asyncio_task", True) is not False
+        decode = getattr(wrapped, "decode", None)
+        self._decode: Callable[[bytes], LlmResponse] = decode if callable(decode) else decode_plain
+        endpoint_key = getattr(wrapped, "endpoint_key", None)
+        self._endpoint_key: Callable[[LlmRequest], str] | None = (
+            endpoint_key if callable(endpoint_key) else None
+        )
 
-class RateLimitError(ProviderError):
-    """The provider refused the call for rate limiting (HTTP 429); retried."""
+    @property
+    def gen_ai_provider_name(self) -> str:
+        """The wrapped object's ``gen_ai_provider_name``, else its class name."""
+        return self._provider_name
 
-    retryable = True
+    @property
+    def model(self) -> str:
+        """The wrapped object's ``model`` when it is a string, else ``""``."""
+        model = getattr(self.wrapped, "model", "")
+        return model if isinstance(model, str) else ""
 
-    def __init__(self, message: str = "rate limited", *, retry_after_s: float | None = None):
-        super().__init__(message)
-        self.retry_after_s = retry_after_s
+    @model.setter
+    def model(self, value: str) -> None:
+        self.wrapped.model = value
 
+    def complete(self, request: LlmRequest) -> Coroutine[Any, Any, LlmResponse]:
+        """The wrapped object's own ``complete(request)`` coroutine, with no frame around it."""
+        return self.wrapped.complete(request)  # type: ignore[no-any-return]
 
-class ServerError(ProviderError):
-    """The provider failed on its side (HTTP 5xx); retried."""
+    def decode(self, raw: bytes) -> LlmResponse:
+        """The wrapped object's ``decode``, else :func:`decode_plain`."""
+        return self._decode(raw)
 
-    retryable = True
+    def endpoint_key(self, request: LlmRequest) -> str:
+        """The wrapped object's ``endpoint_key``, else ``{its class qualname}#{model_id}``."""
+        if self._endpoint_key is not None:
+            return self._endpoint_key(request)
+        return f"{type(self.wrapped).__qualname__}#{request.model_id}"
 
-    def __init__(self, message: str = "server error", *, status_code: int | None = None):
-        super().__init__(message)
-        self.status_code = status_code
-
-
-class ProviderTimeout(ProviderError):
-    """The call timed out or the connection failed; retried."""
-
-    retryable = True
-
-
-class ProviderRequestError(ProviderError):
-    """The provider rejected the request itself (other HTTP 4xx, undecodable body); not retried."""
-
-    retryable = False
-
-    def __init__(self, message: str = "bad request", *, status_code: int | None = None):
-        super().__init__(message)
-        self.status_code = status_code
+    async def aclose(self) -> None:
+        """Await the wrapped object's ``aclose()``, if it has one."""
+        aclose = getattr(self.wrapped, "aclose", None)
+        if callable(aclose):
+            await aclose()

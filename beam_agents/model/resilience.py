@@ -1,21 +1,9 @@
 """Retries with backoff and circuit breaking for model calls, bounded by the caller's budget.
 
-The runtime wraps each provider call::
-
-    breakers = CircuitBreakers()                  # one per DoFn instance, owned by the caller
-    attempts: list[Attempt] = []
-    response = await call_with_resilience(
-        lambda: client.complete(request),
-        policy=RetryPolicy(),
-        breaker=breakers.for_endpoint(client.endpoint_key(request)),  # HTTP providers
-        budget_s=remaining_activation_seconds,
-        on_attempt=attempts.append,               # for tracing: count, outcomes, waits
-    )
-
-Only errors whose class says ``retryable`` are retried (rate limits, server errors,
-timeouts). Nothing here is global: breakers live in a registry object the caller owns, and
-the clock, sleep and random source are injectable so tests are fast and deterministic.
-Beam-free.
+:func:`call_with_resilience` retries only errors whose class says ``retryable`` (rate limits,
+server errors, timeouts). Nothing is global: breakers live in a :class:`CircuitBreakers`
+registry the caller owns, and the clock, sleep and random source are injectable. Usage in
+``beam_agents/model/README.md``.
 """
 
 from __future__ import annotations
@@ -29,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
-from beam_agents.model.client import ProviderError, RateLimitError
+from beam_agents.model.errors import ProviderError, RateLimitError
 
 T = TypeVar("T")
 

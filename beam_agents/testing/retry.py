@@ -1,11 +1,15 @@
-"""Forcing bundle retries at an activation's commit, to test retry determinism."""
+"""Forcing bundle retries at an activation's commit, to test retry determinism.
+
+:class:`FailFirstCommit` is an ``AgentConfig.before_commit`` hook that fails the first commit
+of each matching activation once; its markers live on disk, so a fresh ``DoFn`` still sees them.
+"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from beam_agents.core.dofn import CommitInfo
+from beam_agents.core.config import CommitInfo
 
 
 class ForcedRetryError(RuntimeError):

@@ -1,6 +1,10 @@
 # mypy: disallow-untyped-calls=False
 # (Beam's own API is mostly unannotated; this module is glue around it.)
-"""``TestStream`` builders for ``RunAgent`` pipelines, and the matching processing clock."""
+"""``TestStream`` builders for ``RunAgent`` pipelines, and the matching processing clock.
+
+:class:`EnvelopeStream` interleaves envelopes with watermark and processing-time advances;
+:func:`epoch_clock` is the ``AgentConfig.processing_clock`` to use with it.
+"""
 
 from __future__ import annotations
 

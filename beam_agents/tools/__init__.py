@@ -1,13 +1,9 @@
 """Tools an agent can use: declared with ``@tool``, collected in a ``ToolRegistry``.
 
-Each tool's provider-facing JSON schema is derived from its Python signature through a generated
-Pydantic v2 model, so the callable and the schema the model is shown cannot disagree. The
-``side_effect`` flag splits tools in two: read-only tools run inline through ``ToolRunner``;
-side-effecting ones refuse every in-pipeline call (``SideEffectToolError``) and are requested
-with ``ctx.act(...)`` and executed by the effector. Errors live in ``beam_agents.tools.errors``;
-provider and MCP shapes in ``beam_agents.tools.export``.
-
-This package never imports Apache Beam: the effector sidecar imports it.
+A tool's JSON schema is derived from its Python signature, so the callable and the schema the
+model is shown cannot disagree. Read-only tools run inline (``ToolRunner``); side-effecting ones
+are requested with ``ctx.act(...)`` and executed by the effector. This package never imports
+Apache Beam: the effector sidecar imports it. See ``beam_agents/tools/README.md``.
 """
 
 from beam_agents.tools._intent import IntentInfo

@@ -1,4 +1,8 @@
-"""``IntentInfo``: the identity of the intent a side-effecting tool is executing for."""
+"""``IntentInfo``: the identity of the intent a side-effecting tool is executing for.
+
+The effector injects it into a tool that declares ``*, intent: IntentInfo``, so the tool can
+pass ``intent_id`` downstream as an idempotency key (see ``beam_agents/tools/README.md``).
+"""
 
 from __future__ import annotations
 

@@ -1,12 +1,8 @@
 """The strict schema dialect (OpenAI ``strict: true``) and how its nulls are read back.
 
-A strict schema closes every object (``additionalProperties: false``) and requires every
-property, so a parameter that has a default becomes required-but-nullable: a provider in strict
-mode always sends it and sends ``null`` to mean "use the default". Two halves live here so they
-cannot drift apart: :func:`strict_parameters` writes that dialect, and
-:func:`drop_nulls_meaning_default` reads it back by dropping such nulls before validation, so the
-Python default applies. A null for a parameter whose type admits ``None`` is kept: there it is a
-value.
+:func:`strict_parameters` writes the dialect and :func:`drop_nulls_meaning_default` reads it
+back, side by side so they cannot drift apart. Why a null can mean "use the default" is in
+``beam_agents/tools/README.md``.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """``@tool`` and ``Tool``: one definition yields both the callable and the schema a model sees.
 
 ``@tool`` (bare) or ``@tool(name=..., description=..., side_effect=...)`` wraps a module-level
-function. The ``side_effect`` flag splits the runtime in two:
-
-- ``side_effect=False`` (the default): a read-only tool. Calling it keeps the function's own
-  semantics, and ``ToolRunner`` validates arguments and runs it inline in an activation.
-- ``side_effect=True``: calling it raises ``SideEffectToolError`` without running it, because
-  a side effect performed inside an activation happens again on every bundle retry. It is
-  requested with ``ctx.act(...)`` and executed by the effector, whose runner reaches the
-  function through :meth:`Tool.unwrap`, the single named bypass.
+function. A side-effecting tool refuses every call in the pipeline; the effector reaches it
+through :meth:`Tool.unwrap`, the single named bypass. See ``beam_agents/tools/README.md``.
 """
 
 from __future__ import annotations

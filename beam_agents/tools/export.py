@@ -1,19 +1,8 @@
 """Tool definitions in the shapes model providers and MCP take.
 
-- :func:`anthropic_tool`: Anthropic Messages, ``{"name", "description", "input_schema"}``.
-- :func:`openai_tool`: OpenAI Chat Completions,
-  ``{"type": "function", "function": {"name", "description", "parameters", "strict"}}``. With
-  ``strict=True`` the parameters are rewritten to the strict dialect: every object closed with
-  ``additionalProperties: false`` (nested ``$defs`` included), every property required, and the
-  optional ones made nullable, a null meaning "use the default" (``Tool.validate_arguments``
-  reads it that way). A schema that cannot be closed, such as a ``dict[str, T]`` map, raises
-  ``ToolDefinitionError`` naming the tool and the parameter.
-- :func:`mcp_tool`: an MCP tool listing, ``{"name", "description", "inputSchema",
-  "annotations"}``, with annotations derived from ``side_effect`` (see :func:`mcp_tool`).
-
-The Anthropic and OpenAI exporters take a :class:`Tool` or one entry of ``tools_schema`` (a
-``{"name", "description", "parameters"}`` mapping), so provider clients that only see an
-``LlmRequest.tools_schema`` can use them. Every result is a fresh dict.
+:func:`anthropic_tool` (Anthropic Messages), :func:`openai_tool` (OpenAI Chat Completions,
+optionally in the strict dialect) and :func:`mcp_tool` (an MCP tool listing). Every result is
+a fresh dict. The shapes are listed in ``beam_agents/tools/README.md``.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """``ToolRunner``: the inline fast path for read-only tools.
 
-``await ToolRunner().run(tool, arguments)`` refuses a side-effecting tool before anything else
-(``SideEffectToolError``; it is never validated nor invoked), validates the arguments with the
-tool's argument model, calls the tool, and awaits the result if it is awaitable (an
-``async def`` tool, or a sync tool returning an awaitable).
-
-Validation is Pydantic's lax mode: unambiguous conversions are made (``"5"`` for an ``int``
-parameter arrives as ``5``, ``"red"`` as the matching enum member, a dict as the nested model),
-and anything else raises ``ToolArgumentError`` listing every failing field, without the tool
-being called. Exceptions the tool itself raises propagate unchanged.
+``await ToolRunner().run(tool, arguments)`` refuses a side-effecting tool, validates the
+arguments in Pydantic's lax mode (``"5"`` for an ``int`` parameter arrives as ``5``), calls the
+tool and awaits its result if it is awaitable. See ``beam_agents/tools/README.md``.
 """
 
 from __future__ import annotations

@@ -15,7 +15,6 @@ from typing import Any
 import cloudpickle
 import pytest
 
-from beam_agents.model._http import JsonHttpProvider
 from beam_agents.model.anthropic import AnthropicMessagesProvider
 from beam_agents.model.client import (
     LlmRequest,
@@ -31,6 +30,7 @@ from beam_agents.model.client import (
 )
 from beam_agents.model.openai import OpenAIChatProvider
 from beam_agents.model.resilience import Attempt, RetryPolicy, call_with_resilience
+from beam_agents.model.transport import JsonHttpProvider
 
 from .http_fixture import Reply, ScriptedHttpServer, json_reply, unused_local_port
 

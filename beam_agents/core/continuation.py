@@ -1,0 +1,227 @@
+"""The one owner of every change to a suspended run's ``Continuation``.
+
+Admitting an answer, building the :class:`Resumption` an activation resumes from, suspending
+and escalating all return a new ``Continuation`` (the committed one is never edited in place),
+so a failed activation leaves the key's state as it was. The parallel ``pending_intent_ids`` and
+``pending_kinds`` lists and the step records are edited only here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from beam_agents._json import canonical_json
+from beam_agents._protos import Approval, Continuation, ToolIntent, ToolResult, TraceEvent
+from beam_agents.core.cursor import StepRecord
+from beam_agents.core.staging import (
+    APPROVAL_TOOL_NAME,
+    Staged,
+    intent_step_digest,
+    stage_intent,
+)
+from beam_agents.core.state import CONTINUATION_SCHEMA_VERSION
+from beam_agents.core.tracing import TraceRecorder
+
+DEADLINE_APPROVER = "beam-agents/deadline"
+"""The ``approver`` recorded when a suspension's deadline answers a pending approval "no"."""
+
+
+@dataclass(frozen=True, slots=True)
+class Resumption:
+    """What resumes a suspended run: the admitted result or approval and the run so far."""
+
+    result: ToolResult | None
+    approval: Approval | None
+    snapshot: bytes
+    results: Mapping[str, ToolResult]
+    pending: tuple[tuple[str, int], ...]
+    """Still-unanswered ``(intent_id, kind)`` pairs, in staging order."""
+    tokens_used: int = 0
+    """Tokens the run's earlier activations spent."""
+    steps: Sequence[StepRecord] = ()
+    """The run's recorded steps (``steps[i]`` is step ``i``): the replay prefix."""
+
+
+def pending_of(continuation: Continuation) -> list[tuple[str, int]]:
+    """The run's unanswered ``(intent_id, kind)`` pairs, in staging order."""
+    return list(zip(continuation.pending_intent_ids, continuation.pending_kinds, strict=True))
+
+
+def pending_kind(continuation: Continuation, intent_id: str) -> int:
+    """The ``ToolIntent.Kind`` of the pending intent ``intent_id``."""
+    return continuation.pending_kinds[list(continuation.pending_intent_ids).index(intent_id)]
+
+
+def admit(suspended: Continuation, answer: ToolResult | Approval) -> Continuation:
+    """The run with ``answer`` (to one of its pending intents) applied."""
+    admitted = _copy(suspended)
+    pending = pending_of(suspended)
+    del pending[[intent_id for intent_id, _ in pending].index(answer.intent_id)]
+    _set_pending(admitted, pending)
+    _answer(admitted, answer)
+    return admitted
+
+
+def resumption(admitted: Continuation, answer: ToolResult | Approval) -> Resumption:
+    """What the activation that ``answer`` starts resumes from (``admitted`` includes it)."""
+    is_approval = isinstance(answer, Approval)
+    return Resumption(
+        result=None if is_approval else answer,  # type: ignore[arg-type]
+        approval=answer if is_approval else None,  # type: ignore[arg-type]
+        snapshot=admitted.snapshot,
+        results={result.intent_id: result for result in admitted.results},
+        pending=tuple(pending_of(admitted)),
+        tokens_used=admitted.tokens_used,
+        steps=admitted.steps,
+    )
+
+
+def suspend(
+    base: Continuation | None,
+    staged: Staged,
+    *,
+    seq: int,
+    started_at_ms: int,
+    snapshot: bytes,
+    adapter: str,
+    deadline_ms: int,
+) -> Continuation:
+    """The continuation a ``Suspend`` persists (and its ``SUSPENDED`` trace).
+
+    ``base`` is the resumed run with its answer admitted, or ``None`` for a new run.
+    """
+    pending = staged.pending_after()
+    next_step = staged.cursor.high_water_step
+    staged.trace.record(TraceEvent.SUSPENDED, next_step, {"pending": str(len(pending))})
+    suspended = Continuation(started_at_ms=started_at_ms) if base is None else _copy(base)
+    suspended.schema_version = CONTINUATION_SCHEMA_VERSION
+    suspended.seq = seq
+    _append_steps(suspended, staged.new_steps)
+    suspended.next_step = next_step
+    suspended.snapshot = snapshot
+    suspended.adapter = adapter
+    _set_pending(suspended, pending)
+    suspended.deadline_ms = deadline_ms
+    suspended.trace_id = staged.trace.trace_id
+    suspended.tokens_used = suspended.tokens_used + staged.tokens_used
+    suspended.trace_sequence = staged.trace.next_sequence
+    return suspended
+
+
+def escalate(
+    suspended: Continuation,
+    trace: TraceRecorder,
+    *,
+    entity_key: bytes,
+    fired_ms: int,
+    now_ms: int,
+    timeout_ms: int,
+    intent_ttl_ms: int,
+    channel: str,
+) -> tuple[Continuation, ToolIntent]:
+    """Answer pending approvals "no" (by the deadline), ask again, and re-suspend.
+
+    Traces the new intent and the ``SUSPENDED`` on ``trace``. Returns the re-suspended
+    continuation and the fresh ``APPROVAL`` intent it waits for.
+    """
+    escalated = _copy(suspended)
+    superseded: list[str] = []
+    kept: list[tuple[str, int]] = []
+    for intent_id, kind in pending_of(suspended):
+        if kind != ToolIntent.APPROVAL:
+            kept.append((intent_id, kind))
+            continue
+        superseded.append(intent_id)
+        _answer(
+            escalated,
+            Approval(
+                intent_id=intent_id,
+                approved=False,
+                approver=DEADLINE_APPROVER,
+                decided_at_ms=fired_ms,
+                reason="no decision before the deadline; escalated",
+            ),
+        )
+    step = suspended.next_step
+    args_json = canonical_json(
+        {
+            "escalation": suspended.escalations + 1,
+            "supersedes": superseded,
+            "pending_intent_ids": [pending_id for pending_id, _ in kept],
+        }
+    )
+    intent = stage_intent(
+        trace,
+        entity_key=entity_key,
+        seq=suspended.seq,
+        step=step,
+        kind=ToolIntent.APPROVAL,
+        tool_name=APPROVAL_TOOL_NAME,
+        args_json=args_json,
+        created_at_ms=now_ms,
+        ttl_ms=intent_ttl_ms,
+        channel=channel,
+    )
+    _append_steps(
+        escalated,
+        [
+            (
+                StepRecord.APPROVAL,
+                intent_step_digest(ToolIntent.APPROVAL, APPROVAL_TOOL_NAME, args_json),
+            )
+        ],
+    )
+    kept.append((intent.intent_id, ToolIntent.APPROVAL))
+    trace.record(TraceEvent.SUSPENDED, step + 1, {"pending": str(len(kept)), "route": "escalate"})
+    _set_pending(escalated, kept)
+    escalated.next_step = step + 1
+    escalated.escalations = suspended.escalations + 1
+    escalated.deadline_ms = fired_ms + timeout_ms
+    escalated.trace_sequence = trace.next_sequence
+    return escalated, intent
+
+
+def timed_out_approval(suspended: Continuation, intent_id: str) -> bool:
+    """Whether the deadline answered the approval ``intent_id`` (it was escalated)."""
+    return any(
+        approval.intent_id == intent_id and approval.approver == DEADLINE_APPROVER
+        for approval in suspended.approvals
+    )
+
+
+def _copy(continuation: Continuation) -> Continuation:
+    copied = Continuation()
+    copied.CopyFrom(continuation)
+    return copied
+
+
+def _answer(continuation: Continuation, answer: ToolResult | Approval) -> None:
+    continuation.answered_intent_ids.append(answer.intent_id)
+    if isinstance(answer, Approval):
+        continuation.approvals.append(answer)
+    else:
+        continuation.results.append(answer)
+
+
+def _set_pending(continuation: Continuation, pending: Iterable[tuple[str, int]]) -> None:
+    pairs = list(pending)
+    del continuation.pending_intent_ids[:]
+    del continuation.pending_kinds[:]
+    continuation.pending_intent_ids.extend(intent_id for intent_id, _ in pairs)
+    continuation.pending_kinds.extend(kind for _, kind in pairs)  # type: ignore[misc]
+
+
+def _append_steps(continuation: Continuation, steps: Iterable[tuple[int, bytes]]) -> None:
+    """Record the run's fresh steps, if its records cover every step it took so far.
+
+    Continuations written before steps were recorded have none; their runs never replay, and
+    no records are kept for them.
+    """
+    if len(continuation.steps) != continuation.next_step:
+        del continuation.steps[:]
+        return
+    continuation.steps.extend(
+        StepRecord(kind=kind, digest=digest)  # type: ignore[arg-type]
+        for kind, digest in steps
+    )

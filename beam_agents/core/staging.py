@@ -1,0 +1,121 @@
+"""What an activation stages, and the one function that stages an intent.
+
+:class:`Staged` is the record the runtime reads back after the agent returns: intents, trace
+events, fresh steps, tokens, and the memory and replay cache if they were touched. It is
+committed whole or discarded whole (invariant 1). :func:`stage_intent` builds every
+``ToolIntent`` the runtime emits: ``act``, ``request_approval`` and HITL escalation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from beam_agents._protos import ToolIntent, TraceEvent
+from beam_agents.core.cursor import ReplayCursor, StepRecord
+from beam_agents.core.errors import BudgetExceededError
+from beam_agents.core.ids import intent_id_for
+from beam_agents.core.memory import WorkingMemory
+from beam_agents.core.tracing import TraceRecorder
+from beam_agents.model.cache import ReplayCache
+
+APPROVAL_TOOL_NAME = "approval"
+"""The ``tool_name`` of every ``APPROVAL`` intent."""
+
+STEP_KIND_OF_INTENT: dict[int, int] = {
+    ToolIntent.TOOL: StepRecord.INTENT,
+    ToolIntent.APPROVAL: StepRecord.APPROVAL,
+}
+"""The ``StepRecord`` kind a staged intent of each ``ToolIntent.Kind`` records."""
+
+
+def intent_step_digest(kind: int, tool_name: str, args_json: str) -> bytes:
+    """The content digest recorded for an intent step: its kind, tool name and arguments."""
+    return hashlib.sha256(f"{kind}|{tool_name}|{args_json}".encode()).digest()
+
+
+def stage_intent(
+    trace: TraceRecorder,
+    *,
+    entity_key: bytes,
+    seq: int,
+    step: int,
+    kind: int,
+    tool_name: str,
+    args_json: str,
+    created_at_ms: int,
+    ttl_ms: int,
+    channel: str,
+) -> ToolIntent:
+    """Build the intent at ``step`` of run ``seq`` and trace it as ``INTENT_EMITTED``."""
+    intent_id = intent_id_for(entity_key, seq, step)
+    trace.record(
+        TraceEvent.INTENT_EMITTED,
+        step,
+        {"intent_id": intent_id, "tool_name": tool_name, "kind": ToolIntent.Kind.Name(kind)},
+    )
+    return ToolIntent(
+        intent_id=intent_id,
+        entity_key=entity_key,
+        seq=seq,
+        step_index=step,
+        tool_name=tool_name,
+        args_json=args_json,
+        created_at_ms=created_at_ms,
+        expires_at_ms=created_at_ms + ttl_ms,
+        kind=kind,  # type: ignore[arg-type]
+        trace_id=trace.trace_id,
+        channel=channel,
+    )
+
+
+class Staged:
+    """Everything one activation staged; the runtime commits it only if the agent succeeds."""
+
+    __slots__ = (
+        "budget_error",
+        "cache",
+        "carried",
+        "cursor",
+        "intents",
+        "memory",
+        "tokens_before",
+        "tokens_used",
+        "trace",
+    )
+
+    def __init__(
+        self,
+        trace: TraceRecorder,
+        cursor: ReplayCursor,
+        carried: tuple[tuple[str, int], ...] = (),
+        tokens_before: int = 0,
+    ) -> None:
+        self.trace = trace
+        self.cursor = cursor
+        self.carried = carried
+        """``(intent_id, kind)`` of the run's earlier intents still unanswered."""
+        self.tokens_before = tokens_before
+        """Tokens the run's earlier activations spent."""
+        self.intents: list[ToolIntent] = []
+        self.tokens_used = 0
+        """Tokens the provider reported for this activation's calls (replays spend none)."""
+        self.budget_error: BudgetExceededError | None = None
+        """Set once a call went past the run's token budget: the activation must fail."""
+        self.memory: WorkingMemory | None = None
+        """The working memory, if the agent used it."""
+        self.cache: ReplayCache | None = None
+        """The replay cache, if the agent called the model."""
+
+    @property
+    def new_steps(self) -> list[tuple[int, bytes]]:
+        """``(StepRecord kind, digest)`` of every fresh step this activation took, in order."""
+        return self.cursor.new_steps
+
+    @property
+    def run_tokens_used(self) -> int:
+        """Tokens spent by the whole run so far: earlier activations plus this one."""
+        return self.tokens_before + self.tokens_used
+
+    def pending_after(self) -> list[tuple[str, int]]:
+        """``(intent_id, kind)`` of every unanswered intent, carried ones first, for a Suspend."""
+        return [*self.carried, *((intent.intent_id, intent.kind) for intent in self.intents)]
