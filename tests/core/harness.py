@@ -1,12 +1,18 @@
 # mypy: disallow-untyped-calls=False
 # (Beam's own API is mostly unannotated.)
-"""Running RunAgent pipelines in tests and collecting their four outputs as Python values."""
+"""Running RunAgent in tests, and what several rule-family test modules share.
+
+``run_agent`` runs a pipeline and collects its four outputs as Python values;
+``InMemoryKeyState`` drives one key through ``AgentDoFn`` without a runner. Below them: the
+tools, agents and scenarios more than one test module uses, kept here once.
+"""
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,12 +22,24 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
-from beam_agents import AgentConfig, RunAgent
-from beam_agents._protos import AgentEnvelope, AgentError, ToolIntent, TraceEvent
+from beam_agents import (
+    AgentConfig,
+    Complete,
+    Escalate,
+    FallbackContext,
+    HitlPolicy,
+    RunAgent,
+    Suspend,
+    intent_id_for,
+)
+from beam_agents._protos import AgentEnvelope, AgentError, KeyHeader, ToolIntent, TraceEvent
 from beam_agents.core.agent import AgentFn
+from beam_agents.core.context import ActivationContext
 from beam_agents.core.dofn import AgentDoFn
-from beam_agents.model.fake import FakeLLM
+from beam_agents.model.client import LlmRequest
+from beam_agents.model.fake import FakeLLM, match_contains, respond_with
 from beam_agents.testing import EnvelopeStream
+from beam_agents.tools import ToolRegistry, tool
 
 # Collected elements, by run token. The runners used here execute DoFns in this process, so a
 # module-level store reached by reference is visible to the test that started the pipeline.
@@ -222,3 +240,147 @@ class InMemoryKeyState:
         """Deliver ``envelope`` on ``key`` to ``dofn.process`` over these cells."""
         outputs: list[Any] = dofn.process((key, envelope), **self.params())
         return outputs
+
+
+# -- shared tools and agents ----------------------------------------------------------------
+
+
+@tool
+def risk_band(customer_id: str) -> str:
+    """Read-only."""
+    return "high" if customer_id.endswith("9") else "normal"
+
+
+@tool(side_effect=True)
+def freeze_account(customer_id: str) -> str:
+    """Side-effecting."""
+    return f"frozen:{customer_id}"
+
+
+def make_registry() -> ToolRegistry:
+    return ToolRegistry([risk_band, freeze_account])
+
+
+async def tally(ctx: ActivationContext) -> Complete:
+    return Complete(output=ctx.entity_key + b":" + str(ctx.seq).encode())
+
+
+async def fan_out(ctx: ActivationContext) -> Complete | Suspend:
+    """Stage three lookups; complete only when every one has answered."""
+    if not ctx.is_resume:
+        for region in ("eu", "us", "ap"):
+            ctx.act("lookup", {"region": region})
+        return Suspend(snapshot=b"fan-out")
+    if ctx.pending_intent_ids:
+        return Suspend(snapshot=ctx.snapshot)
+    answers = {intent_id: result.payload.decode() for intent_id, result in ctx.results.items()}
+    return Complete(output=json.dumps(answers, sort_keys=True).encode())
+
+
+def escalate(fallback: FallbackContext) -> Escalate:
+    return Escalate()
+
+
+def escalate_once() -> HitlPolicy:
+    """A policy whose 5 s timeout escalates once, on the ``ops`` channel."""
+    return HitlPolicy(
+        timeout_ms=5_000,
+        intent_ttl_ms=60_000,
+        approval_channel="ops",
+        on_timeout=escalate,
+        max_escalations=1,
+    )
+
+
+# -- the order scenario: plan with the model, ship, summarize on the result -----------------
+
+SCENARIO_KEY = b"order-1"
+"""The key of the order and hold scenarios."""
+
+
+def ask(text: str) -> LlmRequest:
+    return LlmRequest(model_id="planner", messages=[{"role": "user", "content": text}])
+
+
+def make_fake() -> FakeLLM:
+    return FakeLLM(
+        [
+            (match_contains("plan"), respond_with(b"ship it")),
+            (match_contains("summarize"), respond_with(b"shipped")),
+        ]
+    )
+
+
+async def plan_then_summarize(ctx: ActivationContext) -> Complete | Suspend:
+    if not ctx.is_resume:
+        plan = await ctx.call_model(ask("plan " + ctx.event.decode()))
+        ctx.act("ship", {"plan": plan.text})
+        return Suspend(snapshot=plan.response)
+    result = ctx.resume_result
+    assert result is not None
+    summary = await ctx.call_model(ask("summarize " + result.payload.decode()))
+    ctx.act("notify", {"summary": summary.text, "plan": ctx.snapshot.decode()})
+    return Complete(output=summary.response)
+
+
+def order_stream() -> EnvelopeStream:
+    return (
+        EnvelopeStream()
+        .event(SCENARIO_KEY, b"order", at_ms=1_000)
+        .result(
+            SCENARIO_KEY, intent_id_for(SCENARIO_KEY, 0, 1), payload=b'"tracking-1"', at_ms=2_000
+        )
+    )
+
+
+def run_order(config: AgentConfig) -> Outputs:
+    """Run ``plan_then_summarize`` over ``order_stream()`` on the streaming runner."""
+    return run_agent(streamed(order_stream()), plan_then_summarize, config, streaming=True)
+
+
+def fingerprint(outputs: Outputs) -> tuple[list[bytes], list[bytes], list[bytes]]:
+    return (
+        sorted(intent.SerializeToString(deterministic=True) for intent in outputs.intents),
+        sorted(event.SerializeToString(deterministic=True) for event in outputs.traces),
+        sorted(outputs.output),
+    )
+
+
+def calls_containing(fake: FakeLLM, text: str) -> int:
+    return sum(text in str(request.messages) for request in fake.requests)
+
+
+# -- the hold scenario: one key driven through AgentDoFn -------------------------------------
+
+HOLD_TTL_MS = 60_000
+
+
+async def hold_then_release(ctx: ActivationContext) -> Complete | Suspend:
+    """Suspends on an event saying "hold" (one intent), completes on anything else."""
+    if ctx.is_resume:
+        return Complete(output=b"released")
+    if ctx.event == b"hold":
+        ctx.act("freeze", {"card": "7"})
+        return Suspend()
+    return Complete(output=b"done " + ctx.event)
+
+
+def held_dofn() -> Iterator[AgentDoFn]:
+    """The body of a fixture: ``hold_then_release`` in a set-up ``AgentDoFn``, torn down after."""
+    runner = AgentDoFn(hold_then_release, AgentConfig(ttl_ms=HOLD_TTL_MS))
+    runner.setup()
+    yield runner
+    runner.teardown()
+
+
+def hold_event(payload: bytes, at_ms: int) -> AgentEnvelope:
+    return AgentEnvelope(entity_key=SCENARIO_KEY, event_time_ms=at_ms, external_event=payload)
+
+
+def main_outputs(outputs: list[Any]) -> list[bytes]:
+    return [output for output in outputs if isinstance(output, bytes)]
+
+
+def header_of(cells: InMemoryKeyState) -> KeyHeader:
+    assert cells.header.value is not None
+    return KeyHeader.FromString(cells.header.value)

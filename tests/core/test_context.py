@@ -10,7 +10,7 @@ import pytest
 
 from beam_agents._protos import ModelCache, ToolIntent, ToolResult, TraceEvent
 from beam_agents.core.agent import intent_id_for
-from beam_agents.core.context import ActivationContext, ActivationServices, Resumption
+from beam_agents.core.context import ActivationContext, ActivationServices, Resumption, staged
 from beam_agents.core.errors import ModelNotConfiguredError, ReadOnlyIntentError
 from beam_agents.core.memory import WorkingMemory
 from beam_agents.core.model_gateway import ModelGateway
@@ -85,7 +85,7 @@ def make_context(
 
 
 def event_types(ctx: ActivationContext) -> list[str]:
-    return [TraceEvent.EventType.Name(event.event_type) for event in ctx.trace.events]
+    return [TraceEvent.EventType.Name(event.event_type) for event in staged(ctx).trace.events]
 
 
 def test_act_stages_a_deterministic_intent_with_canonical_arguments() -> None:
@@ -95,22 +95,22 @@ def test_act_stages_a_deterministic_intent_with_canonical_arguments() -> None:
     assert first == intent_id_for(KEY, 4, 2)
     assert second == intent_id_for(KEY, 4, 3)
     assert ctx.next_step == 4
-    intent = ctx.intents[0]
-    assert intent.args_json == '{"amount":5,"currency":"USD"}' == ctx.intents[1].args_json
+    intent = staged(ctx).intents[0]
+    assert intent.args_json == '{"amount":5,"currency":"USD"}' == staged(ctx).intents[1].args_json
     assert intent.kind == ToolIntent.TOOL and intent.tool_name == "charge"
     assert (intent.seq, intent.step_index, intent.entity_key) == (4, 2, KEY)
     assert (intent.created_at_ms, intent.expires_at_ms) == (1_000, 61_000)
-    assert ctx.intents[1].expires_at_ms == 1_010
+    assert staged(ctx).intents[1].expires_at_ms == 1_010
     assert intent.trace_id == trace_id_for(KEY, 4)
     assert event_types(ctx) == ["INTENT_EMITTED", "INTENT_EMITTED"]
-    assert ctx.trace.events[0].attributes["intent_id"] == first
+    assert staged(ctx).trace.events[0].attributes["intent_id"] == first
     assert ctx.pending_intent_ids == frozenset({first, second})
 
 
 def test_act_stages_intents_for_tools_the_registry_does_not_know_without_validation() -> None:
     ctx = make_context()
     ctx.act("send_email", {"to": "x"})
-    assert ctx.intents[0].tool_name == "send_email"
+    assert staged(ctx).intents[0].tool_name == "send_email"
 
 
 @pytest.mark.parametrize(
@@ -129,7 +129,7 @@ def test_invalid_intent_arguments_raise_and_stage_nothing(args: Any, message: st
     ctx = make_context()
     with pytest.raises(ToolArgumentError, match=message):
         ctx.act("charge", args)
-    assert ctx.intents == [] and ctx.next_step == 0 and ctx.trace.events == []
+    assert staged(ctx).intents == [] and ctx.next_step == 0 and staged(ctx).trace.events == []
 
 
 def test_act_refuses_a_read_only_tool_and_bad_ttls() -> None:
@@ -140,17 +140,17 @@ def test_act_refuses_a_read_only_tool_and_bad_ttls() -> None:
         ctx.act("charge", {"amount": 1}, ttl_ms=0)
     with pytest.raises(ValueError, match="tool name"):
         ctx.act("", {})
-    assert ctx.intents == []
+    assert staged(ctx).intents == []
 
 
 def test_request_approval_stages_an_approval_intent_on_the_policy_channel() -> None:
     ctx = make_context()
     default = ctx.request_approval({"amount": 12_500})
     routed = ctx.request_approval('{"amount": 1}', channel="finance", ttl_ms=99)
-    assert [intent.kind for intent in ctx.intents] == [ToolIntent.APPROVAL] * 2
-    assert [intent.tool_name for intent in ctx.intents] == ["approval", "approval"]
-    assert [intent.channel for intent in ctx.intents] == ["ops", "finance"]
-    assert [intent.expires_at_ms for intent in ctx.intents] == [6_000, 1_099]
+    assert [intent.kind for intent in staged(ctx).intents] == [ToolIntent.APPROVAL] * 2
+    assert [intent.tool_name for intent in staged(ctx).intents] == ["approval", "approval"]
+    assert [intent.channel for intent in staged(ctx).intents] == ["ops", "finance"]
+    assert [intent.expires_at_ms for intent in staged(ctx).intents] == [6_000, 1_099]
     assert [default, routed] == [intent_id_for(KEY, 4, 0), intent_id_for(KEY, 4, 1)]
 
 
@@ -161,7 +161,7 @@ async def test_run_tool_runs_read_only_tools_inline_without_taking_a_step() -> N
     assert await ctx.run_tool("double", {"number": "21"}) == 42
     assert ctx.next_step == 0
     assert event_types(ctx) == ["TOOL_CALL", "TOOL_CALL"]
-    assert ctx.trace.events[0].attributes["tool_name"] == "lookup"
+    assert staged(ctx).trace.events[0].attributes["tool_name"] == "lookup"
 
 
 @pytest.mark.asyncio
@@ -173,7 +173,7 @@ async def test_refused_tool_calls_raise_typed_errors_and_are_not_traced() -> Non
         await ctx.run_tool("charge", {"amount": 1})
     with pytest.raises(ToolArgumentError):
         await ctx.run_tool("lookup", {})
-    assert ctx.trace.events == []
+    assert staged(ctx).trace.events == []
 
 
 @pytest.mark.asyncio
@@ -181,7 +181,7 @@ async def test_a_tool_that_fails_is_traced_as_a_failed_call() -> None:
     ctx = make_context()
     with pytest.raises(RuntimeError, match="broken 3"):
         await ctx.run_tool("broken", {"number": 3})
-    assert ctx.trace.events[0].attributes["status"] == "error"
+    assert staged(ctx).trace.events[0].attributes["status"] == "error"
 
 
 @pytest.mark.asyncio
@@ -194,13 +194,13 @@ async def test_two_identical_model_calls_are_two_provider_calls_at_two_steps() -
     assert fake.call_count == 2
     assert first.text == second.text == "answer words"
     assert ctx.next_step == 2
-    assert [event.step_index for event in ctx.trace.events] == [0, 1]
-    assert [event.attributes["beam_agents.cache_hit"] for event in ctx.trace.events] == [
+    assert [event.step_index for event in staged(ctx).trace.events] == [0, 1]
+    assert [event.attributes["beam_agents.cache_hit"] for event in staged(ctx).trace.events] == [
         "false",
         "false",
     ]
-    assert ctx.touched_cache is not None and len(ctx.touched_cache) == 2
-    assert ctx.tokens_used == 2 * (2 + 2)
+    assert staged(ctx).cache is not None and len(staged(ctx).cache) == 2
+    assert staged(ctx).tokens_used == 2 * (2 + 2)
 
 
 @pytest.mark.asyncio
@@ -209,15 +209,15 @@ async def test_a_committed_call_at_the_same_position_is_replayed_without_the_pro
     request = LlmRequest(model_id="m", messages=[{"role": "user", "content": "q"}])
     original = make_context(provider=fake)
     await original.call_model(request)
-    assert original.touched_cache is not None
-    committed = ModelCache.FromString(original.touched_cache.encode())
+    assert staged(original).cache is not None
+    committed = ModelCache.FromString(staged(original).cache.encode())
 
     again = FakeLLM([(match_any(), respond_with(b"a different answer"))])
     replay = make_context(provider=again, cache=committed)
     response = await replay.call_model(request)
     assert again.call_count == 0
     assert response.text == "first answer"
-    assert replay.trace.events[0].attributes["beam_agents.cache_hit"] == "true"
+    assert staged(replay).trace.events[0].attributes["beam_agents.cache_hit"] == "true"
     # The same request one step later is a different position: a real call.
     assert (await replay.call_model(request)).text == "a different answer"
     assert again.call_count == 1
@@ -243,10 +243,10 @@ def test_memory_is_loaded_only_when_used() -> None:
         return blob
 
     ctx = make_context(memory_loader=loader)
-    assert ctx.touched_memory is None and loads == []
+    assert staged(ctx).memory is None and loads == []
     assert ctx.memory.get("seen") == b"yes"
     ctx.memory.set("new", b"1")
-    assert loads == [1] and ctx.touched_memory is not None and ctx.touched_memory.changed
+    assert loads == [1] and staged(ctx).memory is not None and staged(ctx).memory.changed
 
 
 def test_a_new_run_has_no_resume_inputs() -> None:
@@ -274,6 +274,6 @@ def test_a_resumed_run_sees_its_result_snapshot_and_what_is_still_pending() -> N
     new_id = ctx.act("charge", {"amount": 1})
     assert new_id == intent_id_for(KEY, 4, 3)
     assert ctx.pending_intent_ids == frozenset({"b", new_id})
-    assert ctx.pending_after() == [("b", ToolIntent.TOOL), (new_id, ToolIntent.TOOL)]
+    assert staged(ctx).pending_after() == [("b", ToolIntent.TOOL), (new_id, ToolIntent.TOOL)]
     with pytest.raises(TypeError):
         ctx.results["x"] = answered  # type: ignore[index]

@@ -1,4 +1,7 @@
-"""HitlPolicy validation and its escalation limit."""
+"""Rule family: deadline routes, the policy. ``HitlPolicy`` validation and its escalation limit.
+
+What each route does when a deadline fires is in test_deadline_routes.py.
+"""
 
 from __future__ import annotations
 

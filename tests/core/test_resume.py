@@ -1,4 +1,9 @@
-"""Suspend and resume: results re-entering on the key, fan-out/fan-in, buffering, orphans."""
+"""Rule family: resume. A suspended run resumes on its results, and events wait their turn.
+
+Results re-enter on the key and resume the run with its seq, snapshot and cursor; a fan-out
+completes once every result is in; events arriving meanwhile are buffered (up to a limit) and
+run in order after. Which answers are refused is admission's rule (test_admission.py).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ from beam_agents._protos import AgentEnvelope, ToolResult, TraceEvent
 from beam_agents.core.context import ActivationContext
 from beam_agents.core.tracing import trace_id_for
 from beam_agents.testing import EnvelopeStream
-from tests.core.harness import Outputs, run_agent, streamed
+from tests.core.harness import fan_out, run_agent, streamed
 
 K = b"acct-7"
 
@@ -75,18 +80,6 @@ def test_a_suspended_run_resumes_with_its_result_seq_snapshot_and_continued_curs
     assert resumed_start.parent_span_id == run[0].span_id
     assert resumed_start.attributes["trigger"] == "tool_result"
     assert run[5].parent_span_id == resumed_start.span_id
-
-
-async def fan_out(ctx: ActivationContext) -> Complete | Suspend:
-    """Stage three lookups; complete only when every one has answered."""
-    if not ctx.is_resume:
-        for region in ("eu", "us", "ap"):
-            ctx.act("lookup", {"region": region})
-        return Suspend(snapshot=b"fan-out")
-    if ctx.pending_intent_ids:
-        return Suspend(snapshot=ctx.snapshot)
-    answers = {intent_id: result.payload.decode() for intent_id, result in ctx.results.items()}
-    return Complete(output=json.dumps(answers, sort_keys=True).encode())
 
 
 def fan_out_stream(order: list[int]) -> EnvelopeStream:
@@ -158,52 +151,3 @@ def test_a_full_event_buffer_sends_the_overflow_to_errors() -> None:
     assert error.reason == "buffer_overflow"
     assert AgentEnvelope.FromString(error.envelope).external_event == b"overflow"
     assert "max_buffered_events" in error.detail
-
-
-def refusals(outputs: Outputs) -> list[tuple[str, str, str]]:
-    """``(payload kind, intent id, detail)`` of every orphaned result, in arrival order."""
-    found = []
-    for error in sorted(outputs.errors, key=lambda error: error.event_time_ms):
-        assert error.reason == "orphaned_result"
-        envelope = AgentEnvelope.FromString(error.envelope)
-        kind = envelope.WhichOneof("payload")
-        answer = envelope.approval if kind == "approval" else envelope.tool_result
-        found.append((kind, answer.intent_id, error.detail))
-    return found
-
-
-def test_orphaned_and_duplicate_results_are_refused_and_change_nothing() -> None:
-    first, second, third = (intent_id_for(K, 0, step) for step in range(3))
-    stream = (
-        EnvelopeStream()
-        .result(b"never-suspended", "some-intent", at_ms=500)
-        .event(K, b"go", at_ms=1_000)
-        .result(K, "not-an-intent-of-this-run", at_ms=1_100)
-        .approval(K, second, approved=True, at_ms=1_150)
-        .result(K, second, payload=b'"r1"', at_ms=1_200)
-        .result(K, second, payload=b'"duplicate"', at_ms=1_300)
-        .result(K, first, payload=b'"r0"', at_ms=1_400)
-        .result(K, third, payload=b'"r2"', at_ms=1_500)
-        .result(K, third, payload=b'"late"', at_ms=1_600)
-    )
-    outputs = run_agent(streamed(stream), fan_out, streaming=True)
-    # The run completed exactly as if the refused envelopes had never arrived.
-    [answers] = [json.loads(raw) for raw in outputs.output]
-    assert answers == {first: '"r0"', second: '"r1"', third: '"r2"'}
-    found = refusals(outputs)
-    expected = [
-        ("tool_result", "some-intent", "no suspended run on this key"),
-        ("tool_result", "not-an-intent-of-this-run", "is not pending in this key's suspended run"),
-        ("approval", second, "is a tool intent and cannot take an approval"),
-        ("tool_result", second, "duplicate delivery"),
-        ("tool_result", third, "no suspended run on this key"),
-    ]
-    assert len(found) == len(expected)
-    for (kind, intent_id, detail), (want_kind, want_id, want_text) in zip(
-        found, expected, strict=True
-    ):
-        assert (kind, intent_id) == (want_kind, want_id)
-        assert want_text in detail
-    # Only the admitted results resumed the run: one start per admitted result, no more.
-    starts = [e for e in outputs.traces_for(K) if e.event_type == TraceEvent.ACTIVATION_START]
-    assert len(starts) == 4

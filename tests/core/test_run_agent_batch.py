@@ -1,39 +1,32 @@
-"""RunAgent on the FnApiRunner: outputs, traces, identity, the model path and bad input."""
+"""RunAgent on the FnApiRunner: outputs, traces, identity, the model path and configuration.
+
+Bad input is refused by admission (test_admission.py); a failed activation commits nothing
+(test_commit.py).
+"""
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import apache_beam as beam
 import pytest
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
-from beam_agents import AgentConfig, Complete, RunAgent, Suspend, intent_id_for
+from beam_agents import AgentConfig, Complete, RunAgent, intent_id_for
 from beam_agents._protos import AgentEnvelope, AgentError, ToolIntent, TraceEvent
 from beam_agents.core.context import ActivationContext
-from beam_agents.core.memory import MEMORY_CAP_BYTES
 from beam_agents.core.tracing import trace_id_for
 from beam_agents.model.client import LlmRequest
 from beam_agents.model.fake import FakeLLM, match_any, match_contains, respond_with
-from beam_agents.tools import ToolRegistry, tool
-from tests.core.harness import SharedProvider, created, event, run_agent
-
-
-@tool
-def risk_band(customer_id: str) -> str:
-    """Read-only."""
-    return "high" if customer_id.endswith("9") else "normal"
-
-
-@tool(side_effect=True)
-def freeze_account(customer_id: str) -> str:
-    """Side-effecting."""
-    return f"frozen:{customer_id}"
-
-
-def make_registry() -> ToolRegistry:
-    return ToolRegistry([risk_band, freeze_account])
+from tests.core.harness import (
+    SharedProvider,
+    created,
+    event,
+    make_registry,
+    risk_band,
+    run_agent,
+    tally,
+)
 
 
 def make_provider() -> FakeLLM:
@@ -86,10 +79,6 @@ def test_trace_fields_are_derived_from_key_seq_and_position() -> None:
     assert len({event.span_id for event in events}) == 4
     assert {(event.start_ms, event.end_ms) for event in events} == {(7_000, 7_000)}
     assert [event.step_index for event in events] == [0, 0, 0, 1]
-
-
-async def tally(ctx: ActivationContext) -> Complete:
-    return Complete(output=ctx.entity_key + b":" + str(ctx.seq).encode())
 
 
 def test_many_keys_each_get_their_own_first_run() -> None:
@@ -156,113 +145,7 @@ def test_identical_requests_in_one_activation_are_separate_provider_calls() -> N
     assert {e.attributes["beam_agents.cache_hit"] for e in llm_calls} == {"false"}
 
 
-# -- bad input ----------------------------------------------------------------------------
-
-
-async def uses_unknown_tool(ctx: ActivationContext) -> Complete:
-    await ctx.run_tool("no_such_tool", {})
-    return Complete(output=b"unreachable")
-
-
-async def bad_intent_arguments(ctx: ActivationContext) -> Complete:
-    ctx.act("freeze_account", {"customer_id": 12, "extra": True})
-    return Complete(output=b"unreachable")
-
-
-async def overfills_memory(ctx: ActivationContext) -> Complete:
-    ctx.memory.set("blob", b"x" * MEMORY_CAP_BYTES)
-    return Complete(output=b"unreachable")
-
-
-async def returns_text(ctx: ActivationContext) -> Complete:
-    return Complete(output="text")  # type: ignore[arg-type]
-
-
-async def returns_nothing(ctx: ActivationContext) -> None:
-    return None
-
-
-async def suspends_on_nothing(ctx: ActivationContext) -> Suspend:
-    return Suspend()
-
-
-async def too_slow(ctx: ActivationContext) -> Complete:
-    ctx.act("freeze_account", {"customer_id": "c"})
-    await asyncio.sleep(5)
-    return Complete(output=b"unreachable")
-
-
-@pytest.mark.parametrize(
-    ("agent", "reason", "detail"),
-    [
-        (uses_unknown_tool, "activation_error", "ToolNotFoundError"),
-        (bad_intent_arguments, "activation_error", "ToolArgumentError"),
-        (overfills_memory, "activation_error", "MemoryLimitError"),
-        (returns_text, "activation_error", "Complete.output must be bytes"),
-        (returns_nothing, "activation_error", "must return Complete or Suspend, got NoneType"),
-        (suspends_on_nothing, "activation_error", "nothing could ever resume it"),
-        (too_slow, "activation_timeout", "ActivationTimeoutError"),
-    ],
-)
-def test_a_failed_activation_commits_nothing_and_reports_one_error(
-    agent: object, reason: str, detail: str
-) -> None:
-    envelope = AgentEnvelope(entity_key=b"k", event_time_ms=42, external_event=b"cust-1")
-    outputs = run_agent(
-        created([(b"k", envelope)]),
-        agent,  # type: ignore[arg-type]
-        AgentConfig(tool_registry=make_registry(), activation_timeout_s=0.3),
-    )
-    assert outputs.output == [] and outputs.intents == []
-    assert len(outputs.errors) == 1
-    error = outputs.errors[0]
-    assert (error.reason, error.entity_key, error.event_time_ms, error.seq) == (reason, b"k", 42, 0)
-    assert detail in error.detail
-    assert AgentEnvelope.FromString(error.envelope) == envelope
-    assert [TraceEvent.EventType.Name(e.event_type) for e in outputs.traces] == ["ERROR"]
-    assert outputs.traces[0].attributes["reason"] == reason
-
-
-def test_malformed_elements_become_typed_errors_and_good_ones_still_run() -> None:
-    good = event(b"good", b"e")
-    elements = [
-        good,
-        "not a pair",
-        (b"k", b"not an envelope"),
-        (b"", AgentEnvelope(entity_key=b"", external_event=b"e")),
-        (b"k", AgentEnvelope(entity_key=b"other", external_event=b"e")),
-        (b"k", AgentEnvelope(entity_key=b"k", event_time_ms=5)),
-        ("text-key", AgentEnvelope(entity_key=b"k", external_event=b"e")),
-    ]
-    outputs = run_agent(created(elements, typed=False), tally)
-    assert outputs.output == [b"good:0"]
-    assert outputs.reasons() == sorted(
-        [
-            "malformed_element",
-            "malformed_element",
-            "empty_key",
-            "key_mismatch",
-            "missing_payload",
-            "malformed_element",
-        ]
-    )
-    missing = next(e for e in outputs.errors if e.reason == "missing_payload")
-    assert AgentEnvelope.FromString(missing.envelope).event_time_ms == 5
-
-
-@pytest.mark.parametrize(
-    ("values", "message"),
-    [
-        ([b"a", b"b"], "expects a PCollection of \\(bytes, AgentEnvelope\\) pairs"),
-        ([("k", AgentEnvelope())], "keys must be bytes"),
-        ([(b"k", b"v")], "values must be AgentEnvelope"),
-    ],
-)
-def test_input_that_is_not_keyed_envelopes_is_refused_at_construction(
-    values: list[object], message: str
-) -> None:
-    with pytest.raises(ValueError, match=message), beam.Pipeline(runner=FnApiRunner()) as pipeline:
-        pipeline | beam.Create(values) | RunAgent(tally)
+# -- bad configuration --------------------------------------------------------------------
 
 
 def not_async(ctx: ActivationContext) -> Complete:

@@ -1,17 +1,17 @@
-"""RunAgent over a TestStream: per-key order, memory across activations, atomic failure."""
+"""RunAgent over a TestStream: per-key order, and memory across activations and windows.
+
+A failed activation leaving state untouched is the commit rule (test_commit.py).
+"""
 
 from __future__ import annotations
 
 import apache_beam as beam
 from apache_beam.transforms.window import FixedWindows
 
-from beam_agents import AgentConfig, Complete
-from beam_agents._protos import AgentEnvelope, TraceEvent
+from beam_agents import Complete
 from beam_agents.core.context import ActivationContext
-from beam_agents.model.client import LlmRequest
-from beam_agents.model.fake import FakeLLM, match_any, respond_with
 from beam_agents.testing import EnvelopeStream
-from tests.core.harness import SharedProvider, run_agent, streamed
+from tests.core.harness import run_agent, streamed
 
 
 async def remember(ctx: ActivationContext) -> Complete:
@@ -53,47 +53,3 @@ def test_a_key_keeps_one_history_across_windows_of_its_input() -> None:
 
     outputs = run_agent(windowed, remember, streaming=True)
     assert sorted(outputs.output) == [b"a#0:1", b"a#1:1,2"]
-
-
-async def fails_on_boom(ctx: ActivationContext) -> Complete:
-    """Writes memory, stages an intent and calls the model, then raises on a "boom" event."""
-    before = ctx.memory.get("value") or b"-"
-    ctx.memory.set("value", ctx.event)
-    ctx.act("notify", {"event": ctx.event.decode()})
-    await ctx.call_model(LlmRequest(model_id="m", messages=[{"role": "user", "content": "hi"}]))
-    if ctx.event == b"boom":
-        raise RuntimeError("the agent failed after staging everything")
-    return Complete(output=b"seq=%d before=%s" % (ctx.seq, before))
-
-
-def test_a_failed_activation_leaves_state_outputs_and_intents_untouched() -> None:
-    provider = SharedProvider(FakeLLM([(match_any(), respond_with(b"ok"))]))
-    stream = (
-        EnvelopeStream()
-        .event(b"k", b"first", at_ms=1_000)
-        .event(b"k", b"boom", at_ms=2_000)
-        .event(b"k", b"third", at_ms=3_000)
-    )
-    outputs = run_agent(
-        streamed(stream), fails_on_boom, AgentConfig(provider_factory=provider), streaming=True
-    )
-    # The third event sees the first one's memory and the seq the failed one did not take.
-    assert sorted(outputs.output) == [b"seq=0 before=-", b"seq=1 before=first"]
-    assert sorted(intent.seq for intent in outputs.intents) == [0, 1]
-    assert {intent.args_json for intent in outputs.intents} == {
-        '{"event":"first"}',
-        '{"event":"third"}',
-    }
-    assert [error.reason for error in outputs.errors] == ["activation_error"]
-    error = outputs.errors[0]
-    assert AgentEnvelope.FromString(error.envelope).external_event == b"boom"
-    assert "the agent failed after staging everything" in error.detail
-    assert error.seq == 1
-    failed_traces = [event for event in outputs.traces if event.start_ms == 2_000]
-    assert [event.event_type for event in failed_traces] == [TraceEvent.ERROR]
-    # Seq 1's trace holds the ERROR of the failed attempt and then the run that committed.
-    seq_one = [
-        TraceEvent.EventType.Name(e.event_type) for e in outputs.traces_for(b"k") if e.seq == 1
-    ]
-    assert seq_one.count("ACTIVATION_START") == 1 and seq_one.count("ERROR") == 1
-    assert provider.fake.call_count == 3

@@ -1,26 +1,147 @@
-"""Human in the loop in a pipeline: approvals in time, and each timeout route at the deadline."""
+"""Rule family: deadline routes. What a suspension does when its deadline fires.
+
+The route (deny, drop, escalate, or fail closed when the route itself fails) and idle expiry are
+pure decisions (``beam_agents.core.routes``) from the continuation and the timer's firing time
+alone, tested first without Beam; the pipeline tests below show human-in-the-loop approvals in
+time, each route at the deadline, and a retried timer bundle escalating identically.
+"""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
-from beam_agents import (
-    AgentConfig,
-    Complete,
-    Deny,
-    Drop,
-    Escalate,
-    FallbackContext,
-    HitlPolicy,
-    Suspend,
-    intent_id_for,
-)
-from beam_agents._protos import ToolIntent, TraceEvent
+from beam_agents import AgentConfig, Complete, Suspend
+from beam_agents._protos import Continuation, KeyHeader, ToolIntent, TraceEvent
 from beam_agents.core.context import ActivationContext
-from beam_agents.testing import EnvelopeStream, epoch_clock
-from tests.core.harness import Outputs, run_agent, streamed
+from beam_agents.core.continuation import DEADLINE_APPROVER
+from beam_agents.core.ids import intent_id_for
+from beam_agents.core.routes import choose_route, deadline_outcome, idle_expiry
+from beam_agents.core.tracing import trace_id_for
+from beam_agents.hitl import Deny, Drop, Escalate, FallbackContext, HitlPolicy
+from beam_agents.testing import EnvelopeStream, FailFirstCommit, epoch_clock
+from tests.core.harness import Outputs, escalate, escalate_once, fingerprint, run_agent, streamed
+
+KEY = b"order-9"
+
+
+def deny(fallback: FallbackContext) -> Deny:
+    return Deny(b"denied " + fallback.snapshot)
+
+
+def broken(_: FallbackContext) -> Deny:
+    raise RuntimeError("route bug")
+
+
+def policy(route: object, max_escalations: int = 2) -> HitlPolicy:
+    return HitlPolicy(
+        timeout_ms=5_000,
+        intent_ttl_ms=60_000,
+        approval_channel="ops",
+        on_timeout=route,  # type: ignore[arg-type]
+        max_escalations=max_escalations,
+        exhausted_output=b"exhausted",
+    )
+
+
+def waiting_run() -> Continuation:
+    """Run 2 waiting, at step 3, for a tool intent and an approval; deadline at 10 s."""
+    return Continuation(
+        seq=2,
+        next_step=3,
+        snapshot=b"s",
+        pending_intent_ids=[intent_id_for(KEY, 2, 0), intent_id_for(KEY, 2, 2)],
+        pending_kinds=[ToolIntent.TOOL, ToolIntent.APPROVAL],
+        deadline_ms=10_000,
+        trace_id=trace_id_for(KEY, 2),
+        trace_sequence=7,
+    )
+
+
+def names(events: list[TraceEvent]) -> list[str]:
+    return [TraceEvent.EventType.Name(event.event_type) for event in events]
+
+
+def test_without_a_policy_the_run_is_dropped() -> None:
+    assert choose_route(None, KEY, waiting_run(), 10_000) == Drop()
+
+
+def test_the_route_decides_on_the_runs_snapshot() -> None:
+    assert choose_route(policy(deny), KEY, waiting_run(), 10_000) == Deny(b"denied s")
+
+
+def test_escalating_past_the_limit_is_taken_as_the_exhausted_denial() -> None:
+    run = waiting_run()
+    run.escalations = 2
+    assert choose_route(policy(escalate), KEY, run, 10_000) == Deny(b"exhausted")
+
+
+def test_a_route_that_raises_is_returned_as_its_failure() -> None:
+    failure = choose_route(policy(broken), KEY, waiting_run(), 10_000)
+    assert isinstance(failure, RuntimeError)
+
+
+def test_deny_ends_the_run_with_its_output() -> None:
+    outcome = deadline_outcome(Deny(b"no"), KEY, waiting_run(), None, fired_ms=10_000, now_ms=50)
+    assert outcome.escalated is None and outcome.outputs == [b"no"] and outcome.errors == []
+    assert names(outcome.traces) == ["ACTIVATION_START", "ACTIVATION_END"]
+    assert outcome.traces[-1].attributes["route"] == "deny"
+    assert [event.sequence for event in outcome.traces] == [7, 8]
+
+
+def test_drop_ends_the_run_on_errors() -> None:
+    outcome = deadline_outcome(Drop(), KEY, waiting_run(), None, fired_ms=10_000, now_ms=50)
+    [error] = outcome.errors
+    assert outcome.escalated is None and outcome.outputs == []
+    assert error.reason == "suspension_dropped" and error.seq == 2
+    assert "2 intents pending" in error.detail and error.event_time_ms == 50
+
+
+def test_a_failed_route_ends_the_run_fail_closed_with_one_error_trace() -> None:
+    failure = RuntimeError("route bug")
+    outcome = deadline_outcome(failure, KEY, waiting_run(), None, fired_ms=10_000, now_ms=50)
+    [error] = outcome.errors
+    assert error.reason == "timeout_route_error" and "RuntimeError: route bug" in error.detail
+    assert names(outcome.traces) == ["ERROR"] and outcome.escalated is None
+
+
+def test_escalation_answers_pending_approvals_no_and_asks_again() -> None:
+    run = waiting_run()
+    outcome = deadline_outcome(Escalate(), KEY, run, policy(escalate), fired_ms=10_000, now_ms=50)
+    escalated, intent = outcome.escalated, outcome.intent
+    assert escalated is not None and intent is not None
+    assert intent.intent_id == intent_id_for(KEY, 2, 3) and intent.step_index == 3
+    assert intent.kind == ToolIntent.APPROVAL and intent.channel == "ops"
+    assert intent.created_at_ms == 50 and intent.expires_at_ms == 60_050
+    assert list(escalated.pending_intent_ids) == [intent_id_for(KEY, 2, 0), intent.intent_id]
+    [answered] = escalated.approvals
+    assert answered.intent_id == intent_id_for(KEY, 2, 2) and not answered.approved
+    assert answered.approver == DEADLINE_APPROVER and answered.decided_at_ms == 10_000
+    assert escalated.next_step == 4 and escalated.escalations == 1
+    assert escalated.deadline_ms == 15_000
+    assert names(outcome.traces) == ["ACTIVATION_START", "INTENT_EMITTED", "SUSPENDED"]
+    assert escalated.trace_sequence == 7 + 3
+    # The committed continuation is never edited in place.
+    assert run == waiting_run()
+
+
+def test_escalations_are_deterministic() -> None:
+    first = deadline_outcome(Escalate(), KEY, waiting_run(), policy(escalate), fired_ms=1, now_ms=2)
+    again = deadline_outcome(Escalate(), KEY, waiting_run(), policy(escalate), fired_ms=1, now_ms=2)
+    assert first == again
+
+
+def test_idle_expiry_counts_from_the_last_activity() -> None:
+    assert idle_expiry(KeyHeader(last_activity_ms=1_000), 500) == 1_500
+    assert idle_expiry(KeyHeader(last_activity_ms=1_000), None) is None
+    # A key with no recorded activity has no idle timer armed.
+    assert idle_expiry(KeyHeader(last_activity_ms=0), 500) is None
+
+
+# -- in a pipeline --------------------------------------------------------------------------
 
 K = b"transfer-1"
+"""The key of the pipeline tests below."""
 TIMEOUT_MS = 5_000
 PAST_DEADLINE_MS = 6_000
 
@@ -203,3 +324,24 @@ def test_a_failing_route_ends_the_run_fail_closed() -> None:
     failure = next(e for e in outputs.errors if e.reason == "timeout_route_error")
     assert "the route has a bug" in failure.detail
     assert "ERROR" in trace_names(outputs)
+
+
+async def approve_first(ctx: ActivationContext) -> Complete | Suspend:
+    if ctx.is_resume:
+        return Complete(output=b"decided")
+    ctx.request_approval({"order": ctx.event.decode()})
+    return Suspend()
+
+
+def test_a_retried_deadline_firing_escalates_identically(tmp_path: Path) -> None:
+    def run(before_commit: FailFirstCommit | None) -> Outputs:
+        stream = EnvelopeStream().event(K, b"order", at_ms=1_000).advance_processing_time(6_000)
+        policy = escalate_once()
+        config = AgentConfig(
+            hitl_policy=policy, processing_clock=epoch_clock, before_commit=before_commit
+        )
+        return run_agent(streamed(stream), approve_first, config, streaming=True)
+
+    forced = FailFirstCommit(tmp_path, trigger="deadline")
+    assert fingerprint(run(forced)) == fingerprint(run(None))
+    assert f"{K.hex()}-0-deadline-1" in forced.forced()

@@ -1,0 +1,103 @@
+"""The continuation's one owner (``beam_agents.core.continuation``), tested without Beam.
+
+Admitting an answer, building the resumption and suspending each return a new continuation;
+the pending lists and step records change only through these functions.
+"""
+
+from __future__ import annotations
+
+from beam_agents._protos import Approval, Continuation, ToolIntent, ToolResult
+from beam_agents.core.continuation import admit, resumption, suspend
+from beam_agents.core.cursor import ReplayCursor, StepRecord
+from beam_agents.core.staging import Staged, stage_intent
+from beam_agents.core.tracing import TraceRecorder, trace_id_for
+
+KEY = b"k"
+
+
+def waiting() -> Continuation:
+    run = Continuation(
+        seq=1,
+        next_step=2,
+        snapshot=b"snap",
+        pending_intent_ids=["a", "b"],
+        pending_kinds=[ToolIntent.TOOL, ToolIntent.APPROVAL],
+        tokens_used=40,
+        trace_id=trace_id_for(KEY, 1),
+        trace_sequence=3,
+    )
+    run.steps.add(kind=StepRecord.INTENT, digest=b"0")
+    run.steps.add(kind=StepRecord.APPROVAL, digest=b"1")
+    return run
+
+
+def test_admitting_a_result_moves_it_from_pending_to_answered() -> None:
+    answer = ToolResult(intent_id="a", status=ToolResult.OK, payload=b"1")
+    admitted = admit(waiting(), answer)
+    assert list(admitted.pending_intent_ids) == ["b"]
+    assert list(admitted.pending_kinds) == [ToolIntent.APPROVAL]
+    assert list(admitted.answered_intent_ids) == ["a"] and list(admitted.results) == [answer]
+    assert waiting().pending_intent_ids == ["a", "b"]
+
+
+def test_admitting_an_approval_records_the_decision() -> None:
+    decision = Approval(intent_id="b", approved=True, approver="ana")
+    admitted = admit(waiting(), decision)
+    assert list(admitted.approvals) == [decision] and list(admitted.results) == []
+
+
+def test_the_resumption_carries_what_the_run_received_and_still_waits_for() -> None:
+    answer = ToolResult(intent_id="a", status=ToolResult.OK)
+    resumed = resumption(admit(waiting(), answer), answer)
+    assert resumed.result == answer and resumed.approval is None
+    assert resumed.snapshot == b"snap" and dict(resumed.results) == {"a": answer}
+    assert resumed.pending == (("b", ToolIntent.APPROVAL),) and resumed.tokens_used == 40
+    assert [step.digest for step in resumed.steps] == [b"0", b"1"]
+
+
+def staged_resume(base: Continuation) -> Staged:
+    """A resumed activation of ``base``'s run that staged one more intent at step 2."""
+    trace = TraceRecorder(KEY, 1, base.trace_id, base.trace_sequence, 9)
+    record = Staged(trace, ReplayCursor(base.next_step, base.steps), (("b", 3),), 40)
+    step, replayed = record.cursor.take(StepRecord.INTENT, b"2")
+    assert (step, replayed) == (2, False)
+    record.intents.append(
+        stage_intent(
+            trace,
+            entity_key=KEY,
+            seq=1,
+            step=step,
+            kind=ToolIntent.TOOL,
+            tool_name="ship",
+            args_json="{}",
+            created_at_ms=9,
+            ttl_ms=100,
+            channel="",
+        )
+    )
+    record.tokens_used = 2
+    return record
+
+
+def test_suspending_again_carries_the_pending_set_and_appends_the_new_steps() -> None:
+    base = admit(waiting(), ToolResult(intent_id="a", status=ToolResult.OK))
+    record = staged_resume(base)
+    suspended = suspend(
+        base, record, seq=1, started_at_ms=0, snapshot=b"next", adapter="", deadline_ms=77
+    )
+    new_intent = record.intents[0].intent_id
+    assert list(suspended.pending_intent_ids) == ["b", new_intent]
+    assert [step.digest for step in suspended.steps] == [b"0", b"1", b"2"]
+    assert suspended.next_step == 3 and suspended.snapshot == b"next"
+    assert suspended.tokens_used == 42 and suspended.deadline_ms == 77
+    # INTENT_EMITTED and SUSPENDED were traced after the run's first three events.
+    assert suspended.trace_sequence == 3 + 2
+
+
+def test_a_run_whose_steps_were_never_recorded_keeps_no_records() -> None:
+    base = admit(waiting(), ToolResult(intent_id="a", status=ToolResult.OK))
+    del base.steps[:]
+    suspended = suspend(
+        base, staged_resume(base), seq=1, started_at_ms=0, snapshot=b"", adapter="", deadline_ms=0
+    )
+    assert list(suspended.steps) == [] and suspended.next_step == 3
