@@ -32,7 +32,7 @@ from beam_agents.core.errors import (
     ErrorReason,
     InvalidOutcomeError,
 )
-from beam_agents.core.plan import Plan
+from beam_agents.core.plan import Plan, error_record
 from beam_agents.core.routes import choose_route, deadline_outcome, idle_expiry, wiped_error
 from beam_agents.core.state import HEADER_SCHEMA_VERSION, KeyState
 from beam_agents.core.tracing import TraceRecorder, trace_id_for
@@ -106,15 +106,17 @@ class Activator:
         assert suspended is not None
         limit = self._config.max_buffered_events
         if len(state.buffered()) >= limit:
-            plan.error(
-                key,
-                ErrorReason.BUFFER_OVERFLOW,
-                f"{limit} external events are already waiting for suspended run seq "
-                f"{suspended.seq} of this key; raise AgentConfig.max_buffered_events or resume "
-                "the run sooner",
-                envelope.event_time_ms,
-                envelope.SerializeToString(),
-                suspended.seq,
+            plan.errors.append(
+                error_record(
+                    key,
+                    ErrorReason.BUFFER_OVERFLOW,
+                    f"{limit} external events are already waiting for suspended run seq "
+                    f"{suspended.seq} of this key; raise AgentConfig.max_buffered_events or resume "
+                    "the run sooner",
+                    envelope.event_time_ms,
+                    envelope.SerializeToString(),
+                    suspended.seq,
+                )
             )
             return
         state.buffer(envelope.SerializeToString())
@@ -134,13 +136,15 @@ class Activator:
         processing_ms = self._processing_ms() if has_deadline else None
         refusal = answer_refusal(key, suspended, answer, processing_ms)
         if refusal is not None:
-            plan.error(
-                key,
-                ErrorReason.ORPHANED_RESULT,
-                refusal,
-                envelope.event_time_ms,
-                envelope.SerializeToString(),
-                state.header.next_seq if suspended is None else suspended.seq,
+            plan.errors.append(
+                error_record(
+                    key,
+                    ErrorReason.ORPHANED_RESULT,
+                    refusal,
+                    envelope.event_time_ms,
+                    envelope.SerializeToString(),
+                    state.header.next_seq if suspended is None else suspended.seq,
+                )
             )
             return
         assert suspended is not None
@@ -189,13 +193,15 @@ class Activator:
                 ctx.high_water_step, {"reason": reason.value, "error": type(failure).__name__}
             )
         )
-        plan.error(
-            ctx.entity_key,
-            reason,
-            _describe(failure),
-            envelope.event_time_ms,
-            envelope.SerializeToString() if envelope_bytes is None else envelope_bytes,
-            ctx.seq,
+        plan.errors.append(
+            error_record(
+                ctx.entity_key,
+                reason,
+                _describe(failure),
+                envelope.event_time_ms,
+                envelope.SerializeToString() if envelope_bytes is None else envelope_bytes,
+                ctx.seq,
+            )
         )
         return None
 

@@ -60,6 +60,12 @@ def _is_count(value: object, minimum: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
 
 
+def _is_seconds(value: object, *, positive: bool) -> bool:
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+        return False
+    return value > 0 if positive else value >= 0
+
+
 @dataclass(frozen=True)
 class AgentConfig:
     """How ``RunAgent`` runs an agent.
@@ -137,14 +143,10 @@ class AgentConfig:
             f"AgentConfig.ttl_ms must be a positive int of milliseconds or None (never clean "
             f"up), got {self.ttl_ms!r}",
         )
-        timeout = self.activation_timeout_s
         _require(
-            isinstance(timeout, int | float)
-            and not isinstance(timeout, bool)
-            and math.isfinite(timeout)
-            and timeout > 0,
+            _is_seconds(self.activation_timeout_s, positive=True),
             f"AgentConfig.activation_timeout_s must be a positive number of seconds, got "
-            f"{timeout!r}",
+            f"{self.activation_timeout_s!r}",
         )
         _require(
             self.hitl_policy is None or isinstance(self.hitl_policy, HitlPolicy),
@@ -177,13 +179,10 @@ class AgentConfig:
             "AgentConfig.circuit_failure_threshold must be an int >= 1 or None (no circuit "
             f"breaking), got {self.circuit_failure_threshold!r}",
         )
-        reset = self.circuit_reset_timeout_s
         _require(
-            isinstance(reset, int | float)
-            and not isinstance(reset, bool)
-            and math.isfinite(reset)
-            and reset >= 0,
-            f"AgentConfig.circuit_reset_timeout_s must be a number of seconds >= 0, got {reset!r}",
+            _is_seconds(self.circuit_reset_timeout_s, positive=False),
+            "AgentConfig.circuit_reset_timeout_s must be a number of seconds >= 0, got "
+            f"{self.circuit_reset_timeout_s!r}",
         )
         _require(
             self.max_tokens_per_run is None or _is_count(self.max_tokens_per_run, 1),

@@ -23,15 +23,11 @@ from beam_agents.core.errors import (
     ModelNotConfiguredError,
     ReadOnlyIntentError,
 )
-from beam_agents.core.ids import intent_id_for
 from beam_agents.core.memory import WorkingMemory
 from beam_agents.core.model_gateway import ModelGateway
 from beam_agents.core.staging import (
     APPROVAL_TOOL_NAME,
-    STEP_KIND_OF_INTENT,
     Staged,
-    intent_step_digest,
-    stage_intent,
 )
 from beam_agents.core.state import decode_cache
 from beam_agents.core.tracing import TraceRecorder
@@ -402,26 +398,7 @@ class ActivationContext:
         return self._stage(ToolIntent.APPROVAL, APPROVAL_TOOL_NAME, args_json, ttl, route)
 
     def _stage(self, kind: int, tool_name: str, args_json: str, ttl_ms: int, channel: str) -> str:
-        staged = self._staged
-        step, replayed = staged.cursor.take(
-            STEP_KIND_OF_INTENT[kind], intent_step_digest(kind, tool_name, args_json)
-        )
-        if replayed:
-            return intent_id_for(self.entity_key, self.seq, step)
-        intent = stage_intent(
-            staged.trace,
-            entity_key=self.entity_key,
-            seq=self.seq,
-            step=step,
-            kind=kind,
-            tool_name=tool_name,
-            args_json=args_json,
-            created_at_ms=self.now_ms,
-            ttl_ms=ttl_ms,
-            channel=channel,
-        )
-        staged.intents.append(intent)
-        return intent.intent_id
+        return self._staged.stage_intent(kind, tool_name, args_json, ttl_ms, channel)
 
 
 def staged(ctx: ActivationContext) -> Staged:

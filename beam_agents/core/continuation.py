@@ -13,13 +13,8 @@ from dataclasses import dataclass
 
 from beam_agents._json import canonical_json
 from beam_agents._protos import Approval, Continuation, ToolIntent, ToolResult, TraceEvent
-from beam_agents.core.cursor import StepRecord
-from beam_agents.core.staging import (
-    APPROVAL_TOOL_NAME,
-    Staged,
-    intent_step_digest,
-    stage_intent,
-)
+from beam_agents.core.cursor import ReplayCursor, StepRecord
+from beam_agents.core.staging import APPROVAL_TOOL_NAME, Staged
 from beam_agents.core.state import CONTINUATION_SCHEMA_VERSION
 from beam_agents.core.tracing import TraceRecorder
 
@@ -113,16 +108,15 @@ def escalate(
     suspended: Continuation,
     trace: TraceRecorder,
     *,
-    entity_key: bytes,
     fired_ms: int,
-    now_ms: int,
     timeout_ms: int,
     intent_ttl_ms: int,
     channel: str,
 ) -> tuple[Continuation, ToolIntent]:
     """Answer pending approvals "no" (by the deadline), ask again, and re-suspend.
 
-    Traces the new intent and the ``SUSPENDED`` on ``trace``. Returns the re-suspended
+    The new intent is made at ``trace``'s event time and traced there, with the
+    ``SUSPENDED``. Returns the re-suspended
     continuation and the fresh ``APPROVAL`` intent it waits for.
     """
     escalated = _copy(suspended)
@@ -151,27 +145,10 @@ def escalate(
             "pending_intent_ids": [pending_id for pending_id, _ in kept],
         }
     )
-    intent = stage_intent(
-        trace,
-        entity_key=entity_key,
-        seq=suspended.seq,
-        step=step,
-        kind=ToolIntent.APPROVAL,
-        tool_name=APPROVAL_TOOL_NAME,
-        args_json=args_json,
-        created_at_ms=now_ms,
-        ttl_ms=intent_ttl_ms,
-        channel=channel,
-    )
-    _append_steps(
-        escalated,
-        [
-            (
-                StepRecord.APPROVAL,
-                intent_step_digest(ToolIntent.APPROVAL, APPROVAL_TOOL_NAME, args_json),
-            )
-        ],
-    )
+    asked = Staged(trace, ReplayCursor(step))
+    asked.stage_intent(ToolIntent.APPROVAL, APPROVAL_TOOL_NAME, args_json, intent_ttl_ms, channel)
+    [intent] = asked.intents
+    _append_steps(escalated, asked.new_steps)
     kept.append((intent.intent_id, ToolIntent.APPROVAL))
     trace.record(TraceEvent.SUSPENDED, step + 1, {"pending": str(len(kept)), "route": "escalate"})
     _set_pending(escalated, kept)

@@ -28,18 +28,6 @@ class Plan:
         self.idle_ms: int | None = None
         """``None``: leave the idle timer as it is; else set it (event time, ms)."""
 
-    def error(
-        self,
-        entity_key: bytes,
-        reason: ErrorReason,
-        detail: str,
-        event_time_ms: int,
-        envelope: bytes,
-        seq: int,
-    ) -> None:
-        """Emit an ``.errors`` record."""
-        self.errors.append(error_record(entity_key, reason, detail, event_time_ms, envelope, seq))
-
 
 def error_record(
     entity_key: bytes,

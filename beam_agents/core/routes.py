@@ -83,9 +83,7 @@ def deadline_outcome(
         escalated, intent = escalate(
             suspended,
             trace,
-            entity_key=key,
             fired_ms=fired_ms,
-            now_ms=now_ms,
             timeout_ms=policy.timeout_ms,
             intent_ttl_ms=policy.intent_ttl_ms,
             channel=policy.approval_channel,

@@ -2,7 +2,7 @@
 
 :class:`Staged` is the record the runtime reads back after the agent returns: intents, trace
 events, fresh steps, tokens, and the memory and replay cache if they were touched. It is
-committed whole or discarded whole (invariant 1). :func:`stage_intent` builds every
+committed whole or discarded whole (invariant 1). :meth:`Staged.stage_intent` builds every
 ``ToolIntent`` the runtime emits: ``act``, ``request_approval`` and HITL escalation.
 """
 
@@ -33,41 +33,6 @@ def intent_step_digest(kind: int, tool_name: str, args_json: str) -> bytes:
     return hashlib.sha256(f"{kind}|{tool_name}|{args_json}".encode()).digest()
 
 
-def stage_intent(
-    trace: TraceRecorder,
-    *,
-    entity_key: bytes,
-    seq: int,
-    step: int,
-    kind: int,
-    tool_name: str,
-    args_json: str,
-    created_at_ms: int,
-    ttl_ms: int,
-    channel: str,
-) -> ToolIntent:
-    """Build the intent at ``step`` of run ``seq`` and trace it as ``INTENT_EMITTED``."""
-    intent_id = intent_id_for(entity_key, seq, step)
-    trace.record(
-        TraceEvent.INTENT_EMITTED,
-        step,
-        {"intent_id": intent_id, "tool_name": tool_name, "kind": ToolIntent.Kind.Name(kind)},
-    )
-    return ToolIntent(
-        intent_id=intent_id,
-        entity_key=entity_key,
-        seq=seq,
-        step_index=step,
-        tool_name=tool_name,
-        args_json=args_json,
-        created_at_ms=created_at_ms,
-        expires_at_ms=created_at_ms + ttl_ms,
-        kind=kind,  # type: ignore[arg-type]
-        trace_id=trace.trace_id,
-        channel=channel,
-    )
-
-
 class Staged:
     """Everything one activation staged; the runtime commits it only if the agent succeeds."""
 
@@ -91,6 +56,7 @@ class Staged:
         tokens_before: int = 0,
     ) -> None:
         self.trace = trace
+        """The activation's trace events; it also names the activation (key, seq, event time)."""
         self.cursor = cursor
         self.carried = carried
         """``(intent_id, kind)`` of the run's earlier intents still unanswered."""
@@ -119,3 +85,41 @@ class Staged:
     def pending_after(self) -> list[tuple[str, int]]:
         """``(intent_id, kind)`` of every unanswered intent, carried ones first, for a Suspend."""
         return [*self.carried, *((intent.intent_id, intent.kind) for intent in self.intents)]
+
+    def stage_intent(
+        self, kind: int, tool_name: str, args_json: str, ttl_ms: int, channel: str
+    ) -> str:
+        """Take the next step for an intent and stage it; return its id.
+
+        A step that replays the run's record (same kind and content at the same position)
+        stages nothing: that intent was emitted when its activation committed.
+        """
+        step, replayed = self.cursor.take(
+            STEP_KIND_OF_INTENT[kind], intent_step_digest(kind, tool_name, args_json)
+        )
+        trace = self.trace
+        intent_id = intent_id_for(trace.entity_key, trace.seq, step)
+        if replayed:
+            return intent_id
+        trace.record(
+            TraceEvent.INTENT_EMITTED,
+            step,
+            {"intent_id": intent_id, "tool_name": tool_name, "kind": ToolIntent.Kind.Name(kind)},
+        )
+        created_at_ms = trace.now_ms
+        self.intents.append(
+            ToolIntent(
+                intent_id=intent_id,
+                entity_key=trace.entity_key,
+                seq=trace.seq,
+                step_index=step,
+                tool_name=tool_name,
+                args_json=args_json,
+                created_at_ms=created_at_ms,
+                expires_at_ms=created_at_ms + ttl_ms,
+                kind=kind,  # type: ignore[arg-type]
+                trace_id=trace.trace_id,
+                channel=channel,
+            )
+        )
+        return intent_id

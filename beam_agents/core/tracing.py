@@ -73,6 +73,21 @@ class TraceRecorder:
         return self._trace_id
 
     @property
+    def entity_key(self) -> bytes:
+        """The key of the activation whose events this records."""
+        return self._entity_key
+
+    @property
+    def seq(self) -> int:
+        """The run's seq."""
+        return self._seq
+
+    @property
+    def now_ms(self) -> int:
+        """The activation's event time, the time of every event."""
+        return self._now_ms
+
+    @property
     def next_sequence(self) -> int:
         """The sequence the run's next event will get."""
         return self._first_sequence + len(self.events)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from beam_agents._protos import Approval, Continuation, ToolIntent, ToolResult
 from beam_agents.core.continuation import admit, resumption, suspend
 from beam_agents.core.cursor import ReplayCursor, StepRecord
-from beam_agents.core.staging import Staged, stage_intent
+from beam_agents.core.staging import Staged, intent_step_digest
 from beam_agents.core.tracing import TraceRecorder, trace_id_for
 
 KEY = b"k"
@@ -58,23 +58,10 @@ def test_the_resumption_carries_what_the_run_received_and_still_waits_for() -> N
 def staged_resume(base: Continuation) -> Staged:
     """A resumed activation of ``base``'s run that staged one more intent at step 2."""
     trace = TraceRecorder(KEY, 1, base.trace_id, base.trace_sequence, 9)
-    record = Staged(trace, ReplayCursor(base.next_step, base.steps), (("b", 3),), 40)
-    step, replayed = record.cursor.take(StepRecord.INTENT, b"2")
-    assert (step, replayed) == (2, False)
-    record.intents.append(
-        stage_intent(
-            trace,
-            entity_key=KEY,
-            seq=1,
-            step=step,
-            kind=ToolIntent.TOOL,
-            tool_name="ship",
-            args_json="{}",
-            created_at_ms=9,
-            ttl_ms=100,
-            channel="",
-        )
-    )
+    cursor = ReplayCursor(base.next_step, base.steps)
+    record = Staged(trace, cursor, (("b", 3),), 40)
+    record.stage_intent(ToolIntent.TOOL, "ship", "{}", 100, "")
+    assert [intent.step_index for intent in record.intents] == [2]
     record.tokens_used = 2
     return record
 
@@ -87,7 +74,8 @@ def test_suspending_again_carries_the_pending_set_and_appends_the_new_steps() ->
     )
     new_intent = record.intents[0].intent_id
     assert list(suspended.pending_intent_ids) == ["b", new_intent]
-    assert [step.digest for step in suspended.steps] == [b"0", b"1", b"2"]
+    shipped = intent_step_digest(ToolIntent.TOOL, "ship", "{}")
+    assert [step.digest for step in suspended.steps] == [b"0", b"1", shipped]
     assert suspended.next_step == 3 and suspended.snapshot == b"next"
     assert suspended.tokens_used == 42 and suspended.deadline_ms == 77
     # INTENT_EMITTED and SUSPENDED were traced after the run's first three events.
