@@ -546,22 +546,22 @@ STORE_HOTSPOTS = (
         "",
     ),
     Hotspot(
-        "effector/store/_sql.py",
-        "_complete",
+        "effector/store/_execution.py",
+        "record_completions",
         "Recording results: the intents' results (one conditional UPDATE each, so the first "
         "result wins a race), the release of their key rows, then one log insert per batch.",
         "",
     ),
     Hotspot(
-        "effector/store/_sql.py",
-        "_claim",
+        "effector/store/_execution.py",
+        "claim_work",
         "Claiming: picking idle keys with work, then set-based UPDATEs marking their head "
         "intents RUNNING and the keys claimed.",
         "",
     ),
     Hotspot(
-        "effector/store/_sql.py",
-        "_submit",
+        "effector/store/_intake.py",
+        "submit",
         "Recording Submits (a group commit of every Submit waiting): multi-row INSERTs of the "
         "intents, then one upsert of their key rows.",
         "",
@@ -569,7 +569,7 @@ STORE_HOTSPOTS = (
 )
 LOOP_HOTSPOTS = (
     Hotspot(
-        "effector/server.py",
+        "effector/service.py",
         "Submit",
         "The Submit handler on the event loop, validation included; the rest of a Submit's "
         "latency is waiting for the store thread.",

@@ -5,16 +5,16 @@ from __future__ import annotations
 import contextlib
 import cProfile
 import math
-import os
 import pstats
-import select
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
+
+from effector import launch
+from effector.cli import READY_PREFIX
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,11 +33,7 @@ def percentile(samples: Sequence[float], fraction: float) -> float:
 
 def child_environment() -> dict[str, str]:
     """The environment for subprocesses: this one, with the repository importable."""
-    environment = dict(os.environ)
-    environment["PYTHONPATH"] = os.pathsep.join(
-        part for part in (str(REPO_ROOT), environment.get("PYTHONPATH", "")) if part
-    )
-    return environment
+    return launch.child_environment(REPO_ROOT)
 
 
 @contextlib.contextmanager
@@ -47,33 +43,15 @@ def serving(command: Sequence[str], ready_prefix: str, log: IO[str]) -> Iterator
     The server's stderr goes to ``log``. On exit the server gets SIGTERM (so it drains), then
     SIGKILL if it has not exited within 30 s.
     """
-    process = subprocess.Popen(
-        list(command),
-        stdout=subprocess.PIPE,
-        stderr=log,
-        text=True,
+    with launch.EffectorProcess(
+        command=command,
         env=child_environment(),
         cwd=REPO_ROOT,
-    )
-    try:
-        assert process.stdout is not None
-        ready, _, _ = select.select([process.stdout], [], [], STARTUP_TIMEOUT_S)
-        line = process.stdout.readline().strip() if ready else ""
-        if not line.startswith(ready_prefix):
-            log.flush()
-            tail = Path(log.name).read_text(errors="replace").strip().splitlines()[-10:]
-            raise RuntimeError(
-                f"{' '.join(command[1:4])} did not start (first line {line!r}); its log ends:\n"
-                + "\n".join(tail)
-            )
-        yield line.removeprefix(ready_prefix)
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        log=log,
+        ready_prefix=ready_prefix,
+        ready_timeout_s=STARTUP_TIMEOUT_S,
+    ) as server:
+        yield server.address
 
 
 def effector_command(
@@ -105,7 +83,7 @@ def effector_command(
     ]
 
 
-EFFECTOR_READY = "effector listening on "
+EFFECTOR_READY = READY_PREFIX
 
 
 def seconds_per_call(action: Callable[[], object]) -> float:

@@ -1,4 +1,7 @@
-"""``python -m effector``: the same command line as ``beam-agents-effector``."""
+"""``python -m effector``: the same command line as ``beam-agents-effector``.
+
+See :mod:`effector.cli`.
+"""
 
 from effector.cli import main
 

@@ -1,15 +1,9 @@
 """``beam-agents-effector`` / ``python -m effector``: run an effector, or talk to one.
 
-``serve`` loads a ``ToolRegistry`` from ``module:attribute``, opens the store named by URL,
-listens, prints ``effector listening on HOST:PORT`` once ready, and on SIGTERM or SIGINT
-drains (stops accepting calls, lets executions finish or releases them, closes the store) and
-exits 0. ``status``, ``pending``, ``approve`` and ``deny`` talk to a running effector: ``pending``
-is an approver's inbox, one approval awaiting decision per line, as
-``<intent_id> <entity_key> <args_json>`` (see :func:`display_key` for how the key is shown).
-
-Every flag can also come from an environment variable ``BEAM_AGENTS_EFFECTOR_<FLAG>`` (dashes
-become underscores); a flag on the command line wins. Misconfiguration exits with status 2 and
-one line on stderr; a call that fails against a running server exits with status 1.
+``serve`` prints ``effector listening on HOST:PORT`` once ready and drains on SIGTERM or SIGINT;
+``status``, ``pending``, ``approve`` and ``deny`` talk to a running effector. Every flag can
+also come from ``BEAM_AGENTS_EFFECTOR_<FLAG>``. Misconfiguration exits 2 with one line on
+stderr; a failed call exits 1. ``effector/README.md`` describes every command and setting.
 """
 
 from __future__ import annotations
@@ -34,18 +28,20 @@ from beam_agents.tools import ToolRegistry
 from effector.client import EffectorClient
 from effector.errors import ConfigurationError, StoreError
 from effector.server import (
-    DEFAULT_LIST_LIMIT,
-    MAX_LIST_LIMIT,
-    EffectorServer,
     ServerSettings,
+    check_tls_pair,
+    check_token,
     parse_host_port,
+    running_server,
 )
-from effector.store import open_store
+from effector.service import DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT
 from effector.worker import WorkerSettings
 
 PROG = "beam-agents-effector"
 ENV_PREFIX = "BEAM_AGENTS_EFFECTOR_"
 DEFAULT_ADDRESS = "127.0.0.1:50051"
+READY_PREFIX = "effector listening on "
+"""``serve`` prints this and the bound ``HOST:PORT`` on stdout once it is ready."""
 
 _log = logging.getLogger("effector")
 
@@ -308,12 +304,9 @@ def _token(args: argparse.Namespace) -> str | None:
         if not from_file:
             raise ConfigurationError(f"token file {args.token_file!r} is empty")
         return from_file
-    if args.token is None:
-        return None
-    token: str = args.token.strip()
-    if not token:
-        raise ConfigurationError("the token is empty")
-    return token
+    token: str | None = args.token
+    check_token(token)
+    return None if token is None else token.strip()
 
 
 def load_registry(spec: str) -> ToolRegistry:
@@ -353,8 +346,7 @@ def _server_settings(args: argparse.Namespace) -> ServerSettings:
         raise ConfigurationError(f"--tools is required (or {env_name('--tools')})")
     if not args.store:
         raise ConfigurationError(f"--store is required (or {env_name('--store')})")
-    if bool(args.tls_cert) != bool(args.tls_key):
-        raise ConfigurationError("--tls-cert and --tls-key go together")
+    check_tls_pair(args.tls_cert or None, args.tls_key or None)  # before reading either file
     return ServerSettings(
         listen=args.listen,
         token=_token(args),
@@ -379,18 +371,10 @@ async def _serve(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    store = await open_store(args.store)
-    try:
-        server = EffectorServer(store, registry, settings)
-        await server.start()
-        try:
-            print(f"effector listening on {server.address}", flush=True)
-            await stop.wait()
-            _log.info("signal received, draining")
-        finally:
-            await server.stop()
-    finally:
-        await store.close()
+    async with running_server(args.store, registry, settings) as server:
+        print(f"{READY_PREFIX}{server.address}", flush=True)
+        await stop.wait()
+        _log.info("signal received, draining")
     return 0
 
 

@@ -1,43 +1,20 @@
 """Typed clients for a running effector: ``EffectorClient`` (sync) and ``AsyncEffectorClient``.
 
-Both take the same connection settings: a ``target`` (``HOST:PORT``), an optional bearer
-``token`` (sent as ``authorization: Bearer <token>`` on every call), and TLS either with the
-system's roots (``tls=True``) or with a given root certificate (``root_certificates``, PEM
-bytes; implies TLS). Every call has a deadline (``timeout_s``; a Read adds its ``wait_ms``).
-Failures raise ``grpc.RpcError`` (sync) or ``grpc.aio.AioRpcError`` (async) with the status
-code the server chose.
-
-A client holds a channel, so it is not picklable: a Beam DoFn keeps the settings and builds
-its client in ``setup``.
+Both take a ``target`` (``HOST:PORT``), an optional bearer ``token``, and TLS with the system's
+roots (``tls=True``) or a given PEM ``root_certificates``. Every call has a deadline
+(``timeout_s``, plus a Read's ``wait_ms``); failures raise ``grpc.RpcError`` (sync) or
+``grpc.aio.AioRpcError`` (async). A client holds a channel, so it is not picklable.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from types import TracebackType
-from typing import Any
+from typing import Any, ClassVar
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from beam_agents._protos import (
-    AgentEnvelope,
-    DecideRequest,
-    DecideResponse,
-    EffectorStub,
-    GetIntentRequest,
-    GetIntentResponse,
-    IntentState,
-    ListIntentsRequest,
-    PublishRequest,
-    ReadRequest,
-    ReadResponse,
-    StatusRequest,
-    StatusResponse,
-    SubmitAck,
-    SubmitRequest,
-    ToolIntent,
-)
+import beam_agents._protos as pb
 
 _CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", 16 * 1024 * 1024),
@@ -45,20 +22,11 @@ _CHANNEL_OPTIONS = [
 ]
 
 
-def _credentials(tls: bool, root_certificates: bytes | None) -> grpc.ChannelCredentials | None:
-    if root_certificates is not None:
-        return grpc.ssl_channel_credentials(root_certificates=root_certificates)
-    if tls:
-        return grpc.ssl_channel_credentials()
-    return None
+class _Client:
+    """What both clients share: the channel and its stubs, the token and the deadline."""
 
-
-def _metadata(token: str | None) -> tuple[tuple[str, str], ...]:
-    return (("authorization", f"Bearer {token}"),) if token else ()
-
-
-class EffectorClient:
-    """A blocking client for the ``Effector`` service and its health check."""
+    _channels: ClassVar[Any]
+    """Where channels come from: ``grpc`` or ``grpc.aio``."""
 
     def __init__(
         self,
@@ -69,64 +37,75 @@ class EffectorClient:
         root_certificates: bytes | None = None,
         timeout_s: float = 30.0,
     ) -> None:
-        credentials = _credentials(tls, root_certificates)
-        if credentials is None:
-            self._channel = grpc.insecure_channel(target, options=_CHANNEL_OPTIONS)
-        else:
-            self._channel = grpc.secure_channel(target, credentials, options=_CHANNEL_OPTIONS)
-        self._stub = EffectorStub(self._channel)  # type: ignore[no-untyped-call]
+        if root_certificates is None and not tls:
+            self._channel = self._channels.insecure_channel(target, options=_CHANNEL_OPTIONS)
+        else:  # no root certificates: the system's
+            credentials = grpc.ssl_channel_credentials(root_certificates=root_certificates)
+            self._channel = self._channels.secure_channel(
+                target, credentials, options=_CHANNEL_OPTIONS
+            )
+        self._stub = pb.EffectorStub(self._channel)  # type: ignore[no-untyped-call]
         self._health = health_pb2_grpc.HealthStub(self._channel)
-        self._metadata = _metadata(token)
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         self._timeout_s = timeout_s
 
+    def _call(self, wait_ms: int = 0) -> dict[str, Any]:
+        return {"metadata": self._metadata, "timeout": self._timeout_s + wait_ms / 1000}
+
+
+class EffectorClient(_Client):
+    """A blocking client for the ``Effector`` service and its health check."""
+
+    _channels = grpc
+
     def submit(
-        self, intents: Iterable[ToolIntent], *, redeliver_results: bool = False
-    ) -> list[SubmitAck]:
+        self, intents: Iterable[pb.ToolIntent], *, redeliver_results: bool = False
+    ) -> list[pb.SubmitAck]:
         """Submit a batch of intents; one acknowledgement per intent, in order.
 
         With ``redeliver_results``, the result envelope of every duplicate that is already
         DONE is appended to the envelope log again.
         """
-        request = SubmitRequest(intents=intents, redeliver_results=redeliver_results)
+        request = pb.SubmitRequest(intents=intents, redeliver_results=redeliver_results)
         response = self._stub.Submit(request, **self._call())
         return list(response.acks)
 
-    def read(self, from_offset: int, *, max_batch: int = 0, wait_ms: int = 0) -> ReadResponse:
+    def read(self, from_offset: int, *, max_batch: int = 0, wait_ms: int = 0) -> pb.ReadResponse:
         """Envelopes from ``from_offset`` on; waits up to ``wait_ms`` when there are none yet."""
-        request = ReadRequest(from_offset=from_offset, max_batch=max_batch, wait_ms=wait_ms)
-        response: ReadResponse = self._stub.Read(request, **self._call(wait_ms))
+        request = pb.ReadRequest(from_offset=from_offset, max_batch=max_batch, wait_ms=wait_ms)
+        response: pb.ReadResponse = self._stub.Read(request, **self._call(wait_ms))
         return response
 
-    def get_intent(self, intent_id: str) -> GetIntentResponse:
+    def get_intent(self, intent_id: str) -> pb.GetIntentResponse:
         """Everything the effector recorded about one intent."""
-        response: GetIntentResponse = self._stub.GetIntent(
-            GetIntentRequest(intent_id=intent_id), **self._call()
+        response: pb.GetIntentResponse = self._stub.GetIntent(
+            pb.GetIntentRequest(intent_id=intent_id), **self._call()
         )
         return response
 
     def decide(
         self, intent_id: str, *, approved: bool, approver: str = "", reason: str = ""
-    ) -> DecideResponse:
+    ) -> pb.DecideResponse:
         """Approve or deny an approval intent."""
-        request = DecideRequest(
+        request = pb.DecideRequest(
             intent_id=intent_id, approved=approved, approver=approver, reason=reason
         )
-        response: DecideResponse = self._stub.Decide(request, **self._call())
+        response: pb.DecideResponse = self._stub.Decide(request, **self._call())
         return response
 
-    def publish(self, envelopes: Iterable[AgentEnvelope]) -> list[int]:
+    def publish(self, envelopes: Iterable[pb.AgentEnvelope]) -> list[int]:
         """Append external events to the envelope log; returns their offsets."""
-        response = self._stub.Publish(PublishRequest(envelopes=envelopes), **self._call())
+        response = self._stub.Publish(pb.PublishRequest(envelopes=envelopes), **self._call())
         return list(response.offsets)
 
-    def status(self) -> StatusResponse:
+    def status(self) -> pb.StatusResponse:
         """How many intents are in each state, and the log's head offset."""
-        response: StatusResponse = self._stub.Status(StatusRequest(), **self._call())
+        response: pb.StatusResponse = self._stub.Status(pb.StatusRequest(), **self._call())
         return response
 
-    def list_intents(self, state: IntentState, *, limit: int = 0) -> list[ToolIntent]:
+    def list_intents(self, state: pb.IntentState, *, limit: int = 0) -> list[pb.ToolIntent]:
         """Intents in ``state``, oldest first; ``limit`` 0 means the server's default."""
-        request = ListIntentsRequest(state=state, limit=limit)
+        request = pb.ListIntentsRequest(state=state, limit=limit)
         return list(self._stub.ListIntents(request, **self._call()).intents)
 
     def health(self, service: str = "") -> bool:
@@ -143,88 +122,65 @@ class EffectorClient:
     def __enter__(self) -> EffectorClient:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _call(self, wait_ms: int = 0) -> dict[str, Any]:
-        return {"metadata": self._metadata, "timeout": self._timeout_s + wait_ms / 1000}
 
-
-class AsyncEffectorClient:
+class AsyncEffectorClient(_Client):
     """An asyncio client for the ``Effector`` service and its health check."""
 
-    def __init__(
-        self,
-        target: str,
-        *,
-        token: str | None = None,
-        tls: bool = False,
-        root_certificates: bytes | None = None,
-        timeout_s: float = 30.0,
-    ) -> None:
-        credentials = _credentials(tls, root_certificates)
-        if credentials is None:
-            self._channel = grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS)
-        else:
-            self._channel = grpc.aio.secure_channel(target, credentials, options=_CHANNEL_OPTIONS)
-        self._stub = EffectorStub(self._channel)  # type: ignore[no-untyped-call]
-        self._health = health_pb2_grpc.HealthStub(self._channel)
-        self._metadata = _metadata(token)
-        self._timeout_s = timeout_s
+    _channels = grpc.aio
 
     async def submit(
-        self, intents: Iterable[ToolIntent], *, redeliver_results: bool = False
-    ) -> list[SubmitAck]:
+        self, intents: Iterable[pb.ToolIntent], *, redeliver_results: bool = False
+    ) -> list[pb.SubmitAck]:
         """Submit a batch of intents; one acknowledgement per intent, in order.
 
         With ``redeliver_results``, the result envelope of every duplicate that is already
         DONE is appended to the envelope log again.
         """
-        request = SubmitRequest(intents=intents, redeliver_results=redeliver_results)
+        request = pb.SubmitRequest(intents=intents, redeliver_results=redeliver_results)
         response = await self._stub.Submit(request, **self._call())
         return list(response.acks)
 
-    async def read(self, from_offset: int, *, max_batch: int = 0, wait_ms: int = 0) -> ReadResponse:
+    async def read(
+        self, from_offset: int, *, max_batch: int = 0, wait_ms: int = 0
+    ) -> pb.ReadResponse:
         """Envelopes from ``from_offset`` on; waits up to ``wait_ms`` when there are none yet."""
-        request = ReadRequest(from_offset=from_offset, max_batch=max_batch, wait_ms=wait_ms)
-        response: ReadResponse = await self._stub.Read(request, **self._call(wait_ms))
+        request = pb.ReadRequest(from_offset=from_offset, max_batch=max_batch, wait_ms=wait_ms)
+        response: pb.ReadResponse = await self._stub.Read(request, **self._call(wait_ms))
         return response
 
-    async def get_intent(self, intent_id: str) -> GetIntentResponse:
+    async def get_intent(self, intent_id: str) -> pb.GetIntentResponse:
         """Everything the effector recorded about one intent."""
-        response: GetIntentResponse = await self._stub.GetIntent(
-            GetIntentRequest(intent_id=intent_id), **self._call()
+        response: pb.GetIntentResponse = await self._stub.GetIntent(
+            pb.GetIntentRequest(intent_id=intent_id), **self._call()
         )
         return response
 
     async def decide(
         self, intent_id: str, *, approved: bool, approver: str = "", reason: str = ""
-    ) -> DecideResponse:
+    ) -> pb.DecideResponse:
         """Approve or deny an approval intent."""
-        request = DecideRequest(
+        request = pb.DecideRequest(
             intent_id=intent_id, approved=approved, approver=approver, reason=reason
         )
-        response: DecideResponse = await self._stub.Decide(request, **self._call())
+        response: pb.DecideResponse = await self._stub.Decide(request, **self._call())
         return response
 
-    async def publish(self, envelopes: Iterable[AgentEnvelope]) -> list[int]:
+    async def publish(self, envelopes: Iterable[pb.AgentEnvelope]) -> list[int]:
         """Append external events to the envelope log; returns their offsets."""
-        response = await self._stub.Publish(PublishRequest(envelopes=envelopes), **self._call())
+        response = await self._stub.Publish(pb.PublishRequest(envelopes=envelopes), **self._call())
         return list(response.offsets)
 
-    async def status(self) -> StatusResponse:
+    async def status(self) -> pb.StatusResponse:
         """How many intents are in each state, and the log's head offset."""
-        response: StatusResponse = await self._stub.Status(StatusRequest(), **self._call())
+        response: pb.StatusResponse = await self._stub.Status(pb.StatusRequest(), **self._call())
         return response
 
-    async def list_intents(self, state: IntentState, *, limit: int = 0) -> list[ToolIntent]:
+    async def list_intents(self, state: pb.IntentState, *, limit: int = 0) -> list[pb.ToolIntent]:
         """Intents in ``state``, oldest first; ``limit`` 0 means the server's default."""
-        request = ListIntentsRequest(state=state, limit=limit)
+        request = pb.ListIntentsRequest(state=state, limit=limit)
         return list((await self._stub.ListIntents(request, **self._call())).intents)
 
     async def health(self, service: str = "") -> bool:
@@ -241,13 +197,5 @@ class AsyncEffectorClient:
     async def __aenter__(self) -> AsyncEffectorClient:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
-
-    def _call(self, wait_ms: int = 0) -> dict[str, Any]:
-        return {"metadata": self._metadata, "timeout": self._timeout_s + wait_ms / 1000}

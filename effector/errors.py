@@ -1,4 +1,7 @@
-"""Typed errors raised by the effector: configuration, stores and tool execution."""
+"""Typed errors raised by the effector: configuration, stores and tool execution.
+
+Each is an :class:`EffectorError`; the command line reports the configuration and store ones.
+"""
 
 from __future__ import annotations
 

@@ -54,6 +54,22 @@ def identity_problem(intent: ToolIntent) -> str | None:
     return problem
 
 
+def external_event_problem(envelope: AgentEnvelope) -> str | None:
+    """Why ``envelope`` may not be published by a caller, or ``None`` if it may.
+
+    Only the effector publishes tool results and approvals; a caller publishes external events,
+    each addressed to a key.
+    """
+    if not envelope.entity_key:
+        return "has an empty entity_key"
+    if envelope.WhichOneof("payload") != "external_event":
+        return (
+            "is not an external_event: tool results and approvals are published only by the "
+            "effector itself"
+        )
+    return None
+
+
 def parse_arguments(args_json: str) -> Any:
     """Decode ``args_json``; empty text means no arguments. Raises ``ValueError`` if not JSON."""
     if not args_json:

@@ -7,6 +7,7 @@ over HTTP when ``--metrics-listen`` is given.
 
 from __future__ import annotations
 
+import functools
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -22,49 +23,40 @@ class EffectorMetrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self.accepted = Counter(
-            "effector_intents_accepted",
-            "Intents recorded for the first time.",
-            registry=self.registry,
-        )
-        self.duplicates = Counter(
+        counter = functools.partial(Counter, registry=self.registry)
+        gauge = functools.partial(Gauge, registry=self.registry)
+        self.accepted = counter("effector_intents_accepted", "Intents recorded for the first time.")
+        self.duplicates = counter(
             "effector_intents_duplicate",
             "Submits of an intent already recorded with identical content.",
-            registry=self.registry,
         )
-        self.redelivered = Counter(
+        self.redelivered = counter(
             "effector_results_redelivered",
             "Result envelopes of DONE intents appended to the log again on a duplicate submit "
             "that asked for redelivery.",
-            registry=self.registry,
         )
-        self.rejected = Counter(
+        self.rejected = counter(
             "effector_intents_rejected",
             "Submitted intents refused: malformed (not recorded), invalid (recorded as REJECTED) "
             "or conflict (same id, different content; the first is kept).",
             ["cause"],
-            registry=self.registry,
         )
-        self.executed = Counter(
+        self.executed = counter(
             "effector_intents_executed",
             "Execution attempts whose result was recorded, by result status.",
             ["status"],
-            registry=self.registry,
         )
-        self.expired = Counter(
+        self.expired = counter(
             "effector_intents_expired",
             "Intents refused as EXPIRED before they were claimed or decided.",
-            registry=self.registry,
         )
-        self.in_flight = Gauge(
+        self.in_flight = gauge(
             "effector_intents_in_flight",
             "Intents this server has claimed and is executing or recording.",
-            registry=self.registry,
         )
-        self.queue_depth = Gauge(
+        self.queue_depth = gauge(
             "effector_queue_depth",
             "Intents in the store not yet DONE (PENDING, RUNNING or AWAITING_DECISION).",
-            registry=self.registry,
         )
         self.tool_latency = Histogram(
             "effector_tool_latency_seconds",

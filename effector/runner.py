@@ -1,19 +1,10 @@
 """``EffectorToolRunner``: the one place a side-effecting tool is executed.
 
-``await EffectorToolRunner(tool_timeout_ms=...).run(tool, arguments, intent_info)`` refuses a
-read-only tool before anything else (``ToolRefusedError``; it is never validated nor invoked),
-validates ``arguments`` with the tool's argument model (``ToolArgumentError``), injects
-``intent=intent_info`` when the tool declares ``*, intent: IntentInfo``, and calls the function
-reached through ``Tool.unwrap()`` under a per-call timeout (``ToolTimeoutError``). Async tools
-are awaited on the event loop and must not block it; sync tools run on pooled worker threads,
-so a slow one never stalls the server. A timed-out sync tool cannot be interrupted: its thread
-is abandoned (a daemon, so it never holds up shutdown) and whatever it returns is discarded.
-
-:meth:`EffectorToolRunner.execute` maps one whole execution attempt of a ``ToolIntent`` to its
-``ToolResult``: REJECTED when the tool never ran (unknown tool, read-only tool, ``args_json``
-not a JSON object, invalid arguments, an argument named ``intent``), ERROR when it ran and
-failed (raised, timed out, or returned something that is not JSON), OK with the canonical JSON
-of the return value otherwise. EXPIRED is decided before a claim, by the store.
+:meth:`~EffectorToolRunner.run` refuses a read-only tool, validates the arguments, injects
+``intent=IntentInfo`` when the tool asks for it, and calls the tool under a per-call timeout
+(sync tools on pooled daemon threads). :meth:`~EffectorToolRunner.execute` maps one attempt at
+a ``ToolIntent`` to its ``ToolResult``: REJECTED when the tool never ran, ERROR when it failed,
+OK otherwise (the rules are in ``effector/README.md``).
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """The worker: claims runnable intents, executes them, records and publishes their results.
 
-Per intent the phases run in this order: refuse-expired (inside the claim transaction) →
-claim with a lease → execute (``EffectorToolRunner``) → record the result durably and append
-its envelope (one transaction) → release the key. A key's intents run one at a time in
-``(seq, step_index)`` order because the store hands out one claim per key; different keys run
-concurrently, up to ``concurrency`` at once.
-
-Results are group-committed (:mod:`effector.group_commit`): while one batch of results is
-being written, the next ones queue up and go into the following transaction, so the store is
-written once per batch rather than once per intent. Leases are renewed while tools run,
-undecided approvals are expired on the worker's own schedule, and old DONE records are pruned
-after the retention.
+Per intent: refuse-expired and claim with a lease → execute (``EffectorToolRunner``) → record
+the result and append its envelope (one transaction, group-committed) → release the key. Keys
+run concurrently up to ``concurrency``; leases are renewed while tools run, undecided approvals
+expired and old records pruned on the worker's own schedule. See ``effector/README.md``.
 """
 
 from __future__ import annotations

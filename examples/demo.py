@@ -36,6 +36,7 @@ from beam_agents._protos import (
     ListIntentsRequest,
     StatusRequest,
 )
+from effector.launch import EffectorProcess, child_environment
 
 from fraud_tools import LEDGER_ENV, connect_ledger
 from fraud_triage import make_events, read_lines, run
@@ -48,30 +49,15 @@ N_ACCOUNTS = 40
 @contextlib.contextmanager
 def effector_sidecar(workdir: Path) -> Iterator[str]:
     """Start the effector as a subprocess; yield its HOST:PORT; stop it on exit."""
-    env = {**os.environ, LEDGER_ENV: str(workdir / "bank.db")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(EXAMPLES), env.get("PYTHONPATH")]))
-    process = subprocess.Popen(
-        [
-            sys.executable, "-m", "effector", "serve",
-            "--tools", "fraud_tools:make_effector_registry",
-            "--store", f"sqlite:///{workdir / 'effector.db'}",
-            "--listen", "127.0.0.1:0",
-        ],
-        env=env, stdout=subprocess.PIPE, stderr=(workdir / "effector.log").open("w"), text=True,
-    )  # fmt: skip
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        if "listening on" not in line:
-            raise RuntimeError(f"effector did not start: {(workdir / 'effector.log').read_text()}")
-        yield line.rsplit(" ", 1)[-1].strip()
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    with EffectorProcess(
+        "--tools", "fraud_tools:make_effector_registry",
+        "--store", f"sqlite:///{workdir / 'effector.db'}",
+        "--listen", "127.0.0.1:0",
+        env=child_environment(EXAMPLES, **{LEDGER_ENV: str(workdir / "bank.db")}),
+        log=workdir / "effector.log",
+        stop_timeout_s=15,
+    ) as effector:  # fmt: skip
+        yield effector.address
 
 
 def effector_cli(target: str, *args: str) -> str:

@@ -23,15 +23,12 @@ Run it:  python examples/tool_loop.py
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import functools
 import json
 import os
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +45,8 @@ from beam_agents.model.client import LlmRequest, ModelClient, ToolCall
 from beam_agents.model.fake import FakeLLM, match_any, respond_with_fn, wire_body
 from beam_agents.model.openai import OpenAIChatProvider
 from beam_agents.tools import ToolRegistry, tool
-from effector.server import EffectorServer, ServerSettings
-from effector.store import open_store
+from effector.launch import EffectorThread
+from effector.server import ServerSettings
 from effector.worker import WorkerSettings
 
 CUSTOMER = b"customer-c42"
@@ -172,70 +169,6 @@ async def support(ctx: ActivationContext) -> Complete | Suspend:
     return loop.outcome
 
 
-class InProcessEffector(threading.Thread):
-    """An effector (gRPC server, worker, SQLite store) on its own event loop in a thread."""
-
-    def __init__(self, store_url: str) -> None:
-        super().__init__(name="effector", daemon=True)
-        self._store_url = store_url
-        self._ready = threading.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stopping: asyncio.Event | None = None
-        self.address: str | None = None
-        self.failure: BaseException | None = None
-
-    def run(self) -> None:
-        """Serve until :meth:`stop`."""
-        try:
-            asyncio.run(self._serve())
-        except BaseException as exc:
-            self.failure = exc
-        finally:
-            self._ready.set()
-
-    async def _serve(self) -> None:
-        store = await open_store(self._store_url)
-        try:
-            server = EffectorServer(
-                store,
-                effector_tools(),
-                ServerSettings(worker=WorkerSettings(poll_interval_ms=50)),
-            )
-            await server.start()
-            try:
-                self._loop, self._stopping = asyncio.get_running_loop(), asyncio.Event()
-                self.address = server.address
-                self._ready.set()
-                await self._stopping.wait()
-            finally:
-                await server.stop()
-        finally:
-            await store.close()
-
-    def wait_ready(self, timeout_s: float = 30.0) -> str:
-        """The server's ``HOST:PORT`` once it serves; raises if it could not start."""
-        if not self._ready.wait(timeout_s) or self.address is None:
-            raise RuntimeError(f"the effector did not start: {self.failure!r}")
-        return self.address
-
-    def stop(self) -> None:
-        """Stop serving and wait for the thread to end."""
-        if self._loop is not None and self._stopping is not None:
-            self._loop.call_soon_threadsafe(self._stopping.set)
-        self.join(timeout=30)
-
-
-@contextlib.contextmanager
-def running_effector(store_url: str) -> Iterator[str]:
-    """Run an in-process effector for the duration of the block; yield its address."""
-    effector = InProcessEffector(store_url)
-    effector.start()
-    try:
-        yield effector.wait_ready()
-    finally:
-        effector.stop()
-
-
 def trace_line(event: TraceEvent) -> str:
     """The parts of a trace event this program reports, as a JSON line."""
     return json.dumps(
@@ -292,8 +225,12 @@ def main() -> None:
     print(f"tool_loop: the model is {description}")
     with tempfile.TemporaryDirectory() as workdir:
         out_dir = Path(workdir)
-        with running_effector(f"sqlite:///{out_dir / 'effector.db'}") as target:
-            run_pipeline(target, out_dir, factory)
+        with EffectorThread(
+            f"sqlite:///{out_dir / 'effector.db'}",
+            effector_tools(),
+            ServerSettings(worker=WorkerSettings(poll_interval_ms=50)),
+        ) as effector:
+            run_pipeline(effector.address, out_dir, factory)
         errors, answers = read(out_dir, "errors"), read(out_dir, "answers")
         intents = sorted(json.loads(line) for line in read(out_dir, "intents"))
         traces = [json.loads(line) for line in read(out_dir, "traces")]

@@ -1,4 +1,7 @@
-"""Store backends behind one interface, chosen by URL (see :func:`open_store`)."""
+"""Store backends behind one interface, chosen by URL (see :func:`open_store`).
+
+``sqlite:///path`` opens :mod:`effector.store.sqlite`, ``postgresql://...`` the PostgreSQL one.
+"""
 
 from __future__ import annotations
 

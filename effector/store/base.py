@@ -59,7 +59,9 @@ class ClaimBatch:
     """What one claim round produced: intents to execute, and how many were refused as expired."""
 
     claims: list[Claim]
+    """The intents to execute, each the head of a key this claim now holds."""
     expired: int
+    """How many heads were refused as EXPIRED (and published) instead of being claimed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,8 +77,10 @@ class Decision:
     """The store's answer to an approval decision (see ``DecideResponse``)."""
 
     applied: bool
+    """Whether this decision is the one recorded."""
     state: IntentState
     reason: str
+    """Why it was not applied (empty when it was)."""
     result: ToolResult | None
 
 
@@ -87,15 +91,9 @@ class IntentRecord:
     intent: ToolIntent
     state: IntentState
     result: ToolResult | None
+    """The terminal result, once the intent is DONE."""
     attempts: int
-
-
-@dataclass(frozen=True, slots=True)
-class LogRecord:
-    """One envelope of the log at its offset."""
-
-    offset: int
-    envelope: AgentEnvelope
+    """How many times the intent has been claimed for execution."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +105,15 @@ class StoreCounts:
     awaiting_decision: int
     done: int
     head_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class LogRecord:
+    """One envelope of the log at its offset."""
+
+    offset: int
+    """Its position: offsets start at 1 and increase by one, in commit order."""
+    envelope: AgentEnvelope
 
 
 class EffectorStore(abc.ABC):

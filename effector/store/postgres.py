@@ -21,7 +21,9 @@ import psycopg
 from psycopg import errors as pg_errors
 
 from effector.errors import StoreError
-from effector.store._sql import Cursor, Dialect, SqlStore, Tx, create_schema
+from effector.store._schema import create_schema
+from effector.store._sql import SqlStore
+from effector.store._tx import Cursor, Dialect, Tx
 
 _T = TypeVar("_T")
 

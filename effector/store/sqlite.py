@@ -1,20 +1,9 @@
 """The embedded SQLite store: the default, for one effector process.
 
-The database is in WAL mode. One connection on one dedicated thread serializes every write
-transaction, so SQLite's single writer is never contended. Reads (``Read``, ``GetIntent``,
-``ListIntents``, ``Status``) run on a second, read-only connection on a thread of their own: a
-WAL reader sees the last commit without blocking the writer or waiting for it, so long-polling
-readers take no time from the thread that records intents and results.
-
-``synchronous`` defaults to ``FULL``: every commit is fsynced before the effector acknowledges
-a submit or publishes a result, so a committed record survives power loss as well as a crash
-and no log offset is ever handed out twice. ``?synchronous=normal`` trades that for speed:
-durable against a crash of the process, but the last commits may be lost on power loss or an
-OS crash.
-
-An exclusive advisory lock on ``<database>-effector.lock`` keeps a second effector from
-opening the same file; that is also why, on open, every claim left by a previous process is
-known to be abandoned and is given back at once instead of waiting for its lease.
+WAL mode; every write transaction runs on one dedicated connection and thread, reads on a
+read-only connection of their own. ``synchronous`` is ``FULL`` unless the URL asks for
+``?synchronous=normal``. A lock file keeps a second process out, so claims left by a previous
+one are given back on open (details in ``effector/README.md``, "Store layout").
 """
 
 from __future__ import annotations
@@ -28,7 +17,10 @@ from pathlib import Path
 from typing import IO, Any, TypeVar
 
 from effector.errors import ConfigurationError, StoreBusyError, StoreError
-from effector.store._sql import Cursor, Dialect, SqlStore, Tx, create_schema, release_all_claims
+from effector.store._execution import release_all_claims
+from effector.store._schema import create_schema
+from effector.store._sql import SqlStore
+from effector.store._tx import Cursor, Dialect, Tx
 
 _T = TypeVar("_T")
 

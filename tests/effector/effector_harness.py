@@ -5,12 +5,9 @@ from __future__ import annotations
 import asyncio
 import datetime
 import ipaddress
-import os
-import select
+import signal
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
@@ -28,10 +25,11 @@ from effector_test_tools import make_registry
 from beam_agents._json import canonical_json
 from beam_agents._protos import GetIntentResponse, IntentState, ToolIntent
 from beam_agents.tools import ToolRegistry
+from effector import launch
 from effector.client import AsyncEffectorClient
 from effector.intents import wall_clock_ms
-from effector.server import EffectorServer, ServerSettings
-from effector.store import EffectorStore, open_store
+from effector.server import EffectorServer, ServerSettings, running_server
+from effector.store import EffectorStore
 from effector.worker import WorkerSettings
 
 FAST_WORKER = WorkerSettings(poll_interval_ms=50, housekeeping_interval_ms=100, lease_ms=30_000)
@@ -80,69 +78,27 @@ async def running_effector(
     registry: ToolRegistry | None = None,
     settings: ServerSettings | None = None,
 ) -> AsyncIterator[Running]:
-    store = await open_store(store_url)
-    try:
-        server = EffectorServer(
-            store,
-            registry if registry is not None else make_registry(),
-            settings or ServerSettings(worker=FAST_WORKER),
-        )
-        await server.start()
+    async with running_server(
+        store_url,
+        registry if registry is not None else make_registry(),
+        settings or ServerSettings(worker=FAST_WORKER),
+    ) as server:
+        client = AsyncEffectorClient(server.address, token=(settings.token if settings else None))
         try:
-            client = AsyncEffectorClient(
-                server.address, token=(settings.token if settings else None)
-            )
-            try:
-                yield Running(server, store, client)
-            finally:
-                await client.close()
+            yield Running(server, server.store, client)
         finally:
-            await server.stop()
-    finally:
-        await store.close()
+            await client.close()
 
 
-class BackgroundEffector:
-    """An in-process effector serving from its own event-loop thread, for synchronous tests.
+class BackgroundEffector(launch.EffectorThread):
+    """An in-process effector serving the test tools from its own event-loop thread.
 
     Beam pipelines block the calling thread, so the effector they talk to runs elsewhere.
     ``close()`` (or leaving the ``with`` block) drains the server and closes the store.
     """
 
     def __init__(self, store_url: str, settings: ServerSettings | None = None) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._thread.start()
-        self._context = running_effector(store_url, settings=settings)
-        try:
-            self.running = self._call(self._context.__aenter__())
-        except BaseException:
-            self._stop_loop()
-            raise
-        self.address = self.running.server.address
-        self.port = self.running.server.port
-
-    def _call(self, coroutine: Any, timeout_s: float = 60) -> Any:
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout_s)
-
-    def _stop_loop(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=30)
-        self._loop.close()
-
-    def close(self) -> None:
-        if self._loop.is_closed():
-            return
-        try:
-            self._call(self._context.__aexit__(None, None, None))
-        finally:
-            self._stop_loop()
-
-    def __enter__(self) -> BackgroundEffector:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+        super().__init__(store_url, make_registry(), settings or ServerSettings(worker=FAST_WORKER))
 
 
 def self_signed_certificate(
@@ -202,10 +158,7 @@ TOOLS = "effector_test_tools:make_registry"
 
 def cli_environment(**overrides: str) -> dict[str, str]:
     """The environment for an effector subprocess: the repo and the test tools importable."""
-    environment = dict(os.environ)
-    environment["PYTHONPATH"] = os.pathsep.join([str(REPO), str(Path(__file__).parent)])
-    environment.update(overrides)
-    return environment
+    return launch.child_environment(REPO, Path(__file__).parent, **overrides)
 
 
 def run_cli(
@@ -221,47 +174,8 @@ def run_cli(
     )
 
 
-class EffectorProcess:
-    """``python -m effector serve ...`` as a subprocess; killed on exit if still running."""
+class EffectorProcess(launch.EffectorProcess):
+    """``python -m effector serve ...`` with the test tools importable; killed on exit."""
 
     def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
-        # stderr goes to a file: an unread pipe would fill up and stall the server.
-        self._stderr = tempfile.TemporaryFile("w+")  # noqa: SIM115 - closed in __exit__
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "effector", "serve", *args],
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            text=True,
-            env=env or cli_environment(),
-        )
-        self.address = self._await_ready()
-
-    def stderr(self) -> str:
-        self._stderr.seek(0)
-        return self._stderr.read()
-
-    def _await_ready(self, timeout_s: float = 60) -> str:
-        assert self.process.stdout is not None
-        ready, _, _ = select.select([self.process.stdout], [], [], timeout_s)
-        line = self.process.stdout.readline() if ready else ""
-        prefix = "effector listening on "
-        if not line.startswith(prefix):
-            self.process.kill()
-            self.process.wait(timeout=30)
-            raise AssertionError(f"effector did not start: {line!r} {self.stderr()[-2000:]}")
-        return line.strip().removeprefix(prefix)
-
-    def signal(self, signum: int) -> None:
-        self.process.send_signal(signum)
-
-    def wait(self, timeout_s: float = 60) -> int:
-        return self.process.wait(timeout=timeout_s)
-
-    def __enter__(self) -> EffectorProcess:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.communicate(timeout=30)
-        self._stderr.close()
+        super().__init__(*args, env=env or cli_environment(), stop_signal=signal.SIGKILL)

@@ -24,12 +24,8 @@ from beam_agents._protos import (
     ToolResult,
 )
 from effector.client import AsyncEffectorClient
-from effector.server import (
-    DEFAULT_LIST_LIMIT,
-    MAX_LIST_LIMIT,
-    MAX_SUBMIT_BATCH,
-    ServerSettings,
-)
+from effector.server import ServerSettings
+from effector.service import DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT, MAX_SUBMIT_BATCH
 from effector.worker import WorkerSettings
 
 

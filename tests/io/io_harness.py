@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import uuid
 from collections.abc import Callable
@@ -85,10 +84,3 @@ def record_intent(key: bytes, note: str, *, seq: int = 0) -> ToolIntent:
 def started(rows: list[LedgerRow]) -> list[str]:
     """The intent ids whose execution started, in ledger order."""
     return [row.intent_id for row in rows if row.event == "started"]
-
-
-def unused_port() -> int:
-    """A port on 127.0.0.1 that nothing listens on (bound for a moment, then released)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])

@@ -14,8 +14,9 @@ from effector_harness import FAST_WORKER, BackgroundEffector, make_intent
 from beam_agents._protos import AgentEnvelope, ToolIntent, ToolResult
 from beam_agents.io import ReadEnvelopes
 from effector.client import EffectorClient
+from effector.launch import free_port
 from effector.server import ServerSettings
-from tests.io.io_harness import Collector, counter, run_pipeline, unused_port
+from tests.io.io_harness import Collector, counter, run_pipeline
 
 IDLE_S = 0.3
 
@@ -140,7 +141,7 @@ def test_a_wrong_token_fails_the_pipeline_clearly(store_url: str) -> None:
 
 
 def test_publishing_to_an_unreachable_effector_fails_the_pipeline_clearly() -> None:
-    target = f"127.0.0.1:{unused_port()}"
+    target = f"127.0.0.1:{free_port()}"
     transform = ReadEnvelopes(target, events=[AgentEnvelope(entity_key=b"k", external_event=b"x")])
     with pytest.raises(
         ConnectionError, match=f"publishing the initial events .* at {target} failed"

@@ -15,6 +15,7 @@ from effector_test_tools import read_ledger
 from beam_agents._protos import IntentDeadLetter, IntentState, SubmitAck, ToolIntent
 from beam_agents.io import EffectorConnection, SubmitIntents
 from effector.client import EffectorClient
+from effector.launch import free_port
 from effector.server import ServerSettings
 from tests.io.io_harness import (
     Collector,
@@ -23,7 +24,6 @@ from tests.io.io_harness import (
     record_intent,
     run_pipeline,
     started,
-    unused_port,
 )
 
 TOKEN = "io-test-token-5678"
@@ -98,7 +98,7 @@ def test_acks_for_accepted_and_duplicates_and_rejections_dead_lettered(
 def test_an_unreachable_effector_is_retried_then_dead_lettered_with_the_grpc_reason() -> None:
     intents = [record_intent(f"k{i}".encode(), "never") for i in range(5)]
     transform = SubmitIntents(
-        f"127.0.0.1:{unused_port()}",
+        f"127.0.0.1:{free_port()}",
         batch_size=2,
         max_attempts=3,
         initial_backoff_s=0.01,

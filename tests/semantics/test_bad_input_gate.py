@@ -74,8 +74,8 @@ from beam_agents._protos import (
 from beam_agents.core.context import ActivationContext
 from beam_agents.core.errors import ErrorReason
 from beam_agents.io import ReadEnvelopes
+from effector.launch import free_port
 from tests.core.harness import created, run_agent
-from tests.io.io_harness import unused_port
 from tests.semantics.gate_tools import Ledger
 from tests.semantics.loop import sidecar
 
@@ -521,7 +521,7 @@ def envelopes() -> st.SearchStrategy[AgentEnvelope]:
 def fuzzer(tmp_path: Path, ledger: Path) -> Iterator[Fuzzer]:
     store = f"sqlite:///{tmp_path / 'effector.db'}"
     with (
-        sidecar(store, unused_port(), ledger) as effector,
+        sidecar(store, free_port(), ledger) as effector,
         grpc.insecure_channel(effector.address) as channel,
     ):
         yield Fuzzer(channel)

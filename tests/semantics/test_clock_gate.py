@@ -18,7 +18,7 @@ from beam_agents._protos import IntentState, ToolIntent, ToolResult
 from beam_agents.io import EffectorConnection
 from effector.client import EffectorClient
 from effector.intents import wall_clock_ms
-from tests.io.io_harness import unused_port
+from effector.launch import free_port
 from tests.semantics.loop import (
     EFFECT_TTL_MS,
     check_effects,
@@ -50,7 +50,7 @@ def test_an_old_backlog_executes_and_an_intent_held_past_its_ttl_takes_the_fallb
     approval_ids = {effect_intent_id(i, N_KEYS) for i in APPROVALS}
     effect_ids = {effect_intent_id(i, N_KEYS) for i in range(N_EVENTS)} - approval_ids
 
-    with sidecar(f"sqlite:///{tmp_path / 'effector.db'}", unused_port(), ledger) as effector:
+    with sidecar(f"sqlite:///{tmp_path / 'effector.db'}", free_port(), ledger) as effector:
         run = run_loop(EffectorConnection(effector.address), events)
         with EffectorClient(effector.address) as client:
             records = {i: client.get_intent(i) for i in approval_ids | effect_ids}

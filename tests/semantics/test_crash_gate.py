@@ -22,7 +22,7 @@ from pathlib import Path
 from beam_agents._protos import ToolResult
 from beam_agents.io import EffectorConnection
 from effector.client import EffectorClient
-from tests.io.io_harness import unused_port
+from effector.launch import free_port
 from tests.semantics.gate_tools import Ledger
 from tests.semantics.loop import (
     BASE_EVENT_TIME_MS,
@@ -54,7 +54,7 @@ def test_sigkilled_three_times_the_loop_loses_nothing_and_duplicates_no_effect(
     intent_ids = {effect_intent_id(i, GATE_KEYS) for i in range(GATE_EVENTS)}
     store = f"sqlite:///{tmp_path / 'effector.db'}"
 
-    with sidecar(store, unused_port(), ledger) as effector:
+    with sidecar(store, free_port(), ledger) as effector:
         connection = EffectorConnection(effector.address)
         plan = [(threshold, 0) for threshold in thresholds]
         first = run_with_chaos([effector], plan, rng, connection, events)

@@ -28,7 +28,7 @@ from effector_harness import make_intent
 
 from beam_agents._protos import SubmitAck, ToolIntent
 from effector.client import EffectorClient
-from tests.io.io_harness import unused_port
+from effector.launch import free_port
 from tests.semantics.gate_tools import Ledger
 from tests.semantics.loop import sidecar
 
@@ -111,7 +111,7 @@ def test_eight_clients_for_thirty_seconds(
     tmp_path: Path, ledger: Path, gate_report: Callable[[str, str], None]
 ) -> None:
     store = f"sqlite:///{tmp_path / 'effector.db'}"
-    with sidecar(store, unused_port(), ledger) as effector:
+    with sidecar(store, free_port(), ledger) as effector:
         stop, measuring = threading.Event(), threading.Event()
         clients = [LoadClient(n, effector.address, stop, measuring) for n in range(CLIENTS)]
         try:

@@ -25,7 +25,7 @@ import pytest
 from beam_agents._protos import ToolResult
 from beam_agents.io import EffectorConnection
 from effector.client import EffectorClient
-from tests.io.io_harness import unused_port
+from effector.launch import free_port
 from tests.pg import PostgresServer
 from tests.semantics.gate_tools import Ledger
 from tests.semantics.loop import (
@@ -62,7 +62,7 @@ def test_two_replicas_one_killed_twice_lose_nothing_and_duplicate_no_effect(
 
     with ExitStack() as stack:
         replicas = [
-            stack.enter_context(sidecar(store, unused_port(), ledger, "--lease-ms", str(LEASE_MS)))
+            stack.enter_context(sidecar(store, free_port(), ledger, "--lease-ms", str(LEASE_MS)))
             for _ in range(2)
         ]
         connection = EffectorConnection(",".join(replica.address for replica in replicas))

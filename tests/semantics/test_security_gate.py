@@ -43,7 +43,8 @@ from beam_agents._protos import (
 )
 from beam_agents.io import EffectorConnection, ReadEnvelopes, SubmitIntents
 from effector.client import EffectorClient
-from tests.io.io_harness import Collector, run_pipeline, unused_port
+from effector.launch import free_port
+from tests.io.io_harness import Collector, run_pipeline
 from tests.semantics.gate_tools import REGISTRY_SPEC
 from tests.semantics.loop import make_events, run_loop, sidecar
 
@@ -118,7 +119,7 @@ def test_tokens_tls_open_binds_and_secrets(
         *("--log-level", "DEBUG"),
     )
     store = f"sqlite:///{tmp_path / 'effector.db'}"
-    with sidecar(store, unused_port(), ledger, *args) as effector:
+    with sidecar(store, free_port(), ledger, *args) as effector:
         credentials = grpc.ssl_channel_credentials(root_certificates=certificate)
         with grpc.secure_channel(effector.address, credentials) as channel:
             assert is_serving(channel), "health checks need no token"

@@ -1,0 +1,141 @@
+"""The SQL store's schema: the tables and indexes, their version, and the migration to it.
+
+:func:`create_schema` creates whatever is missing, migrates a version 1 store in place and
+refuses a version it does not know. The tables are described in ``effector/README.md``.
+"""
+
+from __future__ import annotations
+
+import json
+
+from beam_agents._protos import AgentEnvelope, Approval, ToolIntent, ToolResult
+from effector.errors import StoreSchemaError
+from effector.intents import approval_envelope, result_envelope
+from effector.store._tx import Dialect, Tx, read_head
+
+SCHEMA_VERSION = 2
+"""Bumped (with a migration) whenever a table changes incompatibly.
+
+Version 2 added ``published_envelope`` (the bytes of the envelope that published an intent's
+terminal result, kept for redelivery) and indexed intents by ``(state, received_at_ms)``.
+"""
+
+_MIGRATION_BATCH = 1_000
+
+
+def schema_statements(dialect: Dialect) -> list[str]:
+    """Return the DDL that creates every table and index, idempotently."""
+    blob, bigint = dialect.blob, dialect.bigint
+    return [
+        "CREATE TABLE IF NOT EXISTS effector_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        f"""CREATE TABLE IF NOT EXISTS effector_intents (
+            intent_id TEXT PRIMARY KEY,
+            entity_key {blob} NOT NULL,
+            seq {bigint} NOT NULL,
+            step_index {bigint} NOT NULL,
+            kind INTEGER NOT NULL,
+            digest {blob} NOT NULL,
+            intent {blob} NOT NULL,
+            state INTEGER NOT NULL,
+            received_at_ms {bigint} NOT NULL,
+            deadline_ms {bigint} NOT NULL,
+            attempts INTEGER NOT NULL,
+            result {blob},
+            completed_at_ms {bigint},
+            published_envelope {blob})""",
+        # The queue of each key: TOOL intents not yet DONE (only they are PENDING/RUNNING).
+        """CREATE INDEX IF NOT EXISTS effector_intents_queue
+            ON effector_intents (entity_key, seq, step_index) WHERE state IN (1, 2)""",
+        """CREATE INDEX IF NOT EXISTS effector_intents_awaiting
+            ON effector_intents (deadline_ms) WHERE state = 3 AND deadline_ms > 0""",
+        """CREATE INDEX IF NOT EXISTS effector_intents_done
+            ON effector_intents (completed_at_ms) WHERE state = 4""",
+        # Counts by state, and ListIntents (oldest first within a state).
+        """CREATE INDEX IF NOT EXISTS effector_intents_by_state
+            ON effector_intents (state, received_at_ms, intent_id)""",
+        # One row per key with work: the per-key execution slot and its lease.
+        f"""CREATE TABLE IF NOT EXISTS effector_keys (
+            entity_key {blob} PRIMARY KEY,
+            pending INTEGER NOT NULL,
+            ready_at_ms {bigint} NOT NULL,
+            claim_token TEXT,
+            claimed_intent_id TEXT,
+            lease_owner TEXT,
+            lease_expires_at_ms {bigint})""",
+        """CREATE INDEX IF NOT EXISTS effector_keys_ready
+            ON effector_keys (ready_at_ms) WHERE pending > 0""",
+        f"""CREATE TABLE IF NOT EXISTS effector_envelopes (
+            log_offset {bigint} PRIMARY KEY,
+            envelope {blob} NOT NULL,
+            appended_at_ms {bigint} NOT NULL)""",
+        """CREATE INDEX IF NOT EXISTS effector_envelopes_age
+            ON effector_envelopes (appended_at_ms)""",
+        f"""CREATE TABLE IF NOT EXISTS effector_log_head (
+            id INTEGER PRIMARY KEY CHECK (id = 1),
+            head {bigint} NOT NULL)""",
+        "INSERT INTO effector_log_head (id, head) VALUES (1, 0) ON CONFLICT (id) DO NOTHING",
+        f"""INSERT INTO effector_meta (name, value)
+            VALUES ('schema_version', '{SCHEMA_VERSION}') ON CONFLICT (name) DO NOTHING""",
+    ]
+
+
+def create_schema(tx: Tx, dialect: Dialect) -> int:
+    """Create the schema if it is missing and check its version; returns the log head."""
+    for statement in schema_statements(dialect):
+        tx.execute(statement)
+    (version,) = tx.execute(
+        "SELECT value FROM effector_meta WHERE name = 'schema_version'"
+    ).fetchone()
+    if version == "1":
+        _migrate_from_version_1(tx, dialect)
+    elif version != str(SCHEMA_VERSION):
+        raise StoreSchemaError(
+            f"the store has schema version {version}; this effector understands {SCHEMA_VERSION}"
+        )
+    return read_head(tx)
+
+
+def _migrate_from_version_1(tx: Tx, dialect: Dialect) -> None:
+    """Add ``published_envelope`` and fill it in for every intent already DONE.
+
+    Version 1 kept only the result; the envelope that published it is rebuilt the way it was
+    built then (an ``Approval`` from the decision recorded in an approval's OK payload, a
+    ``tool_result`` envelope otherwise), which yields the same bytes.
+    """
+    tx.execute(f"ALTER TABLE effector_intents ADD COLUMN published_envelope {dialect.blob}")
+    tx.execute("DROP INDEX IF EXISTS effector_intents_state")
+    after = ""
+    while True:
+        rows = tx.execute(
+            """SELECT intent_id, intent, result FROM effector_intents
+               WHERE state = 4 AND intent_id > ? ORDER BY intent_id LIMIT ?""",
+            (after, _MIGRATION_BATCH),
+        ).fetchall()
+        if not rows:
+            break
+        updates = []
+        for intent_id, intent_blob, result_blob in rows:
+            intent = ToolIntent.FromString(bytes(intent_blob))
+            result = ToolResult.FromString(bytes(result_blob))
+            updates.append((_version_1_envelope(intent, result).SerializeToString(), intent_id))
+        tx.executemany(
+            "UPDATE effector_intents SET published_envelope = ? WHERE intent_id = ?", updates
+        )
+        after = rows[-1][0]
+    tx.execute(
+        "UPDATE effector_meta SET value = ? WHERE name = 'schema_version'", (str(SCHEMA_VERSION),)
+    )
+
+
+def _version_1_envelope(intent: ToolIntent, result: ToolResult) -> AgentEnvelope:
+    if intent.kind == ToolIntent.APPROVAL and result.status == ToolResult.OK:
+        decision = json.loads(result.payload)
+        approval = Approval(
+            intent_id=intent.intent_id,
+            approved=decision["approved"],
+            approver=decision["approver"],
+            decided_at_ms=decision["decided_at_ms"],
+            reason=decision["reason"],
+        )
+        return approval_envelope(approval, intent.entity_key)
+    return result_envelope(result)
