@@ -14,8 +14,6 @@ Run it:  python examples/fast_path.py
 from __future__ import annotations
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
-from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
 from apache_beam.testing.util import assert_that, equal_to
 
 from beam_agents import AgentConfig, RunAgent
@@ -24,7 +22,7 @@ from beam_agents.core.agent import Complete
 from beam_agents.core.context import ActivationContext
 from beam_agents.model.client import LlmRequest
 from beam_agents.model.fake import FakeLLM, match_contains, respond_with
-from beam_agents.testing import EnvelopeStream
+from beam_agents.testing import EnvelopeStream, streaming_pipeline
 
 MODEL_ID = "support-assistant"
 
@@ -62,9 +60,7 @@ def main() -> None:
         .event(b"alice", b"It is order 42.", at_ms=2_000)
         .event(b"bob", b"Hello?", at_ms=2_500)
     )
-    options = PipelineOptions()
-    options.view_as(StandardOptions).streaming = True
-    with beam.Pipeline(runner=BundleBasedDirectRunner(), options=options) as pipeline:
+    with streaming_pipeline() as pipeline:
         outputs = (
             pipeline
             | "Messages" >> stream.build()

@@ -21,15 +21,13 @@ from __future__ import annotations
 import json
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
-from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
 from apache_beam.testing.util import assert_that, equal_to
 
 from beam_agents import AgentConfig, Deny, FallbackContext, HitlPolicy, RunAgent
 from beam_agents._json import canonical_json_bytes
 from beam_agents.core.agent import Complete, Suspend, intent_id_for
 from beam_agents.core.context import ActivationContext
-from beam_agents.testing import EnvelopeStream, epoch_clock
+from beam_agents.testing import EnvelopeStream, epoch_clock, streaming_pipeline
 
 LARGE_REFUND_CENTS = 50_000
 DECISION_TIMEOUT_MS = 60_000
@@ -85,10 +83,8 @@ def main() -> None:
         .approval(approved_key, approval_id, approved=True, approver="dana", at_ms=30_000)
         .advance_processing_time(DECISION_TIMEOUT_MS + 1_000)
     )
-    options = PipelineOptions()
-    options.view_as(StandardOptions).streaming = True
     config = AgentConfig(hitl_policy=make_policy(), processing_clock=epoch_clock)
-    with beam.Pipeline(runner=BundleBasedDirectRunner(), options=options) as pipeline:
+    with streaming_pipeline() as pipeline:
         outputs = (
             pipeline | "Refunds" >> stream.build() | "Agent" >> RunAgent(refunds, config=config)
         )

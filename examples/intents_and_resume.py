@@ -19,8 +19,6 @@ from __future__ import annotations
 import json
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
-from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
 from apache_beam.testing.util import assert_that, equal_to
 
 from beam_agents import AgentConfig, RunAgent
@@ -28,7 +26,7 @@ from beam_agents._json import canonical_json_bytes
 from beam_agents._protos import ToolResult
 from beam_agents.core.agent import Complete, Suspend, intent_id_for
 from beam_agents.core.context import ActivationContext
-from beam_agents.testing import EnvelopeStream
+from beam_agents.testing import EnvelopeStream, streaming_pipeline
 from beam_agents.tools import ToolRegistry, tool
 
 ORDER_KEY = b"order-1001"
@@ -79,9 +77,7 @@ def main() -> None:
         .result(ORDER_KEY, charge_id, payload=b'"charged 12900 to c-77"', at_ms=2_000)
         .result(ORDER_KEY, reserve_id, payload=b'"reserved 2 x kb-9"', at_ms=3_000)
     )
-    options = PipelineOptions()
-    options.view_as(StandardOptions).streaming = True
-    with beam.Pipeline(runner=BundleBasedDirectRunner(), options=options) as pipeline:
+    with streaming_pipeline() as pipeline:
         outputs = (
             pipeline
             | "Envelopes" >> stream.build()

@@ -3,7 +3,8 @@
 """``TestStream`` builders for ``RunAgent`` pipelines, and the matching processing clock.
 
 :class:`EnvelopeStream` interleaves envelopes with watermark and processing-time advances;
-:func:`epoch_clock` is the ``AgentConfig.processing_clock`` to use with it.
+:func:`streaming_pipeline` is a pipeline that runs it, and :func:`epoch_clock` the
+``AgentConfig.processing_clock`` to use there.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from typing import Any
 
 import apache_beam as beam
 from apache_beam.coders import BytesCoder, ProtoCoder, TupleCoder
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
 from apache_beam.testing.test_stream import TestStream
 from apache_beam.transforms.window import TimestampedValue
 
@@ -29,6 +32,16 @@ def epoch_clock() -> float:
     the stream has already advanced past ``timeout_ms`` is therefore due at once.)
     """
     return 0.0
+
+
+def streaming_pipeline() -> beam.Pipeline:
+    """A streaming pipeline on the DirectRunner's bundle-based runner, for an ``EnvelopeStream``.
+
+    That runner plays a ``TestStream`` step by step, processing-time advances included.
+    """
+    options = PipelineOptions()
+    options.view_as(StandardOptions).streaming = True
+    return beam.Pipeline(runner=BundleBasedDirectRunner(), options=options)
 
 
 class EnvelopeStream:

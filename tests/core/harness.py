@@ -39,7 +39,8 @@ from beam_agents.core.dofn import AgentDoFn
 from beam_agents.model.client import LlmRequest
 from beam_agents.model.fake import FakeLLM, match_contains, respond_with
 from beam_agents.testing import EnvelopeStream
-from beam_agents.tools import ToolRegistry, tool
+from beam_agents.tools import ToolRegistry
+from tests.seed import freeze_account, risk_band
 
 # Collected elements, by run token. The runners used here execute DoFns in this process, so a
 # module-level store reached by reference is visible to the test that started the pipeline.
@@ -245,19 +246,8 @@ class InMemoryKeyState:
 # -- shared tools and agents ----------------------------------------------------------------
 
 
-@tool
-def risk_band(customer_id: str) -> str:
-    """Read-only."""
-    return "high" if customer_id.endswith("9") else "normal"
-
-
-@tool(side_effect=True)
-def freeze_account(customer_id: str) -> str:
-    """Side-effecting."""
-    return f"frozen:{customer_id}"
-
-
 def make_registry() -> ToolRegistry:
+    """The seed example's tools, both of them (``act`` validates ``freeze_account``)."""
     return ToolRegistry([risk_band, freeze_account])
 
 

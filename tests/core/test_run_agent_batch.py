@@ -17,7 +17,7 @@ from beam_agents._protos import AgentEnvelope, AgentError, ToolIntent, TraceEven
 from beam_agents.core.context import ActivationContext
 from beam_agents.core.tracing import trace_id_for
 from beam_agents.model.client import LlmRequest
-from beam_agents.model.fake import FakeLLM, match_any, match_contains, respond_with
+from beam_agents.model.fake import FakeLLM, match_contains, respond_with
 from tests.core.harness import (
     SharedProvider,
     created,
@@ -27,10 +27,7 @@ from tests.core.harness import (
     run_agent,
     tally,
 )
-
-
-def make_provider() -> FakeLLM:
-    return FakeLLM([(match_any(), respond_with(b"ok"))])
+from tests.seed import make_provider
 
 
 async def assess(ctx: ActivationContext) -> Complete:

@@ -46,31 +46,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+import beam_agents._protos as pb
 from beam_agents import AgentConfig, Complete
 from beam_agents._json import canonical_json
-from beam_agents._protos import (
-    AgentEnvelope,
-    Approval,
-    DecideRequest,
-    DecideResponse,
-    EffectorStub,
-    GetIntentRequest,
-    GetIntentResponse,
-    IntentState,
-    ListIntentsRequest,
-    ListIntentsResponse,
-    PublishRequest,
-    PublishResponse,
-    ReadRequest,
-    ReadResponse,
-    StatusRequest,
-    StatusResponse,
-    SubmitAck,
-    SubmitRequest,
-    SubmitResponse,
-    ToolIntent,
-    ToolResult,
-)
+from beam_agents._protos import AgentEnvelope, Approval, ToolIntent, ToolResult
 from beam_agents.core.context import ActivationContext
 from beam_agents.core.errors import ErrorReason
 from beam_agents.io import ReadEnvelopes
@@ -81,13 +60,13 @@ from tests.semantics.loop import sidecar
 
 SERVICE = "beam_agents.v1.Effector"
 MESSAGES: dict[str, tuple[type[Message], type[Message]]] = {
-    "Submit": (SubmitRequest, SubmitResponse),
-    "Read": (ReadRequest, ReadResponse),
-    "GetIntent": (GetIntentRequest, GetIntentResponse),
-    "Decide": (DecideRequest, DecideResponse),
-    "Publish": (PublishRequest, PublishResponse),
-    "Status": (StatusRequest, StatusResponse),
-    "ListIntents": (ListIntentsRequest, ListIntentsResponse),
+    "Submit": (pb.SubmitRequest, pb.SubmitResponse),
+    "Read": (pb.ReadRequest, pb.ReadResponse),
+    "GetIntent": (pb.GetIntentRequest, pb.GetIntentResponse),
+    "Decide": (pb.DecideRequest, pb.DecideResponse),
+    "Publish": (pb.PublishRequest, pb.PublishResponse),
+    "Status": (pb.StatusRequest, pb.StatusResponse),
+    "ListIntents": (pb.ListIntentsRequest, pb.ListIntentsResponse),
 }
 RANDOM_BYTE_CASES = 350
 """Per RPC: 7 x 350 = 2,450 cases of random bytes."""
@@ -100,7 +79,7 @@ STRUCTURED_CASES = {
     "Status": 1,
     "ListIntents": 300,
 }
-"""2,701 cases of structurally valid messages (a StatusRequest has no fields: one case)."""
+"""2,701 cases of structurally valid messages (a pb.StatusRequest has no fields: one case)."""
 MIN_CASES = 5_000
 CALL_TIMEOUT_S = 10.0
 
@@ -110,10 +89,10 @@ MAX_TEXT_FIELD_CHARS = 4_096
 DEFAULT_READ_BATCH, MAX_READ_BATCH = 500, 5_000
 DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT = 100, 1_000
 LISTABLE_STATES = {
-    IntentState.PENDING,
-    IntentState.RUNNING,
-    IntentState.AWAITING_DECISION,
-    IntentState.DONE,
+    pb.IntentState.PENDING,
+    pb.IntentState.RUNNING,
+    pb.IntentState.AWAITING_DECISION,
+    pb.IntentState.DONE,
 }
 CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 FUZZ_SETTINGS = settings(
@@ -154,9 +133,9 @@ def well_identified(intent: ToolIntent) -> bool:
 
 def check_submit(
     model: Model,
-    request: SubmitRequest,
+    request: pb.SubmitRequest,
     code: grpc.StatusCode,
-    response: SubmitResponse | None,
+    response: pb.SubmitResponse | None,
     flaws: list[str | None] | None,
 ) -> None:
     """The contract of Submit; ``flaws`` says which intents must be rejected, when known."""
@@ -168,7 +147,7 @@ def check_submit(
     assert len(response.acks) == count
     for position, (intent, ack) in enumerate(zip(request.intents, response.acks, strict=True)):
         if not well_identified(intent):
-            assert ack.outcome == SubmitAck.REJECTED and ack.reason, ack
+            assert ack.outcome == pb.SubmitAck.REJECTED and ack.reason, ack
             assert ack.intent_id == intent.intent_id[:128]
             continue
         assert ack.intent_id == intent.intent_id
@@ -176,16 +155,16 @@ def check_submit(
         first = model.recorded.get(intent.intent_id)
         if first is not None:
             if first == blob:
-                assert ack.outcome == SubmitAck.DUPLICATE, ack
+                assert ack.outcome == pb.SubmitAck.DUPLICATE, ack
             else:
-                assert ack.outcome == SubmitAck.REJECTED and "conflict" in ack.reason, ack
+                assert ack.outcome == pb.SubmitAck.REJECTED and "conflict" in ack.reason, ack
             continue
         model.recorded[intent.intent_id] = blob
         if flaws is not None:
-            expected = SubmitAck.ACCEPTED if flaws[position] is None else SubmitAck.REJECTED
+            expected = pb.SubmitAck.ACCEPTED if flaws[position] is None else pb.SubmitAck.REJECTED
             assert ack.outcome == expected, (flaws[position], ack)
-        assert ack.outcome in (SubmitAck.ACCEPTED, SubmitAck.REJECTED), ack
-        if ack.outcome == SubmitAck.REJECTED:
+        assert ack.outcome in (pb.SubmitAck.ACCEPTED, pb.SubmitAck.REJECTED), ack
+        if ack.outcome == pb.SubmitAck.REJECTED:
             assert ack.reason
             model.rejected.add(intent.intent_id)
         elif intent.kind == ToolIntent.APPROVAL:
@@ -194,7 +173,9 @@ def check_submit(
             model.accepted_tools.add(intent.intent_id)
 
 
-def check_read(request: ReadRequest, code: grpc.StatusCode, response: ReadResponse | None) -> None:
+def check_read(
+    request: pb.ReadRequest, code: grpc.StatusCode, response: pb.ReadResponse | None
+) -> None:
     if request.from_offset < 0 or request.max_batch < 0 or request.wait_ms < 0:
         assert code == INVALID, code
         return
@@ -207,7 +188,7 @@ def check_read(request: ReadRequest, code: grpc.StatusCode, response: ReadRespon
 
 
 def check_get_intent(
-    model: Model, request: GetIntentRequest, code: grpc.StatusCode, response: Any
+    model: Model, request: pb.GetIntentRequest, code: grpc.StatusCode, response: Any
 ) -> None:
     if not CANONICAL_UUID.fullmatch(request.intent_id):
         assert code == INVALID, code
@@ -218,12 +199,12 @@ def check_get_intent(
     if first is not None:
         assert response.intent.SerializeToString(deterministic=True) == first
         if request.intent_id in model.rejected:
-            assert response.state == IntentState.DONE
+            assert response.state == pb.IntentState.DONE
             assert response.result.status == ToolResult.REJECTED
 
 
 def check_decide(
-    model: Model, request: DecideRequest, code: grpc.StatusCode, response: Any
+    model: Model, request: pb.DecideRequest, code: grpc.StatusCode, response: Any
 ) -> None:
     if (
         not CANONICAL_UUID.fullmatch(request.intent_id)
@@ -241,7 +222,7 @@ def check_decide(
         assert response.reason
 
 
-def check_publish(request: PublishRequest, code: grpc.StatusCode, response: Any) -> None:
+def check_publish(request: pb.PublishRequest, code: grpc.StatusCode, response: Any) -> None:
     envelopes = request.envelopes
     bad = any(
         not envelope.entity_key or envelope.WhichOneof("payload") != "external_event"
@@ -261,7 +242,7 @@ def check_status(code: grpc.StatusCode, response: Any) -> None:
 
 
 def check_list(
-    model: Model, request: ListIntentsRequest, code: grpc.StatusCode, response: Any
+    model: Model, request: pb.ListIntentsRequest, code: grpc.StatusCode, response: Any
 ) -> None:
     if request.state not in LISTABLE_STATES or request.limit < 0:
         assert code == INVALID, code
@@ -283,7 +264,7 @@ class Fuzzer:
     model: Model = field(default_factory=Model)
 
     def __post_init__(self) -> None:
-        self.stub = EffectorStub(self.channel)
+        self.stub = pb.EffectorStub(self.channel)
         self.raw = {
             name: self.channel.unary_unary(
                 f"/{SERVICE}/{name}", request_serializer=None, response_deserializer=None
@@ -319,24 +300,24 @@ class Fuzzer:
         """Hold one answer against the model of the contract."""
         assert code not in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN), (name, code)
         if name == "Submit":
-            assert isinstance(request, SubmitRequest)
+            assert isinstance(request, pb.SubmitRequest)
             check_submit(self.model, request, code, response, flaws)
         elif name == "Read":
-            assert isinstance(request, ReadRequest)
+            assert isinstance(request, pb.ReadRequest)
             check_read(request, code, response)
         elif name == "GetIntent":
-            assert isinstance(request, GetIntentRequest)
+            assert isinstance(request, pb.GetIntentRequest)
             check_get_intent(self.model, request, code, response)
         elif name == "Decide":
-            assert isinstance(request, DecideRequest)
+            assert isinstance(request, pb.DecideRequest)
             check_decide(self.model, request, code, response)
         elif name == "Publish":
-            assert isinstance(request, PublishRequest)
+            assert isinstance(request, pb.PublishRequest)
             check_publish(request, code, response)
         elif name == "Status":
             check_status(code, response)
         else:
-            assert isinstance(request, ListIntentsRequest)
+            assert isinstance(request, pb.ListIntentsRequest)
             check_list(self.model, request, code, response)
 
     def healthy(self) -> bool:
@@ -459,7 +440,11 @@ def intents(draw: st.DrawFn) -> tuple[ToolIntent, str | None]:
             flaw, tool_name, args_json = draw(invalid_tool_call())
         else:
             tool_name, args_json = draw(valid_tool_call())
-        expires = draw(st.one_of(st.just(0), INT64.map(lambda w: created + abs(w) + 1)))
+        # Capped at int64's largest value: created and the TTL are each drawn up to 2**62.
+        latest = 2**63 - 1
+        expires = draw(
+            st.one_of(st.just(0), INT64.map(lambda w: min(created + abs(w) + 1, latest)))
+        )
     if flaw is None and draw(st.integers(0, 9)) == 0:
         flaw = "expiry_before_created"
         expires = created - draw(st.integers(1, 2**40))
@@ -538,7 +523,7 @@ def fuzz_random_bytes(fuzzer: Fuzzer, name: str) -> None:
         except DecodeError:
             parsed = None
         # A Read that would long-poll past the end of the log only measures patience.
-        assume(not (isinstance(parsed, ReadRequest) and parsed.wait_ms > 0))
+        assume(not (isinstance(parsed, pb.ReadRequest) and parsed.wait_ms > 0))
         code, response = fuzzer.call_raw(name, payload)
         if parsed is None:
             assert code == INVALID, (name, payload, code)
@@ -567,31 +552,31 @@ def fuzz_structured(fuzzer: Fuzzer, name: str) -> None:
             st.just([]),
         ).map(
             lambda batch: (
-                SubmitRequest(
+                pb.SubmitRequest(
                     intents=[i for i, _ in batch], redeliver_results=bool(len(batch) % 2)
                 ),
                 [flaw for _, flaw in batch],
             )
         ),
         "Read": st.builds(
-            ReadRequest,
+            pb.ReadRequest,
             from_offset=st.integers(-3, 400),
             max_batch=st.integers(-2, 6_000),
             wait_ms=st.integers(-1, 30),
         ).map(lambda r: (r, None)),
-        "GetIntent": st.builds(GetIntentRequest, intent_id=any_id).map(lambda r: (r, None)),
+        "GetIntent": st.builds(pb.GetIntentRequest, intent_id=any_id).map(lambda r: (r, None)),
         "Decide": st.builds(
-            DecideRequest, intent_id=any_id, approved=st.booleans(), approver=texts, reason=texts
+            pb.DecideRequest, intent_id=any_id, approved=st.booleans(), approver=texts, reason=texts
         ).map(lambda r: (r, None)),
         "Publish": st.one_of(
             st.lists(envelopes(), max_size=6),
             st.integers(1, 3).map(
                 lambda n: [AgentEnvelope(entity_key=b"k", external_event=b"e")] * (MAX_BATCH + n)
             ),
-        ).map(lambda batch: (PublishRequest(envelopes=batch), None)),
-        "Status": st.just((StatusRequest(), None)),
+        ).map(lambda batch: (pb.PublishRequest(envelopes=batch), None)),
+        "Status": st.just((pb.StatusRequest(), None)),
         "ListIntents": st.builds(
-            ListIntentsRequest, state=st.integers(-1, 6), limit=st.integers(-3, 2_000)
+            pb.ListIntentsRequest, state=st.integers(-1, 6), limit=st.integers(-3, 2_000)
         ).map(lambda r: (r, None)),
     }
 
@@ -612,25 +597,27 @@ def decide_the_rest(fuzzer: Fuzzer) -> int:
     have no expiry at all: like any approval, it waits for a human.
     """
     awaiting = fuzzer.stub.ListIntents(
-        ListIntentsRequest(state=IntentState.AWAITING_DECISION, limit=MAX_LIST_LIMIT), timeout=10
+        pb.ListIntentsRequest(state=pb.IntentState.AWAITING_DECISION, limit=MAX_LIST_LIMIT),
+        timeout=10,
     ).intents
     for intent in awaiting:
         fuzzer.stub.Decide(
-            DecideRequest(intent_id=intent.intent_id, approved=False, approver="gate"), timeout=10
+            pb.DecideRequest(intent_id=intent.intent_id, approved=False, approver="gate"),
+            timeout=10,
         )
     return len(awaiting)
 
 
-def wait_until_all_done(fuzzer: Fuzzer, timeout_s: float = 60) -> dict[str, GetIntentResponse]:
+def wait_until_all_done(fuzzer: Fuzzer, timeout_s: float = 60) -> dict[str, pb.GetIntentResponse]:
     """Every accepted intent, once DONE."""
     waiting = fuzzer.model.accepted_tools | fuzzer.model.accepted_approvals
-    done: dict[str, GetIntentResponse] = {}
+    done: dict[str, pb.GetIntentResponse] = {}
     deadline = time.monotonic() + timeout_s
     while waiting:
         for intent_id in sorted(waiting):
-            record = fuzzer.stub.GetIntent(GetIntentRequest(intent_id=intent_id), timeout=10)
+            record = fuzzer.stub.GetIntent(pb.GetIntentRequest(intent_id=intent_id), timeout=10)
             assert record.found, f"accepted intent {intent_id} was lost"
-            if record.state == IntentState.DONE:
+            if record.state == pb.IntentState.DONE:
                 done[intent_id] = record
                 waiting.discard(intent_id)
         assert time.monotonic() < deadline, f"{len(waiting)} accepted intent(s) never finished"

@@ -1,28 +1,10 @@
-"""The read-only-tools seed's tool half, with the seed's own imports, behaves as it promises."""
+"""The read-only-tools seed's tool half, imported from the seed itself, behaves as it promises."""
 
 import pytest
 
-from beam_agents.tools import ToolRegistry, ToolRunner, tool
+from beam_agents.tools import ToolRunner
 from beam_agents.tools.errors import SideEffectToolError
-
-
-@tool
-def risk_band(customer_id: str) -> str:
-    """Look up a customer's risk band. Read-only: safe to run inline."""
-    return "high" if customer_id.endswith("9") else "normal"
-
-
-@tool(side_effect=True)
-def freeze_account(customer_id: str) -> str:
-    """Freeze an account. Side-effecting: never executes inside the pipeline."""
-    return f"frozen:{customer_id}"
-
-
-def make_registry() -> ToolRegistry:
-    """A fresh registry per call — no module-level mutable state."""
-    registry = ToolRegistry()
-    registry.register(risk_band)
-    return registry
+from tests.seed import freeze_account, make_registry
 
 
 def test_the_seeds_direct_call_is_refused() -> None:
