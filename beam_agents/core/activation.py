@@ -12,7 +12,14 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from beam_agents._protos import AgentEnvelope, Continuation, KeyHeader, TraceEvent
+from beam_agents._protos import (
+    AgentEnvelope,
+    Approval,
+    Continuation,
+    KeyHeader,
+    ToolResult,
+    TraceEvent,
+)
 from beam_agents.core.admission import answer_refusal
 from beam_agents.core.agent import AgentFn, Complete, Outcome, Suspend
 from beam_agents.core.config import (
@@ -127,14 +134,12 @@ class Activator:
         plan: Plan,
         key: bytes,
         envelope: AgentEnvelope,
-        answer: Any,
+        answer: ToolResult | Approval,
         trigger: str,
     ) -> None:
         state = plan.state
         suspended = state.continuation
-        has_deadline = suspended is not None and suspended.deadline_ms
-        processing_ms = self._processing_ms() if has_deadline else None
-        refusal = answer_refusal(key, suspended, answer, processing_ms)
+        refusal = answer_refusal(key, suspended, answer, self._processing_ms)
         if refusal is not None:
             plan.errors.append(
                 error_record(
@@ -363,7 +368,7 @@ class Activator:
         ttl_ms = self._config.ttl_ms
         current = state.header
         expires_ms = idle_expiry(current, ttl_ms)
-        if expires_ms is None or ttl_ms is None:
+        if expires_ms is None or ttl_ms is None:  # (ttl_ms for the type checker)
             return plan
         if expires_ms > fired_ms:
             plan.idle_ms = expires_ms

@@ -7,6 +7,7 @@ the key's suspended run only if it answers one of its pending intents, in time.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from beam_agents._protos import (
@@ -77,12 +78,12 @@ def answer_refusal(
     key: bytes,
     suspended: Continuation | None,
     answer: ToolResult | Approval,
-    processing_ms: int | None,
+    processing_ms: Callable[[], int],
 ) -> str | None:
     """Why ``answer`` cannot resume this key's run, or ``None`` if it is admitted.
 
-    ``processing_ms`` is the runner's processing time now (``None``: not read, because the run
-    has no deadline); past the run's deadline its timeout route decides instead.
+    ``processing_ms`` reads the runner's processing time; it is called only when every other
+    rule has passed and the run has a deadline (past it, the timeout route decides instead).
     """
     is_approval = isinstance(answer, Approval)
     what = "approval" if is_approval else "tool result"
@@ -109,11 +110,7 @@ def answer_refusal(
     # REJECTED), but a tool intent is never answered by an approval.
     if is_approval and pending_kind(suspended, intent_id) != ToolIntent.APPROVAL:
         return f"intent {intent_id!r} is a tool intent and cannot take an approval"
-    if (
-        suspended.deadline_ms
-        and processing_ms is not None
-        and processing_ms >= suspended.deadline_ms
-    ):
+    if suspended.deadline_ms and processing_ms() >= suspended.deadline_ms:
         return (
             f"the {what} for intent {intent_id!r} arrived after the deadline "
             f"({suspended.deadline_ms} ms); the timeout route decides this run"

@@ -270,7 +270,7 @@ class ActivationContext:
         from the cache without reaching the provider. Otherwise the provider is called with
         ``AgentConfig.model_retry`` retries; a ``ProviderError`` that survives them propagates
         (and, unless the agent handles it, fails the activation as ``model_error``). Past the
-        run's token budget it raises ``BudgetExceededError`` (see the module docstring).
+        run's token budget it raises ``BudgetExceededError`` (``core/README.md``, "Model calls").
         """
         if not isinstance(request, LlmRequest):
             raise TypeError(f"call_model takes an LlmRequest, got {type(request).__name__}")
@@ -358,8 +358,8 @@ class ActivationContext:
         and a read-only tool is refused (``ReadOnlyIntentError``: run it with ``run_tool``).
         ``ttl_ms`` defaults to ``AgentConfig.intent_ttl_ms``. Takes a step; traced as
         ``INTENT_EMITTED``. Nothing executes here. Replaying a step of the run (the same tool
-        and arguments at the same position, see the module docstring) returns the id it
-        returned before and stages nothing.
+        and arguments at the same position; ``core/README.md``, "The replay prefix") returns
+        the id it returned before and stages nothing.
         """
         if not isinstance(tool_name, str) or not tool_name:
             raise ValueError(f"act needs a tool name, got {tool_name!r}")
@@ -375,7 +375,7 @@ class ActivationContext:
                 )
             tool.validate_arguments(arguments)
         ttl = self._services.intent_ttl_ms if ttl_ms is None else _check_ttl(ttl_ms)
-        return self._stage(ToolIntent.TOOL, tool_name, args_json, ttl, "")
+        return self._staged.stage_intent(ToolIntent.TOOL, tool_name, args_json, ttl, "")
 
     def request_approval(
         self,
@@ -395,10 +395,9 @@ class ActivationContext:
         _, args_json = _arguments_json(APPROVAL_TOOL_NAME, args)
         ttl = self._services.approval_ttl_ms if ttl_ms is None else _check_ttl(ttl_ms)
         route = self._services.approval_channel if channel is None else channel
-        return self._stage(ToolIntent.APPROVAL, APPROVAL_TOOL_NAME, args_json, ttl, route)
-
-    def _stage(self, kind: int, tool_name: str, args_json: str, ttl_ms: int, channel: str) -> str:
-        return self._staged.stage_intent(kind, tool_name, args_json, ttl_ms, channel)
+        return self._staged.stage_intent(
+            ToolIntent.APPROVAL, APPROVAL_TOOL_NAME, args_json, ttl, route
+        )
 
 
 def staged(ctx: ActivationContext) -> Staged:

@@ -84,7 +84,8 @@ def suspend(
 ) -> Continuation:
     """The continuation a ``Suspend`` persists (and its ``SUSPENDED`` trace).
 
-    ``base`` is the resumed run with its answer admitted, or ``None`` for a new run.
+    ``base`` is the resumed run with its answer admitted, or ``None`` for a new run, which
+    starts at ``started_at_ms`` (a resumed run keeps its own start).
     """
     pending = staged.pending_after()
     next_step = staged.cursor.high_water_step
@@ -115,9 +116,8 @@ def escalate(
 ) -> tuple[Continuation, ToolIntent]:
     """Answer pending approvals "no" (by the deadline), ask again, and re-suspend.
 
-    The new intent is made at ``trace``'s event time and traced there, with the
-    ``SUSPENDED``. Returns the re-suspended
-    continuation and the fresh ``APPROVAL`` intent it waits for.
+    The new intent is made at ``trace``'s event time and traced there, with the ``SUSPENDED``.
+    Returns the re-suspended continuation and the fresh ``APPROVAL`` intent it waits for.
     """
     escalated = _copy(suspended)
     superseded: list[str] = []
@@ -192,8 +192,8 @@ def _set_pending(continuation: Continuation, pending: Iterable[tuple[str, int]])
 def _append_steps(continuation: Continuation, steps: Iterable[tuple[int, bytes]]) -> None:
     """Record the run's fresh steps, if its records cover every step it took so far.
 
-    Continuations written before steps were recorded have none; their runs never replay, and
-    no records are kept for them.
+    A run whose records do not (its continuation was written before steps were recorded, so it
+    has none) never replays, and keeps no records.
     """
     if len(continuation.steps) != continuation.next_step:
         del continuation.steps[:]

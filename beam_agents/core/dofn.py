@@ -267,5 +267,7 @@ class AgentDoFn(beam.DoFn):
         plan = self._activator.on_element(key, envelope, state)
         return _applied(plan, header, memory, cache, continuation, buffer, deadline, idle)
 
+    # Built by one factory: Beam finds a timer callback by name and reads its state and timer
+    # parameters from the defaults, so both need the same long parameter list.
     _on_deadline = _timer_callback(_DEADLINE, "_on_deadline", Activator.on_deadline)
     _on_idle = _timer_callback(_IDLE, "_on_idle", Activator.on_idle)

@@ -42,20 +42,27 @@ def fallback_context(key: bytes, suspended: Continuation, fired_ms: int) -> Fall
     )
 
 
+@dataclass(frozen=True, slots=True)
+class RouteFailure:
+    """The timeout route raised instead of deciding: the run ends without a decision."""
+
+    error: Exception
+
+
 def choose_route(
     policy: HitlPolicy | None, key: bytes, suspended: Continuation, fired_ms: int
-) -> Route | Exception:
+) -> Route | RouteFailure:
     """The policy's route for the timed-out run (``Drop`` without a policy), or its failure."""
     if policy is None:
         return Drop()
     try:
         return policy.decide(fallback_context(key, suspended, fired_ms), suspended.escalations)
     except Exception as exc:
-        return exc
+        return RouteFailure(exc)
 
 
 def deadline_outcome(
-    route: Route | Exception,
+    route: Route | RouteFailure,
     key: bytes,
     suspended: Continuation,
     policy: HitlPolicy | None,
@@ -67,8 +74,8 @@ def deadline_outcome(
     step = suspended.next_step
     trace = TraceRecorder(key, suspended.seq, suspended.trace_id, suspended.trace_sequence, now_ms)
     trace.record(TraceEvent.ACTIVATION_START, step, {"trigger": TRIGGER_DEADLINE})
-    if isinstance(route, Exception):
-        failure = f"{type(route).__name__}: {route}"
+    if isinstance(route, RouteFailure):
+        failure = f"{type(route.error).__name__}: {route.error}"
         attributes = {"reason": ErrorReason.TIMEOUT_ROUTE_ERROR.value, "error": failure}
         detail = (
             f"the on_timeout route failed ({failure}); the run was ended without a decision "

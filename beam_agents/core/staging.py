@@ -101,25 +101,26 @@ class Staged:
         intent_id = intent_id_for(trace.entity_key, trace.seq, step)
         if replayed:
             return intent_id
+        created_at_ms = trace.now_ms
+        intent = ToolIntent(
+            intent_id=intent_id,
+            entity_key=trace.entity_key,
+            seq=trace.seq,
+            step_index=step,
+            tool_name=tool_name,
+            args_json=args_json,
+            created_at_ms=created_at_ms,
+            expires_at_ms=created_at_ms + ttl_ms,
+            kind=kind,  # type: ignore[arg-type]
+            trace_id=trace.trace_id,
+            channel=channel,
+        )
+        # Built before it is traced: an intent that cannot be built (an expiry past int64)
+        # raises here and leaves no trace of an intent that was never staged.
         trace.record(
             TraceEvent.INTENT_EMITTED,
             step,
             {"intent_id": intent_id, "tool_name": tool_name, "kind": ToolIntent.Kind.Name(kind)},
         )
-        created_at_ms = trace.now_ms
-        self.intents.append(
-            ToolIntent(
-                intent_id=intent_id,
-                entity_key=trace.entity_key,
-                seq=trace.seq,
-                step_index=step,
-                tool_name=tool_name,
-                args_json=args_json,
-                created_at_ms=created_at_ms,
-                expires_at_ms=created_at_ms + ttl_ms,
-                kind=kind,  # type: ignore[arg-type]
-                trace_id=trace.trace_id,
-                channel=channel,
-            )
-        )
+        self.intents.append(intent)
         return intent_id

@@ -52,7 +52,7 @@ HEADER, MEMORY, CACHE, CONTINUATION = "header", "memory", "cache", "continuation
 class KeyState:
     """One key's state for one ``process`` or timer call: lazy reads, staged writes.
 
-    Each cell is read at most once, and only when needed. Writes are recorded in
+    Each value cell is read at most once, and only when needed. Writes are recorded in
     :attr:`writes` (``None`` clears a cell) and the buffer's in :attr:`buffer_reset` and
     :attr:`buffer_added`, for the Beam glue to apply; later reads in the call see them.
     """

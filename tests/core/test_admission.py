@@ -41,33 +41,38 @@ def suspended_run(*, deadline_ms: int = 0) -> Continuation:
     )
 
 
+def never() -> int:
+    """A processing clock for runs without a deadline: admission must not read it."""
+    raise AssertionError("the processing clock was read")
+
+
 def result(intent_id: str, **fields: object) -> ToolResult:
     fields.setdefault("status", ToolResult.OK)
     return ToolResult(intent_id=intent_id, **fields)  # type: ignore[arg-type]
 
 
 def test_an_answer_to_a_pending_intent_is_admitted() -> None:
-    assert answer_refusal(KEY, suspended_run(), result("t-1"), None) is None
-    assert answer_refusal(KEY, suspended_run(), Approval(intent_id="a-1"), None) is None
+    assert answer_refusal(KEY, suspended_run(), result("t-1"), never) is None
+    assert answer_refusal(KEY, suspended_run(), Approval(intent_id="a-1"), never) is None
 
 
 def test_an_approval_intent_may_be_ended_by_a_tool_result() -> None:
     expired = result("a-1", status=ToolResult.EXPIRED)
-    assert answer_refusal(KEY, suspended_run(), expired, None) is None
+    assert answer_refusal(KEY, suspended_run(), expired, never) is None
 
 
 def test_an_answer_with_no_suspended_run_is_refused() -> None:
-    refusal = answer_refusal(KEY, None, result("t-1"), None)
+    refusal = answer_refusal(KEY, None, result("t-1"), never)
     assert refusal is not None and "no suspended run" in refusal
 
 
 def test_a_result_naming_another_key_is_refused() -> None:
-    refusal = answer_refusal(KEY, suspended_run(), result("t-1", entity_key=b"other"), None)
+    refusal = answer_refusal(KEY, suspended_run(), result("t-1", entity_key=b"other"), never)
     assert refusal is not None and "names another key" in refusal
 
 
 def test_a_second_delivery_is_a_duplicate() -> None:
-    refusal = answer_refusal(KEY, suspended_run(), result("t-0"), None)
+    refusal = answer_refusal(KEY, suspended_run(), result("t-0"), never)
     assert refusal is not None and refusal.startswith("duplicate delivery")
 
 
@@ -75,17 +80,17 @@ def test_a_decision_on_an_approval_the_deadline_already_answered_arrived_too_lat
     run = suspended_run()
     run.answered_intent_ids.append("a-0")
     run.approvals.append(Approval(intent_id="a-0", approver=DEADLINE_APPROVER))
-    refusal = answer_refusal(KEY, run, Approval(intent_id="a-0", approved=True), None)
+    refusal = answer_refusal(KEY, run, Approval(intent_id="a-0", approved=True), never)
     assert refusal is not None and "timed out and was escalated" in refusal
 
 
 def test_an_answer_to_an_intent_that_is_not_pending_is_refused() -> None:
-    refusal = answer_refusal(KEY, suspended_run(), result("t-9"), None)
+    refusal = answer_refusal(KEY, suspended_run(), result("t-9"), never)
     assert refusal is not None and "is not pending" in refusal and "(seq 3)" in refusal
 
 
 def test_a_tool_intent_never_takes_an_approval() -> None:
-    refusal = answer_refusal(KEY, suspended_run(), Approval(intent_id="t-1"), None)
+    refusal = answer_refusal(KEY, suspended_run(), Approval(intent_id="t-1"), never)
     assert refusal is not None and "cannot take an approval" in refusal
 
 
@@ -93,10 +98,16 @@ def test_a_tool_intent_never_takes_an_approval() -> None:
 def test_an_answer_at_or_after_the_deadline_is_left_to_the_timeout_route(
     now_ms: int, admitted: bool
 ) -> None:
-    refusal = answer_refusal(KEY, suspended_run(deadline_ms=10_000), result("t-1"), now_ms)
+    refusal = answer_refusal(KEY, suspended_run(deadline_ms=10_000), result("t-1"), lambda: now_ms)
     assert (refusal is None) == admitted
     if not admitted:
         assert refusal is not None and "the timeout route decides" in refusal
+
+
+def test_the_clock_is_read_only_once_every_other_rule_has_passed() -> None:
+    run = suspended_run(deadline_ms=10_000)
+    duplicate = answer_refusal(KEY, run, result("t-0"), never)
+    assert duplicate is not None and duplicate.startswith("duplicate delivery")
 
 
 def envelope(key: bytes, **payload: object) -> AgentEnvelope:

@@ -16,7 +16,7 @@ from beam_agents._protos import Continuation, KeyHeader, ToolIntent, TraceEvent
 from beam_agents.core.context import ActivationContext
 from beam_agents.core.continuation import DEADLINE_APPROVER
 from beam_agents.core.ids import intent_id_for
-from beam_agents.core.routes import choose_route, deadline_outcome, idle_expiry
+from beam_agents.core.routes import RouteFailure, choose_route, deadline_outcome, idle_expiry
 from beam_agents.core.tracing import trace_id_for
 from beam_agents.hitl import Deny, Drop, Escalate, FallbackContext, HitlPolicy
 from beam_agents.testing import EnvelopeStream, FailFirstCommit, epoch_clock
@@ -78,7 +78,7 @@ def test_escalating_past_the_limit_is_taken_as_the_exhausted_denial() -> None:
 
 def test_a_route_that_raises_is_returned_as_its_failure() -> None:
     failure = choose_route(policy(broken), KEY, waiting_run(), 10_000)
-    assert isinstance(failure, RuntimeError)
+    assert isinstance(failure, RouteFailure) and isinstance(failure.error, RuntimeError)
 
 
 def test_deny_ends_the_run_with_its_output() -> None:
@@ -98,7 +98,7 @@ def test_drop_ends_the_run_on_errors() -> None:
 
 
 def test_a_failed_route_ends_the_run_fail_closed_with_one_error_trace() -> None:
-    failure = RuntimeError("route bug")
+    failure = RouteFailure(RuntimeError("route bug"))
     outcome = deadline_outcome(failure, KEY, waiting_run(), None, fired_ms=10_000, now_ms=50)
     [error] = outcome.errors
     assert error.reason == "timeout_route_error" and "RuntimeError: route bug" in error.detail
