@@ -281,7 +281,8 @@ class Activator:
         elif was_suspended:
             state.end_run()
             plan.deadline_ms = 0
-        plan.intents.extend(record.intents)
+        if record.intents:
+            plan.intents.extend(record.intents)
         plan.traces.extend(record.trace.events)
         if isinstance(outcome, Complete):
             if outcome.output:

@@ -34,7 +34,7 @@ from beam_agents.core.config import AgentConfig
 from beam_agents.core.context import ActivationServices
 from beam_agents.core.model_gateway import METRICS_NAMESPACE, MODEL_COUNTERS, ModelGateway
 from beam_agents.core.plan import Plan
-from beam_agents.core.state import CACHE, CONTINUATION, HEADER, MEMORY, KeyState
+from beam_agents.core.state import KeyState
 from beam_agents.model.resilience import CircuitBreakers
 from beam_agents.tools import ToolRunner
 
@@ -43,10 +43,10 @@ INTENTS_TAG = "intents"
 TRACES_TAG = "traces"
 ERRORS_TAG = "errors"
 
-_HEADER = ReadModifyWriteStateSpec(HEADER, BytesCoder())
-_MEMORY = ReadModifyWriteStateSpec(MEMORY, BytesCoder())
-_CACHE = ReadModifyWriteStateSpec(CACHE, BytesCoder())
-_CONTINUATION = ReadModifyWriteStateSpec(CONTINUATION, BytesCoder())
+_HEADER = ReadModifyWriteStateSpec("header", BytesCoder())
+_MEMORY = ReadModifyWriteStateSpec("memory", BytesCoder())
+_CACHE = ReadModifyWriteStateSpec("cache", BytesCoder())
+_CONTINUATION = ReadModifyWriteStateSpec("continuation", BytesCoder())
 _BUFFER = BagStateSpec("buffer", BytesCoder())
 _DEADLINE = TimerSpec("deadline", TimeDomain.REAL_TIME)
 _IDLE = TimerSpec("idle", TimeDomain.WATERMARK)
@@ -120,12 +120,12 @@ def _applied(
     """Write the plan's state, set its timers and return its outputs, tagged."""
     state = plan.state
     if state.writes:
-        cells = {HEADER: header, MEMORY: memory, CACHE: cache, CONTINUATION: continuation}
-        for name, value in state.writes.items():
+        cells = (header, memory, cache, continuation)
+        for cell, value in state.writes.items():
             if value is None:
-                cells[name].clear()
+                cells[cell].clear()
             else:
-                cells[name].write(value)
+                cells[cell].write(value)
     if state.buffer_reset:
         buffer.clear()
     for envelope_bytes in state.buffer_added:
@@ -137,7 +137,7 @@ def _applied(
             deadline.clear()
     if plan.idle_ms is not None:
         idle.set(_timestamp(plan.idle_ms))
-    out: list[Any] = list(plan.outputs)
+    out: list[Any] = plan.outputs  # the plan is done with, so its list is reused
     if plan.intents:
         out.extend([TaggedOutput(INTENTS_TAG, intent) for intent in plan.intents])
     out.extend([TaggedOutput(TRACES_TAG, event) for event in plan.traces])

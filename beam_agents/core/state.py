@@ -45,8 +45,8 @@ def decode_cache(blob: bytes) -> ModelCache:
 CellRead = Callable[[], Any]
 """Reads one state cell: its value (``bytes`` or ``None``), or a bag's values."""
 
-HEADER, MEMORY, CACHE, CONTINUATION = "header", "memory", "cache", "continuation"
-"""The names of the value cells, as :attr:`KeyState.writes` keys them."""
+HEADER, MEMORY, CACHE, CONTINUATION = 0, 1, 2, 3
+"""The value cells, as :attr:`KeyState.writes` numbers them (the order ``KeyState`` takes)."""
 
 
 class KeyState:
@@ -91,8 +91,8 @@ class KeyState:
         self._memory_read = False
         self._continuation: Continuation | None = None
         self._continuation_read = False
-        self.writes: dict[str, bytes | None] = {}
-        """Cell name to its new value; ``None`` clears the cell."""
+        self.writes: dict[int, bytes | None] = {}
+        """Cell number (:data:`HEADER`, ...) to its new value; ``None`` clears the cell."""
         self.buffer_reset = False
         """Whether the buffer is cleared before :attr:`buffer_added` is appended."""
         self.buffer_added: list[bytes] = []
