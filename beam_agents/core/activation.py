@@ -41,6 +41,7 @@ from beam_agents.core.errors import (
 )
 from beam_agents.core.plan import Plan, error_record
 from beam_agents.core.routes import choose_route, deadline_outcome, idle_expiry, wiped_error
+from beam_agents.core.staging import Staged
 from beam_agents.core.state import HEADER_SCHEMA_VERSION, KeyState
 from beam_agents.core.tracing import TraceRecorder, trace_id_for
 from beam_agents.model.client import ProviderError
@@ -103,9 +104,10 @@ class Activator:
             load_memory=state.read_memory,
             load_cache=_no_committed_calls,
         )
-        outcome = self._activate(plan, ctx, TRIGGER_EVENT, envelope, envelope_bytes)
+        record = staged(ctx)
+        outcome = self._activate(plan, ctx, record, TRIGGER_EVENT, envelope, envelope_bytes)
         if outcome is not None:
-            self._commit(plan, ctx, outcome, TRIGGER_EVENT, None)
+            self._commit(plan, ctx, record, outcome, TRIGGER_EVENT, None)
 
     def _buffer_event(self, plan: Plan, key: bytes, envelope: AgentEnvelope) -> None:
         state = plan.state
@@ -169,9 +171,10 @@ class Activator:
             load_cache=state.read_cache,
             resumption=resumption(admitted, answer),
         )
-        outcome = self._activate(plan, ctx, trigger, envelope, None)
+        record = staged(ctx)
+        outcome = self._activate(plan, ctx, record, trigger, envelope, None)
         if outcome is not None:
-            self._commit(plan, ctx, outcome, trigger, admitted)
+            self._commit(plan, ctx, record, outcome, trigger, admitted)
 
     # -- activation and commit -----------------------------------------------------------
 
@@ -179,17 +182,18 @@ class Activator:
         self,
         plan: Plan,
         ctx: ActivationContext,
+        record: Staged,
         trigger: str,
         envelope: AgentEnvelope,
         envelope_bytes: bytes | None,
     ) -> Outcome | None:
         """Run the agent; on failure plan the error and its trace and return ``None``."""
-        trace = staged(ctx).trace
+        trace = record.trace
         trace.record(TraceEvent.ACTIVATION_START, ctx.high_water_step, {"trigger": trigger})
         failure: BaseException
         try:
             outcome = self._run(self._agent(ctx), self._config.activation_timeout_s)
-            return self._checked(outcome, ctx)
+            return self._checked(outcome, record)
         except (Exception, asyncio.CancelledError) as exc:
             failure = exc
         reason = _failure_reason(failure)
@@ -210,8 +214,7 @@ class Activator:
         )
         return None
 
-    def _checked(self, outcome: object, ctx: ActivationContext) -> Outcome:
-        record = staged(ctx)
+    def _checked(self, outcome: object, record: Staged) -> Outcome:
         if record.budget_error is not None:
             # The agent caught it, but a run past its budget must not commit.
             raise record.budget_error
@@ -237,6 +240,7 @@ class Activator:
         self,
         plan: Plan,
         ctx: ActivationContext,
+        record: Staged,
         outcome: Outcome,
         trigger: str,
         base: Continuation | None,
@@ -247,7 +251,6 @@ class Activator:
         ``None`` for a new run (whose continuation is built only if it suspends).
         """
         state = plan.state
-        record = staged(ctx)
         was_suspended = state.continuation is not None
         suspended: Continuation | None = None
         if isinstance(outcome, Suspend):
@@ -267,7 +270,9 @@ class Activator:
                 record.cursor.high_water_step,
                 {"output_bytes": str(len(outcome.output))},
             )
-        self._before_commit(ctx.entity_key, ctx.seq, trigger, 0 if base is None else base.next_step)
+        if self._config.before_commit is not None:
+            first_step = 0 if base is None else base.next_step
+            self._before_commit(ctx.entity_key, ctx.seq, trigger, first_step)
         memory = record.memory
         if memory is not None and memory.changed:
             state.write_memory(memory.encode())
