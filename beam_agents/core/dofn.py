@@ -104,7 +104,7 @@ def _ms(timestamp: Timestamp) -> int:
 
 
 def _loaded(header: Any, memory: Any, cache: Any, continuation: Any, buffer: Any) -> KeyState:
-    return KeyState(header.read, memory.read, cache.read, continuation.read, buffer.read)
+    return KeyState(header, memory, cache, continuation, buffer)
 
 
 def _applied(

@@ -7,8 +7,7 @@ runtime. The cells and why they are read sparingly: ``core/README.md``, "State l
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from google.protobuf.message import Message
 
@@ -42,8 +41,12 @@ def decode_cache(blob: bytes) -> ModelCache:
     return decode_versioned(ModelCache, blob, CACHE_SCHEMA_VERSION)
 
 
-CellRead = Callable[[], Any]
-"""Reads one state cell: its value (``bytes`` or ``None``), or a bag's values."""
+class Readable(Protocol):
+    """A state cell as the core sees it: read-only. Writes go through :attr:`KeyState.writes`."""
+
+    def read(self) -> Any:
+        """The cell's value (``bytes`` or ``None``), or a bag's values."""
+
 
 HEADER, MEMORY, CACHE, CONTINUATION = 0, 1, 2, 3
 """The value cells, as :attr:`KeyState.writes` numbers them (the order ``KeyState`` takes)."""
@@ -58,16 +61,16 @@ class KeyState:
     """
 
     __slots__ = (
+        "_buffer_cell",
+        "_cache_cell",
         "_continuation",
+        "_continuation_cell",
         "_continuation_read",
         "_header",
+        "_header_cell",
         "_memory_blob",
+        "_memory_cell",
         "_memory_read",
-        "_read_buffer",
-        "_read_cache",
-        "_read_continuation",
-        "_read_header",
-        "_read_memory",
         "buffer_added",
         "buffer_reset",
         "writes",
@@ -75,17 +78,17 @@ class KeyState:
 
     def __init__(
         self,
-        header: CellRead,
-        memory: CellRead,
-        cache: CellRead,
-        continuation: CellRead,
-        buffer: CellRead,
+        header: Readable,
+        memory: Readable,
+        cache: Readable,
+        continuation: Readable,
+        buffer: Readable,
     ) -> None:
-        self._read_header = header
-        self._read_memory = memory
-        self._read_cache = cache
-        self._read_continuation = continuation
-        self._read_buffer = buffer
+        self._header_cell = header
+        self._memory_cell = memory
+        self._cache_cell = cache
+        self._continuation_cell = continuation
+        self._buffer_cell = buffer
         self._header: KeyHeader | None = None
         self._memory_blob: bytes | None = None
         self._memory_read = False
@@ -104,7 +107,7 @@ class KeyState:
         A key with no header has no continuation either: every commit writes the header.
         """
         if self._header is None:
-            blob = self._read_header()
+            blob = self._header_cell.read()
             self._header = (
                 decode_versioned(KeyHeader, blob, HEADER_SCHEMA_VERSION)
                 if blob
@@ -121,7 +124,7 @@ class KeyState:
     def read_memory(self) -> bytes | None:
         """The committed ``MemoryState`` blob (read from the cell once per call)."""
         if not self._memory_read:
-            self._memory_blob = self._read_memory()
+            self._memory_blob = self._memory_cell.read()
             self._memory_read = True
         return self._memory_blob
 
@@ -133,7 +136,7 @@ class KeyState:
 
     def read_cache(self) -> bytes | None:
         """The committed ``ModelCache`` blob (``None`` if empty); see :func:`decode_cache`."""
-        blob: bytes | None = self.writes[CACHE] if CACHE in self.writes else self._read_cache()
+        blob: bytes | None = self.writes[CACHE] if CACHE in self.writes else self._cache_cell.read()
         return blob or None
 
     def write_cache(self, blob: bytes) -> None:
@@ -149,7 +152,7 @@ class KeyState:
             if header.HasField("suspended") and not header.suspended:
                 self._continuation = None
             else:
-                blob = self._read_continuation()
+                blob = self._continuation_cell.read()
                 self._continuation = (
                     decode_versioned(Continuation, blob, CONTINUATION_SCHEMA_VERSION)
                     if blob
@@ -179,7 +182,7 @@ class KeyState:
 
     def buffered(self) -> list[bytes]:
         """The serialized envelopes buffered while suspended, oldest first."""
-        stored = [] if self.buffer_reset else list(self._read_buffer())
+        stored = [] if self.buffer_reset else list(self._buffer_cell.read())
         return [*stored, *self.buffer_added]
 
     def buffer(self, envelope_bytes: bytes) -> None:
