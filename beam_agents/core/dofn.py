@@ -34,7 +34,7 @@ from beam_agents.core.config import AgentConfig
 from beam_agents.core.context import ActivationServices
 from beam_agents.core.model_gateway import METRICS_NAMESPACE, MODEL_COUNTERS, ModelGateway
 from beam_agents.core.plan import Plan
-from beam_agents.core.state import KeyState
+from beam_agents.core.state import CACHE, CONTINUATION, HEADER, MEMORY, KeyState
 from beam_agents.model.resilience import CircuitBreakers
 from beam_agents.tools import ToolRunner
 
@@ -42,6 +42,9 @@ OUTPUT_TAG = "output"
 INTENTS_TAG = "intents"
 TRACES_TAG = "traces"
 ERRORS_TAG = "errors"
+
+# ``_applied`` finds a written cell by its number in KeyState.writes, in this order.
+assert (HEADER, MEMORY, CACHE, CONTINUATION) == (0, 1, 2, 3)
 
 _HEADER = ReadModifyWriteStateSpec("header", BytesCoder())
 _MEMORY = ReadModifyWriteStateSpec("memory", BytesCoder())
@@ -120,7 +123,7 @@ def _applied(
     """Write the plan's state, set its timers and return its outputs, tagged."""
     state = plan.state
     if state.writes:
-        cells = (header, memory, cache, continuation)
+        cells = (header, memory, cache, continuation)  # indexed by state.HEADER, MEMORY, ...
         for cell, value in state.writes.items():
             if value is None:
                 cells[cell].clear()
