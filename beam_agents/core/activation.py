@@ -20,6 +20,7 @@ from beam_agents._protos import (
     ToolResult,
     TraceEvent,
 )
+from beam_agents.core import clocks
 from beam_agents.core.admission import answer_refusal
 from beam_agents.core.agent import AgentFn, Complete, Outcome, Suspend
 from beam_agents.core.config import (
@@ -39,6 +40,7 @@ from beam_agents.core.errors import (
     ErrorReason,
     InvalidOutcomeError,
 )
+from beam_agents.core.failures import explain
 from beam_agents.core.plan import Plan, error_record
 from beam_agents.core.routes import choose_route, deadline_outcome, idle_expiry, wiped_error
 from beam_agents.core.staging import Staged
@@ -56,7 +58,11 @@ def _no_committed_calls() -> None:
 
 
 class Activator:
-    """Decides, for one agent and config, what each element and timer does to a key."""
+    """Decides, for one agent and config, what each element and timer does to a key.
+
+    ``ticks``: the deadline timer is a tick at which the run's current deadline is checked (on
+    the ``FnApiRunner``, see ``core/README.md``), not a timer set for that deadline.
+    """
 
     def __init__(
         self,
@@ -64,11 +70,16 @@ class Activator:
         config: AgentConfig,
         services: ActivationServices,
         run: RunCoroutine,
+        *,
+        ticks: bool = False,
     ) -> None:
         self._agent = agent
+        self._ticks = ticks
         self._config = config
         self._services = services
         self._run = run
+        self._clock = clocks.resolved(config.processing_clock)
+        self._clock_readable = clocks.is_readable(config.processing_clock)
 
     # -- elements ------------------------------------------------------------------------
 
@@ -141,7 +152,7 @@ class Activator:
     ) -> None:
         state = plan.state
         suspended = state.continuation
-        refusal = answer_refusal(key, suspended, answer, self._processing_ms)
+        refusal = answer_refusal(key, suspended, answer, self.processing_ms)
         if refusal is not None:
             plan.errors.append(
                 error_record(
@@ -197,6 +208,7 @@ class Activator:
         except (Exception, asyncio.CancelledError) as exc:
             failure = exc
         reason = _failure_reason(failure)
+        detail, failure_traceback = explain(failure, self._agent)
         plan.traces.append(
             trace.failure(
                 ctx.high_water_step, {"reason": reason.value, "error": type(failure).__name__}
@@ -206,10 +218,11 @@ class Activator:
             error_record(
                 ctx.entity_key,
                 reason,
-                _describe(failure),
+                detail,
                 envelope.event_time_ms,
                 envelope.SerializeToString() if envelope_bytes is None else envelope_bytes,
                 ctx.seq,
+                traceback=failure_traceback,
             )
         )
         return None
@@ -262,7 +275,7 @@ class Activator:
                 started_at_ms=ctx.now_ms,
                 snapshot=outcome.snapshot,
                 adapter=outcome.adapter,
-                deadline_ms=0 if timeout is None else self._processing_ms() + timeout,
+                deadline_ms=0 if timeout is None else self.processing_ms() + timeout,
             )
         else:
             record.trace.record(
@@ -301,8 +314,9 @@ class Activator:
         policy = self._config.hitl_policy
         return None if policy is None else policy.timeout_ms
 
-    def _processing_ms(self) -> int:
-        return int(self._config.processing_clock() * 1000)
+    def processing_ms(self) -> int:
+        """Now, in milliseconds, on the clock deadlines are placed on."""
+        return int(self._clock() * 1000)
 
     def _before_commit(self, key: bytes, seq: int, trigger: str, first_step: int) -> None:
         hook = self._config.before_commit
@@ -349,8 +363,16 @@ class Activator:
         """A suspension reached its deadline: take the HITL timeout route."""
         plan = Plan(state)
         suspended = state.continuation
-        if suspended is None or suspended.deadline_ms != fired_ms:
+        if suspended is None or not suspended.deadline_ms:
+            return plan  # a timer left over from a run that has since ended
+        if self._ticks:
+            fired_ms = suspended.deadline_ms  # a tick: check the deadline the run has now
+        elif suspended.deadline_ms != fired_ms:
             return plan  # a timer left over from a suspension that has since moved on
+        if self._clock_readable and self.processing_ms() < fired_ms:
+            plan.deadline_ms = fired_ms  # fired early (a local runner's bundle ended): re-arm
+            plan.early = True
+            return plan
         policy = self._config.hitl_policy
         route = choose_route(policy, key, suspended, fired_ms)
         self._before_commit(key, suspended.seq, TRIGGER_DEADLINE, suspended.next_step)
@@ -400,8 +422,3 @@ def _failure_reason(failure: BaseException) -> ErrorReason:
     if isinstance(failure, ProviderError):
         return ErrorReason.MODEL_ERROR
     return ErrorReason.ACTIVATION_ERROR
-
-
-def _describe(failure: BaseException) -> str:
-    notes = getattr(failure, "__notes__", None) or ()
-    return "; ".join([f"{type(failure).__name__}: {failure}", *notes])

@@ -9,6 +9,7 @@ and for each element or timer firing loads the key's state lazily, asks the
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -32,6 +33,7 @@ from beam_agents.core.agent import AgentFn
 from beam_agents.core.bridge import CoroutineDriver
 from beam_agents.core.config import AgentConfig
 from beam_agents.core.context import ActivationServices
+from beam_agents.core.loudness import ErrorLog
 from beam_agents.core.model_gateway import METRICS_NAMESPACE, MODEL_COUNTERS, ModelGateway
 from beam_agents.core.plan import Plan
 from beam_agents.core.state import CACHE, CONTINUATION, HEADER, MEMORY, KeyState
@@ -53,6 +55,7 @@ _CONTINUATION = ReadModifyWriteStateSpec("continuation", BytesCoder())
 _BUFFER = BagStateSpec("buffer", BytesCoder())
 _DEADLINE = TimerSpec("deadline", TimeDomain.REAL_TIME)
 _IDLE = TimerSpec("idle", TimeDomain.WATERMARK)
+_EARLY_TIMER_PAUSE_S = 0.02
 
 # DoFn parameter defaults, built once (Beam recognizes them by value). Typed Any because Beam
 # substitutes the runtime state object, timer, key or timestamp for each of them.
@@ -119,8 +122,13 @@ def _applied(
     buffer: Any,
     deadline: Any,
     idle: Any,
+    tick_ms: int | None,
 ) -> list[Any]:
-    """Write the plan's state, set its timers and return its outputs, tagged."""
+    """Write the plan's state, set its timers and return its outputs, tagged.
+
+    With ``tick_ms`` (the processing time now, when deadlines tick) a deadline still to come
+    is checked again at once rather than set for its time.
+    """
     state = plan.state
     if state.writes:
         cells = (header, memory, cache, continuation)  # indexed by state.HEADER, MEMORY, ...
@@ -134,10 +142,12 @@ def _applied(
     for envelope_bytes in state.buffer_added:
         buffer.add(envelope_bytes)
     if plan.deadline_ms is not None:
-        if plan.deadline_ms:
+        if not plan.deadline_ms:
+            deadline.clear()
+        elif tick_ms is None:
             deadline.set(_timestamp(plan.deadline_ms))
         else:
-            deadline.clear()
+            deadline.set(_timestamp(min(plan.deadline_ms, tick_ms)))
     if plan.idle_ms is not None:
         idle.set(_timestamp(plan.idle_ms))
     out: list[Any] = plan.outputs  # the plan is done with, so its list is reused
@@ -171,7 +181,11 @@ def _timer_callback(spec: TimerSpec, name: str, decide: TimerDecision) -> Any:
         assert self._activator is not None
         state = _loaded(header, memory, cache, continuation, buffer)
         plan = decide(self._activator, key, _ms(fired), state)
-        return _applied(plan, header, memory, cache, continuation, buffer, deadline, idle)
+        if plan.errors:
+            self._error_log.report(plan.errors)
+        self._early_fires += plan.early
+        tick_ms = self._activator.processing_ms() if self._ticks else None
+        return _applied(plan, header, memory, cache, continuation, buffer, deadline, idle, tick_ms)
 
     callback.__name__ = callback.__qualname__ = name
     callback.__doc__ = decide.__doc__
@@ -181,14 +195,18 @@ def _timer_callback(spec: TimerSpec, name: str, decide: TimerDecision) -> Any:
 class AgentDoFn(beam.DoFn):
     """Runs one agent over ``(key, AgentEnvelope)`` elements; see the module docstring."""
 
-    def __init__(self, agent: AgentFn, config: AgentConfig) -> None:
+    def __init__(self, agent: AgentFn, config: AgentConfig, *, ticks: bool = False) -> None:
         super().__init__()
         self._agent = agent
         self._config = config
+        self._ticks = ticks
         self._driver: CoroutineDriver | None = None
         self._gateway: ModelGateway | None = None
         self._activator: Activator | None = None
         self._counters: _BeamModelCounters | None = None
+        self._early_fires = 0
+        self._idle_bundle = True
+        self._error_log = ErrorLog()  # every .errors record is logged, rate-limited
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -222,21 +240,31 @@ class AgentDoFn(beam.DoFn):
             cache_max_bytes=config.model_cache_max_bytes,
             max_tokens_per_run=config.max_tokens_per_run,
             time_left_s=driver.time_left_s,
+            intent_namespace=config.namespace,
         )
-        self._activator = Activator(self._agent, config, services, driver.run)
+        self._activator = Activator(self._agent, config, services, driver.run, ticks=self._ticks)
 
     def start_bundle(self) -> None:
-        """Start counting the bundle's model calls afresh."""
+        """Start counting the bundle's model calls and early deadline timers afresh."""
+        self._early_fires = 0
+        self._idle_bundle = True
         if self._counters is not None:
             self._counters.discard()
 
     def finish_bundle(self) -> None:
-        """Report the bundle's model calls to Beam's metrics."""
+        """Report the bundle's model calls; pause a bundle of nothing but early timers."""
         if self._counters is not None:
             self._counters.flush()
+        if self._error_log.suppressed:
+            self._error_log.flush()
+        if self._early_fires and self._idle_bundle:
+            # A local runner fires a re-armed processing-time timer again when the bundle ends;
+            # the pause keeps a key waiting out its deadline from spinning a core.
+            time.sleep(_EARLY_TIMER_PAUSE_S)
 
     def teardown(self) -> None:
         """Close the model client and the event loop."""
+        self._error_log.flush(final=True)
         driver, gateway = self._driver, self._gateway
         self._driver = self._gateway = self._activator = None
         if driver is None:
@@ -263,12 +291,17 @@ class AgentDoFn(beam.DoFn):
         """Admit one envelope and run, buffer or refuse it."""
         problem = element_problem(element)
         if problem is not None:
+            self._error_log.report((problem,))
             return [TaggedOutput(ERRORS_TAG, problem)]
         assert self._activator is not None
+        self._idle_bundle = False
         key, envelope = element
         state = _loaded(header, memory, cache, continuation, buffer)
         plan = self._activator.on_element(key, envelope, state)
-        return _applied(plan, header, memory, cache, continuation, buffer, deadline, idle)
+        if plan.errors:
+            self._error_log.report(plan.errors)
+        tick_ms = self._activator.processing_ms() if self._ticks else None
+        return _applied(plan, header, memory, cache, continuation, buffer, deadline, idle, tick_ms)
 
     # Built by one factory: Beam finds a timer callback by name and reads its state and timer
     # parameters from the defaults, so both need the same long parameter list.

@@ -15,7 +15,16 @@ from beam_agents.core.state import KeyState
 class Plan:
     """State writes, timers and outputs of one ``process`` or timer call on one key."""
 
-    __slots__ = ("deadline_ms", "errors", "idle_ms", "intents", "outputs", "state", "traces")
+    __slots__ = (
+        "deadline_ms",
+        "early",
+        "errors",
+        "idle_ms",
+        "intents",
+        "outputs",
+        "state",
+        "traces",
+    )
 
     def __init__(self, state: KeyState) -> None:
         self.state = state
@@ -27,6 +36,8 @@ class Plan:
         """``None``: leave the deadline timer as it is; ``0``: clear it; else set it (ms)."""
         self.idle_ms: int | None = None
         """``None``: leave the idle timer as it is; else set it (event time, ms)."""
+        self.early = False
+        """A deadline timer fired before its time and was re-armed: nothing else happened."""
 
 
 def error_record(
@@ -36,8 +47,14 @@ def error_record(
     event_time_ms: int,
     envelope: bytes,
     seq: int,
+    *,
+    traceback: str = "",
 ) -> AgentError:
-    """An ``.errors`` record (``envelope`` is the original envelope's bytes, if any)."""
+    """An ``.errors`` record.
+
+    ``envelope``: the original envelope's bytes, if any; ``traceback``: that of the exception
+    behind the record, if any (``failures.explain``).
+    """
     return AgentError(
         entity_key=entity_key,
         reason=reason.value,
@@ -45,4 +62,5 @@ def error_record(
         event_time_ms=event_time_ms,
         envelope=envelope,
         seq=seq,
+        traceback=traceback,
     )

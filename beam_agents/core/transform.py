@@ -12,19 +12,24 @@ malformed elements at run time become typed ``.errors`` records, never a crashed
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from typing import Any, NamedTuple
 
 import apache_beam as beam
 from apache_beam.pvalue import PCollection
+from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiRunner
+from apache_beam.testing.test_stream import TestStream
 from apache_beam.transforms.window import GlobalWindows
 from apache_beam.typehints import typehints
 
 from beam_agents._protos import AgentEnvelope, AgentError, ToolIntent, TraceEvent
+from beam_agents.core import clocks
 from beam_agents.core.admission import element_problem
 from beam_agents.core.agent import AgentFn
 from beam_agents.core.config import AgentConfig, CommitInfo
 from beam_agents.core.dofn import ERRORS_TAG, INTENTS_TAG, OUTPUT_TAG, TRACES_TAG, AgentDoFn
+from beam_agents.core.loudness import ErrorLog
 
 __all__ = ["AgentConfig", "CommitInfo", "RunAgent", "RunAgentOutputs"]
 
@@ -35,7 +40,9 @@ class RunAgentOutputs(NamedTuple):
     ``output``: the bytes of every non-empty ``Complete`` (and ``Deny``). ``intents``: the
     committed ``ToolIntent``s, for the effector. ``traces``: ``TraceEvent``s. ``errors``:
     ``AgentError`` dead letters (reason, detail, event time, and the original envelope bytes so
-    they can be re-driven).
+    they can be re-driven; for an exception, its trimmed ``traceback``, and the detail names the
+    agent's file and line). Every record is also logged at WARNING, rate-limited, whether or not
+    ``errors`` is consumed.
     """
 
     output: PCollection[bytes]
@@ -83,17 +90,60 @@ def _needs_admission(element_type: Any) -> bool:
     if value_type not in (AgentEnvelope, typehints.Any):
         raise ValueError(
             f"RunAgent values must be AgentEnvelope messages, got {value_type}; wrap each "
-            "payload in AgentEnvelope(entity_key=..., event_time_ms=..., external_event=...)"
+            "payload in AgentEnvelope(entity_key=..., event_time_ms=..., external_event=...) "
+            "(`from beam_agents import AgentEnvelope`)"
         )
     return key_type is not bytes or value_type is not AgentEnvelope
+
+
+def _ticks(runner: object) -> bool:
+    """Whether deadlines tick (checked again every bundle until due): on the ``FnApiRunner``.
+
+    It fires a processing-time timer when the bundle that set it ends, and holds back one
+    re-set for later until every running read has finished.
+    """
+    return isinstance(runner, FnApiRunner)
+
+
+def _fed_by_test_stream(pcoll: PCollection[Any]) -> bool:
+    """Whether a ``TestStream`` is upstream of ``pcoll`` (its runner then keeps a test clock)."""
+    seen: set[int] = set()
+    producers = [pcoll.producer]
+    while producers:
+        applied = producers.pop()
+        if applied is None or id(applied) in seen:
+            continue
+        seen.add(id(applied))
+        if isinstance(applied.transform, TestStream):
+            return True
+        producers.extend(upstream.producer for upstream in applied.main_inputs.values())
+        producers.extend(applied.parts)
+    return False
 
 
 class _AdmitElements(beam.DoFn):
     """Routes malformed elements to ``.errors`` before they reach the keyed, stateful step."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._error_log = ErrorLog()  # logged like the agent's records (``core/loudness.py``)
+
     def process(self, element: Any) -> list[Any]:
+        """Pass a well-formed element on; log and divert a malformed one."""
         problem = element_problem(element)
-        return [element] if problem is None else [beam.pvalue.TaggedOutput(ERRORS_TAG, problem)]
+        if problem is None:
+            return [element]
+        self._error_log.report((problem,))
+        return [beam.pvalue.TaggedOutput(ERRORS_TAG, problem)]
+
+    def finish_bundle(self) -> None:
+        """Count the records the log left out, once its interval is over."""
+        if self._error_log.suppressed:
+            self._error_log.flush()
+
+    def teardown(self) -> None:
+        """Count the records the log left out."""
+        self._error_log.flush(final=True)
 
 
 class RunAgent(beam.PTransform[PCollection[tuple[bytes, AgentEnvelope]], RunAgentOutputs]):
@@ -116,6 +166,9 @@ class RunAgent(beam.PTransform[PCollection[tuple[bytes, AgentEnvelope]], RunAgen
             # State is kept per key and window; a key's seq, memory and continuation must span
             # its whole life, or intent ids would repeat in every window.
             keyed = keyed | "GlobalWindow" >> beam.WindowInto(GlobalWindows())
+        config = self._config
+        if config.processing_clock is None and _fed_by_test_stream(keyed):
+            config = dataclasses.replace(config, processing_clock=clocks.epoch_clock)
         admission_errors = None
         if _needs_admission(keyed.element_type):
             admitted = keyed | "Admit" >> beam.ParDo(_AdmitElements()).with_output_types(
@@ -123,7 +176,7 @@ class RunAgent(beam.PTransform[PCollection[tuple[bytes, AgentEnvelope]], RunAgen
             ).with_outputs(ERRORS_TAG, main="admitted")
             keyed, admission_errors = admitted.admitted, admitted[ERRORS_TAG]
         activate = (
-            beam.ParDo(AgentDoFn(self._agent, self._config))
+            beam.ParDo(AgentDoFn(self._agent, config, ticks=_ticks(keyed.pipeline.runner)))
             .with_input_types(_ENVELOPE_PAIR)
             .with_output_types(bytes, intents=ToolIntent, traces=TraceEvent, errors=AgentError)
             .with_outputs(INTENTS_TAG, TRACES_TAG, ERRORS_TAG, main=OUTPUT_TAG)

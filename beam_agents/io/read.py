@@ -34,6 +34,7 @@ from beam_agents.io.connection import (
     _describe,
     _is_transient,
 )
+from beam_agents.io.local_runner import prefer_fn_api_runner
 
 _log = logging.getLogger(__name__)
 
@@ -314,6 +315,7 @@ class ReadEnvelopes(beam.PTransform[PBegin, PCollection[tuple[bytes, AgentEnvelo
 
     def expand(self, pbegin: PBegin) -> PCollection[tuple[bytes, AgentEnvelope]]:
         """Impulse → publish the events → read the log from the first one."""
+        prefer_fn_api_runner(pbegin.pipeline)
         envelopes: PCollection[tuple[bytes, AgentEnvelope]] = (
             pbegin
             | "Start" >> beam.Impulse()

@@ -3,8 +3,8 @@
 """``TestStream`` builders for ``RunAgent`` pipelines, and the matching processing clock.
 
 :class:`EnvelopeStream` interleaves envelopes with watermark and processing-time advances;
-:func:`streaming_pipeline` is a pipeline that runs it, and :func:`epoch_clock` the
-``AgentConfig.processing_clock`` to use there.
+:func:`streaming_pipeline` is a pipeline that runs it. ``RunAgent`` fed by a ``TestStream``
+places deadlines on :func:`epoch_clock` by itself (re-exported here for older imports).
 """
 
 from __future__ import annotations
@@ -20,18 +20,9 @@ from apache_beam.testing.test_stream import TestStream
 from apache_beam.transforms.window import TimestampedValue
 
 from beam_agents._protos import AgentEnvelope, Approval, ToolResult
+from beam_agents.core.clocks import epoch_clock
 
-
-def epoch_clock() -> float:
-    """Processing time as a ``TestStream`` pipeline on the DirectRunner sees it: the epoch.
-
-    The DirectRunner starts a ``TestStream`` pipeline's processing-time clock at 0 and moves it
-    only on ``advance_processing_time``. A ``DoFn`` cannot read that clock, so pass this as
-    ``AgentConfig.processing_clock``: a suspension's deadline is then ``timeout_ms`` after 0,
-    and advancing processing time past it fires the timeout route. (A suspension made after
-    the stream has already advanced past ``timeout_ms`` is therefore due at once.)
-    """
-    return 0.0
+__all__ = ["EnvelopeStream", "epoch_clock", "streaming_pipeline"]
 
 
 def streaming_pipeline() -> beam.Pipeline:
