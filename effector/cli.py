@@ -1,9 +1,10 @@
 """``beam-agents-effector`` / ``python -m effector``: run an effector, or talk to one.
 
 ``serve`` prints ``effector listening on HOST:PORT`` once ready and drains on SIGTERM or SIGINT;
-``status``, ``pending``, ``approve`` and ``deny`` talk to a running effector. Every flag can
-also come from ``BEAM_AGENTS_EFFECTOR_<FLAG>``. Misconfiguration exits 2 with one line on
-stderr; a failed call exits 1. ``effector/README.md`` describes every command and setting.
+``status``, ``pending``, ``failed``, ``show``, ``approve`` and ``deny`` talk to a running effector
+(:mod:`effector.commands`). Every flag can also come from ``BEAM_AGENTS_EFFECTOR_<FLAG>``.
+Misconfiguration exits 2 with one line on stderr; a failed call exits 1. ``effector/README.md``
+describes every command and setting.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import argparse
 import asyncio
 import functools
 import importlib
-import json
 import logging
 import os
 import signal
@@ -23,8 +23,8 @@ from typing import Any, NoReturn
 
 import grpc
 
-from beam_agents._protos import IntentState, ToolIntent
 from beam_agents.tools import ToolRegistry
+from effector import commands as client_commands
 from effector.client import EffectorClient
 from effector.errors import ConfigurationError, StoreError
 from effector.server import (
@@ -100,7 +100,7 @@ def _option(
 ) -> None:
     """Add ``flag`` with its environment variable as the default (argparse converts it)."""
     variable = env_name(flag)
-    shown = "" if default is None else f"; default {default}"
+    shown = f"; default {default}" if default else ""
     parser.add_argument(
         flag,
         default=os.environ.get(variable, default),
@@ -157,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     _option(
         serve,
         "--store",
-        "where intents and results are recorded: sqlite:///relative.db, "
+        "where intents and results are recorded: a file path (SQLite), sqlite:///relative.db, "
         "sqlite:////absolute/path.db (add ?synchronous=normal to trade power-loss durability "
         "for speed), or postgresql://user@host/dbname for a store shared by replicas",
         metavar="URL",
@@ -239,16 +239,34 @@ def build_parser() -> argparse.ArgumentParser:
         help="list the approval intents awaiting a decision",
         description="Print the approval intents awaiting a decision, oldest first, one per line: "
         "INTENT_ID ENTITY_KEY ARGS_JSON. ENTITY_KEY is the key as text when it is printable "
-        "UTF-8 without whitespace (and does not start with 0x), otherwise 0x and its hex.",
+        "UTF-8 without whitespace (and does not start with 0x), otherwise 0x and its hex. Says "
+        "so on stderr when nothing is pending.",
     )
-    _option(
-        pending,
-        "--limit",
-        f"list at most this many (the server caps it at {MAX_LIST_LIMIT})",
-        default=str(DEFAULT_LIST_LIMIT),
-        metavar="N",
-        type=_positive_int,
+    failed = commands.add_parser(
+        "failed",
+        help="list the intents whose result is not OK",
+        description="Print the DONE intents whose result is ERROR, EXPIRED or REJECTED, oldest "
+        "first, one per line: INTENT_ID ENTITY_KEY TOOL STATUS ERROR_MESSAGE (ENTITY_KEY as for "
+        "pending). Says so on stderr when there are none.",
     )
+    for listing in (pending, failed):
+        _option(
+            listing,
+            "--limit",
+            f"list at most this many (the server caps it at {MAX_LIST_LIMIT})",
+            default=str(DEFAULT_LIST_LIMIT),
+            metavar="N",
+            type=_positive_int,
+        )
+    show = commands.add_parser(
+        "show",
+        help="print everything recorded about one intent",
+        description="Print one intent as the effector recorded it, one field per line: its "
+        "kind, state, key, tool and arguments, attempts, creation and expiry times and, once "
+        "it is DONE, its result's status, completion time, payload and error. Exits 1 if the "
+        "effector has no such intent.",
+    )
+    show.add_argument("intent_id", metavar="INTENT_ID", help="the intent's id")
     approve = commands.add_parser(
         "approve",
         help="approve an approval intent",
@@ -259,7 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="deny an approval intent",
         description="Deny an APPROVAL intent; exits 1 if the decision was not applied.",
     )
-    for client_command in (status, pending, approve, deny):
+    for client_command in (status, pending, failed, show, approve, deny):
         _option(
             client_command,
             "--target",
@@ -385,77 +403,26 @@ def _client(args: argparse.Namespace) -> EffectorClient:
     )
 
 
-def _status(args: argparse.Namespace) -> int:
-    with _client(args) as client:
-        status = client.status()
-    print(
-        json.dumps(
-            {
-                "pending": status.pending,
-                "running": status.running,
-                "awaiting_decision": status.awaiting_decision,
-                "done": status.done,
-                "in_flight": status.in_flight,
-                "head_offset": status.head_offset,
-            },
-            sort_keys=True,
-        )
-    )
-    return 0
+def _with_client(
+    command: Callable[[EffectorClient, argparse.Namespace], int],
+) -> Callable[[argparse.Namespace], int]:
+    """``command`` run with a client connected as the arguments say, closed after."""
 
+    def run(args: argparse.Namespace) -> int:
+        with _client(args) as client:
+            return command(client, args)
 
-def _pending(args: argparse.Namespace) -> int:
-    with _client(args) as client:
-        intents = client.list_intents(IntentState.AWAITING_DECISION, limit=args.limit)
-    for intent in intents:
-        print(inbox_line(intent))
-    return 0
-
-
-def inbox_line(intent: ToolIntent) -> str:
-    """``<intent_id> <entity_key> <args_json>``: one approval awaiting a decision, on one line."""
-    # Recorded approvals hold valid JSON, where a raw line break can only be insignificant
-    # whitespace, so replacing it keeps the arguments intact and the entry on one line.
-    args_json = (intent.args_json or "{}").replace("\r", " ").replace("\n", " ")
-    return f"{intent.intent_id} {display_key(intent.entity_key)} {args_json}"
-
-
-def display_key(entity_key: bytes) -> str:
-    """The key as text if it is printable UTF-8 without whitespace, else ``0x`` and its hex.
-
-    A text key that itself starts with ``0x`` is shown in hex too, so the two never collide.
-    """
-    try:
-        text = entity_key.decode("utf-8")
-    except UnicodeDecodeError:
-        text = ""
-    readable = text.isprintable() and not any(c.isspace() for c in text)
-    if text and readable and not text.startswith("0x"):
-        return text
-    return "0x" + entity_key.hex()
-
-
-def _decide(args: argparse.Namespace, *, approved: bool) -> int:
-    with _client(args) as client:
-        decision = client.decide(
-            args.intent_id, approved=approved, approver=args.approver, reason=args.reason
-        )
-    if decision.applied:
-        print(f"{'approved' if approved else 'denied'} {args.intent_id}")
-        return 0
-    print(
-        f"not applied: {decision.reason} (state {IntentState.Name(decision.state)})",
-        file=sys.stderr,
-    )
-    return 1
+    return run
 
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "serve": lambda args: asyncio.run(_serve(args)),
-    "status": _status,
-    "pending": _pending,
-    "approve": lambda args: _decide(args, approved=True),
-    "deny": lambda args: _decide(args, approved=False),
+    "status": _with_client(client_commands.status),
+    "pending": _with_client(client_commands.pending),
+    "failed": _with_client(client_commands.failed),
+    "show": _with_client(client_commands.show),
+    "approve": _with_client(functools.partial(client_commands.decide, approved=True)),
+    "deny": _with_client(functools.partial(client_commands.decide, approved=False)),
 }
 
 

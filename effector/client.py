@@ -108,6 +108,12 @@ class EffectorClient(_Client):
         request = pb.ListIntentsRequest(state=state, limit=limit)
         return list(self._stub.ListIntents(request, **self._call()).intents)
 
+    def list_failed(self, *, limit: int = 0) -> list[tuple[pb.ToolIntent, pb.ToolResult]]:
+        """DONE intents whose result is not OK, each with it, oldest first (``limit`` as above)."""
+        request = pb.ListIntentsRequest(state=pb.IntentState.DONE, limit=limit, failed_only=True)
+        response = self._stub.ListIntents(request, **self._call())
+        return list(zip(response.intents, response.results, strict=True))
+
     def health(self, service: str = "") -> bool:
         """True if the server reports SERVING for ``service`` ("" is the whole server)."""
         response = self._health.Check(
@@ -182,6 +188,12 @@ class AsyncEffectorClient(_Client):
         """Intents in ``state``, oldest first; ``limit`` 0 means the server's default."""
         request = pb.ListIntentsRequest(state=state, limit=limit)
         return list((await self._stub.ListIntents(request, **self._call())).intents)
+
+    async def list_failed(self, *, limit: int = 0) -> list[tuple[pb.ToolIntent, pb.ToolResult]]:
+        """DONE intents whose result is not OK, each with it, oldest first (``limit`` as above)."""
+        request = pb.ListIntentsRequest(state=pb.IntentState.DONE, limit=limit, failed_only=True)
+        response = await self._stub.ListIntents(request, **self._call())
+        return list(zip(response.intents, response.results, strict=True))
 
     async def health(self, service: str = "") -> bool:
         """True if the server reports SERVING for ``service`` ("" is the whole server)."""

@@ -21,6 +21,21 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def display_key(entity_key: bytes) -> str:
+    """The key as text if it is printable UTF-8 without whitespace, else ``0x`` and its hex.
+
+    A text key that itself starts with ``0x`` is shown in hex too, so the two never collide.
+    """
+    try:
+        text = entity_key.decode("utf-8")
+    except UnicodeDecodeError:
+        text = ""
+    readable = text.isprintable() and not any(c.isspace() for c in text)
+    if text and readable and not text.startswith("0x"):
+        return text
+    return "0x" + entity_key.hex()
+
+
 def serialize_intent(intent: ToolIntent) -> bytes:
     """Serialize an intent deterministically, so that equal intents store equal bytes."""
     return intent.SerializeToString(deterministic=True)

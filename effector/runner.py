@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import effector.audit as audit
 from beam_agents._json import canonical_json_bytes
 from beam_agents._protos import ToolIntent, ToolResult
 from beam_agents.tools import IntentInfo, Tool, ToolRegistry
@@ -133,6 +134,7 @@ class EffectorToolRunner:
         try:
             tool, kwargs = prepare_call(registry, intent)
         except IntentRejectedError as exc:
+            audit.rejected(intent, str(exc))
             return rejected_result(intent, str(exc), now_ms=clock())
         info = IntentInfo(
             intent_id=intent.intent_id,
@@ -146,13 +148,15 @@ class EffectorToolRunner:
             payload = _encode(tool, value)
         # A tool that calls sys.exit() is a failed tool, not a request to stop the effector.
         except (Exception, SystemExit) as exc:
-            return new_result(
+            failed = new_result(
                 intent,
                 ToolResult.ERROR,
                 completed_at_ms=clock(),
                 attempt=attempt,
                 error_message=_describe(exc)[:MAX_ERROR_MESSAGE_CHARS],
             )
+            audit.tool_failed(intent, failed, exc)
+            return failed
         return new_result(
             intent, ToolResult.OK, completed_at_ms=clock(), attempt=attempt, payload=payload
         )

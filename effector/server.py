@@ -185,6 +185,7 @@ class EffectorServer:
         runner = EffectorToolRunner(settings.tool_timeout_ms)
         self._worker = Worker(store, registry, runner, self.metrics, settings.worker, clock=clock)
         self._service = EffectorService(store, registry, self._worker, self.metrics, clock)
+        self._read_only_tools = sorted(tool.name for tool in registry if not tool.side_effect)
         self._health = health.aio.HealthServicer()
         self._server: grpc.aio.Server | None = None
         self._host = ""
@@ -254,6 +255,12 @@ class EffectorServer:
         _log.info("effector listening on %s (worker %s)", self.address, self._worker.owner)
         if settings.worker.concurrency == 0:
             _log.warning("ingest-only (concurrency 0): this effector executes no intents")
+        if self._read_only_tools:
+            _log.warning(
+                "the tool registry holds read-only tools, which the effector never executes (an "
+                "intent naming one is REJECTED; agents run them inline with ctx.run_tool): %s",
+                ", ".join(self._read_only_tools),
+            )
 
     async def stop(self, rpc_grace_s: float = 1.0) -> None:
         """Drain: stop accepting RPCs, let executions finish (or release them), stop metrics.

@@ -19,6 +19,7 @@ from google.protobuf.message import DecodeError, Message
 from google.protobuf.message_factory import GetMessageClass
 
 import beam_agents._protos as pb
+import effector.audit as audit
 from beam_agents._protos.effector_pb2 import DESCRIPTOR as _EFFECTOR_FILE
 from beam_agents.tools import ToolRegistry
 from effector.errors import StoreError
@@ -196,6 +197,7 @@ class EffectorService(pb.EffectorServicer):
                     )
                 )
                 self.metrics.rejected.labels("malformed").inc()
+                audit.rejected(intent, problem)
         positions = [
             i for i, ack in enumerate(acks) if ack.outcome == pb.SubmitAck.OUTCOME_UNSPECIFIED
         ]
@@ -221,13 +223,15 @@ class EffectorService(pb.EffectorServicer):
                 ack.outcome = pb.SubmitAck.REJECTED
                 ack.reason = (
                     f"conflict: intent {new.intent.intent_id} is already recorded with different "
-                    "content; the first submission is kept"
+                    f"content ({audit.CONFLICT_HINT}); the first submission is kept"
                 )
                 self.metrics.rejected.labels("conflict").inc()
+                audit.conflict(new.intent, answer.recorded)
             elif new.rejection is not None:
                 ack.outcome = pb.SubmitAck.REJECTED
                 ack.reason = new.rejection
                 self.metrics.rejected.labels("invalid").inc()
+                audit.rejected(new.intent, new.rejection)
             else:
                 ack.outcome = pb.SubmitAck.ACCEPTED
                 accepted += 1
@@ -308,12 +312,19 @@ class EffectorService(pb.EffectorServicer):
     async def ListIntents(
         self, request: pb.ListIntentsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListIntentsResponse:
-        """Intents in one state, oldest first (by first receipt), at most ``limit``."""
+        """Intents in one state (or failed ones), oldest first by receipt, at most ``limit``."""
         if request.state not in _LISTABLE_STATES:
             raise _invalid(f"state must be one of {_LISTABLE_NAMES}, got {request.state}")
         if request.limit < 0:
             raise _invalid("limit must not be negative")
         limit = min(request.limit or DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT)
+        if request.failed_only:
+            if request.state != pb.IntentState.DONE:
+                raise _invalid("failed_only lists DONE intents: set state to DONE")
+            failed = await self.store.list_failed(limit)
+            return pb.ListIntentsResponse(
+                intents=[intent for intent, _ in failed], results=[result for _, result in failed]
+            )
         return pb.ListIntentsResponse(intents=await self.store.list_intents(request.state, limit))
 
     @_guarded

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from beam_agents._protos import ToolResult
 from beam_agents.tools import ToolRegistry
+from effector.backoff import StoreOutage
 from effector.errors import StoreError
 from effector.group_commit import GroupCommit
 from effector.intents import wall_clock_ms
@@ -29,7 +30,6 @@ from effector.store.base import Claim, Completion, EffectorStore
 
 _log = logging.getLogger(__name__)
 
-_STORE_RETRY_S = 0.5
 _APPROVAL_EXPIRY_BATCH = 1_000
 
 
@@ -95,6 +95,9 @@ class Worker:
         self._executions: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
         self._stopping = False
+        self._stopped = asyncio.Event()
+        """Set by :meth:`drain`: ends a claim loop waiting out a store outage."""
+        self._outage = StoreOutage()
         self._recorder: GroupCommit[Completion, bool] = GroupCommit(self._record)
         self._loops: list[asyncio.Task[None]] = []
 
@@ -122,6 +125,7 @@ class Worker:
         do executions whose results the store cannot take within another ``grace_s``.
         """
         self._stopping = True
+        self._stopped.set()
         self.wake()
         claim_loop, housekeeping = self._loops
         await claim_loop
@@ -157,9 +161,11 @@ class Worker:
                         self._owner, free, self._clock(), settings.lease_ms
                     )
                 except StoreError as exc:
-                    _log.warning("claiming work failed, retrying: %s", exc)
-                    await asyncio.sleep(_STORE_RETRY_S)
+                    delay_s = self._outage.failed("claiming work", exc)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._stopped.wait(), delay_s)
                     continue
+                self._outage.succeeded("claiming work")
                 if batch.expired:
                     self._metrics.expired.inc(batch.expired)
                 for claim in batch.claims:
@@ -207,9 +213,9 @@ class Worker:
                 recorded = await self._store.complete(completions, self._clock())
             except StoreError as exc:
                 # Results stay in memory until the store is back: nothing executed is dropped.
-                _log.warning("recording %d result(s) failed, retrying: %s", len(completions), exc)
-                await asyncio.sleep(_STORE_RETRY_S)
+                await asyncio.sleep(self._outage.failed("recording results", exc))
                 continue
+            self._outage.succeeded("recording results")
             # Recording released keys, so their next intents are runnable.
             self.wake()
             return recorded
@@ -219,8 +225,10 @@ class Worker:
         renew_every_ms = settings.lease_ms // 3
         prune_every_ms = min(60_000, max(settings.result_retention_ms // 4, 1))
         last_renewal = last_prune = self._clock()
+        interval_s = wait_s = settings.housekeeping_interval_ms / 1000
         while True:
-            await asyncio.sleep(settings.housekeeping_interval_ms / 1000)
+            await asyncio.sleep(wait_s)
+            wait_s = interval_s
             now = self._clock()
             try:
                 if now - last_renewal >= renew_every_ms:
@@ -237,7 +245,9 @@ class Worker:
                     counts.pending + counts.running + counts.awaiting_decision
                 )
             except StoreError as exc:
-                _log.warning("housekeeping failed, retrying: %s", exc)
+                wait_s = max(interval_s, self._outage.failed("housekeeping", exc))
+            else:
+                self._outage.succeeded("housekeeping")
 
     async def _renew(self, now: int) -> None:
         claims = list(self._claims.values())

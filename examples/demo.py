@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import quiet_beam  # noqa: F401  # isort: skip  (first: keeps a Beam import warning out)
 import contextlib
 import json
 import os
@@ -101,8 +102,14 @@ class Human(threading.Thread):
         self.join(timeout=5)
 
 
+PROGRESS_LEGEND = (
+    "progress, once a second: the effector's intents by state and head_offset, the offset of "
+    "the newest envelope on its result log (the names its `status` command prints)"
+)
+
+
 class Progress(threading.Thread):
-    """Prints the effector's counters once a second while a run is going."""
+    """Prints the effector's counters once a second while a run is going (see PROGRESS_LEGEND)."""
 
     def __init__(self, target: str, started: float) -> None:
         super().__init__(daemon=True)
@@ -118,8 +125,8 @@ class Progress(threading.Thread):
                 s = stub.Status(StatusRequest())
                 print(
                     f"  [{time.monotonic() - self._t0:5.1f}s] effector: pending={s.pending} "
-                    f"running={s.running} awaiting_approval={s.awaiting_decision} "
-                    f"done={s.done} log={s.head_offset}",
+                    f"running={s.running} awaiting_decision={s.awaiting_decision} "
+                    f"done={s.done} head_offset={s.head_offset}",
                     flush=True,
                 )
 
@@ -209,6 +216,7 @@ def run_demo(workdir: Path, n_events: int = N_EVENTS, n_accounts: int = N_ACCOUN
     os.environ[LEDGER_ENV] = str(ledger)
     with effector_sidecar(workdir) as target:
         print(f"effector listening on {target} (store: SQLite in a temporary directory)")
+        print(PROGRESS_LEGEND, flush=True)
         human = Human(target, plan)
         human.start()
         try:

@@ -13,6 +13,7 @@ Run it:  python examples/fast_path.py
 
 from __future__ import annotations
 
+import quiet_beam  # noqa: F401  # isort: skip  (first: keeps a Beam import warning out)
 import apache_beam as beam
 from apache_beam.testing.util import assert_that, equal_to
 

@@ -1,8 +1,9 @@
 """Tools for the fraud-triage example: a read-only risk lookup and a side-effecting freeze.
 
 The effector loads ``make_effector_registry`` (``--tools fraud_tools:make_effector_registry``);
-the pipeline gets ``make_pipeline_registry``, which holds only the read-only tool, because the
-pipeline never needs to resolve a side-effecting one.
+the pipeline gets ``make_pipeline_registry``: the read-only lookup, which ``ctx.run_tool`` runs
+inline, and the freeze, which the pipeline never runs but which lets ``ctx.act`` check a
+freeze's name and arguments when it stages one.
 
 ``freeze_account`` writes to a SQLite "bank ledger" named by ``FRAUD_LEDGER``. It records every
 raw invocation, and passes the intent id as an idempotency key into the ledger, so even the one
@@ -75,9 +76,10 @@ def connect_ledger(path: str) -> sqlite3.Connection:
 
 
 def make_pipeline_registry() -> ToolRegistry:
-    """The tools ``ctx.run_tool`` may run inline: read-only ones only."""
+    """The pipeline's tools: the lookup it runs inline, the freeze whose intents it checks."""
     registry = ToolRegistry()
     registry.register(risk_lookup)
+    registry.register(freeze_account)
     return registry
 
 

@@ -17,6 +17,7 @@ Run it against a running effector that serves ``fraud_tools:make_effector_regist
 
 from __future__ import annotations
 
+import quiet_beam  # noqa: F401  # isort: skip  (first: keeps a Beam import warning out)
 import argparse
 import json
 import random

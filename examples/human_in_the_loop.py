@@ -11,13 +11,14 @@ when processing time passes the policy's timeout, the route emits a denial.
 
 The reviewer and the clock are simulated with a ``TestStream`` (the approval is published as
 the effector would, and ``advance_processing_time`` moves the clock the deadline timer runs
-on). ``epoch_clock`` tells the runtime where that test clock starts.
+on). ``RunAgent`` places deadlines on that test clock by itself.
 
 Run it:  python examples/human_in_the_loop.py
 """
 
 from __future__ import annotations
 
+import quiet_beam  # noqa: F401  # isort: skip  (first: keeps a Beam import warning out)
 import json
 
 import apache_beam as beam
@@ -27,10 +28,22 @@ from beam_agents import AgentConfig, Deny, FallbackContext, HitlPolicy, RunAgent
 from beam_agents._json import canonical_json_bytes
 from beam_agents.core.agent import Complete, Suspend, intent_id_for
 from beam_agents.core.context import ActivationContext
-from beam_agents.testing import EnvelopeStream, epoch_clock, streaming_pipeline
+from beam_agents.testing import EnvelopeStream, streaming_pipeline
+from beam_agents.tools import ToolRegistry, tool
 
 LARGE_REFUND_CENTS = 50_000
 DECISION_TIMEOUT_MS = 60_000
+
+
+@tool(side_effect=True)
+def pay_refund(refund: str, cents: int) -> str:
+    """Pay a refund; side-effecting, so only an effector runs it (registered so ctx.act checks it).
+
+    Args:
+        refund: The refund's id.
+        cents: How much to pay back, in cents.
+    """
+    return f"paid {refund}: {cents}"
 
 
 def deny_unanswered(fallback: FallbackContext) -> Deny:
@@ -83,7 +96,7 @@ def main() -> None:
         .approval(approved_key, approval_id, approved=True, approver="dana", at_ms=30_000)
         .advance_processing_time(DECISION_TIMEOUT_MS + 1_000)
     )
-    config = AgentConfig(hitl_policy=make_policy(), processing_clock=epoch_clock)
+    config = AgentConfig(hitl_policy=make_policy(), tool_registry=ToolRegistry([pay_refund]))
     with streaming_pipeline() as pipeline:
         outputs = (
             pipeline | "Refunds" >> stream.build() | "Agent" >> RunAgent(refunds, config=config)

@@ -16,6 +16,7 @@ Run it:  python examples/intents_and_resume.py
 
 from __future__ import annotations
 
+import quiet_beam  # noqa: F401  # isort: skip  (first: keeps a Beam import warning out)
 import json
 
 import apache_beam as beam

@@ -23,6 +23,7 @@ Run it:  python examples/tool_loop.py
 
 from __future__ import annotations
 
+import quiet_beam  # noqa: F401  # isort: skip  (first: keeps a Beam import warning out)
 import functools
 import json
 import os

@@ -15,6 +15,7 @@ the setting keeps the suite fast on small machines.
 from __future__ import annotations
 
 import contextlib
+import functools
 import glob
 import os
 import pwd
@@ -23,8 +24,8 @@ import socket
 import subprocess
 import tempfile
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
@@ -78,6 +79,18 @@ class PostgresServer:
 
     port: int
     superuser: str = "postgres"
+    pg_ctl: Callable[[str], None] | None = field(default=None, repr=False)
+    """Runs ``pg_ctl start`` or ``pg_ctl stop`` on this server (see :meth:`stop`)."""
+
+    def stop(self) -> None:
+        """Stop the server (connections are closed); :meth:`start` brings it back, same port."""
+        assert self.pg_ctl is not None
+        self.pg_ctl("stop")
+
+    def start(self) -> None:
+        """Start a server stopped by :meth:`stop` again, with its data, on the same port."""
+        assert self.pg_ctl is not None
+        self.pg_ctl("start")
 
     def url(self, database: str = "postgres") -> str:
         return f"postgresql://{self.superuser}@127.0.0.1:{self.port}/{database}"
@@ -94,6 +107,18 @@ def _run(command: list[str], user: str | None) -> subprocess.CompletedProcess[st
     if user is not None:
         command = ["runuser", "-u", user, "--", *command]
     return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
+def _pg_ctl(bin_dir: Path, data: Path, options: str, user: str | None, action: str) -> None:
+    """``pg_ctl start`` (with the server's options) or ``pg_ctl stop`` (fast), waiting for it."""
+    command = [str(bin_dir / "pg_ctl"), "-D", str(data), "-w", "-t", "60"]
+    if action == "start":
+        command += ["-o", options, "-l", str(data.parent / "server.log"), "start"]
+    else:
+        command += ["-m", "fast", "stop"]
+    done = _run(command, user)
+    if done.returncode != 0:
+        raise RuntimeError(f"pg_ctl {action} failed: {done.stderr.strip()}")
 
 
 @contextlib.contextmanager
@@ -151,7 +176,9 @@ def postgres_server() -> Iterator[PostgresServer]:
                 user,
             )
             if started.returncode == 0:
-                server = PostgresServer(port=port)
+                server = PostgresServer(
+                    port=port, pg_ctl=functools.partial(_pg_ctl, bin_dir, data, options, user)
+                )
                 break
         if server is None:
             log = (root / "server.log").read_text(errors="replace")[-2000:]

@@ -47,11 +47,19 @@ EXPECTED_OUTPUT: dict[str, list[str]] = {
         "human_in_the_loop: refund r-2 denied when nobody answered in time",
         "human_in_the_loop: ok",
     ],
+    "local_loop.py": [
+        "local_loop: denied o-0",
+        "local_loop: done o-1",
+        "local_loop: done o-3",
+        "local_loop: ok",
+    ],
     "demo.py": ["demo: ok"],
     "tool_loop.py": ["tool_loop: staged issue_refund", "tool_loop: answer:", "tool_loop: ok"],
 }
 
 DRIVEN_BY: dict[str, str] = {"fraud_triage.py": "demo.py"}
+SEED = "read_only_tools.py"
+"""The seed example, kept verbatim (it does not import quiet_beam)."""
 
 TIMEOUT_S = 600
 
@@ -105,6 +113,25 @@ def test_example_runs_and_prints_what_it_promises(name: str) -> None:
             f"{name} did not print {expected!r} (in order):\n{completed.stdout}"
         )
         position = found + 1
+    if name != SEED:  # every other program imports quiet_beam before apache_beam
+        assert "apitools" not in completed.stdout + completed.stderr, completed.stderr
+    if name == "demo.py":
+        assert_the_demo_speaks_plainly(completed.stdout, completed.stderr)
+
+
+def assert_the_demo_speaks_plainly(stdout: str, stderr: str) -> None:
+    """No warning the user did not cause; the effector's counts named as its `status` names them."""
+    lines = (stdout + stderr).splitlines()
+    assert [line for line in lines if "WARNING" in line or "apitools" in line] == []
+    progress = [line for line in lines if "] effector: " in line]
+    assert progress, stdout
+    for line in progress:
+        assert "awaiting_decision=" in line and "head_offset=" in line, line
+    assert not [line for line in lines if "awaiting_approval" in line or " log=" in line]
+    [legend] = [line for line in lines if line.startswith("progress, once a second:")]
+    assert "head_offset" in legend
+    [status] = [line for line in lines if line.strip().startswith("effector status")]
+    assert '"awaiting_decision": 0' in status and '"head_offset": ' in status
 
 
 def test_fraud_freeze_succeeds_while_someone_reads_the_new_ledger(

@@ -162,15 +162,19 @@ class StatusResponse(_message.Message):
     def __init__(self, pending: _Optional[int] = ..., running: _Optional[int] = ..., awaiting_decision: _Optional[int] = ..., done: _Optional[int] = ..., head_offset: _Optional[int] = ..., in_flight: _Optional[int] = ...) -> None: ...
 
 class ListIntentsRequest(_message.Message):
-    __slots__ = ("state", "limit")
+    __slots__ = ("state", "limit", "failed_only")
     STATE_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
+    FAILED_ONLY_FIELD_NUMBER: _ClassVar[int]
     state: IntentState
     limit: int
-    def __init__(self, state: _Optional[_Union[IntentState, str]] = ..., limit: _Optional[int] = ...) -> None: ...
+    failed_only: bool
+    def __init__(self, state: _Optional[_Union[IntentState, str]] = ..., limit: _Optional[int] = ..., failed_only: _Optional[bool] = ...) -> None: ...
 
 class ListIntentsResponse(_message.Message):
-    __slots__ = ("intents",)
+    __slots__ = ("intents", "results")
     INTENTS_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
     intents: _containers.RepeatedCompositeFieldContainer[_messages_pb2.ToolIntent]
-    def __init__(self, intents: _Optional[_Iterable[_Union[_messages_pb2.ToolIntent, _Mapping]]] = ...) -> None: ...
+    results: _containers.RepeatedCompositeFieldContainer[_messages_pb2.ToolResult]
+    def __init__(self, intents: _Optional[_Iterable[_Union[_messages_pb2.ToolIntent, _Mapping]]] = ..., results: _Optional[_Iterable[_Union[_messages_pb2.ToolResult, _Mapping]]] = ...) -> None: ...

@@ -153,20 +153,22 @@ class AgentEnvelope(_message.Message):
     def __init__(self, entity_key: _Optional[bytes] = ..., event_time_ms: _Optional[int] = ..., external_event: _Optional[bytes] = ..., tool_result: _Optional[_Union[ToolResult, _Mapping]] = ..., approval: _Optional[_Union[Approval, _Mapping]] = ...) -> None: ...
 
 class AgentError(_message.Message):
-    __slots__ = ("entity_key", "reason", "detail", "event_time_ms", "envelope", "seq")
+    __slots__ = ("entity_key", "reason", "detail", "event_time_ms", "envelope", "seq", "traceback")
     ENTITY_KEY_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     DETAIL_FIELD_NUMBER: _ClassVar[int]
     EVENT_TIME_MS_FIELD_NUMBER: _ClassVar[int]
     ENVELOPE_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
+    TRACEBACK_FIELD_NUMBER: _ClassVar[int]
     entity_key: bytes
     reason: str
     detail: str
     event_time_ms: int
     envelope: bytes
     seq: int
-    def __init__(self, entity_key: _Optional[bytes] = ..., reason: _Optional[str] = ..., detail: _Optional[str] = ..., event_time_ms: _Optional[int] = ..., envelope: _Optional[bytes] = ..., seq: _Optional[int] = ...) -> None: ...
+    traceback: str
+    def __init__(self, entity_key: _Optional[bytes] = ..., reason: _Optional[str] = ..., detail: _Optional[str] = ..., event_time_ms: _Optional[int] = ..., envelope: _Optional[bytes] = ..., seq: _Optional[int] = ..., traceback: _Optional[str] = ...) -> None: ...
 
 class IntentDeadLetter(_message.Message):
     __slots__ = ("intent", "reason", "outcome")

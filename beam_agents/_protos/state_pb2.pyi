@@ -59,7 +59,7 @@ class ModelCache(_message.Message):
     def __init__(self, schema_version: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[ModelCacheEntry, _Mapping]]] = ...) -> None: ...
 
 class Continuation(_message.Message):
-    __slots__ = ("schema_version", "seq", "next_step", "snapshot", "adapter", "pending_intent_ids", "deadline_ms", "results", "approvals", "trace_id", "escalations", "started_at_ms", "tokens_used", "pending_kinds", "answered_intent_ids", "trace_sequence", "steps")
+    __slots__ = ("schema_version", "seq", "next_step", "snapshot", "adapter", "pending_intent_ids", "deadline_ms", "results", "approvals", "trace_id", "escalations", "started_at_ms", "tokens_used", "pending_kinds", "answered_intent_ids", "trace_sequence", "steps", "intent_namespace")
     class StepRecord(_message.Message):
         __slots__ = ("kind", "digest")
         class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
@@ -94,6 +94,7 @@ class Continuation(_message.Message):
     ANSWERED_INTENT_IDS_FIELD_NUMBER: _ClassVar[int]
     TRACE_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     STEPS_FIELD_NUMBER: _ClassVar[int]
+    INTENT_NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     schema_version: int
     seq: int
     next_step: int
@@ -111,7 +112,8 @@ class Continuation(_message.Message):
     answered_intent_ids: _containers.RepeatedScalarFieldContainer[str]
     trace_sequence: int
     steps: _containers.RepeatedCompositeFieldContainer[Continuation.StepRecord]
-    def __init__(self, schema_version: _Optional[int] = ..., seq: _Optional[int] = ..., next_step: _Optional[int] = ..., snapshot: _Optional[bytes] = ..., adapter: _Optional[str] = ..., pending_intent_ids: _Optional[_Iterable[str]] = ..., deadline_ms: _Optional[int] = ..., results: _Optional[_Iterable[_Union[_messages_pb2.ToolResult, _Mapping]]] = ..., approvals: _Optional[_Iterable[_Union[_messages_pb2.Approval, _Mapping]]] = ..., trace_id: _Optional[str] = ..., escalations: _Optional[int] = ..., started_at_ms: _Optional[int] = ..., tokens_used: _Optional[int] = ..., pending_kinds: _Optional[_Iterable[_Union[_messages_pb2.ToolIntent.Kind, str]]] = ..., answered_intent_ids: _Optional[_Iterable[str]] = ..., trace_sequence: _Optional[int] = ..., steps: _Optional[_Iterable[_Union[Continuation.StepRecord, _Mapping]]] = ...) -> None: ...
+    intent_namespace: str
+    def __init__(self, schema_version: _Optional[int] = ..., seq: _Optional[int] = ..., next_step: _Optional[int] = ..., snapshot: _Optional[bytes] = ..., adapter: _Optional[str] = ..., pending_intent_ids: _Optional[_Iterable[str]] = ..., deadline_ms: _Optional[int] = ..., results: _Optional[_Iterable[_Union[_messages_pb2.ToolResult, _Mapping]]] = ..., approvals: _Optional[_Iterable[_Union[_messages_pb2.Approval, _Mapping]]] = ..., trace_id: _Optional[str] = ..., escalations: _Optional[int] = ..., started_at_ms: _Optional[int] = ..., tokens_used: _Optional[int] = ..., pending_kinds: _Optional[_Iterable[_Union[_messages_pb2.ToolIntent.Kind, str]]] = ..., answered_intent_ids: _Optional[_Iterable[str]] = ..., trace_sequence: _Optional[int] = ..., steps: _Optional[_Iterable[_Union[Continuation.StepRecord, _Mapping]]] = ..., intent_namespace: _Optional[str] = ...) -> None: ...
 
 class KeyHeader(_message.Message):
     __slots__ = ("schema_version", "next_seq", "last_activity_ms", "suspended")

@@ -39,7 +39,8 @@ class Complete:
         if not isinstance(self.output, bytes):
             raise TypeError(
                 f"Complete.output must be bytes, got {type(self.output).__name__}; "
-                "encode text with .encode() or structured data with canonical_json_bytes()"
+                "encode text with .encode() or structured data with canonical_json_bytes() "
+                "(`from beam_agents import canonical_json_bytes`)"
             )
 
 

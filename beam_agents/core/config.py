@@ -7,7 +7,6 @@ trigger names it carries. Nothing here imports Apache Beam.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -90,9 +89,11 @@ class AgentConfig:
         model_cache_max_entries: Bound on the replay-cache entries a suspended run keeps.
         model_cache_max_bytes: Bound on a suspended run's serialized replay cache.
         processing_clock: Seconds since the epoch on the runner's processing-time clock, used
-            to place suspension deadlines. Default ``time.time``. A ``TestStream`` pipeline on
-            the DirectRunner starts its processing clock at the epoch: pass
-            ``beam_agents.testing.epoch_clock`` there.
+            to place suspension deadlines. ``None`` (the default): the wall clock, or, when a
+            ``TestStream`` feeds ``RunAgent``, the DirectRunner's test clock, which starts at the
+            epoch (``beam_agents.testing.epoch_clock``). On a clock it can read, a deadline
+            timer that fires early (Beam's local FnApiRunner fires processing-time timers when
+            the bundle that set them ends) is re-armed, so a deadline never fires before its time.
         before_commit: Called with a :class:`CommitInfo` just before an activation or timer
             firing commits; if it raises, the bundle fails and the runner retries it.
             ``beam_agents.testing.FailFirstCommit`` uses it to force retries in tests.
@@ -109,6 +110,17 @@ class AgentConfig:
         max_tokens_per_run: Token budget of one run (its first activation and every resume):
             a model call whose reported usage takes the run past it fails the activation as
             ``budget_exceeded``. ``None`` (the default): no budget.
+        namespace: Folded into every intent id this agent mints (``intent_id_for``), so that
+            its ids never collide with those of another agent or pipeline. ``None`` (the
+            default) mints the ids of earlier releases. Set a distinct one when two agents or
+            two pipelines submit to one effector: they would otherwise mint the same ids for
+            the same keys, and the effector rejects the second intent as a conflict (or, with
+            equal content, answers it with the first one's result). Set a new one when
+            redeploying with fresh state, for new events, against an effector that kept its
+            records: seqs restart at 0 and would mint the old ids again. (Keep it to re-run the
+            same events from fresh state on purpose: their recorded results come back and
+            nothing runs twice.) A suspended run keeps the namespace it started with (its
+            continuation records it), so a changed namespace applies to new runs only.
     """
 
     provider_factory: Callable[[], CompletesRequests] | None = None
@@ -120,12 +132,13 @@ class AgentConfig:
     max_buffered_events: int = DEFAULT_MAX_BUFFERED_EVENTS
     model_cache_max_entries: int = DEFAULT_MAX_ENTRIES
     model_cache_max_bytes: int = DEFAULT_MAX_BYTES
-    processing_clock: Callable[[], float] = time.time
+    processing_clock: Callable[[], float] | None = None
     before_commit: Callable[[CommitInfo], None] | None = None
     model_retry: RetryPolicy | None = field(default_factory=RetryPolicy)
     circuit_failure_threshold: int | None = 5
     circuit_reset_timeout_s: float = 30.0
     max_tokens_per_run: int | None = None
+    namespace: str | None = None
 
     def __post_init__(self) -> None:
         _require(
@@ -162,8 +175,8 @@ class AgentConfig:
             f"cache), got {self.model_cache_max_bytes!r}",
         )
         _require(
-            callable(self.processing_clock),
-            "AgentConfig.processing_clock must be a callable returning epoch seconds",
+            self.processing_clock is None or callable(self.processing_clock),
+            "AgentConfig.processing_clock must be None or a callable returning epoch seconds",
         )
         _require(
             self.before_commit is None or callable(self.before_commit),
@@ -188,6 +201,11 @@ class AgentConfig:
             self.max_tokens_per_run is None or _is_count(self.max_tokens_per_run, 1),
             "AgentConfig.max_tokens_per_run must be an int >= 1 or None (no budget), got "
             f"{self.max_tokens_per_run!r}",
+        )
+        _require(
+            self.namespace is None or (isinstance(self.namespace, str) and bool(self.namespace)),
+            "AgentConfig.namespace must be a non-empty str or None (the default intent ids), "
+            f"got {self.namespace!r}",
         )
         policy = self.hitl_policy
         if policy is not None and self.ttl_ms is not None:

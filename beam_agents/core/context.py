@@ -8,9 +8,11 @@ prefix, the token budget and intent times are explained in ``core/README.md``.
 
 from __future__ import annotations
 
+import difflib
 import json
+import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -34,9 +36,11 @@ from beam_agents.core.tracing import TraceRecorder
 from beam_agents.model.cache import ReplayCache, cache_key_for_digest
 from beam_agents.model.client import LlmRequest, LlmResponse
 from beam_agents.tools import ToolRegistry, ToolRunner
-from beam_agents.tools.errors import ToolArgumentError, ToolError
+from beam_agents.tools.errors import ToolArgumentError, ToolError, ToolNotFoundError
 
 __all__ = ["ActivationContext", "ActivationServices", "Resumption", "StepRecord", "staged"]
+
+_log = logging.getLogger(__name__)
 
 
 def _no_time_limit() -> float | None:
@@ -58,6 +62,10 @@ class ActivationServices:
     max_tokens_per_run: int | None = None
     time_left_s: Callable[[], float | None] = _no_time_limit
     """Seconds left in the running activation's time budget (``None``: unbounded)."""
+    intent_namespace: str | None = None
+    """``AgentConfig.namespace``: the intent namespace new runs mint their ids in."""
+    unvalidated_tools: set[str] = field(default_factory=set, compare=False)
+    """Tools ``act`` staged without a registry entry to validate them, warned about once each."""
 
 
 # Shared by every new run, which has neither results nor pending intents (both read-only).
@@ -69,6 +77,32 @@ def _check_ttl(ttl_ms: object) -> int:
     if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or ttl_ms <= 0:
         raise ValueError(f"ttl_ms must be a positive int of milliseconds, got {ttl_ms!r}")
     return ttl_ms
+
+
+def _check_unregistered(tool_name: str, registry: ToolRegistry, warned: set[str]) -> None:
+    """Refuse ``act`` of a tool the registry lacks if it holds side-effecting ones; else warn.
+
+    A registry without side-effecting tools (the default is empty) cannot say whether the name
+    is right, so the intent is staged and its arguments are checked only by the effector; that
+    is logged at WARNING once per tool name and runtime instance (``warned``).
+    """
+    side_effecting = sorted(tool.name for tool in registry if tool.side_effect)
+    if side_effecting:
+        close = difflib.get_close_matches(tool_name, side_effecting, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ToolNotFoundError(
+            f"ctx.act({tool_name!r}, ...): AgentConfig.tool_registry has no tool named "
+            f"{tool_name!r} (its side-effecting tools: {', '.join(side_effecting)}){hint}",
+            tool_name=tool_name,
+        )
+    if tool_name not in warned:
+        warned.add(tool_name)
+        _log.warning(
+            "ctx.act(%r, ...) stages intents whose arguments are not validated: "
+            "AgentConfig.tool_registry holds no side-effecting tools, so the effector is the "
+            "first to check them; register the tool (side_effect=True) to check them here",
+            tool_name,
+        )
 
 
 def _arguments_json(tool_name: str, args: object) -> tuple[dict[str, Any], str]:
@@ -155,7 +189,9 @@ class ActivationContext:
             self._snapshot = b""
             self._results: Mapping[str, ToolResult] = _NO_RESULTS
             self._pending_ids = _NONE_PENDING
-            self._staged = Staged(trace, ReplayCursor(first_step))
+            self._staged = Staged(
+                trace, ReplayCursor(first_step), namespace=services.intent_namespace
+            )
         else:
             self._result = resumption.result
             self._approval = resumption.approval
@@ -170,6 +206,7 @@ class ActivationContext:
                 ReplayCursor(first_step, resumption.steps),
                 pending,
                 resumption.tokens_used,
+                namespace=resumption.namespace,
             )
 
     # -- memory --------------------------------------------------------------------------
@@ -356,6 +393,8 @@ class ActivationContext:
         ``args`` is a JSON object (text) or a mapping, stored as canonical JSON. If the tool
         registry knows ``tool_name`` the arguments are validated now (``ToolArgumentError``),
         and a read-only tool is refused (``ReadOnlyIntentError``: run it with ``run_tool``).
+        A name the registry lacks raises ``ToolNotFoundError`` if it holds side-effecting
+        tools; without any, the intent is staged unvalidated (logged once per tool name).
         ``ttl_ms`` defaults to ``AgentConfig.intent_ttl_ms``. Takes a step; traced as
         ``INTENT_EMITTED``. Nothing executes here. Replaying a step of the run (the same tool
         and arguments at the same position; ``core/README.md``, "The replay prefix") returns
@@ -374,6 +413,8 @@ class ActivationContext:
                     tool_name=tool_name,
                 )
             tool.validate_arguments(arguments)
+        else:
+            _check_unregistered(tool_name, registry, self._services.unvalidated_tools)
         ttl = self._services.intent_ttl_ms if ttl_ms is None else _check_ttl(ttl_ms)
         return self._staged.stage_intent(ToolIntent.TOOL, tool_name, args_json, ttl, "")
 

@@ -36,6 +36,8 @@ class Resumption:
     """Tokens the run's earlier activations spent."""
     steps: Sequence[StepRecord] = ()
     """The run's recorded steps (``steps[i]`` is step ``i``): the replay prefix."""
+    namespace: str | None = None
+    """The intent namespace the run started in; all its intent ids are minted in it."""
 
 
 def pending_of(continuation: Continuation) -> list[tuple[str, int]]:
@@ -69,7 +71,13 @@ def resumption(admitted: Continuation, answer: ToolResult | Approval) -> Resumpt
         pending=tuple(pending_of(admitted)),
         tokens_used=admitted.tokens_used,
         steps=admitted.steps,
+        namespace=run_namespace(admitted),
     )
+
+
+def run_namespace(continuation: Continuation) -> str | None:
+    """The intent namespace of a suspended run (``None``: the default ids)."""
+    return continuation.intent_namespace or None
 
 
 def suspend(
@@ -102,6 +110,7 @@ def suspend(
     suspended.trace_id = staged.trace.trace_id
     suspended.tokens_used = suspended.tokens_used + staged.tokens_used
     suspended.trace_sequence = staged.trace.next_sequence
+    suspended.intent_namespace = staged.namespace or ""
     return suspended
 
 
@@ -145,7 +154,7 @@ def escalate(
             "pending_intent_ids": [pending_id for pending_id, _ in kept],
         }
     )
-    asked = Staged(trace, ReplayCursor(step))
+    asked = Staged(trace, ReplayCursor(step), namespace=run_namespace(suspended))
     asked.stage_intent(ToolIntent.APPROVAL, APPROVAL_TOOL_NAME, args_json, intent_ttl_ms, channel)
     [intent] = asked.intents
     _append_steps(escalated, asked.new_steps)

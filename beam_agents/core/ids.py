@@ -1,9 +1,9 @@
 """Deterministic identifiers: intent ids and the name-based UUIDs behind them.
 
-:func:`intent_id_for` is a pure function of key, seq and step, so a retried bundle that walks
-the same path mints byte-identical intents. :func:`uuid5_hex` returns exactly
-``uuid.uuid5(namespace, name).hex`` without building ``uuid.UUID`` objects (it is on the hot
-path of every activation).
+:func:`intent_id_for` is a pure function of key, seq, step and the optional intent namespace
+(``AgentConfig.namespace``), so a retried bundle that walks the same path mints byte-identical
+intents. :func:`uuid5_hex` returns exactly ``uuid.uuid5(namespace, name).hex`` without building
+``uuid.UUID`` objects (it is on the hot path of every activation).
 """
 
 from __future__ import annotations
@@ -42,10 +42,27 @@ Fixed forever. Changing it would change every intent id, and the effector dedupl
 """
 
 
-def intent_id_for(entity_key: bytes, seq: int, step_index: int) -> str:
+@functools.lru_cache(maxsize=256)
+def namespace_uuid(namespace: str) -> uuid.UUID:
+    """The uuid5 namespace of the intent ids minted under ``AgentConfig.namespace``.
+
+    ``uuid5(INTENT_NAMESPACE, "namespace:" + namespace)``: fixed for a given name, distinct for
+    distinct names (and from ``INTENT_NAMESPACE`` itself).
+    """
+    if not isinstance(namespace, str) or not namespace:
+        raise ValueError(f"an intent namespace must be a non-empty str, got {namespace!r}")
+    return uuid.uuid5(INTENT_NAMESPACE, f"namespace:{namespace}")
+
+
+def intent_id_for(
+    entity_key: bytes, seq: int, step_index: int, namespace: str | None = None
+) -> str:
     """The id of the intent staged by run ``seq`` of ``entity_key`` at step ``step_index``.
 
-    ``str(uuid5(INTENT_NAMESPACE, f"{entity_key.hex()}|{seq}|{step_index}"))``. A key's first
-    run has ``seq == 0`` and its first step has ``step_index == 0``.
+    ``str(uuid5(INTENT_NAMESPACE, f"{entity_key.hex()}|{seq}|{step_index}"))`` without a
+    namespace (the ids minted before namespaces existed, unchanged); with one, the same name
+    under :func:`namespace_uuid` instead of ``INTENT_NAMESPACE``. A key's first run has
+    ``seq == 0`` and its first step has ``step_index == 0``.
     """
-    return hyphenated(uuid5_hex(INTENT_NAMESPACE, f"{entity_key.hex()}|{seq}|{step_index}"))
+    space = INTENT_NAMESPACE if namespace is None else namespace_uuid(namespace)
+    return hyphenated(uuid5_hex(space, f"{entity_key.hex()}|{seq}|{step_index}"))

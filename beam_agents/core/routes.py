@@ -14,6 +14,7 @@ from beam_agents._protos import AgentError, Continuation, KeyHeader, ToolIntent,
 from beam_agents.core.config import TRIGGER_DEADLINE
 from beam_agents.core.continuation import escalate
 from beam_agents.core.errors import ErrorReason
+from beam_agents.core.failures import explain
 from beam_agents.core.plan import error_record
 from beam_agents.core.tracing import TraceRecorder
 from beam_agents.hitl import Deny, Drop, Escalate, FallbackContext, HitlPolicy, Route
@@ -77,14 +78,23 @@ def deadline_outcome(
     if isinstance(route, RouteFailure):
         failure = f"{type(route.error).__name__}: {route.error}"
         attributes = {"reason": ErrorReason.TIMEOUT_ROUTE_ERROR.value, "error": failure}
+        explained, failure_traceback = explain(
+            route.error, None if policy is None else policy.on_timeout
+        )
         detail = (
-            f"the on_timeout route failed ({failure}); the run was ended without a decision "
+            f"the on_timeout route failed ({explained}); the run was ended without a decision "
             "(fail closed)"
         )
-        return DeadlineOutcome(
-            traces=[trace.failure(step, attributes)],
-            errors=[_run_error(key, suspended, ErrorReason.TIMEOUT_ROUTE_ERROR, detail, now_ms)],
+        error = error_record(
+            key,
+            ErrorReason.TIMEOUT_ROUTE_ERROR,
+            detail,
+            now_ms,
+            b"",
+            suspended.seq,
+            traceback=failure_traceback,
         )
+        return DeadlineOutcome(traces=[trace.failure(step, attributes)], errors=[error])
     if isinstance(route, Escalate):
         assert policy is not None
         escalated, intent = escalate(

@@ -43,6 +43,7 @@ class Staged:
         "cursor",
         "intents",
         "memory",
+        "namespace",
         "tokens_before",
         "tokens_used",
         "trace",
@@ -54,6 +55,8 @@ class Staged:
         cursor: ReplayCursor,
         carried: tuple[tuple[str, int], ...] = (),
         tokens_before: int = 0,
+        *,
+        namespace: str | None = None,
     ) -> None:
         self.trace = trace
         """The activation's trace events; it also names the activation (key, seq, event time)."""
@@ -62,6 +65,8 @@ class Staged:
         """``(intent_id, kind)`` of the run's earlier intents still unanswered."""
         self.tokens_before = tokens_before
         """Tokens the run's earlier activations spent."""
+        self.namespace = namespace
+        """The run's intent namespace (``AgentConfig.namespace`` when it started): its ids'."""
         self.intents: list[ToolIntent] = []
         self.tokens_used = 0
         """Tokens the provider reported for this activation's calls (replays spend none)."""
@@ -98,7 +103,7 @@ class Staged:
             STEP_KIND_OF_INTENT[kind], intent_step_digest(kind, tool_name, args_json)
         )
         trace = self.trace
-        intent_id = intent_id_for(trace.entity_key, trace.seq, step)
+        intent_id = intent_id_for(trace.entity_key, trace.seq, step, self.namespace)
         if replayed:
             return intent_id
         created_at_ms = trace.now_ms

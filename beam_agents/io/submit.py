@@ -3,15 +3,17 @@
 """``SubmitIntents``: hand staged intents to the effector, once per intent id, from any bundle.
 
 Intents go in batches; transient failures are retried (safe: the effector deduplicates on
-intent id), and what cannot be handed over goes to a dead-letter output with the reason.
+intent id), and what cannot be handed over goes to a dead-letter output with the reason. Every
+retry and (rate-limited) every dead letter logs a WARNING; a wrong token fails the pipeline.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,12 +25,17 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_agents._protos import IntentDeadLetter, SubmitAck, SubmitRequest, ToolIntent
 from beam_agents.io.connection import (
+    _AUTH_CODES,
     _MAX_MESSAGE_BYTES,
     EffectorConnection,
+    _call_failure,
     _connection,
     _describe,
     _is_transient,
+    _status_code,
 )
+
+_log = logging.getLogger(__name__)
 
 _DEAD_LETTER = "dead_letter"
 _METRICS_NAMESPACE = "beam_agents.io"
@@ -39,6 +46,10 @@ _MAX_BATCH_BYTES = 4 * 1024 * 1024
 """A batch is cut before it grows past this, so requests stay well under the message limit."""
 _MAX_INTENT_BYTES = _MAX_MESSAGE_BYTES - 64 * 1024
 """An intent larger than this cannot be sent at all (with room for the request's framing)."""
+DEAD_LETTER_LOG_LINES = 10
+"""The most dead-letter WARNING lines one ``SubmitIntents`` instance logs per interval."""
+DEAD_LETTER_LOG_INTERVAL_S = 60.0
+"""The interval of :data:`DEAD_LETTER_LOG_LINES`; lines past it are counted, then summarized."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +91,55 @@ class _Pending:
         return WindowedValue(value, self.timestamp, (self.window,))
 
 
+class _LogBudget:
+    """At most ``lines`` log lines per ``interval_s``; counts the lines it refuses."""
+
+    def __init__(
+        self, lines: int, interval_s: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._lines = lines
+        self._interval_s = interval_s
+        self._clock = clock
+        self._window_start = clock()
+        self._used = 0
+        self.suppressed = 0
+        """Lines refused since the last summary."""
+
+    def _roll(self) -> bool:
+        """Start a new window if the current one is over; whether it did."""
+        now = self._clock()
+        if now - self._window_start < self._interval_s:
+            return False
+        self._window_start, self._used = now, 0
+        return True
+
+    def allow(self) -> bool:
+        """Whether one more line may be logged now (if not, it is counted as suppressed)."""
+        self._roll()
+        if self._used < self._lines:
+            self._used += 1
+            return True
+        self.suppressed += 1
+        return False
+
+    def take_suppressed(self, *, final: bool = False) -> int:
+        """The suppressed count to summarize now (its window is over, or ``final``), reset."""
+        if not self.suppressed or not (final or self._roll()):
+            return 0
+        count, self.suppressed = self.suppressed, 0
+        return count
+
+
+def _key_text(entity_key: bytes) -> str:
+    """The key as text if it is printable UTF-8, else ``0x`` and its hex (cut to 120 chars)."""
+    try:
+        text = entity_key.decode("utf-8")
+    except UnicodeDecodeError:
+        text = ""
+    shown = text if text and text.isprintable() else "0x" + entity_key.hex()
+    return shown if len(shown) <= 120 else shown[:117] + "..."
+
+
 class _CallFailedError(Exception):
     def __init__(self, error: grpc.RpcError, attempts: int) -> None:
         super().__init__(error)
@@ -115,12 +175,16 @@ class _SubmitIntentsFn(beam.DoFn):
 
     def setup(self) -> None:
         """Open the channel and resolve the token (from the worker's environment, if so told)."""
+        self._log_budget = _LogBudget(DEAD_LETTER_LOG_LINES, DEAD_LETTER_LOG_INTERVAL_S)
         self._metadata = self._connection.metadata()
         self._channel = self._connection.open_channel()
         self._stub = self._connection.stub(self._channel)
 
     def teardown(self) -> None:
-        """Close the channel."""
+        """Say how many dead letters were not logged; close the channel."""
+        budget = getattr(self, "_log_budget", None)
+        if budget is not None:
+            self._log_suppressed(budget.take_suppressed(final=True))
         channel = getattr(self, "_channel", None)
         if channel is not None:
             channel.close()
@@ -162,6 +226,7 @@ class _SubmitIntentsFn(beam.DoFn):
     def finish_bundle(self) -> Iterator[Any]:
         """Submit what is left of the batch."""
         yield from self._submit_batch()
+        self._log_suppressed(self._log_budget.take_suppressed())
 
     def _submit_batch(self) -> Iterator[Any]:
         batch, self._batch, self._batch_bytes = self._batch, [], 0
@@ -202,10 +267,25 @@ class _SubmitIntentsFn(beam.DoFn):
                     request, timeout=self._rpc_timeout_s, metadata=self._metadata
                 )
             except grpc.RpcError as error:
+                if _status_code(error) in _AUTH_CODES:
+                    # Retrying or dead-lettering cannot fix a wrong token: every intent
+                    # would fail alike. Fail loudly, as ReadEnvelopes does.
+                    target = self._connection.target
+                    raise _call_failure("submitting intents", target, error) from error
                 delay = next(delays, None) if _is_transient(error) else None
                 if delay is None:
                     raise _CallFailedError(error, attempts) from error
                 self._retries.inc()
+                _log.warning(
+                    "SubmitIntents: submitting %d intent(s) to the effector at %s failed "
+                    "(attempt %d of %d: %s); retrying in %.2f s",
+                    len(intents),
+                    self._connection.target,
+                    attempts,
+                    self._backoff.max_attempts,
+                    _describe(error),
+                    delay,
+                )
                 time.sleep(delay)
                 continue
             if len(response.acks) != len(intents):
@@ -217,7 +297,30 @@ class _SubmitIntentsFn(beam.DoFn):
 
     def _dead_letter(self, letter: Any) -> TaggedOutput[str, Any]:
         self._dead_lettered.inc()
+        value = letter.value if isinstance(letter, WindowedValue) else letter
+        if self._log_budget.allow():
+            intent = value.intent
+            _log.warning(
+                "SubmitIntents to %s: dead letter for intent %s (key %s, tool %r)%s: %s",
+                self._connection.target,
+                intent.intent_id or "(none)",
+                _key_text(intent.entity_key),
+                intent.tool_name,
+                f" {value.outcome}" if value.outcome else "",
+                value.reason,
+            )
         return TaggedOutput(_DEAD_LETTER, letter)
+
+    def _log_suppressed(self, count: int) -> None:
+        if count:
+            _log.warning(
+                "SubmitIntents to %s: %d more dead letter(s) were not logged (at most %d lines "
+                "per %.0f s); see the dead_letter output and the intents_dead_lettered counter",
+                self._connection.target,
+                count,
+                DEAD_LETTER_LOG_LINES,
+                DEAD_LETTER_LOG_INTERVAL_S,
+            )
 
 
 class SubmitIntents(beam.PTransform[PCollection[ToolIntent], SubmitIntentsOutputs]):
@@ -228,10 +331,15 @@ class SubmitIntents(beam.PTransform[PCollection[ToolIntent], SubmitIntentsOutput
     is retried with exponential backoff and full jitter, ``initial_backoff_s`` doubling up to
     ``max_backoff_s``, for at most ``max_attempts`` calls in all; each call has a deadline of
     ``rpc_timeout_s``. With the defaults a batch is retried for about ten seconds on average
-    (twenty at most), enough to ride out an effector restart. Retrying is safe because the
-    effector deduplicates on intent id. A batch that still fails, or fails for a reason
-    retrying cannot fix (a wrong token: UNAUTHENTICATED), goes to ``dead_letter`` with the
-    gRPC status, as does every intent the effector rejects (with its reason).
+    (twenty at most), enough to ride out an effector restart; each retry logs a WARNING with
+    the target and the delay. Retrying is safe because the effector deduplicates on intent id.
+    A batch that still fails, or fails for another reason retrying cannot fix, goes to
+    ``dead_letter`` with the gRPC status, as does every intent the effector rejects (with its
+    reason); each dead letter logs a WARNING with the intent id and the reason, at most
+    :data:`DEAD_LETTER_LOG_LINES` per :data:`DEAD_LETTER_LOG_INTERVAL_S` per instance (a later
+    line counts the rest). A wrong token (UNAUTHENTICATED, PERMISSION_DENIED) fails the
+    pipeline with ``PermissionError``, as it does for ``ReadEnvelopes``: every intent would
+    fail alike.
 
     ``target`` is ``HOST:PORT`` with ``token`` or ``token_env`` and ``tls_root_cert`` (see
     :class:`EffectorConnection`), or an ``EffectorConnection``.

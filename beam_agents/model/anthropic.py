@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Unpack
 
-from beam_agents.model import anthropic_wire
+import beam_agents.model.anthropic_wire as anthropic_wire
 from beam_agents.model._wire import merge_sampling_params
 from beam_agents.model.client import LlmRequest
 from beam_agents.model.messages import parse_messages, parse_tools

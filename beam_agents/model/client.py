@@ -18,6 +18,7 @@ from beam_agents.model.errors import (
     ProviderError,
     ProviderRequestError,
     ProviderTimeout,
+    ProviderUnavailable,
     RateLimitError,
     ServerError,
 )
@@ -29,6 +30,7 @@ __all__ = [
     "ProviderError",
     "ProviderRequestError",
     "ProviderTimeout",
+    "ProviderUnavailable",
     "RateLimitError",
     "ServerError",
     "TokenUsage",
@@ -44,14 +46,35 @@ _REQUEST_ENCODER = json.JSONEncoder(
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class LlmRequest:
-    """One model call: the model, the conversation, the tools offered and sampling settings."""
+    """One model call: the model, the conversation, the tools offered and sampling settings.
+
+    ``messages`` are neutral message mappings (``beam_agents/model/README.md``); a plain string
+    among them stands for ``{"role": "user", "content": string}``, and a lone string for a
+    conversation of that one user message. ``tools_schema`` and ``sampling_params`` may be
+    ``None``: no tools, no settings. The request keeps the normalized forms, so a request
+    written either way is sent, and keyed in the replay cache, as the one spelled out in full.
+    """
 
     model_id: str
-    messages: Sequence[Mapping[str, Any]] = ()
-    tools_schema: Sequence[Mapping[str, Any]] = ()
-    sampling_params: Mapping[str, Any] = field(default_factory=dict)
+    messages: Sequence[Mapping[str, Any]]
+    tools_schema: Sequence[Mapping[str, Any]]
+    sampling_params: Mapping[str, Any]
+
+    def __init__(
+        self,
+        model_id: str,
+        messages: str | Sequence[Mapping[str, Any] | str] = (),
+        tools_schema: Sequence[Mapping[str, Any]] | None = None,
+        sampling_params: Mapping[str, Any] | None = None,
+    ) -> None:
+        object.__setattr__(self, "model_id", model_id)
+        object.__setattr__(self, "messages", _neutral_messages(messages))
+        object.__setattr__(self, "tools_schema", () if tools_schema is None else tools_schema)
+        object.__setattr__(
+            self, "sampling_params", {} if sampling_params is None else sampling_params
+        )
 
     def canonical_json(self) -> str:
         """The request as canonical JSON (sorted keys, compact), the basis of its cache key."""
@@ -67,6 +90,23 @@ class LlmRequest:
     def content_digest(self) -> str:
         """A SHA-256 hex digest of :meth:`canonical_json`."""
         return hashlib.sha256(self.canonical_json().encode("utf-8")).hexdigest()
+
+
+def user_message(text: str) -> dict[str, str]:
+    """The neutral message a plain string in ``LlmRequest.messages`` stands for."""
+    return {"role": "user", "content": text}
+
+
+def _neutral_messages(
+    messages: str | Sequence[Mapping[str, Any] | str],
+) -> Sequence[Mapping[str, Any]]:
+    """``messages`` with each plain string made a user message; as given if there is none."""
+    if isinstance(messages, str):
+        return [user_message(messages)]
+    if not any(isinstance(message, str) for message in messages):
+        return messages  # type: ignore[return-value]  # no strings: only mappings remain
+    converted = [user_message(m) if isinstance(m, str) else m for m in messages]
+    return converted if isinstance(messages, list) else tuple(converted)
 
 
 @dataclass(frozen=True)

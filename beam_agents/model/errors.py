@@ -33,7 +33,17 @@ class ServerError(ProviderError):
 
 
 class ProviderTimeout(ProviderError):
-    """The call timed out or the connection failed; retried."""
+    """The call timed out or the connection broke off; retried."""
+
+    retryable = True
+
+
+class ProviderUnavailable(ProviderTimeout):
+    """The provider could not be reached (connection refused, DNS failure, no route); retried.
+
+    A :class:`ProviderTimeout`, so the retry policy and code that catches timeouts treat it as
+    before; its message names the URL and the operating system's error.
+    """
 
     retryable = True
 

@@ -28,6 +28,7 @@ from beam_agents.model.client import LlmRequest, LlmResponse, ModelClient
 from beam_agents.model.errors import (
     ProviderRequestError,
     ProviderTimeout,
+    ProviderUnavailable,
     RateLimitError,
     ServerError,
 )
@@ -206,6 +207,9 @@ class JsonHttpProvider(ModelClient):
             response = await (await self._client()).post(self.url, content=payload, headers=headers)
         except httpx.TimeoutException as exc:
             raise ProviderTimeout(f"{where} timed out ({type(exc).__name__})") from exc
+        except httpx.ConnectError as exc:
+            detail = redact(os_error_of(exc), api_key)
+            raise ProviderUnavailable(f"{where}: cannot connect to {self.url}: {detail}") from exc
         except httpx.TransportError as exc:
             detail = redact(str(exc), api_key)
             raise ProviderTimeout(f"{where} failed: {type(exc).__name__}: {detail}") from exc
@@ -255,6 +259,24 @@ def parse_retry_after(headers: httpx.Headers, *, now: float) -> float | None:
             when = when.replace(tzinfo=UTC)
         seconds = when.timestamp() - now
     return max(0.0, seconds) if math.isfinite(seconds) else None
+
+
+def os_error_of(exc: BaseException) -> str:
+    """The innermost operating-system error behind ``exc`` (its type and text), else ``exc``'s.
+
+    httpx reports a refused connection as "All connection attempts failed"; the error it wraps
+    says which (``ConnectionRefusedError: [Errno 111] ...``, ``gaierror: ... Name or service
+    not known``).
+    """
+    found: BaseException = exc
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, OSError):
+            found = cause
+        cause = cause.__cause__ or cause.__context__
+    return f"{type(found).__name__}: {found}"
 
 
 def validate_base_url(base_url: str) -> str:

@@ -1,9 +1,13 @@
 """Store backends behind one interface, chosen by URL (see :func:`open_store`).
 
-``sqlite:///path`` opens :mod:`effector.store.sqlite`, ``postgresql://...`` the PostgreSQL one.
+``sqlite:///path`` (or a plain file path) opens :mod:`effector.store.sqlite`,
+``postgresql://...`` the PostgreSQL one.
 """
 
 from __future__ import annotations
+
+import re
+import urllib.parse
 
 from effector.errors import ConfigurationError
 from effector.store.base import EffectorStore
@@ -11,9 +15,24 @@ from effector.store.base import EffectorStore
 SQLITE_SCHEMES = frozenset({"sqlite"})
 POSTGRES_SCHEMES = frozenset({"postgresql", "postgres"})
 
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]+:")
+"""What a URL starts with (two characters at least, so ``C:`` stays part of a path)."""
+
+
+def store_url(location: str) -> str:
+    """``location`` as a store URL: a URL stays as it is, a plain file path becomes SQLite's.
+
+    ``/var/lib/effector.db`` becomes ``sqlite:////var/lib/effector.db`` and ``effector.db``
+    ``sqlite:///effector.db``; a path that starts like a URL (``name:rest``) needs a ``./``.
+    """
+    if _SCHEME.match(location):
+        return location
+    return "sqlite:///" + urllib.parse.quote(location, safe="/:")
+
 
 async def open_store(url: str) -> EffectorStore:
-    """Open the store named by ``url``: ``sqlite:///path`` or ``postgresql://...``."""
+    """Open the store named by ``url``: ``sqlite:///path``, a file path, or ``postgresql://...``."""
+    url = store_url(url)
     scheme = url.partition(":")[0].lower()
     if scheme in SQLITE_SCHEMES:
         from effector.store.sqlite import SqliteStore
@@ -23,9 +42,10 @@ async def open_store(url: str) -> EffectorStore:
         from effector.store.postgres import PostgresStore
 
         return await PostgresStore.open(url)
+    supported = ", ".join(sorted(SQLITE_SCHEMES | POSTGRES_SCHEMES))
     raise ConfigurationError(
-        f"unsupported store URL scheme {scheme[:32]!r}: use sqlite:///path/to/file.db "
-        "or postgresql://user@host/dbname"
+        f"unsupported store URL scheme {scheme[:32]!r} (supported: {supported}): use a file path "
+        "or sqlite:///path/to/file.db for SQLite, or postgresql://user@host/dbname"
     )
 
 

@@ -30,10 +30,11 @@ _HEAD_COLUMNS = ("intent_id", "intent", "state", "attempts", "deadline_ms")
 
 def claim_work(
     tx: sql.Tx, dialect: sql.Dialect, owner: str, limit: int, now_ms: int, lease_ms: int
-) -> tuple[ClaimBatch, int]:
+) -> tuple[ClaimBatch, list[ToolIntent], int]:
     """Claim the heads of up to ``limit`` idle keys; refuse expired heads instead.
 
-    Returns the batch and the log head after the EXPIRED envelopes it appended (0 if none).
+    Returns the batch, the intents it refused as expired, and the log head after the EXPIRED
+    envelopes it appended (0 if none).
     """
     keys = [
         bytes(row[0])
@@ -46,10 +47,11 @@ def claim_work(
         ).fetchall()
     ]
     if not keys:
-        return ClaimBatch([], 0), 0
+        return ClaimBatch([], 0), [], 0
     heads = _queue_heads(tx, dialect, keys)
     candidates: list[Claim] = []
     expired: list[bytes] = []
+    refused: list[ToolIntent] = []
     for intent_id, blob, state, attempts, deadline_ms in heads:
         intent = ToolIntent.FromString(bytes(blob))
         if deadline_ms and now_ms > deadline_ms:
@@ -62,6 +64,7 @@ def claim_work(
                     (intent.entity_key,),
                 )
                 expired.append(published)
+                refused.append(intent)
             continue
         candidates.append(Claim(token=uuid.uuid4().hex, intent=intent, attempt=attempts + 1))
     claims = _start_running(tx, candidates)
@@ -75,7 +78,7 @@ def claim_work(
         ],
     )
     offsets = sql.append(tx, expired, now_ms)
-    return ClaimBatch(claims, len(expired)), sql.head_after(offsets)
+    return ClaimBatch(claims, len(expired)), refused, sql.head_after(offsets)
 
 
 def _queue_heads(tx: sql.Tx, dialect: sql.Dialect, keys: Sequence[bytes]) -> list[Any]:
@@ -273,8 +276,10 @@ def release_all_claims(tx: sql.Tx) -> None:
     tx.execute("UPDATE effector_intents SET state = ? WHERE state = ?", (sql.PENDING, sql.RUNNING))
 
 
-def expire_approvals(tx: sql.Tx, dialect: sql.Dialect, now_ms: int, limit: int) -> tuple[int, int]:
-    """Refuse up to ``limit`` undecided approvals past their deadline; returns (count, head)."""
+def expire_approvals(
+    tx: sql.Tx, dialect: sql.Dialect, now_ms: int, limit: int
+) -> tuple[list[ToolIntent], int]:
+    """Refuse up to ``limit`` undecided approvals past their deadline; returns them and the head."""
     rows = tx.execute(
         """SELECT intent_id, intent FROM effector_intents
            WHERE state = 3 AND deadline_ms > 0 AND deadline_ms < ?
@@ -283,13 +288,16 @@ def expire_approvals(tx: sql.Tx, dialect: sql.Dialect, now_ms: int, limit: int) 
         (now_ms, limit),
     ).fetchall()
     envelopes = []
+    refused: list[ToolIntent] = []
     for intent_id, blob in rows:
-        result = expired_result(ToolIntent.FromString(bytes(blob)), now_ms=now_ms, attempts=0)
+        intent = ToolIntent.FromString(bytes(blob))
+        result = expired_result(intent, now_ms=now_ms, attempts=0)
         published = _finish(tx, intent_id, result, result_envelope(result), now_ms, sql.AWAITING)
         if published is not None:
             envelopes.append(published)
+            refused.append(intent)
     offsets = sql.append(tx, envelopes, now_ms)
-    return len(envelopes), sql.head_after(offsets)
+    return refused, sql.head_after(offsets)
 
 
 def decide(
@@ -297,8 +305,11 @@ def decide(
     dialect: sql.Dialect,
     intent_id: str,
     approval: Approval,
-) -> tuple[Decision, int]:
-    """Record ``approval`` on an undecided approval intent (EXPIRED if past its deadline)."""
+) -> tuple[Decision, ToolIntent | None, int]:
+    """Record ``approval`` on an undecided approval intent (EXPIRED if past its deadline).
+
+    Returns the decision, the intent if this call refused it as expired, and the log head.
+    """
     now_ms = approval.decided_at_ms
     row = tx.execute(
         "SELECT intent, state, deadline_ms, result FROM effector_intents WHERE intent_id = ?"
@@ -306,15 +317,16 @@ def decide(
         (intent_id,),
     ).fetchone()
     if row is None:
-        return Decision(False, IntentState.INTENT_STATE_UNSPECIFIED, "unknown intent", None), 0
+        unknown = Decision(False, IntentState.INTENT_STATE_UNSPECIFIED, "unknown intent", None)
+        return unknown, None, 0
     intent = ToolIntent.FromString(bytes(row[0]))
     state, deadline_ms, result = row[1], row[2], sql.parse_result(row[3])
     if intent.kind != ToolIntent.APPROVAL:
-        return Decision(False, state, "not an approval intent", result), 0
+        return Decision(False, state, "not an approval intent", result), None, 0
     if state == sql.DONE:
         assert result is not None
         already = "already expired" if result.status == ToolResult.EXPIRED else "already decided"
-        return Decision(False, state, already, result), 0
+        return Decision(False, state, already, result), None, 0
     if deadline_ms and now_ms > deadline_ms:
         result = expired_result(intent, now_ms=now_ms, attempts=0)
         envelope, applied, reason = result_envelope(result), False, "expired before the decision"
@@ -323,4 +335,5 @@ def decide(
         envelope, applied, reason = approval_envelope(approval, intent.entity_key), True, ""
     published = _finish(tx, intent_id, result, envelope, now_ms, sql.AWAITING)
     offsets = sql.append(tx, [] if published is None else [published], now_ms)
-    return Decision(applied, sql.DONE, reason, result), sql.head_after(offsets)
+    refused = intent if published is not None and not applied else None
+    return Decision(applied, sql.DONE, reason, result), refused, sql.head_after(offsets)

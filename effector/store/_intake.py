@@ -2,12 +2,14 @@
 
 The first request for an id records it (PENDING, AWAITING_DECISION for an approval, or DONE
 with a REJECTED result); a later one is a DUPLICATE (same digest) or a CONFLICT (different
-content), and a DUPLICATE of a DONE intent may ask for its result envelope to be appended again.
+content, answered with the recorded intent), and a DUPLICATE of a DONE intent may ask for its
+result envelope to be appended again.
 New intent rows are written in id order, then key rows in key order (the lock order).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -79,6 +81,7 @@ def submit(
     recorded = _recorded_intents(tx, [i for i in first_of if i not in inserted])
     recorded.update((intent_id, candidates[intent_id]) for intent_id in inserted)
     answers: list[SubmitResult | None] = [None] * len(intents)
+    conflicts: list[int] = []
     # The log gets what this submit appends in request order.
     envelopes: dict[int, bytes] = {}
     new_work: dict[bytes, int] = {}
@@ -102,9 +105,39 @@ def submit(
             answers[index] = SubmitResult(outcome, first.state, first.result, redelivered=True)
         else:
             answers[index] = SubmitResult(outcome, first.state, first.result)
+            if outcome is SubmitOutcome.CONFLICT:
+                conflicts.append(index)
+    if conflicts:
+        _explain_conflicts(tx, intents, first_of, inserted, conflicts, answers)
     _add_pending(tx, new_work, now_ms)
     offsets = sql.append(tx, [envelopes[index] for index in sorted(envelopes)], now_ms)
     return [answer for answer in answers if answer is not None], sql.head_after(offsets)
+
+
+def _explain_conflicts(
+    tx: sql.Tx,
+    intents: Sequence[NewIntent],
+    first_of: dict[str, int],
+    inserted: set[str],
+    conflicts: Sequence[int],
+    answers: list[SubmitResult | None],
+) -> None:
+    """Attach the recorded intent to each CONFLICT answer (conflicts are rare: read only then)."""
+    earlier = sorted({intents[i].intent.intent_id for i in conflicts} - inserted)
+    recorded: dict[str, ToolIntent] = {}
+    for chunk in sql.chunks(earlier):
+        for intent_id, blob in tx.execute(
+            f"""SELECT intent_id, intent FROM effector_intents
+                WHERE intent_id IN ({sql.marks(len(chunk))})""",
+            chunk,
+        ).fetchall():
+            recorded[intent_id] = ToolIntent.FromString(bytes(blob))
+    for index in conflicts:
+        intent_id = intents[index].intent.intent_id
+        kept = recorded[intent_id] if intent_id in recorded else intents[first_of[intent_id]].intent
+        answer = answers[index]
+        assert answer is not None
+        answers[index] = dataclasses.replace(answer, recorded=kept)
 
 
 def _initial_state(new: NewIntent, now_ms: int) -> tuple[IntentState, ToolResult | None]:

@@ -6,12 +6,14 @@ forgets DONE intents and envelopes older than the retention, a bounded batch per
 
 from __future__ import annotations
 
-from beam_agents._protos import AgentEnvelope, IntentState, ToolIntent
+from beam_agents._protos import AgentEnvelope, IntentState, ToolIntent, ToolResult
 from effector.store._tx import AWAITING, DONE, PENDING, RUNNING, Tx, parse_result, read_head
 from effector.store.base import IntentRecord, LogRecord, StoreCounts
 
 _PRUNE_BATCH = 10_000
 """Rows deleted per table per prune call, so one prune never holds the store for long."""
+_FAILED_SCAN_BATCH = 1_000
+"""DONE intents read per query while looking for failed ones."""
 
 
 def read_log(tx: Tx, from_offset: int, max_records: int) -> list[LogRecord]:
@@ -43,6 +45,34 @@ def list_intents(tx: Tx, state: IntentState, limit: int) -> list[ToolIntent]:
         (state, limit),
     ).fetchall()
     return [ToolIntent.FromString(bytes(blob)) for (blob,) in rows]
+
+
+def list_failed(tx: Tx, limit: int) -> list[tuple[ToolIntent, ToolResult]]:
+    """At most ``limit`` DONE intents whose result is not OK, with it, oldest first (receipt, id).
+
+    A result's status is inside its bytes, so DONE intents are read a batch at a time, in the
+    order of the ``(state, received_at_ms, intent_id)`` index, until enough failed ones are found.
+    """
+    found: list[tuple[ToolIntent, ToolResult]] = []
+    after: tuple[int, str] | None = None
+    params: tuple[int, str] | tuple[()]
+    while len(found) < limit:
+        where, params = "", ()
+        if after is not None:
+            where, params = " AND (received_at_ms, intent_id) > (?, ?)", after
+        rows = tx.execute(
+            "SELECT intent, result, received_at_ms, intent_id FROM effector_intents"
+            f" WHERE state = ?{where} ORDER BY received_at_ms, intent_id LIMIT ?",
+            (DONE, *params, _FAILED_SCAN_BATCH),
+        ).fetchall()
+        for blob, result_blob, _, _ in rows:
+            result = parse_result(result_blob)
+            if result is not None and result.status != ToolResult.OK:
+                found.append((ToolIntent.FromString(bytes(blob)), result))
+        if len(rows) < _FAILED_SCAN_BATCH:
+            break
+        after = (rows[-1][2], rows[-1][3])
+    return found[:limit]
 
 
 def counts(tx: Tx) -> StoreCounts:

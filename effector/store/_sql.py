@@ -16,10 +16,11 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import TypeVar
 
+import effector.audit as audit
 import effector.store._execution as execution
 import effector.store._intake as intake
 import effector.store._reads as reads
-from beam_agents._protos import AgentEnvelope, Approval, IntentState, ToolIntent
+from beam_agents._protos import AgentEnvelope, Approval, IntentState, ToolIntent, ToolResult
 from effector.group_commit import GroupCommit
 from effector.store._tx import Dialect, Tx, append, head_after, read_head
 from effector.store.base import (
@@ -121,10 +122,11 @@ class SqlStore(EffectorStore):
 
     async def claim(self, owner: str, limit: int, now_ms: int, lease_ms: int) -> ClaimBatch:
         """See :meth:`EffectorStore.claim`."""
-        batch, head = await self._run(
+        batch, expired, head = await self._run(
             lambda tx: execution.claim_work(tx, self._dialect, owner, limit, now_ms, lease_ms)
         )
         self._announce(head)
+        audit.expired(expired)
         return batch
 
     async def complete(self, completions: Sequence[Completion], now_ms: int) -> list[bool]:
@@ -149,7 +151,8 @@ class SqlStore(EffectorStore):
             lambda tx: execution.expire_approvals(tx, self._dialect, now_ms, limit)
         )
         self._announce(head)
-        return expired
+        audit.expired(expired)
+        return len(expired)
 
     async def decide(
         self, intent_id: str, *, approved: bool, approver: str, reason: str, now_ms: int
@@ -162,10 +165,12 @@ class SqlStore(EffectorStore):
             decided_at_ms=now_ms,
             reason=reason,
         )
-        decision, head = await self._run(
+        decision, expired, head = await self._run(
             lambda tx: execution.decide(tx, self._dialect, intent_id, approval)
         )
         self._announce(head)
+        if expired is not None:
+            audit.expired([expired])
         return decision
 
     async def publish(self, envelopes: Sequence[AgentEnvelope], now_ms: int) -> list[int]:
@@ -205,6 +210,10 @@ class SqlStore(EffectorStore):
     async def list_intents(self, state: IntentState, limit: int) -> list[ToolIntent]:
         """See :meth:`EffectorStore.list_intents`."""
         return await self._run(lambda tx: reads.list_intents(tx, state, limit), write=False)
+
+    async def list_failed(self, limit: int) -> list[tuple[ToolIntent, ToolResult]]:
+        """See :meth:`EffectorStore.list_failed`."""
+        return await self._run(lambda tx: reads.list_failed(tx, limit), write=False)
 
     async def counts(self) -> StoreCounts:
         """See :meth:`EffectorStore.counts`."""

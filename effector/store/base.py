@@ -43,6 +43,8 @@ class SubmitResult:
     result: ToolResult | None
     redelivered: bool = False
     """Whether the intent's published result envelope was appended to the log again."""
+    recorded: ToolIntent | None = None
+    """For a CONFLICT, the intent recorded under the id (the one kept), to say what differs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +192,10 @@ class EffectorStore(abc.ABC):
     @abc.abstractmethod
     async def list_intents(self, state: IntentState, limit: int) -> list[ToolIntent]:
         """At most ``limit`` intents in ``state``, oldest first (by first receipt, then id)."""
+
+    @abc.abstractmethod
+    async def list_failed(self, limit: int) -> list[tuple[ToolIntent, ToolResult]]:
+        """At most ``limit`` DONE intents whose result is not OK, each with it, oldest first."""
 
     @abc.abstractmethod
     async def counts(self) -> StoreCounts:

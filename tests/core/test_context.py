@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -47,8 +48,27 @@ def charge(amount: int, currency: str = "EUR") -> str:
     return f"charged {amount} {currency}"
 
 
+@tool(side_effect=True)
+def notify(trip: str) -> str:
+    """Side-effecting, too."""
+    return f"notified {trip}"
+
+
 def registry() -> ToolRegistry:
-    return ToolRegistry([lookup, double, broken, charge])
+    return ToolRegistry([lookup, double, broken, charge, notify])
+
+
+def make_services(tools: ToolRegistry, provider: FakeLLM | None = None) -> ActivationServices:
+    return ActivationServices(
+        model=None if provider is None else ModelGateway(provider),
+        tool_registry=tools,
+        tool_runner=ToolRunner(),
+        intent_ttl_ms=60_000,
+        approval_channel="ops",
+        approval_ttl_ms=5_000,
+        cache_max_entries=8,
+        cache_max_bytes=100_000,
+    )
 
 
 def make_context(
@@ -59,17 +79,10 @@ def make_context(
     memory_loader: Callable[[], bytes | None] = lambda: None,
     cache: ModelCache | None = None,
     resumption: Resumption | None = None,
+    services: ActivationServices | None = None,
 ) -> ActivationContext:
-    services = ActivationServices(
-        model=None if provider is None else ModelGateway(provider),
-        tool_registry=registry(),
-        tool_runner=ToolRunner(),
-        intent_ttl_ms=60_000,
-        approval_channel="ops",
-        approval_ttl_ms=5_000,
-        cache_max_entries=8,
-        cache_max_bytes=100_000,
-    )
+    if services is None:
+        services = make_services(registry(), provider)
     return ActivationContext(
         entity_key=KEY,
         seq=seq,
@@ -107,10 +120,41 @@ def test_act_stages_a_deterministic_intent_with_canonical_arguments() -> None:
     assert ctx.pending_intent_ids == frozenset({first, second})
 
 
-def test_act_stages_intents_for_tools_the_registry_does_not_know_without_validation() -> None:
+def test_act_refuses_a_tool_missing_from_a_registry_of_side_effecting_tools() -> None:
     ctx = make_context()
-    ctx.act("send_email", {"to": "x"})
-    assert staged(ctx).intents[0].tool_name == "send_email"
+    with pytest.raises(ToolNotFoundError) as refused:
+        ctx.act("chrage", {"amount": 1})
+    message = str(refused.value)
+    assert "no tool named 'chrage'" in message
+    assert "side-effecting tools: charge, notify)" in message
+    assert "did you mean 'charge'?" in message
+    assert refused.value.tool_name == "chrage"
+    with pytest.raises(ToolNotFoundError, match="send_email") as unlike:
+        ctx.act("send_email", {"to": "x"})
+    assert "did you mean" not in str(unlike.value)
+    assert staged(ctx).intents == [] and ctx.next_step == 0
+
+
+@pytest.mark.parametrize(
+    "tools", [ToolRegistry(), ToolRegistry([lookup])], ids=["empty", "read-only"]
+)
+def test_act_without_side_effecting_tools_stages_unvalidated_and_warns_once_per_tool(
+    tools: ToolRegistry, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="beam_agents.core.context")
+    services = make_services(tools)  # shared by every activation of one runtime instance
+    first = make_context(services=services)
+    first.act("send_email", {"to": "x"})
+    first.act("send_email", {"to": "y"})
+    make_context(services=services, seq=5).act("send_email", {"to": "z"})
+    make_context(services=services, seq=6).act("page_oncall", {})
+    assert staged(first).intents[0].tool_name == "send_email"
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2
+    assert warnings[0].startswith("ctx.act('send_email', ...) stages intents whose arguments")
+    assert "not validated" in warnings[0] and "page_oncall" in warnings[1]
+    make_context(services=make_services(tools)).act("send_email", {})  # another instance
+    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 3
 
 
 @pytest.mark.parametrize(

@@ -22,8 +22,9 @@ from effector_harness import (
 from effector_test_tools import read_ledger
 
 from beam_agents._protos import IntentState, SubmitAck, ToolIntent, ToolResult
-from effector.cli import display_key, inbox_line
 from effector.client import EffectorClient
+from effector.commands import inbox_line
+from effector.intents import display_key
 from effector.store import open_store
 
 SERVE_FLAGS = [
@@ -50,10 +51,14 @@ def test_help_explains_every_flag_and_its_environment_variable() -> None:
     for flag in SERVE_FLAGS:
         assert flag in text
         assert "BEAM_AGENTS_EFFECTOR_" + flag[2:].replace("-", "_").upper() in text
-    for command in ("status", "pending", "approve", "deny"):
+    for command in ("status", "pending", "failed", "show", "approve", "deny"):
         sub = run_cli(command, "--help")
         assert sub.returncode == 0
         assert "--target" in sub.stdout and "BEAM_AGENTS_EFFECTOR_TARGET" in sub.stdout
+        # An empty default is not shown ("[env ...; default ]").
+        assert "default ]" not in " ".join(sub.stdout.split())
+    approve = " ".join(run_cli("approve", "--help").stdout.split())
+    assert "[env BEAM_AGENTS_EFFECTOR_APPROVER]" in approve
 
 
 def test_importing_the_effector_never_imports_beam() -> None:
@@ -84,7 +89,11 @@ def _misconfigurations(tmp_path: Path) -> dict[str, tuple[list[str], dict[str, s
         ),
         "factory fails": ([*base, "--tools", "effector_test_tools:read_ledger"], {}, "failed"),
         "bad spec": ([*base, "--tools", "effector_test_tools"], {}, "MODULE:ATTRIBUTE"),
-        "bad store": ([*base, "--store", "mysql://db"], {}, "unsupported store URL scheme"),
+        "bad store": (
+            [*base, "--store", "mysql://db"],
+            {},
+            "unsupported store URL scheme 'mysql' (supported: postgres, postgresql, sqlite)",
+        ),
         "memory store": ([*base, "--store", "sqlite:///:memory:"], {}, "in-memory"),
         "public bind": ([*base, "--listen", "0.0.0.0:0"], {}, "non-loopback"),
         "bad listen": ([*base, "--listen", "nowhere"], {}, "HOST:PORT"),
@@ -262,3 +271,56 @@ def test_an_inbox_line_stays_on_one_line() -> None:
     assert "\n" not in line
     assert json.loads(line.split(" ", 2)[2]) == {"a": "x\ny"}
     assert inbox_line(make_intent("", "", kind=ToolIntent.APPROVAL)).endswith(" key {}")
+
+
+def test_show_failed_and_unknown_ids_against_a_server_on_a_plain_store_path(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "plain.db"  # a file path, not a sqlite:/// URL
+    args = ["--tools", TOOLS, "--store", str(path), "--listen", "127.0.0.1:0"]
+    added = make_intent("add", {"a": 1}, key=b"k-1", ttl_ms=60_000)
+    failing = make_intent("fail", {"message": "boom\nagain"}, key=b"k-2")
+    unknown_tool = make_intent("no_such_tool", {}, key=b"k-3")
+    nobody = "00000000-0000-4000-8000-000000000000"
+    with EffectorProcess(*args) as effector:
+        target = ["--target", effector.address]
+        nothing = run_cli("failed", *target)
+        assert (nothing.returncode, nothing.stdout) == (0, "")
+        assert nothing.stderr.strip() == "nothing failed: every DONE intent has an OK result"
+        empty = run_cli("pending", *target)
+        assert (empty.returncode, empty.stdout) == (0, "")
+        assert empty.stderr.strip() == "nothing pending: no approval awaits a decision"
+        with EffectorClient(effector.address) as client:
+            client.submit([added, failing, unknown_tool])
+            deadline = time.monotonic() + 20
+            for intent in (added, failing, unknown_tool):
+                while client.get_intent(intent.intent_id).state != IntentState.DONE:
+                    assert time.monotonic() < deadline, intent.tool_name
+                    time.sleep(0.05)
+        failed = run_cli("failed", *target)
+        assert failed.returncode == 0, failed.stderr
+        lines = failed.stdout.splitlines()
+        assert lines[0] == f"{failing.intent_id} k-2 fail ERROR RuntimeError: boom again"
+        assert lines[1].startswith(f"{unknown_tool.intent_id} k-3 no_such_tool REJECTED ")
+        assert "no_such_tool" in lines[1].split(" REJECTED ", 1)[1]
+        assert len(lines) == 2
+        assert run_cli("failed", *target, "--limit", "1").stdout.splitlines() == lines[:1]
+        shown = run_cli("show", added.intent_id, *target)
+        assert shown.returncode == 0, shown.stderr
+        fields = dict(line.split(":", 1) for line in shown.stdout.splitlines())
+        fields = {name: value.strip() for name, value in fields.items()}
+        assert fields["intent_id"] == added.intent_id
+        assert (fields["kind"], fields["state"], fields["tool"]) == ("TOOL", "DONE", "add")
+        assert (fields["entity_key"], fields["args"], fields["attempts"]) == ("k-1", '{"a":1}', "1")
+        assert (fields["result"], fields["payload"], fields["error"]) == ("OK", "2", "-")
+        assert fields["created_at"].endswith(f"Z ({added.created_at_ms})")
+        assert fields["expires_at"].endswith(f"Z ({added.expires_at_ms})")
+        assert fields["completed_at"].endswith(")")
+        errored = run_cli("show", failing.intent_id, *target).stdout
+        assert "error:        RuntimeError: boom again" in errored.splitlines()
+        assert "expires_at:   never" in errored.splitlines()
+        for command in ("show", "approve", "deny"):
+            missing = run_cli(command, nobody, *target)
+            assert missing.returncode == 1, command
+            assert (missing.stdout, missing.stderr.strip()) == ("", f"no intent {nobody}")
+    assert path.exists()

@@ -15,6 +15,7 @@ from conftest import sqlite_url
 from effector_harness import FAST_WORKER, make_intent, running_effector, wait_done
 from effector_test_tools import read_ledger
 
+import beam_agents._protos as pb
 from beam_agents._protos import (
     AgentEnvelope,
     IntentState,
@@ -494,6 +495,12 @@ async def test_list_intents_is_an_approvers_inbox(tmp_path: Path) -> None:
             with pytest.raises(grpc.aio.AioRpcError) as refused:
                 await client.list_intents(state, limit=limit)  # type: ignore[arg-type]
             assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert await client.list_failed() == []  # a denial is a recorded decision, not a failure
+        only_done = pb.ListIntentsRequest(state=IntentState.PENDING, failed_only=True)
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await client._stub.ListIntents(only_done)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "failed_only lists DONE intents" in (refused.value.details() or "")
 
 
 @pytest.mark.asyncio

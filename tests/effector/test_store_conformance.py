@@ -15,6 +15,7 @@ import pytest
 import pytest_asyncio
 from effector_harness import make_intent
 
+import effector.store._reads as reads
 from beam_agents._protos import AgentEnvelope, IntentState, ToolIntent, ToolResult
 from effector.intents import expiry_deadline_ms, new_result
 from effector.store import EffectorStore, open_store
@@ -590,6 +591,41 @@ async def test_list_intents_by_state_oldest_first_and_bounded(store: EffectorSto
     [claim] = (await store.claim("w", 1, T0 + 20, LEASE)).claims
     assert await store.list_intents(IntentState.RUNNING, 100) == [claim.intent]
     assert await store.list_intents(IntentState.INTENT_STATE_UNSPECIFIED, 100) == []
+
+
+@pytest.mark.asyncio
+async def test_list_failed_pages_through_done_intents_oldest_first(
+    store: EffectorStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(reads, "_FAILED_SCAN_BATCH", 2)  # several pages, failures on each
+    decided = [
+        make_intent("", {"n": n}, key=f"ok{n}".encode(), kind=ToolIntent.APPROVAL) for n in range(3)
+    ]
+    rejected = [make_intent("nope", {"n": n}, key=f"r{n}".encode()) for n in range(2)]
+    erroring = make_intent("add", key=b"e")
+    assert await store.list_failed(100) == []
+    await submit(store, decided[0], now=T0)
+    await store.submit([NewIntent(rejected[0], rejection="unknown tool 'nope'")], T0 + 1)
+    await submit(store, decided[1], decided[2], now=T0 + 2)
+    await store.submit([NewIntent(rejected[1], rejection="unknown tool 'nope'")], T0 + 3)
+    await submit(store, erroring, now=T0 + 4)
+    for intent in decided:  # a denial is an OK result: the decision was recorded
+        await store.decide(intent.intent_id, approved=False, approver="", reason="", now_ms=T0 + 5)
+    [claim] = (await store.claim("w", 1, T0 + 6, LEASE)).claims
+    error = new_result(
+        claim.intent, ToolResult.ERROR, completed_at_ms=T0 + 7, attempt=1, error_message="boom"
+    )
+    await store.complete([Completion(claim, error)], T0 + 7)
+
+    failed = await store.list_failed(100)
+    assert [(intent.intent_id, result.status) for intent, result in failed] == [
+        (rejected[0].intent_id, ToolResult.REJECTED),
+        (rejected[1].intent_id, ToolResult.REJECTED),
+        (erroring.intent_id, ToolResult.ERROR),
+    ]
+    assert [intent for intent, _ in failed] == [*rejected, erroring]
+    assert failed[2][1].error_message == "boom"
+    assert await store.list_failed(2) == failed[:2]
 
 
 @pytest.mark.asyncio

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -175,20 +176,18 @@ def test_retries_reach_an_effector_restarted_on_the_same_store_without_duplicate
     )
 
 
-def test_bearer_token_given_or_from_the_environment_and_a_wrong_one_is_not_retried(
+def test_bearer_token_given_or_from_the_environment(
     store_url: str, ledger: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("IO_TEST_EFFECTOR_TOKEN", TOKEN)
     by_token = record_intent(b"t1", "token")
     by_env = record_intent(b"t2", "env")
-    refused = record_intent(b"t3", "wrong")
     settings = ServerSettings(token=TOKEN, worker=FAST_WORKER)
     with BackgroundEffector(store_url, settings) as effector:
-        collected = {name: (Collector.new(), Collector.new()) for name in ("token", "env", "bad")}
+        collected = {name: (Collector.new(), Collector.new()) for name in ("token", "env")}
         transforms = {
             "token": ([by_token], SubmitIntents(effector.address, token=TOKEN)),
             "env": ([by_env], SubmitIntents(effector.address, token_env="IO_TEST_EFFECTOR_TOKEN")),
-            "bad": ([refused], SubmitIntents(effector.address, token="wrong", max_attempts=5)),
         }
 
         def build(pipeline: beam.Pipeline) -> None:
@@ -205,16 +204,34 @@ def test_bearer_token_given_or_from_the_environment_and_a_wrong_one_is_not_retri
         acks, letters = collected[name]
         assert [ack.outcome for ack in acks.values()] == [SubmitAck.ACCEPTED]
         assert letters.values() == []
-    acks, letters = collected["bad"]
-    assert acks.values() == []
-    [letter] = letters.values()
-    assert letter.intent == refused
-    assert letter.reason == (
-        "effector call failed after 1 attempt(s): UNAUTHENTICATED: missing or invalid bearer token"
-    )
     assert counter(result, "submit_retries") == 0
     assert TOKEN not in repr(transforms["token"][1]._fn._connection)
     assert sorted(started(read_ledger(ledger))) == sorted([by_token.intent_id, by_env.intent_id])
+
+
+def test_a_wrong_token_fails_the_pipeline_without_retrying_or_dead_lettering(
+    store_url: str, ledger: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = ServerSettings(token=TOKEN, worker=FAST_WORKER)
+    refused = record_intent(b"t3", "wrong")
+    with BackgroundEffector(store_url, settings) as effector:
+        transform = SubmitIntents(effector.address, token="wrong-token", max_attempts=5)
+        with (
+            caplog.at_level(logging.WARNING, logger="beam_agents.io.submit"),
+            pytest.raises(PermissionError, match="UNAUTHENTICATED") as failure,
+        ):
+            submit_all([refused], transform)
+        with EffectorClient(effector.address, token=TOKEN) as client:
+            assert not client.get_intent(refused.intent_id).found
+    # Beam appends the failing step's name.
+    assert str(failure.value).startswith(
+        f"submitting intents at {effector.address} failed: UNAUTHENTICATED: missing or invalid "
+        "bearer token (check the token)"
+    )
+    assert "wrong-token" not in str(failure.value)
+    # Neither retried nor dead-lettered: nothing was logged for it.
+    assert [r for r in caplog.records if r.name == "beam_agents.io.submit"] == []
+    assert read_ledger(ledger) == []
 
 
 def test_tls_with_a_root_certificate_and_a_server_name_override(

@@ -22,6 +22,7 @@ from beam_agents.model.client import (
     ModelClient,
     ProviderRequestError,
     ProviderTimeout,
+    ProviderUnavailable,
     RateLimitError,
     ServerError,
     TokenUsage,
@@ -358,11 +359,28 @@ async def test_slow_server_times_out(wire: Wire, server: ScriptedHttpServer) -> 
 
 
 @pytest.mark.asyncio
-async def test_refused_connection_is_a_provider_timeout(wire: Wire) -> None:
+async def test_refused_connection_is_provider_unavailable_naming_url_and_os_error(
+    wire: Wire,
+) -> None:
     base_url = f"http://127.0.0.1:{unused_local_port()}"
+    fake = FakeTime()
+    attempts: list[Attempt] = []
     async with wire.make(base_url, model="m", connect_timeout_s=2.0) as provider:
-        with pytest.raises(ProviderTimeout, match="ConnectError"):
-            await provider.complete(hello_request())
+        with pytest.raises(ProviderUnavailable) as raised:
+            await call_with_resilience(
+                lambda: provider.complete(hello_request()),
+                policy=RetryPolicy(max_attempts=3),
+                on_attempt=attempts.append,
+                sleep=fake.sleep,
+                clock=fake,
+            )
+        message = str(raised.value)
+        assert f"cannot connect to {provider.url}: ConnectionRefusedError: " in message
+        assert "Connection refused" in message or "Connect call failed" in message
+    # A kind of ProviderTimeout, retried exactly as before.
+    assert isinstance(raised.value, ProviderTimeout) and raised.value.retryable
+    assert [attempt.outcome for attempt in attempts] == ["retry", "retry", "failed"]
+    assert all(isinstance(attempt.error, ProviderUnavailable) for attempt in attempts)
 
 
 @pytest.mark.asyncio
@@ -499,7 +517,7 @@ async def test_api_key_env_name_is_configurable(
             [{"role": "assistant", "tool_calls": [{"id": "c", "name": "f", "arguments": "{}"}]}],
             "must be a JSON object",
         ),
-        (["just a string"], "must be a dict"),
+        ([42], "must be a dict"),
     ],
 )
 @pytest.mark.asyncio

@@ -1,0 +1,154 @@
+"""SubmitIntents says what goes wrong: dead letters, retries and a wrong token, in the log."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterator
+
+import apache_beam as beam
+import grpc
+import pytest
+from effector_harness import BackgroundEffector, make_intent
+
+from beam_agents._protos import IntentDeadLetter, SubmitAck, ToolIntent
+from beam_agents.io import SubmitIntents
+from beam_agents.io import submit as submit_module
+from beam_agents.io.submit import _LogBudget
+from effector.launch import free_port
+from tests.io.io_harness import Collector, counter, record_intent, run_pipeline
+
+LOGGER = "beam_agents.io.submit"
+
+
+def submit_all(
+    intents: list[ToolIntent], transform: SubmitIntents
+) -> tuple[list[SubmitAck], list[IntentDeadLetter], beam.runners.runner.PipelineResult]:
+    acks, letters = Collector.new(), Collector.new()
+
+    def build(pipeline: beam.Pipeline) -> None:
+        outputs = pipeline | beam.Create(intents) | transform
+        outputs.acks | "Acks" >> acks.sink()
+        outputs.dead_letter | "DeadLetters" >> letters.sink()
+
+    result = run_pipeline(build)
+    return acks.values(), letters.values(), result
+
+
+def submit_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        record.getMessage()
+        for record in caplog.records
+        if record.name == LOGGER and record.levelno == logging.WARNING
+    ]
+
+
+def test_each_dead_letter_logs_a_warning_with_the_intent_id_and_the_reason(
+    effector: BackgroundEffector, caplog: pytest.LogCaptureFixture
+) -> None:
+    unknown_tool = make_intent("missing", key=b"acct-7")
+    accepted = record_intent(b"acct-8", "fine")
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        _, letters, _ = submit_all([unknown_tool, accepted], SubmitIntents(effector.address))
+    [letter] = letters
+    [line] = submit_warnings(caplog)
+    assert unknown_tool.intent_id in line
+    assert "key acct-7" in line and "tool 'missing'" in line
+    assert "REJECTED" in line and letter.reason in line
+    assert "unknown tool 'missing'" in line
+    assert accepted.intent_id not in caplog.text
+
+
+def test_dead_letter_warnings_are_rate_limited_and_the_rest_are_counted(
+    effector: BackgroundEffector,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(submit_module, "DEAD_LETTER_LOG_LINES", 3)
+    intents = [make_intent("missing", key=f"k{i}".encode()) for i in range(8)]
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        _, letters, result = submit_all(intents, SubmitIntents(effector.address))
+    assert len(letters) == 8 and counter(result, "intents_dead_lettered") == 8
+    lines = submit_warnings(caplog)
+    individual = [line for line in lines if "dead letter for intent" in line]
+    summaries = [line for line in lines if "were not logged" in line]
+    assert len(individual) == 3
+    assert len(summaries) == 1
+    assert "5 more dead letter(s) were not logged (at most 3 lines per 60 s)" in summaries[0]
+
+
+def test_the_log_budget_allows_lines_per_window_and_summarizes_the_rest() -> None:
+    now = [0.0]
+    budget = _LogBudget(2, 10.0, clock=lambda: now[0])
+    assert [budget.allow() for _ in range(5)] == [True, True, False, False, False]
+    assert budget.take_suppressed() == 0  # the window is not over: summarize later
+    now[0] = 10.0
+    assert budget.take_suppressed() == 3  # a new window: the count is due, once
+    assert budget.take_suppressed(final=True) == 0
+    assert [budget.allow() for _ in range(3)] == [True, True, False]
+    assert budget.take_suppressed(final=True) == 1
+
+
+def test_each_retry_to_an_unreachable_effector_logs_the_target_and_the_next_delay(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    target = f"127.0.0.1:{free_port()}"
+    transform = SubmitIntents(
+        target, max_attempts=3, initial_backoff_s=0.01, max_backoff_s=0.02, rpc_timeout_s=5
+    )
+    never = record_intent(b"k", "never")
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        _, letters, result = submit_all([never], transform)
+    assert len(letters) == 1
+    lines = submit_warnings(caplog)
+    retries = [line for line in lines if "retrying in" in line]
+    assert len(retries) == 2 == counter(result, "submit_retries")
+    pattern = (
+        rf"submitting 1 intent\(s\) to the effector at {re.escape(target)} failed "
+        r"\(attempt [12] of 3: UNAVAILABLE: .*\); retrying in 0\.0[0-2] s"
+    )
+    assert all(re.search(pattern, line) for line in retries), retries
+    [dead] = [line for line in lines if "dead letter for intent" in line]
+    assert never.intent_id in dead and "failed after 3 attempt(s): UNAVAILABLE" in dead
+
+
+class _Refused(grpc.RpcError):
+    def __init__(self, code: grpc.StatusCode) -> None:
+        super().__init__()
+        self._code = code
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return "not allowed"
+
+
+class _RefusingStub:
+    def __init__(self, code: grpc.StatusCode) -> None:
+        self.code = code
+        self.calls = 0
+
+    def Submit(self, *args: object, **kwargs: object) -> None:
+        self.calls += 1
+        raise _Refused(self.code)
+
+
+@pytest.mark.parametrize(
+    "code", [grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED]
+)
+def test_an_auth_failure_raises_permission_error_at_once(code: grpc.StatusCode) -> None:
+    fn = SubmitIntents("127.0.0.1:1", max_attempts=5)._fn
+    fn.setup()
+    try:
+        stub = _RefusingStub(code)
+        fn._stub = stub
+        fn.start_bundle()
+        outputs: Iterator[object] = fn.process(record_intent(b"k", "x"))
+        assert list(outputs) == []
+        with pytest.raises(PermissionError, match=f"{code.name}: not allowed") as failure:
+            list(fn.finish_bundle())
+        assert "check the token" in str(failure.value)
+        assert stub.calls == 1
+    finally:
+        fn.teardown()

@@ -1,0 +1,210 @@
+"""The one import for users: ``from beam_agents import ...``, typed, lazy, and seen by mypy.
+
+The mypy tests run the interpreter's own mypy from a directory outside the repository, on a
+small user file, the way a user's project would check its pipeline against the installed
+package (``make`` installs it editable).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import beam_agents
+import beam_agents.model
+
+ROOT = Path(__file__).resolve().parent.parent
+
+REQUIRED = {
+    "RunAgent",
+    "AgentConfig",
+    "RunAgentOutputs",
+    "ActivationContext",
+    "Complete",
+    "Suspend",
+    "AgentEnvelope",
+    "ToolIntent",
+    "ToolResult",
+    "Approval",
+    "LlmRequest",
+    "LlmResponse",
+    "tool",
+    "ToolRegistry",
+    "IntentInfo",
+    "HitlPolicy",
+    "Deny",
+    "Drop",
+    "Escalate",
+    "SubmitIntents",
+    "ReadEnvelopes",
+    "EffectorConnection",
+    "FakeLLM",
+    "intent_id_for",
+    "canonical_json",
+    "__version__",
+}
+NEEDS_BEAM = {"RunAgent", "RunAgentOutputs", "SubmitIntents", "ReadEnvelopes", "EffectorConnection"}
+"""The names whose modules import Apache Beam; every other name is importable without it."""
+
+
+def test_every_required_name_is_exported_and_resolves() -> None:
+    exported = set(beam_agents.__all__)
+    assert exported >= REQUIRED
+    assert len(beam_agents.__all__) == len(exported)
+    for name in beam_agents.__all__:
+        assert getattr(beam_agents, name) is not None, name
+    assert set(dir(beam_agents)) >= exported
+
+
+def test_the_exports_are_the_objects_of_their_older_import_paths() -> None:
+    from beam_agents._json import canonical_json
+    from beam_agents._protos import AgentEnvelope
+    from beam_agents.core.context import ActivationContext
+    from beam_agents.core.transform import RunAgent
+    from beam_agents.io import SubmitIntents
+    from beam_agents.model.client import LlmRequest
+    from beam_agents.model.fake import FakeLLM
+    from beam_agents.tools import tool
+
+    assert beam_agents.RunAgent is RunAgent and beam_agents.SubmitIntents is SubmitIntents
+    assert beam_agents.ActivationContext is ActivationContext
+    assert beam_agents.AgentEnvelope is AgentEnvelope and beam_agents.tool is tool
+    assert beam_agents.LlmRequest is LlmRequest and beam_agents.FakeLLM is FakeLLM
+    assert beam_agents.canonical_json is canonical_json
+
+
+def test_an_unknown_name_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        _ = beam_agents.Nope  # type: ignore[attr-defined]
+
+
+def test_the_version_is_the_distribution_version() -> None:
+    from importlib.metadata import version
+
+    assert beam_agents.__version__ == version("beam-agents")
+
+
+def test_the_type_checking_imports_and_the_lazy_table_agree() -> None:
+    """Type checkers read the names from the ``TYPE_CHECKING`` block, the runtime the table."""
+    tree = ast.parse((ROOT / "beam_agents" / "__init__.py").read_text())
+    [block] = [
+        node
+        for node in tree.body
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name)
+        if node.test.id == "TYPE_CHECKING"
+    ]
+    typed = {
+        alias.name: node.module
+        for node in block.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    assert typed == beam_agents._LAZY_EXPORTS
+    assert set(beam_agents.__all__) == {*typed, "__version__"}
+
+
+def test_the_model_package_exports_providers_errors_and_fakes() -> None:
+    model = beam_agents.model
+    for name in (
+        "OpenAIChatProvider",
+        "AnthropicMessagesProvider",
+        "ProviderError",
+        "RateLimitError",
+        "ProviderRequestError",
+        "FakeLLM",
+        "respond_with_text",
+        "match_contains",
+        "LlmRequest",
+    ):
+        assert name in model.__all__, name
+    for name in model.__all__:
+        assert getattr(model, name) is not None, name
+
+
+def python(code: str) -> set[str]:
+    """Run ``code`` in a fresh interpreter; the top-level modules it has imported after."""
+    script = f"{code}\nimport sys\nprint(' '.join({{m.split('.')[0] for m in sys.modules}}))"
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    return set(done.stdout.split())
+
+
+def test_importing_the_package_and_its_beam_free_names_does_not_import_beam() -> None:
+    assert "apache_beam" not in python("import beam_agents, beam_agents.model, beam_agents.tools")
+    beam_free = ", ".join(sorted(REQUIRED - NEEDS_BEAM))
+    assert "apache_beam" not in python(f"from beam_agents import {beam_free}")
+    assert "apache_beam" in python("from beam_agents import RunAgent")
+
+
+USER_CODE = """
+from beam_agents import (
+    ActivationContext,
+    AgentConfig,
+    Complete,
+    FakeLLM,
+    LlmRequest,
+    RunAgent,
+    __version__,
+    canonical_json_bytes,
+)
+
+
+async def agent(ctx: ActivationContext) -> Complete:
+    answer = await ctx.call_model(LlmRequest("m", ["hi"], None, None))
+    return Complete(output=canonical_json_bytes({{"answer": answer.text}}))
+
+
+{body}
+"""
+
+
+def mypy(tmp_path: Path, name: str, body: str) -> subprocess.CompletedProcess[str]:
+    """Check a user file with mypy --strict from ``tmp_path``, outside the repository."""
+    (tmp_path / f"{name}.py").write_text(USER_CODE.format(body=textwrap.dedent(body)))
+    (tmp_path / "mypy.ini").write_text("[mypy]\nstrict = True\n")
+    env = {key: value for key, value in os.environ.items() if key != "MYPYPATH"}
+    return subprocess.run(
+        [sys.executable, "-m", "mypy", "--config-file", "mypy.ini", f"{name}.py"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=240,
+    )
+
+
+def test_mypy_outside_the_repository_sees_the_exported_types(tmp_path: Path) -> None:
+    assert not tmp_path.resolve().is_relative_to(ROOT)
+    wrong = mypy(
+        tmp_path,
+        "wrong",
+        """
+        config = AgentConfig(ttl_ms="x")
+        transform = RunAgent(agent, config=1)
+        version: int = __version__
+        """,
+    )
+    reported = wrong.stdout
+    assert wrong.returncode == 1, reported + wrong.stderr
+    assert 'Argument "ttl_ms" to "AgentConfig" has incompatible type "str"' in reported
+    assert 'Argument "config" to "RunAgent" has incompatible type "int"' in reported
+    assert 'incompatible types in assignment (expression has type "str"' in reported.lower()
+    assert "Found 3 errors in 1 file" in reported, reported
+
+    right = mypy(
+        tmp_path,
+        "right",
+        """
+        config = AgentConfig(ttl_ms=60_000, provider_factory=lambda: FakeLLM([]))
+        transform = RunAgent(agent, config=config)
+        version: str = __version__
+        """,
+    )
+    assert right.returncode == 0, right.stdout + right.stderr
