@@ -15,7 +15,8 @@ from apache_beam.runners.runner import PipelineResult
 from effector_harness import make_intent
 from effector_test_tools import LedgerRow
 
-from beam_agents._protos import ToolIntent
+from beam_agents._protos import IntentDeadLetter, SubmitAck, ToolIntent
+from beam_agents.io import SubmitIntents
 
 # FnApiRunner runs DoFns in this process, so a module-level store reached by a token is
 # visible to the test that started the pipeline.
@@ -84,3 +85,18 @@ def record_intent(key: bytes, note: str, *, seq: int = 0) -> ToolIntent:
 def started(rows: list[LedgerRow]) -> list[str]:
     """The intent ids whose execution started, in ledger order."""
     return [row.intent_id for row in rows if row.event == "started"]
+
+
+def submit_all(
+    intents: list[ToolIntent], transform: SubmitIntents
+) -> tuple[list[SubmitAck], list[IntentDeadLetter], beam.runners.runner.PipelineResult]:
+    """Run ``transform`` over ``intents``: its acks, its dead letters and the result."""
+    acks, letters = Collector.new(), Collector.new()
+
+    def build(pipeline: beam.Pipeline) -> None:
+        outputs = pipeline | beam.Create(intents) | transform
+        outputs.acks | "Acks" >> acks.sink()
+        outputs.dead_letter | "DeadLetters" >> letters.sink()
+
+    result = run_pipeline(build)
+    return acks.values(), letters.values(), result

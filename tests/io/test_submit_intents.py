@@ -13,7 +13,7 @@ import pytest
 from effector_harness import FAST_WORKER, BackgroundEffector, make_intent, self_signed_certificate
 from effector_test_tools import read_ledger
 
-from beam_agents._protos import IntentDeadLetter, IntentState, SubmitAck, ToolIntent
+from beam_agents._protos import IntentState, SubmitAck, ToolIntent
 from beam_agents.io import EffectorConnection, SubmitIntents
 from effector.client import EffectorClient
 from effector.launch import free_port
@@ -25,23 +25,10 @@ from tests.io.io_harness import (
     record_intent,
     run_pipeline,
     started,
+    submit_all,
 )
 
 TOKEN = "io-test-token-5678"
-
-
-def submit_all(
-    intents: list[ToolIntent], transform: SubmitIntents
-) -> tuple[list[SubmitAck], list[IntentDeadLetter], beam.runners.runner.PipelineResult]:
-    acks, letters = Collector.new(), Collector.new()
-
-    def build(pipeline: beam.Pipeline) -> None:
-        outputs = pipeline | beam.Create(intents) | transform
-        outputs.acks | "Acks" >> acks.sink()
-        outputs.dead_letter | "DeadLetters" >> letters.sink()
-
-    result = run_pipeline(build)
-    return acks.values(), letters.values(), result
 
 
 def wait_done(address: str, intents: list[ToolIntent], token: str | None = None) -> None:

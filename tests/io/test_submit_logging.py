@@ -6,33 +6,17 @@ import logging
 import re
 from collections.abc import Iterator
 
-import apache_beam as beam
 import grpc
 import pytest
 from effector_harness import BackgroundEffector, make_intent
 
-from beam_agents._protos import IntentDeadLetter, SubmitAck, ToolIntent
 from beam_agents.io import SubmitIntents
 from beam_agents.io import submit as submit_module
 from beam_agents.io.submit import _LogBudget
 from effector.launch import free_port
-from tests.io.io_harness import Collector, counter, record_intent, run_pipeline
+from tests.io.io_harness import counter, record_intent, submit_all
 
 LOGGER = "beam_agents.io.submit"
-
-
-def submit_all(
-    intents: list[ToolIntent], transform: SubmitIntents
-) -> tuple[list[SubmitAck], list[IntentDeadLetter], beam.runners.runner.PipelineResult]:
-    acks, letters = Collector.new(), Collector.new()
-
-    def build(pipeline: beam.Pipeline) -> None:
-        outputs = pipeline | beam.Create(intents) | transform
-        outputs.acks | "Acks" >> acks.sink()
-        outputs.dead_letter | "DeadLetters" >> letters.sink()
-
-    result = run_pipeline(build)
-    return acks.values(), letters.values(), result
 
 
 def submit_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
