@@ -1,8 +1,9 @@
 """Every ``.errors`` record is logged, so that a failure is seen even if nobody reads ``.errors``.
 
 ``AgentDoFn`` owns one :class:`ErrorLog` and hands it each record it emits. A record becomes one
-WARNING line on the logger ``beam_agents.core.loudness``: the entity key, the reason, the detail
-and, for an exception, the last frames of its traceback. At most ``limit`` lines are logged per
+line on the logger ``beam_agents.core.loudness`` (WARNING; INFO for a routine
+``orphaned_result``): the entity key, the reason, the detail and, for an exception, the last
+frames of its traceback. At most ``limit`` lines are logged per
 ``interval_s`` seconds; the records past that are counted and reported in one summary line once
 the interval is over (checked at the next record, at the end of a bundle and at teardown).
 Records still all reach ``.errors``; only the log is limited. Nothing here runs without errors.
@@ -24,6 +25,9 @@ LOG_INTERVAL_S = 60.0
 """The rate limit's interval, in seconds."""
 TRACEBACK_FRAMES = 3
 """Frames of a record's traceback shown in its log line (the innermost ones)."""
+_EXPECTED_REASONS = frozenset({"orphaned_result"})
+"""Logged at INFO: a late or duplicate answer is routine (e.g. an approval the effector refused
+after the timeout route had already decided), and changes nothing."""
 _MAX_KEY_CHARS = 80
 _MAX_DETAIL_CHARS = 1024
 
@@ -57,7 +61,8 @@ class ErrorLog:
                 self._started = now
             if self._logged < self._limit:
                 self._logged += 1
-                logger.warning("%s", log_line(error))
+                level = logging.INFO if error.reason in _EXPECTED_REASONS else logging.WARNING
+                logger.log(level, "%s", log_line(error))
             else:
                 self.suppressed += 1
 

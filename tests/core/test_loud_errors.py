@@ -95,7 +95,7 @@ def logged(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
     return [
         record
         for record in caplog.records
-        if record.name.startswith("beam_agents.core") and record.levelno == logging.WARNING
+        if record.name.startswith("beam_agents.core") and record.levelno >= logging.INFO
     ]
 
 
@@ -120,7 +120,7 @@ def test_an_agent_that_raises_is_logged_even_when_nobody_reads_errors(
 def test_records_that_are_not_exceptions_are_logged_without_a_traceback(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="beam_agents.core")
+    caplog.set_level(logging.INFO, logger="beam_agents.core")
     stray = AgentEnvelope(
         entity_key=b"acct-8",
         event_time_ms=1_000,
@@ -135,6 +135,8 @@ def test_records_that_are_not_exceptions_are_logged_without_a_traceback(
     assert "malformed_element" in malformed
     assert "orphaned_result for key b'acct-8'" in orphaned and "no suspended run" in orphaned
     assert not any("File " in message or "\n" in message for message in messages)
+    levels = {record.getMessage().split(" ")[2]: record.levelname for record in logged(caplog)}
+    assert levels == {"malformed_element": "WARNING", "orphaned_result": "INFO"}
 
 
 def test_the_log_line_shows_only_the_last_frames_of_the_traceback() -> None:
@@ -178,7 +180,7 @@ class FakeClock:
 
 
 def record(n: int) -> AgentError:
-    return AgentError(entity_key=f"k{n}".encode(), reason="orphaned_result", detail="late")
+    return AgentError(entity_key=f"k{n}".encode(), reason="activation_error", detail="boom")
 
 
 def test_the_limit_applies_per_interval_and_the_summary_comes_when_it_ends(
