@@ -67,13 +67,13 @@ def _log_tail(path: Path, limit: int = 4_000) -> str:
 
 
 def _start(module: str, args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    """``python -m module args`` in a session of its own, so its children die with it.
+    """``python -m module args``, its servers on loopback, in a session of its own.
 
     It runs in the log's directory, so only ``PYTHONPATH`` makes the repository importable.
     """
     with log.open("wb") as sink:
         return subprocess.Popen(
-            [sys.executable, "-m", module, *args],
+            [sys.executable, "-m", "tests.portable.loopback", module, *args],
             stdout=sink,
             stderr=subprocess.STDOUT,
             env=env,
