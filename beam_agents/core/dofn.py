@@ -122,12 +122,12 @@ def _applied(
     buffer: Any,
     deadline: Any,
     idle: Any,
-    tick_ms: int | None,
+    tick_clock: Callable[[], int] | None,
 ) -> list[Any]:
     """Write the plan's state, set its timers and return its outputs, tagged.
 
-    With ``tick_ms`` (the processing time now, when deadlines tick) a deadline still to come
-    is checked again at once rather than set for its time.
+    With ``tick_clock`` (processing time now, in ms, when deadlines tick) a deadline still to
+    come is checked again at once rather than set for its time.
     """
     state = plan.state
     if state.writes:
@@ -144,10 +144,10 @@ def _applied(
     if plan.deadline_ms is not None:
         if not plan.deadline_ms:
             deadline.clear()
-        elif tick_ms is None:
+        elif tick_clock is None:
             deadline.set(_timestamp(plan.deadline_ms))
         else:
-            deadline.set(_timestamp(min(plan.deadline_ms, tick_ms)))
+            deadline.set(_timestamp(min(plan.deadline_ms, tick_clock())))
     if plan.idle_ms is not None:
         idle.set(_timestamp(plan.idle_ms))
     out: list[Any] = plan.outputs  # the plan is done with, so its list is reused
@@ -184,8 +184,9 @@ def _timer_callback(spec: TimerSpec, name: str, decide: TimerDecision) -> Any:
         if plan.errors:
             self._error_log.report(plan.errors)
         self._early_fires += plan.early
-        tick_ms = self._activator.processing_ms() if self._ticks else None
-        return _applied(plan, header, memory, cache, continuation, buffer, deadline, idle, tick_ms)
+        return _applied(
+            plan, header, memory, cache, continuation, buffer, deadline, idle, self._tick_clock
+        )
 
     callback.__name__ = callback.__qualname__ = name
     callback.__doc__ = decide.__doc__
@@ -203,6 +204,7 @@ class AgentDoFn(beam.DoFn):
         self._driver: CoroutineDriver | None = None
         self._gateway: ModelGateway | None = None
         self._activator: Activator | None = None
+        self._tick_clock: Callable[[], int] | None = None
         self._counters: _BeamModelCounters | None = None
         self._early_fires = 0
         self._idle_bundle = True
@@ -243,6 +245,7 @@ class AgentDoFn(beam.DoFn):
             intent_namespace=config.namespace,
         )
         self._activator = Activator(self._agent, config, services, driver.run, ticks=self._ticks)
+        self._tick_clock = self._activator.processing_ms if self._ticks else None
 
     def start_bundle(self) -> None:
         """Start counting the bundle's model calls and early deadline timers afresh."""
@@ -300,8 +303,9 @@ class AgentDoFn(beam.DoFn):
         plan = self._activator.on_element(key, envelope, state)
         if plan.errors:
             self._error_log.report(plan.errors)
-        tick_ms = self._activator.processing_ms() if self._ticks else None
-        return _applied(plan, header, memory, cache, continuation, buffer, deadline, idle, tick_ms)
+        return _applied(
+            plan, header, memory, cache, continuation, buffer, deadline, idle, self._tick_clock
+        )
 
     # Built by one factory: Beam finds a timer callback by name and reads its state and timer
     # parameters from the defaults, so both need the same long parameter list.
