@@ -5,86 +5,21 @@ in ``beam_agents/model/README.md``. The names below are the package's public API
 they come from are the place to read about each.
 """
 
+from beam_agents.model import client, fake
 from beam_agents.model.anthropic import AnthropicMessagesProvider
-from beam_agents.model.client import (
-    CompletesRequests,
-    LlmRequest,
-    LlmResponse,
-    ModelClient,
-    TokenUsage,
-    ToolCall,
-    as_model_client,
-    decode_plain,
-    decode_with,
-)
-from beam_agents.model.errors import (
-    ProviderError,
-    ProviderRequestError,
-    ProviderTimeout,
-    ProviderUnavailable,
-    RateLimitError,
-    ServerError,
-)
-from beam_agents.model.fake import (
-    Behavior,
-    FakeLLM,
-    Matcher,
-    Responder,
-    Shape,
-    fail_then_succeed,
-    match_any,
-    match_contains,
-    match_model_id,
-    raise_error,
-    respond_with,
-    respond_with_fn,
-    respond_with_text,
-    respond_with_tool_calls,
-    simulate_latency,
-    wire_body,
-    word_count_usage,
-)
+from beam_agents.model.client import *  # noqa: F403  (its __all__ joins ours below)
+from beam_agents.model.fake import *  # noqa: F403  (its __all__ joins ours below)
 from beam_agents.model.openai import OpenAIChatProvider
 from beam_agents.model.resilience import CircuitOpenError, RetryPolicy
 from beam_agents.model.transport import HttpOptions, JsonHttpProvider
 
 __all__ = [
     "AnthropicMessagesProvider",
-    "Behavior",
     "CircuitOpenError",
-    "CompletesRequests",
-    "FakeLLM",
     "HttpOptions",
     "JsonHttpProvider",
-    "LlmRequest",
-    "LlmResponse",
-    "Matcher",
-    "ModelClient",
     "OpenAIChatProvider",
-    "ProviderError",
-    "ProviderRequestError",
-    "ProviderTimeout",
-    "ProviderUnavailable",
-    "RateLimitError",
-    "Responder",
     "RetryPolicy",
-    "ServerError",
-    "Shape",
-    "TokenUsage",
-    "ToolCall",
-    "as_model_client",
-    "decode_plain",
-    "decode_with",
-    "fail_then_succeed",
-    "match_any",
-    "match_contains",
-    "match_model_id",
-    "raise_error",
-    "respond_with",
-    "respond_with_fn",
-    "respond_with_text",
-    "respond_with_tool_calls",
-    "simulate_latency",
-    "wire_body",
-    "word_count_usage",
 ]
+__all__ += client.__all__
+__all__ += fake.__all__

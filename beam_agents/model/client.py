@@ -24,6 +24,7 @@ from beam_agents.model.errors import (
 )
 
 __all__ = [
+    "CompletesRequests",
     "LlmRequest",
     "LlmResponse",
     "ModelClient",
