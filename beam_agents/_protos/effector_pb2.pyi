@@ -178,3 +178,31 @@ class ListIntentsResponse(_message.Message):
     intents: _containers.RepeatedCompositeFieldContainer[_messages_pb2.ToolIntent]
     results: _containers.RepeatedCompositeFieldContainer[_messages_pb2.ToolResult]
     def __init__(self, intents: _Optional[_Iterable[_Union[_messages_pb2.ToolIntent, _Mapping]]] = ..., results: _Optional[_Iterable[_Union[_messages_pb2.ToolResult, _Mapping]]] = ...) -> None: ...
+
+class RecordTracesRequest(_message.Message):
+    __slots__ = ("events",)
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[_messages_pb2.TraceEvent]
+    def __init__(self, events: _Optional[_Iterable[_Union[_messages_pb2.TraceEvent, _Mapping]]] = ...) -> None: ...
+
+class RecordTracesResponse(_message.Message):
+    __slots__ = ("recorded", "duplicates")
+    RECORDED_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATES_FIELD_NUMBER: _ClassVar[int]
+    recorded: int
+    duplicates: int
+    def __init__(self, recorded: _Optional[int] = ..., duplicates: _Optional[int] = ...) -> None: ...
+
+class RecordErrorsRequest(_message.Message):
+    __slots__ = ("errors",)
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
+    errors: _containers.RepeatedCompositeFieldContainer[_messages_pb2.AgentError]
+    def __init__(self, errors: _Optional[_Iterable[_Union[_messages_pb2.AgentError, _Mapping]]] = ...) -> None: ...
+
+class RecordErrorsResponse(_message.Message):
+    __slots__ = ("recorded", "duplicates")
+    RECORDED_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATES_FIELD_NUMBER: _ClassVar[int]
+    recorded: int
+    duplicates: int
+    def __init__(self, recorded: _Optional[int] = ..., duplicates: _Optional[int] = ...) -> None: ...

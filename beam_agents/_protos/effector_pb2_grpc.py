@@ -71,6 +71,16 @@ class EffectorStub:
                 request_serializer=beam__agents_dot___protos_dot_effector__pb2.ListIntentsRequest.SerializeToString,
                 response_deserializer=beam__agents_dot___protos_dot_effector__pb2.ListIntentsResponse.FromString,
                 _registered_method=True)
+        self.RecordTraces = channel.unary_unary(
+                '/beam_agents.v1.Effector/RecordTraces',
+                request_serializer=beam__agents_dot___protos_dot_effector__pb2.RecordTracesRequest.SerializeToString,
+                response_deserializer=beam__agents_dot___protos_dot_effector__pb2.RecordTracesResponse.FromString,
+                _registered_method=True)
+        self.RecordErrors = channel.unary_unary(
+                '/beam_agents.v1.Effector/RecordErrors',
+                request_serializer=beam__agents_dot___protos_dot_effector__pb2.RecordErrorsRequest.SerializeToString,
+                response_deserializer=beam__agents_dot___protos_dot_effector__pb2.RecordErrorsResponse.FromString,
+                _registered_method=True)
 
 
 class EffectorServicer:
@@ -120,6 +130,18 @@ class EffectorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RecordTraces(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RecordErrors(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_EffectorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -157,6 +179,16 @@ def add_EffectorServicer_to_server(servicer, server):
                     servicer.ListIntents,
                     request_deserializer=beam__agents_dot___protos_dot_effector__pb2.ListIntentsRequest.FromString,
                     response_serializer=beam__agents_dot___protos_dot_effector__pb2.ListIntentsResponse.SerializeToString,
+            ),
+            'RecordTraces': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecordTraces,
+                    request_deserializer=beam__agents_dot___protos_dot_effector__pb2.RecordTracesRequest.FromString,
+                    response_serializer=beam__agents_dot___protos_dot_effector__pb2.RecordTracesResponse.SerializeToString,
+            ),
+            'RecordErrors': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecordErrors,
+                    request_deserializer=beam__agents_dot___protos_dot_effector__pb2.RecordErrorsRequest.FromString,
+                    response_serializer=beam__agents_dot___protos_dot_effector__pb2.RecordErrorsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -350,6 +382,60 @@ class Effector:
             '/beam_agents.v1.Effector/ListIntents',
             beam__agents_dot___protos_dot_effector__pb2.ListIntentsRequest.SerializeToString,
             beam__agents_dot___protos_dot_effector__pb2.ListIntentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecordTraces(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/beam_agents.v1.Effector/RecordTraces',
+            beam__agents_dot___protos_dot_effector__pb2.RecordTracesRequest.SerializeToString,
+            beam__agents_dot___protos_dot_effector__pb2.RecordTracesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecordErrors(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/beam_agents.v1.Effector/RecordErrors',
+            beam__agents_dot___protos_dot_effector__pb2.RecordErrorsRequest.SerializeToString,
+            beam__agents_dot___protos_dot_effector__pb2.RecordErrorsResponse.FromString,
             options,
             channel_credentials,
             insecure,

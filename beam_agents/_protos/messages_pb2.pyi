@@ -88,7 +88,7 @@ class ToolIntent(_message.Message):
     def __init__(self, intent_id: _Optional[str] = ..., entity_key: _Optional[bytes] = ..., seq: _Optional[int] = ..., step_index: _Optional[int] = ..., tool_name: _Optional[str] = ..., args_json: _Optional[str] = ..., created_at_ms: _Optional[int] = ..., expires_at_ms: _Optional[int] = ..., kind: _Optional[_Union[ToolIntent.Kind, str]] = ..., trace_id: _Optional[str] = ..., channel: _Optional[str] = ...) -> None: ...
 
 class TraceEvent(_message.Message):
-    __slots__ = ("trace_id", "span_id", "parent_span_id", "entity_key", "seq", "step_index", "event_type", "attributes", "start_ms", "end_ms", "sequence")
+    __slots__ = ("trace_id", "span_id", "parent_span_id", "entity_key", "seq", "step_index", "event_type", "attributes", "start_ms", "end_ms", "sequence", "wall_start_unix_nano", "wall_end_unix_nano")
     class EventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         EVENT_TYPE_UNSPECIFIED: _ClassVar[TraceEvent.EventType]
@@ -125,6 +125,8 @@ class TraceEvent(_message.Message):
     START_MS_FIELD_NUMBER: _ClassVar[int]
     END_MS_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    WALL_START_UNIX_NANO_FIELD_NUMBER: _ClassVar[int]
+    WALL_END_UNIX_NANO_FIELD_NUMBER: _ClassVar[int]
     trace_id: str
     span_id: str
     parent_span_id: str
@@ -136,7 +138,9 @@ class TraceEvent(_message.Message):
     start_ms: int
     end_ms: int
     sequence: int
-    def __init__(self, trace_id: _Optional[str] = ..., span_id: _Optional[str] = ..., parent_span_id: _Optional[str] = ..., entity_key: _Optional[bytes] = ..., seq: _Optional[int] = ..., step_index: _Optional[int] = ..., event_type: _Optional[_Union[TraceEvent.EventType, str]] = ..., attributes: _Optional[_Mapping[str, str]] = ..., start_ms: _Optional[int] = ..., end_ms: _Optional[int] = ..., sequence: _Optional[int] = ...) -> None: ...
+    wall_start_unix_nano: int
+    wall_end_unix_nano: int
+    def __init__(self, trace_id: _Optional[str] = ..., span_id: _Optional[str] = ..., parent_span_id: _Optional[str] = ..., entity_key: _Optional[bytes] = ..., seq: _Optional[int] = ..., step_index: _Optional[int] = ..., event_type: _Optional[_Union[TraceEvent.EventType, str]] = ..., attributes: _Optional[_Mapping[str, str]] = ..., start_ms: _Optional[int] = ..., end_ms: _Optional[int] = ..., sequence: _Optional[int] = ..., wall_start_unix_nano: _Optional[int] = ..., wall_end_unix_nano: _Optional[int] = ...) -> None: ...
 
 class AgentEnvelope(_message.Message):
     __slots__ = ("entity_key", "event_time_ms", "external_event", "tool_result", "approval")
