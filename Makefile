@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 READY := $(VENV)/.ready
 
-.PHONY: test demo proto lint bench clean
+.PHONY: test demo backtest-demo proto lint bench clean
 
 $(READY): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,9 +30,13 @@ lint: $(READY)
 bench: $(READY)
 	$(BIN)/python -m benchmarks
 
-## demo: the end-to-end demo
+## demo: the end-to-end demo (KEEP=1 leaves the effector and its web console up until Ctrl-C)
 demo: $(READY)
-	$(BIN)/python examples/demo.py
+	KEEP=$(KEEP) $(BIN)/python examples/demo.py
+
+## backtest-demo: record the fraud triage, replay it, backtest a changed approval threshold
+backtest-demo: $(READY)
+	$(BIN)/python examples/backtest_demo.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -21,7 +21,16 @@ if TYPE_CHECKING:
     from beam_agents.core.ids import intent_id_for
     from beam_agents.core.transform import RunAgent, RunAgentOutputs
     from beam_agents.hitl import Deny, Drop, Escalate, FallbackContext, HitlPolicy, Route
-    from beam_agents.io import EffectorConnection, ReadEnvelopes, SubmitIntents
+    from beam_agents.io import (
+        EffectorConnection,
+        ExportTraces,
+        ReadEnvelopes,
+        SubmitIntents,
+        WriteErrors,
+        WriteRecords,
+        WriteRecordsToEffector,
+        WriteTraces,
+    )
     from beam_agents.model import FakeLLM, LlmRequest, LlmResponse
     from beam_agents.tools import IntentInfo, ToolRegistry, tool
 
@@ -39,6 +48,7 @@ _LAZY_EXPORTS = {
     "Drop": "beam_agents.hitl",
     "EffectorConnection": "beam_agents.io",
     "Escalate": "beam_agents.hitl",
+    "ExportTraces": "beam_agents.io",
     "FakeLLM": "beam_agents.model",
     "FallbackContext": "beam_agents.hitl",
     "HitlPolicy": "beam_agents.hitl",
@@ -54,6 +64,10 @@ _LAZY_EXPORTS = {
     "ToolIntent": "beam_agents._protos",
     "ToolRegistry": "beam_agents.tools",
     "ToolResult": "beam_agents._protos",
+    "WriteErrors": "beam_agents.io",
+    "WriteRecords": "beam_agents.io",
+    "WriteRecordsToEffector": "beam_agents.io",
+    "WriteTraces": "beam_agents.io",
     "canonical_json": "beam_agents._json",
     "canonical_json_bytes": "beam_agents._json",
     "intent_id_for": "beam_agents.core.ids",
@@ -70,6 +84,7 @@ __all__ = [
     "Drop",
     "EffectorConnection",
     "Escalate",
+    "ExportTraces",
     "FakeLLM",
     "FallbackContext",
     "HitlPolicy",
@@ -85,6 +100,10 @@ __all__ = [
     "ToolIntent",
     "ToolRegistry",
     "ToolResult",
+    "WriteErrors",
+    "WriteRecords",
+    "WriteRecordsToEffector",
+    "WriteTraces",
     "__version__",
     "canonical_json",
     "canonical_json_bytes",

@@ -7,6 +7,7 @@ import cProfile
 import math
 import pstats
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -84,6 +85,21 @@ def effector_command(
 
 
 EFFECTOR_READY = READY_PREFIX
+
+
+@contextlib.contextmanager
+def sqlite_effector() -> Iterator[str]:
+    """An effector subprocess on a fresh SQLite store in a scratch directory; yields its target.
+
+    The default ``synchronous=FULL``; the effector's log goes to the scratch directory too.
+    """
+    with tempfile.TemporaryDirectory(prefix="beam-agents-bench-") as scratch:
+        store_url = f"sqlite:///{Path(scratch) / 'e.db'}"
+        with (
+            (Path(scratch) / "effector.log").open("w") as log,
+            serving(effector_command(store_url), EFFECTOR_READY, log) as target,
+        ):
+            yield target
 
 
 def seconds_per_call(action: Callable[[], object]) -> float:

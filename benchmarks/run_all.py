@@ -36,6 +36,9 @@ BENCHMARKS = (
     "state_commit",
     "suspend_resume",
     "effector_throughput",
+    "write_traces",
+    "console_keys",
+    "replay_backtest",
 )
 """Module names under ``benchmarks``, in report order."""
 

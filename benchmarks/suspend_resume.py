@@ -5,9 +5,7 @@
 from __future__ import annotations
 
 import json
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import apache_beam as beam
@@ -20,7 +18,7 @@ from beam_agents._protos import AgentEnvelope, AgentError, IntentDeadLetter, Too
 from beam_agents.core.agent import Complete, Suspend
 from beam_agents.core.context import ActivationContext
 from beam_agents.io import ReadEnvelopes, SubmitIntents
-from benchmarks.harness import EFFECTOR_READY, effector_command, percentile, serving
+from benchmarks.harness import percentile, sqlite_effector
 from benchmarks.report import BenchmarkResult, Figure, Goal, Target
 from benchmarks.tools import make_registry
 
@@ -127,14 +125,8 @@ def measure(target: str, count: int) -> list[dict[str, Any]]:
 def run(quick: bool) -> BenchmarkResult:
     """Start an effector on a fresh SQLite store and time the round trips."""
     count = QUICK_ROUND_TRIPS if quick else ROUND_TRIPS
-    with tempfile.TemporaryDirectory(prefix="beam-agents-bench-") as scratch:
-        log_path = Path(scratch) / "effector.log"
-        store_url = f"sqlite:///{Path(scratch) / 'e.db'}"
-        with (
-            log_path.open("w") as log,
-            serving(effector_command(store_url), EFFECTOR_READY, log) as target,
-        ):
-            samples = measure(target, count)
+    with sqlite_effector() as target:
+        samples = measure(target, count)
     round_trips, outbound, inbound, tool = [], [], [], []
     for sample in samples:
         tool_ns = sample["tool_ended_ns"] - sample["tool_started_ns"]

@@ -25,15 +25,10 @@ import grpc
 
 from beam_agents.tools import ToolRegistry
 from effector import commands as client_commands
+from effector.addresses import parse_host_port
 from effector.client import EffectorClient
 from effector.errors import ConfigurationError, StoreError
-from effector.server import (
-    ServerSettings,
-    check_tls_pair,
-    check_token,
-    parse_host_port,
-    running_server,
-)
+from effector.server import ServerSettings, check_tls_pair, check_token, running_server
 from effector.service import DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT
 from effector.worker import WorkerSettings
 
@@ -42,6 +37,8 @@ ENV_PREFIX = "BEAM_AGENTS_EFFECTOR_"
 DEFAULT_ADDRESS = "127.0.0.1:50051"
 READY_PREFIX = "effector listening on "
 """``serve`` prints this and the bound ``HOST:PORT`` on stdout once it is ready."""
+CONSOLE_PREFIX = "effector console on "
+"""With a console, ``serve`` prints this and its URL on the line after the ready line."""
 
 _log = logging.getLogger("effector")
 
@@ -144,8 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser(
         "serve",
         help="run an effector server",
-        description="Run an effector: gRPC server, worker and (optionally) metrics endpoint. "
-        "Prints 'effector listening on HOST:PORT' once ready; SIGTERM/SIGINT drain and exit 0.",
+        description="Run an effector: gRPC server, worker and (optionally) metrics endpoint "
+        "and web console. Prints 'effector listening on HOST:PORT' once ready (then 'effector "
+        "console on URL' with a console); SIGTERM/SIGINT drain and exit 0.",
     )
     _option(
         serve,
@@ -199,6 +197,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _option(
         serve,
+        "--telemetry-retention-s",
+        "how long trace events and error records sent by WriteTraces and WriteErrors are kept",
+        default=str(7 * 24 * 3600),
+        metavar="SECONDS",
+        type=_positive_int,
+    )
+    _option(
+        serve,
         "--concurrency",
         "how many intents (each of a different entity key) execute at once; 0 serves "
         "ingest-only: it records and publishes but executes nothing, leaving that to the other "
@@ -217,10 +223,22 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="HOST:PORT",
         type=_host_port,
     )
+    _option(
+        serve,
+        "--console-listen",
+        "serve the web console (overview, keys and their runs, intents, approvals inbox, "
+        "errors) over HTTP on this address (off unless given; HTTPS with --tls-cert and "
+        "--tls-key); port 0 picks a free port "
+        "(printed when ready). With a token the console asks for it at login; a non-loopback "
+        "host needs a token or --allow-insecure-bind",
+        metavar="HOST:PORT",
+        type=_host_port,
+    )
     _switch(
         serve,
         "--allow-insecure-bind",
-        "allow a non-loopback --listen without a token (anyone who can connect can submit)",
+        "allow a non-loopback --listen or --console-listen without a token (anyone who can "
+        "connect can submit, decide and publish)",
     )
     _option(
         serve,
@@ -372,7 +390,9 @@ def _server_settings(args: argparse.Namespace) -> ServerSettings:
         tls_key=_read_file(args.tls_key, "TLS key") if args.tls_key else None,
         allow_insecure_bind=args.allow_insecure_bind,
         metrics_listen=args.metrics_listen,
+        console_listen=args.console_listen,
         tool_timeout_ms=args.tool_timeout_ms,
+        telemetry_retention_s=args.telemetry_retention_s,
         worker=WorkerSettings(
             concurrency=args.concurrency,
             lease_ms=args.lease_ms,
@@ -391,6 +411,8 @@ async def _serve(args: argparse.Namespace) -> int:
         loop.add_signal_handler(signum, stop.set)
     async with running_server(args.store, registry, settings) as server:
         print(f"{READY_PREFIX}{server.address}", flush=True)
+        if server.console_url is not None:
+            print(f"{CONSOLE_PREFIX}{server.console_url}", flush=True)
         await stop.wait()
         _log.info("signal received, draining")
     return 0

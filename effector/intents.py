@@ -8,12 +8,26 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 import uuid
 from typing import Any
 
 from beam_agents._json import canonical_json_bytes
-from beam_agents._protos import AgentEnvelope, Approval, ToolIntent, ToolResult
+from beam_agents._protos import (
+    ActivationRecord,
+    AgentEnvelope,
+    AgentError,
+    Approval,
+    ToolIntent,
+    ToolResult,
+    TraceEvent,
+)
+
+MAX_ENTITY_KEY_BYTES = 4_096
+"""The longest entity key a trace event or error record may carry."""
+_TRACE_ID = re.compile(r"[0-9a-f]{32}")
+_SPAN_ID = re.compile(r"[0-9a-f]{16}")
 
 
 def wall_clock_ms() -> int:
@@ -44,6 +58,23 @@ def serialize_intent(intent: ToolIntent) -> bytes:
 def intent_digest(serialized_intent: bytes) -> bytes:
     """Digest every field of a serialized intent, for the same-id-different-content check."""
     return hashlib.sha256(serialized_intent).digest()
+
+
+def error_id_for(error: AgentError) -> str:
+    """The id of an ``.errors`` record: 32 hex digits of a SHA-256 of what identifies it.
+
+    That is its ``entity_key``, ``seq``, ``reason``, ``event_time_ms`` and ``envelope``, which
+    a retried bundle or a replayed run reproduces exactly; not its ``detail`` or
+    ``traceback``, which may differ between workers (paths, versions, message text).
+    """
+    stable = AgentError(
+        entity_key=error.entity_key,
+        seq=error.seq,
+        reason=error.reason,
+        event_time_ms=error.event_time_ms,
+        envelope=error.envelope,
+    )
+    return hashlib.sha256(stable.SerializeToString(deterministic=True)).hexdigest()[:32]
 
 
 def intent_id_problem(intent_id: str) -> str | None:
@@ -83,6 +114,35 @@ def external_event_problem(envelope: AgentEnvelope) -> str | None:
             "effector itself"
         )
     return None
+
+
+def _entity_key_problem(entity_key: bytes) -> str | None:
+    if not entity_key:
+        return "has an empty entity_key"
+    if len(entity_key) > MAX_ENTITY_KEY_BYTES:
+        return f"has an entity_key of {len(entity_key)} bytes (at most {MAX_ENTITY_KEY_BYTES})"
+    return None
+
+
+def trace_event_problem(event: TraceEvent) -> str | None:
+    """Why a trace event cannot be stored (its ids or key), or ``None`` if it can."""
+    if not _TRACE_ID.fullmatch(event.trace_id):
+        return f"has trace_id {event.trace_id[:64]!r}, not 32 lowercase hex digits"
+    if not _SPAN_ID.fullmatch(event.span_id):
+        return f"has span_id {event.span_id[:64]!r}, not 16 lowercase hex digits"
+    return _entity_key_problem(event.entity_key)
+
+
+def agent_error_problem(error: AgentError) -> str | None:
+    """Why an ``.errors`` record cannot be stored (its key), or ``None`` if it can."""
+    return _entity_key_problem(error.entity_key)
+
+
+def activation_record_problem(record: ActivationRecord) -> str | None:
+    """Why an activation record cannot be stored (its key or place), or ``None`` if it can."""
+    if record.seq < 0 or record.trace_sequence < 0:
+        return f"has seq {record.seq} and trace_sequence {record.trace_sequence}, not both >= 0"
+    return _entity_key_problem(record.entity_key)
 
 
 def parse_arguments(args_json: str) -> Any:

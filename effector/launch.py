@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO, Any, TypeVar
 
 from beam_agents.tools import ToolRegistry
-from effector.cli import READY_PREFIX
+from effector.cli import CONSOLE_PREFIX, READY_PREFIX, env_name
 from effector.server import EffectorServer, ServerSettings, running_server
 
 _T = TypeVar("_T")
@@ -57,6 +57,8 @@ class EffectorProcess:
     as its first line on stdout). The process's stderr goes to ``log`` (a file, or a path to
     write); without one, to a temporary file (:meth:`stderr` reads either). Leaving the ``with``
     block sends ``stop_signal`` (SIGTERM drains), then SIGKILL after ``stop_timeout_s``.
+    With ``--console-listen`` among the arguments (or ``BEAM_AGENTS_EFFECTOR_CONSOLE_LISTEN``
+    in the child's environment), ``console_url`` is the URL printed next.
     """
 
     def __init__(
@@ -91,6 +93,13 @@ class EffectorProcess:
             cwd=cwd,
         )
         self.address = self._await_ready(ready_prefix, ready_timeout_s)
+        self.console_url: str | None = None
+        """The web console's URL, when the command line or the environment asks for one."""
+        environment = os.environ if env is None else env
+        if environment.get(env_name("--console-listen")) or any(
+            arg.startswith("--console-listen") for arg in self.command
+        ):
+            self.console_url = self._console_line()
 
     @property
     def pid(self) -> int:
@@ -111,6 +120,18 @@ class EffectorProcess:
             f"{' '.join(self.command[1:5])} did not start (first line {line!r}); "
             f"its log ends:\n{tail}"
         )
+
+    def _console_line(self) -> str:
+        # Printed right after the ready line, which the read of that line may have buffered
+        # already: read it without waiting for the pipe to be readable.
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line.startswith(CONSOLE_PREFIX):
+            self.stop()
+            raise EffectorStartError(
+                f"expected the console's URL after the ready line, got {line!r}"
+            )
+        return line.strip().removeprefix(CONSOLE_PREFIX)
 
     def stderr(self) -> str:
         """Everything the process has written to its log so far."""
@@ -178,6 +199,8 @@ class EffectorThread:
             raise
         self.address = self.server.address
         self.port = self.server.port
+        self.console_url = self.server.console_url
+        """The web console's URL (``settings.console_listen``; port 0 picks one), or ``None``."""
 
     def run(self, coroutine: Coroutine[Any, Any, _T], timeout_s: float = 60) -> _T:
         """Run ``coroutine`` on the effector's event loop; returns its result."""

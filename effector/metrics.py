@@ -50,6 +50,21 @@ class EffectorMetrics:
             "effector_intents_expired",
             "Intents refused as EXPIRED before they were claimed or decided.",
         )
+        self.telemetry_recorded = counter(
+            "effector_telemetry_recorded",
+            "Trace events and error records stored for the first time, by kind.",
+            ["kind"],
+        )
+        self.telemetry_duplicates = counter(
+            "effector_telemetry_duplicate",
+            "Trace events and error records sent again (already stored; kept as they were).",
+            ["kind"],
+        )
+        self.telemetry_rejected = counter(
+            "effector_telemetry_rejected",
+            "Trace events and error records refused as invalid (not stored), by kind.",
+            ["kind"],
+        )
         self.in_flight = gauge(
             "effector_intents_in_flight",
             "Intents this server has claimed and is executing or recording.",

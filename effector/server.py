@@ -1,7 +1,8 @@
-"""The effector process: settings and their validation, addresses, auth, and lifecycle.
+"""The effector process: settings and their validation, auth, and lifecycle.
 
 :class:`EffectorServer` wires one store, one tool registry and one worker behind a ``grpc.aio``
-server (the :mod:`effector.service` RPCs, health, reflection, bearer-token auth, TLS).
+server (the :mod:`effector.service` RPCs, health, reflection, bearer-token auth, TLS) and,
+when asked, the web console (:mod:`effector.console`) on the same event loop.
 :meth:`ServerSettings.check` is the one validation of a configuration, used by the command line
 and the server alike; :func:`running_server` opens a store and serves it for a ``with`` block.
 """
@@ -9,18 +10,18 @@ and the server alike; :func:`running_server` opens a store and serves it for a `
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from beam_agents.tools import ToolRegistry
+from effector.addresses import format_host_port, is_loopback_host, parse_host_port
 from effector.errors import ConfigurationError
 from effector.intents import wall_clock_ms
 from effector.metrics import EffectorMetrics
@@ -33,7 +34,10 @@ from effector.service import (
 )
 from effector.store import open_store
 from effector.store.base import EffectorStore
-from effector.worker import Worker, WorkerSettings
+from effector.worker import DEFAULT_TELEMETRY_RETENTION_MS, Worker, WorkerSettings
+
+if TYPE_CHECKING:
+    from effector.console import ConsoleServer
 
 _log = logging.getLogger(__name__)
 
@@ -81,34 +85,6 @@ def _refusing_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
     return grpc.unary_unary_rpc_method_handler(refuse, **serializers)
 
 
-def parse_host_port(text: str) -> tuple[str, int]:
-    """Split ``HOST:PORT`` (``[::1]:PORT`` for IPv6); port 0 means any free port."""
-    host, separator, port_text = text.rpartition(":")
-    if not separator or not host or not port_text.isdigit():
-        raise ConfigurationError(f"expected HOST:PORT, got {text!r}")
-    port = int(port_text)
-    if port > 65_535:
-        raise ConfigurationError(f"port {port} is out of range in {text!r}")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    return host, port
-
-
-def format_host_port(host: str, port: int) -> str:
-    """Join a host and port the way gRPC targets spell them (IPv6 in brackets)."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def is_loopback_host(host: str) -> bool:
-    """True for ``localhost`` and loopback addresses; any other name counts as non-loopback."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def check_token(token: str | None) -> None:
     """Refuse an empty token (all whitespace counts as empty)."""
     if token is not None and not token.strip():
@@ -143,8 +119,12 @@ class ServerSettings:
     """Permit a non-loopback ``listen`` without a token (anyone who can connect may submit)."""
     metrics_listen: str | None = None
     """``HOST:PORT`` for the Prometheus endpoint; ``None`` serves no metrics."""
+    console_listen: str | None = None
+    """``HOST:PORT`` for the web console; ``None`` serves no console."""
     tool_timeout_ms: int = 30_000
     """How long one tool call may run."""
+    telemetry_retention_s: int = DEFAULT_TELEMETRY_RETENTION_MS // 1000
+    """How long stored trace events and error records are kept (7 days)."""
     worker: WorkerSettings = field(default_factory=WorkerSettings)
     """How the worker claims, leases, retains and polls."""
 
@@ -155,20 +135,30 @@ class ServerSettings:
         tools or opens the store, and :meth:`EffectorServer.start` before it binds.
         """
         host, port = parse_host_port(self.listen)
-        if not self.token and not is_loopback_host(host) and not self.allow_insecure_bind:
-            raise ConfigurationError(
-                f"refusing to listen on non-loopback {host!r} without a token; set a token "
-                "(--token-file) or pass --allow-insecure-bind"
-            )
+        self._check_open_bind(host, "listen")
+        if self.console_listen is not None:
+            self._check_open_bind(parse_host_port(self.console_listen)[0], "serve the console")
         check_tls_pair(self.tls_cert, self.tls_key)
         check_token(self.token)
         if self.metrics_listen is not None:
             parse_host_port(self.metrics_listen)
+        if self.telemetry_retention_s <= 0:
+            raise ConfigurationError(
+                f"the telemetry retention must be positive, got {self.telemetry_retention_s} s"
+            )
         return host, port
+
+    def _check_open_bind(self, host: str, what: str) -> None:
+        """Refuse a non-loopback ``host`` without a token, unless insecure binds are allowed."""
+        if not self.token and not is_loopback_host(host) and not self.allow_insecure_bind:
+            raise ConfigurationError(
+                f"refusing to {what} on non-loopback {host!r} without a token; set a token "
+                "(--token-file) or pass --allow-insecure-bind"
+            )
 
 
 class EffectorServer:
-    """One running effector: gRPC service, health, reflection, worker and metrics."""
+    """One running effector: gRPC service, health, reflection, worker, metrics and console."""
 
     def __init__(
         self,
@@ -183,7 +173,15 @@ class EffectorServer:
         self._settings = settings
         self.metrics = EffectorMetrics()
         runner = EffectorToolRunner(settings.tool_timeout_ms)
-        self._worker = Worker(store, registry, runner, self.metrics, settings.worker, clock=clock)
+        self._worker = Worker(
+            store,
+            registry,
+            runner,
+            self.metrics,
+            settings.worker,
+            clock=clock,
+            telemetry_retention_ms=settings.telemetry_retention_s * 1000,
+        )
         self._service = EffectorService(store, registry, self._worker, self.metrics, clock)
         self._read_only_tools = sorted(tool.name for tool in registry if not tool.side_effect)
         self._health = health.aio.HealthServicer()
@@ -191,6 +189,8 @@ class EffectorServer:
         self._host = ""
         self._port = 0
         self._metrics_port: int | None = None
+        self._console: ConsoleServer | None = None
+        self._worker_started = False
 
     @property
     def address(self) -> str:
@@ -207,10 +207,60 @@ class EffectorServer:
         """The Prometheus endpoint's port, if metrics are served."""
         return self._metrics_port
 
+    @property
+    def console_port(self) -> int | None:
+        """The web console's port, if the console is served."""
+        return None if self._console is None else self._console.port
+
+    @property
+    def console_url(self) -> str | None:
+        """The web console's address (``https://`` with TLS), if the console is served."""
+        if self._console is None or self._settings.console_listen is None:
+            return None
+        host = parse_host_port(self._settings.console_listen)[0]
+        scheme = "https" if self._console.https else "http"
+        return f"{scheme}://{format_host_port(host, self._console.port)}/"
+
+    @property
+    def service(self) -> EffectorService:
+        """The service behind the RPCs (and the console)."""
+        return self._service
+
     async def start(self) -> None:
-        """Bind, start serving and start the worker; raises ``ConfigurationError`` on bad setup."""
+        """Bind, start serving and start the worker; raises ``ConfigurationError`` on bad setup.
+
+        If any part fails to start, what did start is stopped again before the error is raised.
+        """
         settings = self._settings
         host, port = settings.check()
+        self._console = self._bind_console()
+        try:
+            server, bound = self._bind_grpc(host, port)
+            self._server, self._host, self._port = server, host, bound
+            if settings.metrics_listen is not None:
+                metrics_host, metrics_port = parse_host_port(settings.metrics_listen)
+                try:
+                    self._metrics_port = self.metrics.serve(metrics_host, metrics_port)
+                except OSError as exc:
+                    raise ConfigurationError(
+                        f"cannot serve metrics on {settings.metrics_listen}: {exc.strerror}"
+                    ) from None
+            await server.start()
+            await self._health.set(EFFECTOR_SERVICE, health_pb2.HealthCheckResponse.SERVING)
+            self._worker.start()
+            self._worker_started = True
+            _log.info("effector listening on %s (worker %s)", self.address, self._worker.owner)
+            if self._console is not None:
+                await self._console.start()
+                _log.info("effector console on %s", self.console_url)
+        except BaseException:
+            await self._stop_parts(rpc_grace_s=0)
+            raise
+        self._warn_about_settings()
+
+    def _bind_grpc(self, host: str, port: int) -> tuple[grpc.aio.Server, int]:
+        """The gRPC server with its services, bound (not started); and the bound port."""
+        settings = self._settings
         interceptors: list[grpc.aio.ServerInterceptor] = []
         if settings.token:
             interceptors.append(BearerTokenInterceptor(settings.token))
@@ -240,19 +290,10 @@ class EffectorServer:
             raise ConfigurationError(f"cannot listen on {address}: {exc}") from None
         if not bound:
             raise ConfigurationError(f"cannot listen on {address}")
-        if settings.metrics_listen is not None:
-            metrics_host, metrics_port = parse_host_port(settings.metrics_listen)
-            try:
-                self._metrics_port = self.metrics.serve(metrics_host, metrics_port)
-            except OSError as exc:
-                raise ConfigurationError(
-                    f"cannot serve metrics on {settings.metrics_listen}: {exc.strerror}"
-                ) from None
-        await server.start()
-        self._server, self._host, self._port = server, host, bound
-        await self._health.set(EFFECTOR_SERVICE, health_pb2.HealthCheckResponse.SERVING)
-        self._worker.start()
-        _log.info("effector listening on %s (worker %s)", self.address, self._worker.owner)
+        return server, bound
+
+    def _warn_about_settings(self) -> None:
+        settings = self._settings
         if settings.worker.concurrency == 0:
             _log.warning("ingest-only (concurrency 0): this effector executes no intents")
         if self._read_only_tools:
@@ -261,21 +302,65 @@ class EffectorServer:
                 "intent naming one is REJECTED; agents run them inline with ctx.run_tool): %s",
                 ", ".join(self._read_only_tools),
             )
+        if self._console is not None and settings.console_listen is not None:
+            host = parse_host_port(settings.console_listen)[0]
+            if settings.token and not self._console.https and not is_loopback_host(host):
+                _log.warning(
+                    "the console on non-loopback %s speaks plain HTTP: the token (at login) and "
+                    "the session cookie travel in clear text; serve it over TLS (--tls-cert and "
+                    "--tls-key) or behind a TLS-terminating proxy",
+                    host,
+                )
 
     async def stop(self, rpc_grace_s: float = 1.0) -> None:
-        """Drain: stop accepting RPCs, let executions finish (or release them), stop metrics.
+        """Drain: stop the console and RPCs, let executions finish (or release them), stop metrics.
 
         Executions get the tool timeout plus a second to finish; the store stays open, and
         closing it is the caller's (it opened it).
         """
         if self._server is None:
             return
-        await self._health.enter_graceful_shutdown()
-        await self._server.stop(rpc_grace_s)
-        await self._worker.drain(self._settings.tool_timeout_ms / 1000 + 1.0)
-        self.metrics.close()
-        self._server = None
+        await self._stop_parts(rpc_grace_s)
         _log.info("effector stopped")
+
+    async def _stop_parts(self, rpc_grace_s: float) -> None:
+        """Stop whatever has started, each part even if stopping another one failed."""
+        console, self._console = self._console, None
+        server, self._server = self._server, None
+        try:
+            await self._health.enter_graceful_shutdown()
+            if console is not None:
+                await console.stop()
+        finally:
+            try:
+                if server is not None:
+                    await server.stop(rpc_grace_s)
+            finally:
+                if self._worker_started:
+                    self._worker_started = False
+                    await self._worker.drain(self._settings.tool_timeout_ms / 1000 + 1.0)
+                self.metrics.close()
+
+    def _bind_console(self) -> ConsoleServer | None:
+        """The console's server, bound but not started; ``None`` if no console is asked for."""
+        settings = self._settings
+        if settings.console_listen is None:
+            return None
+        # Imported here: an effector without a console never loads Starlette, Jinja2 or uvicorn.
+        from effector.console import ConsoleServer, create_app
+
+        host, port = parse_host_port(settings.console_listen)
+        token = settings.token
+        tls = None
+        if settings.tls_cert is not None and settings.tls_key is not None:
+            tls = settings.tls_cert, settings.tls_key
+        app = create_app(
+            self._service,
+            token=token,
+            loopback_only=not token and is_loopback_host(host),
+            https=tls is not None,
+        )
+        return ConsoleServer(app, host, port, tls=tls)
 
 
 @asynccontextmanager

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -23,10 +23,18 @@ import effector.audit as audit
 from beam_agents._protos.effector_pb2 import DESCRIPTOR as _EFFECTOR_FILE
 from beam_agents.tools import ToolRegistry
 from effector.errors import StoreError
-from effector.intents import external_event_problem, identity_problem, intent_id_problem
+from effector.intents import (
+    activation_record_problem,
+    agent_error_problem,
+    external_event_problem,
+    identity_problem,
+    intent_id_problem,
+    trace_event_problem,
+)
 from effector.metrics import EffectorMetrics
+from effector.records import DEFAULT_RUNS, MAX_RUNS, list_records_problem, records_page
 from effector.runner import rejection_reason
-from effector.store.base import EffectorStore, NewIntent, SubmitOutcome
+from effector.store.base import Decision, EffectorStore, NewIntent, Recorded, SubmitOutcome
 from effector.worker import Worker
 
 _log = logging.getLogger(__name__)
@@ -53,13 +61,17 @@ DEFAULT_LIST_LIMIT = 100
 """Intents per ListIntents when the request leaves ``limit`` at 0."""
 MAX_LIST_LIMIT = 1_000
 """The most intents one ListIntents returns."""
+MAX_TELEMETRY_BATCH = 1_000
+"""The most trace events one RecordTraces, or error records one RecordErrors, may carry."""
 
 _Request = TypeVar("_Request")
 _Response = TypeVar("_Response")
 _Message = TypeVar("_Message", bound=Message)
 
 
-class _RequestError(Exception):
+class _RequestError(ValueError):
+    """A request refused as invalid: its message is safe to show to the caller."""
+
     def __init__(self, code: grpc.StatusCode, message: str) -> None:
         super().__init__(message)
         self.code = code
@@ -160,6 +172,16 @@ def _check_intent_id(intent_id: str) -> None:
     problem = intent_id_problem(intent_id)
     if problem is not None:
         raise _invalid(problem)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Stored:
+    """What a RecordTraces or RecordErrors call did: the store's counts and the refused items."""
+
+    recorded: int
+    duplicates: int
+    rejected: int
+    first_problem: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -269,35 +291,58 @@ class EffectorService(pb.EffectorServicer):
         record = await self.store.get_intent(request.intent_id)
         if record is None:
             return pb.GetIntentResponse(found=False)
-        return _response(pb.GetIntentResponse, record, found=True)
+        return pb.GetIntentResponse(
+            found=True,
+            state=record.state,
+            intent=record.intent,
+            result=record.result,
+            attempts=record.attempts,
+        )
 
     @_guarded
     async def Decide(
         self, request: pb.DecideRequest, context: grpc.aio.ServicerContext
     ) -> pb.DecideResponse:
         """Record an approve/deny decision on an approval intent and publish it."""
-        _check_intent_id(request.intent_id)
-        for name in ("approver", "reason"):
-            if len(getattr(request, name)) > MAX_TEXT_FIELD_CHARS:
-                raise _invalid(f"{name} is longer than {MAX_TEXT_FIELD_CHARS} characters")
-        decision = await self.store.decide(
+        decision = await self.decide(
             request.intent_id,
             approved=request.approved,
             approver=request.approver,
             reason=request.reason,
-            now_ms=self.clock(),
         )
         return _response(pb.DecideResponse, decision)
+
+    async def decide(
+        self, intent_id: str, *, approved: bool, approver: str, reason: str
+    ) -> Decision:
+        """Validate and record a decision: what ``Decide`` and the console both run.
+
+        Raises ``ValueError`` (with a message safe to show) for an invalid request.
+        """
+        _check_intent_id(intent_id)
+        for name, text in (("approver", approver), ("reason", reason)):
+            if len(text) > MAX_TEXT_FIELD_CHARS:
+                raise _invalid(f"{name} is longer than {MAX_TEXT_FIELD_CHARS} characters")
+        return await self.store.decide(
+            intent_id, approved=approved, approver=approver, reason=reason, now_ms=self.clock()
+        )
 
     @_guarded
     async def Publish(
         self, request: pb.PublishRequest, context: grpc.aio.ServicerContext
     ) -> pb.PublishResponse:
         """Append external events to the envelope log (an event time of 0 is stamped now)."""
-        _check_batch_size(len(request.envelopes), MAX_PUBLISH_BATCH, "Publish", "envelopes")
+        return pb.PublishResponse(offsets=await self.publish(request.envelopes))
+
+    async def publish(self, envelopes_in: Sequence[pb.AgentEnvelope]) -> list[int]:
+        """Validate and append external events: what ``Publish`` and the console both run.
+
+        Raises ``ValueError`` (with a message safe to show) for an invalid request.
+        """
+        _check_batch_size(len(envelopes_in), MAX_PUBLISH_BATCH, "Publish", "envelopes")
         now = self.clock()
         envelopes: list[pb.AgentEnvelope] = []
-        for position, envelope in enumerate(request.envelopes):
+        for position, envelope in enumerate(envelopes_in):
             problem = external_event_problem(envelope)
             if problem is not None:
                 raise _invalid(f"envelope {position} {problem}")
@@ -306,7 +351,7 @@ class EffectorService(pb.EffectorServicer):
             if not stamped.event_time_ms:
                 stamped.event_time_ms = now
             envelopes.append(stamped)
-        return pb.PublishResponse(offsets=await self.store.publish(envelopes, now))
+        return await self.store.publish(envelopes, now)
 
     @_guarded
     async def ListIntents(
@@ -335,3 +380,91 @@ class EffectorService(pb.EffectorServicer):
         counts = await self.store.counts()
         in_flight = counts.pending + counts.running + counts.awaiting_decision
         return _response(pb.StatusResponse, counts, in_flight=in_flight)
+
+    @_guarded
+    async def RecordTraces(
+        self, request: pb.RecordTracesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RecordTracesResponse:
+        """Store the pipeline's trace events; one already stored (same span id) is kept."""
+        stored = await self._record_telemetry(
+            "RecordTraces", "events", request.events, trace_event_problem, self.store.record_traces
+        )
+        return _response(pb.RecordTracesResponse, stored)
+
+    @_guarded
+    async def RecordErrors(
+        self, request: pb.RecordErrorsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RecordErrorsResponse:
+        """Store the pipeline's ``.errors`` records; one already stored (same digest) is kept."""
+        stored = await self._record_telemetry(
+            "RecordErrors", "errors", request.errors, agent_error_problem, self.store.record_errors
+        )
+        return _response(pb.RecordErrorsResponse, stored)
+
+    @_guarded
+    async def RecordActivations(
+        self, request: pb.RecordActivationsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RecordActivationsResponse:
+        """Store the pipeline's activation records; one already stored (same place) is kept."""
+        stored = await self._record_telemetry(
+            "RecordActivations",
+            "records",
+            request.records,
+            activation_record_problem,
+            self.store.record_activations,
+        )
+        return _response(pb.RecordActivationsResponse, stored)
+
+    @_guarded
+    async def ListRecords(
+        self, request: pb.ListRecordsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListRecordsResponse:
+        """A page of one key's activation records: its newest runs before ``before_seq``."""
+        problem = list_records_problem(request)
+        if problem is not None:
+            raise _invalid(problem)
+        max_runs = min(request.max_runs or DEFAULT_RUNS, MAX_RUNS)
+        found = await self.store.records_for_key(
+            request.entity_key, max_runs, before_seq=request.before_seq or None
+        )
+        records, next_before_seq = records_page(found, max_runs, MAX_MESSAGE_BYTES // 2)
+        return pb.ListRecordsResponse(records=records, next_before_seq=next_before_seq)
+
+    async def _record_telemetry(
+        self,
+        rpc: str,
+        items: str,
+        batch: Sequence[_Message],
+        problem: Callable[[_Message], str | None],
+        record: Callable[[Sequence[_Message], int], Awaitable[Recorded]],
+    ) -> _Stored:
+        """Store a telemetry batch's valid items and count the outcome; refuse invalid ones.
+
+        An invalid item is left out (counted, the first one's problem reported, one WARNING
+        per call), so one bad item never costs the rest of its batch.
+        """
+        _check_batch_size(len(batch), MAX_TELEMETRY_BATCH, rpc, items)
+        kind = items[:-1]
+        valid: list[_Message] = []
+        problems: list[str] = []
+        for position, item in enumerate(batch):
+            found = problem(item)
+            if found is None:
+                valid.append(item)
+            else:
+                problems.append(f"{kind} {position} {found}")
+        recorded = await record(valid, self.clock()) if valid else Recorded(0, 0)
+        self.metrics.telemetry_recorded.labels(kind).inc(recorded.recorded)
+        self.metrics.telemetry_duplicates.labels(kind).inc(recorded.duplicates)
+        if problems:
+            self.metrics.telemetry_rejected.labels(kind).inc(len(problems))
+            _log.warning(
+                "%s: refused %d of %d %s as invalid (the rest were stored); the first: %s",
+                rpc,
+                len(problems),
+                len(batch),
+                items,
+                problems[0],
+            )
+        first_problem = problems[0] if problems else ""
+        return _Stored(recorded.recorded, recorded.duplicates, len(problems), first_problem)

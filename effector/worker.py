@@ -3,7 +3,8 @@
 Per intent: refuse-expired and claim with a lease → execute (``EffectorToolRunner``) → record
 the result and append its envelope (one transaction, group-committed) → release the key. Keys
 run concurrently up to ``concurrency``; leases are renewed while tools run, undecided approvals
-expired and old records pruned on the worker's own schedule. See ``effector/README.md``.
+expired and old records (intents, envelopes, telemetry) pruned on the worker's own schedule.
+See ``effector/README.md``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from effector.store.base import Claim, Completion, EffectorStore
 _log = logging.getLogger(__name__)
 
 _APPROVAL_EXPIRY_BATCH = 1_000
+DEFAULT_TELEMETRY_RETENTION_MS = 7 * 24 * 3_600_000
+"""How long stored trace events and error records are kept unless told otherwise."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +86,13 @@ class Worker:
         *,
         owner: str | None = None,
         clock: Callable[[], int] = wall_clock_ms,
+        telemetry_retention_ms: int = DEFAULT_TELEMETRY_RETENTION_MS,
     ) -> None:
+        if telemetry_retention_ms <= 0:
+            raise ValueError(
+                f"telemetry_retention_ms must be positive, got {telemetry_retention_ms}"
+            )
+        self._telemetry_retention_ms = telemetry_retention_ms
         self._store = store
         self._registry = registry
         self._runner = runner
@@ -223,7 +232,8 @@ class Worker:
     async def _housekeeping_loop(self) -> None:
         settings = self._settings
         renew_every_ms = settings.lease_ms // 3
-        prune_every_ms = min(60_000, max(settings.result_retention_ms // 4, 1))
+        shortest_retention_ms = min(settings.result_retention_ms, self._telemetry_retention_ms)
+        prune_every_ms = min(60_000, max(shortest_retention_ms // 4, 1))
         last_renewal = last_prune = self._clock()
         interval_s = wait_s = settings.housekeeping_interval_ms / 1000
         while True:
@@ -240,6 +250,7 @@ class Worker:
                 if now - last_prune >= prune_every_ms:
                     last_prune = now
                     await self._store.prune(now, settings.result_retention_ms)
+                    await self._store.prune_telemetry(now, self._telemetry_retention_ms)
                 counts = await self._store.counts()
                 self._metrics.queue_depth.set(
                     counts.pending + counts.running + counts.awaiting_decision

@@ -6,10 +6,12 @@
    hundred transfers across dozens of accounts: risk lookups inline, a model call, freezes
    staged as intents and executed by the effector, agents suspended and resumed.
 3. Meanwhile plays the human: approves one large transfer and denies another through the
-   effector's command line, and leaves the third to time out.
+   effector's command line, and leaves the third to time out. The pipeline sends its traces and
+   errors to the effector, whose web console (URL printed) shows every key's runs.
 4. Runs the same pipeline again over the same events and shows the effector executed nothing
    new and the decisions are the same.
-5. Prints a summary table and stops every process it started.
+5. Prints a summary table and stops every process it started; with ``KEEP=1`` it first leaves
+   the effector and its console up until Ctrl-C.
 """
 
 from __future__ import annotations
@@ -18,17 +20,19 @@ import quiet_beam  # noqa: F401  # isort: skip  (first: keeps a Beam import warn
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+import httpx
 
 from beam_agents._protos import (
     AgentEnvelope,
@@ -48,17 +52,18 @@ N_ACCOUNTS = 40
 
 
 @contextlib.contextmanager
-def effector_sidecar(workdir: Path) -> Iterator[str]:
-    """Start the effector as a subprocess; yield its HOST:PORT; stop it on exit."""
+def effector_sidecar(workdir: Path) -> Iterator[EffectorProcess]:
+    """Start the effector, with its web console, as a subprocess; stop it on exit."""
     with EffectorProcess(
         "--tools", "fraud_tools:make_effector_registry",
         "--store", f"sqlite:///{workdir / 'effector.db'}",
         "--listen", "127.0.0.1:0",
+        "--console-listen", "127.0.0.1:0",
         env=child_environment(EXAMPLES, **{LEDGER_ENV: str(workdir / "bank.db")}),
         log=workdir / "effector.log",
         stop_timeout_s=15,
     ) as effector:  # fmt: skip
-        yield effector.address
+        yield effector
 
 
 def effector_cli(target: str, *args: str) -> str:
@@ -178,6 +183,9 @@ class DemoReport:
     executed_freeze_intent_ids: set[str]
     decided: dict[str, str]
     effector_status: str
+    console_url: str
+    console_keys_page: str
+    """The console's page of the first account, as served after both runs."""
 
     def problems(self) -> list[str]:
         """Every way this run fell short of what the system promises (empty when it held)."""
@@ -199,12 +207,23 @@ class DemoReport:
             and self.freezes[1] == self.freezes[0],
             "replay decides the same": sorted(map(json.dumps, self.first))
             == sorted(map(json.dumps, self.second)),
+            "the console shows the account's runs": 'class="status completed"'
+            in self.console_keys_page,
         }
         return [name for name, held in checks.items() if not held]
 
 
-def run_demo(workdir: Path, n_events: int = N_EVENTS, n_accounts: int = N_ACCOUNTS) -> DemoReport:
-    """Start the effector in ``workdir``, run the pipeline twice, and report what happened."""
+def run_demo(
+    workdir: Path,
+    n_events: int = N_EVENTS,
+    n_accounts: int = N_ACCOUNTS,
+    *,
+    before_stop: Callable[[DemoReport], None] | None = None,
+) -> DemoReport:
+    """Start the effector in ``workdir``, run the pipeline twice, and report what happened.
+
+    ``before_stop`` is called with the report while the effector and its console still run.
+    """
     events = make_events(n_events, n_accounts)
     large = sorted(
         json.loads(e.external_event)["id"]
@@ -214,8 +233,10 @@ def run_demo(workdir: Path, n_events: int = N_EVENTS, n_accounts: int = N_ACCOUN
     plan = {large[0]: "approve", large[1]: "deny"}
     ledger = workdir / "bank.db"
     os.environ[LEDGER_ENV] = str(ledger)
-    with effector_sidecar(workdir) as target:
+    with effector_sidecar(workdir) as effector:
+        target, console = effector.address, str(effector.console_url)
         print(f"effector listening on {target} (store: SQLite in a temporary directory)")
+        print(f"console: {console} (every account's runs, intents, approvals, errors)")
         print(PROGRESS_LEGEND, flush=True)
         human = Human(target, plan)
         human.start()
@@ -232,22 +253,32 @@ def run_demo(workdir: Path, n_events: int = N_EVENTS, n_accounts: int = N_ACCOUN
             )
         executed = {i.intent_id for i in done.intents if i.tool_name == "freeze_account"}
         status = effector_cli(target, "status")
+        keys_page = httpx.get(f"{console}keys/{events[0].entity_key.hex()}", timeout=30).text
+        report = DemoReport(
+            n_events=n_events,
+            n_accounts=n_accounts,
+            first=first,
+            second=second,
+            first_s=first_s,
+            second_s=second_s,
+            invocations=(invocations_1, invocations_2),
+            freezes=(freezes_1, freezes_2),
+            ledger_intent_ids=ledger_ids(ledger),
+            executed_freeze_intent_ids=executed,
+            decided=dict(human.decided),
+            effector_status=status,
+            console_url=console,
+            console_keys_page=keys_page,
+        )
+        if before_stop is not None:
+            before_stop(report)
+    return report
+
+
+def ledger_ids(ledger: Path) -> list[str]:
+    """The intent ids the example bank recorded a freeze for."""
     with contextlib.closing(connect_ledger(str(ledger))) as connection:
-        ledger_ids = [row[0] for row in connection.execute("SELECT intent_id FROM freezes")]
-    return DemoReport(
-        n_events=n_events,
-        n_accounts=n_accounts,
-        first=first,
-        second=second,
-        first_s=first_s,
-        second_s=second_s,
-        invocations=(invocations_1, invocations_2),
-        freezes=(freezes_1, freezes_2),
-        ledger_intent_ids=ledger_ids,
-        executed_freeze_intent_ids=executed,
-        decided=dict(human.decided),
-        effector_status=status,
-    )
+        return [row[0] for row in connection.execute("SELECT intent_id FROM freezes")]
 
 
 def print_summary(report: DemoReport, total_s: float) -> None:
@@ -264,6 +295,7 @@ def print_summary(report: DemoReport, total_s: float) -> None:
         ("replay: same decisions", "yes" if same else "NO"),
         ("replay time", f"{report.second_s:.1f}s"),
         ("effector status", report.effector_status.replace("\n", "; ")),
+        ("console", f"{report.console_url} (up while the demo runs; KEEP=1 keeps it)"),
         ("total time", f"{total_s:.1f}s"),
     ]
     width = max(len(name) for name, _ in rows)
@@ -272,12 +304,29 @@ def print_summary(report: DemoReport, total_s: float) -> None:
         print(f"  {name:<{width}}  {value}")
 
 
+def hold_open(report: DemoReport) -> None:
+    """Keep the effector and its console up until Ctrl-C (``make demo KEEP=1``)."""
+    print(f"\nKEEP=1: the effector and its console stay up at {report.console_url}")
+    print("press Ctrl-C to stop them", flush=True)
+    # Beam's or gRPC's libraries may have replaced Python's Ctrl-C handler: put it back.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    with contextlib.suppress(KeyboardInterrupt):
+        while True:
+            time.sleep(1)
+
+
 def main() -> None:
     """Run the demo; exit non-zero if the system did not behave as promised."""
     started = time.monotonic()
+    keep = os.environ.get("KEEP", "") not in ("", "0")
+
+    def summarize(report: DemoReport) -> None:
+        print_summary(report, time.monotonic() - started)
+        if keep:
+            hold_open(report)
+
     with tempfile.TemporaryDirectory(prefix="beam-agents-demo-") as tmp:
-        report = run_demo(Path(tmp))
-    print_summary(report, time.monotonic() - started)
+        report = run_demo(Path(tmp), before_stop=summarize)
     problems = report.problems()
     if problems:
         raise SystemExit(f"demo: not as promised: {'; '.join(problems)}")

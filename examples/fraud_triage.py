@@ -32,7 +32,7 @@ from beam_agents._json import canonical_json, canonical_json_bytes
 from beam_agents._protos import AgentEnvelope, ToolResult
 from beam_agents.core.agent import Complete, Suspend
 from beam_agents.core.context import ActivationContext
-from beam_agents.io import ReadEnvelopes, SubmitIntents
+from beam_agents.io import ReadEnvelopes, SubmitIntents, WriteErrors, WriteRecords, WriteTraces
 from beam_agents.model.client import LlmRequest
 from beam_agents.model.fake import FakeLLM, match_any, match_contains, respond_with
 
@@ -57,6 +57,11 @@ def make_provider() -> FakeLLM:
 
 async def triage(ctx: ActivationContext) -> Complete | Suspend:
     """Screen one transfer; see the module docstring for the steps."""
+    return await screen(ctx, LARGE_TRANSFER)
+
+
+async def screen(ctx: ActivationContext, large_transfer: int) -> Complete | Suspend:
+    """``triage`` with the amount from which a human must approve as a parameter."""
     if ctx.is_resume:
         return _resume(ctx)
     transfer = json.loads(ctx.event)
@@ -64,7 +69,7 @@ async def triage(ctx: ActivationContext) -> Complete | Suspend:
     ctx.memory.append("recent", str(transfer["amount"]).encode(), max_items=3)
     band = await ctx.run_tool("risk_lookup", {"account": account})
 
-    if transfer["amount"] >= LARGE_TRANSFER:
+    if transfer["amount"] >= large_transfer:
         ctx.request_approval(
             {"transfer_id": transfer["id"], "account": account, "amount": transfer["amount"]},
             ttl_ms=APPROVAL_TTL_MS,
@@ -147,8 +152,17 @@ class _WriteJsonLines(beam.DoFn):  # type: ignore[misc]
         self._file.close()
 
 
-def run(target: str, events: list[AgentEnvelope], out_dir: str, idle_s: float = 1.5) -> None:
-    """Run the triage pipeline on the DirectRunner until the effector has been idle ``idle_s``."""
+def run(
+    target: str,
+    events: list[AgentEnvelope],
+    out_dir: str,
+    idle_s: float = 1.5,
+    record_dir: str | None = None,
+) -> None:
+    """Run the triage pipeline on the DirectRunner until the effector has been idle ``idle_s``.
+
+    With ``record_dir``, every activation is recorded there (``WriteRecords``).
+    """
     with beam.Pipeline(runner=FnApiRunner()) as pipeline:
         keyed = pipeline | "Envelopes" >> ReadEnvelopes(
             target, events=events, stop_when_idle_s=idle_s, poll_wait_ms=50
@@ -156,10 +170,17 @@ def run(target: str, events: list[AgentEnvelope], out_dir: str, idle_s: float = 
         outputs = keyed | "Triage" >> RunAgent(
             triage,
             config=AgentConfig(
-                provider_factory=make_provider, tool_registry=make_pipeline_registry()
+                provider_factory=make_provider,
+                tool_registry=make_pipeline_registry(),
+                record=record_dir is not None,
             ),
         )
+        if record_dir is not None:
+            _ = outputs.records | "Records" >> WriteRecords(record_dir)
         submitted = outputs.intents | "ToEffector" >> SubmitIntents(target)
+        # What each run did, and every dead letter, stored by the effector for its console.
+        _ = outputs.traces | "TracesToEffector" >> WriteTraces(target)
+        _ = outputs.errors | "ErrorsToEffector" >> WriteErrors(target)
         (
             outputs.output
             | "Decode" >> beam.Map(lambda raw: raw.decode())

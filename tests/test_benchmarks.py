@@ -44,10 +44,26 @@ EXPECTED_ROWS = {
         "Submit calls/s (1 intent each, 64 callers), PostgreSQL, 2 replicas",
         "Submit calls/s (100 intents each, 4 callers), PostgreSQL, 2 replicas",
     ],
+    "write_traces": ["the loop with WriteTraces, per event"],
+    "console_keys": [
+        "keys page, key with 1,000 runs (newest 50 drawn), p50",
+        "keys page, key with 1,000 runs, all 1,000 drawn, p50",
+    ],
+    "replay_backtest": [
+        "backtest, 400 recorded activations on 40 keys, per activation",
+        "live run with recording, per event",
+    ],
 }
 """The rows each benchmark's quick run must produce, in order."""
 
-WITH_FLOOR = {"noop_activation", "overhead_tiers", "run_inference", "state_commit"}
+WITH_FLOOR = {
+    "noop_activation",
+    "overhead_tiers",
+    "run_inference",
+    "state_commit",
+    "write_traces",
+    "replay_backtest",
+}
 """Benchmarks whose every row has a floor (the others mix absolute targets and floors)."""
 
 

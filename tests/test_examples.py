@@ -54,6 +54,12 @@ EXPECTED_OUTPUT: dict[str, list[str]] = {
         "local_loop: ok",
     ],
     "demo.py": ["demo: ok"],
+    "backtest_demo.py": [
+        "backtest_demo: replay: 120 runs: 120 same, 0 divergent, 0 drift (exit 0)",
+        "# Backtest report",
+        "| 1 | intent added: approval |",
+        "backtest_demo: ok",
+    ],
     "tool_loop.py": ["tool_loop: staged issue_refund", "tool_loop: answer:", "tool_loop: ok"],
 }
 

@@ -14,10 +14,14 @@ from beam_agents._protos.effector_pb2 import (
     IntentState,
     ListIntentsRequest,
     ListIntentsResponse,
+    ListRecordsRequest,
+    ListRecordsResponse,
     PublishRequest,
     PublishResponse,
     ReadRequest,
     ReadResponse,
+    RecordActivationsRequest,
+    RecordActivationsResponse,
     RecordErrorsRequest,
     RecordErrorsResponse,
     RecordTracesRequest,
@@ -42,6 +46,13 @@ from beam_agents._protos.messages_pb2 import (
     ToolResult,
     TraceEvent,
 )
+from beam_agents._protos.records_pb2 import (
+    ActivationRecord,
+    RecordedMemory,
+    RecordedModelCall,
+    RecordedSlot,
+    RecordedToolCall,
+)
 from beam_agents._protos.state_pb2 import (
     Continuation,
     KeyHeader,
@@ -53,6 +64,7 @@ from beam_agents._protos.state_pb2 import (
 )
 
 __all__ = [
+    "ActivationRecord",
     "AgentEnvelope",
     "AgentError",
     "Approval",
@@ -69,6 +81,8 @@ __all__ = [
     "KeyHeader",
     "ListIntentsRequest",
     "ListIntentsResponse",
+    "ListRecordsRequest",
+    "ListRecordsResponse",
     "MemorySlot",
     "MemoryState",
     "ModelCache",
@@ -77,10 +91,16 @@ __all__ = [
     "PublishResponse",
     "ReadRequest",
     "ReadResponse",
+    "RecordActivationsRequest",
+    "RecordActivationsResponse",
     "RecordErrorsRequest",
     "RecordErrorsResponse",
     "RecordTracesRequest",
     "RecordTracesResponse",
+    "RecordedMemory",
+    "RecordedModelCall",
+    "RecordedSlot",
+    "RecordedToolCall",
     "RingItems",
     "StatusRequest",
     "StatusResponse",

@@ -1,4 +1,5 @@
 from beam_agents._protos import messages_pb2 as _messages_pb2
+from beam_agents._protos import records_pb2 as _records_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -186,12 +187,16 @@ class RecordTracesRequest(_message.Message):
     def __init__(self, events: _Optional[_Iterable[_Union[_messages_pb2.TraceEvent, _Mapping]]] = ...) -> None: ...
 
 class RecordTracesResponse(_message.Message):
-    __slots__ = ("recorded", "duplicates")
+    __slots__ = ("recorded", "duplicates", "rejected", "first_problem")
     RECORDED_FIELD_NUMBER: _ClassVar[int]
     DUPLICATES_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_FIELD_NUMBER: _ClassVar[int]
+    FIRST_PROBLEM_FIELD_NUMBER: _ClassVar[int]
     recorded: int
     duplicates: int
-    def __init__(self, recorded: _Optional[int] = ..., duplicates: _Optional[int] = ...) -> None: ...
+    rejected: int
+    first_problem: str
+    def __init__(self, recorded: _Optional[int] = ..., duplicates: _Optional[int] = ..., rejected: _Optional[int] = ..., first_problem: _Optional[str] = ...) -> None: ...
 
 class RecordErrorsRequest(_message.Message):
     __slots__ = ("errors",)
@@ -200,9 +205,49 @@ class RecordErrorsRequest(_message.Message):
     def __init__(self, errors: _Optional[_Iterable[_Union[_messages_pb2.AgentError, _Mapping]]] = ...) -> None: ...
 
 class RecordErrorsResponse(_message.Message):
-    __slots__ = ("recorded", "duplicates")
+    __slots__ = ("recorded", "duplicates", "rejected", "first_problem")
     RECORDED_FIELD_NUMBER: _ClassVar[int]
     DUPLICATES_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_FIELD_NUMBER: _ClassVar[int]
+    FIRST_PROBLEM_FIELD_NUMBER: _ClassVar[int]
     recorded: int
     duplicates: int
-    def __init__(self, recorded: _Optional[int] = ..., duplicates: _Optional[int] = ...) -> None: ...
+    rejected: int
+    first_problem: str
+    def __init__(self, recorded: _Optional[int] = ..., duplicates: _Optional[int] = ..., rejected: _Optional[int] = ..., first_problem: _Optional[str] = ...) -> None: ...
+
+class RecordActivationsRequest(_message.Message):
+    __slots__ = ("records",)
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    records: _containers.RepeatedCompositeFieldContainer[_records_pb2.ActivationRecord]
+    def __init__(self, records: _Optional[_Iterable[_Union[_records_pb2.ActivationRecord, _Mapping]]] = ...) -> None: ...
+
+class RecordActivationsResponse(_message.Message):
+    __slots__ = ("recorded", "duplicates", "rejected", "first_problem")
+    RECORDED_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATES_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_FIELD_NUMBER: _ClassVar[int]
+    FIRST_PROBLEM_FIELD_NUMBER: _ClassVar[int]
+    recorded: int
+    duplicates: int
+    rejected: int
+    first_problem: str
+    def __init__(self, recorded: _Optional[int] = ..., duplicates: _Optional[int] = ..., rejected: _Optional[int] = ..., first_problem: _Optional[str] = ...) -> None: ...
+
+class ListRecordsRequest(_message.Message):
+    __slots__ = ("entity_key", "max_runs", "before_seq")
+    ENTITY_KEY_FIELD_NUMBER: _ClassVar[int]
+    MAX_RUNS_FIELD_NUMBER: _ClassVar[int]
+    BEFORE_SEQ_FIELD_NUMBER: _ClassVar[int]
+    entity_key: bytes
+    max_runs: int
+    before_seq: int
+    def __init__(self, entity_key: _Optional[bytes] = ..., max_runs: _Optional[int] = ..., before_seq: _Optional[int] = ...) -> None: ...
+
+class ListRecordsResponse(_message.Message):
+    __slots__ = ("records", "next_before_seq")
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_BEFORE_SEQ_FIELD_NUMBER: _ClassVar[int]
+    records: _containers.RepeatedCompositeFieldContainer[_records_pb2.ActivationRecord]
+    next_before_seq: int
+    def __init__(self, records: _Optional[_Iterable[_Union[_records_pb2.ActivationRecord, _Mapping]]] = ..., next_before_seq: _Optional[int] = ...) -> None: ...

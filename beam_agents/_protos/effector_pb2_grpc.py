@@ -81,6 +81,16 @@ class EffectorStub:
                 request_serializer=beam__agents_dot___protos_dot_effector__pb2.RecordErrorsRequest.SerializeToString,
                 response_deserializer=beam__agents_dot___protos_dot_effector__pb2.RecordErrorsResponse.FromString,
                 _registered_method=True)
+        self.RecordActivations = channel.unary_unary(
+                '/beam_agents.v1.Effector/RecordActivations',
+                request_serializer=beam__agents_dot___protos_dot_effector__pb2.RecordActivationsRequest.SerializeToString,
+                response_deserializer=beam__agents_dot___protos_dot_effector__pb2.RecordActivationsResponse.FromString,
+                _registered_method=True)
+        self.ListRecords = channel.unary_unary(
+                '/beam_agents.v1.Effector/ListRecords',
+                request_serializer=beam__agents_dot___protos_dot_effector__pb2.ListRecordsRequest.SerializeToString,
+                response_deserializer=beam__agents_dot___protos_dot_effector__pb2.ListRecordsResponse.FromString,
+                _registered_method=True)
 
 
 class EffectorServicer:
@@ -142,6 +152,18 @@ class EffectorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RecordActivations(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListRecords(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_EffectorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -189,6 +211,16 @@ def add_EffectorServicer_to_server(servicer, server):
                     servicer.RecordErrors,
                     request_deserializer=beam__agents_dot___protos_dot_effector__pb2.RecordErrorsRequest.FromString,
                     response_serializer=beam__agents_dot___protos_dot_effector__pb2.RecordErrorsResponse.SerializeToString,
+            ),
+            'RecordActivations': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecordActivations,
+                    request_deserializer=beam__agents_dot___protos_dot_effector__pb2.RecordActivationsRequest.FromString,
+                    response_serializer=beam__agents_dot___protos_dot_effector__pb2.RecordActivationsResponse.SerializeToString,
+            ),
+            'ListRecords': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRecords,
+                    request_deserializer=beam__agents_dot___protos_dot_effector__pb2.ListRecordsRequest.FromString,
+                    response_serializer=beam__agents_dot___protos_dot_effector__pb2.ListRecordsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -436,6 +468,60 @@ class Effector:
             '/beam_agents.v1.Effector/RecordErrors',
             beam__agents_dot___protos_dot_effector__pb2.RecordErrorsRequest.SerializeToString,
             beam__agents_dot___protos_dot_effector__pb2.RecordErrorsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecordActivations(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/beam_agents.v1.Effector/RecordActivations',
+            beam__agents_dot___protos_dot_effector__pb2.RecordActivationsRequest.SerializeToString,
+            beam__agents_dot___protos_dot_effector__pb2.RecordActivationsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRecords(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/beam_agents.v1.Effector/ListRecords',
+            beam__agents_dot___protos_dot_effector__pb2.ListRecordsRequest.SerializeToString,
+            beam__agents_dot___protos_dot_effector__pb2.ListRecordsResponse.FromString,
             options,
             channel_credentials,
             insecure,

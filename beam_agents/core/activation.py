@@ -42,6 +42,7 @@ from beam_agents.core.errors import (
 )
 from beam_agents.core.failures import explain
 from beam_agents.core.plan import Plan, error_record
+from beam_agents.core.recording import ActivationRecorder, record_options
 from beam_agents.core.routes import choose_route, deadline_outcome, idle_expiry, wiped_error
 from beam_agents.core.staging import Staged
 from beam_agents.core.state import HEADER_SCHEMA_VERSION, KeyState
@@ -80,6 +81,7 @@ class Activator:
         self._run = run
         self._clock = clocks.resolved(config.processing_clock)
         self._clock_readable = clocks.is_readable(config.processing_clock)
+        self._record = record_options(config.record)
 
     # -- elements ------------------------------------------------------------------------
 
@@ -200,6 +202,10 @@ class Activator:
     ) -> Outcome | None:
         """Run the agent; on failure plan the error and its trace and return ``None``."""
         trace = record.trace
+        if self._record is not None:
+            record.recording = ActivationRecorder(
+                self._record, envelope, trigger, ctx.high_water_step
+            )
         trace.record(TraceEvent.ACTIVATION_START, ctx.high_water_step, {"trigger": trigger})
         failure: BaseException
         try:
@@ -264,6 +270,10 @@ class Activator:
         ``None`` for a new run (whose continuation is built only if it suspends).
         """
         state = plan.state
+        if record.recording is not None:  # first: it reads the state this commit replaces
+            plan.records.append(
+                record.recording.finish(ctx.entity_key, ctx.seq, record, outcome, state)
+            )
         was_suspended = state.continuation is not None
         suspended: Continuation | None = None
         if isinstance(outcome, Suspend):
@@ -281,7 +291,7 @@ class Activator:
             record.trace.record(
                 TraceEvent.ACTIVATION_END,
                 record.cursor.high_water_step,
-                {"output_bytes": str(len(outcome.output))},
+                record.closing_attributes({"output_bytes": str(len(outcome.output))}),
             )
         if self._config.before_commit is not None:
             first_step = 0 if base is None else base.next_step

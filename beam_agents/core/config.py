@@ -10,6 +10,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from beam_agents.core.recording import RecordOptions, record_options
 from beam_agents.hitl import HitlPolicy
 from beam_agents.model.cache import DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES
 from beam_agents.model.client import CompletesRequests
@@ -121,6 +122,10 @@ class AgentConfig:
             same events from fresh state on purpose: their recorded results come back and
             nothing runs twice.) A suspended run keeps the namespace it started with (its
             continuation records it), so a changed namespace applies to new runs only.
+        record: ``True`` (or a ``RecordOptions``) makes ``RunAgent`` emit one
+            ``ActivationRecord`` per committed activation on ``.records``, for
+            ``beam-agents replay`` and ``backtest`` (``beam_agents/replay/README.md``).
+            ``False`` (the default) records nothing and costs nothing.
     """
 
     provider_factory: Callable[[], CompletesRequests] | None = None
@@ -139,6 +144,7 @@ class AgentConfig:
     circuit_reset_timeout_s: float = 30.0
     max_tokens_per_run: int | None = None
     namespace: str | None = None
+    record: bool | RecordOptions = False
 
     def __post_init__(self) -> None:
         _require(
@@ -207,6 +213,7 @@ class AgentConfig:
             "AgentConfig.namespace must be a non-empty str or None (the default intent ids), "
             f"got {self.namespace!r}",
         )
+        record_options(self.record)  # raises on anything but a bool or RecordOptions
         policy = self.hitl_policy
         if policy is not None and self.ttl_ms is not None:
             _require(

@@ -320,6 +320,7 @@ class ActivationContext:
         staged = self._staged
         if staged.budget_error is not None:
             raise staged.budget_error
+        started_ns = staged.trace.wall_ns()
         request_digest = request.content_digest()
         step, _ = staged.cursor.take(StepRecord.MODEL, bytes.fromhex(request_digest))
         cache_key = cache_key_for_digest(request_digest, self.entity_key, self.seq, step)
@@ -346,6 +347,8 @@ class ActivationContext:
                 )
             )
             staged.tokens_used += response.usage.total_tokens
+            if staged.recording is not None:
+                staged.recording.model_call(step, request, response, model, len(staged.intents))
             if limit is not None and self.run_tokens_used > limit:
                 raise self._refuse_over_budget(limit, "went over its token budget")
         staged.trace.record(
@@ -354,6 +357,7 @@ class ActivationContext:
             model.trace_attributes(
                 request, response, attempts=attempts, cache_hit=entry is not None
             ),
+            started_ns,
         )
         return response
 
@@ -369,20 +373,20 @@ class ActivationContext:
         """
         tool = self._services.tool_registry.get(name)
         staged = self._staged
+        trace = staged.trace
+        started_ns = trace.wall_ns()
         try:
             result = await self._services.tool_runner.run(tool, args)
         except ToolError:
             raise
         except Exception as exc:
-            staged.trace.record(
-                TraceEvent.TOOL_CALL,
-                staged.cursor.next_step,
-                {"tool_name": name, "status": "error", "error": type(exc).__name__},
-            )
+            trace.record_tool_call(name, staged.cursor.next_step, started_ns, type(exc).__name__)
+            if staged.recording is not None:
+                staged.recording.tool_call(name, args, None, exc, len(staged.intents))
             raise
-        staged.trace.record(
-            TraceEvent.TOOL_CALL, staged.cursor.next_step, {"tool_name": name, "status": "ok"}
-        )
+        trace.record_tool_call(name, staged.cursor.next_step, started_ns, "")
+        if staged.recording is not None:
+            staged.recording.tool_call(name, args, result, None, len(staged.intents))
         return result
 
     def act(

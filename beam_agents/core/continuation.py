@@ -16,7 +16,7 @@ from beam_agents._protos import Approval, Continuation, ToolIntent, ToolResult, 
 from beam_agents.core.cursor import ReplayCursor, StepRecord
 from beam_agents.core.staging import APPROVAL_TOOL_NAME, Staged
 from beam_agents.core.state import CONTINUATION_SCHEMA_VERSION
-from beam_agents.core.tracing import TraceRecorder
+from beam_agents.core.tracing import DEADLINE_ATTRIBUTE, TraceRecorder
 
 DEADLINE_APPROVER = "beam-agents/deadline"
 """The ``approver`` recorded when a suspension's deadline answers a pending approval "no"."""
@@ -97,7 +97,10 @@ def suspend(
     """
     pending = staged.pending_after()
     next_step = staged.cursor.high_water_step
-    staged.trace.record(TraceEvent.SUSPENDED, next_step, {"pending": str(len(pending))})
+    attributes = {"pending": str(len(pending))}
+    if deadline_ms:
+        attributes[DEADLINE_ATTRIBUTE] = str(deadline_ms)
+    staged.trace.record(TraceEvent.SUSPENDED, next_step, staged.closing_attributes(attributes))
     suspended = Continuation(started_at_ms=started_at_ms) if base is None else _copy(base)
     suspended.schema_version = CONTINUATION_SCHEMA_VERSION
     suspended.seq = seq
@@ -159,11 +162,19 @@ def escalate(
     [intent] = asked.intents
     _append_steps(escalated, asked.new_steps)
     kept.append((intent.intent_id, ToolIntent.APPROVAL))
-    trace.record(TraceEvent.SUSPENDED, step + 1, {"pending": str(len(kept)), "route": "escalate"})
+    escalated.deadline_ms = fired_ms + timeout_ms
+    trace.record(
+        TraceEvent.SUSPENDED,
+        step + 1,
+        {
+            "pending": str(len(kept)),
+            "route": "escalate",
+            DEADLINE_ATTRIBUTE: str(escalated.deadline_ms),
+        },
+    )
     _set_pending(escalated, kept)
     escalated.next_step = step + 1
     escalated.escalations = suspended.escalations + 1
-    escalated.deadline_ms = fired_ms + timeout_ms
     escalated.trace_sequence = trace.next_sequence
     return escalated, intent
 

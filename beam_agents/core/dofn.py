@@ -32,10 +32,10 @@ from beam_agents.core.admission import element_problem
 from beam_agents.core.agent import AgentFn
 from beam_agents.core.bridge import CoroutineDriver
 from beam_agents.core.config import AgentConfig
-from beam_agents.core.context import ActivationServices
 from beam_agents.core.loudness import ErrorLog
 from beam_agents.core.model_gateway import METRICS_NAMESPACE, MODEL_COUNTERS, ModelGateway
 from beam_agents.core.plan import Plan
+from beam_agents.core.services import activation_services
 from beam_agents.core.state import CACHE, CONTINUATION, HEADER, MEMORY, KeyState
 from beam_agents.model.resilience import CircuitBreakers
 from beam_agents.tools import ToolRunner
@@ -44,6 +44,7 @@ OUTPUT_TAG = "output"
 INTENTS_TAG = "intents"
 TRACES_TAG = "traces"
 ERRORS_TAG = "errors"
+RECORDS_TAG = "records"
 
 # ``_applied`` finds a written cell by its number in KeyState.writes, in this order.
 assert (HEADER, MEMORY, CACHE, CONTINUATION) == (0, 1, 2, 3)
@@ -156,6 +157,8 @@ def _applied(
     out.extend([TaggedOutput(TRACES_TAG, event) for event in plan.traces])
     if plan.errors:
         out.extend([TaggedOutput(ERRORS_TAG, error) for error in plan.errors])
+    if plan.records:
+        out.extend([TaggedOutput(RECORDS_TAG, record) for record in plan.records])
     return out
 
 
@@ -216,7 +219,6 @@ class AgentDoFn(beam.DoFn):
         """Create the event loop, the model client and the circuit breakers this instance owns."""
         config = self._config
         driver = self._driver = CoroutineDriver()
-        policy = config.hitl_policy
         factory = config.provider_factory
         gateway = None
         if factory is not None:
@@ -231,19 +233,7 @@ class AgentDoFn(beam.DoFn):
                 metrics=self._counters,
             )
         self._gateway = gateway
-        services = ActivationServices(
-            model=gateway,
-            tool_registry=config.tool_registry,
-            tool_runner=ToolRunner(),
-            intent_ttl_ms=config.intent_ttl_ms,
-            approval_channel="" if policy is None else policy.approval_channel,
-            approval_ttl_ms=config.intent_ttl_ms if policy is None else policy.intent_ttl_ms,
-            cache_max_entries=config.model_cache_max_entries,
-            cache_max_bytes=config.model_cache_max_bytes,
-            max_tokens_per_run=config.max_tokens_per_run,
-            time_left_s=driver.time_left_s,
-            intent_namespace=config.namespace,
-        )
+        services = activation_services(config, gateway, ToolRunner(), driver.time_left_s)
         self._activator = Activator(self._agent, config, services, driver.run, ticks=self._ticks)
         self._tick_clock = self._activator.processing_ms if self._ticks else None
 

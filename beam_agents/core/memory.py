@@ -70,11 +70,12 @@ class WorkingMemory:
     decoded on first use, so an activation that never touches memory pays nothing.
     """
 
-    __slots__ = ("_blob", "_changed", "_size", "_slots")
+    __slots__ = ("_blob", "_changed", "_size", "_sizes", "_slots")
 
     def __init__(self, blob: bytes | None) -> None:
         self._blob = blob
         self._slots: dict[str, _Slot] | None = None
+        self._sizes: dict[str, int] = {}
         self._size = 0
         self._changed = False
 
@@ -91,15 +92,16 @@ class WorkingMemory:
                         else slot.value
                     )
                     self._slots[slot.key] = content
-                    self._size += _slot_size(slot.key, content)
+                    size = self._sizes[slot.key] = _slot_size(slot.key, content)
+                    self._size += size
         return self._slots
 
     def _replace(self, key: str, new: _Slot | None) -> None:
         """Swap slot ``key`` for ``new`` (``None`` deletes), enforcing the cap first."""
         slots = self._loaded()
-        old = slots.get(key)
-        size = self._size - (0 if old is None else _slot_size(key, old))
-        size += 0 if new is None else _slot_size(key, new)
+        sizes = self._sizes
+        new_size = 0 if new is None else _slot_size(key, new)
+        size = self._size - sizes.get(key, 0) + new_size
         if size > MEMORY_CAP_BYTES:
             raise MemoryLimitError(
                 f"writing memory slot {key!r} would make this key's memory {size} bytes, over "
@@ -108,8 +110,10 @@ class WorkingMemory:
             )
         if new is None:
             del slots[key]
+            del sizes[key]
         else:
             slots[key] = new
+            sizes[key] = new_size
         self._size = size
         self._changed = True
 
@@ -157,6 +161,12 @@ class WorkingMemory:
     def size(self) -> int:
         """The size of this memory's serialized form in bytes: what the cap limits."""
         return self._size if self._loaded() else 0
+
+    @property
+    def slot_sizes(self) -> dict[str, int]:
+        """Each slot's share of :attr:`size`, by name (its encoded bytes, tag included)."""
+        self._loaded()
+        return dict(self._sizes)
 
     @property
     def changed(self) -> bool:

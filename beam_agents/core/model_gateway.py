@@ -198,7 +198,6 @@ class ModelGateway:
         reason: object = response.stop_reason  # typed str, but a client may break the type
         return {
             "gen_ai.operation.name": "chat",
-            "gen_ai.system": self.provider_name,
             "gen_ai.provider.name": self.provider_name,
             "gen_ai.request.model": requested,
             "gen_ai.response.model": response.model,

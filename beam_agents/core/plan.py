@@ -7,7 +7,7 @@ records to emit on each output.
 
 from __future__ import annotations
 
-from beam_agents._protos import AgentError, ToolIntent, TraceEvent
+from beam_agents._protos import ActivationRecord, AgentError, ToolIntent, TraceEvent
 from beam_agents.core.errors import ErrorReason
 from beam_agents.core.state import KeyState
 
@@ -22,6 +22,7 @@ class Plan:
         "idle_ms",
         "intents",
         "outputs",
+        "records",
         "state",
         "traces",
     )
@@ -32,6 +33,8 @@ class Plan:
         self.intents: list[ToolIntent] = []
         self.traces: list[TraceEvent] = []
         self.errors: list[AgentError] = []
+        self.records: list[ActivationRecord] = []
+        """One per committed activation, when ``AgentConfig.record`` is on."""
         self.deadline_ms: int | None = None
         """``None``: leave the deadline timer as it is; ``0``: clear it; else set it (ms)."""
         self.idle_ms: int | None = None

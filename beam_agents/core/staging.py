@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import hashlib
 
+from beam_agents._json import canonical_json
 from beam_agents._protos import ToolIntent, TraceEvent
 from beam_agents.core.cursor import ReplayCursor, StepRecord
 from beam_agents.core.errors import BudgetExceededError
 from beam_agents.core.ids import intent_id_for
 from beam_agents.core.memory import WorkingMemory
-from beam_agents.core.tracing import TraceRecorder
+from beam_agents.core.recording import ActivationRecorder
+from beam_agents.core.tracing import MEMORY_SLOTS_ATTRIBUTE, TraceRecorder
 from beam_agents.model.cache import ReplayCache
 
 APPROVAL_TOOL_NAME = "approval"
@@ -44,6 +46,7 @@ class Staged:
         "intents",
         "memory",
         "namespace",
+        "recording",
         "tokens_before",
         "tokens_used",
         "trace",
@@ -76,6 +79,8 @@ class Staged:
         """The working memory, if the agent used it."""
         self.cache: ReplayCache | None = None
         """The replay cache, if the agent called the model."""
+        self.recording: ActivationRecorder | None = None
+        """What the activation's record needs beyond this, if ``AgentConfig.record`` is on."""
 
     @property
     def new_steps(self) -> list[tuple[int, bytes]]:
@@ -86,6 +91,20 @@ class Staged:
     def run_tokens_used(self) -> int:
         """Tokens spent by the whole run so far: earlier activations plus this one."""
         return self.tokens_before + self.tokens_used
+
+    def closing_attributes(self, attributes: dict[str, str]) -> dict[str, str]:
+        """``attributes`` plus the key's memory slot sizes, if this activation used memory.
+
+        Memory the agent never touched is left out: reading the cell only to measure it would
+        cost more than the rest of a no-op activation (``core/README.md``, "State layout").
+        Memory it changed is always given, ``{}`` once emptied, so no stale sizes linger.
+        """
+        memory = self.memory
+        if memory is not None:
+            sizes = memory.slot_sizes
+            if sizes or memory.changed:
+                attributes[MEMORY_SLOTS_ATTRIBUTE] = canonical_json(sizes)
+        return attributes
 
     def pending_after(self) -> list[tuple[str, int]]:
         """``(intent_id, kind)`` of every unanswered intent, carried ones first, for a Suspend."""

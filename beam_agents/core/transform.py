@@ -3,7 +3,7 @@
 """``RunAgent``: run an agent over a keyed stream of envelopes, as one Beam transform.
 
 ``keyed | RunAgent(agent, config=AgentConfig(...))`` where ``keyed`` is a
-``PCollection[tuple[bytes, AgentEnvelope]]`` returns :class:`RunAgentOutputs`. All four outputs
+``PCollection[tuple[bytes, AgentEnvelope]]`` returns :class:`RunAgentOutputs`. All its outputs
 have deterministic coders (``BytesCoder`` and ``ProtoCoder``), never pickle.
 
 Misconfiguration fails at pipeline construction with a ``ValueError`` that says what to change;
@@ -23,12 +23,19 @@ from apache_beam.testing.test_stream import TestStream
 from apache_beam.transforms.window import GlobalWindows
 from apache_beam.typehints import typehints
 
-from beam_agents._protos import AgentEnvelope, AgentError, ToolIntent, TraceEvent
+from beam_agents._protos import ActivationRecord, AgentEnvelope, AgentError, ToolIntent, TraceEvent
 from beam_agents.core import clocks
 from beam_agents.core.admission import element_problem
 from beam_agents.core.agent import AgentFn
 from beam_agents.core.config import AgentConfig, CommitInfo
-from beam_agents.core.dofn import ERRORS_TAG, INTENTS_TAG, OUTPUT_TAG, TRACES_TAG, AgentDoFn
+from beam_agents.core.dofn import (
+    ERRORS_TAG,
+    INTENTS_TAG,
+    OUTPUT_TAG,
+    RECORDS_TAG,
+    TRACES_TAG,
+    AgentDoFn,
+)
 from beam_agents.core.loudness import ErrorLog
 
 __all__ = ["AgentConfig", "CommitInfo", "RunAgent", "RunAgentOutputs"]
@@ -42,13 +49,15 @@ class RunAgentOutputs(NamedTuple):
     ``AgentError`` dead letters (reason, detail, event time, and the original envelope bytes so
     they can be re-driven; for an exception, its trimmed ``traceback``, and the detail names the
     agent's file and line). Every record is also logged at WARNING, rate-limited, whether or not
-    ``errors`` is consumed.
+    ``errors`` is consumed. ``records``: one ``ActivationRecord`` per committed activation with
+    ``AgentConfig(record=True)`` (``beam_agents/replay/README.md``); otherwise empty.
     """
 
     output: PCollection[bytes]
     intents: PCollection[ToolIntent]
     traces: PCollection[TraceEvent]
     errors: PCollection[AgentError]
+    records: PCollection[ActivationRecord]
 
 
 _ENVELOPE_PAIR = typehints.Tuple[bytes, AgentEnvelope]
@@ -178,8 +187,14 @@ class RunAgent(beam.PTransform[PCollection[tuple[bytes, AgentEnvelope]], RunAgen
         activate = (
             beam.ParDo(AgentDoFn(self._agent, config, ticks=_ticks(keyed.pipeline.runner)))
             .with_input_types(_ENVELOPE_PAIR)
-            .with_output_types(bytes, intents=ToolIntent, traces=TraceEvent, errors=AgentError)
-            .with_outputs(INTENTS_TAG, TRACES_TAG, ERRORS_TAG, main=OUTPUT_TAG)
+            .with_output_types(
+                bytes,
+                intents=ToolIntent,
+                traces=TraceEvent,
+                errors=AgentError,
+                records=ActivationRecord,
+            )
+            .with_outputs(INTENTS_TAG, TRACES_TAG, ERRORS_TAG, RECORDS_TAG, main=OUTPUT_TAG)
         )
         results = keyed | "Activate" >> activate
         errors = results[ERRORS_TAG]
@@ -192,4 +207,5 @@ class RunAgent(beam.PTransform[PCollection[tuple[bytes, AgentEnvelope]], RunAgen
             intents=results[INTENTS_TAG],
             traces=results[TRACES_TAG],
             errors=errors,
+            records=results[RECORDS_TAG],
         )

@@ -15,7 +15,7 @@ import random
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import apache_beam as beam
 import grpc
@@ -36,6 +36,8 @@ from beam_agents.io.connection import (
 )
 
 _log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 _DEAD_LETTER = "dead_letter"
 _METRICS_NAMESPACE = "beam_agents.io"
@@ -79,6 +81,28 @@ class _Backoff:
         """The sleep before each retry: uniform in ``[0, min(max, initial * 2**n)]``."""
         for retry in range(self.max_attempts - 1):
             yield random.uniform(0.0, min(self.max_s, self.initial_s * 2**retry))
+
+
+def _check_call_settings(
+    batch_size: int,
+    max_batch_size: int,
+    max_attempts: int,
+    initial_backoff_s: float,
+    max_backoff_s: float,
+    rpc_timeout_s: float,
+) -> None:
+    """Refuse batch, retry and deadline settings a sink of the effector cannot use."""
+    if not 1 <= batch_size <= max_batch_size:
+        raise ValueError(f"batch_size must be between 1 and {max_batch_size}, got {batch_size}")
+    if max_attempts < 1:
+        raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+    if initial_backoff_s < 0 or max_backoff_s < initial_backoff_s:
+        raise ValueError(
+            "need 0 <= initial_backoff_s <= max_backoff_s, got "
+            f"{initial_backoff_s} and {max_backoff_s}"
+        )
+    if rpc_timeout_s <= 0:
+        raise ValueError(f"rpc_timeout_s must be positive, got {rpc_timeout_s}")
 
 
 @dataclass(frozen=True)
@@ -144,6 +168,39 @@ class _CallFailedError(Exception):
     def __init__(self, error: grpc.RpcError, attempts: int) -> None:
         super().__init__(error)
         self.reason = f"effector call failed after {attempts} attempt(s): {_describe(error)}"
+
+
+def _call_with_retries(
+    call: Callable[[], _T],
+    backoff: _Backoff,
+    what: str,
+    target: str,
+    log_retry: Callable[[int, grpc.RpcError, float], None],
+    error: grpc.RpcError | None = None,
+) -> _T:
+    """``call()``, again after each transient failure while ``backoff`` allows.
+
+    Starts with a retry when given the ``error`` of a first attempt made elsewhere. A wrong
+    token (UNAUTHENTICATED, PERMISSION_DENIED) raises ``PermissionError`` at once: retrying
+    cannot fix it, and every call would fail alike. Any other failure that retrying cannot fix,
+    or that outlasts the retries, raises :class:`_CallFailedError`.
+    """
+    delays = backoff.delays()
+    attempts = 0 if error is None else 1
+    while True:
+        if error is not None:
+            if _status_code(error) in _AUTH_CODES:
+                raise _call_failure(what, target, error) from error
+            delay = next(delays, None) if _is_transient(error) else None
+            if delay is None:
+                raise _CallFailedError(error, attempts) from error
+            log_retry(attempts, error, delay)
+            time.sleep(delay)
+        attempts += 1
+        try:
+            return call()
+        except grpc.RpcError as failed:
+            error = failed
 
 
 _TIMESTAMP: Any = beam.DoFn.TimestampParam
@@ -258,42 +315,35 @@ class _SubmitIntentsFn(beam.DoFn):
     def _submit(self, intents: Sequence[ToolIntent]) -> Sequence[SubmitAck]:
         """Submit one batch; retrying is safe because the effector deduplicates by intent id."""
         request = SubmitRequest(intents=intents, redeliver_results=self._redeliver_results)
-        delays = self._backoff.delays()
-        attempts = 0
-        while True:
-            attempts += 1
-            try:
-                response = self._stub.Submit(
-                    request, timeout=self._rpc_timeout_s, metadata=self._metadata
-                )
-            except grpc.RpcError as error:
-                if _status_code(error) in _AUTH_CODES:
-                    # Retrying or dead-lettering cannot fix a wrong token: every intent
-                    # would fail alike. Fail loudly, as ReadEnvelopes does.
-                    target = self._connection.target
-                    raise _call_failure("submitting intents", target, error) from error
-                delay = next(delays, None) if _is_transient(error) else None
-                if delay is None:
-                    raise _CallFailedError(error, attempts) from error
-                self._retries.inc()
-                _log.warning(
-                    "SubmitIntents: submitting %d intent(s) to the effector at %s failed "
-                    "(attempt %d of %d: %s); retrying in %.2f s",
-                    len(intents),
-                    self._connection.target,
-                    attempts,
-                    self._backoff.max_attempts,
-                    _describe(error),
-                    delay,
-                )
-                time.sleep(delay)
-                continue
-            if len(response.acks) != len(intents):
-                raise RuntimeError(
-                    f"the effector answered {len(response.acks)} acknowledgements for "
-                    f"{len(intents)} intents"
-                )
-            return list(response.acks)
+
+        def log_retry(attempts: int, error: grpc.RpcError, delay: float) -> None:
+            self._retries.inc()
+            _log.warning(
+                "SubmitIntents: submitting %d intent(s) to the effector at %s failed "
+                "(attempt %d of %d: %s); retrying in %.2f s",
+                len(intents),
+                self._connection.target,
+                attempts,
+                self._backoff.max_attempts,
+                _describe(error),
+                delay,
+            )
+
+        response = _call_with_retries(
+            lambda: self._stub.Submit(
+                request, timeout=self._rpc_timeout_s, metadata=self._metadata
+            ),
+            self._backoff,
+            "submitting intents",
+            self._connection.target,
+            log_retry,
+        )
+        if len(response.acks) != len(intents):
+            raise RuntimeError(
+                f"the effector answered {len(response.acks)} acknowledgements for "
+                f"{len(intents)} intents"
+            )
+        return list(response.acks)
 
     def _dead_letter(self, letter: Any) -> TaggedOutput[str, Any]:
         self._dead_lettered.inc()
@@ -368,19 +418,14 @@ class SubmitIntents(beam.PTransform[PCollection[ToolIntent], SubmitIntentsOutput
         redeliver_results: bool = True,
     ) -> None:
         super().__init__()
-        if not 1 <= batch_size <= _MAX_BATCH_SIZE:
-            raise ValueError(
-                f"batch_size must be between 1 and {_MAX_BATCH_SIZE}, got {batch_size}"
-            )
-        if max_attempts < 1:
-            raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
-        if initial_backoff_s < 0 or max_backoff_s < initial_backoff_s:
-            raise ValueError(
-                "need 0 <= initial_backoff_s <= max_backoff_s, got "
-                f"{initial_backoff_s} and {max_backoff_s}"
-            )
-        if rpc_timeout_s <= 0:
-            raise ValueError(f"rpc_timeout_s must be positive, got {rpc_timeout_s}")
+        _check_call_settings(
+            batch_size,
+            _MAX_BATCH_SIZE,
+            max_attempts,
+            initial_backoff_s,
+            max_backoff_s,
+            rpc_timeout_s,
+        )
         self._fn = _SubmitIntentsFn(
             _connection(target, token, token_env, tls_root_cert),
             batch_size,

@@ -67,7 +67,7 @@ def claim_work(
                 refused.append(intent)
             continue
         candidates.append(Claim(token=uuid.uuid4().hex, intent=intent, attempt=attempts + 1))
-    claims = _start_running(tx, candidates)
+    claims = _start_running(tx, candidates, now_ms)
     # The keys are locked (or, on SQLite, the whole store is), so the heads cannot change.
     tx.executemany(
         """UPDATE effector_keys SET claim_token = ?, claimed_intent_id = ?, lease_owner = ?,
@@ -108,18 +108,20 @@ def _queue_heads(tx: sql.Tx, dialect: sql.Dialect, keys: Sequence[bytes]) -> lis
     ).fetchall()
 
 
-def _start_running(tx: sql.Tx, candidates: Sequence[Claim]) -> list[Claim]:
-    """Mark the candidates' intents RUNNING, counting the attempt; returns those it marked."""
+def _start_running(tx: sql.Tx, candidates: Sequence[Claim], now_ms: int) -> list[Claim]:
+    """Mark the candidates' intents RUNNING (started now), counting the attempt; returns them."""
     started: set[str] = set()
     for chunk in sql.chunks(candidates):
         started.update(
             row[0]
             for row in tx.execute(
-                f"""UPDATE effector_intents SET state = ?, attempts = attempts + 1
+                f"""UPDATE effector_intents SET state = ?, attempts = attempts + 1,
+                      started_at_ms = ?
                     WHERE intent_id IN ({sql.marks(len(chunk))}) AND state IN (?, ?)
                     RETURNING intent_id""",
                 [
                     sql.RUNNING,
+                    now_ms,
                     *(claim.intent.intent_id for claim in chunk),
                     sql.PENDING,
                     sql.RUNNING,

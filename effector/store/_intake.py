@@ -4,7 +4,8 @@ The first request for an id records it (PENDING, AWAITING_DECISION for an approv
 with a REJECTED result); a later one is a DUPLICATE (same digest) or a CONFLICT (different
 content, answered with the recorded intent), and a DUPLICATE of a DONE intent may ask for its
 result envelope to be appended again.
-New intent rows are written in id order, then key rows in key order (the lock order).
+New intent rows are written in id order, then key rows in key order (the lock order), then
+the keys' activity rows (:func:`~effector.store._telemetry.touch_keys`), in key order too.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from effector.intents import (
     result_envelope,
     serialize_intent,
 )
+from effector.store._telemetry import touch_keys
 from effector.store.base import NewIntent, SubmitOutcome, SubmitResult
 
 
@@ -75,6 +77,7 @@ def submit(
                 None if result is None else result.SerializeToString(),
                 None if result is None else now_ms,
                 published,
+                intent.tool_name,
             )
         )
     inserted = _insert_intents(tx, rows)
@@ -110,6 +113,7 @@ def submit(
     if conflicts:
         _explain_conflicts(tx, intents, first_of, inserted, conflicts, answers)
     _add_pending(tx, new_work, now_ms)
+    touch_keys(tx, {intents[first_of[each]].intent.entity_key for each in inserted}, now_ms)
     offsets = sql.append(tx, [envelopes[index] for index in sorted(envelopes)], now_ms)
     return [answer for answer in answers if answer is not None], sql.head_after(offsets)
 
@@ -157,8 +161,8 @@ def _insert_intents(tx: sql.Tx, rows: Sequence[Sequence[Any]]) -> set[str]:
             for row in tx.execute(
                 f"""INSERT INTO effector_intents (intent_id, entity_key, seq, step_index, kind,
                     digest, intent, state, received_at_ms, deadline_ms, attempts, result,
-                    completed_at_ms, published_envelope)
-                   VALUES {sql.row_marks(len(chunk), 14)}
+                    completed_at_ms, published_envelope, tool_name)
+                   VALUES {sql.row_marks(len(chunk), 15)}
                    ON CONFLICT (intent_id) DO NOTHING RETURNING intent_id""",
                 sql.flatten(chunk),
             ).fetchall()

@@ -1,19 +1,38 @@
 """Reads and retention: the envelope log, one intent, the intents in a state, the counts.
 
-Reads run in read-only transactions (on SQLite, on a connection of their own). :func:`prune`
-forgets DONE intents and envelopes older than the retention, a bounded batch per call.
+Reads run in read-only transactions (on SQLite, on a connection of their own); searches walk
+an index newest first. :func:`prune` forgets DONE intents and envelopes older than the
+retention, a bounded batch per call.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
+from collections.abc import Iterator, Sequence
+from typing import Any
+
 from beam_agents._protos import AgentEnvelope, IntentState, ToolIntent, ToolResult
-from effector.store._tx import AWAITING, DONE, PENDING, RUNNING, Tx, parse_result, read_head
+from effector.store._tx import (
+    AWAITING,
+    DONE,
+    PENDING,
+    RUNNING,
+    Tx,
+    delete_oldest,
+    parse_result,
+    read_head,
+)
 from effector.store.base import IntentRecord, LogRecord, StoreCounts
 
 _PRUNE_BATCH = 10_000
 """Rows deleted per table per prune call, so one prune never holds the store for long."""
 _FAILED_SCAN_BATCH = 1_000
 """DONE intents read per query while looking for failed ones."""
+_SEARCH_SCAN_BATCH = 500
+"""Intents read per query of each scan while searching."""
+RECORD_COLUMNS = "intent, state, result, attempts, received_at_ms, started_at_ms, completed_at_ms"
+"""The columns :func:`intent_record` reads, in order."""
 
 
 def read_log(tx: Tx, from_offset: int, max_records: int) -> list[LogRecord]:
@@ -26,15 +45,73 @@ def read_log(tx: Tx, from_offset: int, max_records: int) -> list[LogRecord]:
     return [LogRecord(int(offset), AgentEnvelope.FromString(bytes(blob))) for offset, blob in rows]
 
 
+def intent_record(row: Sequence[Any]) -> IntentRecord:
+    """The :class:`IntentRecord` of a row holding :data:`RECORD_COLUMNS`."""
+    blob, state, result, attempts, received_at_ms, started_at_ms, completed_at_ms = row
+    return IntentRecord(
+        ToolIntent.FromString(bytes(blob)),
+        state,
+        parse_result(result),
+        attempts,
+        received_at_ms=received_at_ms,
+        started_at_ms=started_at_ms,
+        completed_at_ms=completed_at_ms,
+    )
+
+
 def get_intent(tx: Tx, intent_id: str) -> IntentRecord | None:
     """Everything recorded about one intent, or ``None``."""
     row = tx.execute(
-        "SELECT intent, state, result, attempts FROM effector_intents WHERE intent_id = ?",
-        (intent_id,),
+        f"SELECT {RECORD_COLUMNS} FROM effector_intents WHERE intent_id = ?", (intent_id,)
     ).fetchone()
-    if row is None:
-        return None
-    return IntentRecord(ToolIntent.FromString(bytes(row[0])), row[1], parse_result(row[2]), row[3])
+    return None if row is None else intent_record(row)
+
+
+def search_intents(
+    tx: Tx,
+    state: IntentState | None,
+    tool_name: str | None,
+    entity_key: bytes | None,
+    limit: int,
+) -> list[IntentRecord]:
+    """Intents matching every filter given, newest first by receipt (then id), at most ``limit``.
+
+    Each scan follows an index newest first, a batch at a time: the key's with a key (the
+    other filters checked on its rows' columns), else the tool's with a tool, else the
+    state's; without a state, one scan per state, merged.
+    """
+    conditions: list[tuple[str, Any]] = []
+    if entity_key is not None:
+        conditions.append(("entity_key = ?", entity_key))
+    if tool_name is not None:
+        conditions.append(("tool_name = ?", tool_name))
+    if entity_key is not None:
+        if state is not None:
+            conditions.append(("state = ?", state))
+        scans = [_newest_first(tx, conditions)]
+    else:
+        states = [state] if state is not None else [PENDING, RUNNING, AWAITING, DONE]
+        scans = [_newest_first(tx, [*conditions, ("state = ?", each)]) for each in states]
+    rows = heapq.merge(*scans, key=lambda row: (row[4], row[-1]), reverse=True)
+    return [intent_record(row[:-1]) for row in itertools.islice(rows, max(limit, 0))]
+
+
+def _newest_first(tx: Tx, conditions: Sequence[tuple[str, Any]]) -> Iterator[Any]:
+    """Rows of intents meeting ``conditions``, newest first by receipt, then id, in batches."""
+    after: tuple[Any, ...] = ()
+    while True:
+        where = [condition for condition, _ in conditions]
+        if after:
+            where.append("(received_at_ms, intent_id) < (?, ?)")
+        rows = tx.execute(
+            f"SELECT {RECORD_COLUMNS}, intent_id FROM effector_intents WHERE {' AND '.join(where)}"
+            " ORDER BY received_at_ms DESC, intent_id DESC LIMIT ?",
+            (*(value for _, value in conditions), *after, _SEARCH_SCAN_BATCH),
+        ).fetchall()
+        yield from rows
+        if len(rows) < _SEARCH_SCAN_BATCH:
+            return
+        after = (rows[-1][4], rows[-1][-1])
 
 
 def list_intents(tx: Tx, state: IntentState, limit: int) -> list[ToolIntent]:
@@ -92,18 +169,12 @@ def counts(tx: Tx) -> StoreCounts:
 def prune(tx: Tx, now_ms: int, retention_ms: int) -> int:
     """Forget DONE intents, envelopes and idle keys past the retention; returns rows removed."""
     cutoff = now_ms - retention_ms
-    removed = tx.execute(
-        """DELETE FROM effector_intents WHERE intent_id IN (
-             SELECT intent_id FROM effector_intents WHERE state = 4 AND completed_at_ms < ?
-             ORDER BY completed_at_ms LIMIT ?)""",
-        (cutoff, _PRUNE_BATCH),
-    ).rowcount
-    removed += tx.execute(
-        """DELETE FROM effector_envelopes WHERE log_offset IN (
-             SELECT log_offset FROM effector_envelopes WHERE appended_at_ms < ?
-             ORDER BY appended_at_ms LIMIT ?)""",
-        (cutoff, _PRUNE_BATCH),
-    ).rowcount
+    removed = delete_oldest(
+        tx, "effector_intents", ["intent_id"], "completed_at_ms", cutoff, _PRUNE_BATCH, "state = 4"
+    )
+    removed += delete_oldest(
+        tx, "effector_envelopes", ["log_offset"], "appended_at_ms", cutoff, _PRUNE_BATCH
+    )
     removed += tx.execute(
         "DELETE FROM effector_keys WHERE pending = 0 AND claim_token IS NULL"
     ).rowcount

@@ -1,6 +1,6 @@
-"""The SQL store's schema: the tables and indexes, their version, and the migration to it.
+"""The SQL store's schema: the tables and indexes, their version, and the migrations to it.
 
-:func:`create_schema` creates whatever is missing, migrates a version 1 store in place and
+:func:`create_schema` creates whatever is missing, migrates a version 1 or 2 store in place and
 refuses a version it does not know. The tables are described in ``effector/README.md``.
 """
 
@@ -11,23 +11,36 @@ import json
 from beam_agents._protos import AgentEnvelope, Approval, ToolIntent, ToolResult
 from effector.errors import StoreSchemaError
 from effector.intents import approval_envelope, result_envelope
+from effector.store._records import records_statements
+from effector.store._telemetry import fill_key_activity, telemetry_statements
 from effector.store._tx import Dialect, Tx, read_head
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Bumped (with a migration) whenever a table changes incompatibly.
 
 Version 2 added ``published_envelope`` (the bytes of the envelope that published an intent's
 terminal result, kept for redelivery) and indexed intents by ``(state, received_at_ms)``.
+Version 3 added ``started_at_ms`` (when an intent's latest execution was claimed) and
+``tool_name`` (filled in for the intents already stored), indexed intents by tool and DONE
+intents by ``(state, completed_at_ms)`` (replacing ``effector_intents_done``), and filled
+``effector_key_activity`` from the intents; the telemetry tables, the activation records
+table and the intents' key index are new tables and indexes, created on any version (so the
+migration from version 2 creates them too).
 """
 
 _MIGRATION_BATCH = 1_000
+
+
+_META_TABLE = (
+    "CREATE TABLE IF NOT EXISTS effector_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)"
+)
 
 
 def schema_statements(dialect: Dialect) -> list[str]:
     """Return the DDL that creates every table and index, idempotently."""
     blob, bigint = dialect.blob, dialect.bigint
     return [
-        "CREATE TABLE IF NOT EXISTS effector_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        _META_TABLE,
         f"""CREATE TABLE IF NOT EXISTS effector_intents (
             intent_id TEXT PRIMARY KEY,
             entity_key {blob} NOT NULL,
@@ -42,17 +55,30 @@ def schema_statements(dialect: Dialect) -> list[str]:
             attempts INTEGER NOT NULL,
             result {blob},
             completed_at_ms {bigint},
-            published_envelope {blob})""",
+            published_envelope {blob},
+            started_at_ms {bigint},
+            tool_name TEXT NOT NULL DEFAULT '')""",
         # The queue of each key: TOOL intents not yet DONE (only they are PENDING/RUNNING).
         """CREATE INDEX IF NOT EXISTS effector_intents_queue
             ON effector_intents (entity_key, seq, step_index) WHERE state IN (1, 2)""",
         """CREATE INDEX IF NOT EXISTS effector_intents_awaiting
             ON effector_intents (deadline_ms) WHERE state = 3 AND deadline_ms > 0""",
-        """CREATE INDEX IF NOT EXISTS effector_intents_done
-            ON effector_intents (completed_at_ms) WHERE state = 4""",
+        # A key's approvals awaiting a decision (the console's keys page); the constant state
+        # column makes it cover the count, and beat the state indexes for it without statistics.
+        """CREATE INDEX IF NOT EXISTS effector_intents_awaiting_by_key
+            ON effector_intents (entity_key, state) WHERE state = 3""",
+        # DONE intents by completion (retention; the overview's window, covering latency).
+        """CREATE INDEX IF NOT EXISTS effector_intents_completed
+            ON effector_intents (state, completed_at_ms, started_at_ms)""",
+        # The console's search by tool, newest first within a state.
+        """CREATE INDEX IF NOT EXISTS effector_intents_by_tool
+            ON effector_intents (tool_name, state, received_at_ms, intent_id)""",
         # Counts by state, and ListIntents (oldest first within a state).
         """CREATE INDEX IF NOT EXISTS effector_intents_by_state
             ON effector_intents (state, received_at_ms, intent_id)""",
+        # A key's intents, newest first (the console's key and intent pages).
+        """CREATE INDEX IF NOT EXISTS effector_intents_by_key
+            ON effector_intents (entity_key, received_at_ms, intent_id)""",
         # One row per key with work: the per-key execution slot and its lease.
         f"""CREATE TABLE IF NOT EXISTS effector_keys (
             entity_key {blob} PRIMARY KEY,
@@ -74,25 +100,61 @@ def schema_statements(dialect: Dialect) -> list[str]:
             id INTEGER PRIMARY KEY CHECK (id = 1),
             head {bigint} NOT NULL)""",
         "INSERT INTO effector_log_head (id, head) VALUES (1, 0) ON CONFLICT (id) DO NOTHING",
+        *telemetry_statements(dialect),
+        *records_statements(dialect),
         f"""INSERT INTO effector_meta (name, value)
             VALUES ('schema_version', '{SCHEMA_VERSION}') ON CONFLICT (name) DO NOTHING""",
     ]
 
 
 def create_schema(tx: Tx, dialect: Dialect) -> int:
-    """Create the schema if it is missing and check its version; returns the log head."""
-    for statement in schema_statements(dialect):
-        tx.execute(statement)
-    (version,) = tx.execute(
-        "SELECT value FROM effector_meta WHERE name = 'schema_version'"
-    ).fetchone()
-    if version == "1":
-        _migrate_from_version_1(tx, dialect)
-    elif version != str(SCHEMA_VERSION):
+    """Create the schema if it is missing and check its version; returns the log head.
+
+    An older store gets its new columns first, then whatever tables and indexes are missing
+    (some index the new columns), then the data the new ones start from.
+    """
+    tx.execute(_META_TABLE)
+    row = tx.execute("SELECT value FROM effector_meta WHERE name = 'schema_version'").fetchone()
+    version = None if row is None else row[0]
+    if version not in (None, "1", "2", str(SCHEMA_VERSION)):
         raise StoreSchemaError(
             f"the store has schema version {version}; this effector understands {SCHEMA_VERSION}"
         )
+    migrating = version in ("1", "2")
+    if version == "1":
+        _migrate_from_version_1(tx, dialect)
+    if migrating:
+        _add_version_3_columns(tx, dialect)
+    for statement in schema_statements(dialect):
+        tx.execute(statement)
+    if migrating:
+        fill_key_activity(tx)
+        tx.execute(
+            "UPDATE effector_meta SET value = ? WHERE name = 'schema_version'",
+            (str(SCHEMA_VERSION),),
+        )
     return read_head(tx)
+
+
+def _add_version_3_columns(tx: Tx, dialect: Dialect) -> None:
+    """Add ``started_at_ms`` and ``tool_name`` (filled in from each intent's bytes)."""
+    tx.execute(f"ALTER TABLE effector_intents ADD COLUMN started_at_ms {dialect.bigint}")
+    tx.execute("ALTER TABLE effector_intents ADD COLUMN tool_name TEXT NOT NULL DEFAULT ''")
+    tx.execute("DROP INDEX IF EXISTS effector_intents_done")
+    after = ""
+    while True:
+        rows = tx.execute(
+            """SELECT intent_id, intent FROM effector_intents
+               WHERE intent_id > ? ORDER BY intent_id LIMIT ?""",
+            (after, _MIGRATION_BATCH),
+        ).fetchall()
+        if not rows:
+            return
+        named = [(ToolIntent.FromString(bytes(blob)).tool_name, i) for i, blob in rows]
+        updates = [(name, intent_id) for name, intent_id in named if name]
+        if updates:
+            tx.executemany("UPDATE effector_intents SET tool_name = ? WHERE intent_id = ?", updates)
+        after = rows[-1][0]
 
 
 def _migrate_from_version_1(tx: Tx, dialect: Dialect) -> None:
@@ -122,9 +184,6 @@ def _migrate_from_version_1(tx: Tx, dialect: Dialect) -> None:
             "UPDATE effector_intents SET published_envelope = ? WHERE intent_id = ?", updates
         )
         after = rows[-1][0]
-    tx.execute(
-        "UPDATE effector_meta SET value = ? WHERE name = 'schema_version'", (str(SCHEMA_VERSION),)
-    )
 
 
 def _version_1_envelope(intent: ToolIntent, result: ToolResult) -> AgentEnvelope:

@@ -1,7 +1,8 @@
 """``SqlStore``: the :class:`EffectorStore` both SQL backends share, one method per operation.
 
 Each method runs one transaction of a phase module (:mod:`~effector.store._intake`,
-:mod:`~effector.store._execution`, :mod:`~effector.store._reads`) on the backend's executor
+:mod:`~effector.store._execution`, :mod:`~effector.store._reads`,
+:mod:`~effector.store._telemetry`) on the backend's executor
 threads, wakes local readers once it appended envelopes, and group-commits concurrent submits.
 The backend supplies the connection, the transaction boundaries and its :class:`Dialect`.
 """
@@ -20,7 +21,18 @@ import effector.audit as audit
 import effector.store._execution as execution
 import effector.store._intake as intake
 import effector.store._reads as reads
-from beam_agents._protos import AgentEnvelope, Approval, IntentState, ToolIntent, ToolResult
+import effector.store._records as activation_records
+import effector.store._telemetry as telemetry
+from beam_agents._protos import (
+    ActivationRecord,
+    AgentEnvelope,
+    AgentError,
+    Approval,
+    IntentState,
+    ToolIntent,
+    ToolResult,
+    TraceEvent,
+)
 from effector.group_commit import GroupCommit
 from effector.store._tx import Dialect, Tx, append, head_after, read_head
 from effector.store.base import (
@@ -29,9 +41,13 @@ from effector.store.base import (
     Completion,
     Decision,
     EffectorStore,
+    ErrorRecord,
     IntentRecord,
+    KeySummary,
     LogRecord,
     NewIntent,
+    Overview,
+    Recorded,
     StoreCounts,
     SubmitResult,
 )
@@ -224,3 +240,83 @@ class SqlStore(EffectorStore):
     async def prune(self, now_ms: int, retention_ms: int) -> int:
         """See :meth:`EffectorStore.prune`."""
         return await self._run(lambda tx: reads.prune(tx, now_ms, retention_ms))
+
+    async def record_traces(self, events: Sequence[TraceEvent], now_ms: int) -> Recorded:
+        """See :meth:`EffectorStore.record_traces`."""
+        return await self._run(lambda tx: telemetry.record_traces(tx, events, now_ms))
+
+    async def record_errors(self, errors: Sequence[AgentError], now_ms: int) -> Recorded:
+        """See :meth:`EffectorStore.record_errors`."""
+        return await self._run(lambda tx: telemetry.record_errors(tx, errors, now_ms))
+
+    async def record_activations(
+        self, records: Sequence[ActivationRecord], now_ms: int
+    ) -> Recorded:
+        """See :meth:`EffectorStore.record_activations`."""
+        return await self._run(
+            lambda tx: activation_records.record_activations(tx, records, now_ms)
+        )
+
+    async def records_for_key(
+        self, entity_key: bytes, max_runs: int, *, before_seq: int | None = None
+    ) -> list[ActivationRecord]:
+        """See :meth:`EffectorStore.records_for_key`."""
+        return await self._run(
+            lambda tx: activation_records.records_for_key(tx, entity_key, max_runs, before_seq),
+            write=False,
+        )
+
+    async def traces_for_key(self, entity_key: bytes, max_runs: int) -> list[TraceEvent]:
+        """See :meth:`EffectorStore.traces_for_key`."""
+        return await self._run(
+            lambda tx: telemetry.traces_for_key(tx, entity_key, max_runs), write=False
+        )
+
+    async def list_keys(self, search: bytes, limit: int) -> list[KeySummary]:
+        """See :meth:`EffectorStore.list_keys`."""
+        return await self._run(
+            lambda tx: telemetry.list_keys(tx, self._dialect, search, limit), write=False
+        )
+
+    async def search_intents(
+        self,
+        *,
+        state: IntentState | None,
+        tool_name: str | None,
+        entity_key: bytes | None,
+        limit: int,
+    ) -> list[IntentRecord]:
+        """See :meth:`EffectorStore.search_intents`."""
+        return await self._run(
+            lambda tx: reads.search_intents(tx, state, tool_name, entity_key, limit), write=False
+        )
+
+    async def list_errors(self, entity_key: bytes | None, limit: int) -> list[ErrorRecord]:
+        """See :meth:`EffectorStore.list_errors`."""
+        return await self._run(lambda tx: telemetry.list_errors(tx, entity_key, limit), write=False)
+
+    async def get_error(self, error_id: str) -> ErrorRecord | None:
+        """See :meth:`EffectorStore.get_error`."""
+        return await self._run(lambda tx: telemetry.get_error(tx, error_id), write=False)
+
+    async def mark_redriven(self, error_id: str, now_ms: int, *, again: bool = False) -> bool:
+        """See :meth:`EffectorStore.mark_redriven`."""
+        return await self._run(lambda tx: telemetry.mark_redriven(tx, error_id, now_ms, again))
+
+    async def overview(self, now_ms: int, window_ms: int) -> Overview:
+        """See :meth:`EffectorStore.overview`."""
+        return await self._run(lambda tx: telemetry.overview(tx, now_ms, window_ms), write=False)
+
+    async def prune_telemetry(self, now_ms: int, retention_ms: int) -> int:
+        """See :meth:`EffectorStore.prune_telemetry`; one bounded transaction per batch."""
+        cutoff, removed = now_ms - retention_ms, 0
+        while True:
+            batch = await self._run(
+                lambda tx: (
+                    telemetry.prune_telemetry(tx, self._dialect, cutoff)
+                    + activation_records.prune_records(tx, cutoff, telemetry.PRUNE_BATCH)
+                )
+            )
+            removed += batch
+            if batch < telemetry.PRUNE_BATCH:
+                return removed

@@ -63,6 +63,8 @@ class Dialect:
     """Appended to a SELECT that reads a row it is about to change."""
     lateral: bool
     """Whether the backend joins LATERAL subqueries (PostgreSQL does, SQLite does not)."""
+    contains_bytes: str
+    """A condition true when bytes ``{haystack}`` contain bytes ``{needle}`` (SQL templates)."""
 
 
 def marks(count: int) -> str:
@@ -122,3 +124,22 @@ def append(tx: Tx, envelopes: Sequence[bytes], now_ms: int) -> list[int]:
 def head_after(offsets: Sequence[int]) -> int:
     """The log head after an append (0 when nothing was appended)."""
     return offsets[-1] if offsets else 0
+
+
+def delete_oldest(
+    tx: Tx, table: str, key: Sequence[str], time: str, cutoff_ms: int, limit: int, where: str = ""
+) -> int:
+    """Delete up to ``limit`` rows of ``table`` (``where``) whose ``time`` is before ``cutoff_ms``.
+
+    Oldest first, each row named by its ``key`` columns; returns how many were deleted.
+    """
+    columns = ", ".join(key)
+    named = f"({columns})" if len(key) > 1 else columns
+    condition = f"{where} AND " if where else ""
+    deleted: int = tx.execute(
+        f"""DELETE FROM {table} WHERE {named} IN (
+              SELECT {columns} FROM {table} WHERE {condition}{time} < ?
+              ORDER BY {time} LIMIT ?)""",
+        (cutoff_ms, limit),
+    ).rowcount
+    return deleted

@@ -12,7 +12,15 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from beam_agents._protos import AgentEnvelope, IntentState, ToolIntent, ToolResult
+from beam_agents._protos import (
+    ActivationRecord,
+    AgentEnvelope,
+    AgentError,
+    IntentState,
+    ToolIntent,
+    ToolResult,
+    TraceEvent,
+)
 
 
 class SubmitOutcome(enum.Enum):
@@ -96,6 +104,12 @@ class IntentRecord:
     """The terminal result, once the intent is DONE."""
     attempts: int
     """How many times the intent has been claimed for execution."""
+    received_at_ms: int = 0
+    """When the effector first recorded it (its wall clock)."""
+    started_at_ms: int | None = None
+    """When its latest execution attempt was claimed; ``None`` if never claimed."""
+    completed_at_ms: int | None = None
+    """When its terminal result was recorded; ``None`` until it is DONE."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +130,57 @@ class LogRecord:
     offset: int
     """Its position: offsets start at 1 and increase by one, in commit order."""
     envelope: AgentEnvelope
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """What a telemetry write did: how many items were new and how many already stored."""
+
+    recorded: int
+    duplicates: int
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorRecord:
+    """One stored ``.errors`` record."""
+
+    error_id: str
+    """``error_id_for`` the record: a retry or a replay of it gets the same id."""
+    error: AgentError
+    recorded_at_ms: int
+    redriven_at_ms: int | None = None
+    """When its envelope was last published back to the pipeline; ``None`` if never."""
+
+
+@dataclass(frozen=True, slots=True)
+class KeySummary:
+    """One entity key as the console lists it."""
+
+    entity_key: bytes
+    runs: int
+    """How many runs (distinct seqs) of the key have stored trace events."""
+    last_seen_ms: int
+    """The newest time a trace event or error of the key was recorded, or an intent received."""
+    open_intents: int
+    """Its intents not yet DONE (pending, running or awaiting a decision)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Overview:
+    """The console's overview over the window ending at ``now_ms``, minute by minute."""
+
+    counts: StoreCounts
+    executions_per_minute: list[tuple[int, int]]
+    """``(minute start ms, intents completed)`` for each minute of the window, oldest first."""
+    errors_per_minute: list[tuple[int, int]]
+    tokens_per_minute: list[tuple[int, int]]
+    """Model tokens (input plus output, from LLM_CALL spans) by span wall-clock start."""
+    tool_latency_p50_ms: float | None
+    """Of the tool executions completed in the window (claim to result); ``None`` if none."""
+    tool_latency_p99_ms: float | None
+    pending_approvals: int
+    oldest_open: IntentRecord | None
+    """The intent not yet DONE that was received first, if any."""
 
 
 class EffectorStore(abc.ABC):
@@ -204,6 +269,83 @@ class EffectorStore(abc.ABC):
     @abc.abstractmethod
     async def prune(self, now_ms: int, retention_ms: int) -> int:
         """Forget DONE intents and envelopes older than the retention; returns rows removed."""
+
+    # -- telemetry and the console -----------------------------------------------------------
+
+    @abc.abstractmethod
+    async def record_traces(self, events: Sequence[TraceEvent], now_ms: int) -> Recorded:
+        """Store trace events, idempotent on ``(trace_id, span_id)``: a stored one is kept."""
+
+    @abc.abstractmethod
+    async def record_errors(self, errors: Sequence[AgentError], now_ms: int) -> Recorded:
+        """Store ``.errors`` records, idempotent on their ``error_id_for`` digest."""
+
+    @abc.abstractmethod
+    async def record_activations(
+        self, records: Sequence[ActivationRecord], now_ms: int
+    ) -> Recorded:
+        """Store activation records, idempotent on ``(entity_key, seq, trace_sequence)``."""
+
+    @abc.abstractmethod
+    async def records_for_key(
+        self, entity_key: bytes, max_runs: int, *, before_seq: int | None = None
+    ) -> list[ActivationRecord]:
+        """The records of the key's newest ``max_runs`` runs, in commit order.
+
+        Runs are distinct seqs; with ``before_seq``, only those below it. The records are
+        ordered by seq, then ``trace_sequence``.
+        """
+
+    @abc.abstractmethod
+    async def traces_for_key(self, entity_key: bytes, max_runs: int) -> list[TraceEvent]:
+        """The events of the key's newest ``max_runs`` runs, by seq then sequence."""
+
+    @abc.abstractmethod
+    async def list_keys(self, search: bytes, limit: int) -> list[KeySummary]:
+        """Keys containing ``search`` (all keys if empty), most recently seen first.
+
+        A search looks through the most recently seen keys only (tens of thousands), plus the
+        key equal to ``search``; keys with no stored runs, not seen within the telemetry
+        retention, are forgotten.
+        """
+
+    @abc.abstractmethod
+    async def search_intents(
+        self,
+        *,
+        state: IntentState | None,
+        tool_name: str | None,
+        entity_key: bytes | None,
+        limit: int,
+    ) -> list[IntentRecord]:
+        """Intents matching every filter given, newest first by receipt, at most ``limit``."""
+
+    @abc.abstractmethod
+    async def list_errors(self, entity_key: bytes | None, limit: int) -> list[ErrorRecord]:
+        """Stored errors (of one key, if given), newest first, at most ``limit``."""
+
+    @abc.abstractmethod
+    async def get_error(self, error_id: str) -> ErrorRecord | None:
+        """One stored error, or ``None`` if it is unknown (or pruned)."""
+
+    @abc.abstractmethod
+    async def mark_redriven(self, error_id: str, now_ms: int, *, again: bool = False) -> bool:
+        """Claim an error for a re-drive of its envelope, noting ``now_ms``; whether it did.
+
+        ``False`` if the error is unknown or, unless ``again``, was re-driven already: of two
+        concurrent claims one succeeds, so its envelope is published once.
+        """
+
+    @abc.abstractmethod
+    async def overview(self, now_ms: int, window_ms: int) -> Overview:
+        """The figures of the console's overview page."""
+
+    @abc.abstractmethod
+    async def prune_telemetry(self, now_ms: int, retention_ms: int) -> int:
+        """Forget traces, errors and activation records stored before ``now_ms - retention_ms``.
+
+        Returns how many rows were removed.
+        """
 
     @abc.abstractmethod
     async def close(self) -> None:

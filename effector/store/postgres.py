@@ -33,6 +33,7 @@ POSTGRES = Dialect(
     skip_locked=" FOR UPDATE SKIP LOCKED",
     for_update=" FOR UPDATE",
     lateral=True,
+    contains_bytes="position({needle} in {haystack}) > 0",
 )
 
 _SCHEMA_LOCK = 0x6566_6665_6374_6F72

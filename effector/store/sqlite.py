@@ -27,7 +27,14 @@ _T = TypeVar("_T")
 _CACHED_STATEMENTS = 2_048
 """Prepared statements kept per connection: every batch size of every batched statement."""
 
-SQLITE = Dialect(blob="BLOB", bigint="INTEGER", skip_locked="", for_update="", lateral=False)
+SQLITE = Dialect(
+    blob="BLOB",
+    bigint="INTEGER",
+    skip_locked="",
+    for_update="",
+    lateral=False,
+    contains_bytes="instr({haystack}, {needle}) > 0",
+)
 
 _SYNCHRONOUS_MODES = ("full", "normal")
 

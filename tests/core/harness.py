@@ -36,6 +36,7 @@ from beam_agents._protos import AgentEnvelope, AgentError, KeyHeader, ToolIntent
 from beam_agents.core.agent import AgentFn
 from beam_agents.core.context import ActivationContext
 from beam_agents.core.dofn import AgentDoFn
+from beam_agents.core.tracing import identity_of
 from beam_agents.model.client import LlmRequest
 from beam_agents.model.fake import FakeLLM, match_contains, respond_with
 from beam_agents.testing import EnvelopeStream
@@ -329,9 +330,10 @@ def run_order(config: AgentConfig) -> Outputs:
 
 
 def fingerprint(outputs: Outputs) -> tuple[list[bytes], list[bytes], list[bytes]]:
+    """Intents and outputs byte for byte, traces by identity (without wall-clock times)."""
     return (
         sorted(intent.SerializeToString(deterministic=True) for intent in outputs.intents),
-        sorted(event.SerializeToString(deterministic=True) for event in outputs.traces),
+        sorted(identity_of(event) for event in outputs.traces),
         sorted(outputs.output),
     )
 

@@ -80,16 +80,19 @@ def make_context(
     cache: ModelCache | None = None,
     resumption: Resumption | None = None,
     services: ActivationServices | None = None,
+    trace: TraceRecorder | None = None,
 ) -> ActivationContext:
     if services is None:
         services = make_services(registry(), provider)
+    if trace is None:
+        trace = TraceRecorder(KEY, seq, trace_id_for(KEY, seq), 0, 1_000)
     return ActivationContext(
         entity_key=KEY,
         seq=seq,
         now_ms=1_000,
         event=b"payload",
         first_step=first_step,
-        trace=TraceRecorder(KEY, seq, trace_id_for(KEY, seq), 0, 1_000),
+        trace=trace,
         services=services,
         load_memory=memory_loader,
         load_cache=lambda: None if cache is None else cache.SerializeToString(),

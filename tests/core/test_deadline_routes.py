@@ -8,6 +8,7 @@ time, each route at the deadline, and a retried timer bundle escalating identica
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from beam_agents.core.context import ActivationContext
 from beam_agents.core.continuation import DEADLINE_APPROVER
 from beam_agents.core.ids import intent_id_for
 from beam_agents.core.routes import RouteFailure, choose_route, deadline_outcome, idle_expiry
-from beam_agents.core.tracing import trace_id_for
+from beam_agents.core.tracing import DEADLINE_ATTRIBUTE, identity_of, trace_id_for
 from beam_agents.hitl import Deny, Drop, Escalate, FallbackContext, HitlPolicy
 from beam_agents.testing import EnvelopeStream, FailFirstCommit, epoch_clock
 from tests.core.harness import Outputs, escalate, escalate_once, fingerprint, run_agent, streamed
@@ -120,6 +121,7 @@ def test_escalation_answers_pending_approvals_no_and_asks_again() -> None:
     assert escalated.next_step == 4 and escalated.escalations == 1
     assert escalated.deadline_ms == 15_000
     assert names(outcome.traces) == ["ACTIVATION_START", "INTENT_EMITTED", "SUSPENDED"]
+    assert outcome.traces[-1].attributes[DEADLINE_ATTRIBUTE] == "15000"
     assert escalated.trace_sequence == 7 + 3
     # The committed continuation is never edited in place.
     assert run == waiting_run()
@@ -128,7 +130,8 @@ def test_escalation_answers_pending_approvals_no_and_asks_again() -> None:
 def test_escalations_are_deterministic() -> None:
     first = deadline_outcome(Escalate(), KEY, waiting_run(), policy(escalate), fired_ms=1, now_ms=2)
     again = deadline_outcome(Escalate(), KEY, waiting_run(), policy(escalate), fired_ms=1, now_ms=2)
-    assert first == again
+    assert dataclasses.replace(first, traces=[]) == dataclasses.replace(again, traces=[])
+    assert list(map(identity_of, first.traces)) == list(map(identity_of, again.traces))
 
 
 def test_idle_expiry_counts_from_the_last_activity() -> None:

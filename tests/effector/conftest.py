@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import sqlite3
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
+import psycopg
 import pytest
+import pytest_asyncio
 from effector_test_tools import LEDGER_ENV, create_ledger
 
+from effector.store import EffectorStore, open_store
 from tests.pg import PostgresServer, postgres_server
 
 
@@ -21,6 +26,44 @@ def sqlite_url(path: Path) -> str:
     return f"sqlite:///{path}"
 
 
+async def execute_sql(store_url: str, statements: Sequence[str]) -> list[Any]:
+    """Run ``statements`` on a closed store's database, bypassing the store; the last one's rows.
+
+    For tests that rewrite a store's layout (an older schema version) or read it directly.
+    """
+    rows: list[Any] = []
+    if store_url.startswith("sqlite:///"):
+        connection = sqlite3.connect(store_url.removeprefix("sqlite:///"))
+        try:
+            with connection:
+                for statement in statements:
+                    rows = connection.execute(statement).fetchall()
+        finally:
+            connection.close()
+        return rows
+    async with await psycopg.AsyncConnection.connect(store_url, autocommit=True) as connection:
+        for statement in statements:
+            cursor = await connection.execute(statement)
+            rows = await cursor.fetchall() if cursor.description else []
+    return rows
+
+
+VERSION_3_ONLY = [
+    "DROP INDEX effector_intents_completed",
+    "DROP INDEX effector_intents_by_tool",
+    "DROP INDEX effector_intents_awaiting_by_key",
+    "DROP INDEX effector_intents_by_key",
+    "ALTER TABLE effector_intents DROP COLUMN started_at_ms",
+    "ALTER TABLE effector_intents DROP COLUMN tool_name",
+    "CREATE INDEX effector_intents_done ON effector_intents (completed_at_ms) WHERE state = 4",
+    "DROP TABLE effector_traces",
+    "DROP TABLE effector_errors",
+    "DROP TABLE effector_key_activity",
+    "DROP TABLE effector_records",
+]
+"""What turns a version 3 store back into the version 2 layout (its version aside)."""
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A fresh, empty store of each kind."""
@@ -28,6 +71,16 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return sqlite_url(tmp_path / "store.db")
     server: PostgresServer = request.getfixturevalue("postgres")
     return server.create_database("effector")
+
+
+@pytest_asyncio.fixture
+async def store(store_url: str) -> AsyncIterator[EffectorStore]:
+    """A fresh store of each kind, open for the test and closed after it."""
+    opened = await open_store(store_url)
+    try:
+        yield opened
+    finally:
+        await opened.close()
 
 
 @pytest.fixture

@@ -34,6 +34,7 @@ SERVE_FLAGS = [
     "--lease-ms",
     "--tool-timeout-ms",
     "--result-retention-s",
+    "--telemetry-retention-s",
     "--concurrency",
     "--token",
     "--token-file",

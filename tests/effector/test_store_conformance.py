@@ -7,12 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import random
-import sqlite3
-from collections.abc import AsyncIterator
 
-import psycopg
 import pytest
-import pytest_asyncio
+from conftest import VERSION_3_ONLY, execute_sql
 from effector_harness import make_intent
 
 import effector.store._reads as reads
@@ -23,15 +20,6 @@ from effector.store.base import Claim, Completion, NewIntent, SubmitOutcome, Sub
 
 T0 = 1_700_000_000_000
 LEASE = 1_000
-
-
-@pytest_asyncio.fixture
-async def store(store_url: str) -> AsyncIterator[EffectorStore]:
-    opened = await open_store(store_url)
-    try:
-        yield opened
-    finally:
-        await opened.close()
 
 
 def ok(claim: Claim, payload: bytes = b'"done"', now: int = T0) -> Completion:
@@ -654,27 +642,20 @@ async def test_a_version_1_store_is_migrated_and_redelivers_old_results(
         assert await migrated.list_intents(IntentState.AWAITING_DECISION, 10) == [waiting]
     finally:
         await migrated.close()
-    reopened = await open_store(store_url)  # the migration ran once; version 2 opens as is
+    reopened = await open_store(store_url)  # the migration ran once; the new version opens as is
     await reopened.close()
 
 
 async def downgrade_to_version_1(store_url: str) -> None:
-    """Turn a version 2 store back into the version 1 layout, with its data."""
+    """Turn a current store back into the version 1 layout, with its data."""
     statements = [
+        *VERSION_3_ONLY,
         "ALTER TABLE effector_intents DROP COLUMN published_envelope",
         "DROP INDEX effector_intents_by_state",
         "CREATE INDEX effector_intents_state ON effector_intents (state)",
         "UPDATE effector_meta SET value = '1' WHERE name = 'schema_version'",
     ]
-    if store_url.startswith("sqlite:///"):
-        with sqlite3.connect(store_url.removeprefix("sqlite:///")) as connection:
-            for statement in statements:
-                connection.execute(statement)
-        connection.close()
-    else:
-        async with await psycopg.AsyncConnection.connect(store_url, autocommit=True) as connection:
-            for statement in statements:
-                await connection.execute(statement)
+    await execute_sql(store_url, statements)
 
 
 @pytest.mark.asyncio

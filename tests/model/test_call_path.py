@@ -126,7 +126,6 @@ def test_a_call_succeeds_with_gen_ai_trace_attributes_and_beam_metrics(
     assert received.json()["model"] == "default-model"
     assert dict(llm_call(outputs).attributes) == {
         "gen_ai.operation.name": "chat",
-        "gen_ai.system": wire.shape,
         "gen_ai.provider.name": wire.shape,
         "gen_ai.request.model": "default-model",
         "gen_ai.response.model": "served-model",

@@ -206,6 +206,12 @@ class Sidecar:
         """``127.0.0.1:PORT``, the same for every incarnation."""
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def console_url(self) -> str | None:
+        """The running incarnation's web console (with ``--console-listen``), if any."""
+        assert self._process is not None, "not running"
+        return self._process.console_url
+
     def start(self) -> None:
         """Start an incarnation on the store and port; returns once it is serving."""
         assert self._process is None, "already running"

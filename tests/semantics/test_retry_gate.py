@@ -7,9 +7,10 @@ suspends) and then its tool result, fed back by the test as the effector would p
 from the committed cache, then calls the model again and completes). The stream runs twice on
 the ``BundleBasedDirectRunner`` (streaming, ``TestStream`` input): once plain, once with
 ``FailFirstCommit`` failing the first commit of 1% of the activations, so the runner retries
-their bundles. Outputs, intents and traces must be identical byte for byte (as sorted
-multisets), and the provider must never be asked again for a call that was committed: every
-resumed activation, however often its bundle ran, is served its first call from the cache.
+their bundles. Outputs and intents must be identical byte for byte, traces by identity (byte
+for byte without their wall-clock times; all as sorted multisets), and the provider must never
+be asked again for a call that was committed: every resumed activation, however often its
+bundle ran, is served its first call from the cache.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from beam_agents._protos import AgentEnvelope, ToolResult
 from beam_agents.core.agent import intent_id_for
 from beam_agents.core.config import CommitInfo
 from beam_agents.core.context import ActivationContext
+from beam_agents.core.tracing import identity_of
 from beam_agents.model.client import LlmRequest, LlmResponse
 from beam_agents.model.fake import FakeLLM, match_contains, respond_with_fn
 from beam_agents.testing import FailFirstCommit
@@ -157,11 +159,11 @@ class FailChosenCommits:
 
 
 def fingerprint(outputs: Outputs) -> tuple[list[bytes], list[bytes], list[bytes]]:
-    """Outputs, intents and traces, each as a sorted multiset of serialized bytes."""
+    """Outputs, intents and trace identities, each as a sorted multiset of bytes."""
     return (
         sorted(outputs.output),
         sorted(intent.SerializeToString(deterministic=True) for intent in outputs.intents),
-        sorted(event.SerializeToString(deterministic=True) for event in outputs.traces),
+        sorted(identity_of(event) for event in outputs.traces),
     )
 
 
@@ -216,8 +218,10 @@ def test_forced_retries_on_one_percent_of_commits_change_nothing(
     retried_activations = sum(forced_runs.values()) - 2 * N_KEYS
     assert retried_activations >= len(chosen)
 
-    # Byte for byte the same outputs, intents and traces.
+    # Byte for byte the same outputs and intents; the same traces but for their wall times,
+    # which every event has (a retried activation ran later, so its times are its own).
     assert fingerprint(forced) == fingerprint(plain)
+    assert all(0 < e.wall_start_unix_nano <= e.wall_end_unix_nano for e in forced.traces)
 
     # The provider was called once per activation run that made a fresh call, and never for
     # a call that had been committed: a resumed activation re-walks its plan call from the

@@ -12,11 +12,17 @@ certificate the test generates, ``--log-level DEBUG``. Then:
 - ``serve`` on a non-loopback address without a token exits 2 before binding anything;
 - no secret (the token, the wrong token, the private key) appears in the effector's stdout
   or stderr at DEBUG level, in the CLI's output, in any gRPC error, dead-letter reason or
-  exception message.
+  exception message;
+- the web console (``--console-listen``) sends every page to its login and refuses every POST
+  without a session; the login takes only the token and sets an HttpOnly, SameSite=Strict
+  cookie derived from it; a POST without the session's CSRF token, or from another origin, is
+  refused; a non-loopback console without a token exits 2 before binding; no page, header or
+  log holds a secret.
 """
 
 from __future__ import annotations
 
+import re
 import socket
 import uuid
 from collections.abc import Callable
@@ -24,6 +30,7 @@ from pathlib import Path
 
 import apache_beam as beam
 import grpc
+import httpx
 import pytest
 from effector_harness import make_intent, run_cli, self_signed_certificate
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -38,18 +45,24 @@ from beam_agents._protos import (
     ListIntentsRequest,
     PublishRequest,
     ReadRequest,
+    RecordErrorsRequest,
     StatusRequest,
     SubmitRequest,
+    ToolIntent,
 )
 from beam_agents.io import EffectorConnection, ReadEnvelopes, SubmitIntents
 from effector.client import EffectorClient
 from effector.launch import free_port
+from tests.console.harness import csrf_of
+from tests.console.runs_data import failed_event
 from tests.io.io_harness import Collector, run_pipeline
 from tests.semantics.gate_tools import REGISTRY_SPEC
 from tests.semantics.loop import make_events, run_loop, sidecar
 
 TOKEN = "gate-" + uuid.uuid4().hex
 WRONG_TOKEN = "gate-wrong-" + uuid.uuid4().hex
+OPEN_HOSTS = ("0.0.0.0", "[::]", "effector.example")
+"""Non-loopback hosts an effector without a token must refuse to bind."""
 RPCS: dict[str, object] = {
     "Submit": SubmitRequest(intents=[make_intent("touch", {"note": "x"}, key=b"k")]),
     "Read": ReadRequest(from_offset=1),
@@ -166,17 +179,11 @@ def test_tokens_tls_open_binds_and_secrets(
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        for host in ("0.0.0.0", "[::]", "effector.example"):
-            refused_store = tmp_path / f"never-{host.strip('[]:') or 'any6'}.db"
-            opened = run_cli(
-                "serve",
-                *("--tools", REGISTRY_SPEC, "--store", f"sqlite:///{refused_store}"),
-                *("--listen", f"{host}:{port}"),
-            )
-            assert opened.returncode == 2, opened.stderr
-            assert "refusing to listen on non-loopback" in opened.stderr, opened.stderr
-            assert not refused_store.exists(), "the store was opened before the refusal"
-            said.extend([opened.stdout, opened.stderr])
+        said += refuse_open_binds(
+            tmp_path,
+            lambda host: ("--listen", f"{host}:{port}"),
+            "refusing to listen on non-loopback",
+        )
 
     logs = "\n".join(effector.logs)
     assert "DEBUG" in logs, "the effector should have logged at DEBUG level"
@@ -190,3 +197,117 @@ def test_tokens_tls_open_binds_and_secrets(
         f"reader=PermissionError cli_wrong_token=exit1 open_binds_refused=3 (exit 2, before "
         f"binding) secrets_checked={len(secrets)} log_bytes={len(logs)} leaks=0",
     )
+
+
+def test_console_token_csrf_loopback_and_no_secret_in_pages(
+    tmp_path: Path, ledger: Path, gate_report: Callable[[str, str], None]
+) -> None:
+    (tmp_path / "token").write_text(TOKEN + "\n")
+    args = ("--token-file", str(tmp_path / "token"), "--console-listen", "127.0.0.1:0")
+    store = f"sqlite:///{tmp_path / 'effector.db'}"
+    approval = make_intent("approval", {"cents": 90_000}, key=b"k", kind=ToolIntent.APPROVAL)
+    said: list[str] = []  # every page, header and message the console showed
+    with sidecar(store, free_port(), ledger, *args, "--log-level", "DEBUG") as effector:
+        url = effector.console_url
+        assert url is not None and url.startswith("http://127.0.0.1:")
+        metadata = (("authorization", f"Bearer {TOKEN}"),)
+        with grpc.insecure_channel(effector.address) as channel:
+            stub = EffectorStub(channel)
+            stub.Submit(SubmitRequest(intents=[approval]), metadata=metadata, timeout=10)
+            error = failed_event(b"k", b'{"refund": "r-1"}')
+            stub.RecordErrors(RecordErrorsRequest(errors=[error]), metadata=metadata, timeout=10)
+        with EffectorClient(effector.address, token=TOKEN) as client:
+            [stored_error] = effector_errors(url, TOKEN)
+            pages = ["/", "/keys", "/keys/6b", "/intents", f"/intents/{approval.intent_id}"]
+            pages += ["/approvals", "/errors", f"/errors/{stored_error}"]
+            pages += [f"/errors/{stored_error}/redrive"]
+            posts = [f"/approvals/{approval.intent_id}", f"/errors/{stored_error}/redrive"]
+            decision = {"decision": "approve", "approver": "mallory"}
+
+            # Without a session: every page sends to the login, every POST is refused.
+            with httpx.Client(base_url=url.rstrip("/")) as anonymous:
+                for path in pages:
+                    answer = anonymous.get(path)
+                    assert answer.status_code == 303, path
+                    assert answer.headers["location"].startswith("/login?next="), path
+                for path in posts:
+                    refused = anonymous.post(path, data={**decision, "csrf_token": "x"})
+                    assert refused.status_code == 403, path
+                    said.append(refused.text)
+                wrong = anonymous.post("/login", data={"token": WRONG_TOKEN})
+                assert wrong.status_code == 403 and "set-cookie" not in wrong.headers
+                said.extend([wrong.text, anonymous.get("/login").text])
+            assert client.status().awaiting_decision == 1
+            assert client.read(1).records == [], "nothing was published"
+
+            # With the token: a session cookie derived from it; CSRF and same-origin hold.
+            with httpx.Client(base_url=url.rstrip("/")) as operator:
+                login = operator.post("/login", data={"token": TOKEN})
+                cookie = login.headers["set-cookie"]
+                assert login.status_code == 303 and "HttpOnly" in cookie
+                assert "SameSite=strict" in cookie
+                shown = [operator.get(path) for path in pages]
+                assert [page.status_code for page in shown] == [200] * len(pages)
+                csrf = csrf_of(shown[5].text)
+                target = posts[0]
+                assert operator.post(target, data=decision).status_code == 403
+                cross = {"Origin": "http://evil.example"}
+                assert (
+                    operator.post(
+                        target, data={**decision, "csrf_token": csrf}, headers=cross
+                    ).status_code
+                    == 403
+                )
+                assert client.status().awaiting_decision == 1
+                decided = operator.post(target, data={**decision, "csrf_token": csrf})
+                assert decided.status_code == 303
+                said.extend([cookie, *(page.text for page in shown)])
+                said.extend(
+                    f"{name}: {value}" for page in shown for name, value in page.headers.items()
+                )
+            assert client.status().awaiting_decision == 0
+
+    # The console binds loopback unless told otherwise; elsewhere it needs the token.
+    said += refuse_open_binds(
+        tmp_path,
+        lambda host: ("--listen", "127.0.0.1:0", "--console-listen", f"{host}:0"),
+        "refusing to serve the console on non-loopback",
+    )
+
+    logs = "\n".join(effector.logs)
+    leaks = [secret for secret in (TOKEN, WRONG_TOKEN) if any(secret in t for t in [logs, *said])]
+    assert leaks == [], "a secret leaked into a page, header, log or message"
+    gate_report(
+        "security",
+        f"console: pages_without_session=login ({len(pages)}) posts_without_session=403 "
+        f"({len(posts)}) wrong_token_login=403 post_without_csrf=403 cross_origin_post=403 "
+        f"open_console_binds_refused={len(OPEN_HOSTS)} (exit 2, before binding) "
+        f"pages_checked_for_secrets={len(pages)} leaks=0",
+    )
+
+
+def refuse_open_binds(
+    tmp_path: Path, listen_on: Callable[[str], tuple[str, ...]], refusal: str
+) -> list[str]:
+    """``serve`` without a token with ``listen_on(host)`` for each non-loopback host: each
+    exits 2 saying ``refusal`` before it opens its store. Returns what they printed."""
+    said = []
+    for host in OPEN_HOSTS:
+        refused_store = tmp_path / f"never-{uuid.uuid4().hex}.db"
+        opened = run_cli(
+            "serve",
+            *("--tools", REGISTRY_SPEC, "--store", f"sqlite:///{refused_store}"),
+            *listen_on(host),
+        )
+        assert opened.returncode == 2, opened.stderr
+        assert refusal in opened.stderr, opened.stderr
+        assert not refused_store.exists(), "the store was opened before the refusal"
+        said.extend([opened.stdout, opened.stderr])
+    return said
+
+
+def effector_errors(url: str, token: str) -> list[str]:
+    """The ids of the errors the console lists (read through the console itself)."""
+    with httpx.Client(base_url=url.rstrip("/")) as reader:
+        reader.post("/login", data={"token": token})
+        return re.findall(r'href="/errors/([0-9a-f]+)"', reader.get("/errors").text)

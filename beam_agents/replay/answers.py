@@ -1,0 +1,277 @@
+"""Answering an agent's model and tool calls from records, for replay and backtest.
+
+Replay (:class:`RecordedModel`, :class:`RecordedTools`) answers the k-th fresh model call of an
+activation only with the record's k-th, and only if the requests are equal; tool calls with
+a recorded call of the same name and arguments. Backtest (:class:`PooledModel`,
+:class:`PooledTools`) answers from anywhere in the key's records and sends what is new to the
+candidate's provider (or, strict, refuses it). A call that cannot be answered becomes a
+:class:`Miss` and raises :class:`Unanswerable` into the agent.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from beam_agents._protos import ActivationRecord, RecordedModelCall, RecordedToolCall
+from beam_agents.core.recording import jsonable
+from beam_agents.model.client import (
+    LlmRequest,
+    LlmResponse,
+    ModelClient,
+    ProviderRequestError,
+    TokenUsage,
+    as_model_client,
+    decode_plain,
+)
+from beam_agents.tools import Tool, ToolRunner
+from beam_agents.tools.errors import SideEffectToolError, ToolError
+
+
+class Unanswerable(ProviderRequestError):
+    """Raised into the agent for a model or tool call its record cannot answer."""
+
+
+class UnanswerableTool(ToolError):
+    """Raised into the agent for a tool call its record cannot answer."""
+
+
+class RecordedToolFailure(Exception):
+    """A tool call that raised when it was recorded, raised again (its type and message)."""
+
+
+@dataclass(frozen=True)
+class Miss:
+    """A call the record could not answer.
+
+    ``kind`` is ``"model"`` or ``"tool"``; ``content`` the request's canonical JSON or the tool's
+    arguments; ``recorded`` the record's call at the same position (``None``: the record has no
+    more calls of that kind, which is drift); ``position`` its place among the activation's
+    model calls, tool calls and intents.
+    """
+
+    kind: str
+    name: str
+    content: str
+    recorded: RecordedModelCall | RecordedToolCall | None
+    position: int
+
+    @property
+    def drift(self) -> bool:
+        """Whether the record simply has nothing more to answer with."""
+        return self.recorded is None
+
+
+class Progress:
+    """Where the running activation is: the place its next call takes (the harness tells)."""
+
+    def __init__(self) -> None:
+        self.position: Callable[[], int] = lambda: 0
+
+
+class _Decoding(ModelClient):
+    """Decodes raw bodies as the production client would (``decoder``), never calling it."""
+
+    needs_asyncio_task = False
+
+    def __init__(self, decoder: object | None) -> None:
+        self._decoder = None if decoder is None else as_model_client(decoder)
+        self.model = "" if self._decoder is None else self._decoder.model
+
+    @property
+    def gen_ai_provider_name(self) -> str:
+        """The production client's provider name, so replayed traces name it too."""
+        decoder = self._decoder
+        return "replay" if decoder is None else decoder.gen_ai_provider_name
+
+    def decode(self, raw: bytes) -> LlmResponse:
+        """Decode ``raw`` with the production client's decoder."""
+        return decode_plain(raw) if self._decoder is None else self._decoder.decode(raw)
+
+    def answer(self, call: RecordedModelCall) -> LlmResponse:
+        """The recorded response, with its recorded usage."""
+        response = self.decode(call.response)
+        usage = TokenUsage(input_tokens=call.input_tokens, output_tokens=call.output_tokens)
+        return LlmResponse(
+            response=response.response,
+            text=response.text,
+            tool_calls=response.tool_calls,
+            stop_reason=response.stop_reason,
+            usage=usage,
+            model=response.model,
+        )
+
+
+class RecordedModel(_Decoding):
+    """Replay: the activation's k-th fresh call is answered by the record's k-th, if equal."""
+
+    def __init__(self, decoder: object | None, progress: Progress) -> None:
+        super().__init__(decoder)
+        self._progress = progress
+        self._calls: Sequence[RecordedModelCall] = ()
+        self._next = 0
+        self.miss: Miss | None = None
+
+    def start(self, record: ActivationRecord) -> None:
+        """Answer the activation of ``record`` next."""
+        self._calls = record.model_calls
+        self._next = 0
+        self.miss = None
+
+    async def complete(self, request: LlmRequest) -> LlmResponse:
+        """The recorded response, or :class:`Unanswerable`."""
+        at = self._next
+        recorded = self._calls[at] if at < len(self._calls) else None
+        if recorded is None or recorded.request_digest != request.content_digest():
+            self.miss = Miss(
+                "model",
+                request.model_id,
+                request.canonical_json(),
+                recorded,
+                self._progress.position(),
+            )
+            raise Unanswerable(f"the record has no answer for model call {at + 1}")
+        self._next = at + 1
+        return self.answer(recorded)
+
+
+class RecordedTools(ToolRunner):
+    """Replay: a tool call is answered by the activation's recorded call with the same arguments."""
+
+    def __init__(self, progress: Progress) -> None:
+        self._progress = progress
+        self._calls: list[RecordedToolCall] = []
+        self._used: set[int] = set()
+        self.miss: Miss | None = None
+
+    def start(self, record: ActivationRecord) -> None:
+        """Answer the activation of ``record`` next."""
+        self._calls = list(record.tool_calls)
+        self._used = set()
+        self.miss = None
+
+    async def run(self, tool: Tool[..., Any], arguments: Mapping[str, Any]) -> Any:
+        """The recorded result (or failure) of ``tool`` on ``arguments``."""
+        checked_arguments(tool, arguments)
+        args_json = jsonable(dict(arguments))
+        for at, call in enumerate(self._calls):
+            if at not in self._used and call.tool_name == tool.name and call.args_json == args_json:
+                self._used.add(at)
+                return recorded_result(call)
+        position = len(self._used)
+        recorded = self._calls[position] if position < len(self._calls) else None
+        self.miss = Miss("tool", tool.name, args_json, recorded, self._progress.position())
+        raise UnanswerableTool(f"the record has no answer for tool call {tool.name!r}")
+
+
+def checked_arguments(tool: Tool[..., Any], arguments: Mapping[str, Any]) -> None:
+    """Refuse what ``ToolRunner.run`` refuses: side-effecting tools and invalid arguments."""
+    if tool.side_effect:
+        raise SideEffectToolError.for_tool(tool.name)
+    tool.validate_arguments(arguments)
+
+
+def recorded_result(call: RecordedToolCall) -> Any:
+    """The value a recorded tool call returned, or its failure raised again."""
+    if call.error_type:
+        raise RecordedToolFailure(f"{call.error_type}: {call.error_message}")
+    return json.loads(call.result_json) if call.result_json else None
+
+
+@dataclass
+class Usage:
+    """Backtest model calls answered from the record and sent to the provider, with tokens."""
+
+    reused: int = 0
+    new: int = 0
+    new_tool_calls: int = 0
+    tokens: dict[str, list[int]] | None = None
+    """Model name to ``[input, output]`` tokens of the candidate's calls (reused and new)."""
+
+    def spend(self, model: str, input_tokens: int, output_tokens: int) -> None:
+        """Count one call's tokens under ``model``."""
+        if self.tokens is None:
+            self.tokens = {}
+        spent = self.tokens.setdefault(model, [0, 0])
+        spent[0] += input_tokens
+        spent[1] += output_tokens
+
+
+class PooledModel(_Decoding):
+    """Backtest: a request the key's records made is answered from them; others go on."""
+
+    def __init__(self, provider: object | None, progress: Progress, *, strict: bool) -> None:
+        super().__init__(provider)
+        self._provider = None if provider is None else as_model_client(provider)
+        self.needs_asyncio_task = self._provider is not None and self._provider.needs_asyncio_task
+        self._progress = progress
+        self._strict = strict
+        self._pool: dict[str, deque[RecordedModelCall]] = {}
+        self.usage = Usage()
+        self.miss: Miss | None = None
+
+    def start_key(self, records: Iterable[ActivationRecord]) -> None:
+        """Answer from the calls of ``records`` (one key's) from now on."""
+        self._pool = {}
+        for record in records:
+            for call in record.model_calls:
+                self._pool.setdefault(call.request_digest, deque()).append(call)
+
+    async def complete(self, request: LlmRequest) -> LlmResponse:
+        """The recorded response, else the provider's (:class:`Unanswerable` when strict)."""
+        queue = self._pool.get(request.content_digest())
+        model = request.model_id or self.model
+        if queue:
+            call = queue.popleft()
+            self.usage.reused += 1
+            self.usage.spend(call.model or model, call.input_tokens, call.output_tokens)
+            return self.answer(call)
+        if self._strict or self._provider is None:
+            self.miss = Miss(
+                "model", model, request.canonical_json(), None, self._progress.position()
+            )
+            why = "--strict" if self._strict else "the candidate's config has no provider_factory"
+            raise Unanswerable(f"a new model request, and {why}")
+        response = await self._provider.complete(request)
+        self.usage.new += 1
+        self.usage.spend(model, response.usage.input_tokens, response.usage.output_tokens)
+        return response
+
+    async def aclose(self) -> None:
+        """Close the candidate's provider."""
+        if self._provider is not None:
+            await self._provider.aclose()
+
+
+class PooledTools(ToolRunner):
+    """Backtest: a tool call the key's records made is answered from them; others run."""
+
+    def __init__(self, usage: Usage, progress: Progress, *, strict: bool) -> None:
+        self.usage = usage
+        self._progress = progress
+        self._strict = strict
+        self._pool: dict[tuple[str, str], deque[RecordedToolCall]] = {}
+        self.miss: Miss | None = None
+
+    def start_key(self, records: Iterable[ActivationRecord]) -> None:
+        """Answer from the tool calls of ``records`` (one key's) from now on."""
+        self._pool = {}
+        for record in records:
+            for call in record.tool_calls:
+                self._pool.setdefault((call.tool_name, call.args_json), deque()).append(call)
+
+    async def run(self, tool: Tool[..., Any], arguments: Mapping[str, Any]) -> Any:
+        """The recorded result, else the read-only tool run now (refused when strict)."""
+        checked_arguments(tool, arguments)
+        args_json = jsonable(dict(arguments))
+        queue = self._pool.get((tool.name, args_json))
+        if queue:
+            return recorded_result(queue.popleft())
+        if self._strict:
+            self.miss = Miss("tool", tool.name, args_json, None, self._progress.position())
+            raise UnanswerableTool(f"a new call of tool {tool.name!r}, and --strict")
+        self.usage.new_tool_calls += 1
+        return await super().run(tool, arguments)

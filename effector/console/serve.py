@@ -1,0 +1,149 @@
+"""Serving the console with uvicorn on the effector's own event loop, over HTTP or HTTPS.
+
+:class:`ConsoleServer` binds its socket (and, with TLS, loads the certificate) first, so a bad
+address or key fails before anything serves, then runs uvicorn's ``Server`` as a task of the
+running loop, beside the ``grpc.aio`` server. uvicorn installs no signal handlers (the
+effector's command line owns SIGTERM and SIGINT) and configures no logging (its loggers
+propagate to the effector's); access logs are off. A task that dies while serving is logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import ssl
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import uvicorn
+from starlette.types import ASGIApp
+
+from effector.errors import ConfigurationError
+
+_log = logging.getLogger(__name__)
+
+_STOP_GRACE_S = 5
+"""How long open requests may take to finish when the console stops."""
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server without its signal handlers: the effector's process owns signals."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """Install nothing."""
+        yield
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    try:
+        family, kind, protocol, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        listener = socket.socket(family, kind, protocol)
+    except OSError as exc:
+        raise ConfigurationError(f"cannot serve the console on {host}:{port}: {exc}") from None
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(address)
+        listener.listen(128)
+        listener.setblocking(False)
+    except OSError as exc:
+        listener.close()
+        raise ConfigurationError(
+            f"cannot serve the console on {host}:{port}: {exc.strerror}"
+        ) from None
+    return listener
+
+
+def tls_context(certificate: bytes, key: bytes) -> ssl.SSLContext:
+    """A server TLS context for a PEM certificate chain and its private key.
+
+    ``ssl`` loads a chain only from files: they are written to a fresh private directory
+    (mode 0700) and removed once loaded.
+    """
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    with tempfile.TemporaryDirectory(prefix="effector-console-tls-") as directory:
+        paths = Path(directory) / "cert.pem", Path(directory) / "key.pem"
+        for path, pem in zip(paths, (certificate, key), strict=True):
+            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(descriptor, "wb") as file:
+                file.write(pem)
+        try:
+            context.load_cert_chain(*paths)
+        except (ssl.SSLError, ValueError) as exc:
+            raise ConfigurationError(
+                f"cannot serve the console over TLS with the effector's certificate: {exc}"
+            ) from None
+    return context
+
+
+def _log_crash(task: asyncio.Task[None]) -> None:
+    """Done-callback: log a console that stopped with an error while serving."""
+    if not task.cancelled() and task.exception() is not None:
+        _log.error("the web console stopped serving", exc_info=task.exception())
+
+
+class ConsoleServer:
+    """The console's HTTP(S) server: bound on construction, started and stopped by the effector.
+
+    With ``tls`` (a PEM certificate chain and its key) it serves HTTPS only.
+    """
+
+    def __init__(
+        self, app: ASGIApp, host: str, port: int, *, tls: tuple[bytes, bytes] | None = None
+    ) -> None:
+        context = None if tls is None else tls_context(*tls)
+        self._socket = _bind(host, port)
+        self.port: int = self._socket.getsockname()[1]
+        """The bound port (the real one when 0 was asked for)."""
+        self.https = context is not None
+        """Whether the console speaks HTTPS."""
+        factory: Callable[[uvicorn.Config, Callable[[], ssl.SSLContext]], ssl.SSLContext] | None
+        factory = None if context is None else (lambda config, default: context)
+        config = uvicorn.Config(
+            app,
+            log_config=None,
+            access_log=False,
+            lifespan="off",
+            ws="none",
+            server_header=False,
+            proxy_headers=False,
+            timeout_graceful_shutdown=_STOP_GRACE_S,
+            ssl_context_factory=factory,
+        )
+        self._server = _Server(config)
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Serve from the running event loop; returns once the console accepts connections."""
+        self._task = asyncio.create_task(self._server.serve([self._socket]), name="console")
+        while not self._server.started:
+            if self._task.done():
+                failed, self._task = self._task, None
+                failed.result()  # re-raises what stopped it
+                raise ConfigurationError("the console stopped while it started")
+            await asyncio.sleep(0.01)
+        self._task.add_done_callback(_log_crash)
+
+    async def stop(self) -> None:
+        """Stop accepting connections, let open requests finish, and release the socket.
+
+        Never raises for a console that crashed while serving (its done-callback logged why).
+        """
+        task, self._task = self._task, None
+        try:
+            if task is not None:
+                self._server.should_exit = True
+                await asyncio.wait([task])
+        finally:
+            # After a crash uvicorn did not shut down: stop listening and hang up here.
+            for listening in getattr(self._server, "servers", ()):
+                listening.close()
+            for connection in list(self._server.server_state.connections):
+                connection.shutdown()
+            self._socket.close()

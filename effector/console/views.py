@@ -1,0 +1,156 @@
+"""How the console shows things: keys, times, durations, JSON and server-drawn bar charts.
+
+Each function is pure (the current time is passed in), so a page renders the same way in a
+test as in production. Templates receive the strings and numbers made here and never format
+values on their own; keys travel in URLs as hex and are shown as text when they are printable.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from effector.commands import payload_text
+from effector.intents import display_key, expiry_deadline_ms
+from effector.store.base import IntentRecord
+
+__all__ = [
+    "Bar",
+    "Chart",
+    "age",
+    "chart",
+    "deadline",
+    "decision",
+    "duration",
+    "key_from_hex",
+    "key_from_search",
+    "key_text",
+    "pretty_json",
+    "when",
+]
+
+
+def key_text(entity_key: bytes) -> str:
+    """A key as people read it: text when printable UTF-8, otherwise ``0x`` and its hex."""
+    return display_key(entity_key)
+
+
+def key_from_hex(text: str) -> bytes | None:
+    """The key a URL carries as hex, or ``None`` if ``text`` is not hex."""
+    try:
+        return bytes.fromhex(text)
+    except ValueError:
+        return None
+
+
+def key_from_search(text: str) -> bytes:
+    """What a search box means: ``0x`` and hex digits are those bytes, anything else UTF-8."""
+    stripped = text.strip()
+    if stripped.startswith("0x"):
+        as_hex = key_from_hex(stripped[2:])
+        if as_hex is not None:
+            return as_hex
+    return stripped.encode("utf-8")
+
+
+def when(ms: int | None) -> str:
+    """Epoch milliseconds as ``YYYY-MM-DD HH:MM:SS.mmm UTC``; ``-`` for none or 0."""
+    if not ms:
+        return "-"
+    moment = datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
+    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{moment.microsecond // 1000:03d} UTC"
+
+
+def duration(ms: float | None) -> str:
+    """A duration in the largest unit that keeps it readable: ``850 µs``, ``12 ms``, ``3.4 s``."""
+    if ms is None or math.isnan(ms):
+        return "-"
+    if round(ms * 1000) < 1000:
+        return f"{ms * 1000:.0f} µs"
+    if ms < 1_000:
+        return f"{ms:.3g} ms" if ms < 10 else f"{ms:.0f} ms"
+    seconds = ms / 1000
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7_200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172_800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86_400:.0f} d"
+
+
+def age(ms: int | None, now_ms: int) -> str:
+    """How long ago ``ms`` was (``3 min ago``), or how far ahead (``in 20 s``)."""
+    if not ms:
+        return "-"
+    delta = now_ms - ms
+    return f"{duration(abs(delta))} ago" if delta >= 0 else f"in {duration(-delta)}"
+
+
+def pretty_json(value: str | bytes) -> str:
+    """JSON text indented for reading; anything that is not JSON as plain (or hex) text."""
+    text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    if not text:
+        return "-"
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return payload_text(value) if isinstance(value, bytes) else text
+    return json.dumps(parsed, indent=2, sort_keys=True, ensure_ascii=False)
+
+
+def deadline(record: IntentRecord) -> int:
+    """When the effector expires the intent (its wall clock, epoch ms); 0 for never."""
+    return expiry_deadline_ms(record.intent, record.received_at_ms)
+
+
+def decision(payload: bytes) -> str:
+    """A decided approval's stored result as a sentence: ``approved by dana: fine``."""
+    try:
+        decided = json.loads(payload)
+        verdict = "approved" if decided["approved"] else "denied"
+        text = f"{verdict} by {decided.get('approver') or 'someone unnamed'}"
+    except (ValueError, TypeError, KeyError):
+        return payload_text(payload)
+    return f"{text}: {decided['reason']}" if decided.get("reason") else text
+
+
+@dataclass(frozen=True, slots=True)
+class Bar:
+    """One bar of a chart, in the chart's 0-100 coordinates (``x`` and ``width`` per cent)."""
+
+    x: float
+    width: float
+    height: float
+    label: str
+
+
+@dataclass(frozen=True, slots=True)
+class Chart:
+    """A small bar chart drawn by the server as SVG: one bar per point, scaled to the peak."""
+
+    bars: list[Bar]
+    peak: int
+    total: int
+    latest: int
+
+
+def chart(points: Sequence[tuple[int, int]], unit: str) -> Chart:
+    """Bars for ``(minute start ms, value)`` points, oldest first; labels name minute and value."""
+    peak = max((value for _, value in points), default=0)
+    count = max(len(points), 1)
+    slot = 100 / count
+    bars = [
+        Bar(
+            x=index * slot,
+            width=slot * 0.8,
+            height=0.0 if peak == 0 else max(value / peak * 100, 2.0 if value else 0.0),
+            label=f"{when(start)[11:16]} UTC: {value} {unit}",
+        )
+        for index, (start, value) in enumerate(points)
+    ]
+    latest = points[-1][1] if points else 0
+    return Chart(bars=bars, peak=peak, total=sum(value for _, value in points), latest=latest)
