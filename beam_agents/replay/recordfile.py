@@ -2,8 +2,8 @@
 # (Beam's filesystem API is unannotated.)
 """Reading records files (``WriteRecords``'s framing) back, and ordering a key's records.
 
-:func:`read_records` takes files, directories (their ``*.records`` files) or glob patterns on
-any Beam filesystem and refuses a file that is not a whole records file with a
+:func:`read_records` takes files, directories (their ``*.records`` files, at any depth) or
+glob patterns on any Beam filesystem and refuses a file that is not a whole records file with a
 :class:`RecordFileError` naming it and the byte offset. :func:`by_key` groups records by key in
 the order their key committed them. :func:`parse_framed` and :func:`expand` read any file in
 the same framing (``envelopes`` reads envelope files with them). The format:
@@ -137,12 +137,15 @@ def _match(pattern: str, error: type[FramedFileError]) -> list[str]:
 
 
 def _expand(path: str, framing: Framing[Any]) -> list[str]:
-    """The files ``path`` names: a glob's matches, a directory's ``*SUFFIX``, or itself."""
+    """The files ``path`` names: a glob's matches, a directory's ``*SUFFIX``, or itself.
+
+    A directory is searched at any depth, so the parent of a ``WriteRecords`` directory works.
+    """
     suffix, error = framing.suffix, framing.error
     if any(char in path for char in "*?["):
         found = _match(path, error)
     else:
-        found = _match(FileSystems.join(path, f"*{suffix}"), error)  # a directory
+        found = _match(FileSystems.join(path, f"**{suffix}"), error)  # a directory
         if not found and path.endswith(suffix):
             found = _match(path, error)
     if not found:

@@ -135,6 +135,8 @@ def test_records_files_round_trip_and_a_corrupt_one_is_refused(tmp_path: Path) -
         parse_records(data[:-5], "cut.records")
     with pytest.raises(RecordFileError, match="not a beam-agents records file"):
         parse_records(b"hello", "hello.records")
+    # A directory's records files are found at any depth: the parent of WriteRecords' one too.
+    assert by_key(read_records([str(tmp_path)])) == recording
     bad = tmp_path / "bad.records"
     bad.write_bytes(data[: len(data) // 2])
     with pytest.raises(RecordFileError, match=r"bad\.records is corrupt"):
