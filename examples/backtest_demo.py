@@ -5,7 +5,8 @@
    ``WriteRecords``.
 2. Replays the recording against the same agent, offline: every run is "same".
 3. Backtests a candidate that asks a human from 4,000 instead of 10,000 as a Beam batch pipeline
-   over the recording, and prints the report. Nothing is executed: the effector sees no intent.
+   over the recording, with the effector still running, and prints the report. Nothing is
+   executed: the effector's counts are the same before and after.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from beam_agents.core.context import ActivationContext
 from beam_agents.replay.backtest import run_backtest
 from beam_agents.replay.cli import main as beam_agents_command
 from beam_agents.replay.report import Price, render_markdown
+from effector.client import EffectorClient
 from effector.launch import EffectorProcess, child_environment
 
 from fraud_tools import LEDGER_ENV, make_pipeline_registry
@@ -43,8 +45,29 @@ async def triage_candidate(ctx: ActivationContext) -> Complete | Suspend:
     return await screen(ctx, CANDIDATE_THRESHOLD)
 
 
+def replay_and_backtest(workdir: Path, records: str) -> None:
+    """Replay the recording (every run "same"), then backtest the candidate; print the report."""
+    replayed = io.StringIO()
+    with contextlib.redirect_stdout(replayed):
+        status = beam_agents_command(
+            ["replay", records, "--agent", "fraud_triage:triage", "--config",
+             "backtest_demo:make_config"]
+        )  # fmt: skip
+    summary = replayed.getvalue().splitlines()[-1]
+    print(f"backtest_demo: {summary} (exit {status})")
+    if status != 0:
+        sys.exit(f"backtest_demo: the unchanged agent did not replay as recorded:\n{replayed}")
+    report = run_backtest(
+        [records], "backtest_demo:triage_candidate", "backtest_demo:make_config",
+        out=str(workdir / "report"), prices=PRICES,
+    )  # fmt: skip
+    print(render_markdown(report))
+    if not report["runs_changed"] or report["model_calls"]["new"]:
+        sys.exit("backtest_demo: the candidate should change decisions with no new model call")
+
+
 def main() -> None:
-    """Record, replay, backtest; print what each step found."""
+    """Record, then replay and backtest with the effector still running; nothing new executes."""
     with tempfile.TemporaryDirectory(prefix="backtest-demo-") as scratch:
         workdir = Path(scratch)
         records = str(workdir / "records")
@@ -55,23 +78,11 @@ def main() -> None:
             "--listen", "127.0.0.1:0", env=tools, log=workdir / "effector.log",
         ) as effector:  # fmt: skip
             run(effector.address, make_events(120, 20), str(workdir / "out"), record_dir=records)
-        replayed = io.StringIO()
-        with contextlib.redirect_stdout(replayed):
-            status = beam_agents_command(
-                ["replay", records, "--agent", "fraud_triage:triage", "--config",
-                 "backtest_demo:make_config"]
-            )  # fmt: skip
-        summary = replayed.getvalue().splitlines()[-1]
-        print(f"backtest_demo: {summary} (exit {status})")
-        if status != 0:
-            sys.exit(f"backtest_demo: the unchanged agent did not replay as recorded:\n{replayed}")
-        report = run_backtest(
-            [records], "backtest_demo:triage_candidate", "backtest_demo:make_config",
-            out=str(workdir / "report"), prices=PRICES,
-        )  # fmt: skip
-        print(render_markdown(report))
-        if not report["runs_changed"] or report["model_calls"]["new"]:
-            sys.exit("backtest_demo: the candidate should change decisions with no new model call")
+            with EffectorClient(effector.address) as client:
+                before = str(client.status())
+                replay_and_backtest(workdir, records)
+                if str(client.status()) != before:
+                    sys.exit("backtest_demo: the effector executed something in the backtest")
     print("backtest_demo: ok")
 
 

@@ -26,7 +26,7 @@ from beam_agents._protos import messages_pb2 as beam__agents_dot___protos_dot_me
 from beam_agents._protos import state_pb2 as beam__agents_dot___protos_dot_state__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!beam_agents/_protos/records.proto\x12\x0e\x62\x65\x61m_agents.v1\x1a\"beam_agents/_protos/messages.proto\x1a\x1f\x62\x65\x61m_agents/_protos/state.proto\"\xb5\x01\n\x11RecordedModelCall\x12\x12\n\nstep_index\x18\x01 \x01(\x05\x12\x14\n\x0crequest_json\x18\x02 \x01(\t\x12\x16\n\x0erequest_digest\x18\x03 \x01(\t\x12\x10\n\x08response\x18\x04 \x01(\x0c\x12\x14\n\x0cinput_tokens\x18\x05 \x01(\x03\x12\x15\n\routput_tokens\x18\x06 \x01(\x03\x12\r\n\x05model\x18\x07 \x01(\t\x12\x10\n\x08position\x18\x08 \x01(\x05\"\x8a\x01\n\x10RecordedToolCall\x12\x11\n\ttool_name\x18\x01 \x01(\t\x12\x11\n\targs_json\x18\x02 \x01(\t\x12\x13\n\x0bresult_json\x18\x03 \x01(\t\x12\x12\n\nerror_type\x18\x04 \x01(\t\x12\x15\n\rerror_message\x18\x05 \x01(\t\x12\x10\n\x08position\x18\x06 \x01(\x05\"i\n\x0cRecordedSlot\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0e\n\x06\x64igest\x18\x02 \x01(\x0c\x12\x12\n\nsize_bytes\x18\x03 \x01(\x03\x12(\n\x04slot\x18\x04 \x01(\x0b\x32\x1a.beam_agents.v1.MemorySlot\"L\n\x0eRecordedMemory\x12\r\n\x05known\x18\x01 \x01(\x08\x12+\n\x05slots\x18\x02 \x03(\x0b\x32\x1c.beam_agents.v1.RecordedSlot\"\xb2\x05\n\x10\x41\x63tivationRecord\x12\x16\n\x0eschema_version\x18\x01 \x01(\r\x12\x12\n\nentity_key\x18\x02 \x01(\x0c\x12\x0b\n\x03seq\x18\x03 \x01(\x03\x12\x0f\n\x07trigger\x18\x04 \x01(\t\x12/\n\x08\x65nvelope\x18\x05 \x01(\x0b\x32\x1d.beam_agents.v1.AgentEnvelope\x12\x12\n\nfirst_step\x18\x06 \x01(\x05\x12\x16\n\x0etrace_sequence\x18\x07 \x01(\x05\x12\x39\n\x13\x63ontinuation_before\x18\x08 \x01(\x0b\x32\x1c.beam_agents.v1.Continuation\x12\x36\n\x0bmodel_calls\x18\t \x03(\x0b\x32!.beam_agents.v1.RecordedModelCall\x12\x34\n\ntool_calls\x18\n \x03(\x0b\x32 .beam_agents.v1.RecordedToolCall\x12+\n\x07intents\x18\x0b \x03(\x0b\x32\x1a.beam_agents.v1.ToolIntent\x12\x39\n\x07outcome\x18\x0c \x01(\x0e\x32(.beam_agents.v1.ActivationRecord.Outcome\x12\x0e\n\x06output\x18\r \x01(\x0c\x12\x10\n\x08snapshot\x18\x0e \x01(\x0c\x12\x35\n\rmemory_before\x18\x0f \x01(\x0b\x32\x1e.beam_agents.v1.RecordedMemory\x12\x34\n\x0cmemory_after\x18\x10 \x01(\x0b\x32\x1e.beam_agents.v1.RecordedMemory\x12\x18\n\x10intent_namespace\x18\x11 \x01(\t\"=\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x43OMPLETE\x10\x01\x12\x0b\n\x07SUSPEND\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!beam_agents/_protos/records.proto\x12\x0e\x62\x65\x61m_agents.v1\x1a\"beam_agents/_protos/messages.proto\x1a\x1f\x62\x65\x61m_agents/_protos/state.proto\"\xc6\x01\n\x11RecordedModelCall\x12\x12\n\nstep_index\x18\x01 \x01(\x05\x12\x14\n\x0crequest_json\x18\x02 \x01(\t\x12\x16\n\x0erequest_digest\x18\x03 \x01(\t\x12\x10\n\x08response\x18\x04 \x01(\x0c\x12\x14\n\x0cinput_tokens\x18\x05 \x01(\x03\x12\x15\n\routput_tokens\x18\x06 \x01(\x03\x12\r\n\x05model\x18\x07 \x01(\t\x12\x10\n\x08position\x18\x08 \x01(\x05\x12\x0f\n\x07\x64\x65\x63oder\x18\t \x01(\t\"\xaa\x01\n\x10RecordedToolCall\x12\x11\n\ttool_name\x18\x01 \x01(\t\x12\x11\n\targs_json\x18\x02 \x01(\t\x12\x13\n\x0bresult_json\x18\x03 \x01(\t\x12\x12\n\nerror_type\x18\x04 \x01(\t\x12\x15\n\rerror_message\x18\x05 \x01(\t\x12\x10\n\x08position\x18\x06 \x01(\x05\x12\x1e\n\x16unrecorded_result_type\x18\x07 \x01(\t\"i\n\x0cRecordedSlot\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0e\n\x06\x64igest\x18\x02 \x01(\x0c\x12\x12\n\nsize_bytes\x18\x03 \x01(\x03\x12(\n\x04slot\x18\x04 \x01(\x0b\x32\x1a.beam_agents.v1.MemorySlot\"L\n\x0eRecordedMemory\x12\r\n\x05known\x18\x01 \x01(\x08\x12+\n\x05slots\x18\x02 \x03(\x0b\x32\x1c.beam_agents.v1.RecordedSlot\"\xb2\x05\n\x10\x41\x63tivationRecord\x12\x16\n\x0eschema_version\x18\x01 \x01(\r\x12\x12\n\nentity_key\x18\x02 \x01(\x0c\x12\x0b\n\x03seq\x18\x03 \x01(\x03\x12\x0f\n\x07trigger\x18\x04 \x01(\t\x12/\n\x08\x65nvelope\x18\x05 \x01(\x0b\x32\x1d.beam_agents.v1.AgentEnvelope\x12\x12\n\nfirst_step\x18\x06 \x01(\x05\x12\x16\n\x0etrace_sequence\x18\x07 \x01(\x05\x12\x39\n\x13\x63ontinuation_before\x18\x08 \x01(\x0b\x32\x1c.beam_agents.v1.Continuation\x12\x36\n\x0bmodel_calls\x18\t \x03(\x0b\x32!.beam_agents.v1.RecordedModelCall\x12\x34\n\ntool_calls\x18\n \x03(\x0b\x32 .beam_agents.v1.RecordedToolCall\x12+\n\x07intents\x18\x0b \x03(\x0b\x32\x1a.beam_agents.v1.ToolIntent\x12\x39\n\x07outcome\x18\x0c \x01(\x0e\x32(.beam_agents.v1.ActivationRecord.Outcome\x12\x0e\n\x06output\x18\r \x01(\x0c\x12\x10\n\x08snapshot\x18\x0e \x01(\x0c\x12\x35\n\rmemory_before\x18\x0f \x01(\x0b\x32\x1e.beam_agents.v1.RecordedMemory\x12\x34\n\x0cmemory_after\x18\x10 \x01(\x0b\x32\x1e.beam_agents.v1.RecordedMemory\x12\x18\n\x10intent_namespace\x18\x11 \x01(\t\"=\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x43OMPLETE\x10\x01\x12\x0b\n\x07SUSPEND\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,15 +34,15 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'beam_agents._protos.records
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_RECORDEDMODELCALL']._serialized_start=123
-  _globals['_RECORDEDMODELCALL']._serialized_end=304
-  _globals['_RECORDEDTOOLCALL']._serialized_start=307
-  _globals['_RECORDEDTOOLCALL']._serialized_end=445
-  _globals['_RECORDEDSLOT']._serialized_start=447
-  _globals['_RECORDEDSLOT']._serialized_end=552
-  _globals['_RECORDEDMEMORY']._serialized_start=554
-  _globals['_RECORDEDMEMORY']._serialized_end=630
-  _globals['_ACTIVATIONRECORD']._serialized_start=633
-  _globals['_ACTIVATIONRECORD']._serialized_end=1323
-  _globals['_ACTIVATIONRECORD_OUTCOME']._serialized_start=1262
-  _globals['_ACTIVATIONRECORD_OUTCOME']._serialized_end=1323
+  _globals['_RECORDEDMODELCALL']._serialized_end=321
+  _globals['_RECORDEDTOOLCALL']._serialized_start=324
+  _globals['_RECORDEDTOOLCALL']._serialized_end=494
+  _globals['_RECORDEDSLOT']._serialized_start=496
+  _globals['_RECORDEDSLOT']._serialized_end=601
+  _globals['_RECORDEDMEMORY']._serialized_start=603
+  _globals['_RECORDEDMEMORY']._serialized_end=679
+  _globals['_ACTIVATIONRECORD']._serialized_start=682
+  _globals['_ACTIVATIONRECORD']._serialized_end=1372
+  _globals['_ACTIVATIONRECORD_OUTCOME']._serialized_start=1311
+  _globals['_ACTIVATIONRECORD_OUTCOME']._serialized_end=1372
 # @@protoc_insertion_point(module_scope)

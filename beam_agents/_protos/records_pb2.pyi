@@ -10,7 +10,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class RecordedModelCall(_message.Message):
-    __slots__ = ("step_index", "request_json", "request_digest", "response", "input_tokens", "output_tokens", "model", "position")
+    __slots__ = ("step_index", "request_json", "request_digest", "response", "input_tokens", "output_tokens", "model", "position", "decoder")
     STEP_INDEX_FIELD_NUMBER: _ClassVar[int]
     REQUEST_JSON_FIELD_NUMBER: _ClassVar[int]
     REQUEST_DIGEST_FIELD_NUMBER: _ClassVar[int]
@@ -19,6 +19,7 @@ class RecordedModelCall(_message.Message):
     OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     POSITION_FIELD_NUMBER: _ClassVar[int]
+    DECODER_FIELD_NUMBER: _ClassVar[int]
     step_index: int
     request_json: str
     request_digest: str
@@ -27,23 +28,26 @@ class RecordedModelCall(_message.Message):
     output_tokens: int
     model: str
     position: int
-    def __init__(self, step_index: _Optional[int] = ..., request_json: _Optional[str] = ..., request_digest: _Optional[str] = ..., response: _Optional[bytes] = ..., input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., model: _Optional[str] = ..., position: _Optional[int] = ...) -> None: ...
+    decoder: str
+    def __init__(self, step_index: _Optional[int] = ..., request_json: _Optional[str] = ..., request_digest: _Optional[str] = ..., response: _Optional[bytes] = ..., input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., model: _Optional[str] = ..., position: _Optional[int] = ..., decoder: _Optional[str] = ...) -> None: ...
 
 class RecordedToolCall(_message.Message):
-    __slots__ = ("tool_name", "args_json", "result_json", "error_type", "error_message", "position")
+    __slots__ = ("tool_name", "args_json", "result_json", "error_type", "error_message", "position", "unrecorded_result_type")
     TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
     ARGS_JSON_FIELD_NUMBER: _ClassVar[int]
     RESULT_JSON_FIELD_NUMBER: _ClassVar[int]
     ERROR_TYPE_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     POSITION_FIELD_NUMBER: _ClassVar[int]
+    UNRECORDED_RESULT_TYPE_FIELD_NUMBER: _ClassVar[int]
     tool_name: str
     args_json: str
     result_json: str
     error_type: str
     error_message: str
     position: int
-    def __init__(self, tool_name: _Optional[str] = ..., args_json: _Optional[str] = ..., result_json: _Optional[str] = ..., error_type: _Optional[str] = ..., error_message: _Optional[str] = ..., position: _Optional[int] = ...) -> None: ...
+    unrecorded_result_type: str
+    def __init__(self, tool_name: _Optional[str] = ..., args_json: _Optional[str] = ..., result_json: _Optional[str] = ..., error_type: _Optional[str] = ..., error_message: _Optional[str] = ..., position: _Optional[int] = ..., unrecorded_result_type: _Optional[str] = ...) -> None: ...
 
 class RecordedSlot(_message.Message):
     __slots__ = ("key", "digest", "size_bytes", "slot")

@@ -271,9 +271,8 @@ class Activator:
         """
         state = plan.state
         if record.recording is not None:  # first: it reads the state this commit replaces
-            plan.records.append(
-                record.recording.finish(ctx.entity_key, ctx.seq, record, outcome, state)
-            )
+            recorded = record.recording.finish(ctx.entity_key, ctx.seq, record, outcome, state)
+            plan.records = (*plan.records, recorded)
         was_suspended = state.continuation is not None
         suspended: Continuation | None = None
         if isinstance(outcome, Suspend):

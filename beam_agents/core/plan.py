@@ -7,6 +7,8 @@ records to emit on each output.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from beam_agents._protos import ActivationRecord, AgentError, ToolIntent, TraceEvent
 from beam_agents.core.errors import ErrorReason
 from beam_agents.core.state import KeyState
@@ -33,8 +35,9 @@ class Plan:
         self.intents: list[ToolIntent] = []
         self.traces: list[TraceEvent] = []
         self.errors: list[AgentError] = []
-        self.records: list[ActivationRecord] = []
-        """One per committed activation, when ``AgentConfig.record`` is on."""
+        self.records: Sequence[ActivationRecord] = ()
+        """One per committed activation, when ``AgentConfig.record`` is on (a shared empty
+        tuple when it is off: no list per plan)."""
         self.deadline_ms: int | None = None
         """``None``: leave the deadline timer as it is; ``0``: clear it; else set it (ms)."""
         self.idle_ms: int | None = None

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from pydantic_core import to_jsonable_python
+from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from beam_agents._json import canonical_json
 from beam_agents._protos import (
@@ -30,10 +30,19 @@ from beam_agents._protos import (
 from beam_agents.core.memory import WorkingMemory
 from beam_agents.core.state import KeyState
 from beam_agents.core.tracing import TraceRecorder
-from beam_agents.model.client import LlmRequest, LlmResponse
+from beam_agents.model.client import (
+    LlmRequest,
+    LlmResponse,
+    ModelClient,
+    _AdaptedClient,
+    as_model_client,
+)
 
 RECORD_SCHEMA_VERSION = 1
 """The ``ActivationRecord.schema_version`` this code writes and the newest it reads."""
+
+PLAIN_DECODER = "plain"
+"""``RecordedModelCall.decoder`` of a client that decodes raw bodies as plain text."""
 
 DEFAULT_MAX_VALUE_BYTES = 16 * 1024
 """Memory slots up to this size (encoded) are recorded whole; larger ones by digest only."""
@@ -68,9 +77,44 @@ def record_options(record: object) -> RecordOptions | None:
     )
 
 
+def _type_name(value: object) -> str:
+    """A stand-in for a value with no JSON form: its type (never its ``repr``: no addresses)."""
+    return f"<{type(value).__qualname__}>"
+
+
 def jsonable(value: object) -> str:
-    """``value`` as canonical JSON, Pydantic models and other rich values converted first."""
-    return canonical_json(to_jsonable_python(value, fallback=repr))
+    """``value`` as canonical JSON, Pydantic models and other rich values converted first.
+
+    A part with no JSON form becomes ``"<TypeName>"`` (deterministic, unlike its ``repr``).
+    """
+    return canonical_json(to_jsonable_python(value, fallback=_type_name))
+
+
+def result_json(value: object) -> str | None:
+    """A tool's return value as canonical JSON (Pydantic's serialization); ``None``: it has none."""
+    try:
+        return canonical_json(to_jsonable_python(value))
+    except (PydanticSerializationError, TypeError, ValueError):
+        return None
+
+
+def decoder_name(client: object) -> str:
+    """How ``client`` decodes raw bodies (``RecordedModelCall.decoder``).
+
+    Its wire shape's name, :data:`PLAIN_DECODER` for the default decoding, else its
+    ``gen_ai_provider_name``.
+    """
+    adapted = as_model_client(client)
+    inner = adapted.wrapped if isinstance(adapted, _AdaptedClient) else adapted
+    wire = getattr(getattr(inner, "wire", None), "gen_ai_name", None)
+    shape = getattr(inner, "shape", None)
+    for name in (wire, shape):
+        if isinstance(name, str) and name:
+            return name
+    decode = getattr(inner, "decode", None)
+    if decode is None or getattr(decode, "__func__", None) is ModelClient.decode:
+        return PLAIN_DECODER
+    return adapted.gen_ai_provider_name
 
 
 class StagedView(Protocol):
@@ -118,6 +162,7 @@ class ActivationRecorder:
                 output_tokens=response.usage.output_tokens,
                 model=request.model_id or (default_model if isinstance(default_model, str) else ""),
                 position=self.position(intents),
+                decoder=PLAIN_DECODER if client is None else decoder_name(client),
             )
         )
 
@@ -136,7 +181,11 @@ class ActivationRecorder:
             position=self.position(intents),
         )
         if error is None:
-            call.result_json = jsonable(result)
+            recorded = result_json(result)
+            if recorded is None:
+                call.unrecorded_result_type = type(result).__qualname__
+            else:
+                call.result_json = recorded
         else:
             call.error_type = type(error).__name__
             call.error_message = str(error)

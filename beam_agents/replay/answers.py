@@ -10,14 +10,18 @@ candidate's provider (or, strict, refuses it). A call that cannot be answered be
 
 from __future__ import annotations
 
+import functools
 import json
+import typing
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import TypeAdapter, ValidationError
+
 from beam_agents._protos import ActivationRecord, RecordedModelCall, RecordedToolCall
-from beam_agents.core.recording import jsonable
+from beam_agents.core.recording import PLAIN_DECODER, decoder_name, jsonable
 from beam_agents.model.client import (
     LlmRequest,
     LlmResponse,
@@ -27,6 +31,7 @@ from beam_agents.model.client import (
     as_model_client,
     decode_plain,
 )
+from beam_agents.replay.loading import BadInput
 from beam_agents.tools import Tool, ToolRunner
 from beam_agents.tools.errors import SideEffectToolError, ToolError
 
@@ -50,7 +55,8 @@ class Miss:
     ``kind`` is ``"model"`` or ``"tool"``; ``content`` the request's canonical JSON or the tool's
     arguments; ``recorded`` the record's call at the same position (``None``: the record has no
     more calls of that kind, which is drift); ``position`` its place among the activation's
-    model calls, tool calls and intents.
+    model calls, tool calls and intents; ``step`` the step a model call took (tool calls take
+    none).
     """
 
     kind: str
@@ -58,6 +64,7 @@ class Miss:
     content: str
     recorded: RecordedModelCall | RecordedToolCall | None
     position: int
+    step: int | None = None
 
     @property
     def drift(self) -> bool:
@@ -66,10 +73,40 @@ class Miss:
 
 
 class Progress:
-    """Where the running activation is: the place its next call takes (the harness tells)."""
+    """Where the running activation is (the harness tells).
+
+    The place its next call takes, and the step its last model call took.
+    """
 
     def __init__(self) -> None:
         self.position: Callable[[], int] = lambda: 0
+        self.step: Callable[[], int | None] = lambda: None
+
+    def model_miss(self, name: str, content: str, recorded: RecordedModelCall | None) -> Miss:
+        """A model call nobody answers, where the activation is now."""
+        return Miss("model", name, content, recorded, self.position(), self.step())
+
+
+def check_records(records: Iterable[ActivationRecord], decoder: str, namespace: str | None) -> None:
+    """Refuse (:class:`BadInput`) records this replay cannot answer faithfully.
+
+    ``decoder``: how the config's provider decodes raw bodies (:data:`PLAIN_DECODER` without
+    one); ``namespace``: the config's intent namespace (``None``: each record's own is used).
+    """
+    for record in records:
+        if namespace is not None and record.intent_namespace != namespace:
+            raise BadInput(
+                f"the records mint intent ids in namespace {record.intent_namespace!r}, the "
+                f"config in {namespace!r}: use the recording's config (or one without a namespace)"
+            )
+        for call in record.model_calls:
+            if call.decoder and call.decoder != decoder:
+                have = "no provider" if decoder == PLAIN_DECODER else f"a {decoder!r} provider"
+                raise BadInput(
+                    f"the recorded model responses are {call.decoder!r} bodies and the config has "
+                    f"{have}: pass --config MODULE:FACTORY whose provider_factory decodes them "
+                    "(the recording's)"
+                )
 
 
 class _Decoding(ModelClient):
@@ -80,6 +117,8 @@ class _Decoding(ModelClient):
     def __init__(self, decoder: object | None) -> None:
         self._decoder = None if decoder is None else as_model_client(decoder)
         self.model = "" if self._decoder is None else self._decoder.model
+        self.decoder_name = PLAIN_DECODER if decoder is None else decoder_name(decoder)
+        """How recorded bodies are decoded (``RecordedModelCall.decoder``)."""
 
     @property
     def gen_ai_provider_name(self) -> str:
@@ -126,13 +165,8 @@ class RecordedModel(_Decoding):
         at = self._next
         recorded = self._calls[at] if at < len(self._calls) else None
         if recorded is None or recorded.request_digest != request.content_digest():
-            self.miss = Miss(
-                "model",
-                request.model_id,
-                request.canonical_json(),
-                recorded,
-                self._progress.position(),
-            )
+            content = request.canonical_json()
+            self.miss = self._progress.model_miss(request.model_id, content, recorded)
             raise Unanswerable(f"the record has no answer for model call {at + 1}")
         self._next = at + 1
         return self.answer(recorded)
@@ -146,12 +180,15 @@ class RecordedTools(ToolRunner):
         self._calls: list[RecordedToolCall] = []
         self._used: set[int] = set()
         self.miss: Miss | None = None
+        self.unrecorded: RecordedToolCall | None = None
+        """A matching call whose result was never recorded (it had no JSON form)."""
 
     def start(self, record: ActivationRecord) -> None:
         """Answer the activation of ``record`` next."""
         self._calls = list(record.tool_calls)
         self._used = set()
         self.miss = None
+        self.unrecorded = None
 
     async def run(self, tool: Tool[..., Any], arguments: Mapping[str, Any]) -> Any:
         """The recorded result (or failure) of ``tool`` on ``arguments``."""
@@ -160,7 +197,10 @@ class RecordedTools(ToolRunner):
         for at, call in enumerate(self._calls):
             if at not in self._used and call.tool_name == tool.name and call.args_json == args_json:
                 self._used.add(at)
-                return recorded_result(call)
+                if call.unrecorded_result_type:
+                    self.unrecorded = call
+                    raise UnanswerableTool(f"tool call {tool.name!r}: its result was not recorded")
+                return recorded_result(call, tool)
         position = len(self._used)
         recorded = self._calls[position] if position < len(self._calls) else None
         self.miss = Miss("tool", tool.name, args_json, recorded, self._progress.position())
@@ -174,11 +214,33 @@ def checked_arguments(tool: Tool[..., Any], arguments: Mapping[str, Any]) -> Non
     tool.validate_arguments(arguments)
 
 
-def recorded_result(call: RecordedToolCall) -> Any:
-    """The value a recorded tool call returned, or its failure raised again."""
+@functools.lru_cache(maxsize=256)
+def _result_adapter(tool: Tool[..., Any]) -> TypeAdapter[Any] | None:
+    """A validator for ``tool``'s return annotation (``None``: it has none usable)."""
+    try:
+        hint = typing.get_type_hints(tool.unwrap()).get("return")
+        return None if hint is None or hint is Any else TypeAdapter(hint)
+    except Exception:  # an annotation that does not resolve: the JSON value is all we have
+        return None
+
+
+def recorded_result(call: RecordedToolCall, tool: Tool[..., Any]) -> Any:
+    """The value a recorded tool call returned, or its failure raised again.
+
+    The value is rebuilt as ``tool``'s return annotation says (a Pydantic model comes back as
+    one); without a usable annotation it is the recorded JSON.
+    """
     if call.error_type:
         raise RecordedToolFailure(f"{call.error_type}: {call.error_message}")
-    return json.loads(call.result_json) if call.result_json else None
+    if not call.result_json:
+        return None
+    adapter = _result_adapter(tool)
+    if adapter is not None:
+        try:
+            return adapter.validate_json(call.result_json)
+        except ValidationError:
+            pass  # the annotation does not describe the value: hand back its JSON
+    return json.loads(call.result_json)
 
 
 @dataclass
@@ -230,9 +292,7 @@ class PooledModel(_Decoding):
             self.usage.spend(call.model or model, call.input_tokens, call.output_tokens)
             return self.answer(call)
         if self._strict or self._provider is None:
-            self.miss = Miss(
-                "model", model, request.canonical_json(), None, self._progress.position()
-            )
+            self.miss = self._progress.model_miss(model, request.canonical_json(), None)
             why = "--strict" if self._strict else "the candidate's config has no provider_factory"
             raise Unanswerable(f"a new model request, and {why}")
         response = await self._provider.complete(request)
@@ -261,7 +321,8 @@ class PooledTools(ToolRunner):
         self._pool = {}
         for record in records:
             for call in record.tool_calls:
-                self._pool.setdefault((call.tool_name, call.args_json), deque()).append(call)
+                if not call.unrecorded_result_type:  # no result to answer with: the tool runs
+                    self._pool.setdefault((call.tool_name, call.args_json), deque()).append(call)
 
     async def run(self, tool: Tool[..., Any], arguments: Mapping[str, Any]) -> Any:
         """The recorded result, else the read-only tool run now (refused when strict)."""
@@ -269,7 +330,7 @@ class PooledTools(ToolRunner):
         args_json = jsonable(dict(arguments))
         queue = self._pool.get((tool.name, args_json))
         if queue:
-            return recorded_result(queue.popleft())
+            return recorded_result(queue.popleft(), tool)
         if self._strict:
             self.miss = Miss("tool", tool.name, args_json, None, self._progress.position())
             raise UnanswerableTool(f"a new call of tool {tool.name!r}, and --strict")

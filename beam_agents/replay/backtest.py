@@ -23,11 +23,13 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_agents._json import canonical_json
 from beam_agents._protos import ActivationRecord, AgentEnvelope
-from beam_agents.replay.answers import PooledModel, PooledTools, Progress, Usage
+from beam_agents.core.config import AgentConfig
+from beam_agents.core.recording import PLAIN_DECODER, decoder_name
+from beam_agents.replay.answers import PooledModel, PooledTools, Progress, Usage, check_records
 from beam_agents.replay.envelopes import envelope_files, read_envelope_file
 from beam_agents.replay.harness import Harness
 from beam_agents.replay.keyrun import KeyBacktest
-from beam_agents.replay.loading import load_agent, load_config
+from beam_agents.replay.loading import BadInput, load_agent, load_config, make_provider
 from beam_agents.replay.recordfile import by_key, expand, read_file
 from beam_agents.replay.report import Price, build_report, render_html, render_markdown
 
@@ -67,7 +69,7 @@ class _BacktestKeys(beam.DoFn):
     def setup(self) -> None:
         """Load the candidate and its config; build the harness and its answer pools."""
         config = load_config(self._config_spec)
-        provider = None if config.provider_factory is None else config.provider_factory()
+        provider = make_provider(config)
         progress = Progress()
         model = PooledModel(provider, progress, strict=self._strict)
         tools = PooledTools(Usage(), progress, strict=self._strict)
@@ -127,6 +129,37 @@ def _write(path: str, text: str) -> None:
         handle.write(text.encode("utf-8"))
 
 
+def _check_input(paths: Sequence[str], config: AgentConfig, envelopes: bool) -> list[str]:
+    """The input files, every one read and checked (:class:`BadInput` before any pipeline)."""
+    if envelopes:
+        return envelope_files(paths)
+    files = expand(paths)
+    provider = make_provider(config)
+    decoder = PLAIN_DECODER if provider is None else decoder_name(provider)
+    for name in files:
+        check_records(read_file(name), decoder, config.namespace)
+    return files
+
+
+def _run_pipeline(
+    files: Sequence[str],
+    agent: str,
+    config: str | None,
+    *,
+    strict: bool,
+    out: str,
+    envelopes: bool,
+    pipeline_args: Sequence[str],
+) -> None:
+    """Build and run the pipeline; its failure (a runner, a worker) is :class:`BadInput`."""
+    try:
+        with beam.Pipeline(options=PipelineOptions(list(pipeline_args))) as pipeline:
+            build(pipeline, files, agent, config, strict=strict, out=out, envelopes=envelopes)
+    except Exception as problem:  # any runner may fail in any way: one line, exit 2
+        text = " ".join(str(problem).split()) or type(problem).__name__
+        raise BadInput(f"the backtest pipeline failed: {text[:500]}") from None
+
+
 def run_backtest(
     paths: Sequence[str],
     agent: str,
@@ -141,16 +174,23 @@ def run_backtest(
     """Backtest ``agent`` (``module:function``) over the records in ``paths``; the report.
 
     With ``envelopes``, ``paths`` name envelope files instead, run with no recorded side (the
-    report has no baseline). Loads the agent and config, and checks envelope files, first, so
-    that bad input fails before the pipeline starts.
+    report has no baseline). Loads the agent and config, and reads and checks every input file,
+    first, so that bad input fails before the pipeline starts; a pipeline that fails is bad
+    input too (:class:`BadInput`, exit 2), never an uncaught exception.
     """
-    files = envelope_files(paths) if envelopes else expand(paths)
     load_agent(agent)
-    load_config(config)
+    files = _check_input(paths, load_config(config), envelopes)
     results_pattern = FileSystems.join(out, "keys", "part*")
     _clear(results_pattern)
-    with beam.Pipeline(options=PipelineOptions(list(pipeline_args))) as pipeline:
-        build(pipeline, files, agent, config, strict=strict, out=out, envelopes=envelopes)
+    _run_pipeline(
+        files,
+        agent,
+        config,
+        strict=strict,
+        out=out,
+        envelopes=envelopes,
+        pipeline_args=pipeline_args,
+    )
     results: list[dict[str, Any]] = []
     for metadata in FileSystems.match([results_pattern])[0].metadata_list:
         with FileSystems.open(metadata.path) as handle:

@@ -209,5 +209,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (BadInput, FramedFileError) as problem:
         print(f"{PROG} {options.command}: {problem}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except Exception as problem:  # never exit 1 (divergent) on an unexpected failure
+        text = " ".join(str(problem).split())[:500]
+        failed = f"failed: {type(problem).__name__}: {text}"
+        print(f"{PROG} {options.command}: {failed}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     finally:
         runtime_log.setLevel(level)

@@ -15,7 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from beam_agents._protos import ActivationRecord, AgentError, RecordedMemory, ToolIntent
+from beam_agents.core.recording import memory_record
 from beam_agents.replay.answers import Miss
+from beam_agents.replay.recordfile import RecordFileError
 
 DIVERGENT = "divergent"
 DRIFT = "drift"
@@ -40,12 +42,24 @@ class Op:
 def ops_of(record: ActivationRecord, limit: int | None = None) -> list[Op]:
     """``record``'s steps in the order they were made (the first ``limit`` of them)."""
     placed: dict[int, Op] = {}
-    for call in record.model_calls:
-        placed[call.position] = Op("model", call.step_index, call.model, call.request_json)
-    for tool_call in record.tool_calls:
-        placed[tool_call.position] = Op("tool", None, tool_call.tool_name, tool_call.args_json)
+    calls = [
+        *(
+            (call.position, Op("model", call.step_index, call.model, call.request_json))
+            for call in record.model_calls
+        ),
+        *(
+            (call.position, Op("tool", None, call.tool_name, call.args_json))
+            for call in record.tool_calls
+        ),
+    ]
+    total = len(calls) + len(record.intents)
+    for position, op in calls:
+        if position in placed or not 0 <= position < total:
+            raise RecordFileError(
+                f"record of seq {record.seq}: call position {position} is repeated or out of range"
+            )
+        placed[position] = op
     intents = iter(record.intents)
-    total = len(record.model_calls) + len(record.tool_calls) + len(record.intents)
     ops = [placed[at] if at in placed else _intent_op(next(intents)) for at in range(total)]
     return ops if limit is None else ops[:limit]
 
@@ -57,7 +71,7 @@ def _intent_op(intent: ToolIntent) -> Op:
 
 def miss_op(miss: Miss) -> Op:
     """The step a call the record could not answer would have been."""
-    return Op(miss.kind, None, miss.name, miss.content)
+    return Op(miss.kind, miss.step, miss.name, miss.content)
 
 
 @dataclass(frozen=True)
@@ -128,30 +142,36 @@ def _slots(memory: RecordedMemory) -> dict[str, str]:
     return {slot.key: slot.digest.hex() for slot in memory.slots}
 
 
+def _memory_after(side: ActivationRecord, given: RecordedMemory) -> dict[str, str]:
+    """A side's memory afterwards: its own, or (it never touched memory) the one it was given."""
+    return _slots(side.memory_after if side.memory_after.known else given)
+
+
 def first_divergence(
     recorded: ActivationRecord,
     replayed: ActivationRecord | None,
     partial: Sequence[Op],
     miss: Miss | None,
     error: AgentError | None,
+    given: bytes | None = None,
 ) -> Divergence | None:
     """The first difference, or ``None`` when the replay did exactly what was recorded.
 
     ``replayed`` is the replay's record, ``None`` when the activation failed; then ``partial``
-    holds the steps it made before failing, ``miss`` the call the record could not answer (if
-    that is why) and ``error`` the failure.
+    holds the steps it made before failing and ``error`` the failure. ``miss`` is the call the
+    record could not answer, if any (even when the agent caught the error and committed): the
+    replay is compared up to it. ``given``: the memory the replay started from.
     """
     ours = ops_of(recorded)
-    if replayed is not None:
-        theirs = ops_of(replayed)
-    else:
-        theirs = [*partial[: miss.position], miss_op(miss)] if miss else list(partial)
+    made = list(partial) if replayed is None else ops_of(replayed)
+    theirs = [*made[: miss.position], miss_op(miss)] if miss else made
     for at in range(max(len(ours), len(theirs))):
         mine = ours[at] if at < len(ours) else None
         other = theirs[at] if at < len(theirs) else None
         if mine != other:
-            late_miss = miss if replayed is None and at == len(theirs) - 1 else None
-            return _step_divergence(mine, other, late_miss)
+            return _step_divergence(mine, other, miss if at == len(theirs) - 1 else None)
+    if miss is not None:  # the unanswered call looks like the recorded one: still unanswered
+        return _step_divergence(ours[miss.position], theirs[miss.position], None)
     if replayed is None:
         detail = "failed" if error is None else f"failed ({error.reason}): {error.detail}"
         return Divergence(DIVERGENT, "error", None, "committed", f"the activation {detail}")
@@ -167,10 +187,11 @@ def first_divergence(
         return Divergence(
             DIVERGENT, "output", None, mine_text, their_text, diff_lines(mine_text, their_text)
         )
-    before, after = recorded.memory_after, replayed.memory_after
-    if before.known and after.known and _slots(before) != _slots(after):
-        mine_text = json.dumps(_slots(before), sort_keys=True)
-        their_text = json.dumps(_slots(after), sort_keys=True)
+    start = memory_record(given or b"", 0)
+    mine_slots, their_slots = _memory_after(recorded, start), _memory_after(replayed, start)
+    if mine_slots != their_slots:
+        mine_text = json.dumps(mine_slots, sort_keys=True)
+        their_text = json.dumps(their_slots, sort_keys=True)
         return Divergence(
             DIVERGENT, "memory", None, mine_text, their_text, diff_lines(mine_text, their_text)
         )

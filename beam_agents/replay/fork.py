@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from beam_agents._protos import ActivationRecord
+from beam_agents._protos import ActivationRecord, RecordedMemory
 from beam_agents.core.agent import AgentFn
 from beam_agents.core.config import AgentConfig
 from beam_agents.replay.answers import PooledModel, PooledTools, Progress, Usage
-from beam_agents.replay.harness import Harness, memory_blob
+from beam_agents.replay.harness import Harness, last_memory
 from beam_agents.replay.keyrun import KeyBacktest, RunPair, changes, key_text
-from beam_agents.replay.loading import BadInput
+from beam_agents.replay.loading import BadInput, make_provider
 from beam_agents.replay.replay import (
     EXIT_DIVERGENT,
     EXIT_DRIFT,
@@ -31,30 +31,26 @@ from beam_agents.replay.replay import (
 
 def _history(
     records: Sequence[ActivationRecord], agent: AgentFn, config: AgentConfig
-) -> tuple[list[RunReport], bytes | None]:
+) -> tuple[list[RunReport], RecordedMemory | None]:
     """Replay the history; return its reports and the key's last known memory."""
     replayer = Replayer(agent, config)
     try:
         reports = replayer.replay_key(records)
     finally:
         replayer.close()
-    memory = None
-    for record in records:
-        if record.memory_after.known:
-            memory = memory_blob(record.memory_after)
-    return reports, memory
+    return reports, last_memory(records)
 
 
 def continue_with(
     records: Sequence[ActivationRecord],
     candidate: AgentFn,
     config: AgentConfig,
-    memory: bytes | None,
+    memory: RecordedMemory | None,
     *,
     strict: bool,
 ) -> tuple[list[RunPair], Usage, bool]:
     """The candidate over ``records`` from the state ``memory`` describes."""
-    provider = None if config.provider_factory is None else config.provider_factory()
+    provider = make_provider(config)
     progress = Progress()
     model = PooledModel(provider, progress, strict=strict)
     tools = PooledTools(Usage(), progress, strict=strict)

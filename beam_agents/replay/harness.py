@@ -46,6 +46,7 @@ from beam_agents.core.state import (
 from beam_agents.model.cache import CACHE_SCHEMA_VERSION, cache_key_for_digest
 from beam_agents.model.client import ModelClient
 from beam_agents.replay.answers import Progress
+from beam_agents.replay.loading import BadInput
 from beam_agents.tools import ToolRunner
 
 TRIGGER_EVENT = "event"
@@ -113,9 +114,18 @@ class KeyCells:
         self.set_header(next_seq, suspended=False)
 
 
-def memory_blob(recorded: RecordedMemory) -> bytes | None:
-    """The ``MemoryState`` a recorded memory rebuilds (slots recorded by digest only are lost)."""
-    slots = [entry.slot for entry in recorded.slots if entry.HasField("slot")]
+def memory_blob(recorded: RecordedMemory, seq: int) -> bytes | None:
+    """The ``MemoryState`` a recorded memory (of run ``seq``) rebuilds.
+
+    A slot recorded by digest only (over ``max_value_bytes``) cannot be rebuilt: :class:`BadInput`.
+    """
+    lost = [entry.key for entry in recorded.slots if not entry.HasField("slot")]
+    if lost:
+        raise BadInput(
+            f"cannot rebuild memory for seq {seq}: slot {lost[0]!r} was recorded by digest only "
+            "(raise RecordOptions.max_value_bytes when recording)"
+        )
+    slots = [entry.slot for entry in recorded.slots]
     if not slots:
         return None
     state = MemoryState(schema_version=MEMORY_SCHEMA_VERSION, slots=slots)
@@ -145,7 +155,7 @@ def cache_blob(earlier: Sequence[ActivationRecord]) -> bytes | None:
 
 
 def cells_for(
-    record: ActivationRecord, earlier: Sequence[ActivationRecord], memory: bytes | None
+    record: ActivationRecord, earlier: Sequence[ActivationRecord], memory: RecordedMemory | None
 ) -> KeyCells:
     """The key's state just before ``record``'s activation, rebuilt from the recording.
 
@@ -158,9 +168,19 @@ def cells_for(
     if resumed:
         cells.cells[CONTINUATION].value = record.continuation_before.SerializeToString()
         cells.cells[CACHE].value = cache_blob(earlier)
-    known = record.memory_before
-    cells.cells[MEMORY].value = memory_blob(known) if known.known else memory
+    known = record.memory_before if record.memory_before.known else memory
+    cells.cells[MEMORY].value = None if known is None else memory_blob(known, record.seq)
     return cells
+
+
+def last_memory(
+    records: Sequence[ActivationRecord], memory: RecordedMemory | None = None
+) -> RecordedMemory | None:
+    """The key's memory as last known after ``records`` (``memory``: before them)."""
+    for record in records:
+        if record.memory_after.known:
+            memory = record.memory_after
+    return memory
 
 
 class Harness:
@@ -189,7 +209,7 @@ class Harness:
         gateway = self._gateway = ModelGateway(
             model, retry_policy=config.model_retry if retry else None
         )
-        services = activation_services(config, gateway, tools, self._driver.time_left_s)
+        self._services = activation_services(config, gateway, tools, self._driver.time_left_s)
         self.staged: Staged | None = None
 
         @functools.wraps(agent)
@@ -197,8 +217,19 @@ class Harness:
             self.staged = staged(ctx)
             return await agent(ctx)
 
-        self._activator = Activator(watched, config, services, self._driver.run)
+        self._watched, self._config = watched, config
+        self._activators = {config.namespace: self._activator_for(config.namespace)}
         progress.position = self.position
+        progress.step = self.step
+
+    @property
+    def namespace(self) -> str | None:
+        """The config's intent namespace."""
+        return self._config.namespace
+
+    def _activator_for(self, namespace: str | None) -> Activator:
+        services = dataclasses.replace(self._services, intent_namespace=namespace)
+        return Activator(self._watched, self._config, services, self._driver.run)
 
     def position(self) -> int:
         """The place the running activation's next call takes."""
@@ -207,11 +238,26 @@ class Harness:
             return 0
         return current.recording.position(len(current.intents))
 
-    def element(self, cells: KeyCells, key: bytes, envelope: AgentEnvelope) -> Plan:
-        """Run one envelope against ``cells`` and apply the state it commits."""
+    def step(self) -> int | None:
+        """The step the running activation's last model call took (the cursor moved past it)."""
+        current = self.staged
+        return None if current is None else current.cursor.next_step - 1
+
+    def element(
+        self, cells: KeyCells, key: bytes, envelope: AgentEnvelope, namespace: str = ""
+    ) -> Plan:
+        """Run one envelope against ``cells`` and apply the state it commits.
+
+        ``namespace``: the intent namespace a new run mints its ids in (a record's
+        ``intent_namespace``); empty: the config's.
+        """
         self.staged = None
+        chosen = namespace or self._config.namespace
+        activator = self._activators.get(chosen)
+        if activator is None:
+            activator = self._activators[chosen] = self._activator_for(chosen)
         state = cells.state()
-        plan = self._activator.on_element(key, envelope, state)
+        plan = activator.on_element(key, envelope, state)
         cells.apply(state)
         return plan
 

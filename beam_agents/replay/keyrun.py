@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from beam_agents._protos import ActivationRecord, AgentEnvelope
-from beam_agents.replay.answers import PooledModel, PooledTools, Usage
+from beam_agents._protos import ActivationRecord, AgentEnvelope, RecordedMemory
+from beam_agents.replay.answers import PooledModel, PooledTools, Usage, check_records
 from beam_agents.replay.harness import TRIGGER_EVENT, Harness, KeyCells, cells_for
 
 WAITS = "waits on a new effect"
@@ -149,12 +149,13 @@ class KeyBacktest:
         return _key_result(records[0].entity_key, runs, usage, records, drift)
 
     def walk(
-        self, records: Sequence[ActivationRecord], memory: bytes | None = None
+        self, records: Sequence[ActivationRecord], memory: RecordedMemory | None = None
     ) -> tuple[list[RunPair], Usage, bool]:
         """Run the candidate over one key's records: its runs, calls and whether it drifted.
 
         ``memory``: the key's memory before the first record, when it did not record its own.
         """
+        check_records(records, self._model.decoder_name, self._harness.namespace)
         usage = self._model.usage = self._tools.usage = Usage()
         self._model.start_key(records)
         self._tools.start_key(records)
@@ -170,7 +171,8 @@ class KeyBacktest:
             run = runs[-1]
             run.recorded.add(record)
             if self._fed(record, run, cells):
-                drift = self._feed(run, cells, key, record.envelope) or drift
+                fed = self._feed(run, cells, key, record.envelope, record.intent_namespace)
+                drift = fed or drift
         self._close(runs, cells, None)
         return runs, usage, drift
 
@@ -197,16 +199,26 @@ class KeyBacktest:
         self._close(runs, cells, None)
         return _envelope_result(key, runs, usage, drift, skipped)
 
-    def _feed(self, run: RunPair, cells: KeyCells, key: bytes, envelope: AgentEnvelope) -> bool:
-        """Run ``envelope`` as part of ``run``; whether it drifted (a call nothing answers)."""
+    def _feed(
+        self,
+        run: RunPair,
+        cells: KeyCells,
+        key: bytes,
+        envelope: AgentEnvelope,
+        namespace: str = "",
+    ) -> bool:
+        """Run ``envelope`` as part of ``run``; whether it drifted.
+
+        Drift: a call nothing answers, even one the agent caught. ``namespace``: the record's
+        intent namespace (empty: the config's).
+        """
         self._model.miss = self._tools.miss = None
-        plan = self._harness.element(cells, key, envelope)
+        plan = self._harness.element(cells, key, envelope, namespace)
         for committed in plan.records:
             run.candidate.add(committed)
         if plan.errors and not plan.records:
             run.candidate.error = plan.errors[0].reason
-            return self._model.miss is not None or self._tools.miss is not None
-        return False
+        return self._model.miss is not None or self._tools.miss is not None
 
     def _fed(self, record: ActivationRecord, run: RunPair, cells: KeyCells) -> bool:
         """Whether ``record``'s envelope goes to the candidate (results: only if it waits)."""

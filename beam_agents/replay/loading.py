@@ -68,6 +68,16 @@ def load_config(spec: str | None) -> AgentConfig:
     return config
 
 
+def make_provider(config: AgentConfig) -> object | None:
+    """The model client ``config.provider_factory`` makes (``None`` without one)."""
+    if config.provider_factory is None:
+        return None
+    try:
+        return config.provider_factory()
+    except Exception as problem:  # the user's factory may fail in any way
+        raise BadInput(f"the config's provider_factory failed: {problem}") from None
+
+
 def parse_key(text: str) -> bytes:
     """A key as given on the command line: UTF-8 text, or ``hex:`` and its bytes in hex."""
     if text.startswith("hex:"):

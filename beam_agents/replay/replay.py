@@ -13,19 +13,26 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import groupby
 
-from beam_agents._protos import ActivationRecord
+from beam_agents._protos import ActivationRecord, RecordedMemory
 from beam_agents.core.agent import AgentFn
 from beam_agents.core.config import AgentConfig
 from beam_agents.core.staging import Staged
-from beam_agents.replay.answers import Miss, Progress, RecordedModel, RecordedTools
+from beam_agents.core.state import MEMORY
+from beam_agents.replay.answers import (
+    Miss,
+    Progress,
+    RecordedModel,
+    RecordedTools,
+    check_records,
+)
 from beam_agents.replay.compare import DRIFT, Divergence, Op, first_divergence, ops_of
-from beam_agents.replay.harness import Harness, cells_for, memory_blob
-from beam_agents.replay.loading import BadInput
+from beam_agents.replay.harness import Harness, cells_for, last_memory
+from beam_agents.replay.loading import BadInput, make_provider
 
 SAME = "same"
 
 EXIT_SAME, EXIT_DIVERGENT, EXIT_BAD_INPUT, EXIT_DRIFT = 0, 1, 2, 3
-"""The command's exit statuses (``API.md``)."""
+"""The command's exit statuses (``beam_agents/replay/README.md``)."""
 
 
 @dataclass(frozen=True)
@@ -65,53 +72,58 @@ def first_miss(*misses: Miss | None) -> Miss | None:
     return min(found, key=lambda miss: miss.position) if found else None
 
 
-def _decoder(config: AgentConfig) -> object:
-    """The config's model client, which only decodes recorded bodies here (never called)."""
-    assert config.provider_factory is not None
-    try:
-        return config.provider_factory()
-    except Exception as problem:  # the user's factory may fail in any way
-        raise BadInput(f"the config's provider_factory failed: {problem}") from None
-
-
 class Replayer:
     """Replays records against one agent and config; :meth:`close` when done."""
 
     def __init__(self, agent: AgentFn, config: AgentConfig) -> None:
-        decoder = None if config.provider_factory is None else _decoder(config)
+        decoder = make_provider(config)  # only decodes recorded bodies here, never called
         progress = Progress()
         self._model = RecordedModel(decoder, progress)
         self._tools = RecordedTools(progress)
         self._harness = Harness(agent, config, self._model, self._tools, progress)
+        self._namespace = config.namespace
 
     def replay_one(
-        self, record: ActivationRecord, earlier: Sequence[ActivationRecord], memory: bytes | None
+        self,
+        record: ActivationRecord,
+        earlier: Sequence[ActivationRecord],
+        memory: RecordedMemory | None,
     ) -> Divergence | None:
         """Replay ``record`` on the state it rebuilds; its first divergence, if any."""
         self._model.start(record)
         self._tools.start(record)
         cells = cells_for(record, earlier, memory)
-        plan = self._harness.element(cells, record.entity_key, record.envelope)
+        given = cells.cells[MEMORY].value
+        plan = self._harness.element(
+            cells, record.entity_key, record.envelope, record.intent_namespace
+        )
+        unrecorded = self._tools.unrecorded
+        if unrecorded is not None:
+            raise BadInput(
+                f"cannot replay this tool result: {unrecorded.tool_name!r} returned a "
+                f"{unrecorded.unrecorded_result_type} (no JSON form), so it was not recorded"
+            )
         replayed = plan.records[0] if plan.records else None
         return first_divergence(
             record,
             replayed,
             staged_ops(self._harness.staged) if replayed is None else [],
-            first_miss(self._model.miss, self._tools.miss) if replayed is None else None,
+            first_miss(self._model.miss, self._tools.miss),
             plan.errors[0] if plan.errors else None,
+            given,
         )
 
     def replay_key(self, records: Sequence[ActivationRecord]) -> list[RunReport]:
         """Replay one key's records (in commit order), run by run."""
+        check_records(records, self._model.decoder_name, self._namespace)
         reports = []
-        memory: bytes | None = None
+        memory: RecordedMemory | None = None
         for seq, grouped in groupby(records, key=lambda record: record.seq):
             run = list(grouped)
             report = RunReport(run[0].entity_key, seq, len(run))
             for index, record in enumerate(run):
                 divergence = self.replay_one(record, run[:index], memory)
-                if record.memory_after.known:
-                    memory = memory_blob(record.memory_after)
+                memory = last_memory([record], memory)
                 if divergence is not None:
                     report = RunReport(
                         record.entity_key, seq, index + 1, divergence, index, record.trigger

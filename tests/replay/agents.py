@@ -9,6 +9,8 @@ count the provider calls of a replay or backtest.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import random
 
@@ -16,6 +18,7 @@ from beam_agents import AgentConfig, canonical_json_bytes
 from beam_agents._protos import AgentEnvelope, ToolResult
 from beam_agents.core.agent import Complete, Suspend
 from beam_agents.core.context import ActivationContext
+from beam_agents.core.recording import RecordOptions
 from beam_agents.model.client import LlmRequest
 from beam_agents.model.fake import FakeLLM, match_any, match_contains, respond_with
 from beam_agents.tools import ToolRegistry, tool
@@ -52,6 +55,21 @@ def make_config() -> AgentConfig:
     )
 
 
+def make_config_in_namespace() -> AgentConfig:
+    """The config with a production intent namespace."""
+    return dataclasses.replace(make_config(), namespace="prod-v1")
+
+
+def make_config_in_other_namespace() -> AgentConfig:
+    """The config with a namespace other than the recording's."""
+    return dataclasses.replace(make_config(), namespace="staging")
+
+
+def make_config_small_values() -> AgentConfig:
+    """The config recording memory slots over 8 bytes by digest only."""
+    return dataclasses.replace(make_config(), record=RecordOptions(max_value_bytes=8))
+
+
 def make_config_without_provider() -> AgentConfig:
     """A config without a model provider (a backtest must then not call the model)."""
     return AgentConfig(tool_registry=ToolRegistry([risk]), record=True)
@@ -62,7 +80,12 @@ def _prompt(payment: dict[str, object], band: str) -> str:
 
 
 async def _screen(
-    ctx: ActivationContext, *, prompt: str = "", act: bool = True, large: bool = False
+    ctx: ActivationContext,
+    *,
+    prompt: str = "",
+    act: bool = True,
+    large: bool = False,
+    remember: bool = True,
 ) -> Complete | Suspend:
     if ctx.is_resume:
         payment = json.loads(ctx.snapshot)
@@ -70,7 +93,8 @@ async def _screen(
         done = result is not None and result.status == ToolResult.OK
         return Complete(_decision(payment, "flagged" if done else "unflagged"))
     payment = json.loads(ctx.event)
-    ctx.memory.append("amounts", str(payment["amount"]).encode(), max_items=4)
+    if remember:
+        ctx.memory.append("amounts", str(payment["amount"]).encode(), max_items=4)
     band = await ctx.run_tool("risk", {"account": payment["account"]})
     text = prompt.format(**payment, band=band) if prompt else _prompt(payment, band)
     reply = await ctx.call_model(LlmRequest(MODEL_ID, text))
@@ -106,6 +130,19 @@ async def screen_without_act(ctx: ActivationContext) -> Complete | Suspend:
 async def screen_large_too(ctx: ActivationContext) -> Complete | Suspend:
     """A changed decision rule: large payments are flagged too."""
     return await _screen(ctx, large=True)
+
+
+async def screen_forgetful(ctx: ActivationContext) -> Complete | Suspend:
+    """The memory write removed."""
+    return await _screen(ctx, remember=False)
+
+
+async def screen_asks_again(ctx: ActivationContext) -> Complete | Suspend:
+    """One more model call, whose error the agent catches (the activation still commits)."""
+    outcome = await _screen(ctx)
+    with contextlib.suppress(Exception):  # the point: a caught error must not hide the call
+        await ctx.call_model(LlmRequest(MODEL_ID, "anything else?"))
+    return outcome
 
 
 def not_an_agent() -> None:

@@ -25,9 +25,13 @@ from beam_agents import AgentConfig, RunAgent, WriteRecords, WriteRecordsToEffec
 from beam_agents._protos import ActivationRecord, AgentEnvelope
 from beam_agents.core.agent import AgentFn
 from beam_agents.io import ReadEnvelopes, SubmitIntents
+from beam_agents.model.client import as_model_client
+from beam_agents.replay.answers import Progress
 from beam_agents.replay.backtest import run_backtest
 from beam_agents.replay.cli import main
-from beam_agents.replay.recordfile import by_key, read_records
+from beam_agents.replay.harness import Harness, KeyCells
+from beam_agents.replay.recordfile import by_key, encode_records, read_records
+from beam_agents.tools import ToolRunner
 from tests.replay import agents
 
 PAIR = tuple[bytes, AgentEnvelope]
@@ -65,6 +69,31 @@ def record_loop(
         if to_effector:
             outputs.records | WriteRecordsToEffector(target, batch_size=7)
     return by_key(read_records([str(directory)]))
+
+
+def record_direct(
+    path: Path,
+    events: Sequence[AgentEnvelope],
+    agent: AgentFn = agents.screen,
+    config: Callable[[], AgentConfig] = agents.make_config,
+) -> list[ActivationRecord]:
+    """Run ``agent`` over ``events`` through the core alone (no pipeline), key by key in order;
+    write its records to the records file ``path`` and return them."""
+    chosen = config()
+    provider = agents.PROVIDER if chosen.provider_factory is None else chosen.provider_factory()
+    harness = Harness(agent, chosen, as_model_client(provider), ToolRunner(), Progress())
+    cells: dict[bytes, KeyCells] = {}
+    records: list[ActivationRecord] = []
+    try:
+        for event in events:
+            key = event.entity_key
+            plan = harness.element(cells.setdefault(key, KeyCells()), key, event)
+            assert not plan.errors, plan.errors
+            records += plan.records
+    finally:
+        harness.close()
+    path.write_bytes(encode_records(records))
+    return records
 
 
 def command(*argv: str) -> tuple[int, str, str]:

@@ -157,12 +157,13 @@ def test_results_come_from_the_record_and_no_intent_is_executed(
     assert _store_status(effector.address) == status_before
 
 
-def test_a_candidate_without_a_provider_cannot_make_new_calls(
+def test_a_candidate_without_a_provider_cannot_decode_the_recorded_calls(
     history: Path, tmp_path: Path
 ) -> None:
-    status, report = command_json(
+    status, out, err = command(
         "backtest", str(history), "--agent", f"{AGENTS}:screen_prompt_changed",
         "--config", f"{AGENTS}:make_config_without_provider", "--out", str(tmp_path),
     )  # fmt: skip
-    assert status == 3 and report["drift"]
-    assert report["runs_failed"] == 1_000
+    assert (status, out) == (2, "")
+    assert len(err.splitlines()) == 1 and "'fake' bodies" in err and "pass --config" in err
+    assert not (tmp_path / "report.json").exists()  # refused before the pipeline
