@@ -4,8 +4,7 @@ The first request for an id records it (PENDING, AWAITING_DECISION for an approv
 with a REJECTED result); a later one is a DUPLICATE (same digest) or a CONFLICT (different
 content, answered with the recorded intent), and a DUPLICATE of a DONE intent may ask for its
 result envelope to be appended again.
-New intent rows are written in id order, then key rows in key order (the lock order), then
-the keys' activity rows (:func:`~effector.store._telemetry.touch_keys`), in key order too.
+New intent rows are written in id order, then key rows in key order (the lock order).
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ from effector.intents import (
     result_envelope,
     serialize_intent,
 )
-from effector.store._telemetry import touch_keys
 from effector.store.base import NewIntent, SubmitOutcome, SubmitResult
 
 
@@ -113,7 +111,6 @@ def submit(
     if conflicts:
         _explain_conflicts(tx, intents, first_of, inserted, conflicts, answers)
     _add_pending(tx, new_work, now_ms)
-    touch_keys(tx, {intents[first_of[each]].intent.entity_key for each in inserted}, now_ms)
     offsets = sql.append(tx, [envelopes[index] for index in sorted(envelopes)], now_ms)
     return [answer for answer in answers if answer is not None], sql.head_after(offsets)
 

@@ -68,8 +68,9 @@ def schema_statements(dialect: Dialect) -> list[str]:
         """CREATE INDEX IF NOT EXISTS effector_intents_awaiting_by_key
             ON effector_intents (entity_key, state) WHERE state = 3""",
         # DONE intents by completion (retention; the overview's window, covering latency).
+        # Partial: claiming and starting an intent (PENDING -> RUNNING) never writes it.
         """CREATE INDEX IF NOT EXISTS effector_intents_completed
-            ON effector_intents (state, completed_at_ms, started_at_ms)""",
+            ON effector_intents (state, completed_at_ms, started_at_ms) WHERE state = 4""",
         # The console's search by tool, newest first within a state.
         """CREATE INDEX IF NOT EXISTS effector_intents_by_tool
             ON effector_intents (tool_name, state, received_at_ms, intent_id)""",

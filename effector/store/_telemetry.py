@@ -3,7 +3,8 @@
 Trace events and errors are inserted idempotently (a stored span id or error id is kept) and
 forgotten after the telemetry retention. ``effector_key_activity`` keeps one row per key (when
 it was last seen, how many runs have stored events), updated as traces and errors are recorded
-and intents submitted, so the keys page walks its index instead of aggregating the traces.
+(not by submits: the intake path writes what it did before), so the keys page walks its
+index instead of aggregating the traces.
 Reads probe or range-scan an index: a key's newest runs and errors, the keys most recently
 seen (a substring search looks at the newest :data:`KEY_SEARCH_SCAN` of them only), the
 errors, LLM spans and executions of the overview's window. Only the overview's intent counts

@@ -160,7 +160,7 @@ class KeySummary:
     runs: int
     """How many runs (distinct seqs) of the key have stored trace events."""
     last_seen_ms: int
-    """The newest time a trace event or error of the key was recorded, or an intent received."""
+    """The newest time a trace event or error of the key was recorded."""
     open_intents: int
     """Its intents not yet DONE (pending, running or awaiting a decision)."""
 

@@ -190,14 +190,15 @@ async def test_list_keys_by_last_seen_with_runs_and_open_intents(store: Effector
     await store.record_errors([agent_error(b"customer-9", "x")], T0 + 20)
     await store.record_traces([span(binary, 4, 0)], T0 + 30)
 
+    # Keys come from traces and errors: order-2, with intents only, is not listed (a submit
+    # stays off the keys table, which keeps the execution path's writes as they were).
     keys = await store.list_keys(b"", 10)
     assert [(k.entity_key, k.runs, k.last_seen_ms, k.open_intents) for k in keys] == [
         (binary, 1, T0 + 30, 1),
         (b"customer-9", 0, T0 + 20, 0),
-        (b"order-2", 0, T0 + 11, 2),
         (b"order-1", 3, T0, 0),
     ]
-    assert [k.entity_key for k in await store.list_keys(b"order", 10)] == [b"order-2", b"order-1"]
+    assert [k.entity_key for k in await store.list_keys(b"order", 10)] == [b"order-1"]
     assert [k.entity_key for k in await store.list_keys(b"\xff", 10)] == [binary]
     assert [k.entity_key for k in await store.list_keys(b"", 2)] == [binary, b"customer-9"]
     assert await store.list_keys(b"nothing", 10) == []
@@ -340,8 +341,9 @@ async def test_prune_telemetry_forgets_only_what_is_past_the_retention(
     await store.submit([NewIntent(make_intent("add", key=b"asked"))], T0)
     await store.record_traces([span(b"new", 0, 0), span(b"mixed", 1, 0)], T0 + 1_000)
     await store.record_errors([agent_error(b"new", "x")], T0 + 1_000)
-    # 6 trace events, 3 errors, and the keys not seen since with no runs left: old, asked.
-    assert await store.prune_telemetry(T0 + 1_500, 1_000) == 11
+    # 6 trace events, 3 errors, and the key not seen since with no runs left: old. (A key
+    # with intents only, "asked", is not on the keys page: submits stay off its table.)
+    assert await store.prune_telemetry(T0 + 1_500, 1_000) == 10
     assert await store.traces_for_key(b"old", 10) == []
     assert len(await store.traces_for_key(b"new", 10)) == 1
     assert [e.error.entity_key for e in await store.list_errors(None, 10)] == [b"new"]
