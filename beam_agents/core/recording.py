@@ -34,8 +34,8 @@ from beam_agents.model.client import (
     LlmRequest,
     LlmResponse,
     ModelClient,
-    _AdaptedClient,
     as_model_client,
+    underlying,
 )
 
 RECORD_SCHEMA_VERSION = 1
@@ -105,7 +105,7 @@ def decoder_name(client: object) -> str:
     ``gen_ai_provider_name``.
     """
     adapted = as_model_client(client)
-    inner = adapted.wrapped if isinstance(adapted, _AdaptedClient) else adapted
+    inner = underlying(adapted)
     wire = getattr(getattr(inner, "wire", None), "gen_ai_name", None)
     shape = getattr(inner, "shape", None)
     for name in (wire, shape):

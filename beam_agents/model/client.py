@@ -212,13 +212,17 @@ def as_model_client(client: object) -> ModelClient:
     return _AdaptedClient(client)
 
 
+def underlying(client: ModelClient) -> object:
+    """The object :func:`as_model_client` adapted into ``client``, or ``client`` itself."""
+    return client.wrapped if isinstance(client, _AdaptedClient) else client
+
+
 def decode_with(client: object, raw: bytes) -> LlmResponse:
     """Rebuild an :class:`LlmResponse` from a stored raw body using ``client``'s decoder."""
     adapted = client if isinstance(client, ModelClient) else _AdaptedClient(client)
     response = adapted.decode(raw)
     if not isinstance(response, LlmResponse):
-        named = adapted.wrapped if isinstance(adapted, _AdaptedClient) else adapted
-        raise TypeError(f"{type(named).__name__}.decode must return an LlmResponse")
+        raise TypeError(f"{type(underlying(adapted)).__name__}.decode must return an LlmResponse")
     return response
 
 
