@@ -129,15 +129,16 @@ def _check_registry(ctx: ActivationContext, registry: ToolRegistry) -> None:
         )
 
 
-def _result_reply(tool_name: str, result: ToolResult) -> _Reply:
+def result_reply(tool_name: str, result: ToolResult) -> tuple[str, bool]:
+    """What the model is told of an effector result: ``(text, is_error)``."""
     if result.status == ToolResult.OK:
-        return _Reply(result.payload.decode("utf-8", errors="replace"))
+        return result.payload.decode("utf-8", errors="replace"), False
     detail = f": {result.error_message}" if result.error_message else ""
     if result.status == ToolResult.EXPIRED:
-        return _Reply(f"{tool_name} expired before it could run{detail}", is_error=True)
+        return f"{tool_name} expired before it could run{detail}", True
     if result.status == ToolResult.REJECTED:
-        return _Reply(f"{tool_name} was rejected and did not run{detail}", is_error=True)
-    return _Reply(f"{tool_name} failed{detail}", is_error=True)
+        return f"{tool_name} was rejected and did not run{detail}", True
+    return f"{tool_name} failed{detail}", True
 
 
 async def _run_inline(ctx: ActivationContext, call: ToolCall) -> _Reply:
@@ -277,4 +278,4 @@ async def _answer(
     except ToolArgumentError as exc:
         return _Reply(str(exc), is_error=True)
     result = ctx.results.get(intent_id)
-    return intent_id if result is None else _result_reply(call.name, result)
+    return intent_id if result is None else _Reply(*result_reply(call.name, result))

@@ -8,6 +8,7 @@ re-exported here from ``core.ids`` and ``beam_agents.hitl``, where they live.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -79,3 +80,15 @@ Outcome: TypeAlias = Complete | Suspend
 
 AgentFn: TypeAlias = Callable[["ActivationContext"], Coroutine[Any, Any, Outcome]]
 """The shape of an agent: ``async def agent(ctx) -> Complete | Suspend``."""
+
+
+def is_agent(candidate: object) -> bool:
+    """Whether ``candidate`` is an agent: ``async def agent(ctx)``, or an object calling as one.
+
+    The object form is how framework adapters (``beam_agents.adapters``) are passed.
+    """
+    if inspect.iscoroutinefunction(candidate):
+        return True
+    if isinstance(candidate, type):
+        return False
+    return inspect.iscoroutinefunction(getattr(candidate, "__call__", None))  # noqa: B004

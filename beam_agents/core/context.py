@@ -70,6 +70,7 @@ class ActivationServices:
 
 # Shared by every new run, which has neither results nor pending intents (both read-only).
 _NO_RESULTS: Mapping[str, ToolResult] = MappingProxyType({})
+_NO_APPROVALS: Mapping[str, Approval] = MappingProxyType({})
 _NONE_PENDING: frozenset[str] = frozenset()
 
 
@@ -148,6 +149,7 @@ class ActivationContext:
 
     __slots__ = (
         "_approval",
+        "_approvals",
         "_load_cache",
         "_load_memory",
         "_pending_ids",
@@ -188,6 +190,7 @@ class ActivationContext:
             self._approval: Approval | None = None
             self._snapshot = b""
             self._results: Mapping[str, ToolResult] = _NO_RESULTS
+            self._approvals: Mapping[str, Approval] = _NO_APPROVALS
             self._pending_ids = _NONE_PENDING
             self._staged = Staged(
                 trace, ReplayCursor(first_step), namespace=services.intent_namespace
@@ -197,6 +200,11 @@ class ActivationContext:
             self._approval = resumption.approval
             self._snapshot = resumption.snapshot
             self._results = MappingProxyType(dict(resumption.results))
+            self._approvals = (
+                MappingProxyType(dict(resumption.approvals))
+                if resumption.approvals
+                else _NO_APPROVALS
+            )
             pending = resumption.pending
             self._pending_ids = (
                 frozenset(intent_id for intent_id, _ in pending) if pending else _NONE_PENDING
@@ -245,6 +253,15 @@ class ActivationContext:
     def results(self) -> Mapping[str, ToolResult]:
         """Every tool result received by this run so far, by intent id."""
         return self._results
+
+    @property
+    def approvals(self) -> Mapping[str, Approval]:
+        """Every approval decision received by this run so far, by intent id.
+
+        Includes the "not approved" a deadline records for approvals it escalated
+        (``approver == "beam-agents/deadline"``).
+        """
+        return self._approvals
 
     @property
     def pending_intent_ids(self) -> frozenset[str]:
@@ -333,7 +350,9 @@ class ActivationContext:
             limit = self._services.max_tokens_per_run
             if limit is not None and self.run_tokens_used >= limit:
                 raise self._refuse_over_budget(limit, "was refused a model call")
-            answer = await model.complete(request, budget_s=self._services.time_left_s())
+            answer = await model.complete(
+                request, budget_s=self._services.time_left_s(), memo_key=cache_key
+            )
             response, attempts = answer.response, answer.attempts
             cache.record(
                 ModelCacheEntry(

@@ -9,7 +9,7 @@ so a failed activation leaves the key's state as it was. The parallel ``pending_
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from beam_agents._json import canonical_json
 from beam_agents._protos import Approval, Continuation, ToolIntent, ToolResult, TraceEvent
@@ -38,6 +38,8 @@ class Resumption:
     """The run's recorded steps (``steps[i]`` is step ``i``): the replay prefix."""
     namespace: str | None = None
     """The intent namespace the run started in; all its intent ids are minted in it."""
+    approvals: Mapping[str, Approval] = field(default_factory=dict)
+    """Every approval decision the run received so far, by intent id."""
 
 
 def pending_of(continuation: Continuation) -> list[tuple[str, int]]:
@@ -72,6 +74,7 @@ def resumption(admitted: Continuation, answer: ToolResult | Approval) -> Resumpt
         tokens_used=admitted.tokens_used,
         steps=admitted.steps,
         namespace=run_namespace(admitted),
+        approvals={approval.intent_id: approval for approval in admitted.approvals},
     )
 
 

@@ -10,6 +10,7 @@ and for each element or timer firing loads the key's state lazily, asks the
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -35,6 +36,7 @@ from beam_agents.core.config import AgentConfig
 from beam_agents.core.loudness import ErrorLog
 from beam_agents.core.model_gateway import METRICS_NAMESPACE, MODEL_COUNTERS, ModelGateway
 from beam_agents.core.plan import Plan
+from beam_agents.core.retry_memo import answer_memo
 from beam_agents.core.services import activation_services
 from beam_agents.core.state import CACHE, CONTINUATION, HEADER, MEMORY, KeyState
 from beam_agents.model.resilience import CircuitBreakers
@@ -204,6 +206,8 @@ class AgentDoFn(beam.DoFn):
         self._agent = agent
         self._config = config
         self._ticks = ticks
+        # Every copy of this DoFn (a retried bundle may get a fresh one) shares one memo.
+        self._memo_scope = uuid.uuid4().hex
         self._driver: CoroutineDriver | None = None
         self._gateway: ModelGateway | None = None
         self._activator: Activator | None = None
@@ -231,6 +235,7 @@ class AgentDoFn(beam.DoFn):
                 if threshold is None
                 else CircuitBreakers(threshold, config.circuit_reset_timeout_s),
                 metrics=self._counters,
+                memo=answer_memo(self._memo_scope),
             )
         self._gateway = gateway
         services = activation_services(config, gateway, ToolRunner(), driver.time_left_s)

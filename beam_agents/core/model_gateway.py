@@ -16,6 +16,7 @@ from typing import Protocol
 from beam_agents._json import canonical_json
 from beam_agents._protos import ModelCacheEntry
 from beam_agents.core.bridge import enter_task
+from beam_agents.core.retry_memo import AnswerMemo
 from beam_agents.model.cache import replayed_response
 from beam_agents.model.client import LlmRequest, LlmResponse, ProviderError, as_model_client
 from beam_agents.model.resilience import (
@@ -91,6 +92,7 @@ class ModelGateway:
     __slots__ = (
         "_breakers",
         "_client",
+        "_memo",
         "_metrics",
         "_needs_task",
         "_policy",
@@ -106,6 +108,7 @@ class ModelGateway:
         retry_policy: RetryPolicy | None = None,
         breakers: CircuitBreakers | None = None,
         metrics: ModelMetrics | None = None,
+        memo: AnswerMemo[ProviderAnswer] | None = None,
     ) -> None:
         try:
             adapted = as_model_client(client)
@@ -123,6 +126,7 @@ class ModelGateway:
         self._metrics: ModelMetrics = _Uncounted() if metrics is None else metrics
         # One source of backoff jitter per gateway, not one seeded per call.
         self._rng = random.Random()
+        self._memo = memo
 
     async def _call_once(self, request: LlmRequest) -> LlmResponse:
         response = await self._client.complete(request)
@@ -134,13 +138,26 @@ class ModelGateway:
         return response
 
     async def complete(
-        self, request: LlmRequest, *, budget_s: float | None = None
+        self, request: LlmRequest, *, budget_s: float | None = None, memo_key: str = ""
     ) -> ProviderAnswer:
         """Send ``request`` to the provider, retrying retryable errors within ``budget_s``.
 
         A ``ProviderError`` that ends the call (retries exhausted, not retryable, or the
-        circuit open) propagates with a note saying how many attempts were made.
+        circuit open) propagates with a note saying how many attempts were made. With a
+        ``memo_key`` (the call's replay-cache key) and a memo, an answer this process already
+        got for that key is returned as it was (``core/retry_memo.py``).
         """
+        memo = self._memo
+        if memo is not None and memo_key:
+            kept = memo.get(memo_key)
+            if kept is not None:
+                return kept
+            answer = await self._call(request, budget_s)
+            memo.put(memo_key, answer)
+            return answer
+        return await self._call(request, budget_s)
+
+    async def _call(self, request: LlmRequest, budget_s: float | None) -> ProviderAnswer:
         if self._needs_task:
             await enter_task()
         attempts: list[Attempt] = []

@@ -13,7 +13,6 @@ malformed elements at run time become typed ``.errors`` records, never a crashed
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from typing import Any, NamedTuple
 
 import apache_beam as beam
@@ -26,7 +25,7 @@ from apache_beam.typehints import typehints
 from beam_agents._protos import ActivationRecord, AgentEnvelope, AgentError, ToolIntent, TraceEvent
 from beam_agents.core import clocks
 from beam_agents.core.admission import element_problem
-from beam_agents.core.agent import AgentFn
+from beam_agents.core.agent import AgentFn, is_agent
 from beam_agents.core.config import AgentConfig, CommitInfo
 from beam_agents.core.dofn import (
     ERRORS_TAG,
@@ -160,9 +159,10 @@ class RunAgent(beam.PTransform[PCollection[tuple[bytes, AgentEnvelope]], RunAgen
 
     def __init__(self, agent: AgentFn, config: AgentConfig | None = None) -> None:
         super().__init__()
-        if not inspect.iscoroutinefunction(agent):
+        if not is_agent(agent):
             raise ValueError(
-                f"RunAgent needs an agent defined with `async def agent(ctx)`, got {agent!r}"
+                f"RunAgent needs an agent defined with `async def agent(ctx)` (or an object "
+                f"whose `__call__` is one, such as a framework adapter), got {agent!r}"
             )
         if config is not None and not isinstance(config, AgentConfig):
             raise ValueError(f"RunAgent config must be an AgentConfig, got {type(config).__name__}")

@@ -10,15 +10,10 @@ candidate's provider (or, strict, refuses it). A call that cannot be answered be
 
 from __future__ import annotations
 
-import functools
-import json
-import typing
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-
-from pydantic import TypeAdapter, ValidationError
 
 from beam_agents._protos import ActivationRecord, RecordedModelCall, RecordedToolCall
 from beam_agents.core.recording import PLAIN_DECODER, decoder_name, jsonable
@@ -214,33 +209,14 @@ def checked_arguments(tool: Tool[..., Any], arguments: Mapping[str, Any]) -> Non
     tool.validate_arguments(arguments)
 
 
-@functools.lru_cache(maxsize=256)
-def _result_adapter(tool: Tool[..., Any]) -> TypeAdapter[Any] | None:
-    """A validator for ``tool``'s return annotation (``None``: it has none usable)."""
-    try:
-        hint = typing.get_type_hints(tool.unwrap()).get("return")
-        return None if hint is None or hint is Any else TypeAdapter(hint)
-    except Exception:  # an annotation that does not resolve: the JSON value is all we have
-        return None
-
-
 def recorded_result(call: RecordedToolCall, tool: Tool[..., Any]) -> Any:
     """The value a recorded tool call returned, or its failure raised again.
 
-    The value is rebuilt as ``tool``'s return annotation says (a Pydantic model comes back as
-    one); without a usable annotation it is the recorded JSON.
+    The value is rebuilt as ``tool``'s return annotation says (``Tool.decode_result``).
     """
     if call.error_type:
         raise RecordedToolFailure(f"{call.error_type}: {call.error_message}")
-    if not call.result_json:
-        return None
-    adapter = _result_adapter(tool)
-    if adapter is not None:
-        try:
-            return adapter.validate_json(call.result_json)
-        except ValidationError:
-            pass  # the annotation does not describe the value: hand back its JSON
-    return json.loads(call.result_json)
+    return tool.decode_result(call.result_json)
 
 
 @dataclass

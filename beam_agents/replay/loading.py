@@ -8,14 +8,13 @@ and exits 2 on.
 from __future__ import annotations
 
 import importlib
-import inspect
 import json
 import os
 import sys
 from collections.abc import Callable
 from typing import Any
 
-from beam_agents.core.agent import AgentFn
+from beam_agents.core.agent import AgentFn, is_agent
 from beam_agents.core.config import AgentConfig
 from beam_agents.replay.report import Price, parse_prices
 
@@ -47,7 +46,7 @@ def load_object(spec: str, what: str) -> Any:
 def load_agent(spec: str) -> AgentFn:
     """The agent ``module:function`` names: an ``async def agent(ctx)``."""
     agent = load_object(spec, "agent")
-    if not inspect.iscoroutinefunction(agent):
+    if not is_agent(agent):
         raise BadInput(f"agent {spec!r} is not an `async def agent(ctx)` function")
     return agent  # type: ignore[no-any-return]
 

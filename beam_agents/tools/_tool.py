@@ -11,12 +11,14 @@ import copy
 import functools
 import importlib
 import inspect
+import json
 import re
 import sys
+import typing
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from beam_agents.tools._docstrings import read_docstring
 from beam_agents.tools._schema import ArgumentSpec, derive_arguments
@@ -127,6 +129,22 @@ class Tool(Generic[_P, _R]):
         """
         return self._arguments.validate(arguments)
 
+    def decode_result(self, data: bytes | str) -> Any:
+        """The value a JSON result of this tool stands for (an effector result's payload).
+
+        Rebuilt as the function's return annotation says, so a Pydantic model comes back as
+        one; without a usable annotation, or if it does not describe the value, the JSON value.
+        """
+        if not data:
+            return None
+        adapter = _result_adapter(self._function)
+        if adapter is not None:
+            try:
+                return adapter.validate_json(data)
+            except ValidationError:
+                pass  # the annotation does not describe the value: hand back its JSON
+        return json.loads(data)
+
     def unwrap(self) -> Callable[_P, _R]:
         """Return the wrapped function itself, bypassing the ``side_effect`` guard.
 
@@ -207,6 +225,16 @@ def tool(
             decorated, name=name, description=description, side_effect=side_effect
         )
     return Tool(function, name=name, description=description, side_effect=side_effect)
+
+
+@functools.lru_cache(maxsize=256)
+def _result_adapter(function: Callable[..., Any]) -> TypeAdapter[Any] | None:
+    """A validator for ``function``'s return annotation (``None``: it has none usable)."""
+    try:
+        hint = typing.get_type_hints(function).get("return")
+        return None if hint is None or hint is Any else TypeAdapter(hint)
+    except Exception:  # an annotation that does not resolve: the JSON value is all we have
+        return None
 
 
 def _checked_name(function: object, name: str | None) -> str:

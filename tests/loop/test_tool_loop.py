@@ -198,9 +198,9 @@ def test_a_retried_resume_repeats_no_committed_turn(tmp_path: Path) -> None:
     [first, second, final] = [
         request.content_digest() for request in provider.fake.requests[:2]
     ] + [provider.fake.requests[-1].content_digest()]
-    # The two turns committed with the suspension are never asked again; the final turn was
-    # asked by the failed attempt too, since nothing of that attempt was committed.
-    assert (counts[first], counts[second], counts[final]) == (1, 1, 2)
+    # The two turns committed with the suspension are never asked again; the final turn, asked
+    # by the failed attempt, which committed nothing, is answered to the retry by the memo.
+    assert (counts[first], counts[second], counts[final]) == (1, 1, 1)
     assert len(counts) == 3
 
 

@@ -1,0 +1,277 @@
+"""``ActivationBridge``: what the framework adapters share, one activation's calls into ``ctx``.
+
+An adapter runs the framework's agent from the run's start on every activation; the replay
+prefix hands back the model answers and intent ids of the activations before. The bridge gives
+each framework call its meaning here: a model call is ``ctx.call_model``, a read-only tool
+``ctx.run_tool``, a side-effecting tool an intent (``ctx.act``) and an approval request an
+approval intent, each answered from the run's results or left pending. The adapters' README
+(``beam_agents/adapters/README.md``) explains the whole scheme.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from beam_agents._json import canonical_json_bytes
+from beam_agents._protos import Approval, ToolResult
+from beam_agents.core.agent import Complete, Suspend
+from beam_agents.core.context import ActivationContext
+from beam_agents.core.continuation import DEADLINE_APPROVER
+from beam_agents.loop import result_reply
+from beam_agents.model.client import LlmRequest, LlmResponse
+
+__all__ = [
+    "ActivationBridge",
+    "AdapterUsageError",
+    "Decision",
+    "IntentFailedError",
+    "Pending",
+    "bound",
+    "current_bridge",
+    "output_bytes",
+]
+
+_CURRENT: ContextVar[ActivationBridge | None] = ContextVar("beam_agents_bridge", default=None)
+
+
+class AdapterUsageError(RuntimeError):
+    """An adapter's model or tool was used outside the agent run the adapter drives."""
+
+
+def current_bridge() -> ActivationBridge:
+    """The bridge of the activation running now (set by the adapter around the framework run).
+
+    The framework-native model and tool classes look it up at call time, so they can be built
+    once, with the graph or agent, and serve every activation.
+    """
+    bridge = _CURRENT.get()
+    if bridge is None:
+        raise AdapterUsageError(
+            "a beam_agents adapter model or tool was called outside an adapter run; wrap the "
+            "framework agent with its beam_agents.adapters wrapper and run it with RunAgent"
+        )
+    return bridge
+
+
+@contextmanager
+def bound(bridge: ActivationBridge) -> Iterator[ActivationBridge]:
+    """Make ``bridge`` the :func:`current_bridge` inside the ``with`` block (and its tasks)."""
+    token = _CURRENT.set(bridge)
+    try:
+        yield bridge
+    finally:
+        _CURRENT.reset(token)
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """An intent (tool or approval) of this run that has no answer yet."""
+
+    intent_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The answer to an approval request, as the framework is told it.
+
+    ``timed_out`` is true when nobody decided in time: the approval expired at the effector,
+    or a deadline answered it and no escalation decided instead.
+    """
+
+    approved: bool
+    approver: str = ""
+    reason: str = ""
+    timed_out: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        """``{"approved", "approver", "reason", "timed_out"}``, the default resume value."""
+        return {
+            "approved": self.approved,
+            "approver": self.approver,
+            "reason": self.reason,
+            "timed_out": self.timed_out,
+        }
+
+
+class IntentFailedError(Exception):
+    """A side-effecting tool's intent came back from the effector without a value.
+
+    ``str(error)`` says what happened (failed, expired, rejected), in the words the tool loop
+    feeds a model; ``result`` is the effector's ``ToolResult``.
+    """
+
+    def __init__(self, tool_name: str, result: ToolResult) -> None:
+        super().__init__(result_reply(tool_name, result)[0])
+        self.tool_name = tool_name
+        self.result = result
+
+
+def output_bytes(value: object) -> bytes:
+    """An agent's final answer as ``Complete.output``: text as UTF-8, a model or value as JSON."""
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, BaseModel):
+        return value.model_dump_json().encode("utf-8")
+    return canonical_json_bytes(value)
+
+
+class ActivationBridge:
+    """One activation's view of a framework run: model, tools, intents, approvals, state.
+
+    Side-effecting calls and approval requests may carry a ``call_key``, the framework's name
+    for the call (a tool call id, a graph task and position). A framework that runs the same
+    call again within the activation (LangGraph re-runs a node after ``interrupt()``; ADK
+    re-runs a tool once it is confirmed) gets the same intent back instead of a second one.
+    """
+
+    def __init__(self, ctx: ActivationContext, *, adapter: str) -> None:
+        self.ctx = ctx
+        self.adapter = adapter
+        self._intents: dict[Hashable, str] = {}
+        self._requested: set[str] = set()
+        self._waiting: list[str] = []
+
+    # -- the run's input -----------------------------------------------------------------
+
+    @property
+    def event(self) -> bytes:
+        """The external event that started the run (a resume reads it back from the snapshot)."""
+        return self.ctx.snapshot if self.ctx.is_resume else self.ctx.event
+
+    # -- model and read-only tools ---------------------------------------------------------
+
+    async def call_model(self, request: LlmRequest) -> LlmResponse:
+        """``ctx.call_model``: cached, replayed on resume and retry, budgeted."""
+        return await self.ctx.call_model(request)
+
+    def side_effecting(self, tool_name: str) -> bool:
+        """Whether ``tool_name`` is a side-effecting tool of ``AgentConfig.tool_registry``."""
+        registry = self.ctx.tool_registry
+        return tool_name in registry and registry.get(tool_name).side_effect
+
+    async def run_tool(self, tool_name: str, arguments: Mapping[str, Any]) -> Any:
+        """Run a read-only registry tool inline (``ctx.run_tool``)."""
+        return await self.ctx.run_tool(tool_name, arguments)
+
+    # -- side effects and approvals --------------------------------------------------------
+
+    def act(
+        self,
+        tool_name: str,
+        arguments: Mapping[str, Any],
+        *,
+        call_key: Hashable | None = None,
+        ttl_ms: int | None = None,
+    ) -> Any:
+        """The side-effecting tool's value if the effector has answered, else :class:`Pending`.
+
+        The intent is staged with ``ctx.act`` (once per ``call_key`` in this activation). A
+        result other than OK raises :class:`IntentFailedError`.
+        """
+        intent_id = self._intent(
+            call_key, lambda: self.ctx.act(tool_name, arguments, ttl_ms=ttl_ms)
+        )
+        result = self.ctx.results.get(intent_id)
+        if result is None:
+            return self._wait(intent_id)
+        if result.status != ToolResult.OK:
+            raise IntentFailedError(tool_name, result)
+        return self.ctx.tool_registry.get(tool_name).decode_result(result.payload)
+
+    def request_approval(
+        self,
+        payload: Mapping[str, Any],
+        *,
+        call_key: Hashable | None = None,
+        channel: str | None = None,
+        ttl_ms: int | None = None,
+    ) -> Decision | Pending:
+        """The decision about ``payload`` if one was made, else :class:`Pending`.
+
+        The approval intent is staged with ``ctx.request_approval`` (once per ``call_key``).
+        An approval the deadline escalated is decided by the escalation's answer.
+        """
+        intent_id = self._intent(
+            call_key,
+            lambda: self.ctx.request_approval(payload, channel=channel, ttl_ms=ttl_ms),
+        )
+        self._requested.add(intent_id)
+        decision = self._decision(intent_id)
+        return self._wait(intent_id) if decision is None else decision
+
+    @property
+    def waiting(self) -> tuple[str, ...]:
+        """The intents this activation found unanswered, in the order it met them."""
+        return tuple(self._waiting)
+
+    def suspend(self, *, timeout_ms: int | None = None) -> Suspend:
+        """The ``Suspend`` that waits for :attr:`waiting`; the snapshot keeps the run's event."""
+        return Suspend(snapshot=self.event, adapter=self.adapter, timeout_ms=timeout_ms)
+
+    def finish(self, output: object, *, timeout_ms: int | None = None) -> Complete | Suspend:
+        """``Suspend`` while anything is pending, else ``Complete`` with ``output``."""
+        if self._waiting:
+            return self.suspend(timeout_ms=timeout_ms)
+        return Complete(output=output_bytes(output))
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _intent(self, call_key: Hashable | None, stage: Any) -> str:
+        if call_key is None:
+            return str(stage())
+        intent_id = self._intents.get(call_key)
+        if intent_id is None:
+            intent_id = self._intents[call_key] = str(stage())
+        return intent_id
+
+    def _wait(self, intent_id: str) -> Pending:
+        if intent_id not in self._waiting:
+            self._waiting.append(intent_id)
+        return Pending(intent_id)
+
+    def _decision(self, intent_id: str) -> Decision | None:
+        ctx = self.ctx
+        result = ctx.results.get(intent_id)
+        if result is not None:  # the effector answered the approval: it expired or was refused
+            reason = result_reply("approval", result)[0]
+            return Decision(False, reason=reason, timed_out=result.status == ToolResult.EXPIRED)
+        approval = ctx.approvals.get(intent_id)
+        if approval is None:
+            return None
+        if approval.approver != DEADLINE_APPROVER:
+            return _decided(approval)
+        escalation = self._escalation_answer()
+        if escalation is not None:
+            return _decided(escalation)
+        if self._escalation_pending():
+            return None
+        return Decision(False, approval.approver, approval.reason, timed_out=True)
+
+    def _escalation_answer(self) -> Approval | None:
+        """The latest decision on an approval the runtime asked for when it escalated."""
+        answers = [
+            approval
+            for intent_id, approval in self.ctx.approvals.items()
+            if intent_id not in self._requested and approval.approver != DEADLINE_APPROVER
+        ]
+        return answers[-1] if answers else None
+
+    def _escalation_pending(self) -> bool:
+        """Whether an approval the runtime staged when it escalated still waits for a decision."""
+        ctx = self.ctx
+        if not any(a.approver == DEADLINE_APPROVER for a in ctx.approvals.values()):
+            return False
+        known = set(self._intents.values())
+        return any(intent_id not in known for intent_id in ctx.pending_intent_ids)
+
+
+def _decided(approval: Approval) -> Decision:
+    return Decision(approval.approved, approval.approver, approval.reason)

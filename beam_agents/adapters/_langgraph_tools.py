@@ -1,0 +1,206 @@
+"""Registry tools as LangChain tools, and side effects staged from inside LangGraph nodes.
+
+A read-only tool runs inline (``ctx.run_tool``); a side-effecting one is an intent
+(``ActivationBridge.act``). LangGraph runs a node again from its start when it resumes after
+``interrupt()``, so each call is keyed by its graph task (``checkpoint_ns``) and its tool call
+id, or its position among the task's calls: the same call in the same task gets the same
+intent back, and the effector runs it once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+from langchain_core.messages import ToolCall
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool, ToolException
+from langgraph.config import get_config
+from langgraph.types import interrupt
+
+from beam_agents._json import canonical_json
+from beam_agents.adapters._bridge import (
+    ActivationBridge,
+    AdapterUsageError,
+    IntentFailedError,
+    Pending,
+    current_bridge,
+)
+from beam_agents.tools import Tool, ToolRegistry
+from beam_agents.tools.errors import ToolArgumentError
+
+__all__ = [
+    "PENDING_MARKER",
+    "BeamTool",
+    "GraphRun",
+    "beam_tools",
+    "bound_run",
+    "current_run",
+    "is_pending_marker",
+    "stage",
+]
+
+PENDING_MARKER = "beam_agents.pending_intent"
+"""The key of the adapter's own ``interrupt()`` value: ``{PENDING_MARKER: intent_id}``."""
+
+_RUN: ContextVar[GraphRun | None] = ContextVar("beam_agents_langgraph_run", default=None)
+_TOOL_CALL_ID: ContextVar[str | None] = ContextVar("beam_agents_tool_call_id", default=None)
+
+
+class GraphRun:
+    """One activation's LangGraph run: the bridge and the per-task call counters."""
+
+    def __init__(self, bridge: ActivationBridge) -> None:
+        self.bridge = bridge
+        self._counters: dict[str, int] = {}
+
+    def restart(self) -> None:
+        """Forget the call counters: the graph is invoked (or resumed) again, tasks rerun."""
+        self._counters.clear()
+
+    def call_key(self, config: RunnableConfig) -> Hashable:
+        """The running call's name: its task plus its tool call id or position in the task."""
+        namespace = str((config.get("configurable") or {}).get("checkpoint_ns", ""))
+        call_id = _TOOL_CALL_ID.get()
+        if call_id is not None:
+            return ("tool_call", namespace, call_id)
+        index = self._counters.get(namespace, 0)
+        self._counters[namespace] = index + 1
+        return ("call", namespace, index)
+
+
+def current_run() -> GraphRun:
+    """The running activation's :class:`GraphRun`; ``AdapterUsageError`` outside one."""
+    bridge = current_bridge()
+    run = _RUN.get()
+    if run is None or run.bridge is not bridge:
+        raise AdapterUsageError(
+            "a beam_agents LangGraph tool was used outside a LangGraphAgent run; run the graph "
+            "with beam_agents.adapters.langgraph.LangGraphAgent"
+        )
+    return run
+
+
+@contextmanager
+def bound_run(run: GraphRun) -> Iterator[GraphRun]:
+    """Make ``run`` the :func:`current_run` inside the ``with`` block (and its tasks)."""
+    token = _RUN.set(run)
+    try:
+        yield run
+    finally:
+        _RUN.reset(token)
+
+
+def is_pending_marker(value: object) -> bool:
+    """Whether an interrupt value is the adapter's own "an intent is pending" marker."""
+    return isinstance(value, dict) and len(value) == 1 and PENDING_MARKER in value
+
+
+def _stage(
+    run: GraphRun,
+    tool_name: str,
+    arguments: Mapping[str, Any],
+    config: RunnableConfig,
+    ttl_ms: int | None,
+) -> Any:
+    return run.bridge.act(tool_name, arguments, call_key=run.call_key(config), ttl_ms=ttl_ms)
+
+
+def stage(tool_name: str, arguments: Mapping[str, Any], *, ttl_ms: int | None = None) -> Any:
+    """Stage a side effect from inside a node, without waiting for it.
+
+    Returns the tool's value if the effector has answered, else :class:`Pending` (the run
+    then completes only once the result is in). A failed result raises
+    :class:`IntentFailedError`. Running the node again after ``interrupt()`` stages nothing
+    new: the call keeps its intent.
+    """
+    run = current_run()
+    return _stage(run, tool_name, arguments, get_config(), ttl_ms)
+
+
+def _content(tool_name: str, value: object) -> str:
+    try:
+        return canonical_json(value)
+    except (TypeError, ValueError) as exc:
+        raise ToolException(f"{tool_name} returned a value that is not JSON: {exc}") from None
+
+
+class BeamTool(BaseTool):
+    """A registry tool as a LangChain tool (``ToolNode``, ``bind_tools``, direct ``ainvoke``).
+
+    On a pending intent it pauses the graph with the adapter's marker ``interrupt()``; the
+    adapter then suspends the run. Failures reach the model as error tool messages.
+    """
+
+    beam_tool: Tool[..., Any]
+    beam_schema: dict[str, Any]
+    ttl_ms: int | None = None
+    handle_tool_error: bool = True
+
+    async def ainvoke(
+        self,
+        input: str | dict[str, Any] | ToolCall,
+        config: RunnableConfig | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Run the tool; a ``ToolCall`` input keys a side effect by its tool call id."""
+        call_id = None
+        if isinstance(input, dict) and input.get("type") == "tool_call":
+            call_id = str(input.get("id") or "") or None
+        token = _TOOL_CALL_ID.set(call_id)
+        try:
+            return await super().ainvoke(input, config, **kwargs)
+        finally:
+            _TOOL_CALL_ID.reset(token)
+
+    def _run(self, *args: Any, **kwargs: Any) -> Any:
+        raise AdapterUsageError(
+            f"tool {self.name!r} is async only: call it with ainvoke (ToolNode does, in an "
+            "async graph run)"
+        )
+
+    async def _arun(self, config: RunnableConfig, **kwargs: Any) -> str:
+        run = current_run()
+        name = self.name
+        if not self.beam_tool.side_effect:
+            try:
+                value = await run.bridge.run_tool(name, kwargs)
+            except ToolArgumentError as exc:
+                raise ToolException(str(exc)) from exc
+            except Exception as exc:
+                raise ToolException(f"{name} failed: {type(exc).__name__}: {exc}") from exc
+            return _content(name, value)
+        try:
+            value = _stage(run, name, kwargs, config, self.ttl_ms)
+        except (IntentFailedError, ToolArgumentError) as exc:
+            raise ToolException(str(exc)) from exc
+        if isinstance(value, Pending):
+            interrupt({PENDING_MARKER: value.intent_id})
+            raise AdapterUsageError(
+                f"the adapter's pending marker for {name!r} was resumed; only LangGraphAgent "
+                "may answer it"
+            )
+        return _content(name, value)
+
+
+def beam_tools(
+    tools: ToolRegistry | Iterable[Tool[..., Any]], *, ttl_ms: int | None = None
+) -> list[BaseTool]:
+    """LangChain tools for ``tools`` (each must be in ``AgentConfig.tool_registry`` too).
+
+    ``ttl_ms`` is the TTL of the intents the side-effecting ones stage (default
+    ``AgentConfig.intent_ttl_ms``).
+    """
+    return [
+        BeamTool(
+            name=tool.name,
+            description=tool.description,
+            args_schema=dict(tool.schema["parameters"]),
+            beam_tool=tool,
+            beam_schema=dict(tool.schema),
+            ttl_ms=ttl_ms,
+        )
+        for tool in tools
+    ]

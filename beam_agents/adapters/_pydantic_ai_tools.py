@@ -1,0 +1,159 @@
+"""``BeamToolset``: registry tools as a Pydantic AI toolset, run the way ``RunAgent`` runs them.
+
+A read-only tool runs inline (``ctx.run_tool``); a side-effecting one becomes an intent
+(``ctx.act``, keyed by the tool call id): its value once the effector answered, else the call
+is deferred (``CallDeferred``) and the adapter suspends the run. Side-effecting tools are
+sequential in Pydantic AI's sense, so a turn stages its intents in the order the model asked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from typing import Any, TypeAlias
+
+from pydantic_ai import RunContext
+from pydantic_ai.exceptions import ApprovalRequired, CallDeferred, ModelRetry, ToolFailed
+from pydantic_ai.tools import ToolDefinition
+from pydantic_ai.toolsets import AbstractToolset
+from pydantic_ai.toolsets.abstract import ToolsetTool
+from pydantic_core import SchemaValidator, core_schema
+
+from beam_agents.adapters._bridge import (
+    AdapterUsageError,
+    IntentFailedError,
+    Pending,
+    current_bridge,
+)
+from beam_agents.tools import ToolRegistry
+from beam_agents.tools.errors import ToolArgumentError
+
+__all__ = ["INTENT_METADATA_KEY", "ApprovalRule", "BeamToolset", "beam_toolset"]
+
+INTENT_METADATA_KEY = "beam_agents.intent_id"
+"""The ``DeferredToolRequests.metadata`` key naming the intent a deferred call waits for."""
+
+ApprovalRule: TypeAlias = (
+    bool | Collection[str] | Callable[[RunContext[Any], ToolDefinition, dict[str, Any]], bool]
+)
+"""Which calls need a person's approval: all, those of the named tools, or those a predicate
+(``(run_context, tool_def, arguments) -> bool``) picks."""
+
+# The registry validates arguments itself (ctx.run_tool and ctx.act), with its own messages.
+_ANY_ARGUMENTS = SchemaValidator(core_schema.dict_schema(core_schema.str_schema()))
+
+
+class BeamToolset(AbstractToolset[Any]):
+    """The tools of a ``ToolRegistry`` for a Pydantic AI agent run by ``PydanticAIAgent``.
+
+    ``registry=None`` (the default) offers ``AgentConfig.tool_registry``, looked up when the
+    run lists its tools. ``approval_required`` makes calls wait for a person's decision
+    (Pydantic AI's ``ApprovalRequired``), which the adapter asks for as an approval intent.
+    A failed, expired or rejected intent reaches the model as the tool's failure text.
+    """
+
+    def __init__(
+        self,
+        registry: ToolRegistry | None = None,
+        *,
+        approval_required: ApprovalRule = False,
+        max_retries: int = 1,
+        intent_ttl_ms: int | None = None,
+        toolset_id: str = "beam_agents",
+    ) -> None:
+        if registry is not None and not isinstance(registry, ToolRegistry):
+            raise TypeError(f"registry must be a ToolRegistry, got {type(registry).__name__}")
+        if isinstance(approval_required, str):
+            raise TypeError("approval_required takes a collection of tool names, not one str")
+        self._registry = registry
+        self._approval_required = approval_required
+        self._max_retries = max_retries
+        self._intent_ttl_ms = intent_ttl_ms
+        self._id = toolset_id
+
+    @property
+    def id(self) -> str | None:
+        """The toolset id (``"beam_agents"`` unless told otherwise)."""
+        return self._id
+
+    def registry(self) -> ToolRegistry:
+        """The registry offered: the one given, else the running activation's."""
+        if self._registry is not None:
+            return self._registry
+        return current_bridge().ctx.tool_registry
+
+    async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
+        """One Pydantic AI tool per registry tool, described by ``Tool.schema``."""
+        tools: dict[str, ToolsetTool[Any]] = {}
+        for tool in self.registry():
+            schema = tool.schema
+            definition = ToolDefinition(
+                name=tool.name,
+                parameters_json_schema=schema["parameters"],
+                description=schema["description"],
+                sequential=tool.side_effect,
+            )
+            tools[tool.name] = ToolsetTool(
+                toolset=self,
+                tool_def=definition,
+                max_retries=self._max_retries,
+                args_validator=_ANY_ARGUMENTS,
+            )
+        return tools
+
+    async def call_tool(
+        self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
+    ) -> Any:
+        """Run the tool inline, or stage its intent; defer the call while it is unanswered."""
+        bridge = current_bridge()
+        if not ctx.tool_call_approved and self._needs_approval(ctx, tool.tool_def, tool_args):
+            raise ApprovalRequired
+        registry_tool = self.registry().get(name)
+        if not registry_tool.side_effect:
+            try:
+                return await bridge.run_tool(name, tool_args)
+            except ToolArgumentError as exc:
+                raise ModelRetry(str(exc)) from None
+            except AdapterUsageError:
+                raise
+            except Exception as exc:  # an inline tool failing reads as an effector ERROR result
+                raise ToolFailed(f"{name} failed: {type(exc).__name__}: {exc}") from None
+        try:
+            value = bridge.act(
+                name,
+                tool_args,
+                call_key=("pydantic_ai", ctx.tool_call_id),
+                ttl_ms=self._intent_ttl_ms,
+            )
+        except ToolArgumentError as exc:
+            raise ModelRetry(str(exc)) from None
+        except IntentFailedError as exc:
+            raise ToolFailed(str(exc)) from None
+        if isinstance(value, Pending):
+            raise CallDeferred(metadata={INTENT_METADATA_KEY: value.intent_id})
+        return value
+
+    def _needs_approval(
+        self, ctx: RunContext[Any], tool_def: ToolDefinition, arguments: dict[str, Any]
+    ) -> bool:
+        rule = self._approval_required
+        if isinstance(rule, bool):
+            return rule
+        if callable(rule):
+            return bool(rule(ctx, tool_def, arguments))
+        return tool_def.name in rule
+
+
+def beam_toolset(
+    registry: ToolRegistry | None = None,
+    *,
+    approval_required: ApprovalRule = False,
+    max_retries: int = 1,
+    intent_ttl_ms: int | None = None,
+) -> BeamToolset:
+    """A :class:`BeamToolset` over ``registry`` (default: ``AgentConfig.tool_registry``)."""
+    return BeamToolset(
+        registry,
+        approval_required=approval_required,
+        max_retries=max_retries,
+        intent_ttl_ms=intent_ttl_ms,
+    )

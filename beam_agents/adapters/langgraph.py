@@ -1,0 +1,245 @@
+"""Run a LangGraph graph as a ``RunAgent`` agent: ``RunAgent(LangGraphAgent(build).run)``.
+
+Every activation runs the graph from the run's starting checkpoint (the re-walk of
+``beam_agents/adapters/README.md``): :class:`BeamChatModel` calls are ``ctx.call_model`` and
+come back from the replay cache, :func:`beam_tools` run read-only registry tools inline and
+stage side-effecting ones as intents, and an ``interrupt()`` of the graph becomes an approval
+request whose decision resumes the graph with ``Command(resume=...)``. The thread's latest
+checkpoint is kept in ``ctx.memory`` (one key, one thread) and written when a run completes.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph import StateGraph
+from langgraph.pregel import Pregel
+from langgraph.types import Command
+
+from beam_agents.adapters._bridge import (
+    ActivationBridge,
+    AdapterUsageError,
+    Decision,
+    IntentFailedError,
+    Pending,
+    bound,
+)
+from beam_agents.adapters._langgraph_checkpoint import (
+    DEFAULT_CHECKPOINT_MAX_BYTES,
+    MEMORY_SLOT,
+    BeamCheckpointSaver,
+    CheckpointTooLargeError,
+)
+from beam_agents.adapters._langgraph_model import BeamChatModel
+from beam_agents.adapters._langgraph_tools import (
+    PENDING_MARKER,
+    BeamTool,
+    GraphRun,
+    beam_tools,
+    bound_run,
+    is_pending_marker,
+    stage,
+)
+from beam_agents.core.agent import Complete, Suspend
+from beam_agents.core.bridge import enter_task
+from beam_agents.core.context import ActivationContext
+
+__all__ = [
+    "ADAPTER",
+    "DEFAULT_CHECKPOINT_MAX_BYTES",
+    "MEMORY_SLOT",
+    "PENDING_MARKER",
+    "AdapterUsageError",
+    "BeamChatModel",
+    "BeamCheckpointSaver",
+    "BeamTool",
+    "CheckpointTooLargeError",
+    "Decision",
+    "IntentFailedError",
+    "LangGraphAgent",
+    "Pending",
+    "beam_tools",
+    "default_input",
+    "default_output",
+    "stage",
+    "thread_id_for",
+]
+
+ADAPTER = "beam_agents.adapters.langgraph"
+"""The ``Suspend.adapter`` of this adapter's suspensions."""
+
+AnyGraph = Pregel[Any, Any, Any, Any]
+GraphSource = AnyGraph | StateGraph[Any, Any, Any, Any] | Callable[[], Any]
+
+
+def thread_id_for(entity_key: bytes) -> str:
+    """The LangGraph ``thread_id`` of a key: one key, one thread."""
+    return "beam-agents:" + entity_key.hex()
+
+
+def default_input(event: bytes) -> dict[str, Any]:
+    """``{"messages": [HumanMessage(<the event as text>)]}``."""
+    return {"messages": [HumanMessage(content=event.decode("utf-8"))]}
+
+
+def default_output(state: Any) -> object:
+    """The text of the last AI message in ``state["messages"]``."""
+    messages = state.get("messages", ()) if isinstance(state, Mapping) else ()
+    for message in reversed(list(messages)):
+        if isinstance(message, AIMessage):
+            return message.text
+    raise ValueError("the graph's final state has no AI message; pass output= to LangGraphAgent")
+
+
+def _approval_payload(value: object) -> dict[str, Any]:
+    return dict(value) if isinstance(value, Mapping) else {"interrupt": value}
+
+
+class LangGraphAgent:
+    """A LangGraph graph as a ``RunAgent`` agent (an ``async (ctx) -> Complete | Suspend``).
+
+    Args:
+        graph: A zero-argument function returning the graph (a ``StateGraph`` or a compiled
+            graph), built once per process; or the graph itself (then it must pickle).
+            The adapter supplies the checkpointer.
+        input: The graph input for the run's event (default :func:`default_input`).
+        output: The run's answer from the final state (default :func:`default_output`):
+            text becomes UTF-8, other values JSON.
+        resume_value: What an ``interrupt()`` returns for a decision (default
+            ``Decision.as_dict()``).
+        checkpoint_max_bytes: The largest checkpoint kept in ``ctx.memory``; over it the
+            activation fails with :class:`CheckpointTooLargeError`.
+        config: Extra ``RunnableConfig`` for every graph run (``recursion_limit``, ...).
+        suspend_timeout_ms: ``Suspend.timeout_ms`` of the adapter's suspensions.
+    """
+
+    def __init__(
+        self,
+        graph: GraphSource,
+        *,
+        input: Callable[[bytes], Any] = default_input,
+        output: Callable[[Any], object] = default_output,
+        resume_value: Callable[[Decision], Any] = Decision.as_dict,
+        checkpoint_max_bytes: int = DEFAULT_CHECKPOINT_MAX_BYTES,
+        config: Mapping[str, Any] | None = None,
+        suspend_timeout_ms: int | None = None,
+    ) -> None:
+        if isinstance(checkpoint_max_bytes, bool) or not isinstance(checkpoint_max_bytes, int):
+            raise TypeError("checkpoint_max_bytes must be an int")
+        if checkpoint_max_bytes <= 0:
+            raise ValueError(f"checkpoint_max_bytes must be > 0, got {checkpoint_max_bytes}")
+        if not isinstance(graph, Pregel | StateGraph) and not callable(graph):
+            raise TypeError(f"graph must be a graph or a function building one, got {graph!r}")
+        self._source = graph
+        self._input = input
+        self._output = output
+        self._resume_value = resume_value
+        self._max_bytes = checkpoint_max_bytes
+        self._config = dict(config or {})
+        if "thread_id" in (self._config.get("configurable") or {}):
+            raise ValueError("config may not set thread_id: the adapter derives it from the key")
+        self._timeout_ms = suspend_timeout_ms
+        self._graph: AnyGraph | None = None
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_graph"] = None
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def graph(self) -> AnyGraph:
+        """The compiled graph (built on first use, without a checkpointer of its own)."""
+        with self._lock:
+            if self._graph is None:
+                source = self._source
+                built = source if isinstance(source, Pregel | StateGraph) else source()
+                if isinstance(built, StateGraph):
+                    built = built.compile()
+                if not isinstance(built, Pregel):
+                    raise TypeError(
+                        f"the graph builder returned {type(built).__name__}, not a StateGraph "
+                        "or a compiled graph"
+                    )
+                self._graph = built
+            return self._graph
+
+    async def __call__(self, ctx: ActivationContext) -> Complete | Suspend:
+        """The same as :meth:`run`."""
+        return await self.run(ctx)
+
+    async def run(self, ctx: ActivationContext) -> Complete | Suspend:
+        """One activation: re-walk the graph, answer its interrupts, finish or suspend.
+
+        ``RunAgent(agent.run)`` is the form ``RunAgent`` accepts (a coroutine function); the
+        bound method pickles with the agent.
+        """
+        # The context variables (the bridge's, LangGraph's) are set and reset in one context:
+        # the task's, not the driver's first step outside it.
+        await enter_task()
+        bridge = ActivationBridge(ctx, adapter=ADAPTER)
+        saver = BeamCheckpointSaver(thread_id_for(ctx.entity_key))
+        saver.load(ctx.memory.get(MEMORY_SLOT))
+        graph = self.graph().copy(update={"checkpointer": saver})
+        configurable = {**(self._config.get("configurable") or {}), "thread_id": saver.thread_id}
+        config: RunnableConfig = {**self._config, "configurable": configurable}  # type: ignore[typeddict-item]
+        run = GraphRun(bridge)
+        with bound(bridge), bound_run(run):
+            state = await self._drive(graph, config, run, self._input(bridge.event))
+        if state is None:
+            return bridge.suspend(timeout_ms=self._timeout_ms)
+        outcome = bridge.finish(self._output(state), timeout_ms=self._timeout_ms)
+        if isinstance(outcome, Complete):
+            blob = saver.export(self._max_bytes)
+            if blob is not None:
+                ctx.memory.set(MEMORY_SLOT, blob)
+        return outcome
+
+    async def _drive(
+        self, graph: AnyGraph, config: RunnableConfig, run: GraphRun, payload: Any
+    ) -> Any:
+        """Invoke the graph, resuming it while its interrupts have decisions.
+
+        Returns the final state, or ``None`` when an intent or approval is still pending.
+        """
+        answered: set[str] = set()
+        while True:
+            run.restart()
+            await graph.ainvoke(payload, config)
+            snapshot = await graph.aget_state(config)
+            answers: dict[str, Any] = {}
+            waiting = False
+            for item in snapshot.interrupts:
+                if is_pending_marker(item.value):
+                    waiting = True
+                    continue
+                if item.id in answered:
+                    raise RuntimeError(f"interrupt {item.id} came back after it was answered")
+                decision = run.bridge.request_approval(
+                    _approval_payload(item.value), call_key=("interrupt", item.id)
+                )
+                if isinstance(decision, Pending):
+                    waiting = True
+                else:
+                    answers[item.id] = self._resume_value(decision)
+            if answers:
+                answered.update(answers)
+                payload = Command(resume=answers)
+                continue
+            if waiting:
+                return None
+            if snapshot.next:
+                raise AdapterUsageError(
+                    f"the graph stopped before {list(snapshot.next)} without an interrupt(): "
+                    "static breakpoints (interrupt_before/after) are not supported; call "
+                    "interrupt() in the node instead"
+                )
+            return snapshot.values

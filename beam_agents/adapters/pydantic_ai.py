@@ -1,0 +1,274 @@
+"""Run a Pydantic AI agent as a ``RunAgent`` agent: ``RunAgent(PydanticAIAgent(build_agent, ...))``.
+
+Every activation runs the agent from the run's start (the event, and the key's committed
+history): the replay prefix hands back the model answers and intent ids of the activations
+before, so the run re-walks to where it stopped without calling the provider again. The model
+is :class:`BeamModel` (``ctx.call_model``), the registry tools come from :class:`BeamToolset`;
+approval requests of approval-required tools become approval intents, and the decision
+resumes the run natively (``deferred_tool_results``) in the same activation. See
+``beam_agents/adapters/README.md``.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from pydantic_ai import Agent
+from pydantic_ai.agent import AbstractAgent
+from pydantic_ai.messages import ModelMessage
+from pydantic_ai.tools import (
+    DeferredToolRequests,
+    DeferredToolResults,
+    ToolApproved,
+    ToolDenied,
+)
+from pydantic_ai.toolsets import AbstractToolset
+
+from beam_agents.adapters._bridge import (
+    ActivationBridge,
+    AdapterUsageError,
+    Decision,
+    Pending,
+    bound,
+)
+from beam_agents.adapters._pydantic_ai_history import (
+    HISTORY_SLOT,
+    HistoryLimits,
+    HistoryTooLargeError,
+)
+from beam_agents.adapters._pydantic_ai_model import BeamModel, UnsupportedContentError
+from beam_agents.adapters._pydantic_ai_tools import (
+    INTENT_METADATA_KEY,
+    ApprovalRule,
+    BeamToolset,
+    beam_toolset,
+)
+from beam_agents.core.agent import Complete, Suspend
+from beam_agents.core.bridge import enter_task
+from beam_agents.core.context import ActivationContext
+
+__all__ = [
+    "ADAPTER",
+    "HISTORY_SLOT",
+    "AdapterUsageError",
+    "ApprovalRule",
+    "BeamModel",
+    "BeamToolset",
+    "HistoryTooLargeError",
+    "PydanticAIAdapterError",
+    "PydanticAIAgent",
+    "UnsupportedContentError",
+    "beam_toolset",
+    "denial_message",
+    "utf8_prompt",
+]
+
+ADAPTER = "beam_agents.adapters.pydantic_ai"
+"""The ``Suspend.adapter`` of this adapter's suspensions."""
+
+AgentBuilder = Callable[[], AbstractAgent[Any, Any]]
+
+# Agents built by a builder, once per builder and process (every DoFn copy shares them).
+_BUILT: weakref.WeakKeyDictionary[AgentBuilder, AbstractAgent[Any, Any]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+class PydanticAIAdapterError(RuntimeError):
+    """The agent ended in a way the adapter cannot continue (e.g. a foreign deferred call)."""
+
+
+def utf8_prompt(event: bytes) -> str:
+    """The default prompt: the event's bytes as UTF-8 text."""
+    return event.decode("utf-8")
+
+
+class PydanticAIAgent:
+    """A Pydantic AI agent as a ``RunAgent`` agent (``async __call__(ctx) -> Complete | Suspend``).
+
+    Args:
+        agent: A zero-argument function returning the ``pydantic_ai.Agent`` (built once per
+            process; preferred, as ``RunAgent`` pickles this object), or an ``Agent`` that
+            pickles.
+        model_id: The ``LlmRequest.model_id`` of the run's model calls; the agent's own model
+            is replaced by :class:`BeamModel` for every run.
+        prompt: The user prompt for an event (default: the event as UTF-8).
+        deps: The run's ``deps`` from the event (default: none).
+        toolsets: Toolsets added to every run (default: one :class:`BeamToolset` over
+            ``AgentConfig.tool_registry``; pass ``()`` when the agent carries its own).
+        sampling_params: Provider-native sampling fields sent with every model call.
+        history_max_messages: Messages of the key's history kept across runs (0: none).
+        history_max_bytes: Hard limit on the stored history (:class:`HistoryTooLargeError`).
+        suspend_timeout_ms: ``Suspend.timeout_ms`` of the run's suspensions.
+        max_approval_rounds: Most approval resumes within one activation.
+    """
+
+    def __init__(
+        self,
+        agent: AbstractAgent[Any, Any] | AgentBuilder,
+        *,
+        model_id: str,
+        prompt: Callable[[bytes], str] = utf8_prompt,
+        deps: Callable[[bytes], Any] | None = None,
+        toolsets: Sequence[AbstractToolset[Any]] | None = None,
+        sampling_params: Mapping[str, Any] | None = None,
+        history_max_messages: int = 40,
+        history_max_bytes: int = 256 * 1024,
+        suspend_timeout_ms: int | None = None,
+        max_approval_rounds: int = 16,
+    ) -> None:
+        if isinstance(agent, AbstractAgent):
+            _check_pickles(agent)
+        elif not callable(agent):
+            raise TypeError(
+                f"PydanticAIAgent takes a pydantic_ai Agent or a zero-argument function "
+                f"returning one, got {type(agent).__name__}"
+            )
+        if not isinstance(model_id, str) or not model_id:
+            raise ValueError(f"PydanticAIAgent needs a model_id, got {model_id!r}")
+        self._agent = agent
+        self._model_id = model_id
+        self._prompt = prompt
+        self._deps = deps
+        self._toolsets: tuple[AbstractToolset[Any], ...] = (
+            (BeamToolset(),) if toolsets is None else tuple(toolsets)
+        )
+        self._sampling_params = dict(sampling_params or {})
+        self._history = HistoryLimits(history_max_messages, history_max_bytes)
+        self._suspend_timeout_ms = suspend_timeout_ms
+        self._max_approval_rounds = max_approval_rounds
+
+    def agent(self) -> AbstractAgent[Any, Any]:
+        """The Pydantic AI agent (a builder is called once per process)."""
+        if isinstance(self._agent, AbstractAgent):
+            return self._agent
+        built = _BUILT.get(self._agent)
+        if built is None:
+            built = self._agent()
+            if not isinstance(built, AbstractAgent):
+                raise TypeError(
+                    f"the agent builder must return a pydantic_ai Agent, got {type(built).__name__}"
+                )
+            _BUILT[self._agent] = built
+        return built
+
+    async def __call__(self, ctx: ActivationContext) -> Complete | Suspend:
+        """The same as :meth:`run`."""
+        return await self.run(ctx)
+
+    async def run(self, ctx: ActivationContext) -> Complete | Suspend:
+        """One activation: re-walk the run, answer approvals, suspend or complete.
+
+        ``RunAgent(agent.run)`` is the form ``RunAgent`` accepts (a coroutine function); the
+        bound method pickles with this object.
+        """
+        await enter_task()  # Pydantic AI runs on anyio: it needs a running asyncio task
+        bridge = ActivationBridge(ctx, adapter=ADAPTER)
+        with bound(bridge):
+            return await self._activate(bridge)
+
+    async def _activate(self, bridge: ActivationBridge) -> Complete | Suspend:
+        agent = self.agent()
+        event = bridge.event
+        run: dict[str, Any] = {
+            "model": BeamModel(self._model_id, sampling_params=self._sampling_params),
+            "toolsets": list(self._toolsets),
+            "deps": None if self._deps is None else self._deps(event),
+        }
+        output_type = _with_deferred(agent)
+        if output_type is not None:
+            run["output_type"] = output_type
+        history = self._history.load(bridge.ctx.memory)
+        result = await agent.run(self._prompt(event), message_history=history, **run)
+        rounds = 0
+        while isinstance(result.output, DeferredToolRequests):
+            approvals = self._decide(bridge, result.output)
+            if approvals is None:
+                return bridge.suspend(timeout_ms=self._suspend_timeout_ms)
+            rounds += 1
+            if rounds > self._max_approval_rounds:
+                raise PydanticAIAdapterError(
+                    f"the agent asked for approvals {rounds} times in one activation; raise "
+                    "max_approval_rounds if that is intended"
+                )
+            messages: list[ModelMessage] = result.all_messages()
+            results = DeferredToolResults(approvals=approvals)
+            result = await agent.run(message_history=messages, deferred_tool_results=results, **run)
+        self._history.save(bridge.ctx.memory, result.all_messages())
+        return bridge.finish(result.output, timeout_ms=self._suspend_timeout_ms)
+
+    def _decide(
+        self, bridge: ActivationBridge, requests: DeferredToolRequests
+    ) -> dict[str, bool | ToolApproved | ToolDenied] | None:
+        """Ask for every approval of the batch; the decisions, or ``None`` while any waits."""
+        foreign = [
+            call.tool_name
+            for call in requests.calls
+            if INTENT_METADATA_KEY not in requests.metadata.get(call.tool_call_id, {})
+        ]
+        if foreign:
+            raise PydanticAIAdapterError(
+                f"tools {sorted(set(foreign))} deferred their calls (CallDeferred or external "
+                "tools), which only BeamToolset's side-effecting tools may do here"
+            )
+        decisions: dict[str, bool | ToolApproved | ToolDenied] = {}
+        waiting = bool(requests.calls)
+        for call in requests.approvals:
+            payload = {"tool": call.tool_name, "arguments": call.args_as_dict()}
+            answer = bridge.request_approval(
+                payload, call_key=("pydantic_ai.approval", call.tool_call_id)
+            )
+            if isinstance(answer, Pending):
+                waiting = True
+            elif answer.approved:
+                decisions[call.tool_call_id] = True
+            else:
+                decisions[call.tool_call_id] = ToolDenied(denial_message(answer))
+        return None if waiting else decisions
+
+
+def denial_message(decision: Decision) -> str:
+    """What the model is told of a denial: ``"denied by <approver>: <reason>"``."""
+    if decision.timed_out:
+        text = "denied: nobody approved in time"
+    else:
+        text = f"denied by {decision.approver}" if decision.approver else "denied"
+    return f"{text}: {decision.reason}" if decision.reason else text
+
+
+def _mentions_deferred(spec: object) -> bool:
+    if spec is DeferredToolRequests:
+        return True
+    if isinstance(spec, Sequence) and not isinstance(spec, str | bytes):
+        return any(_mentions_deferred(item) for item in spec)
+    return False
+
+
+def _with_deferred(agent: AbstractAgent[Any, Any]) -> object | None:
+    """The run's ``output_type`` accepting ``DeferredToolRequests``; ``None``: the agent's does."""
+    spec = agent.output_type
+    if _mentions_deferred(spec):
+        return None
+    if isinstance(agent, Agent) and agent._output_validators:
+        raise PydanticAIAdapterError(
+            "the agent has output validators, so the adapter cannot add DeferredToolRequests "
+            "to its output_type per run; declare output_type=[..., DeferredToolRequests]"
+        )
+    if isinstance(spec, Sequence) and not isinstance(spec, str | bytes):
+        return [*spec, DeferredToolRequests]
+    return [spec, DeferredToolRequests]
+
+
+def _check_pickles(agent: AbstractAgent[Any, Any]) -> None:
+    from apache_beam.internal import pickler  # the pickler RunAgent's DoFn goes through
+
+    try:
+        pickler.loads(pickler.dumps(agent))  # type: ignore[no-untyped-call]
+    except Exception as exc:
+        raise TypeError(
+            f"this pydantic_ai Agent does not pickle ({type(exc).__name__}: {exc}), and "
+            "RunAgent pickles its agent; pass a zero-argument function that builds the Agent "
+            "instead: PydanticAIAgent(build_agent, ...)"
+        ) from None

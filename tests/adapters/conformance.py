@@ -1,0 +1,302 @@
+# mypy: disallow-untyped-calls=False
+"""The conformance suite's loop: a case's agent in a real pipeline with a real effector.
+
+- :func:`run_case_loop`: ``ReadEnvelopes(events) → RunAgent(case agent) → SubmitIntents`` on
+  Beam's local runner against an effector subprocess (:class:`tests.semantics.loop.Sidecar`,
+  which executes ``apply_effect`` into the gate ledger), while :class:`Approver` decides the
+  approval requests as the event keys say (``approve``, ``deny``; ``timeout`` is left alone,
+  so the ``HitlPolicy`` route ends that run).
+- :func:`run_case_with_retries`: the same envelopes as an effector logged them, replayed by a
+  ``TestStream`` on the bundle-based runner with every commit failed once, intents submitted
+  to the same effector.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import apache_beam as beam
+
+from beam_agents import AgentConfig, AgentEnvelope, Deny, HitlPolicy, RunAgent
+from beam_agents._protos import (
+    AgentError,
+    IntentDeadLetter,
+    IntentState,
+    SubmitAck,
+    ToolIntent,
+    ToolResult,
+    TraceEvent,
+)
+from beam_agents.core.agent import AgentFn
+from beam_agents.hitl import FallbackContext
+from beam_agents.io import EffectorConnection, ReadEnvelopes, SubmitIntents
+from beam_agents.testing import EnvelopeStream, FailFirstCommit
+from effector.client import EffectorClient
+from tests.adapters.scenario import event_payload, triage_registry
+from tests.core.harness import SharedProvider
+from tests.io.io_harness import Collector, run_pipeline
+
+CASES = {
+    "plain": "tests.adapters.cases.plain_case",
+    "langgraph": "tests.adapters.cases.langgraph_case",
+    "pydantic_ai": "tests.adapters.cases.pydantic_ai_case",
+    "adk": "tests.adapters.cases.adk_case",
+}
+"""Each case's module; its ``triage_agent`` is the agent under test."""
+
+BASE_MS = 1_767_225_600_000
+DEADLINE_MS = 4_000
+"""How long a run waits for a person before the ``HitlPolicy`` route denies it (long enough
+for the approver to answer while the chaos run restarts the effector)."""
+APPROVAL_TTL_MS = DEADLINE_MS + 2_000
+"""When the effector refuses an unanswered approval request: after the route ended its run
+(its ``EXPIRED`` result is then an orphaned result), and so lets the read stop."""
+IDLE_S = 2.0
+"""The read stops once the effector has had nothing in flight for this long."""
+TIMED_OUT = b"TIMED OUT"
+
+
+def case_agent(case: str) -> AgentFn:
+    """The conformance agent of ``case``."""
+    agent: AgentFn = importlib.import_module(CASES[case]).triage_agent
+    return agent
+
+
+def conformance_events() -> list[AgentEnvelope]:
+    """One event per key: two plain effects, one approved, one denied, one nobody answers."""
+    specs = [
+        ("plain-1", "acct-ann", 11, False),
+        ("plain-2", "acct-bob", 22, False),
+        ("approve-1", "acct-cid", 33, True),
+        ("deny-1", "acct-dee", 44, True),
+        ("timeout-1", "acct-eve", 55, True),
+    ]
+    return [
+        AgentEnvelope(
+            entity_key=name.encode(),
+            event_time_ms=BASE_MS + 1_000 * index,
+            external_event=event_payload(name, account=account, amount=amount, approval=ask),
+        )
+        for index, (name, account, amount, ask) in enumerate(specs)
+    ]
+
+
+def deny_when_nobody_answers(fallback: FallbackContext) -> Deny:
+    """The conformance ``HitlPolicy`` route: end the run with ``TIMED OUT``."""
+    return Deny(TIMED_OUT)
+
+
+def conformance_config(
+    provider: SharedProvider, before_commit: Callable[[Any], None] | None = None
+) -> AgentConfig:
+    """The ``AgentConfig`` every case runs with."""
+    return AgentConfig(
+        provider_factory=provider,
+        tool_registry=triage_registry(),
+        hitl_policy=HitlPolicy(
+            timeout_ms=DEADLINE_MS,
+            intent_ttl_ms=APPROVAL_TTL_MS,
+            approval_channel="conformance",
+            on_timeout=deny_when_nobody_answers,
+        ),
+        before_commit=before_commit,
+    )
+
+
+class Approver(threading.Thread):
+    """Decides approval requests as their key says: ``approve-*`` yes, ``deny-*`` no."""
+
+    def __init__(self, address: str) -> None:
+        super().__init__(daemon=True, name="conformance-approver")
+        self._address = address
+        self._stop_event = threading.Event()
+        self.decided: dict[str, bool] = {}
+        self.failure: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while not self._stop_event.wait(0.05):
+                self._decide_waiting()
+        except BaseException as exc:  # re-raised by stop()
+            self.failure = exc
+
+    def _decide_waiting(self) -> None:
+        try:
+            with EffectorClient(self._address) as client:
+                waiting = client.list_intents(IntentState.AWAITING_DECISION)
+                for intent in waiting:
+                    key = intent.entity_key.decode()
+                    if intent.intent_id in self.decided or key.startswith("timeout"):
+                        continue
+                    approved = key.startswith("approve")
+                    client.decide(
+                        intent.intent_id,
+                        approved=approved,
+                        approver="conformance",
+                        reason="as planned",
+                    )
+                    self.decided[intent.intent_id] = approved
+        except Exception:
+            return  # the effector may be restarting; try again on the next tick
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(timeout=10)
+        if self.failure is not None:
+            raise self.failure
+
+
+@dataclass
+class CaseRun:
+    """What one conformance pipeline produced."""
+
+    outputs: list[str]
+    """The outputs as text, sorted (``.output`` carries no key)."""
+    intents: list[ToolIntent]
+    traces: list[TraceEvent]
+    errors: list[AgentError]
+    dead_letters: list[IntentDeadLetter]
+    acks: dict[str, int]
+    provider_calls: int
+    seconds: float
+
+    def tool_intents(self, tool_name: str) -> list[ToolIntent]:
+        return [intent for intent in self.intents if intent.tool_name == tool_name]
+
+
+def _outputs(values: Sequence[bytes]) -> list[str]:
+    return sorted(value.decode("utf-8") for value in values)
+
+
+def _acks(values: Sequence[SubmitAck]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for ack in values:
+        name = SubmitAck.Outcome.Name(ack.outcome)
+        counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def run_case_loop(
+    case: str,
+    address: str,
+    provider: SharedProvider,
+    *,
+    during: Callable[[], None] | None = None,
+) -> CaseRun:
+    """Run ``case`` over the conformance events through the effector at ``address``.
+
+    ``during`` runs in a thread alongside the pipeline (the kill-and-restart test).
+    """
+    outputs, intents, traces, errors, letters, acks = (Collector.new() for _ in range(6))
+    connection = EffectorConnection(address)
+    calls_before = provider.fake.call_count
+
+    def build(pipeline: beam.Pipeline) -> None:
+        envelopes = pipeline | "Envelopes" >> ReadEnvelopes(
+            connection,
+            events=conformance_events(),
+            stop_when_idle_s=IDLE_S,
+            poll_wait_ms=50,
+        )
+        agent = envelopes | "Agent" >> RunAgent(
+            case_agent(case), config=conformance_config(provider)
+        )
+        submitted = agent.intents | "ToEffector" >> SubmitIntents(connection)
+        agent.output | "Outputs" >> outputs.sink()
+        agent.intents | "Intents" >> intents.sink()
+        agent.traces | "Traces" >> traces.sink()
+        agent.errors | "Errors" >> errors.sink()
+        submitted.dead_letter | "DeadLetters" >> letters.sink()
+        submitted.acks | "Acks" >> acks.sink()
+
+    approver = Approver(address)
+    approver.start()
+    side = threading.Thread(target=during, daemon=True) if during else None
+    started = time.monotonic()
+    try:
+        if side is not None:
+            side.start()
+        run_pipeline(build)
+    finally:
+        approver.stop()
+        if side is not None:
+            side.join(timeout=60)
+    return CaseRun(
+        outputs=_outputs(outputs.values()),
+        intents=intents.values(),
+        traces=traces.values(),
+        errors=errors.values(),
+        dead_letters=letters.values(),
+        acks=_acks(acks.values()),
+        provider_calls=provider.fake.call_count - calls_before,
+        seconds=time.monotonic() - started,
+    )
+
+
+def logged_envelopes(address: str) -> list[AgentEnvelope]:
+    """Every envelope the effector's log holds, oldest first."""
+    envelopes: list[AgentEnvelope] = []
+    offset = 1
+    with EffectorClient(address) as client:
+        while records := client.read(offset, max_batch=1_000).records:
+            envelopes.extend(record.envelope for record in records)
+            offset = records[-1].offset + 1
+    return envelopes
+
+
+def run_case_with_retries(
+    case: str,
+    address: str,
+    provider: SharedProvider,
+    envelopes: Sequence[AgentEnvelope],
+    markers: Path,
+) -> tuple[CaseRun, list[str]]:
+    """Replay ``envelopes`` (a loop run's log) with every commit failed once, then retried.
+
+    Returns the run and the commits that were failed. Intents go to the effector at
+    ``address``, which has them all already.
+    """
+    outputs, intents, traces, errors, letters, acks = (Collector.new() for _ in range(6))
+    stream = EnvelopeStream()
+    for envelope in envelopes:
+        if envelope.tool_result.status != ToolResult.EXPIRED:  # the route ended that run first
+            stream.envelope(envelope)
+    stream.advance_processing_time(DEADLINE_MS * 2)
+    forcing = FailFirstCommit(markers)
+    connection = EffectorConnection(address)
+    calls_before = provider.fake.call_count
+    options = beam.options.pipeline_options.PipelineOptions(streaming=True)
+    pipeline = beam.Pipeline(
+        runner=beam.runners.direct.direct_runner.BundleBasedDirectRunner(), options=options
+    )
+    agent = (
+        pipeline
+        | "Stream" >> stream.build()
+        | "Agent" >> RunAgent(case_agent(case), config=conformance_config(provider, forcing))
+    )
+    submitted = agent.intents | "ToEffector" >> SubmitIntents(connection)
+    agent.output | "Outputs" >> outputs.sink()
+    agent.intents | "Intents" >> intents.sink()
+    agent.traces | "Traces" >> traces.sink()
+    agent.errors | "Errors" >> errors.sink()
+    submitted.dead_letter | "DeadLetters" >> letters.sink()
+    submitted.acks | "Acks" >> acks.sink()
+    started = time.monotonic()
+    pipeline.run().wait_until_finish()
+    run = CaseRun(
+        outputs=_outputs(outputs.values()),
+        intents=intents.values(),
+        traces=traces.values(),
+        errors=errors.values(),
+        dead_letters=letters.values(),
+        acks=_acks(acks.values()),
+        provider_calls=provider.fake.call_count - calls_before,
+        seconds=time.monotonic() - started,
+    )
+    return run, forcing.forced()

@@ -1,0 +1,286 @@
+"""The Pydantic AI adapter: the triage scenario, approvals, sessions, bounds, misuse, batches."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from pydantic_ai import Agent
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    SystemPromptPart,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from beam_agents import AgentConfig, FakeLLM, LlmRequest, intent_id_for
+from beam_agents._protos import ToolIntent, ToolResult
+from beam_agents.adapters import AdapterUsageError
+from beam_agents.adapters._pydantic_ai_history import HistoryLimits
+from beam_agents.adapters.pydantic_ai import (
+    BeamModel,
+    BeamToolset,
+    HistoryTooLargeError,
+    PydanticAIAgent,
+)
+from beam_agents.model.client import ToolCall
+from beam_agents.model.fake import match_any, respond_with_fn
+from beam_agents.testing import EnvelopeStream
+from tests.adapters import scenario
+from tests.adapters.cases.pydantic_ai_case import triage_agent
+from tests.core.harness import Outputs, SharedProvider, run_agent, streamed
+
+KEY = b"acct-7"
+
+
+def _config(provider: SharedProvider) -> AgentConfig:
+    return AgentConfig(provider_factory=provider, tool_registry=scenario.triage_registry())
+
+
+def _event(event_id: str, *, approval: bool = False) -> bytes:
+    return scenario.event_payload(event_id, account="acct-7", amount=12, approval=approval)
+
+
+def _run(stream: EnvelopeStream, provider: SharedProvider, agent: Any = triage_agent) -> Outputs:
+    return run_agent(streamed(stream), agent, _config(provider), streaming=True)
+
+
+def _tool_intents(outputs: Outputs) -> list[ToolIntent]:
+    return [intent for intent in outputs.intents if intent.kind == ToolIntent.TOOL]
+
+
+def _distinct_requests(fake: FakeLLM) -> int:
+    return len({request.content_digest() for request in fake.requests})
+
+
+APPLIED_PAYLOAD = b'{"applied":12,"event_id":"e1"}'
+
+
+def test_triage_stages_one_intent_and_applies_on_resume() -> None:
+    provider = SharedProvider(scenario.triage_model())
+    apply_id = intent_id_for(KEY, 0, 2)  # steps 0 and 1 are the two model turns
+    stream = (
+        EnvelopeStream()
+        .event(KEY, _event("e1"), at_ms=1_000)
+        .result(KEY, apply_id, payload=APPLIED_PAYLOAD, at_ms=2_000)
+    )
+    outputs = _run(stream, provider)
+    assert outputs.errors == []
+    intents = _tool_intents(outputs)
+    assert [(i.tool_name, i.intent_id) for i in intents] == [("apply_effect", apply_id)]
+    assert json.loads(intents[0].args_json) == {"event_id": "e1", "amount": 12}
+    assert outputs.output == [b"APPLIED " + APPLIED_PAYLOAD]
+    fake = provider.fake
+    assert fake.call_count == 3 == _distinct_requests(fake)  # nothing repeated across the resume
+    first = fake.requests[0]
+    assert first.model_id == scenario.MODEL_ID
+    assert first.messages[0] == {"role": "system", "content": scenario.SYSTEM_PROMPT}
+    assert [tool["name"] for tool in first.tools_schema] == ["lookup_account", "apply_effect"]
+
+
+def test_failed_intent_reaches_the_model_as_a_tool_error() -> None:
+    provider = SharedProvider(scenario.triage_model())
+    stream = (
+        EnvelopeStream()
+        .event(KEY, _event("e1"), at_ms=1_000)
+        .result(
+            KEY,
+            intent_id_for(KEY, 0, 2),
+            status=ToolResult.REJECTED,
+            error_message="ledger closed",
+            at_ms=2_000,
+        )
+    )
+    outputs = _run(stream, provider)
+    assert outputs.errors == []
+    assert outputs.output == [
+        b"NOT APPLIED: apply_effect was rejected and did not run: ledger closed"
+    ]
+    last = provider.fake.requests[-1].messages[-1]
+    assert last["role"] == "tool" and last["is_error"] is True
+
+
+@pytest.mark.parametrize("approved", [True, False])
+def test_approval_decides_whether_the_effect_is_staged(approved: bool) -> None:
+    provider = SharedProvider(scenario.triage_model())
+    approval_id = intent_id_for(KEY, 0, 2)
+    apply_id = intent_id_for(KEY, 0, 3)
+    stream = (
+        EnvelopeStream()
+        .event(KEY, _event("e1", approval=True), at_ms=1_000)
+        .approval(KEY, approval_id, approved=approved, approver="dana", at_ms=2_000)
+    )
+    if approved:
+        stream.result(KEY, apply_id, payload=APPLIED_PAYLOAD, at_ms=3_000)
+    outputs = _run(stream, provider)
+    assert outputs.errors == []
+    approvals = [i for i in outputs.intents if i.kind == ToolIntent.APPROVAL]
+    assert [i.intent_id for i in approvals] == [approval_id]
+    assert json.loads(approvals[0].args_json) == {
+        "tool": "apply_effect",
+        "arguments": {"event_id": "e1", "amount": 12},
+    }
+    if approved:
+        assert [i.intent_id for i in _tool_intents(outputs)] == [apply_id]
+        assert outputs.output == [b"APPLIED " + APPLIED_PAYLOAD]
+    else:
+        assert _tool_intents(outputs) == []
+        assert outputs.output == [b"NOT APPLIED: denied by dana"]
+    assert provider.fake.call_count == 3 == _distinct_requests(provider.fake)
+
+
+# -- sessions: the key's history across runs, bounded ---------------------------------------
+
+
+def _chat_model() -> FakeLLM:
+    """Answers ``turn <n>: <last user message>``; ``n`` counts the user messages it sees."""
+    fake: FakeLLM
+
+    def respond(request: LlmRequest) -> bytes:
+        users = [m["content"] for m in request.messages if m.get("role") == "user"]
+        return fake.scripted_body(request, f"turn {len(users)}: {users[-1]}")
+
+    fake = FakeLLM([(match_any(), respond_with_fn(respond))])
+    return fake
+
+
+def build_chat_agent() -> Agent[None, str]:
+    return Agent(system_prompt="You chat.")
+
+
+def test_history_carries_the_session_and_is_bounded() -> None:
+    provider = SharedProvider(_chat_model())
+    chat = PydanticAIAgent(build_chat_agent, model_id="chat", toolsets=(), history_max_messages=2)
+    stream = EnvelopeStream()
+    for n, text in enumerate(["hello", "again", "third"]):
+        stream.event(KEY, text.encode(), at_ms=1_000 + n)
+    outputs = _run(stream, provider, chat.run)
+    assert outputs.errors == []
+    assert outputs.output == [b"turn 1: hello", b"turn 2: again", b"turn 2: third"]
+    second, third = (list(request.messages) for request in provider.fake.requests[1:])
+    assert second == [
+        {"role": "system", "content": "You chat."},
+        {"role": "user", "content": "hello"},
+        {"role": "assistant", "content": "turn 1: hello"},
+        {"role": "user", "content": "again"},
+    ]
+    # Two messages kept: the second turn only, with the system prompt carried over.
+    assert third == [
+        {"role": "system", "content": "You chat."},
+        {"role": "user", "content": "again"},
+        {"role": "assistant", "content": "turn 2: again"},
+        {"role": "user", "content": "third"},
+    ]
+
+
+def _turn(n: int, *, with_tool: bool) -> list[ModelMessage]:
+    messages: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart(f"question {n}")])]
+    if with_tool:
+        call = ToolCallPart("lookup_account", {"account": "a"}, tool_call_id=f"c{n}")
+        messages.append(ModelResponse(parts=[call]))
+        messages.append(ModelRequest(parts=[ToolReturnPart("lookup_account", "x" * 50, f"c{n}")]))
+    messages.append(ModelResponse(parts=[TextPart(f"answer {n}")]))
+    return messages
+
+
+def _decoded(blob: bytes) -> list[dict[str, Any]]:
+    return list(json.loads(blob))
+
+
+def test_history_cuts_only_at_turn_boundaries() -> None:
+    first = _turn(1, with_tool=True)
+    first[0] = ModelRequest(parts=[SystemPromptPart("sys"), *first[0].parts])
+    messages = [*first, *_turn(2, with_tool=True), *_turn(3, with_tool=False)]
+    kept = _decoded(HistoryLimits(max_messages=5).encode(messages))
+    # The 4-message turn 2 does not fit beside turn 3 within 5: only turn 3, system prompt first.
+    assert len(kept) == 2
+    assert [p["part_kind"] for p in kept[0]["parts"]] == ["system-prompt", "user-prompt"]
+    assert kept[0]["parts"][1]["content"] == "question 3"
+    # A turn longer than max_messages is kept whole (its call stays with its return).
+    whole = _decoded(HistoryLimits(max_messages=1).encode(_turn(1, with_tool=True)))
+    assert len(whole) == 4
+    # Bytes bound the history too; past them even for the latest turn is an error.
+    small = HistoryLimits(max_bytes=len(HistoryLimits().encode(messages)) - 1).encode(messages)
+    assert len(_decoded(small)) < len(messages)
+    with pytest.raises(HistoryTooLargeError, match="history_max_bytes=100"):
+        HistoryLimits(max_bytes=100).encode(_turn(1, with_tool=True))
+    with pytest.raises(ValueError, match="history_max_bytes"):
+        HistoryLimits(max_bytes=2 << 20)
+
+
+# -- misuse ----------------------------------------------------------------------------------
+
+
+def test_model_and_tools_outside_an_adapter_run_raise() -> None:
+    agent = Agent(system_prompt="x")
+    with pytest.raises(AdapterUsageError):
+        agent.run_sync("hi", model=BeamModel("m"))
+
+    def call_lookup(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        call = ToolCallPart("lookup_account", {"account": "a"}, tool_call_id="c1")
+        return ModelResponse(parts=[call])
+
+    toolset = BeamToolset(scenario.triage_registry())
+    with pytest.raises(AdapterUsageError):
+        agent.run_sync("hi", model=FunctionModel(call_lookup), toolsets=[toolset])
+
+
+def test_an_agent_that_does_not_pickle_asks_for_a_builder() -> None:
+    with pytest.raises(TypeError, match="zero-argument function"):
+        PydanticAIAgent(Agent(system_prompt="x"), model_id="m")
+    with pytest.raises(TypeError, match="pydantic_ai Agent"):
+        PydanticAIAgent("not an agent", model_id="m")  # type: ignore[arg-type]
+
+
+def test_importing_beam_agents_does_not_import_pydantic_ai() -> None:
+    code = "import sys, beam_agents, beam_agents.adapters; print('pydantic_ai' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
+
+
+# -- a turn with two side-effecting calls ------------------------------------------------------
+
+
+def _parallel_model() -> FakeLLM:
+    """Asks for two ``apply_effect`` calls in one turn, then reports both results."""
+    fake: FakeLLM
+
+    def respond(request: LlmRequest) -> bytes:
+        results = [m["content"] for m in request.messages if m.get("role") == "tool"]
+        if results:
+            return fake.scripted_body(request, "done " + " | ".join(results))
+        calls = (
+            ToolCall("p1", "apply_effect", {"event_id": "a", "amount": 1}),
+            ToolCall("p2", "apply_effect", {"event_id": "b", "amount": 2}),
+        )
+        return fake.scripted_body(request, "", calls)
+
+    fake = FakeLLM([(match_any(), respond_with_fn(respond))])
+    return fake
+
+
+def test_parallel_calls_are_all_staged_before_suspending() -> None:
+    provider = SharedProvider(_parallel_model())
+    agent = PydanticAIAgent(build_chat_agent, model_id="parallel")
+    first, second = intent_id_for(KEY, 0, 1), intent_id_for(KEY, 0, 2)
+    stream = (
+        EnvelopeStream()
+        .event(KEY, b"apply both", at_ms=1_000)
+        .result(KEY, second, payload=b'"b done"', at_ms=2_000)
+        .result(KEY, first, payload=b'"a done"', at_ms=3_000)
+    )
+    outputs = _run(stream, provider, agent.run)
+    assert outputs.errors == []
+    intents = _tool_intents(outputs)
+    assert [i.intent_id for i in intents] == [first, second]  # in the model's order
+    assert [json.loads(i.args_json)["event_id"] for i in intents] == ["a", "b"]
+    assert outputs.output == [b"done a done | b done"]
+    assert provider.fake.call_count == 2 == _distinct_requests(provider.fake)
