@@ -1,6 +1,6 @@
 # mypy: disallow-untyped-calls=False
 # (Beam's own API is mostly unannotated.)
-"""A LangGraph agent in the pipeline: ``RunAgent(LangGraphAgent(build_graph).run)``.
+"""A LangGraph agent in the pipeline: ``RunAgent(LangGraphAgent(build_graph))``.
 
 The graph is plain LangGraph: a model node and a ``ToolNode``. Only three things are
 beam-agents': the model is a ``BeamChatModel`` (every call goes through ``ctx.call_model``),
@@ -129,7 +129,7 @@ def run(target: str, out_dir: str) -> None:
     config = AgentConfig(provider_factory=make_model, tool_registry=make_registry())
     with beam.Pipeline() as pipeline:
         events = pipeline | ReadEnvelopes(target, events=make_events(), stop_when_idle_s=1.0)
-        outputs = events | RunAgent(LangGraphAgent(build_graph).run, config=config)
+        outputs = events | RunAgent(LangGraphAgent(build_graph), config=config)
         outputs.intents | SubmitIntents(target)
         outputs.output | beam.Map(bytes.decode) | beam.io.WriteToText(f"{out_dir}/answers")
 

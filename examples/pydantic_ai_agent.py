@@ -1,6 +1,6 @@
 # mypy: disallow-untyped-calls=False
 # (Beam's own API is mostly unannotated.)
-"""A Pydantic AI agent in the local loop: ``RunAgent(PydanticAIAgent(build_agent, ...).run)``.
+"""A Pydantic AI agent in the local loop: ``RunAgent(PydanticAIAgent(build_agent, ...))``.
 
 The agent is plain Pydantic AI: a system prompt, and the pipeline's registry tools through
 ``BeamToolset``. The adapter gives it the runtime's model (``BeamModel``: every call goes
@@ -98,7 +98,7 @@ def run(target: str, out_dir: str) -> None:
     with beam.Pipeline() as pipeline:
         events = pipeline | ReadEnvelopes(target, events=[complaint], stop_when_idle_s=1.0)
         outputs = events | RunAgent(
-            agent.run, config=AgentConfig(provider_factory=fake_provider, tool_registry=registry)
+            agent, config=AgentConfig(provider_factory=fake_provider, tool_registry=registry)
         )
         outputs.intents | SubmitIntents(target)
         written = {

@@ -54,6 +54,22 @@ EXPECTED_OUTPUT: dict[str, list[str]] = {
         "local_loop: ok",
     ],
     "demo.py": ["demo: ok"],
+    "adk_agent.py": [
+        "adk_agent: acct-1: risk 7, card of acct-1 held",
+        "adk_agent: acct-2: risk 2, nothing to do",
+        "adk_agent: ok",
+    ],
+    "langgraph_agent.py": [
+        'langgraph_agent: refunded A-1: {"amount_cents":1200,"refund_id":"R-A-1"}',
+        'langgraph_agent: refunded A-2: {"amount_cents":1200,"refund_id":"R-A-2"}',
+        "langgraph_agent: ok",
+    ],
+    "pydantic_ai_agent.py": [
+        'pydantic_ai_agent: staged issue_refund {"amount_cents":2599,"order_id":"A-1001"}',
+        "pydantic_ai_agent: answer: Refunded 25.99 EUR for order A-1001 (refund R-A-1001).",
+        "pydantic_ai_agent: 3 model calls, 2 replayed from the cache when the run resumed",
+        "pydantic_ai_agent: ok",
+    ],
     "backtest_demo.py": [
         "backtest_demo: replay: 120 runs: 120 same, 0 divergent, 0 drift (exit 0)",
         "# Backtest report",

@@ -61,7 +61,11 @@ def current_bridge() -> ActivationBridge:
 
 @contextmanager
 def bound(bridge: ActivationBridge) -> Iterator[ActivationBridge]:
-    """Make ``bridge`` the :func:`current_bridge` inside the ``with`` block (and its tasks)."""
+    """Make ``bridge`` the :func:`current_bridge` inside the ``with`` block (and its tasks).
+
+    Enter it inside the activation's asyncio task (``await core.bridge.enter_task()`` first):
+    the driver steps an agent's first step outside any task, in another context.
+    """
     token = _CURRENT.set(bridge)
     try:
         yield bridge

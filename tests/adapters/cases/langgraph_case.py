@@ -82,4 +82,4 @@ def build_triage() -> Any:
 
 
 triage = LangGraphAgent(build_triage, input=event_input)
-triage_agent = triage.run
+triage_agent = triage

@@ -40,5 +40,5 @@ triage = PydanticAIAgent(
     deps=event_deps,
     toolsets=[beam_toolset(approval_required=needs_approval)],
 )
-triage_agent = triage.run
+triage_agent = triage
 """The ``RunAgent`` agent (``RunAgent`` takes a coroutine function)."""

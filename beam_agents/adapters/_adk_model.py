@@ -1,0 +1,210 @@
+"""``BeamLlm``: the ADK model class whose calls are ``ctx.call_model`` calls.
+
+ADK's ``LlmRequest`` (``google.genai`` contents, system instruction, function declarations) is
+translated into the neutral ``beam_agents`` request, and the answer back into an ADK
+``LlmResponse``. The neutral request carries only what the conversation says (texts, tool calls
+and their ids, tool results), never ADK's event ids, invocation ids or timestamps, so the same
+conversation gives the same request on every activation and the replay prefix serves it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Mapping
+from typing import Any
+
+from google.adk.models.base_llm import BaseLlm
+from google.adk.models.llm_request import LlmRequest as AdkLlmRequest
+from google.adk.models.llm_response import LlmResponse as AdkLlmResponse
+from google.genai import types
+from pydantic import Field
+
+from beam_agents._json import canonical_json
+from beam_agents.adapters._bridge import current_bridge
+from beam_agents.model.client import LlmRequest, LlmResponse
+
+__all__ = ["AdkTranslationError", "BeamLlm", "adk_response", "neutral_request"]
+
+
+class AdkTranslationError(ValueError):
+    """An ADK request holds something the neutral message format cannot carry."""
+
+
+class BeamLlm(BaseLlm):
+    """An ADK model that calls the model through the running activation (``ctx.call_model``).
+
+    ``model`` is the model id sent as ``LlmRequest.model_id``; ``sampling_params`` are
+    provider-native body fields added to every request (``beam_agents/model/README.md``).
+    Calls are cached and replayed by the runtime; outside an adapter run they raise
+    ``AdapterUsageError``.
+    """
+
+    sampling_params: dict[str, Any] = Field(default_factory=dict)
+
+    async def generate_content_async(
+        self, llm_request: AdkLlmRequest, stream: bool = False
+    ) -> AsyncGenerator[AdkLlmResponse, None]:
+        """One model turn: the whole answer as one (non-partial) ADK response."""
+        bridge = current_bridge()
+        request = neutral_request(llm_request, self.model, self.sampling_params)
+        response = await bridge.call_model(request)
+        yield adk_response(response, request)
+
+
+def neutral_request(
+    llm_request: AdkLlmRequest, model_id: str, extra: Mapping[str, Any] | None = None
+) -> LlmRequest:
+    """The neutral ``LlmRequest`` an ADK request stands for (deterministic: no ADK ids)."""
+    messages: list[dict[str, Any]] = []
+    config = llm_request.config
+    system = _system_text(config.system_instruction if config is not None else None)
+    if system:
+        messages.append({"role": "system", "content": system})
+    for content in llm_request.contents:
+        messages.extend(_content_messages(content))
+    sampling = _sampling(config)
+    sampling.update(extra or {})
+    return LlmRequest(
+        model_id=model_id or (llm_request.model or ""),
+        messages=messages,
+        tools_schema=_tools_schema(config),
+        sampling_params=sampling,
+    )
+
+
+def adk_response(response: LlmResponse, request: LlmRequest) -> AdkLlmResponse:
+    """The ADK ``LlmResponse`` of a neutral answer; every function call gets an id.
+
+    A call the provider left without an id gets one derived from the request and its
+    position, so ADK never fills in a random one (which would change the next request).
+    """
+    parts: list[types.Part] = []
+    if response.text or not response.tool_calls:
+        parts.append(types.Part(text=response.text))
+    for position, call in enumerate(response.tool_calls):
+        call_id = call.id or _derived_call_id(request, position)
+        parts.append(
+            types.Part(
+                function_call=types.FunctionCall(
+                    id=call_id, name=call.name, args=dict(call.arguments)
+                )
+            )
+        )
+    usage = response.usage
+    return AdkLlmResponse(
+        content=types.Content(role="model", parts=parts),
+        model_version=response.model or None,
+        usage_metadata=types.GenerateContentResponseUsageMetadata(
+            prompt_token_count=usage.input_tokens,
+            candidates_token_count=usage.output_tokens,
+            total_token_count=usage.total_tokens,
+        ),
+    )
+
+
+def _derived_call_id(request: LlmRequest, position: int) -> str:
+    return f"beam-{request.content_digest()[:16]}-{position}"
+
+
+def _system_text(instruction: object) -> str:
+    if instruction is None:
+        return ""
+    if isinstance(instruction, str):
+        return instruction
+    if isinstance(instruction, types.Part):
+        return instruction.text or ""
+    if isinstance(instruction, types.Content):
+        return "\n\n".join(part.text for part in instruction.parts or () if part.text)
+    if isinstance(instruction, list):
+        return "\n\n".join(text for item in instruction if (text := _system_text(item)))
+    raise AdkTranslationError(f"system instructions must be text, got {type(instruction).__name__}")
+
+
+def _content_messages(content: types.Content) -> list[dict[str, Any]]:
+    """The neutral messages of one ADK ``Content`` (a model turn or a user/tool turn)."""
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    tool_messages: list[dict[str, Any]] = []
+    for part in content.parts or ():
+        if part.thought:
+            continue
+        if part.function_call is not None:
+            call = part.function_call
+            calls.append(
+                {"id": call.id or "", "name": call.name or "", "arguments": dict(call.args or {})}
+            )
+        elif part.function_response is not None:
+            tool_messages.append(_tool_message(part.function_response))
+        elif part.text is not None:
+            texts.append(part.text)
+        else:
+            raise AdkTranslationError(
+                "the neutral message format carries text, function calls and function "
+                f"responses only, not {sorted(part.model_dump(exclude_none=True))}"
+            )
+    text = "".join(texts)
+    if content.role == "model":
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if calls:
+            message["tool_calls"] = calls
+        return [message] if text or calls else []
+    if calls:
+        raise AdkTranslationError("a user turn cannot hold function calls")
+    messages = tool_messages
+    if text:
+        messages = [*messages, {"role": "user", "content": text}]
+    return messages
+
+
+def _tool_message(response: types.FunctionResponse) -> dict[str, Any]:
+    """A function response as a neutral ``tool`` message; ``{"error": ...}`` marks a failure."""
+    value = response.response or {}
+    if set(value) == {"result"}:
+        value = value["result"]
+    content = value if isinstance(value, str) else canonical_json(value)
+    message: dict[str, Any] = {
+        "role": "tool",
+        "tool_call_id": response.id or "",
+        "content": content,
+    }
+    if isinstance(value, Mapping) and "error" in value:
+        message["is_error"] = True
+    return message
+
+
+def _tools_schema(config: types.GenerateContentConfig | None) -> list[dict[str, Any]]:
+    schema: list[dict[str, Any]] = []
+    for entry in (config.tools if config is not None else None) or ():
+        if not isinstance(entry, types.Tool):
+            continue
+        for declaration in entry.function_declarations or ():
+            schema.append(
+                {
+                    "name": declaration.name or "",
+                    "description": declaration.description or "",
+                    "parameters": _parameters(declaration),
+                }
+            )
+    return schema
+
+
+def _parameters(declaration: types.FunctionDeclaration) -> dict[str, Any]:
+    if declaration.parameters_json_schema is not None:
+        return dict(declaration.parameters_json_schema)
+    if declaration.parameters is not None:
+        converted = declaration.parameters.json_schema.model_dump(mode="json", exclude_none=True)
+        return dict(converted)
+    return {"type": "object", "properties": {}}
+
+
+def _sampling(config: types.GenerateContentConfig | None) -> dict[str, Any]:
+    """The sampling settings both providers read the same way: temperature, top_p, max_tokens."""
+    if config is None:
+        return {}
+    sampling: dict[str, Any] = {}
+    if config.temperature is not None:
+        sampling["temperature"] = config.temperature
+    if config.top_p is not None:
+        sampling["top_p"] = config.top_p
+    if config.max_output_tokens is not None:
+        sampling["max_tokens"] = config.max_output_tokens
+    return sampling

@@ -1,0 +1,187 @@
+"""The key's ADK session in working memory: ``MemorySessionService`` and its bounds.
+
+One key is one ADK session. Its events and state are kept as the session's JSON in one memory
+slot, loaded at the start of every activation and written back only when the run completes, so
+every activation of a run re-walks from the same committed session. Written sessions are
+trimmed to the latest whole turns that fit ``SessionLimits``; a session still over
+``hard_max_bytes`` after trimming raises :class:`AdkSessionTooLargeError`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from google.adk.events.event import Event
+from google.adk.sessions.base_session_service import (
+    BaseSessionService,
+    GetSessionConfig,
+    ListSessionsResponse,
+)
+from google.adk.sessions.session import Session
+
+from beam_agents.core.memory import MEMORY_CAP_BYTES, WorkingMemory
+
+__all__ = [
+    "SESSION_SLOT",
+    "AdkSessionTooLargeError",
+    "MemorySessionService",
+    "SessionLimits",
+    "load_session",
+    "save_session",
+    "trim_events",
+]
+
+SESSION_SLOT = "beam_agents.adk.session.v1"
+"""The working-memory slot holding the key's ADK session (its JSON)."""
+
+
+class AdkSessionTooLargeError(RuntimeError):
+    """The key's ADK session is over ``SessionLimits.hard_max_bytes`` even after trimming."""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionLimits:
+    """How much of a key's ADK session is kept between runs.
+
+    A completed run's session keeps the latest whole turns (a turn starts with a user message,
+    so function calls and their responses stay together) within ``max_events`` events and
+    ``max_bytes`` of JSON; the latest turn is always kept. A session that is still over
+    ``hard_max_bytes`` fails the run with :class:`AdkSessionTooLargeError`.
+    """
+
+    max_events: int = 200
+    max_bytes: int = 256 * 1024
+    hard_max_bytes: int = 768 * 1024
+
+    def __post_init__(self) -> None:
+        for name in ("max_events", "max_bytes", "hard_max_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"SessionLimits.{name} must be a positive int, got {value!r}")
+        if self.hard_max_bytes > MEMORY_CAP_BYTES:
+            raise ValueError(
+                f"SessionLimits.hard_max_bytes must be at most the {MEMORY_CAP_BYTES}-byte "
+                f"working-memory cap, got {self.hard_max_bytes}"
+            )
+
+
+class MemorySessionService(BaseSessionService):
+    """An ADK session service over one activation's copy of the key's session.
+
+    It holds the sessions of this activation only (no I/O); the adapter reads the session in
+    from working memory and writes it back when the run completes.
+    """
+
+    def __init__(self, sessions: list[Session] | None = None) -> None:
+        self._sessions: dict[tuple[str, str, str], Session] = {}
+        for session in sessions or ():
+            self._sessions[(session.app_name, session.user_id, session.id)] = session
+
+    async def create_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        state: dict[str, Any] | None = None,
+        session_id: str | None = None,
+    ) -> Session:
+        """A new, empty session (``session_id`` is required: one key is one session)."""
+        if not session_id:
+            raise ValueError("MemorySessionService needs a session_id (one key is one session)")
+        session = Session(id=session_id, app_name=app_name, user_id=user_id, state=state or {})
+        self._sessions[(app_name, user_id, session_id)] = session
+        return session
+
+    async def get_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        config: GetSessionConfig | None = None,
+    ) -> Session | None:
+        """The stored session itself (events appended to it are this activation's)."""
+        session = self._sessions.get((app_name, user_id, session_id))
+        if session is None or config is None:
+            return session
+        events = session.events
+        if config.after_timestamp is not None:
+            events = [event for event in events if event.timestamp >= config.after_timestamp]
+        if config.num_recent_events is not None:
+            keep = config.num_recent_events
+            events = events[len(events) - keep :] if keep else []
+        return session.model_copy(update={"events": list(events)})
+
+    async def list_sessions(
+        self, *, app_name: str, user_id: str | None = None
+    ) -> ListSessionsResponse:
+        """The sessions held, without events or state."""
+        return ListSessionsResponse(
+            sessions=[
+                Session(id=s.id, app_name=s.app_name, user_id=s.user_id)
+                for (app, user, _), s in self._sessions.items()
+                if app == app_name and (user_id is None or user == user_id)
+            ]
+        )
+
+    async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
+        """Forget the session (the next run starts a new one)."""
+        self._sessions.pop((app_name, user_id, session_id), None)
+
+    async def append_event(self, session: Session, event: Event) -> Event:
+        """Append to ``session`` and, for a filtered copy, to the stored session too."""
+        event = await super().append_event(session, event)
+        stored = self._sessions.get((session.app_name, session.user_id, session.id))
+        if stored is not None and stored is not session and not event.partial:
+            self._commit_event_to_session(stored, event)
+        return event
+
+
+def load_session(memory: WorkingMemory, *, app_name: str, user_id: str) -> Session:
+    """The key's committed session, or a new empty one."""
+    blob = memory.get(SESSION_SLOT)
+    if blob is None:
+        return Session(id=user_id, app_name=app_name, user_id=user_id)
+    session = Session.model_validate_json(blob)
+    if session.app_name != app_name:
+        session = session.model_copy(update={"app_name": app_name})
+    return session
+
+
+def save_session(memory: WorkingMemory, session: Session, limits: SessionLimits) -> None:
+    """Trim ``session`` to ``limits`` and stage it in working memory."""
+    kept = trim_events(session.events, limits)
+    trimmed = session.model_copy(update={"events": kept})
+    blob = trimmed.model_dump_json(exclude_none=True).encode("utf-8")
+    if len(blob) > limits.hard_max_bytes:
+        raise AdkSessionTooLargeError(
+            f"the ADK session of this key is {len(blob)} bytes after trimming to its latest "
+            f"turn, over SessionLimits.hard_max_bytes={limits.hard_max_bytes}; keep large data "
+            "out of the conversation and session state"
+        )
+    memory.set(SESSION_SLOT, blob)
+
+
+def trim_events(events: list[Event], limits: SessionLimits) -> list[Event]:
+    """The latest whole turns of ``events`` within ``limits`` (the latest turn always kept)."""
+    if not events:
+        return []
+    starts = [index for index, event in enumerate(events) if _starts_turn(event)]
+    if not starts or starts[0] != 0:
+        starts.insert(0, 0)
+    sizes = [len(event.model_dump_json(exclude_none=True)) + 1 for event in events]
+    suffix_bytes = [0] * (len(events) + 1)
+    for index in range(len(events) - 1, -1, -1):
+        suffix_bytes[index] = suffix_bytes[index + 1] + sizes[index]
+    for start in starts:
+        if len(events) - start <= limits.max_events and suffix_bytes[start] <= limits.max_bytes:
+            return list(events[start:])
+    return list(events[starts[-1] :])
+
+
+def _starts_turn(event: Event) -> bool:
+    """A user message (not a function response): no call or response pairs across it."""
+    if event.author != "user" or event.content is None:
+        return False
+    return not event.get_function_responses() and not event.get_function_calls()

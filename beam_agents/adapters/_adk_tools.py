@@ -1,0 +1,144 @@
+"""``BeamTool`` and ``beam_tools``: registry tools as ADK tools, run through the activation.
+
+A read-only tool runs inline (``ctx.run_tool``); a side-effecting one becomes an intent
+(``ctx.act``, keyed by the function call so a re-run gets the same intent back). While the
+effector has not answered, the tool returns a placeholder and ends ADK's turn
+(``skip_summarization``); the adapter then suspends, and the placeholder is never committed.
+A tool may ask for ADK tool confirmation first; the adapter turns that into an approval intent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
+
+from google.adk.agents.llm_agent import ToolUnion
+from google.adk.tools.base_tool import BaseTool
+from google.adk.tools.tool_context import ToolContext
+from google.genai import types
+from pydantic import BaseModel
+
+from beam_agents._json import canonical_json
+from beam_agents.adapters._bridge import IntentFailedError, Pending, current_bridge
+from beam_agents.tools import Tool, ToolRegistry
+from beam_agents.tools.errors import ToolArgumentError
+
+__all__ = ["PENDING_STATUS", "BeamTool", "ConfirmationRule", "beam_tools"]
+
+ConfirmationRule = bool | Callable[[str, Mapping[str, Any], ToolContext], bool]
+"""Whether a call needs a person's confirmation: always, never, or per call
+(``rule(tool_name, arguments, tool_context) -> bool``; ``tool_context.state`` is the session's
+state, where :class:`~beam_agents.adapters.adk.AdkAgent`'s ``state`` hook puts event facts)."""
+
+PENDING_STATUS = "beam_agents: waiting for the effector"
+"""The placeholder result of a side-effecting call still in flight (never committed)."""
+
+
+class BeamTool(BaseTool):
+    """One registry tool as an ADK tool (declaration from ``Tool.schema``)."""
+
+    def __init__(
+        self, tool: Tool[..., Any], *, require_confirmation: ConfirmationRule = False
+    ) -> None:
+        schema = tool.schema
+        super().__init__(name=tool.name, description=str(schema.get("description", "")))
+        self.tool = tool
+        self._parameters: dict[str, Any] = dict(schema.get("parameters") or {})
+        self._require_confirmation = require_confirmation
+
+    def _get_declaration(self) -> types.FunctionDeclaration:
+        return types.FunctionDeclaration(
+            name=self.name,
+            description=self.description,
+            parameters_json_schema=self._parameters,
+        )
+
+    async def check_require_confirmation(
+        self, args: dict[str, Any], tool_context: ToolContext
+    ) -> bool:
+        """Whether this call still waits for a person (the tool's ``require_confirmation``).
+
+        Once the decision is attached to the call it waits no more: :meth:`run_async` then
+        runs it, or tells the model who denied it and why.
+        """
+        if tool_context.tool_confirmation is not None:
+            return False
+        rule = self._require_confirmation
+        if callable(rule):
+            return bool(rule(self.name, args, tool_context))
+        return bool(rule)
+
+    async def run_async(self, *, args: dict[str, Any], tool_context: ToolContext) -> Any:
+        """Run the call through the activation; failures reach the model as ``{"error": ...}``."""
+        bridge = current_bridge()
+        try:
+            self.tool.validate_arguments(args)
+        except ToolArgumentError as exc:
+            return {"error": str(exc)}
+        confirmation = tool_context.tool_confirmation
+        if confirmation is None and await self.check_require_confirmation(args, tool_context):
+            # ADK's own gate asks before run_async; this covers a caller that does not.
+            tool_context.request_confirmation(hint=f"Approve the call of {self.name}?")
+            tool_context.actions.skip_summarization = True
+            return {"error": f"{self.name} is waiting for a person's confirmation"}
+        if confirmation is not None and not confirmation.confirmed:
+            return {"error": _refusal(self.name, confirmation.payload)}
+        if not self.tool.side_effect:
+            return await _run_inline(self.name, args)
+        try:
+            value = bridge.act(self.name, args, call_key=_call_key(self.name, args, tool_context))
+        except (IntentFailedError, ToolArgumentError) as exc:
+            return {"error": str(exc)}
+        if isinstance(value, Pending):
+            tool_context.actions.skip_summarization = True
+            return {"status": PENDING_STATUS, "intent_id": value.intent_id}
+        return _plain(value)
+
+
+def beam_tools(
+    registry: ToolRegistry,
+    *,
+    require_confirmation: ConfirmationRule = False,
+    names: Collection[str] | None = None,
+) -> list[ToolUnion]:
+    """The registry's tools (or those in ``names``) as ADK tools, for ``LlmAgent(tools=...)``.
+
+    Read-only tools must also be in ``AgentConfig.tool_registry`` (they run with
+    ``ctx.run_tool``); side-effecting ones are validated against it by ``ctx.act``.
+    """
+    chosen = [tool for tool in registry if names is None or tool.name in names]
+    return [BeamTool(tool, require_confirmation=require_confirmation) for tool in chosen]
+
+
+async def _run_inline(name: str, args: Mapping[str, Any]) -> Any:
+    try:
+        value = await current_bridge().run_tool(name, args)
+    except ToolArgumentError as exc:
+        return {"error": str(exc)}
+    except Exception as exc:
+        # As the tool loop tells a model: an inline failure reads like an effector ERROR result.
+        return {"error": f"{name} failed: {type(exc).__name__}: {exc}"}
+    return _plain(value)
+
+
+def _call_key(name: str, args: Mapping[str, Any], tool_context: ToolContext) -> tuple[str, ...]:
+    """The intent's key within one activation: the function call id, tool and arguments."""
+    return ("adk-call", tool_context.function_call_id or "", name, canonical_json(dict(args)))
+
+
+def _plain(value: Any) -> Any:
+    """A tool value as ADK sends it to the model: a dict, or ``{"result": value}`` for others."""
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json")
+    return value
+
+
+def _refusal(name: str, payload: object) -> str:
+    """What the model is told of a refused confirmation."""
+    decision = payload if isinstance(payload, Mapping) else {}
+    if decision.get("timed_out"):
+        return f"{name} was denied: nobody approved it in time, so it did not run"
+    approver = decision.get("approver") or "a person"
+    reason = decision.get("reason")
+    detail = f": {reason}" if reason else ""
+    return f"{name} was denied by {approver} and did not run{detail}"

@@ -1,0 +1,290 @@
+"""Google ADK agents as ``RunAgent`` agents: ``AdkAgent``, ``BeamLlm``, ``beam_tools``.
+
+Every activation runs the ADK agent with ``google.adk.runners.Runner`` from the run's start:
+the key's committed session (working memory), the run's event as the user message. Model calls
+go through ``ctx.call_model`` (``BeamLlm``), so a resumed activation gets the earlier answers
+back from the replay cache; registry tools run inline or become intents (``beam_tools``); an
+ADK tool confirmation becomes an approval intent and, once decided, is answered in the same
+activation as ADK expects (a ``FunctionResponse`` to ``adk_request_confirmation``). Anything
+unanswered suspends the run; the session is written back only when the run completes.
+
+No network: ``BeamLlm`` replaces string model names, nothing else is reached (no artifact or
+memory service, no Gemini client), and ADK's OpenTelemetry spans go nowhere unless the process
+installs an exporter itself. See ``beam_agents/adapters/README.md``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from google.adk.agents.base_agent import BaseAgent
+from google.adk.agents.llm_agent import LlmAgent
+from google.adk.events.event import Event
+from google.adk.models.base_llm import BaseLlm
+from google.adk.runners import Runner
+from google.adk.tools.tool_confirmation import ToolConfirmation
+from google.genai import types
+
+from beam_agents._json import canonical_json
+from beam_agents.adapters._adk_model import AdkTranslationError, BeamLlm, neutral_request
+from beam_agents.adapters._adk_session import (
+    SESSION_SLOT,
+    AdkSessionTooLargeError,
+    MemorySessionService,
+    SessionLimits,
+    load_session,
+    save_session,
+    trim_events,
+)
+from beam_agents.adapters._adk_tools import PENDING_STATUS, BeamTool, ConfirmationRule, beam_tools
+from beam_agents.adapters._bridge import ActivationBridge, Pending, bound
+from beam_agents.core.agent import Complete, Suspend
+from beam_agents.core.bridge import enter_task
+from beam_agents.core.context import ActivationContext
+
+__all__ = [
+    "ADK_ADAPTER",
+    "PENDING_STATUS",
+    "SESSION_SLOT",
+    "AdkAgent",
+    "AdkRunError",
+    "AdkSessionTooLargeError",
+    "AdkTranslationError",
+    "BeamLlm",
+    "BeamTool",
+    "ConfirmationRule",
+    "MemorySessionService",
+    "SessionLimits",
+    "beam_tools",
+    "neutral_request",
+    "trim_events",
+]
+
+ADK_ADAPTER = "beam_agents.adapters.adk"
+"""The ``Suspend.adapter`` of this adapter's suspensions."""
+
+REQUEST_CONFIRMATION = "adk_request_confirmation"
+"""The function call ADK emits when a tool asks for confirmation."""
+
+DEFAULT_MAX_ROUNDS = 16
+"""How many ADK invocations (the first plus confirmation answers) one activation may run."""
+
+
+class AdkRunError(RuntimeError):
+    """The ADK agent cannot run as configured, or did not settle within ``max_rounds``."""
+
+
+def _prompt_text(event: bytes) -> str:
+    return event.decode("utf-8")
+
+
+def _same_text(text: str) -> object:
+    return text
+
+
+class AdkAgent:
+    """A ``RunAgent`` agent running an ADK agent; picklable when given a builder.
+
+    Args:
+        agent: A zero-argument function returning the ADK agent (built once per process, on
+            first use; pass a module-level function so ``RunAgent`` can pickle it), or the
+            agent itself. String model names of ``LlmAgent``s are replaced by
+            ``BeamLlm(model=<the name>)``; another ``BaseLlm`` than ``BeamLlm`` is refused.
+        app_name: The ADK app name of the runner and session.
+        prompt: The user message for the run's event (default: the event as UTF-8).
+        state: Session-state updates for the run's event (applied with the user message), e.g.
+            facts a ``require_confirmation`` rule reads from ``tool_context.state``.
+        output: Turns the final response text into the run's output (default: the text).
+        session_limits: How much of the key's session is kept between runs.
+        max_rounds: Most ADK invocations per activation (confirmation answers included).
+        suspend_timeout_ms: ``Suspend.timeout_ms`` of the adapter's suspensions.
+    """
+
+    def __init__(
+        self,
+        agent: BaseAgent | Callable[[], BaseAgent],
+        *,
+        app_name: str = "beam_agents",
+        prompt: Callable[[bytes], str] = _prompt_text,
+        state: Callable[[bytes], Mapping[str, Any]] | None = None,
+        output: Callable[[str], object] = _same_text,
+        session_limits: SessionLimits | None = None,
+        max_rounds: int = DEFAULT_MAX_ROUNDS,
+        suspend_timeout_ms: int | None = None,
+    ) -> None:
+        if not isinstance(agent, BaseAgent) and not callable(agent):
+            raise TypeError(f"agent must be an ADK agent or a builder, got {agent!r}")
+        if isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < 1:
+            raise ValueError(f"max_rounds must be a positive int, got {max_rounds!r}")
+        self._source = agent
+        self.app_name = app_name
+        self.prompt = prompt
+        self.state = state
+        self.output = output
+        self.session_limits = session_limits or SessionLimits()
+        self.max_rounds = max_rounds
+        self.suspend_timeout_ms = suspend_timeout_ms
+        self._built: BaseAgent | None = None
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_built"] = None
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    @property
+    def agent(self) -> BaseAgent:
+        """The ADK agent, built on first use (models made ``BeamLlm``)."""
+        with self._lock:
+            if self._built is None:
+                source = self._source
+                built = source if isinstance(source, BaseAgent) else source()
+                if not isinstance(built, BaseAgent):
+                    raise AdkRunError(f"the agent builder returned {built!r}, not an ADK agent")
+                _use_beam_models(built, root=True)
+                self._built = built
+            return self._built
+
+    async def __call__(self, ctx: ActivationContext) -> Complete | Suspend:
+        """One activation (the same as :meth:`run`)."""
+        return await self.run(ctx)
+
+    async def run(self, ctx: ActivationContext) -> Complete | Suspend:
+        """One activation: re-walk the run from the key's committed session.
+
+        ``RunAgent(adk_agent.run)`` is the form every ``RunAgent`` accepts (a coroutine
+        function); the bound method pickles with the agent.
+        """
+        # ADK's context variables (and the bridge's) must be set and reset in one context:
+        # the driver steps an agent inline before its task, so move into the task first.
+        await enter_task()
+        bridge = ActivationBridge(ctx, adapter=ADK_ADAPTER)
+        agent = self.agent
+        user_id = session_user(ctx.entity_key)
+        session = load_session(ctx.memory, app_name=self.app_name, user_id=user_id)
+        service = MemorySessionService([session])
+        runner = Runner(app_name=self.app_name, agent=agent, session_service=service)
+        event = bridge.event
+        message = types.Content(role="user", parts=[types.Part(text=self.prompt(event))])
+        delta = dict(self.state(event)) if self.state is not None else None
+        text = ""
+        try:
+            with bound(bridge):
+                for _ in range(self.max_rounds):
+                    events = await _invoke(runner, user_id, message, delta)
+                    delta = None
+                    text = _final_text(events, text)
+                    if bridge.waiting:
+                        return bridge.suspend(timeout_ms=self.suspend_timeout_ms)
+                    answers = _answer_confirmations(bridge, events)
+                    if bridge.waiting:
+                        return bridge.suspend(timeout_ms=self.suspend_timeout_ms)
+                    if not answers:
+                        break
+                    message = types.Content(role="user", parts=answers)
+                else:
+                    raise AdkRunError(
+                        f"the ADK agent still asked for confirmations after {self.max_rounds} "
+                        "invocations in one activation; raise AdkAgent(max_rounds=...)"
+                    )
+        finally:
+            await runner.close()
+        save_session(ctx.memory, session, self.session_limits)
+        return bridge.finish(self.output(text), timeout_ms=self.suspend_timeout_ms)
+
+
+def session_user(entity_key: bytes) -> str:
+    """The ADK user id and session id of a key: its UTF-8 text, or ``hex:<hex>``."""
+    try:
+        text = entity_key.decode("utf-8")
+    except UnicodeDecodeError:
+        return "hex:" + entity_key.hex()
+    return text if text.isprintable() and text else "hex:" + entity_key.hex()
+
+
+async def _invoke(
+    runner: Runner, user_id: str, message: types.Content, delta: dict[str, Any] | None
+) -> list[Event]:
+    """One ADK invocation (a new message, or confirmation answers resuming the last one)."""
+    events: list[Event] = []
+    async for event in runner.run_async(
+        user_id=user_id, session_id=user_id, new_message=message, state_delta=delta
+    ):
+        events.append(event)
+    return events
+
+
+def _final_text(events: list[Event], previous: str) -> str:
+    """The text of the last complete agent answer among ``events`` (else ``previous``)."""
+    text = previous
+    for event in events:
+        if event.author == "user" or event.partial or event.content is None:
+            continue
+        if event.get_function_calls() or event.get_function_responses():
+            continue
+        parts = [part.text for part in event.content.parts or () if part.text and not part.thought]
+        if parts:
+            text = "".join(parts)
+    return text
+
+
+def _answer_confirmations(bridge: ActivationBridge, events: list[Event]) -> list[types.Part]:
+    """Ask for each confirmation ADK requested; the answers, once every one is decided."""
+    answers: list[types.Part] = []
+    for event in events:
+        waiting_ids = event.long_running_tool_ids or set()
+        for call in event.get_function_calls():
+            if call.name != REQUEST_CONFIRMATION or call.id not in waiting_ids:
+                continue
+            args = call.args or {}
+            original = args.get("originalFunctionCall") or {}
+            asked = ToolConfirmation.model_validate(args.get("toolConfirmation") or {})
+            payload: dict[str, Any] = {
+                "tool": original.get("name", ""),
+                "arguments": original.get("args") or {},
+                "call_id": original.get("id", ""),
+                "hint": asked.hint,
+            }
+            if asked.payload is not None:
+                payload["payload"] = asked.payload
+            key = ("adk-confirmation", payload["call_id"], canonical_json(payload))
+            decision = bridge.request_approval(payload, call_key=key)
+            if isinstance(decision, Pending):
+                continue
+            confirmation = ToolConfirmation(
+                hint=asked.hint, confirmed=decision.approved, payload=decision.as_dict()
+            )
+            answers.append(
+                types.Part(
+                    function_response=types.FunctionResponse(
+                        id=call.id,
+                        name=REQUEST_CONFIRMATION,
+                        response=confirmation.model_dump(by_alias=True, exclude_none=True),
+                    )
+                )
+            )
+    return answers
+
+
+def _use_beam_models(agent: BaseAgent, *, root: bool) -> None:
+    """Give every ``LlmAgent`` of the tree a ``BeamLlm`` (string names kept as model ids)."""
+    if isinstance(agent, LlmAgent):
+        model = agent.model
+        if isinstance(model, str):
+            if model or root:
+                agent.model = BeamLlm(model=model)
+        elif isinstance(model, BaseLlm) and not isinstance(model, BeamLlm):
+            raise AdkRunError(
+                f"ADK agent {agent.name!r} uses {type(model).__name__}, which calls its model "
+                "directly; give it a model name or BeamLlm(model=...) so calls go through "
+                "ctx.call_model"
+            )
+    for child in agent.sub_agents:
+        _use_beam_models(child, root=False)
