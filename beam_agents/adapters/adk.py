@@ -159,8 +159,8 @@ class AdkAgent:
     async def run(self, ctx: ActivationContext) -> Complete | Suspend:
         """One activation: re-walk the run from the key's committed session.
 
-        ``RunAgent(adk_agent.run)`` is the form every ``RunAgent`` accepts (a coroutine
-        function); the bound method pickles with the agent.
+        Pass the agent itself to ``RunAgent`` (it calls this); it pickles without the built
+        framework agent.
         """
         # ADK's context variables (and the bridge's) must be set and reset in one context:
         # the driver steps an agent inline before its task, so move into the task first.

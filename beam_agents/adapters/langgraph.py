@@ -1,4 +1,4 @@
-"""Run a LangGraph graph as a ``RunAgent`` agent: ``RunAgent(LangGraphAgent(build).run)``.
+"""Run a LangGraph graph as a ``RunAgent`` agent: ``RunAgent(LangGraphAgent(build))``.
 
 Every activation runs the graph from the run's starting checkpoint (the re-walk of
 ``beam_agents/adapters/README.md``): :class:`BeamChatModel` calls are ``ctx.call_model`` and
@@ -179,8 +179,8 @@ class LangGraphAgent:
     async def run(self, ctx: ActivationContext) -> Complete | Suspend:
         """One activation: re-walk the graph, answer its interrupts, finish or suspend.
 
-        ``RunAgent(agent.run)`` is the form ``RunAgent`` accepts (a coroutine function); the
-        bound method pickles with the agent.
+        Pass the agent itself to ``RunAgent`` (it calls this); it pickles without the built
+        framework agent.
         """
         # The context variables (the bridge's, LangGraph's) are set and reset in one context:
         # the task's, not the driver's first step outside it.

@@ -161,8 +161,8 @@ class PydanticAIAgent:
     async def run(self, ctx: ActivationContext) -> Complete | Suspend:
         """One activation: re-walk the run, answer approvals, suspend or complete.
 
-        ``RunAgent(agent.run)`` is the form ``RunAgent`` accepts (a coroutine function); the
-        bound method pickles with this object.
+        Pass the agent itself to ``RunAgent`` (it calls this); it pickles without the built
+        framework agent.
         """
         await enter_task()  # Pydantic AI runs on anyio: it needs a running asyncio task
         bridge = ActivationBridge(ctx, adapter=ADAPTER)

@@ -41,4 +41,4 @@ triage = PydanticAIAgent(
     toolsets=[beam_toolset(approval_required=needs_approval)],
 )
 triage_agent = triage
-"""The ``RunAgent`` agent (``RunAgent`` takes a coroutine function)."""
+"""The ``RunAgent`` agent."""
