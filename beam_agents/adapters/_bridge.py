@@ -10,26 +10,32 @@ approval intent, each answered from the run's results or left pending. The adapt
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterator, Mapping
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel
 
 from beam_agents._json import canonical_json_bytes
 from beam_agents._protos import Approval, ToolResult
 from beam_agents.core.agent import Complete, Suspend
+from beam_agents.core.bridge import enter_task
 from beam_agents.core.context import ActivationContext
 from beam_agents.core.continuation import DEADLINE_APPROVER
+from beam_agents.core.memory import MEMORY_CAP_BYTES
 from beam_agents.loop import result_reply
 from beam_agents.model.client import LlmRequest, LlmResponse
 
 __all__ = [
+    "MEMORY_CAP_BYTES",
     "ActivationBridge",
     "AdapterUsageError",
     "Decision",
+    "FrameworkAgent",
     "IntentFailedError",
     "Pending",
     "bound",
@@ -279,3 +285,64 @@ class ActivationBridge:
 
 def _decided(approval: Approval) -> Decision:
     return Decision(approval.approved, approval.approver, approval.reason)
+
+
+_Built = TypeVar("_Built")
+
+
+class FrameworkAgent(ABC, Generic[_Built]):
+    """What every adapter is: a ``RunAgent`` agent around a framework agent built once.
+
+    ``source`` is the framework agent or, better, a zero-argument builder of it: the adapter
+    pickles without the built agent (``RunAgent`` ships it to the workers) and builds it on
+    first use, once per process. Each activation runs :meth:`activate` with a bridge bound,
+    inside the activation's asyncio task.
+    """
+
+    adapter: ClassVar[str]
+    """The ``Suspend.adapter`` name of this adapter's suspensions."""
+
+    def __init__(self, source: _Built | Callable[[], _Built]) -> None:
+        self._source = source
+        self._built: _Built | None = None
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_built"] = None
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def built(self) -> _Built:
+        """The framework agent, built from the source on first use."""
+        with self._lock:
+            if self._built is None:
+                self._built = self.build(self._source)
+            return self._built
+
+    @abstractmethod
+    def build(self, source: _Built | Callable[[], _Built]) -> _Built:
+        """Turn the source (the agent or its builder) into the agent this adapter runs."""
+
+    @abstractmethod
+    async def activate(self, bridge: ActivationBridge) -> Complete | Suspend:
+        """One activation of the framework agent, through ``bridge``."""
+
+    async def __call__(self, ctx: ActivationContext) -> Complete | Suspend:
+        """One activation: what ``RunAgent`` calls."""
+        return await self.run(ctx)
+
+    async def run(self, ctx: ActivationContext) -> Complete | Suspend:
+        """One activation, in the activation's asyncio task with a fresh bridge bound.
+
+        Context variables (the bridge's, the framework's) must be set and reset in one context:
+        the driver steps an agent's first step outside any task, so this moves into it first.
+        """
+        await enter_task()
+        bridge = ActivationBridge(ctx, adapter=self.adapter)
+        with bound(bridge):
+            return await self.activate(bridge)
