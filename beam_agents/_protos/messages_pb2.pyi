@@ -8,18 +8,20 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Approval(_message.Message):
-    __slots__ = ("intent_id", "approved", "approver", "decided_at_ms", "reason")
+    __slots__ = ("intent_id", "approved", "approver", "decided_at_ms", "reason", "superseded_by")
     INTENT_ID_FIELD_NUMBER: _ClassVar[int]
     APPROVED_FIELD_NUMBER: _ClassVar[int]
     APPROVER_FIELD_NUMBER: _ClassVar[int]
     DECIDED_AT_MS_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    SUPERSEDED_BY_FIELD_NUMBER: _ClassVar[int]
     intent_id: str
     approved: bool
     approver: str
     decided_at_ms: int
     reason: str
-    def __init__(self, intent_id: _Optional[str] = ..., approved: _Optional[bool] = ..., approver: _Optional[str] = ..., decided_at_ms: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+    superseded_by: str
+    def __init__(self, intent_id: _Optional[str] = ..., approved: _Optional[bool] = ..., approver: _Optional[str] = ..., decided_at_ms: _Optional[int] = ..., reason: _Optional[str] = ..., superseded_by: _Optional[str] = ...) -> None: ...
 
 class ToolResult(_message.Message):
     __slots__ = ("intent_id", "entity_key", "seq", "status", "payload", "error_message", "completed_at_ms", "attempt")

@@ -68,10 +68,12 @@ class Continuation(_message.Message):
             MODEL: _ClassVar[Continuation.StepRecord.Kind]
             INTENT: _ClassVar[Continuation.StepRecord.Kind]
             APPROVAL: _ClassVar[Continuation.StepRecord.Kind]
+            ESCALATION: _ClassVar[Continuation.StepRecord.Kind]
         KIND_UNSPECIFIED: Continuation.StepRecord.Kind
         MODEL: Continuation.StepRecord.Kind
         INTENT: Continuation.StepRecord.Kind
         APPROVAL: Continuation.StepRecord.Kind
+        ESCALATION: Continuation.StepRecord.Kind
         KIND_FIELD_NUMBER: _ClassVar[int]
         DIGEST_FIELD_NUMBER: _ClassVar[int]
         kind: Continuation.StepRecord.Kind

@@ -146,7 +146,6 @@ class ActivationBridge:
         self.ctx = ctx
         self.adapter = adapter
         self._intents: dict[Hashable, str] = {}
-        self._requested: set[str] = set()
         self._waiting: list[str] = []
 
     # -- the run's input -----------------------------------------------------------------
@@ -207,13 +206,13 @@ class ActivationBridge:
         """The decision about ``payload`` if one was made, else :class:`Pending`.
 
         The approval intent is staged with ``ctx.request_approval`` (once per ``call_key``).
-        An approval the deadline escalated is decided by the escalation's answer.
+        An approval the deadline escalated is decided by the answer to the approval that asked
+        again in its place (``Approval.superseded_by``), or waits for it.
         """
         intent_id = self._intent(
             call_key,
             lambda: self.ctx.request_approval(payload, channel=channel, ttl_ms=ttl_ms),
         )
-        self._requested.add(intent_id)
         decision = self._decision(intent_id)
         return self._wait(intent_id) if decision is None else decision
 
@@ -251,36 +250,28 @@ class ActivationBridge:
         ctx = self.ctx
         result = ctx.results.get(intent_id)
         if result is not None:  # the effector answered the approval: it expired or was refused
-            reason = result_reply("approval", result)[0]
-            return Decision(False, reason=reason, timed_out=result.status == ToolResult.EXPIRED)
+            return _refused(result)
         approval = ctx.approvals.get(intent_id)
+        asked = {intent_id}
+        # A deadline that escalated answered "no" and asked again: the later answer decides.
+        while approval is not None and approval.superseded_by not in ("", *asked):
+            later = approval.superseded_by
+            asked.add(later)
+            result = ctx.results.get(later)
+            if result is not None:
+                return _refused(result)
+            approval = ctx.approvals.get(later)
         if approval is None:
             return None
-        if approval.approver != DEADLINE_APPROVER:
-            return _decided(approval)
-        escalation = self._escalation_answer()
-        if escalation is not None:
-            return _decided(escalation)
-        if self._escalation_pending():
-            return None
-        return Decision(False, approval.approver, approval.reason, timed_out=True)
+        if approval.approver == DEADLINE_APPROVER:
+            return Decision(False, approval.approver, approval.reason, timed_out=True)
+        return _decided(approval)
 
-    def _escalation_answer(self) -> Approval | None:
-        """The latest decision on an approval the runtime asked for when it escalated."""
-        answers = [
-            approval
-            for intent_id, approval in self.ctx.approvals.items()
-            if intent_id not in self._requested and approval.approver != DEADLINE_APPROVER
-        ]
-        return answers[-1] if answers else None
 
-    def _escalation_pending(self) -> bool:
-        """Whether an approval the runtime staged when it escalated still waits for a decision."""
-        ctx = self.ctx
-        if not any(a.approver == DEADLINE_APPROVER for a in ctx.approvals.values()):
-            return False
-        known = set(self._intents.values())
-        return any(intent_id not in known for intent_id in ctx.pending_intent_ids)
+def _refused(result: ToolResult) -> Decision:
+    """The effector's answer to an approval intent: it expired, or was refused unasked."""
+    reason = result_reply("approval", result)[0]
+    return Decision(False, reason=reason, timed_out=result.status == ToolResult.EXPIRED)
 
 
 def _decided(approval: Approval) -> Decision:

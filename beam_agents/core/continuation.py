@@ -135,23 +135,9 @@ def escalate(
     Returns the re-suspended continuation and the fresh ``APPROVAL`` intent it waits for.
     """
     escalated = _copy(suspended)
-    superseded: list[str] = []
-    kept: list[tuple[str, int]] = []
-    for intent_id, kind in pending_of(suspended):
-        if kind != ToolIntent.APPROVAL:
-            kept.append((intent_id, kind))
-            continue
-        superseded.append(intent_id)
-        _answer(
-            escalated,
-            Approval(
-                intent_id=intent_id,
-                approved=False,
-                approver=DEADLINE_APPROVER,
-                decided_at_ms=fired_ms,
-                reason="no decision before the deadline; escalated",
-            ),
-        )
+    pending = pending_of(suspended)
+    superseded = [intent_id for intent_id, kind in pending if kind == ToolIntent.APPROVAL]
+    kept = [(intent_id, kind) for intent_id, kind in pending if kind != ToolIntent.APPROVAL]
     step = suspended.next_step
     args_json = canonical_json(
         {
@@ -163,7 +149,19 @@ def escalate(
     asked = Staged(trace, ReplayCursor(step), namespace=run_namespace(suspended))
     asked.stage_intent(ToolIntent.APPROVAL, APPROVAL_TOOL_NAME, args_json, intent_ttl_ms, channel)
     [intent] = asked.intents
-    _append_steps(escalated, asked.new_steps)
+    for intent_id in superseded:
+        _answer(
+            escalated,
+            Approval(
+                intent_id=intent_id,
+                approved=False,
+                approver=DEADLINE_APPROVER,
+                decided_at_ms=fired_ms,
+                reason="no decision before the deadline; escalated",
+                superseded_by=intent.intent_id,
+            ),
+        )
+    _append_steps(escalated, [(StepRecord.ESCALATION, digest) for _, digest in asked.new_steps])
     kept.append((intent.intent_id, ToolIntent.APPROVAL))
     escalated.deadline_ms = fired_ms + timeout_ms
     trace.record(

@@ -47,13 +47,19 @@ class ReplayCursor:
         Returns the step's position and whether it repeats the run's record there (a replay).
         """
         step = self._step
-        if step < self._replay_end:
+        replay_end = self._replay_end
+        # An escalation's approval is the runtime's step, never the agent's: step over it.
+        while step < replay_end and self._recorded[step].kind == StepRecord.ESCALATION:
+            step += 1
+        if step < replay_end:
             record = self._recorded[step]
             if record.kind == kind and record.digest == digest:
                 following = step + 1
-                self._step = following if following < self._replay_end else self._high_water
+                self._step = following if following < replay_end else self._high_water
                 return step, True
             self._replay_end = 0
+            step = self._high_water
+        elif step != self._step:  # stepped over the prefix's last records
             step = self._high_water
         self._step = step + 1
         self.new_steps.append((kind, digest))

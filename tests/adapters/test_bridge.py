@@ -1,0 +1,80 @@
+# mypy: disallow-untyped-calls=False
+"""The bridge every adapter shares, in a real ``RunAgent`` pipeline (no framework needed).
+
+The agent below plays an adapter: it re-walks two approval requests on every activation
+through an ``ActivationBridge``, as the adapters do, and reports each decision.
+"""
+
+from __future__ import annotations
+
+from beam_agents import AgentConfig, Complete, Suspend, intent_id_for
+from beam_agents.adapters import ActivationBridge, Decision, Pending
+from beam_agents.core.context import ActivationContext
+from beam_agents.testing import EnvelopeStream
+from tests.core.harness import escalate_once, run_agent, streamed
+
+KEY = b"two-asks"
+
+
+async def two_approvals(ctx: ActivationContext) -> Complete | Suspend:
+    """Ask about A, then about B; finish with both decisions."""
+    bridge = ActivationBridge(ctx, adapter="test")
+    said: list[str] = []
+    for name in ("A", "B"):
+        decision = bridge.request_approval({"ask": name}, call_key=name)
+        if isinstance(decision, Pending):
+            # The TestStream's clock reads as the epoch: B's wait must outlast the advance.
+            return bridge.suspend(timeout_ms=5_000 if name == "A" else 60_000)
+        assert isinstance(decision, Decision)
+        said.append(f"{name}:{decision.approved}:{decision.approver}:{decision.timed_out}")
+    return bridge.finish(",".join(said))
+
+
+def test_an_escalated_approval_keeps_the_escalations_answer_on_every_re_walk() -> None:
+    asked_a, escalation, asked_b = (intent_id_for(KEY, 0, step) for step in range(3))
+    stream = (
+        EnvelopeStream()
+        .event(KEY, b"go", at_ms=1_000)
+        .advance_processing_time(6_000)  # A's deadline: the route escalates, E asks again
+        .approval(KEY, escalation, approved=True, at_ms=2_000, approver="alice")
+        .approval(KEY, asked_b, approved=False, at_ms=3_000, approver="bob")
+    )
+    outputs = run_agent(
+        streamed(stream), two_approvals, AgentConfig(hitl_policy=escalate_once()), streaming=True
+    )
+    assert outputs.errors == []
+    assert [i.intent_id for i in outputs.intents] == [asked_a, escalation, asked_b]
+    # The last activation re-walks A after bob denied B: A is still alice's "yes".
+    assert outputs.output == [b"A:True:alice:False,B:False:bob:False"]
+
+
+def test_an_escalation_nobody_answers_reads_as_timed_out() -> None:
+    asked_a = intent_id_for(KEY, 0, 0)
+    stream = (
+        EnvelopeStream()
+        .event(KEY, b"go", at_ms=1_000)
+        .advance_processing_time(6_000)  # escalates
+        .advance_processing_time(6_000)  # the escalation times out too: Escalate becomes Deny
+    )
+    outputs = run_agent(
+        streamed(stream), two_approvals, AgentConfig(hitl_policy=escalate_once()), streaming=True
+    )
+    assert [i.intent_id for i in outputs.intents][0] == asked_a
+    assert outputs.errors == []
+    assert outputs.output == []  # the exhausted route denies with an empty output
+
+
+def test_an_approval_the_effector_expired_reads_as_timed_out_not_approved() -> None:
+    from beam_agents._protos import ToolResult
+
+    asked_a = intent_id_for(KEY, 0, 0)
+    asked_b = intent_id_for(KEY, 0, 1)
+    stream = (
+        EnvelopeStream()
+        .event(KEY, b"go", at_ms=1_000)
+        .result(KEY, asked_a, at_ms=2_000, status=ToolResult.EXPIRED, error_message="ttl")
+        .approval(KEY, asked_b, approved=True, at_ms=3_000, approver="carol")
+    )
+    outputs = run_agent(streamed(stream), two_approvals, AgentConfig(), streaming=True)
+    assert outputs.errors == []
+    assert outputs.output == [b"A:False::True,B:True:carol:False"]
