@@ -5,6 +5,7 @@ entries included. The memo keeps each fresh answer by its replay-cache key (requ
 key, run and step) in a bounded, process-wide store scoped to one ``RunAgent``, so the retried
 activation, asking the same thing at the same position, gets the same answer without calling
 the provider again (and records the same trace). A retry on another worker calls the provider.
+A memo answer skips the gateway's retries, circuit breaker and call counters: nothing is sent.
 """
 
 from __future__ import annotations
@@ -63,14 +64,21 @@ class AnswerMemo(Generic[_A]):
         return len(self._answers)
 
 
-_MEMOS: dict[str, AnswerMemo[Any]] = {}
+MEMO_MAX_SCOPES = 8
+"""``RunAgent``s a process keeps memos for, the least recently set up dropped first (a test
+suite or a notebook builds many pipelines in one process)."""
+
+_MEMOS: OrderedDict[str, AnswerMemo[Any]] = OrderedDict()
 _MEMOS_LOCK = threading.Lock()
 
 
 def answer_memo(scope: str) -> AnswerMemo[Any]:
     """The process's memo for ``scope`` (one per ``RunAgent``), created on first use."""
     with _MEMOS_LOCK:
-        memo = _MEMOS.get(scope)
+        memo = _MEMOS.pop(scope, None)
         if memo is None:
-            memo = _MEMOS[scope] = AnswerMemo()
+            memo = AnswerMemo()
+        _MEMOS[scope] = memo
+        while len(_MEMOS) > MEMO_MAX_SCOPES:
+            _MEMOS.popitem(last=False)
         return memo
