@@ -18,7 +18,6 @@ import quiet_beam  # noqa: F401  # isort: skip  (first: keeps a Beam import warn
 import json
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import apache_beam as beam
 from google.adk.agents import LlmAgent
@@ -99,48 +98,45 @@ def make_model() -> FakeLLM:
     return fake
 
 
-def make_events() -> list[AgentEnvelope]:
-    """Two accounts, one risky."""
-    return [
+ACCOUNTS = ("acct-1", "acct-2")
+"""One event per account: the first is risky."""
+
+
+def triage(target: str, answers: str) -> None:
+    """One pipeline against the effector at ``target``; the answers go to the file ``answers``.
+
+    Events (and, as they come back, the effector's results) reach ``AdkAgent``; its intents go
+    to the effector, which runs ``hold_card``.
+    """
+    events = [
         AgentEnvelope(
             entity_key=account.encode(),
             event_time_ms=1_000 + n,
             external_event=json.dumps({"account": account}).encode(),
         )
-        for n, account in enumerate(["acct-1", "acct-2"])
+        for n, account in enumerate(ACCOUNTS)
     ]
-
-
-AGENT = AdkAgent(build_agent, app_name="cards")
-
-
-def run(target: str, out_dir: str, **pipeline_args: Any) -> None:
-    """The loop: read events and results from the effector, run the agent, submit its intents."""
-    with beam.Pipeline(**pipeline_args) as pipeline:
-        events = pipeline | ReadEnvelopes(target, events=make_events(), stop_when_idle_s=1.0)
-        config = AgentConfig(provider_factory=make_model, tool_registry=make_registry())
-        outputs = events | RunAgent(AGENT, config=config)
+    agent = AdkAgent(build_agent, app_name="cards")
+    config = AgentConfig(provider_factory=make_model, tool_registry=make_registry())
+    with beam.Pipeline() as pipeline:
+        inputs = pipeline | ReadEnvelopes(target, events=events, stop_when_idle_s=1.0)
+        outputs = inputs | RunAgent(agent, config=config)
         outputs.intents | SubmitIntents(target)
-        outputs.output | beam.Map(bytes.decode) | beam.io.WriteToText(f"{out_dir}/answers")
-
-
-def read_lines(out_dir: str) -> list[str]:
-    """Every line ``run`` wrote to ``out_dir``, sorted."""
-    paths = Path(out_dir).glob("answers-*")
-    return sorted(line for path in paths for line in path.read_text().splitlines())
+        texts = outputs.output | beam.Map(bytes.decode)
+        texts | beam.io.WriteToText(answers, shard_name_template="")  # one file, that name
 
 
 def main() -> None:
-    """Start an effector, run the loop against it, print the answers."""
+    """Run :func:`triage` with an effector of its own (``hold_card`` only), print the answers."""
     from effector.launch import EffectorThread  # the sidecar, in this process for the demo
 
     with tempfile.TemporaryDirectory() as scratch:
-        effector_tools = ToolRegistry([hold_card])  # the effector runs side effects only
-        with EffectorThread(f"sqlite:///{scratch}/effector.db", effector_tools) as effector:
-            run(effector.address, scratch)
-        for line in read_lines(scratch):
-            print(f"adk_agent: {line}")
-    print("adk_agent: ok")
+        store = f"sqlite:///{scratch}/effector.db"
+        with EffectorThread(store, ToolRegistry([hold_card])) as effector:
+            triage(effector.address, f"{scratch}/answers")
+        answers = sorted(Path(scratch, "answers").read_text().splitlines())
+    for line in [*answers, "ok"]:
+        print(f"adk_agent: {line}")
 
 
 if __name__ == "__main__":

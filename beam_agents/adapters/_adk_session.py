@@ -10,7 +10,7 @@ trimmed to the latest whole turns that fit ``SessionLimits``; a session still ov
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from google.adk.events.event import Event
 from google.adk.sessions.base_session_service import (
@@ -20,7 +20,7 @@ from google.adk.sessions.base_session_service import (
 )
 from google.adk.sessions.session import Session
 
-from beam_agents.core.memory import MEMORY_CAP_BYTES, WorkingMemory
+from beam_agents.adapters._bridge import MEMORY_CAP_BYTES
 
 __all__ = [
     "SESSION_SLOT",
@@ -34,6 +34,16 @@ __all__ = [
 
 SESSION_SLOT = "beam_agents.adk.session.v1"
 """The working-memory slot holding the key's ADK session (its JSON)."""
+
+
+class Slots(Protocol):
+    """The working memory's slots, as far as the session needs them (``ctx.memory``)."""
+
+    def get(self, key: str) -> bytes | None:
+        """The value in slot ``key``, or ``None``."""
+
+    def set(self, key: str, value: bytes) -> None:
+        """Put ``value`` in slot ``key``."""
 
 
 class AdkSessionTooLargeError(RuntimeError):
@@ -138,7 +148,7 @@ class MemorySessionService(BaseSessionService):
         return event
 
 
-def load_session(memory: WorkingMemory, *, app_name: str, user_id: str) -> Session:
+def load_session(memory: Slots, *, app_name: str, user_id: str) -> Session:
     """The key's committed session, or a new empty one."""
     blob = memory.get(SESSION_SLOT)
     if blob is None:
@@ -149,7 +159,7 @@ def load_session(memory: WorkingMemory, *, app_name: str, user_id: str) -> Sessi
     return session
 
 
-def save_session(memory: WorkingMemory, session: Session, limits: SessionLimits) -> None:
+def save_session(memory: Slots, session: Session, limits: SessionLimits) -> None:
     """Trim ``session`` to ``limits`` and stage it in working memory."""
     kept = trim_events(session.events, limits)
     trimmed = session.model_copy(update={"events": kept})

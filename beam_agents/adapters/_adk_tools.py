@@ -1,7 +1,8 @@
 """``BeamTool`` and ``beam_tools``: registry tools as ADK tools, run through the activation.
 
 A read-only tool runs inline (``ctx.run_tool``); a side-effecting one becomes an intent
-(``ctx.act``, keyed by the function call so a re-run gets the same intent back). While the
+(``ctx.act``, keyed by the function call and its place in the session, so a re-run gets the
+same intent back and a later call that reuses the id and arguments gets its own). While the
 effector has not answered, the tool returns a placeholder and ends ADK's turn
 (``skip_summarization``); the adapter then suspends, and the placeholder is never committed.
 A tool may ask for ADK tool confirmation first; the adapter turns that into an approval intent.
@@ -9,10 +10,11 @@ A tool may ask for ADK tool confirmation first; the adapter turns that into an a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from google.adk.agents.llm_agent import ToolUnion
+from google.adk.events.event import Event
 from google.adk.tools.base_tool import BaseTool
 from google.adk.tools.tool_context import ToolContext
 from google.genai import types
@@ -21,9 +23,9 @@ from pydantic import BaseModel
 from beam_agents._json import canonical_json
 from beam_agents.adapters._bridge import IntentFailedError, Pending, current_bridge
 from beam_agents.tools import Tool, ToolRegistry
-from beam_agents.tools.errors import ToolArgumentError
+from beam_agents.tools.errors import ToolArgumentError, ToolError
 
-__all__ = ["PENDING_STATUS", "BeamTool", "ConfirmationRule", "beam_tools"]
+__all__ = ["PENDING_STATUS", "BeamTool", "ConfirmationRule", "beam_tools", "call_position"]
 
 ConfirmationRule = bool | Callable[[str, Mapping[str, Any], ToolContext], bool]
 """Whether a call needs a person's confirmation: always, never, or per call
@@ -69,7 +71,13 @@ class BeamTool(BaseTool):
         return bool(rule)
 
     async def run_async(self, *, args: dict[str, Any], tool_context: ToolContext) -> Any:
-        """Run the call through the activation; failures reach the model as ``{"error": ...}``."""
+        """Run the call through the activation; failures reach the model as ``{"error": ...}``.
+
+        Invalid arguments, a failed or refused effect and a failing read-only tool are the
+        model's to handle; any other ``ToolError`` (the tool missing from
+        ``AgentConfig.tool_registry``, or registered there as the other kind) is the
+        pipeline's misconfiguration and fails the activation.
+        """
         bridge = current_bridge()
         try:
             self.tool.validate_arguments(args)
@@ -115,15 +123,39 @@ async def _run_inline(name: str, args: Mapping[str, Any]) -> Any:
         value = await current_bridge().run_tool(name, args)
     except ToolArgumentError as exc:
         return {"error": str(exc)}
+    except ToolError:
+        raise  # not the model's doing: the registry lacks the tool, or runs it as an effect
     except Exception as exc:
         # As the tool loop tells a model: an inline failure reads like an effector ERROR result.
         return {"error": f"{name} failed: {type(exc).__name__}: {exc}"}
     return _plain(value)
 
 
-def _call_key(name: str, args: Mapping[str, Any], tool_context: ToolContext) -> tuple[str, ...]:
-    """The intent's key within one activation: the function call id, tool and arguments."""
-    return ("adk-call", tool_context.function_call_id or "", name, canonical_json(dict(args)))
+def _call_key(
+    name: str, args: Mapping[str, Any], tool_context: ToolContext
+) -> tuple[str | int, ...]:
+    """The intent's key within one activation: the call's place, id, tool and arguments.
+
+    The place (the index of the session event carrying the call) tells apart calls a provider
+    gave the same id and arguments in different turns (``call_0`` in every turn, say).
+    """
+    call_id = tool_context.function_call_id or ""
+    position = call_position(tool_context.session.events, call_id, name)
+    return ("adk-call", position, call_id, name, canonical_json(dict(args)))
+
+
+def call_position(events: Sequence[Event], call_id: str, name: str) -> int:
+    """The index of the latest event in ``events`` calling ``name`` as ``call_id``, else -1.
+
+    ADK appends a model turn to the session before it runs the turn's calls, and a re-run of a
+    confirmed call looks back at the same event, so the index names the call within the run:
+    the session's committed prefix is the same on every activation.
+    """
+    for index in range(len(events) - 1, -1, -1):
+        for call in events[index].get_function_calls():
+            if call.id == call_id and call.name == name:
+                return index
+    return -1
 
 
 def _plain(value: Any) -> Any:

@@ -26,7 +26,8 @@ from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
-from beam_agents.adapters._bridge import AdapterUsageError, current_bridge
+from beam_agents.adapters._bridge import current_bridge
+from beam_agents.adapters._langgraph_tools import run_on_loop
 from beam_agents.model.client import LlmRequest, LlmResponse
 
 __all__ = ["BeamChatModel", "neutral_messages", "neutral_tool"]
@@ -114,8 +115,9 @@ class BeamChatModel(BaseChatModel):
     """A chat model that calls the pipeline's model through the running activation.
 
     ``model_id`` and ``sampling_params`` go into every ``LlmRequest``; the provider is
-    ``AgentConfig.provider_factory``'s. Async only (``ainvoke``, ``astream``): the adapter
-    runs graphs async; a sync call raises :class:`AdapterUsageError`.
+    ``AgentConfig.provider_factory``'s. ``ainvoke`` from async nodes; ``invoke`` from sync
+    ``def`` nodes, which LangGraph runs in a worker thread (the call runs on the activation's
+    event loop). A sync call on the event loop itself raises :class:`AdapterUsageError`.
     """
 
     model_id: str
@@ -162,10 +164,7 @@ class BeamChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        raise AdapterUsageError(
-            "BeamChatModel is async only: call it with ainvoke/astream from an async node "
-            "(the LangGraph adapter runs the graph with ainvoke)"
-        )
+        return run_on_loop(self._agenerate(messages, stop, None, **kwargs), "BeamChatModel.invoke")
 
     async def _agenerate(
         self,

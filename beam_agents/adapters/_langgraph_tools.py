@@ -5,14 +5,19 @@ A read-only tool runs inline (``ctx.run_tool``); a side-effecting one is an inte
 ``interrupt()``, so each call is keyed by its graph task (``checkpoint_ns``) and its tool call
 id, or its position among the task's calls: the same call in the same task gets the same
 intent back, and the effector runs it once.
+
+The tools and :class:`~beam_agents.adapters._langgraph_model.BeamChatModel` work from sync
+nodes too: LangGraph runs those in a worker thread (the context copied), and the sync call
+runs its async path on the activation's event loop (:func:`run_on_loop`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Iterator, Mapping
+import asyncio
+from collections.abc import Coroutine, Hashable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, TypeVar
 
 from langchain_core.messages import ToolCall
 from langchain_core.runnables import RunnableConfig
@@ -29,7 +34,7 @@ from beam_agents.adapters._bridge import (
     current_bridge,
 )
 from beam_agents.tools import Tool, ToolRegistry
-from beam_agents.tools.errors import ToolArgumentError
+from beam_agents.tools.errors import ToolArgumentError, ToolError
 
 __all__ = [
     "PENDING_MARKER",
@@ -39,6 +44,7 @@ __all__ = [
     "bound_run",
     "current_run",
     "is_pending_marker",
+    "run_on_loop",
     "stage",
 ]
 
@@ -49,11 +55,15 @@ _RUN: ContextVar[GraphRun | None] = ContextVar("beam_agents_langgraph_run", defa
 _TOOL_CALL_ID: ContextVar[str | None] = ContextVar("beam_agents_tool_call_id", default=None)
 
 
-class GraphRun:
-    """One activation's LangGraph run: the bridge and the per-task call counters."""
+_T = TypeVar("_T")
 
-    def __init__(self, bridge: ActivationBridge) -> None:
+
+class GraphRun:
+    """One activation's LangGraph run: the bridge, its event loop, the per-task call counters."""
+
+    def __init__(self, bridge: ActivationBridge, loop: asyncio.AbstractEventLoop) -> None:
         self.bridge = bridge
+        self.loop = loop
         self._counters: dict[str, int] = {}
 
     def restart(self) -> None:
@@ -81,6 +91,30 @@ def current_run() -> GraphRun:
             "with beam_agents.adapters.langgraph.LangGraphAgent"
         )
     return run
+
+
+def run_on_loop(coro: Coroutine[Any, Any, _T], what: str) -> _T:
+    """Run ``coro`` on the activation's event loop from a sync node's worker thread.
+
+    ``what`` names the sync call for the error raised on the loop's own thread (a sync call
+    from an async node would block the loop it waits for).
+    """
+    try:
+        loop = current_run().loop
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise AdapterUsageError(
+                f"{what} was called synchronously on the event loop (from an async node?); "
+                "await its async form instead (ainvoke), or call it from a sync def node, "
+                "which LangGraph runs in a worker thread"
+            )
+    except BaseException:
+        coro.close()
+        raise
+    return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
 
 @contextmanager
@@ -131,7 +165,10 @@ class BeamTool(BaseTool):
     """A registry tool as a LangChain tool (``ToolNode``, ``bind_tools``, direct ``ainvoke``).
 
     On a pending intent it pauses the graph with the adapter's marker ``interrupt()``; the
-    adapter then suspends the run. Failures reach the model as error tool messages.
+    adapter then suspends the run. Failures of the tool and invalid arguments reach the model
+    as error tool messages; any other registry ``ToolError`` (``ToolNotFoundError``,
+    ``SideEffectToolError``, ...) propagates and fails the activation. ``invoke`` works from a
+    sync node (LangGraph runs it in a worker thread).
     """
 
     beam_tool: Tool[..., Any]
@@ -155,11 +192,24 @@ class BeamTool(BaseTool):
         finally:
             _TOOL_CALL_ID.reset(token)
 
-    def _run(self, *args: Any, **kwargs: Any) -> Any:
-        raise AdapterUsageError(
-            f"tool {self.name!r} is async only: call it with ainvoke (ToolNode does, in an "
-            "async graph run)"
-        )
+    def invoke(
+        self,
+        input: str | dict[str, Any] | ToolCall,
+        config: RunnableConfig | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Run the tool from a sync node (a worker thread); keyed as :meth:`ainvoke` is."""
+        call_id = None
+        if isinstance(input, dict) and input.get("type") == "tool_call":
+            call_id = str(input.get("id") or "") or None
+        token = _TOOL_CALL_ID.set(call_id)
+        try:
+            return super().invoke(input, config, **kwargs)
+        finally:
+            _TOOL_CALL_ID.reset(token)
+
+    def _run(self, config: RunnableConfig, **kwargs: Any) -> str:
+        return run_on_loop(self._arun(config, **kwargs), f"tool {self.name!r}")
 
     async def _arun(self, config: RunnableConfig, **kwargs: Any) -> str:
         run = current_run()
@@ -169,6 +219,8 @@ class BeamTool(BaseTool):
                 value = await run.bridge.run_tool(name, kwargs)
             except ToolArgumentError as exc:
                 raise ToolException(str(exc)) from exc
+            except ToolError:  # not the model's mistake: the tool is missing or misdeclared
+                raise
             except Exception as exc:
                 raise ToolException(f"{name} failed: {type(exc).__name__}: {exc}") from exc
             return _content(name, value)

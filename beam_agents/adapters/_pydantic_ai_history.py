@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from pydantic_ai import ModelMessagesTypeAdapter
 from pydantic_ai.messages import (
@@ -21,12 +22,22 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from beam_agents.core.memory import MEMORY_CAP_BYTES, WorkingMemory
+from beam_agents.adapters._bridge import MEMORY_CAP_BYTES
 
 __all__ = ["HISTORY_SLOT", "HistoryLimits", "HistoryTooLargeError"]
 
 HISTORY_SLOT = "beam_agents.pydantic_ai.history"
 """The working-memory slot holding the key's message history (Pydantic AI's JSON)."""
+
+
+class WorkingMemory(Protocol):
+    """What the history needs of the key's working memory (``ctx.memory``)."""
+
+    def get(self, key: str) -> bytes | None: ...
+
+    def set(self, key: str, value: bytes) -> None: ...
+
+    def delete(self, key: str) -> None: ...
 
 
 class HistoryTooLargeError(ValueError):

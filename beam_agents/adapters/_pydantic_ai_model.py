@@ -9,7 +9,6 @@ replay cache answers them.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -104,7 +103,7 @@ class BeamModel(Model):
         bridge = current_bridge()
         model_settings, parameters = self.prepare_request(model_settings, model_request_parameters)
         request = self.llm_request(messages, model_settings, parameters)
-        return self.model_response(await bridge.call_model(request))
+        return self.model_response(await bridge.call_model(request), request)
 
     def llm_request(
         self,
@@ -131,13 +130,17 @@ class BeamModel(Model):
             sampling_params=self._sampling(model_settings),
         )
 
-    def model_response(self, response: LlmResponse) -> ModelResponse:
-        """``response`` as Pydantic AI's ``ModelResponse`` (tool call ids kept as given)."""
+    def model_response(self, response: LlmResponse, request: LlmRequest) -> ModelResponse:
+        """``response`` to ``request`` as Pydantic AI's ``ModelResponse``.
+
+        Tool call ids are kept as given; a call without one is named after the request and its
+        position in the response.
+        """
         parts: list[ModelResponsePart] = []
         if response.text:
             parts.append(TextPart(content=response.text))
         for index, call in enumerate(response.tool_calls):
-            call_id = call.id or _fallback_call_id(response, index)
+            call_id = call.id or _fallback_call_id(request, index)
             parts.append(ToolCallPart(call.name, dict(call.arguments), tool_call_id=call_id))
         usage = response.usage
         return ModelResponse(
@@ -160,9 +163,13 @@ class BeamModel(Model):
         return sampling
 
 
-def _fallback_call_id(response: LlmResponse, index: int) -> str:
-    """A stable id for a tool call the provider gave none (never Pydantic AI's random one)."""
-    return f"call-{hashlib.sha256(response.response).hexdigest()[:16]}-{index}"
+def _fallback_call_id(request: LlmRequest, index: int) -> str:
+    """A stable id for a tool call the provider gave none (never Pydantic AI's random one).
+
+    It names the call by the request it answers and its place in the response, not by the
+    response's bytes: two turns given the same body still get different ids.
+    """
+    return f"call-{request.content_digest()[:16]}-{index}"
 
 
 def _tool_schema(tool: ToolDefinition) -> dict[str, Any]:

@@ -1,18 +1,21 @@
 """``BeamToolset``: registry tools as a Pydantic AI toolset, run the way ``RunAgent`` runs them.
 
 A read-only tool runs inline (``ctx.run_tool``); a side-effecting one becomes an intent
-(``ctx.act``, keyed by the tool call id): its value once the effector answered, else the call
+(``ctx.act``, keyed by :func:`call_key`): its value once the effector answered, else the call
 is deferred (``CallDeferred``) and the adapter suspends the run. Side-effecting tools are
 sequential in Pydantic AI's sense, so a turn stages its intents in the order the model asked.
+A registry error other than bad arguments (an unknown tool, a side-effecting tool run inline)
+is the agent's mistake, not the model's: it fails the activation instead of reaching the model.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Hashable, Sequence
 from typing import Any, TypeAlias
 
 from pydantic_ai import RunContext
 from pydantic_ai.exceptions import ApprovalRequired, CallDeferred, ModelRetry, ToolFailed
+from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
 from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
@@ -25,9 +28,9 @@ from beam_agents.adapters._bridge import (
     current_bridge,
 )
 from beam_agents.tools import ToolRegistry
-from beam_agents.tools.errors import ToolArgumentError
+from beam_agents.tools.errors import ToolArgumentError, ToolError
 
-__all__ = ["INTENT_METADATA_KEY", "ApprovalRule", "BeamToolset", "beam_toolset"]
+__all__ = ["INTENT_METADATA_KEY", "ApprovalRule", "BeamToolset", "beam_toolset", "call_key"]
 
 INTENT_METADATA_KEY = "beam_agents.intent_id"
 """The ``DeferredToolRequests.metadata`` key naming the intent a deferred call waits for."""
@@ -113,7 +116,7 @@ class BeamToolset(AbstractToolset[Any]):
                 return await bridge.run_tool(name, tool_args)
             except ToolArgumentError as exc:
                 raise ModelRetry(str(exc)) from None
-            except AdapterUsageError:
+            except (AdapterUsageError, ToolError):  # the agent's setup is wrong: fail loudly
                 raise
             except Exception as exc:  # an inline tool failing reads as an effector ERROR result
                 raise ToolFailed(f"{name} failed: {type(exc).__name__}: {exc}") from None
@@ -121,7 +124,7 @@ class BeamToolset(AbstractToolset[Any]):
             value = bridge.act(
                 name,
                 tool_args,
-                call_key=("pydantic_ai", ctx.tool_call_id),
+                call_key=call_key("pydantic_ai", ctx.messages, ctx.tool_call_id),
                 ttl_ms=self._intent_ttl_ms,
             )
         except ToolArgumentError as exc:
@@ -141,6 +144,24 @@ class BeamToolset(AbstractToolset[Any]):
         if callable(rule):
             return bool(rule(ctx, tool_def, arguments))
         return tool_def.name in rule
+
+
+def call_key(kind: str, messages: Sequence[ModelMessage], tool_call_id: str | None) -> Hashable:
+    """The bridge's key of a tool call: ``(kind, position of its response, tool call id)``.
+
+    Providers reuse tool call ids across turns (``call_0`` every turn), so the id alone names
+    two calls alike. The position is the index, in the run's full message list (the committed
+    history and this run's messages), of the latest ``ModelResponse`` holding the call: the
+    committed prefix is fixed for the whole run, so every re-walk finds the same index.
+    """
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if isinstance(message, ModelResponse) and any(
+            isinstance(part, ToolCallPart) and part.tool_call_id == tool_call_id
+            for part in message.parts
+        ):
+            return (kind, index, tool_call_id)
+    return (kind, len(messages), tool_call_id)  # not in the messages: still a run position
 
 
 def beam_toolset(

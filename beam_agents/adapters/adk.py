@@ -15,15 +15,17 @@ installs an exporter itself. See ``beam_agents/adapters/README.md``.
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from google.adk.agents.base_agent import BaseAgent
 from google.adk.agents.llm_agent import LlmAgent
 from google.adk.events.event import Event
 from google.adk.models.base_llm import BaseLlm
 from google.adk.runners import Runner
+from google.adk.tools.base_toolset import BaseToolset
 from google.adk.tools.tool_confirmation import ToolConfirmation
 from google.genai import types
 
@@ -38,11 +40,17 @@ from beam_agents.adapters._adk_session import (
     save_session,
     trim_events,
 )
-from beam_agents.adapters._adk_tools import PENDING_STATUS, BeamTool, ConfirmationRule, beam_tools
-from beam_agents.adapters._bridge import ActivationBridge, Pending, bound
-from beam_agents.core.agent import Complete, Suspend
-from beam_agents.core.bridge import enter_task
-from beam_agents.core.context import ActivationContext
+from beam_agents.adapters._adk_tools import (
+    PENDING_STATUS,
+    BeamTool,
+    ConfirmationRule,
+    beam_tools,
+    call_position,
+)
+from beam_agents.adapters._bridge import ActivationBridge, FrameworkAgent, Pending
+
+if TYPE_CHECKING:
+    from beam_agents import Complete, Suspend
 
 __all__ = [
     "ADK_ADAPTER",
@@ -71,6 +79,10 @@ REQUEST_CONFIRMATION = "adk_request_confirmation"
 DEFAULT_MAX_ROUNDS = 16
 """How many ADK invocations (the first plus confirmation answers) one activation may run."""
 
+_log = logging.getLogger(__name__)
+_warned_tools: set[str] = set()
+_warned_lock = threading.Lock()
+
 
 class AdkRunError(RuntimeError):
     """The ADK agent cannot run as configured, or did not settle within ``max_rounds``."""
@@ -84,7 +96,7 @@ def _same_text(text: str) -> object:
     return text
 
 
-class AdkAgent:
+class AdkAgent(FrameworkAgent[BaseAgent]):
     """A ``RunAgent`` agent running an ADK agent; picklable when given a builder.
 
     Args:
@@ -92,6 +104,8 @@ class AdkAgent:
             first use; pass a module-level function so ``RunAgent`` can pickle it), or the
             agent itself. String model names of ``LlmAgent``s are replaced by
             ``BeamLlm(model=<the name>)``; another ``BaseLlm`` than ``BeamLlm`` is refused.
+            Tools that are not ``beam_tools`` run in the pipeline on every activation of a
+            run; the build logs a warning for each.
         app_name: The ADK app name of the runner and session.
         prompt: The user message for the run's event (default: the event as UTF-8).
         state: Session-state updates for the run's event (applied with the user message), e.g.
@@ -101,6 +115,8 @@ class AdkAgent:
         max_rounds: Most ADK invocations per activation (confirmation answers included).
         suspend_timeout_ms: ``Suspend.timeout_ms`` of the adapter's suspensions.
     """
+
+    adapter = ADK_ADAPTER
 
     def __init__(
         self,
@@ -118,7 +134,7 @@ class AdkAgent:
             raise TypeError(f"agent must be an ADK agent or a builder, got {agent!r}")
         if isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < 1:
             raise ValueError(f"max_rounds must be a positive int, got {max_rounds!r}")
-        self._source = agent
+        super().__init__(agent)
         self.app_name = app_name
         self.prompt = prompt
         self.state = state
@@ -126,74 +142,50 @@ class AdkAgent:
         self.session_limits = session_limits or SessionLimits()
         self.max_rounds = max_rounds
         self.suspend_timeout_ms = suspend_timeout_ms
-        self._built: BaseAgent | None = None
-        self._lock = threading.Lock()
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_built"] = None
-        del state["_lock"]
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
 
     @property
     def agent(self) -> BaseAgent:
         """The ADK agent, built on first use (models made ``BeamLlm``)."""
-        with self._lock:
-            if self._built is None:
-                source = self._source
-                built = source if isinstance(source, BaseAgent) else source()
-                if not isinstance(built, BaseAgent):
-                    raise AdkRunError(f"the agent builder returned {built!r}, not an ADK agent")
-                _use_beam_models(built, root=True)
-                self._built = built
-            return self._built
+        return self.built()
 
-    async def __call__(self, ctx: ActivationContext) -> Complete | Suspend:
-        """One activation (the same as :meth:`run`)."""
-        return await self.run(ctx)
+    def build(self, source: BaseAgent | Callable[[], BaseAgent]) -> BaseAgent:
+        """The ADK agent from ``source``, its models made ``BeamLlm``, other tools warned of."""
+        built = source if isinstance(source, BaseAgent) else source()
+        if not isinstance(built, BaseAgent):
+            raise AdkRunError(f"the agent builder returned {built!r}, not an ADK agent")
+        _use_beam_models(built, root=True)
+        _warn_of_pipeline_tools(built)
+        return built
 
-    async def run(self, ctx: ActivationContext) -> Complete | Suspend:
-        """One activation: re-walk the run from the key's committed session.
-
-        Pass the agent itself to ``RunAgent`` (it calls this); it pickles without the built
-        framework agent.
-        """
-        # ADK's context variables (and the bridge's) must be set and reset in one context:
-        # the driver steps an agent inline before its task, so move into the task first.
-        await enter_task()
-        bridge = ActivationBridge(ctx, adapter=ADK_ADAPTER)
-        agent = self.agent
+    async def activate(self, bridge: ActivationBridge) -> Complete | Suspend:
+        """One activation: re-walk the run from the key's committed session."""
+        ctx = bridge.ctx
         user_id = session_user(ctx.entity_key)
         session = load_session(ctx.memory, app_name=self.app_name, user_id=user_id)
         service = MemorySessionService([session])
-        runner = Runner(app_name=self.app_name, agent=agent, session_service=service)
+        runner = Runner(app_name=self.app_name, agent=self.agent, session_service=service)
         event = bridge.event
         message = types.Content(role="user", parts=[types.Part(text=self.prompt(event))])
         delta = dict(self.state(event)) if self.state is not None else None
         text = ""
         try:
-            with bound(bridge):
-                for _ in range(self.max_rounds):
-                    events = await _invoke(runner, user_id, message, delta)
-                    delta = None
-                    text = _final_text(events, text)
-                    if bridge.waiting:
-                        return bridge.suspend(timeout_ms=self.suspend_timeout_ms)
-                    answers = _answer_confirmations(bridge, events)
-                    if bridge.waiting:
-                        return bridge.suspend(timeout_ms=self.suspend_timeout_ms)
-                    if not answers:
-                        break
-                    message = types.Content(role="user", parts=answers)
-                else:
-                    raise AdkRunError(
-                        f"the ADK agent still asked for confirmations after {self.max_rounds} "
-                        "invocations in one activation; raise AdkAgent(max_rounds=...)"
-                    )
+            for _ in range(self.max_rounds):
+                events = await _invoke(runner, user_id, message, delta)
+                delta = None
+                text = _final_text(events, text)
+                if bridge.waiting:
+                    return bridge.suspend(timeout_ms=self.suspend_timeout_ms)
+                answers = _answer_confirmations(bridge, events, session.events)
+                if bridge.waiting:
+                    return bridge.suspend(timeout_ms=self.suspend_timeout_ms)
+                if not answers:
+                    break
+                message = types.Content(role="user", parts=answers)
+            else:
+                raise AdkRunError(
+                    f"the ADK agent still asked for confirmations after {self.max_rounds} "
+                    "invocations in one activation; raise AdkAgent(max_rounds=...)"
+                )
         finally:
             await runner.close()
         save_session(ctx.memory, session, self.session_limits)
@@ -235,8 +227,14 @@ def _final_text(events: list[Event], previous: str) -> str:
     return text
 
 
-def _answer_confirmations(bridge: ActivationBridge, events: list[Event]) -> list[types.Part]:
-    """Ask for each confirmation ADK requested; the answers, once every one is decided."""
+def _answer_confirmations(
+    bridge: ActivationBridge, events: list[Event], session_events: Sequence[Event]
+) -> list[types.Part]:
+    """Ask for each confirmation ADK requested; the answers, once every one is decided.
+
+    An approval is keyed by the request's place in the session too, so a later turn's request
+    for the same call id and arguments is asked again rather than answered by this one.
+    """
     answers: list[types.Part] = []
     for event in events:
         waiting_ids = event.long_running_tool_ids or set()
@@ -254,7 +252,8 @@ def _answer_confirmations(bridge: ActivationBridge, events: list[Event]) -> list
             }
             if asked.payload is not None:
                 payload["payload"] = asked.payload
-            key = ("adk-confirmation", payload["call_id"], canonical_json(payload))
+            position = call_position(session_events, call.id or "", REQUEST_CONFIRMATION)
+            key = ("adk-confirmation", position, payload["call_id"], canonical_json(payload))
             decision = bridge.request_approval(payload, call_key=key)
             if isinstance(decision, Pending):
                 continue
@@ -288,3 +287,31 @@ def _use_beam_models(agent: BaseAgent, *, root: bool) -> None:
             )
     for child in agent.sub_agents:
         _use_beam_models(child, root=False)
+
+
+def _warn_of_pipeline_tools(agent: BaseAgent) -> None:
+    """Warn (once per tool name per process) of ADK tools that are not ``beam_tools``.
+
+    Such a tool is plain Python in the pipeline: every activation of a run re-walks the run
+    from its start, so it runs again each time, effects and all.
+    """
+    if isinstance(agent, LlmAgent):
+        for tool in agent.tools:
+            if isinstance(tool, BeamTool):
+                continue
+            if isinstance(tool, BaseToolset):
+                name = f"{type(tool).__name__} (a toolset)"
+            else:
+                name = str(getattr(tool, "name", None) or getattr(tool, "__name__", repr(tool)))
+            with _warned_lock:
+                if name in _warned_tools:
+                    continue
+                _warned_tools.add(name)
+            _log.warning(
+                "tool %s is not in AgentConfig.tool_registry: it runs in the pipeline on every "
+                "activation of the run; make it a registry tool (side_effect=True if it has "
+                "effects)",
+                name,
+            )
+    for child in agent.sub_agents:
+        _warn_of_pipeline_tools(child)

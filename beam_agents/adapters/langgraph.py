@@ -6,11 +6,23 @@ come back from the replay cache, :func:`beam_tools` run read-only registry tools
 stage side-effecting ones as intents, and an ``interrupt()`` of the graph becomes an approval
 request whose decision resumes the graph with ``Command(resume=...)``. The thread's latest
 checkpoint is kept in ``ctx.memory`` (one key, one thread) and written when a run completes.
+
+The re-walk must take the same steps in the same order every time, so the adapter runs the
+graph with ``max_concurrency=1``: the tasks of a superstep (parallel branches, ``Send``
+fan-outs) run one after another, in LangGraph's own task order, never interleaved. Functional
+API ``@task`` calls made from a task that shares its superstep with others are not supported
+(with one task at a time the call would wait for its caller). Async and sync nodes both work:
+LangGraph runs a sync node in a worker thread, where ``model.invoke`` and ``tool.invoke`` run
+on the activation's event loop.
+
+Only :class:`BeamChatModel` goes through ``ctx.call_model``. The adapter cannot see any other
+chat model inside the graph: such a model calls its provider directly on every activation,
+uncached.
 """
 
 from __future__ import annotations
 
-import threading
+import asyncio
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -24,9 +36,9 @@ from beam_agents.adapters._bridge import (
     ActivationBridge,
     AdapterUsageError,
     Decision,
+    FrameworkAgent,
     IntentFailedError,
     Pending,
-    bound,
 )
 from beam_agents.adapters._langgraph_checkpoint import (
     DEFAULT_CHECKPOINT_MAX_BYTES,
@@ -45,8 +57,6 @@ from beam_agents.adapters._langgraph_tools import (
     stage,
 )
 from beam_agents.core.agent import Complete, Suspend
-from beam_agents.core.bridge import enter_task
-from beam_agents.core.context import ActivationContext
 
 __all__ = [
     "ADAPTER",
@@ -99,8 +109,13 @@ def _approval_payload(value: object) -> dict[str, Any]:
     return dict(value) if isinstance(value, Mapping) else {"interrupt": value}
 
 
-class LangGraphAgent:
+class LangGraphAgent(FrameworkAgent[AnyGraph]):
     """A LangGraph graph as a ``RunAgent`` agent (an ``async (ctx) -> Complete | Suspend``).
+
+    The graph runs with ``max_concurrency=1``: parallel branches run one after another, in
+    LangGraph's task order, so every re-walk takes its steps in the same order. Only
+    :class:`BeamChatModel` is cached: any other chat model in the graph calls its provider
+    directly on every activation, uncached.
 
     Args:
         graph: A zero-argument function returning the graph (a ``StateGraph`` or a compiled
@@ -113,9 +128,12 @@ class LangGraphAgent:
             ``Decision.as_dict()``).
         checkpoint_max_bytes: The largest checkpoint kept in ``ctx.memory``; over it the
             activation fails with :class:`CheckpointTooLargeError`.
-        config: Extra ``RunnableConfig`` for every graph run (``recursion_limit``, ...).
+        config: Extra ``RunnableConfig`` for every graph run (``recursion_limit``, ...); it may
+            not set ``thread_id`` nor a ``max_concurrency`` other than 1.
         suspend_timeout_ms: ``Suspend.timeout_ms`` of the adapter's suspensions.
     """
+
+    adapter = ADAPTER
 
     def __init__(
         self,
@@ -134,65 +152,48 @@ class LangGraphAgent:
             raise ValueError(f"checkpoint_max_bytes must be > 0, got {checkpoint_max_bytes}")
         if not isinstance(graph, Pregel | StateGraph) and not callable(graph):
             raise TypeError(f"graph must be a graph or a function building one, got {graph!r}")
-        self._source = graph
+        extra = dict(config or {})
+        if "thread_id" in (extra.get("configurable") or {}):
+            raise ValueError("config may not set thread_id: the adapter derives it from the key")
+        if extra.get("max_concurrency", 1) != 1:
+            raise ValueError(
+                "config may not set max_concurrency: the adapter runs a superstep's tasks one "
+                "at a time, so that every re-walk takes the same steps in the same order"
+            )
+        super().__init__(graph)  # type: ignore[arg-type]  # build() compiles a StateGraph
         self._input = input
         self._output = output
         self._resume_value = resume_value
         self._max_bytes = checkpoint_max_bytes
-        self._config = dict(config or {})
-        if "thread_id" in (self._config.get("configurable") or {}):
-            raise ValueError("config may not set thread_id: the adapter derives it from the key")
+        self._config = {**extra, "max_concurrency": 1}
         self._timeout_ms = suspend_timeout_ms
-        self._graph: AnyGraph | None = None
-        self._lock = threading.Lock()
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_graph"] = None
-        del state["_lock"]
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
 
     def graph(self) -> AnyGraph:
         """The compiled graph (built on first use, without a checkpointer of its own)."""
-        with self._lock:
-            if self._graph is None:
-                source = self._source
-                built = source if isinstance(source, Pregel | StateGraph) else source()
-                if isinstance(built, StateGraph):
-                    built = built.compile()
-                if not isinstance(built, Pregel):
-                    raise TypeError(
-                        f"the graph builder returned {type(built).__name__}, not a StateGraph "
-                        "or a compiled graph"
-                    )
-                self._graph = built
-            return self._graph
+        return self.built()
 
-    async def __call__(self, ctx: ActivationContext) -> Complete | Suspend:
-        """The same as :meth:`run`."""
-        return await self.run(ctx)
+    def build(self, source: Any) -> AnyGraph:
+        """The compiled graph from ``source`` (a graph, or a function returning one)."""
+        built = source if isinstance(source, Pregel | StateGraph) else source()
+        if isinstance(built, StateGraph):
+            built = built.compile()
+        if not isinstance(built, Pregel):
+            raise TypeError(
+                f"the graph builder returned {type(built).__name__}, not a StateGraph "
+                "or a compiled graph"
+            )
+        return built
 
-    async def run(self, ctx: ActivationContext) -> Complete | Suspend:
-        """One activation: re-walk the graph, answer its interrupts, finish or suspend.
-
-        Pass the agent itself to ``RunAgent`` (it calls this); it pickles without the built
-        framework agent.
-        """
-        # The context variables (the bridge's, LangGraph's) are set and reset in one context:
-        # the task's, not the driver's first step outside it.
-        await enter_task()
-        bridge = ActivationBridge(ctx, adapter=ADAPTER)
+    async def activate(self, bridge: ActivationBridge) -> Complete | Suspend:
+        """One activation: re-walk the graph, answer its interrupts, finish or suspend."""
+        ctx = bridge.ctx
         saver = BeamCheckpointSaver(thread_id_for(ctx.entity_key))
         saver.load(ctx.memory.get(MEMORY_SLOT))
-        graph = self.graph().copy(update={"checkpointer": saver})
+        graph = self.built().copy(update={"checkpointer": saver})
         configurable = {**(self._config.get("configurable") or {}), "thread_id": saver.thread_id}
         config: RunnableConfig = {**self._config, "configurable": configurable}  # type: ignore[typeddict-item]
-        run = GraphRun(bridge)
-        with bound(bridge), bound_run(run):
+        run = GraphRun(bridge, asyncio.get_running_loop())
+        with bound_run(run):
             state = await self._drive(graph, config, run, self._input(bridge.event))
         if state is None:
             return bridge.suspend(timeout_ms=self._timeout_ms)

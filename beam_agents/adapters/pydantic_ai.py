@@ -11,27 +11,32 @@ resumes the run natively (``deferred_tool_results``) in the same activation. See
 
 from __future__ import annotations
 
-import weakref
+import logging
+import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
-from pydantic_ai import Agent
+from pydantic_ai import Agent, RunContext
 from pydantic_ai.agent import AbstractAgent
-from pydantic_ai.messages import ModelMessage
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.messages import ModelMessage, ToolCallPart
 from pydantic_ai.tools import (
     DeferredToolRequests,
     DeferredToolResults,
     ToolApproved,
+    ToolDefinition,
     ToolDenied,
 )
 from pydantic_ai.toolsets import AbstractToolset
 
+from beam_agents import Complete, Suspend
 from beam_agents.adapters._bridge import (
     ActivationBridge,
     AdapterUsageError,
     Decision,
+    FrameworkAgent,
     Pending,
-    bound,
+    current_bridge,
 )
 from beam_agents.adapters._pydantic_ai_history import (
     HISTORY_SLOT,
@@ -44,10 +49,8 @@ from beam_agents.adapters._pydantic_ai_tools import (
     ApprovalRule,
     BeamToolset,
     beam_toolset,
+    call_key,
 )
-from beam_agents.core.agent import Complete, Suspend
-from beam_agents.core.bridge import enter_task
-from beam_agents.core.context import ActivationContext
 
 __all__ = [
     "ADAPTER",
@@ -68,12 +71,9 @@ __all__ = [
 ADAPTER = "beam_agents.adapters.pydantic_ai"
 """The ``Suspend.adapter`` of this adapter's suspensions."""
 
-AgentBuilder = Callable[[], AbstractAgent[Any, Any]]
+_log = logging.getLogger(__name__)
 
-# Agents built by a builder, once per builder and process (every DoFn copy shares them).
-_BUILT: weakref.WeakKeyDictionary[AgentBuilder, AbstractAgent[Any, Any]] = (
-    weakref.WeakKeyDictionary()
-)
+AgentBuilder = Callable[[], AbstractAgent[Any, Any]]
 
 
 class PydanticAIAdapterError(RuntimeError):
@@ -85,7 +85,7 @@ def utf8_prompt(event: bytes) -> str:
     return event.decode("utf-8")
 
 
-class PydanticAIAgent:
+class PydanticAIAgent(FrameworkAgent[AbstractAgent[Any, Any]]):
     """A Pydantic AI agent as a ``RunAgent`` agent (``async __call__(ctx) -> Complete | Suspend``).
 
     Args:
@@ -103,7 +103,13 @@ class PydanticAIAgent:
         history_max_bytes: Hard limit on the stored history (:class:`HistoryTooLargeError`).
         suspend_timeout_ms: ``Suspend.timeout_ms`` of the run's suspensions.
         max_approval_rounds: Most approval resumes within one activation.
+
+    Tools outside ``AgentConfig.tool_registry`` (the agent's own ``@agent.tool`` functions)
+    run in the pipeline again on every activation of the run; the first such call of each
+    tool in a process logs a warning.
     """
+
+    adapter: ClassVar[str] = ADAPTER
 
     def __init__(
         self,
@@ -128,7 +134,7 @@ class PydanticAIAgent:
             )
         if not isinstance(model_id, str) or not model_id:
             raise ValueError(f"PydanticAIAgent needs a model_id, got {model_id!r}")
-        self._agent = agent
+        super().__init__(agent)
         self._model_id = model_id
         self._prompt = prompt
         self._deps = deps
@@ -142,40 +148,30 @@ class PydanticAIAgent:
 
     def agent(self) -> AbstractAgent[Any, Any]:
         """The Pydantic AI agent (a builder is called once per process)."""
-        if isinstance(self._agent, AbstractAgent):
-            return self._agent
-        built = _BUILT.get(self._agent)
-        if built is None:
-            built = self._agent()
-            if not isinstance(built, AbstractAgent):
-                raise TypeError(
-                    f"the agent builder must return a pydantic_ai Agent, got {type(built).__name__}"
-                )
-            _BUILT[self._agent] = built
+        return self.built()
+
+    def build(
+        self, source: AbstractAgent[Any, Any] | Callable[[], AbstractAgent[Any, Any]]
+    ) -> AbstractAgent[Any, Any]:
+        """The agent given, or the one the builder returns."""
+        if isinstance(source, AbstractAgent):
+            return source
+        built = source()
+        if not isinstance(built, AbstractAgent):
+            raise TypeError(
+                f"the agent builder must return a pydantic_ai Agent, got {type(built).__name__}"
+            )
         return built
 
-    async def __call__(self, ctx: ActivationContext) -> Complete | Suspend:
-        """The same as :meth:`run`."""
-        return await self.run(ctx)
-
-    async def run(self, ctx: ActivationContext) -> Complete | Suspend:
-        """One activation: re-walk the run, answer approvals, suspend or complete.
-
-        Pass the agent itself to ``RunAgent`` (it calls this); it pickles without the built
-        framework agent.
-        """
-        await enter_task()  # Pydantic AI runs on anyio: it needs a running asyncio task
-        bridge = ActivationBridge(ctx, adapter=ADAPTER)
-        with bound(bridge):
-            return await self._activate(bridge)
-
-    async def _activate(self, bridge: ActivationBridge) -> Complete | Suspend:
-        agent = self.agent()
+    async def activate(self, bridge: ActivationBridge) -> Complete | Suspend:
+        """One activation: re-walk the run, answer approvals, suspend or complete."""
+        agent = self.built()
         event = bridge.event
         run: dict[str, Any] = {
             "model": BeamModel(self._model_id, sampling_params=self._sampling_params),
             "toolsets": list(self._toolsets),
             "deps": None if self._deps is None else self._deps(event),
+            "capabilities": [_LocalToolWarning()],
         }
         output_type = _with_deferred(agent)
         if output_type is not None:
@@ -184,7 +180,8 @@ class PydanticAIAgent:
         result = await agent.run(self._prompt(event), message_history=history, **run)
         rounds = 0
         while isinstance(result.output, DeferredToolRequests):
-            approvals = self._decide(bridge, result.output)
+            messages: list[ModelMessage] = result.all_messages()
+            approvals = self._decide(bridge, result.output, messages)
             if approvals is None:
                 return bridge.suspend(timeout_ms=self._suspend_timeout_ms)
             rounds += 1
@@ -193,14 +190,18 @@ class PydanticAIAgent:
                     f"the agent asked for approvals {rounds} times in one activation; raise "
                     "max_approval_rounds if that is intended"
                 )
-            messages: list[ModelMessage] = result.all_messages()
             results = DeferredToolResults(approvals=approvals)
             result = await agent.run(message_history=messages, deferred_tool_results=results, **run)
-        self._history.save(bridge.ctx.memory, result.all_messages())
-        return bridge.finish(result.output, timeout_ms=self._suspend_timeout_ms)
+        outcome = bridge.finish(result.output, timeout_ms=self._suspend_timeout_ms)
+        if isinstance(outcome, Complete):  # a run still waiting re-walks from the same history
+            self._history.save(bridge.ctx.memory, result.all_messages())
+        return outcome
 
     def _decide(
-        self, bridge: ActivationBridge, requests: DeferredToolRequests
+        self,
+        bridge: ActivationBridge,
+        requests: DeferredToolRequests,
+        messages: Sequence[ModelMessage],
     ) -> dict[str, bool | ToolApproved | ToolDenied] | None:
         """Ask for every approval of the batch; the decisions, or ``None`` while any waits."""
         foreign = [
@@ -218,7 +219,7 @@ class PydanticAIAgent:
         for call in requests.approvals:
             payload = {"tool": call.tool_name, "arguments": call.args_as_dict()}
             answer = bridge.request_approval(
-                payload, call_key=("pydantic_ai.approval", call.tool_call_id)
+                payload, call_key=call_key("pydantic_ai.approval", messages, call.tool_call_id)
             )
             if isinstance(answer, Pending):
                 waiting = True
@@ -227,6 +228,41 @@ class PydanticAIAgent:
             else:
                 decisions[call.tool_call_id] = ToolDenied(denial_message(answer))
         return None if waiting else decisions
+
+
+# The tools (by name) this process has warned about: see _LocalToolWarning.
+_WARNED_TOOLS: set[str] = set()
+_WARNED_LOCK = threading.Lock()
+
+
+class _LocalToolWarning(AbstractCapability[Any]):
+    """Warns, once per tool name and process, when a tool outside the registry runs.
+
+    Such a tool (the agent's own ``@agent.tool``) is no intent: every activation of the run
+    re-walks the run and calls it again.
+    """
+
+    async def before_tool_execute(
+        self,
+        ctx: RunContext[Any],
+        *,
+        call: ToolCallPart,
+        tool_def: ToolDefinition,
+        args: dict[str, Any],
+    ) -> dict[str, Any]:
+        name = tool_def.name
+        if name not in _WARNED_TOOLS and name not in current_bridge().ctx.tool_registry:
+            with _WARNED_LOCK:
+                first = name not in _WARNED_TOOLS
+                _WARNED_TOOLS.add(name)
+            if first:
+                _log.warning(
+                    "tool %r is not in AgentConfig.tool_registry: it runs in the pipeline on "
+                    "every activation of the run; make it a registry tool (side_effect=True "
+                    "if it has effects)",
+                    name,
+                )
+        return args
 
 
 def denial_message(decision: Decision) -> str:
@@ -251,7 +287,7 @@ def _with_deferred(agent: AbstractAgent[Any, Any]) -> object | None:
     spec = agent.output_type
     if _mentions_deferred(spec):
         return None
-    if isinstance(agent, Agent) and agent._output_validators:
+    if _has_output_validators(agent):
         raise PydanticAIAdapterError(
             "the agent has output validators, so the adapter cannot add DeferredToolRequests "
             "to its output_type per run; declare output_type=[..., DeferredToolRequests]"
@@ -259,6 +295,16 @@ def _with_deferred(agent: AbstractAgent[Any, Any]) -> object | None:
     if isinstance(spec, Sequence) and not isinstance(spec, str | bytes):
         return [*spec, DeferredToolRequests]
     return [spec, DeferredToolRequests]
+
+
+def _has_output_validators(agent: AbstractAgent[Any, Any]) -> bool:
+    """Whether ``agent`` has ``@agent.output_validator`` functions.
+
+    Pydantic AI has no public way to ask, and refuses a run ``output_type`` on such an agent
+    (``UserError``). This reads the private ``Agent._output_validators`` (``getattr``: should
+    it go, Pydantic AI's own error still stops the run) to say what to do instead.
+    """
+    return isinstance(agent, Agent) and bool(getattr(agent, "_output_validators", None))
 
 
 def _check_pickles(agent: AbstractAgent[Any, Any]) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import pickle
 import socket
 from collections.abc import Iterator
@@ -19,11 +20,13 @@ import pytest
 from google.adk.agents import LlmAgent
 from google.adk.events.event import Event
 from google.adk.models.llm_request import LlmRequest as AdkLlmRequest
+from google.adk.tools.function_tool import FunctionTool
 from google.genai import types
 
-from beam_agents import AgentConfig, FakeLLM, LlmRequest, intent_id_for
+from beam_agents import AgentConfig, FakeLLM, LlmRequest, ToolRegistry, intent_id_for
 from beam_agents._protos import ToolIntent, ToolResult
 from beam_agents.adapters import AdapterUsageError
+from beam_agents.adapters._bridge import FrameworkAgent
 from beam_agents.adapters.adk import (
     AdkAgent,
     AdkSessionTooLargeError,
@@ -34,10 +37,12 @@ from beam_agents.adapters.adk import (
     neutral_request,
     trim_events,
 )
+from beam_agents.model.client import ToolCall
 from beam_agents.model.fake import match_any, respond_with_fn
 from beam_agents.testing import EnvelopeStream
+from beam_agents.tools.errors import ToolNotFoundError
 from tests.adapters import scenario
-from tests.adapters.cases.adk_case import triage_agent
+from tests.adapters.cases.adk_case import build_triage, event_state, triage_agent
 from tests.core.harness import Outputs, SharedProvider, run_agent, streamed
 
 KEY = b"acct-key"
@@ -146,6 +151,138 @@ def test_a_denied_confirmation_stages_no_effect_and_reaches_the_model_as_denied(
     [output] = outputs.output
     assert output.startswith(b"NOT APPLIED") and b"denied by tester" in output
     _assert_no_repeated_call(provider.fake)
+
+
+# -- a provider that reuses call ids: every call is its own intent ---------------------------
+
+APPLY_ARGS = {"event_id": "e1", "amount": 5}
+
+
+def _twice_model() -> FakeLLM:
+    """Calls ``apply_effect`` with the same arguments in two turns, both times as ``call_0``."""
+    fake: FakeLLM
+
+    def respond(request: LlmRequest) -> bytes:
+        results = [m["content"] for m in request.messages if m.get("role") == "tool"]
+        if len(results) < 2:
+            return fake.scripted_body(
+                request, "", (ToolCall("call_0", "apply_effect", APPLY_ARGS),)
+            )
+        return fake.scripted_body(request, " | ".join(results))
+
+    fake = FakeLLM([(match_any(), respond_with_fn(respond))])
+    return fake
+
+
+def build_twice(confirm: bool = False) -> LlmAgent:
+    """An agent that may apply the same effect twice (``confirm``: each call asks first)."""
+    tools = beam_tools(
+        scenario.triage_registry(), names={"apply_effect"}, require_confirmation=confirm
+    )
+    return LlmAgent(name="twice", model="twice-model", tools=tools)
+
+
+def build_twice_confirmed() -> LlmAgent:
+    """:func:`build_twice` with a confirmation before each call."""
+    return build_twice(confirm=True)
+
+
+def _twice(stream: EnvelopeStream, builder: Any) -> tuple[Outputs, FakeLLM]:
+    provider = SharedProvider(_twice_model())
+    return _run(stream, provider, AdkAgent(builder)), provider.fake
+
+
+def test_a_reused_call_id_with_the_same_arguments_is_a_second_effect() -> None:
+    first, second = intent_id_for(KEY, 0, 1), intent_id_for(KEY, 0, 3)  # model, act, model, act
+    stream = (
+        EnvelopeStream()
+        .event(KEY, b"apply it twice", at_ms=1_000)
+        .result(KEY, first, payload=b'{"applied":1}', at_ms=2_000)
+        .result(KEY, second, payload=b'{"applied":2}', at_ms=3_000)
+    )
+    outputs, fake = _twice(stream, build_twice)
+    assert outputs.errors == []
+    assert [(i.intent_id, i.tool_name) for i in _tool_intents(outputs)] == [
+        (first, "apply_effect"),
+        (second, "apply_effect"),
+    ]
+    assert outputs.output == [b'{"applied":1} | {"applied":2}']
+    _assert_no_repeated_call(fake)
+
+
+def test_a_reused_call_id_with_the_same_arguments_is_asked_for_again() -> None:
+    # model, approval, act; model, approval, act; model
+    ids = [intent_id_for(KEY, 0, step) for step in (1, 2, 4, 5)]
+    stream = (
+        EnvelopeStream()
+        .event(KEY, b"apply it twice", at_ms=1_000)
+        .approval(KEY, ids[0], approved=True, at_ms=2_000)
+        .result(KEY, ids[1], payload=b'{"applied":1}', at_ms=3_000)
+        .approval(KEY, ids[2], approved=True, at_ms=4_000)
+        .result(KEY, ids[3], payload=b'{"applied":2}', at_ms=5_000)
+    )
+    outputs, fake = _twice(stream, build_twice_confirmed)
+    assert outputs.errors == []
+    kinds = [(ToolIntent.Kind.Name(i.kind), i.intent_id) for i in outputs.intents]
+    assert kinds == list(zip(["APPROVAL", "TOOL", "APPROVAL", "TOOL"], ids, strict=True))
+    assert outputs.output == [b'{"applied":1} | {"applied":2}']
+    _assert_no_repeated_call(fake)
+
+
+# -- misconfiguration fails loudly; tools outside the registry are warned of ----------------
+
+
+def test_a_beam_tool_missing_from_the_pipeline_registry_fails_the_activation() -> None:
+    provider = SharedProvider(scenario.triage_model())
+    config = AgentConfig(
+        provider_factory=provider,
+        tool_registry=ToolRegistry([scenario.triage_registry().get("apply_effect")]),
+    )
+    agent = AdkAgent(
+        build_triage, app_name="triage", prompt=scenario.user_prompt, state=event_state
+    )
+    stream = EnvelopeStream().event(KEY, _event(), at_ms=1_000)
+    outputs = run_agent(streamed(stream), agent, config, streaming=True)
+    assert outputs.output == [] and outputs.intents == []
+    [error] = outputs.errors
+    assert error.reason == "activation_error"
+    assert ToolNotFoundError.__name__ in error.detail and "lookup_account" in error.detail
+    assert len(provider.fake.requests) == 1  # the model was not told of the failure
+
+
+def adk_test_note_a(text: str) -> str:
+    """A plain ADK tool: Python that runs in the pipeline."""
+    return text
+
+
+def adk_test_note_b(text: str) -> str:
+    """Another plain ADK tool, wrapped as a ``FunctionTool``."""
+    return text
+
+
+def build_with_plain_tools() -> LlmAgent:
+    """Registry tools and two plain ADK tools (one in a sub-agent)."""
+    helper = LlmAgent(name="helper", model="m", tools=[FunctionTool(adk_test_note_b)])
+    return LlmAgent(
+        name="mixed",
+        model="m",
+        tools=[adk_test_note_a, *beam_tools(scenario.triage_registry())],
+        sub_agents=[helper],
+    )
+
+
+def test_tools_outside_the_registry_are_warned_of_once_per_process(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="beam_agents.adapters.adk"):
+        for _ in range(2):  # two builds in one process
+            assert isinstance(AdkAgent(build_with_plain_tools).agent, LlmAgent)
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warned == [
+        f"tool {name} is not in AgentConfig.tool_registry: it runs in the pipeline on every "
+        "activation of the run; make it a registry tool (side_effect=True if it has effects)"
+        for name in ("adk_test_note_a", "adk_test_note_b")
+    ]
 
 
 # -- (c) and (d): the session across runs, and its bounds ------------------------------------
@@ -294,6 +431,7 @@ def test_the_model_and_tools_refuse_to_run_outside_an_adapter_run() -> None:
 
 def test_the_agent_pickles_without_its_built_adk_agent() -> None:
     agent = AdkAgent(build_chat)
+    assert isinstance(agent, FrameworkAgent)  # built once per process, by the shared base
     built = agent.agent
     assert isinstance(built, LlmAgent) and isinstance(built.model, BeamLlm)
     assert built.model.model == "chat-model"  # the name is kept as the model id

@@ -59,7 +59,7 @@ def test_an_escalation_nobody_answers_reads_as_timed_out() -> None:
     outputs = run_agent(
         streamed(stream), two_approvals, AgentConfig(hitl_policy=escalate_once()), streaming=True
     )
-    assert [i.intent_id for i in outputs.intents][0] == asked_a
+    assert [i.intent_id for i in outputs.intents] == [asked_a, intent_id_for(KEY, 0, 1)]
     assert outputs.errors == []
     assert outputs.output == []  # the exhausted route denies with an empty output
 

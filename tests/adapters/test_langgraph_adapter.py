@@ -7,6 +7,7 @@ asserts on what the pipeline emitted and what the scripted model was asked.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Annotated, Any, TypedDict
 
@@ -16,7 +17,7 @@ from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.types import interrupt
 
-from beam_agents import AgentConfig, FakeLLM, LlmRequest
+from beam_agents import AgentConfig, FakeLLM, LlmRequest, tool
 from beam_agents._protos import AgentEnvelope, ToolIntent
 from beam_agents.adapters.langgraph import (
     MEMORY_SLOT,
@@ -32,7 +33,7 @@ from beam_agents.core.dofn import AgentDoFn
 from beam_agents.core.memory import WorkingMemory
 from beam_agents.model.fake import match_any, respond_with_fn
 from beam_agents.testing import EnvelopeStream
-from tests.adapters.cases.langgraph_case import triage, triage_agent
+from tests.adapters.cases.langgraph_case import sync_triage, triage, triage_agent
 from tests.adapters.scenario import (
     APPLIED,
     MODEL_ID,
@@ -70,7 +71,8 @@ def _first_activation(agent: Any, config: AgentConfig, payload: bytes) -> Output
 # -- (a) the scenario: event -> intent -> result -> APPLIED ---------------------------------
 
 
-def test_triage_stages_the_effect_and_completes_on_its_result() -> None:
+@pytest.mark.parametrize("triage_agent", [triage, sync_triage], ids=["async", "sync"])
+def test_triage_stages_the_effect_and_completes_on_its_result(triage_agent: Any) -> None:
     payload = event_payload("e1", account="acct-ann", amount=11)
     config, provider = _config(triage_model())
     first = _first_activation(triage_agent, config, payload)
@@ -98,7 +100,8 @@ def test_triage_stages_the_effect_and_completes_on_its_result() -> None:
     assert len(lookups) == 2  # the apply turn and the final turn, each asked once
 
 
-def test_triage_denied_approval_reaches_the_model_as_a_tool_error() -> None:
+@pytest.mark.parametrize("triage_agent", [triage, sync_triage], ids=["async", "sync"])
+def test_triage_denied_approval_reaches_the_model_as_a_tool_error(triage_agent: Any) -> None:
     payload = event_payload("e2", account="acct-dee", amount=44, approval=True)
     config, _ = _config(triage_model())
     first = _first_activation(triage_agent, config, payload)
@@ -184,8 +187,24 @@ def build_tool_then_ask() -> Any:
     return graph
 
 
+def build_sync_tool_then_ask() -> Any:
+    """:func:`build_tool_then_ask` as a sync ``def`` node calling ``invoke``."""
+    apply_tool = {tool.name: tool for tool in beam_tools(triage_registry())}["apply_effect"]
+
+    def call_then_ask(state: Notes) -> dict[str, Any]:
+        value = apply_tool.invoke({"event_id": "n1", "amount": 5})
+        decision = interrupt({"question": f"applied {value}?"})
+        return {"messages": [AIMessage(content=f"approved={decision['approved']}")]}
+
+    graph = StateGraph(Notes)
+    graph.add_node("call_then_ask", call_then_ask)
+    graph.add_edge(START, "call_then_ask")
+    return graph
+
+
 effect_then_ask = LangGraphAgent(build_effect_then_ask)
 tool_then_ask = LangGraphAgent(build_tool_then_ask)
+sync_tool_then_ask = LangGraphAgent(build_sync_tool_then_ask)
 
 
 def test_a_node_stages_its_effect_once_across_the_interrupt_resume() -> None:
@@ -208,7 +227,12 @@ def test_a_node_stages_its_effect_once_across_the_interrupt_resume() -> None:
     assert outputs.output == [b"approved=True"]
 
 
-def test_a_tool_call_before_interrupt_is_one_intent_across_result_and_approval() -> None:
+@pytest.mark.parametrize(
+    "tool_then_ask", [tool_then_ask, sync_tool_then_ask], ids=["async", "sync"]
+)
+def test_a_tool_call_before_interrupt_is_one_intent_across_result_and_approval(
+    tool_then_ask: LangGraphAgent,
+) -> None:
     config, _ = _config(triage_model())
     first = _first_activation(tool_then_ask.run, config, b"go")
     (effect,) = _tool_intents(first, "apply_effect")
@@ -331,7 +355,162 @@ async def test_model_and_tools_outside_a_run_raise_adapter_usage_error() -> None
 def test_the_agent_pickles_without_its_built_graph() -> None:
     import cloudpickle
 
-    triage.graph()
+    assert triage.graph() is triage.built()
     copy = cloudpickle.loads(cloudpickle.dumps(triage))
-    assert copy._graph is None
+    assert copy._built is None
     assert copy.graph() is not triage.graph()
+
+
+# -- (f) parallel branches: the re-walk takes the same steps in the same order ---------------
+
+
+class Branches(TypedDict):
+    """The messages the two branches add."""
+
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+def _slow_echo_model() -> FakeLLM:
+    def respond(request: LlmRequest) -> bytes:
+        return b"echo " + str(request.messages[-1]["content"]).encode()
+
+    return FakeLLM([(match_any(), respond_with_fn(respond, latency_ms=50))])
+
+
+def build_branches() -> Any:
+    """START fans out to ``a`` (a model call, then an effect) and ``b`` (a lookup, an effect)."""
+    model = BeamChatModel(model_id=MODEL_ID)
+
+    async def a(state: Branches) -> dict[str, Any]:
+        reply = await model.ainvoke([HumanMessage(content="x")])
+        stage("apply_effect", {"event_id": "x", "amount": 1})
+        return {"messages": [reply]}
+
+    async def b(state: Branches) -> dict[str, Any]:
+        await asyncio.sleep(0.01)  # a read-only lookup, faster than the model's first answer
+        stage("apply_effect", {"event_id": "y", "amount": 2})
+        return {"messages": [AIMessage(content="b done")]}
+
+    graph = StateGraph(Branches)
+    graph.add_node("a", a)
+    graph.add_node("b", b)
+    graph.add_edge(START, "a")
+    graph.add_edge(START, "b")
+    return graph
+
+
+def _branch_output(state: Any) -> object:
+    return sorted(m.text for m in state["messages"] if isinstance(m, AIMessage))
+
+
+branches = LangGraphAgent(build_branches, output=_branch_output)
+
+
+def test_parallel_branches_rewalk_in_the_same_order() -> None:
+    config, _ = _config(_slow_echo_model())
+    first = _first_activation(branches, config, b"go")
+    assert first.errors == []
+    effects = {json.loads(i.args_json)["event_id"]: i for i in _tool_intents(first, "apply_effect")}
+    assert sorted(effects) == ["x", "y"]
+
+    config, provider = _config(_slow_echo_model())
+    stream = (
+        EnvelopeStream()
+        .event(KEY, b"go", at_ms=1_000)
+        .result(KEY, effects["x"].intent_id, payload=b'{"applied": 1}', at_ms=2_000)
+        .result(KEY, effects["y"].intent_id, payload=b'{"applied": 2}', at_ms=3_000)
+    )
+    outputs = _run(stream, branches, config)
+    assert outputs.errors == []
+    assert sorted(i.intent_id for i in _tool_intents(outputs, "apply_effect")) == sorted(
+        i.intent_id for i in effects.values()
+    )
+    assert outputs.output == [b'["b done","echo x"]']
+    assert provider.fake.call_count == 1  # the re-walks answered from the replay cache
+
+
+def test_a_max_concurrency_other_than_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="max_concurrency"):
+        LangGraphAgent(build_chat, config={"max_concurrency": 4})
+    LangGraphAgent(build_chat, config={"max_concurrency": 1})
+
+
+# -- (g) sync calls on the event loop; registry errors that are not the model's --------------
+
+
+def build_sync_call_in_async_node() -> Any:
+    """An async node calling the model synchronously, which would block the loop."""
+    model = BeamChatModel(model_id=MODEL_ID)
+
+    async def chat(state: Notes) -> dict[str, Any]:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    graph = StateGraph(Notes)
+    graph.add_node("chat", chat)
+    graph.add_edge(START, "chat")
+    return graph
+
+
+def test_a_sync_model_call_on_the_event_loop_fails_the_activation() -> None:
+    agent = LangGraphAgent(build_sync_call_in_async_node)
+    config, provider = _config(_echo_model())
+    outputs = _first_activation(agent, config, b"hi")
+    assert outputs.output == []
+    (error,) = outputs.errors
+    assert "AdapterUsageError" in error.detail and "event loop" in error.detail
+    assert provider.fake.call_count == 0
+
+
+@tool
+def unregistered_lookup(account: str) -> dict[str, Any]:
+    """A read-only tool missing from the pipeline's registry.
+
+    Args:
+        account: The account id.
+    """
+    return {"account": account}
+
+
+@tool
+def apply_effect(event_id: str, amount: int) -> dict[str, Any]:
+    """A read-only tool named like the pipeline's side-effecting ``apply_effect``.
+
+    Args:
+        event_id: The event.
+        amount: The amount.
+    """
+    return {"event_id": event_id, "amount": amount}
+
+
+def _calling(beam_tool: Any, arguments: dict[str, Any]) -> Any:
+    def build() -> Any:
+        (langchain_tool,) = beam_tools([beam_tool])
+
+        async def call(state: Notes) -> dict[str, Any]:
+            value = await langchain_tool.ainvoke(arguments)
+            return {"messages": [AIMessage(content=str(value))]}
+
+        graph = StateGraph(Notes)
+        graph.add_node("call", call)
+        graph.add_edge(START, "call")
+        return graph
+
+    return LangGraphAgent(build)
+
+
+@pytest.mark.parametrize(
+    ("beam_tool", "arguments", "error_type"),
+    [
+        (unregistered_lookup, {"account": "a"}, "ToolNotFoundError"),
+        (apply_effect, {"event_id": "e", "amount": 1}, "SideEffectToolError"),
+    ],
+    ids=["not-found", "side-effect"],
+)
+def test_a_registry_tool_error_fails_the_activation(
+    beam_tool: Any, arguments: dict[str, Any], error_type: str
+) -> None:
+    config, _ = _config(_echo_model())
+    outputs = _first_activation(_calling(beam_tool, arguments), config, b"go")
+    assert outputs.output == [] and outputs.intents == []
+    (error,) = outputs.errors
+    assert error_type in error.detail

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 from typing import Any
@@ -21,9 +22,17 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from beam_agents import AgentConfig, FakeLLM, LlmRequest, intent_id_for
+from beam_agents import (
+    AgentConfig,
+    FakeLLM,
+    LlmRequest,
+    LlmResponse,
+    ToolRegistry,
+    intent_id_for,
+    tool,
+)
 from beam_agents._protos import ToolIntent, ToolResult
-from beam_agents.adapters import AdapterUsageError
+from beam_agents.adapters import AdapterUsageError, current_bridge
 from beam_agents.adapters._pydantic_ai_history import HistoryLimits
 from beam_agents.adapters.pydantic_ai import (
     BeamModel,
@@ -37,6 +46,7 @@ from beam_agents.testing import EnvelopeStream
 from tests.adapters import scenario
 from tests.adapters.cases.pydantic_ai_case import triage_agent
 from tests.core.harness import Outputs, SharedProvider, run_agent, streamed
+from tests.semantics.gate_tools import apply_effect
 
 KEY = b"acct-7"
 
@@ -240,6 +250,26 @@ def test_an_agent_that_does_not_pickle_asks_for_a_builder() -> None:
         PydanticAIAgent("not an agent", model_id="m")  # type: ignore[arg-type]
 
 
+_BUILDS: list[int] = []
+
+
+def build_counted_agent() -> Agent[None, str]:
+    _BUILDS.append(1)
+    return Agent(system_prompt="x")
+
+
+def test_the_agent_is_built_once_and_pickles_without_it() -> None:
+    from apache_beam.internal import pickler
+
+    wrapper = PydanticAIAgent(build_counted_agent, model_id="m")
+    _BUILDS.clear()
+    built = wrapper.agent()
+    assert wrapper.agent() is built and len(_BUILDS) == 1
+    copy = pickler.loads(pickler.dumps(wrapper))  # type: ignore[no-untyped-call]
+    assert len(_BUILDS) == 1  # the copy carries no built agent ...
+    assert copy.agent() is not built and len(_BUILDS) == 2  # ... and builds its own
+
+
 def test_importing_beam_agents_does_not_import_pydantic_ai() -> None:
     code = "import sys, beam_agents, beam_agents.adapters; print('pydantic_ai' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -283,4 +313,191 @@ def test_parallel_calls_are_all_staged_before_suspending() -> None:
     assert [i.intent_id for i in intents] == [first, second]  # in the model's order
     assert [json.loads(i.args_json)["event_id"] for i in intents] == ["a", "b"]
     assert outputs.output == [b"done a done | b done"]
+    assert provider.fake.call_count == 2 == _distinct_requests(provider.fake)
+
+
+# -- tool call ids a provider reuses across turns ----------------------------------------------
+
+
+def _reusing_model() -> FakeLLM:
+    """Calls ``apply_effect`` once per turn, twice in all, each time with the id ``call_0``."""
+    fake: FakeLLM
+
+    def respond(request: LlmRequest) -> bytes:
+        results = [m["content"] for m in request.messages if m.get("role") == "tool"]
+        if len(results) == 2:
+            return fake.scripted_body(request, "done " + " | ".join(results))
+        event_id = "ab"[len(results)]
+        call = ToolCall("call_0", "apply_effect", {"event_id": event_id, "amount": 1})
+        return fake.scripted_body(request, "", (call,))
+
+    fake = FakeLLM([(match_any(), respond_with_fn(respond))])
+    return fake
+
+
+def test_a_reused_call_id_in_a_later_turn_is_a_new_intent() -> None:
+    provider = SharedProvider(_reusing_model())
+    agent = PydanticAIAgent(build_chat_agent, model_id="reuse")
+    first, second = intent_id_for(KEY, 0, 1), intent_id_for(KEY, 0, 3)  # steps 0, 2, 4: model
+    stream = (
+        EnvelopeStream()
+        .event(KEY, b"apply twice", at_ms=1_000)
+        .result(KEY, first, payload=b'"a done"', at_ms=2_000)
+        .result(KEY, second, payload=b'"b done"', at_ms=3_000)
+    )
+    outputs = _run(stream, provider, agent)
+    assert outputs.errors == []
+    intents = _tool_intents(outputs)
+    assert [i.intent_id for i in intents] == [first, second]
+    assert [json.loads(i.args_json)["event_id"] for i in intents] == ["a", "b"]
+    assert outputs.output == [b"done a done | b done"]
+
+
+def test_a_reused_call_id_needing_approval_asks_again() -> None:
+    provider = SharedProvider(_reusing_model())
+    agent = PydanticAIAgent(
+        build_chat_agent,
+        model_id="reuse",
+        toolsets=[BeamToolset(approval_required={"apply_effect"})],
+    )
+    # Steps: 0 model, 1 approval a, 2 apply a, 3 model, 4 approval b (denied), 5 model.
+    ask_a, apply_a, ask_b = (intent_id_for(KEY, 0, step) for step in (1, 2, 4))
+    stream = (
+        EnvelopeStream()
+        .event(KEY, b"apply twice", at_ms=1_000)
+        .approval(KEY, ask_a, approved=True, approver="dana", at_ms=2_000)
+        .result(KEY, apply_a, payload=b'"a done"', at_ms=3_000)
+        .approval(KEY, ask_b, approved=False, approver="erin", at_ms=4_000)
+    )
+    outputs = _run(stream, provider, agent)
+    assert outputs.errors == []
+    approvals = [i for i in outputs.intents if i.kind == ToolIntent.APPROVAL]
+    assert [i.intent_id for i in approvals] == [ask_a, ask_b]
+    assert [json.loads(i.args_json)["arguments"]["event_id"] for i in approvals] == ["a", "b"]
+    assert [i.intent_id for i in _tool_intents(outputs)] == [apply_a]
+    assert outputs.output == [b"done a done | denied by erin"]
+
+
+def test_a_call_without_an_id_is_named_by_its_request_not_the_response_bytes() -> None:
+    model = BeamModel("m")
+    body = LlmResponse(b"same body", tool_calls=(ToolCall("", "apply_effect", {}),))
+    one, two = LlmRequest("m", ["turn one"]), LlmRequest("m", ["turn two"])
+
+    def call_id(request: LlmRequest) -> str:
+        [part] = model.model_response(body, request).parts
+        assert isinstance(part, ToolCallPart)
+        return part.tool_call_id
+
+    assert call_id(one) == call_id(one) != call_id(two)
+
+
+# -- tools the registry does not hold ------------------------------------------------------------
+
+
+def _calls_then_answers(tool_name: str, arguments: dict[str, Any]) -> FakeLLM:
+    """Calls ``tool_name`` once, then answers with the tool's result."""
+    fake: FakeLLM
+
+    def respond(request: LlmRequest) -> bytes:
+        results = [m["content"] for m in request.messages if m.get("role") == "tool"]
+        if results:
+            return fake.scripted_body(request, "got " + results[0])
+        return fake.scripted_body(request, "", (ToolCall("c1", tool_name, arguments),))
+
+    fake = FakeLLM([(match_any(), respond_with_fn(respond))])
+    return fake
+
+
+@tool(name="apply_effect")
+def apply_effect_read_only(event_id: str, amount: int) -> str:
+    """A read-only stand-in for the side-effecting ``apply_effect``."""
+    return "applied in the pipeline"
+
+
+@pytest.mark.parametrize(
+    ("tool_name", "offered", "error"),
+    [
+        # The toolset offers lookup_account, the run's AgentConfig does not hold it.
+        ("lookup_account", scenario.triage_registry(), "ToolNotFoundError"),
+        # The toolset calls apply_effect inline, the run's AgentConfig says it has effects.
+        ("apply_effect", ToolRegistry([apply_effect_read_only]), "SideEffectToolError"),
+    ],
+)
+def test_a_registry_error_fails_the_activation(
+    tool_name: str, offered: ToolRegistry, error: str
+) -> None:
+    arguments = (
+        {"account": "a"} if tool_name == "lookup_account" else {"event_id": "e", "amount": 1}
+    )
+    provider = SharedProvider(_calls_then_answers(tool_name, arguments))
+    agent = PydanticAIAgent(build_chat_agent, model_id="m", toolsets=[BeamToolset(offered)])
+    config = AgentConfig(provider_factory=provider, tool_registry=ToolRegistry([apply_effect]))
+    stream = EnvelopeStream().event(KEY, b"do it", at_ms=1_000)
+    outputs = run_agent(streamed(stream), agent, config, streaming=True)
+    assert outputs.output == []
+    [failure] = outputs.errors
+    assert failure.reason == "activation_error"
+    assert error in failure.detail
+    assert provider.fake.call_count == 1  # the model never read the failure as a tool result
+
+
+def build_clock_agent() -> Agent[None, str]:
+    agent = Agent(system_prompt="You tell the time.")
+
+    @agent.tool_plain
+    def local_clock_for_warning_test() -> str:
+        return "noon"
+
+    return agent
+
+
+def test_a_tool_outside_the_registry_warns_once(caplog: pytest.LogCaptureFixture) -> None:
+    provider = SharedProvider(_calls_then_answers("local_clock_for_warning_test", {}))
+    agent = PydanticAIAgent(build_clock_agent, model_id="m")
+    stream = (
+        EnvelopeStream().event(KEY, b"time?", at_ms=1_000).event(KEY, b"time again?", at_ms=2_000)
+    )
+    with caplog.at_level(logging.WARNING, logger="beam_agents.adapters.pydantic_ai"):
+        outputs = _run(stream, provider, agent)
+    assert outputs.errors == []
+    assert outputs.output == [b"got noon", b"got noon"]
+    warnings = [
+        r.getMessage() for r in caplog.records if "local_clock_for_warning_test" in r.getMessage()
+    ]
+    assert warnings == [
+        "tool 'local_clock_for_warning_test' is not in AgentConfig.tool_registry: it runs in the "
+        "pipeline on every activation of the run; make it a registry tool (side_effect=True if "
+        "it has effects)"
+    ]
+
+
+# -- the history is saved only when the run completes ------------------------------------------
+
+
+def build_noting_agent() -> Agent[None, str]:
+    """A tool stages an effect through the bridge and does not wait for it."""
+    agent = Agent(system_prompt="You take notes.")
+
+    @agent.tool_plain
+    def note() -> str:
+        current_bridge().act("apply_effect", {"event_id": "n", "amount": 1})
+        return "noted"
+
+    return agent
+
+
+def test_history_is_saved_only_when_the_activation_completes() -> None:
+    provider = SharedProvider(_calls_then_answers("note", {}))
+    agent = PydanticAIAgent(build_noting_agent, model_id="m")
+    staged = intent_id_for(KEY, 0, 1)
+    stream = (
+        EnvelopeStream()
+        .event(KEY, b"take a note", at_ms=1_000)
+        .result(KEY, staged, payload=b'"ok"', at_ms=2_000)
+    )
+    outputs = _run(stream, provider, agent)
+    assert outputs.errors == []
+    assert [i.intent_id for i in _tool_intents(outputs)] == [staged]
+    assert outputs.output == [b"got noted"]
+    # The resumed activation re-walks from the same (empty) history: nothing new is asked.
     assert provider.fake.call_count == 2 == _distinct_requests(provider.fake)

@@ -42,13 +42,20 @@ def event_input(event: bytes) -> dict[str, Any]:
     }
 
 
-def build_triage() -> Any:
-    """The graph: agent -> review -> tools -> agent, until the model answers."""
+def build_triage(*, sync: bool = False) -> Any:
+    """The graph: agent -> review -> tools -> agent, until the model answers.
+
+    ``sync=True`` makes ``agent`` a plain ``def`` node calling ``model.invoke``.
+    """
     tools = beam_tools(triage_registry())
     model = BeamChatModel(model_id=MODEL_ID).bind_tools(tools)
 
-    async def agent(state: TriageState) -> dict[str, Any]:
+    async def async_agent(state: TriageState) -> dict[str, Any]:
         reply = await model.ainvoke([SystemMessage(content=SYSTEM_PROMPT), *state["messages"]])
+        return {"messages": [reply]}
+
+    def sync_agent(state: TriageState) -> dict[str, Any]:
+        reply = model.invoke([SystemMessage(content=SYSTEM_PROMPT), *state["messages"]])
         return {"messages": [reply]}
 
     def route(state: TriageState) -> Literal["review", "__end__"]:
@@ -72,7 +79,7 @@ def build_triage() -> Any:
         return Command(goto="agent", update={"messages": [denied]})
 
     graph = StateGraph(TriageState)
-    graph.add_node("agent", agent)
+    graph.add_node("agent", sync_agent if sync else async_agent)
     graph.add_node("review", review)
     graph.add_node("tools", ToolNode(tools))
     graph.add_edge(START, "agent")
@@ -81,5 +88,11 @@ def build_triage() -> Any:
     return graph
 
 
+def build_sync_triage() -> Any:
+    """:func:`build_triage` with a sync ``def agent`` node."""
+    return build_triage(sync=True)
+
+
 triage = LangGraphAgent(build_triage, input=event_input)
 triage_agent = triage
+sync_triage = LangGraphAgent(build_sync_triage, input=event_input)
