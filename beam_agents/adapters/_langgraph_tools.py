@@ -183,14 +183,8 @@ class BeamTool(BaseTool):
         **kwargs: Any,
     ) -> Any:
         """Run the tool; a ``ToolCall`` input keys a side effect by its tool call id."""
-        call_id = None
-        if isinstance(input, dict) and input.get("type") == "tool_call":
-            call_id = str(input.get("id") or "") or None
-        token = _TOOL_CALL_ID.set(call_id)
-        try:
+        with _keyed_by(input):
             return await super().ainvoke(input, config, **kwargs)
-        finally:
-            _TOOL_CALL_ID.reset(token)
 
     def invoke(
         self,
@@ -199,14 +193,8 @@ class BeamTool(BaseTool):
         **kwargs: Any,
     ) -> Any:
         """Run the tool from a sync node (a worker thread); keyed as :meth:`ainvoke` is."""
-        call_id = None
-        if isinstance(input, dict) and input.get("type") == "tool_call":
-            call_id = str(input.get("id") or "") or None
-        token = _TOOL_CALL_ID.set(call_id)
-        try:
+        with _keyed_by(input):
             return super().invoke(input, config, **kwargs)
-        finally:
-            _TOOL_CALL_ID.reset(token)
 
     def _run(self, config: RunnableConfig, **kwargs: Any) -> str:
         return run_on_loop(self._arun(config, **kwargs), f"tool {self.name!r}")
@@ -256,3 +244,16 @@ def beam_tools(
         )
         for tool in tools
     ]
+
+
+@contextmanager
+def _keyed_by(tool_input: object) -> Iterator[None]:
+    """While a tool runs: the tool call id its input carries, if it is a ``ToolCall``."""
+    call_id = None
+    if isinstance(tool_input, dict) and tool_input.get("type") == "tool_call":
+        call_id = str(tool_input.get("id") or "") or None
+    token = _TOOL_CALL_ID.set(call_id)
+    try:
+        yield
+    finally:
+        _TOOL_CALL_ID.reset(token)

@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
 
 from beam_agents import AgentConfig, AgentEnvelope, Deny, HitlPolicy, RunAgent
 from beam_agents._protos import (
@@ -182,6 +184,41 @@ def _acks(values: Sequence[SubmitAck]) -> dict[str, int]:
     return counts
 
 
+class _Sinks:
+    """Collects what a conformance pipeline's agent and its submit produce."""
+
+    def __init__(self, provider: SharedProvider) -> None:
+        self.outputs, self.intents, self.traces, self.errors, self.letters, self.acks = (
+            Collector.new() for _ in range(6)
+        )
+        self._provider = provider
+        self._calls_before = provider.fake.call_count
+        self._started = time.monotonic()
+
+    def wire(self, agent: Any, connection: EffectorConnection) -> None:
+        """Submit ``agent``'s intents to the effector and collect every output."""
+        submitted = agent.intents | "ToEffector" >> SubmitIntents(connection)
+        agent.output | "Outputs" >> self.outputs.sink()
+        agent.intents | "Intents" >> self.intents.sink()
+        agent.traces | "Traces" >> self.traces.sink()
+        agent.errors | "Errors" >> self.errors.sink()
+        submitted.dead_letter | "DeadLetters" >> self.letters.sink()
+        submitted.acks | "Acks" >> self.acks.sink()
+
+    def collected(self) -> CaseRun:
+        """What the pipeline produced, once it has finished."""
+        return CaseRun(
+            outputs=_outputs(self.outputs.values()),
+            intents=self.intents.values(),
+            traces=self.traces.values(),
+            errors=self.errors.values(),
+            dead_letters=self.letters.values(),
+            acks=_acks(self.acks.values()),
+            provider_calls=self._provider.fake.call_count - self._calls_before,
+            seconds=time.monotonic() - self._started,
+        )
+
+
 def run_case_loop(
     case: str,
     address: str,
@@ -193,9 +230,8 @@ def run_case_loop(
 
     ``during`` runs in a thread alongside the pipeline (the kill-and-restart test).
     """
-    outputs, intents, traces, errors, letters, acks = (Collector.new() for _ in range(6))
     connection = EffectorConnection(address)
-    calls_before = provider.fake.call_count
+    sinks = _Sinks(provider)
 
     def build(pipeline: beam.Pipeline) -> None:
         envelopes = pipeline | "Envelopes" >> ReadEnvelopes(
@@ -207,18 +243,11 @@ def run_case_loop(
         agent = envelopes | "Agent" >> RunAgent(
             case_agent(case), config=conformance_config(provider)
         )
-        submitted = agent.intents | "ToEffector" >> SubmitIntents(connection)
-        agent.output | "Outputs" >> outputs.sink()
-        agent.intents | "Intents" >> intents.sink()
-        agent.traces | "Traces" >> traces.sink()
-        agent.errors | "Errors" >> errors.sink()
-        submitted.dead_letter | "DeadLetters" >> letters.sink()
-        submitted.acks | "Acks" >> acks.sink()
+        sinks.wire(agent, connection)
 
     approver = Approver(address)
     approver.start()
     side = threading.Thread(target=during, daemon=True) if during else None
-    started = time.monotonic()
     try:
         if side is not None:
             side.start()
@@ -227,16 +256,7 @@ def run_case_loop(
         approver.stop()
         if side is not None:
             side.join(timeout=60)
-    return CaseRun(
-        outputs=_outputs(outputs.values()),
-        intents=intents.values(),
-        traces=traces.values(),
-        errors=errors.values(),
-        dead_letters=letters.values(),
-        acks=_acks(acks.values()),
-        provider_calls=provider.fake.call_count - calls_before,
-        seconds=time.monotonic() - started,
-    )
+    return sinks.collected()
 
 
 def logged_envelopes(address: str) -> list[AgentEnvelope]:
@@ -262,41 +282,22 @@ def run_case_with_retries(
     Returns the run and the commits that were failed. Intents go to the effector at
     ``address``, which has them all already.
     """
-    outputs, intents, traces, errors, letters, acks = (Collector.new() for _ in range(6))
     stream = EnvelopeStream()
     for envelope in envelopes:
         if envelope.tool_result.status != ToolResult.EXPIRED:  # the route ended that run first
             stream.envelope(envelope)
     stream.advance_processing_time(DEADLINE_MS * 2)
     forcing = FailFirstCommit(markers)
-    connection = EffectorConnection(address)
-    calls_before = provider.fake.call_count
-    options = beam.options.pipeline_options.PipelineOptions(streaming=True)
+    sinks = _Sinks(provider)
     pipeline = beam.Pipeline(
-        runner=beam.runners.direct.direct_runner.BundleBasedDirectRunner(), options=options
+        runner=BundleBasedDirectRunner(), options=PipelineOptions(streaming=True)
     )
     agent = (
         pipeline
         | "Stream" >> stream.build()
         | "Agent" >> RunAgent(case_agent(case), config=conformance_config(provider, forcing))
     )
-    submitted = agent.intents | "ToEffector" >> SubmitIntents(connection)
-    agent.output | "Outputs" >> outputs.sink()
-    agent.intents | "Intents" >> intents.sink()
-    agent.traces | "Traces" >> traces.sink()
-    agent.errors | "Errors" >> errors.sink()
-    submitted.dead_letter | "DeadLetters" >> letters.sink()
-    submitted.acks | "Acks" >> acks.sink()
-    started = time.monotonic()
+    sinks.wire(agent, EffectorConnection(address))
     pipeline.run().wait_until_finish()
-    run = CaseRun(
-        outputs=_outputs(outputs.values()),
-        intents=intents.values(),
-        traces=traces.values(),
-        errors=errors.values(),
-        dead_letters=letters.values(),
-        acks=_acks(acks.values()),
-        provider_calls=provider.fake.call_count - calls_before,
-        seconds=time.monotonic() - started,
-    )
+    run = sinks.collected()
     return run, forcing.forced()
