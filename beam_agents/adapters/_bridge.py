@@ -43,6 +43,9 @@ __all__ = [
     "output_bytes",
 ]
 
+EFFECT_WAIT_SLACK_MS = 60_000
+"""How long past its intents' TTL a run waiting only for side effects waits for the effector."""
+
 _CURRENT: ContextVar[ActivationBridge | None] = ContextVar("beam_agents_bridge", default=None)
 
 
@@ -147,6 +150,8 @@ class ActivationBridge:
         self.adapter = adapter
         self._intents: dict[Hashable, str] = {}
         self._waiting: list[str] = []
+        self._asks_a_person = False
+        self._longest_ttl_ms = 0
 
     # -- the run's input -----------------------------------------------------------------
 
@@ -190,6 +195,8 @@ class ActivationBridge:
         )
         result = self.ctx.results.get(intent_id)
         if result is None:
+            ttl = self.ctx.intent_ttl_ms if ttl_ms is None else ttl_ms
+            self._longest_ttl_ms = max(self._longest_ttl_ms, ttl)
             return self._wait(intent_id)
         if result.status != ToolResult.OK:
             raise IntentFailedError(tool_name, result)
@@ -214,7 +221,10 @@ class ActivationBridge:
             lambda: self.ctx.request_approval(payload, channel=channel, ttl_ms=ttl_ms),
         )
         decision = self._decision(intent_id)
-        return self._wait(intent_id) if decision is None else decision
+        if decision is not None:
+            return decision
+        self._asks_a_person = True
+        return self._wait(intent_id)
 
     @property
     def waiting(self) -> tuple[str, ...]:
@@ -222,7 +232,15 @@ class ActivationBridge:
         return tuple(self._waiting)
 
     def suspend(self, *, timeout_ms: int | None = None) -> Suspend:
-        """The ``Suspend`` that waits for :attr:`waiting`; the snapshot keeps the run's event."""
+        """The ``Suspend`` that waits for :attr:`waiting`; the snapshot keeps the run's event.
+
+        ``timeout_ms`` ``None``: a run waiting for a person takes the ``HitlPolicy``'s
+        deadline; one waiting only for side effects waits for the effector, which answers
+        within the intents' TTL (``EXPIRED`` at the latest), so it gets that TTL plus
+        :data:`EFFECT_WAIT_SLACK_MS` instead of the policy's deadline for people.
+        """
+        if timeout_ms is None and self._waiting and not self._asks_a_person:
+            timeout_ms = self._longest_ttl_ms + EFFECT_WAIT_SLACK_MS
         return Suspend(snapshot=self.event, adapter=self.adapter, timeout_ms=timeout_ms)
 
     def finish(self, output: object, *, timeout_ms: int | None = None) -> Complete | Suspend:

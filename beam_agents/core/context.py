@@ -291,6 +291,11 @@ class ActivationContext:
         return self._staged.run_tokens_used
 
     @property
+    def intent_ttl_ms(self) -> int:
+        """``AgentConfig.intent_ttl_ms``: the TTL ``act`` gives an intent unless told otherwise."""
+        return self._services.intent_ttl_ms
+
+    @property
     def tool_registry(self) -> ToolRegistry:
         """``AgentConfig.tool_registry``: the tools ``run_tool`` runs and ``act`` validates."""
         return self._services.tool_registry

@@ -53,7 +53,7 @@ CASES = {
 """Each case's module; its ``triage_agent`` is the agent under test."""
 
 BASE_MS = 1_767_225_600_000
-DEADLINE_MS = 4_000
+DEADLINE_MS = 6_000
 """How long a run waits for a person before the ``HitlPolicy`` route denies it (long enough
 for the approver to answer while the chaos run restarts the effector)."""
 APPROVAL_TTL_MS = DEADLINE_MS + 2_000

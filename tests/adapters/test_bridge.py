@@ -78,3 +78,39 @@ def test_an_approval_the_effector_expired_reads_as_timed_out_not_approved() -> N
     outputs = run_agent(streamed(stream), two_approvals, AgentConfig(), streaming=True)
     assert outputs.errors == []
     assert outputs.output == [b"A:False::True,B:True:carol:False"]
+
+
+async def apply_once(ctx: ActivationContext) -> Complete | Suspend:
+    """Stage one side effect and finish with what it returned."""
+    bridge = ActivationBridge(ctx, adapter="test")
+    value = bridge.act("apply_effect", {"event_id": "e", "amount": 1}, call_key="only")
+    if isinstance(value, Pending):
+        return bridge.suspend()
+    return bridge.finish(value)
+
+
+def test_a_run_waiting_only_for_an_effect_outlasts_the_deadline_for_people() -> None:
+    from beam_agents import Deny, HitlPolicy
+    from tests.adapters.conformance import deny_when_nobody_answers
+    from tests.adapters.scenario import triage_registry
+
+    policy = HitlPolicy(
+        timeout_ms=1_000,
+        intent_ttl_ms=5_000,
+        approval_channel="ops",
+        on_timeout=deny_when_nobody_answers,
+    )
+    assert isinstance(deny_when_nobody_answers(None), Deny)  # type: ignore[arg-type]
+    effect = intent_id_for(KEY, 0, 0)
+    stream = (
+        EnvelopeStream()
+        .event(KEY, b"go", at_ms=1_000)
+        .advance_processing_time(30_000)  # far past the policy's 1 s for people
+        .result(KEY, effect, at_ms=2_000, payload=b'{"applied":1}')
+    )
+    config = AgentConfig(hitl_policy=policy, tool_registry=triage_registry(), intent_ttl_ms=60_000)
+    outputs = run_agent(streamed(stream), apply_once, config, streaming=True)
+    assert outputs.errors == []
+    assert outputs.output == [b'{"applied":1}']
+    [suspended] = [e for e in outputs.traces if e.attributes.get("pending") == "1"]
+    assert suspended.attributes["beam_agents.deadline_ms"] == str(60_000 + 60_000)

@@ -56,8 +56,8 @@ async def triage_agent(ctx: ActivationContext) -> Complete | Suspend:
                         continue
                 intent_id = ctx.act(call.name, call.arguments)
                 result = ctx.results.get(intent_id)
-                if result is None:
-                    return Suspend(snapshot=event)
+                if result is None:  # the effector answers within the TTL: wait for it
+                    return Suspend(snapshot=event, timeout_ms=ctx.intent_ttl_ms + 60_000)
                 content, is_error = result_reply(call.name, result)
             messages.append(_tool_message(call.id, content, is_error))
 
