@@ -39,6 +39,7 @@ BENCHMARKS = (
     "write_traces",
     "console_keys",
     "replay_backtest",
+    "adapter_overhead",
 )
 """Module names under ``benchmarks``, in report order."""
 

@@ -53,6 +53,18 @@ EXPECTED_ROWS = {
         "backtest, 400 recorded activations on 40 keys, per activation",
         "live run with recording, per event",
     ],
+    "adapter_overhead": [
+        "plain ctx agent, per activation",
+        "LangGraph adapter, per activation",
+        "LangGraph alone, per conversation",
+        "LangGraph adapter's own work over the plain-ctx agent",
+        "Pydantic AI adapter, per activation",
+        "Pydantic AI alone, per conversation",
+        "Pydantic AI adapter's own work over the plain-ctx agent",
+        "ADK adapter, per activation",
+        "ADK alone, per conversation",
+        "ADK adapter's own work over the plain-ctx agent",
+    ],
 }
 """The rows each benchmark's quick run must produce, in order."""
 
