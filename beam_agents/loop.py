@@ -164,7 +164,8 @@ def _tool_message(call: ToolCall, reply: _Reply) -> dict[str, Any]:
     return message
 
 
-def _assistant_message(response: LlmResponse) -> dict[str, Any]:
+def assistant_message(response: LlmResponse) -> dict[str, Any]:
+    """The neutral ``assistant`` turn recording ``response`` (its text and tool calls)."""
     message: dict[str, Any] = {"role": "assistant", "content": response.text}
     if response.tool_calls:
         message["tool_calls"] = [
@@ -223,7 +224,7 @@ async def run_tool_loop(
         iteration += 1
         sent = dataclasses.replace(start, messages=tuple(messages), tools_schema=tools_schema)
         response = await ctx.call_model(sent)
-        assistant = _assistant_message(response)
+        assistant = assistant_message(response)
         if not response.tool_calls:
             return LoopOutcome(
                 text=response.text,

@@ -52,6 +52,7 @@ from beam_agents.adapters.langgraph import BeamChatModel, LangGraphAgent
 from beam_agents.adapters.pydantic_ai import PydanticAIAgent
 from beam_agents.core.agent import AgentFn, Complete
 from beam_agents.core.context import ActivationContext
+from beam_agents.loop import assistant_message
 from beam_agents.model.client import LlmRequest, ToolCall
 from beam_agents.model.fake import FakeLLM, match_any, respond_with_fn
 from beam_agents.tools import ToolRegistry, tool
@@ -133,16 +134,7 @@ async def plain_agent(ctx: ActivationContext) -> Complete:
         response = await ctx.call_model(LlmRequest(MODEL_ID, messages, tools))
         if not response.tool_calls:
             return Complete(output=response.text.encode("utf-8"))
-        messages.append(
-            {
-                "role": "assistant",
-                "content": response.text,
-                "tool_calls": [
-                    {"id": call.id, "name": call.name, "arguments": dict(call.arguments)}
-                    for call in response.tool_calls
-                ],
-            }
-        )
+        messages.append(assistant_message(response))
         for call in response.tool_calls:
             value = await ctx.run_tool(call.name, call.arguments)
             messages.append(

@@ -12,7 +12,7 @@ from typing import Any
 
 from beam_agents import ActivationContext, Complete, LlmRequest, Suspend
 from beam_agents._json import canonical_json
-from beam_agents.loop import result_reply
+from beam_agents.loop import assistant_message, result_reply
 from tests.adapters.scenario import MODEL_ID, SYSTEM_PROMPT, user_prompt
 
 
@@ -29,16 +29,7 @@ async def triage_agent(ctx: ActivationContext) -> Complete | Suspend:
         response = await ctx.call_model(LlmRequest(MODEL_ID, messages, tools))
         if not response.tool_calls:
             return Complete(output=response.text.encode("utf-8"))
-        messages.append(
-            {
-                "role": "assistant",
-                "content": response.text,
-                "tool_calls": [
-                    {"id": call.id, "name": call.name, "arguments": dict(call.arguments)}
-                    for call in response.tool_calls
-                ],
-            }
-        )
+        messages.append(assistant_message(response))
         for call in response.tool_calls:
             if not ctx.tool_registry.get(call.name).side_effect:
                 value = await ctx.run_tool(call.name, call.arguments)
