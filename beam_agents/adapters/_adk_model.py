@@ -20,9 +20,17 @@ from pydantic import Field
 
 from beam_agents._json import canonical_json
 from beam_agents.adapters._bridge import current_bridge
-from beam_agents.model.client import LlmRequest, LlmResponse
+from beam_agents.model.client import LlmRequest, LlmResponse, TokenUsage
 
-__all__ = ["AdkTranslationError", "BeamLlm", "adk_response", "neutral_request"]
+__all__ = [
+    "AdkTranslationError",
+    "BeamLlm",
+    "adk_response",
+    "content_of",
+    "function_declaration",
+    "neutral_request",
+    "text_part",
+]
 
 
 class AdkTranslationError(ValueError):
@@ -79,25 +87,82 @@ def adk_response(response: LlmResponse, request: LlmRequest) -> AdkLlmResponse:
     """
     parts: list[types.Part] = []
     if response.text or not response.tool_calls:
-        parts.append(types.Part(text=response.text))
+        parts.append(text_part(response.text))
     for position, call in enumerate(response.tool_calls):
         call_id = call.id or _derived_call_id(request, position)
-        parts.append(
-            types.Part(
-                function_call=types.FunctionCall(
-                    id=call_id, name=call.name, args=dict(call.arguments)
-                )
-            )
-        )
-    usage = response.usage
+        parts.append(_function_call_part(call_id, call.name, dict(call.arguments)))
     return AdkLlmResponse(
-        content=types.Content(role="model", parts=parts),
+        content=content_of("model", parts),
         model_version=response.model or None,
-        usage_metadata=types.GenerateContentResponseUsageMetadata(
-            prompt_token_count=usage.input_tokens,
-            candidates_token_count=usage.output_tokens,
-            total_token_count=usage.total_tokens,
-        ),
+        usage_metadata=_usage(response.usage),
+    )
+
+
+# ``google.genai`` models run a Python ``before`` validator over every field on construction.
+# Where the values are already of the declared types (checked: exactly ``str`` / ``int``), the
+# adapter copies an empty instance with its fields set instead (``model_copy(update=...)``):
+# the same values and fields-set as the validated constructor, at a fraction of the cost.
+# Anything else goes through the constructor, which validates (and coerces or refuses) it.
+_PART = types.Part()
+_FUNCTION_CALL = types.FunctionCall()
+_CONTENT = types.Content()
+_USAGE = types.GenerateContentResponseUsageMetadata()
+_DECLARATION = types.FunctionDeclaration()
+
+
+def text_part(text: str) -> types.Part:
+    """``types.Part(text=text)``."""
+    if type(text) is not str:
+        return types.Part(text=text)
+    return _PART.model_copy(update={"text": text})
+
+
+def content_of(role: str, parts: list[types.Part]) -> types.Content:
+    """``types.Content(role=role, parts=parts)``."""
+    if type(role) is not str or not all(type(part) is types.Part for part in parts):
+        return types.Content(role=role, parts=parts)
+    return _CONTENT.model_copy(update={"role": role, "parts": parts})
+
+
+def function_declaration(
+    name: str, description: str, parameters_json_schema: dict[str, Any]
+) -> types.FunctionDeclaration:
+    """``types.FunctionDeclaration(name=..., description=..., parameters_json_schema=...)``."""
+    if type(name) is not str or type(description) is not str:
+        return types.FunctionDeclaration(
+            name=name, description=description, parameters_json_schema=parameters_json_schema
+        )
+    return _DECLARATION.model_copy(
+        update={
+            "name": name,
+            "description": description,
+            "parameters_json_schema": parameters_json_schema,
+        }
+    )
+
+
+def _function_call_part(call_id: str, name: str, args: dict[str, Any]) -> types.Part:
+    """``types.Part(function_call=types.FunctionCall(id=..., name=..., args=...))``."""
+    if type(call_id) is not str or type(name) is not str or not all(type(k) is str for k in args):
+        call = types.FunctionCall(id=call_id, name=name, args=args)
+    else:
+        call = _FUNCTION_CALL.model_copy(update={"id": call_id, "name": name, "args": args})
+    return _PART.model_copy(update={"function_call": call})
+
+
+def _usage(usage: TokenUsage) -> types.GenerateContentResponseUsageMetadata:
+    """The usage metadata of a neutral answer's token counts."""
+    prompt, candidates, total = usage.input_tokens, usage.output_tokens, usage.total_tokens
+    if type(prompt) is not int or type(candidates) is not int or type(total) is not int:
+        return types.GenerateContentResponseUsageMetadata(
+            prompt_token_count=prompt, candidates_token_count=candidates, total_token_count=total
+        )
+    return _USAGE.model_copy(
+        update={
+            "prompt_token_count": prompt,
+            "candidates_token_count": candidates,
+            "total_token_count": total,
+        }
     )
 
 

@@ -9,6 +9,9 @@ trimmed to the latest whole turns that fit ``SessionLimits``; a session still ov
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -24,9 +27,11 @@ from beam_agents.adapters._bridge import MEMORY_CAP_BYTES
 
 __all__ = [
     "SESSION_SLOT",
+    "ActivationSessionService",
     "AdkSessionTooLargeError",
     "MemorySessionService",
     "SessionLimits",
+    "bound_sessions",
     "load_session",
     "save_session",
     "trim_events",
@@ -148,6 +153,88 @@ class MemorySessionService(BaseSessionService):
         return event
 
 
+_BOUND: ContextVar[MemorySessionService | None] = ContextVar(
+    "beam_agents_adk_sessions", default=None
+)
+
+
+class ActivationSessionService(BaseSessionService):
+    """The session service of a ``Runner`` shared by activations: each one's own sessions.
+
+    Every call goes to the ``MemorySessionService`` the running activation bound with
+    :func:`bound_sessions` (a context variable, so concurrent activations, each in its own
+    asyncio task, never see each other's sessions), so one ``Runner`` serves them all.
+    """
+
+    @staticmethod
+    def bound() -> MemorySessionService:
+        """The running activation's session service."""
+        service = _BOUND.get()
+        if service is None:
+            raise RuntimeError("the ADK adapter's session service was used outside an activation")
+        return service
+
+    async def create_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        state: dict[str, Any] | None = None,
+        session_id: str | None = None,
+    ) -> Session:
+        """``create_session`` of the activation's service."""
+        return await self.bound().create_session(
+            app_name=app_name, user_id=user_id, state=state, session_id=session_id
+        )
+
+    async def get_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        config: GetSessionConfig | None = None,
+    ) -> Session | None:
+        """``get_session`` of the activation's service."""
+        return await self.bound().get_session(
+            app_name=app_name, user_id=user_id, session_id=session_id, config=config
+        )
+
+    async def list_sessions(
+        self, *, app_name: str, user_id: str | None = None
+    ) -> ListSessionsResponse:
+        """``list_sessions`` of the activation's service."""
+        return await self.bound().list_sessions(app_name=app_name, user_id=user_id)
+
+    async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
+        """``delete_session`` of the activation's service."""
+        await self.bound().delete_session(app_name=app_name, user_id=user_id, session_id=session_id)
+
+    async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
+        """``get_user_state`` of the activation's service."""
+        return await self.bound().get_user_state(app_name=app_name, user_id=user_id)
+
+    async def append_event(self, session: Session, event: Event) -> Event:
+        """``append_event`` of the activation's service."""
+        return await self.bound().append_event(session, event)
+
+    async def flush(self) -> None:
+        """``flush`` of the activation's service (nothing, outside an activation)."""
+        service = _BOUND.get()
+        if service is not None:
+            await service.flush()
+
+
+@contextmanager
+def bound_sessions(service: MemorySessionService) -> Iterator[MemorySessionService]:
+    """Make ``service`` the one :class:`ActivationSessionService` calls go to, in the block."""
+    token = _BOUND.set(service)
+    try:
+        yield service
+    finally:
+        _BOUND.reset(token)
+
+
 def load_session(memory: Slots, *, app_name: str, user_id: str) -> Session:
     """The key's committed session, or a new empty one."""
     blob = memory.get(SESSION_SLOT)
@@ -161,9 +248,11 @@ def load_session(memory: Slots, *, app_name: str, user_id: str) -> Session:
 
 def save_session(memory: Slots, session: Session, limits: SessionLimits) -> None:
     """Trim ``session`` to ``limits`` and stage it in working memory."""
-    kept = trim_events(session.events, limits)
-    trimmed = session.model_copy(update={"events": kept})
-    blob = trimmed.model_dump_json(exclude_none=True).encode("utf-8")
+    blob = _untrimmed_blob(session, limits)
+    if blob is None:
+        kept = trim_events(session.events, limits)
+        trimmed = session.model_copy(update={"events": kept})
+        blob = trimmed.model_dump_json(exclude_none=True).encode("utf-8")
     if len(blob) > limits.hard_max_bytes:
         raise AdkSessionTooLargeError(
             f"the ADK session of this key is {len(blob)} bytes after trimming to its latest "
@@ -171,6 +260,20 @@ def save_session(memory: Slots, session: Session, limits: SessionLimits) -> None
             "out of the conversation and session state"
         )
     memory.set(SESSION_SLOT, blob)
+
+
+def _untrimmed_blob(session: Session, limits: SessionLimits) -> bytes | None:
+    """The whole session's JSON when :func:`trim_events` would keep every event, else ``None``.
+
+    The session's JSON holds each event's JSON (as ``Event``: hence the exact-type check), so
+    when it is within ``max_bytes`` and ``max_events``, so are the events: one encoding, and
+    none of the per-event sizing trimming needs.
+    """
+    events = session.events
+    if len(events) > limits.max_events or not all(type(event) is Event for event in events):
+        return None
+    blob = session.model_dump_json(exclude_none=True).encode("utf-8")
+    return blob if len(blob) <= limits.max_bytes else None
 
 
 def trim_events(events: list[Event], limits: SessionLimits) -> list[Event]:

@@ -21,6 +21,7 @@ from google.genai import types
 from pydantic import BaseModel
 
 from beam_agents._json import canonical_json
+from beam_agents.adapters._adk_model import function_declaration
 from beam_agents.adapters._bridge import IntentFailedError, Pending, current_bridge
 from beam_agents.tools import Tool, ToolRegistry
 from beam_agents.tools.errors import ToolArgumentError, ToolError
@@ -49,11 +50,7 @@ class BeamTool(BaseTool):
         self._require_confirmation = require_confirmation
 
     def _get_declaration(self) -> types.FunctionDeclaration:
-        return types.FunctionDeclaration(
-            name=self.name,
-            description=self.description,
-            parameters_json_schema=self._parameters,
-        )
+        return function_declaration(self.name, self.description, self._parameters)
 
     async def check_require_confirmation(
         self, args: dict[str, Any], tool_context: ToolContext

@@ -4,12 +4,22 @@ During an activation the graph checkpoints into a :class:`BeamCheckpointSaver`, 
 saver owned by that activation alone. The durable copy is one memory slot holding the thread's
 latest root checkpoint (with its pending writes), serialized with LangGraph's own serde; the
 adapter loads it before the graph runs and stores it again only when the run completes.
+
+The slot holds the checkpoint as the saver itself keeps it: the checkpoint, its metadata, its
+channel values and pending writes each already serialized by LangGraph's serde when the graph
+saved them. Loading the slot puts those bytes back into the saver and exporting takes them out
+again, so neither decodes nor re-encodes a channel value: the graph decodes the checkpoint once
+when it starts and encodes it once when it exits (the adapter runs it with
+``durability="exit"``). The first format (one serde value of the whole checkpoint) still loads.
 """
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Sequence
 from typing import Any
 
+import ormsgpack
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
@@ -28,7 +38,16 @@ MEMORY_SLOT = "beam_agents.langgraph.checkpoint"
 DEFAULT_CHECKPOINT_MAX_BYTES = 256 * 1024
 """How large the stored checkpoint may be unless ``checkpoint_max_bytes`` says otherwise."""
 
-_FORMAT = b"beam-agents/langgraph-checkpoint/1"
+_FORMAT = b"beam-agents/langgraph-checkpoint/2"
+"""The header of the slot: the saver's own serialized pieces, packed with msgpack."""
+
+_FORMAT_V1 = b"beam-agents/langgraph-checkpoint/1"
+"""The first format's header: the whole checkpoint as one serde value (still loaded)."""
+
+_ROOT_NS = ""
+
+_SERDE = JsonPlusSerializer()
+"""LangGraph's serde, shared: it keeps no state between calls."""
 
 
 class CheckpointTooLargeError(ValueError):
@@ -61,17 +80,79 @@ class BeamCheckpointSaver(InMemorySaver):
     """
 
     def __init__(self, thread_id: str) -> None:
-        super().__init__(serde=JsonPlusSerializer())
+        super().__init__(serde=_SERDE)
         self.thread_id = thread_id
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """The in-memory saver's ``put_writes`` (its signature is cached, see below)."""
+        super().put_writes(config, writes, task_id, task_path)
 
     def load(self, blob: bytes | None) -> None:
         """Put the checkpoint :meth:`export` wrote (``None``: a fresh thread) into the saver."""
         if not blob:
             return
         header, _, rest = blob.partition(b"\n")
-        type_name, _, data = rest.partition(b"\n")
-        if header != _FORMAT:
+        if header == _FORMAT:
+            self._load_pieces(rest)
+        elif header == _FORMAT_V1:
+            self._load_v1(rest)
+        else:
             raise ValueError(f"memory slot {MEMORY_SLOT!r} does not hold a LangGraph checkpoint")
+
+    def export(self, max_bytes: int) -> bytes | None:
+        """The thread's latest root checkpoint as bytes (``None`` if there is none).
+
+        Raises :class:`CheckpointTooLargeError` when it is over ``max_bytes``.
+        """
+        checkpoints = self.storage[self.thread_id][_ROOT_NS]
+        if not checkpoints:
+            return None
+        checkpoint_id = max(checkpoints)
+        checkpoint, metadata, _ = checkpoints[checkpoint_id]
+        versions = self.serde.loads_typed(checkpoint)["channel_versions"]
+        blobs = self.blobs
+        values = [
+            [channel, version, *stored]
+            for channel, version in versions.items()
+            if (stored := blobs.get((self.thread_id, _ROOT_NS, channel, version))) is not None
+        ]
+        writes = [
+            [*inner_key, channel, *value, task_path]
+            for inner_key, (_, channel, value, task_path) in self.writes.get(
+                (self.thread_id, _ROOT_NS, checkpoint_id), {}
+            ).items()
+        ]
+        packed = ormsgpack.packb([checkpoint_id, [*checkpoint], [*metadata], values, writes])
+        blob = _FORMAT + b"\n" + packed
+        if len(blob) > max_bytes:
+            raise CheckpointTooLargeError(len(blob), max_bytes)
+        return blob
+
+    def _load_pieces(self, packed: bytes) -> None:
+        """Load :meth:`export`'s pieces as they are: serialized, as the saver keeps them."""
+        checkpoint_id, checkpoint, metadata, values, writes = ormsgpack.unpackb(packed)
+        thread_id = self.thread_id
+        self.storage[thread_id][_ROOT_NS][checkpoint_id] = (
+            (checkpoint[0], checkpoint[1]),
+            (metadata[0], metadata[1]),
+            None,
+        )
+        for channel, version, type_name, data in values:
+            self.blobs[(thread_id, _ROOT_NS, channel, version)] = (type_name, data)
+        if writes:
+            stored = self.writes[(thread_id, _ROOT_NS, checkpoint_id)]
+            for task_id, index, channel, type_name, data, task_path in writes:
+                stored[(task_id, index)] = (task_id, channel, (type_name, data), task_path)
+
+    def _load_v1(self, rest: bytes) -> None:
+        """Load the first format: one serde value holding the whole checkpoint."""
+        type_name, _, data = rest.partition(b"\n")
         stored: dict[str, Any] = self.serde.loads_typed((type_name.decode("ascii"), data))
         checkpoint = stored["checkpoint"]
         config = self.put(
@@ -86,21 +167,9 @@ class BeamCheckpointSaver(InMemorySaver):
         for task_id, task_writes in writes.items():
             self.put_writes(config, task_writes, task_id)
 
-    def export(self, max_bytes: int) -> bytes | None:
-        """The thread's latest root checkpoint as bytes (``None`` if there is none).
 
-        Raises :class:`CheckpointTooLargeError` when it is over ``max_bytes``.
-        """
-        latest = self.get_tuple(thread_config(self.thread_id))
-        if latest is None:
-            return None
-        stored = {
-            "checkpoint": latest.checkpoint,
-            "metadata": latest.metadata,
-            "writes": [list(write) for write in latest.pending_writes or ()],
-        }
-        type_name, data = self.serde.dumps_typed(stored)
-        blob = b"\n".join((_FORMAT, type_name.encode("ascii"), data))
-        if len(blob) > max_bytes:
-            raise CheckpointTooLargeError(len(blob), max_bytes)
-        return blob
+# LangGraph inspects the saver's ``put_writes`` signature on every run (does it take
+# ``task_path``?); a cached ``__signature__`` answers that without rebuilding it each time.
+BeamCheckpointSaver.put_writes.__signature__ = inspect.signature(  # type: ignore[attr-defined]
+    BeamCheckpointSaver.put_writes
+)

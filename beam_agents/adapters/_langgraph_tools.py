@@ -14,6 +14,8 @@ runs its async path on the activation's event loop (:func:`run_on_loop`).
 from __future__ import annotations
 
 import asyncio
+import inspect
+import typing
 from collections.abc import Coroutine, Hashable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -223,6 +225,21 @@ class BeamTool(BaseTool):
                 "may answer it"
             )
         return _content(name, value)
+
+
+def _introspected_once(method: Any) -> None:
+    """Resolve ``method``'s annotations and signature once, for LangChain's per-call checks.
+
+    LangChain asks every tool call whether ``_run``/``_arun`` take ``run_manager`` and which
+    parameter is the ``RunnableConfig`` (``inspect.signature`` and ``get_type_hints``, which
+    compiles this module's string annotations each time); answered here, at import.
+    """
+    method.__annotations__ = typing.get_type_hints(method)
+    method.__signature__ = inspect.signature(method)
+
+
+for _method in (BeamTool._run, BeamTool._arun):
+    _introspected_once(_method)
 
 
 def beam_tools(

@@ -82,17 +82,39 @@ class HistoryLimits:
         memory.set(self.slot, self.encode(messages))
 
     def encode(self, messages: Sequence[ModelMessage]) -> bytes:
-        """``messages`` cut to the limits, as Pydantic AI's message JSON."""
-        encoded = [_dump([message]) for message in messages]
-        sizes = [len(blob) - 1 for blob in encoded]  # each "[...]" minus its brackets, plus a ","
-        cuts = [0, *(i for i in range(1, len(messages)) if _starts_turn(messages[i]))]
+        """``messages`` cut to the limits, as Pydantic AI's message JSON.
+
+        Every message is serialized once: the list whole when it has few enough messages and
+        fits (nothing to cut), else each message alone, the kept ones joined as the list's JSON
+        holds them (only a first message given the system prompt is serialized again).
+        """
+        count = len(messages)
+        if count <= self.max_messages:
+            whole = _dump(messages)
+            if len(whole) <= self.max_bytes:
+                return whole  # the first cut (none) keeps everything
+        cuts = [0, *(i for i in range(1, count) if _starts_turn(messages[i]))]
+        # Cuts keeping too many messages are skipped (but the last is taken if none fits), so
+        # only the messages from the first candidate on are serialized, each without its "[]".
+        candidates = [cut for cut in cuts if count - cut <= self.max_messages] or cuts[-1:]
+        low = candidates[0]
+        encoded = [_dump([message])[1:-1] for message in messages[low:]]
+        # after[i]: the bytes of messages[low + i :], each with its "," (or the closing "]").
+        after = [0] * (count - low + 1)
+        for index in range(count - low - 1, -1, -1):
+            after[index] = after[index + 1] + len(encoded[index]) + 1
         kept: list[ModelMessage] = []
-        for cut in cuts:
+        first = b""
+        for cut in candidates:
             kept = _carry_system_prompt(messages, cut)
-            size = 1 + sum(sizes[cut + 1 :]) + (len(_dump(kept[:1])) - 1 if kept else 1)
-            if len(kept) <= self.max_messages and size <= self.max_bytes:
+            if not kept:
                 break
-        blob = _dump(kept)
+            at = cut - low
+            first = encoded[at] if kept[0] is messages[cut] else _dump(kept[:1])[1:-1]
+            if len(kept) <= self.max_messages and 2 + len(first) + after[at + 1] <= self.max_bytes:
+                break
+        rest = encoded[len(encoded) - len(kept) + 1 :] if kept else []
+        blob = b"[" + b",".join([first, *rest]) + b"]" if kept else b"[]"
         if len(blob) > self.max_bytes:
             raise HistoryTooLargeError(
                 f"the latest turn of the Pydantic AI history is {len(blob)} bytes, over "

@@ -27,7 +27,7 @@ from beam_agents.adapters._bridge import (
     Pending,
     current_bridge,
 )
-from beam_agents.tools import ToolRegistry
+from beam_agents.tools import Tool, ToolRegistry
 from beam_agents.tools.errors import ToolArgumentError, ToolError
 
 __all__ = ["INTENT_METADATA_KEY", "ApprovalRule", "BeamToolset", "beam_toolset", "call_key"]
@@ -40,6 +40,8 @@ ApprovalRule: TypeAlias = (
 )
 """Which calls need a person's approval: all, those of the named tools, or those a predicate
 (``(run_context, tool_def, arguments) -> bool``) picks."""
+
+_Tools: TypeAlias = dict[str, ToolsetTool[Any]]
 
 # The registry validates arguments itself (ctx.run_tool and ctx.act), with its own messages.
 _ANY_ARGUMENTS = SchemaValidator(core_schema.dict_schema(core_schema.str_schema()))
@@ -72,11 +74,24 @@ class BeamToolset(AbstractToolset[Any]):
         self._max_retries = max_retries
         self._intent_ttl_ms = intent_ttl_ms
         self._id = toolset_id
+        # The last registry listed, its tools and their Pydantic AI tools (built once, not every
+        # model step); dropped when pickled.
+        self._listed: tuple[ToolRegistry, tuple[Tool[..., Any], ...], _Tools] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_listed"] = None
+        return state
 
     @property
     def id(self) -> str | None:
         """The toolset id (``"beam_agents"`` unless told otherwise)."""
         return self._id
+
+    @property
+    def offers_activation_registry(self) -> bool:
+        """Whether this toolset offers ``AgentConfig.tool_registry`` (no registry was given)."""
+        return self._registry is None
 
     def registry(self) -> ToolRegistry:
         """The registry offered: the one given, else the running activation's."""
@@ -85,9 +100,26 @@ class BeamToolset(AbstractToolset[Any]):
         return current_bridge().ctx.tool_registry
 
     async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
-        """One Pydantic AI tool per registry tool, described by ``Tool.schema``."""
-        tools: dict[str, ToolsetTool[Any]] = {}
-        for tool in self.registry():
+        """One Pydantic AI tool per registry tool, described by ``Tool.schema``.
+
+        The tools are built once per registry (again should its tools change).
+        """
+        registry = self.registry()
+        registered = tuple(registry)
+        listed = self._listed
+        if (
+            listed is None
+            or listed[0] is not registry
+            or len(listed[1]) != len(registered)
+            or any(old is not new for old, new in zip(listed[1], registered, strict=True))
+        ):
+            listed = (registry, registered, self._tools(registered))
+            self._listed = listed
+        return dict(listed[2])
+
+    def _tools(self, registered: Sequence[Tool[..., Any]]) -> _Tools:
+        tools: _Tools = {}
+        for tool in registered:
             schema = tool.schema
             definition = ToolDefinition(
                 name=tool.name,

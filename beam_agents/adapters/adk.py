@@ -1,9 +1,10 @@
 """Google ADK agents as ``RunAgent`` agents: ``AdkAgent``, ``BeamLlm``, ``beam_tools``.
 
-Every activation runs the ADK agent with ``google.adk.runners.Runner`` from the run's start:
-the key's committed session (working memory), the run's event as the user message. Model calls
-go through ``ctx.call_model`` (``BeamLlm``), so a resumed activation gets the earlier answers
-back from the replay cache; registry tools run inline or become intents (``beam_tools``); an
+Every activation runs the ADK agent with ``google.adk.runners.Runner`` (one per adapter, built
+with the agent) from the run's start: the key's committed session (working memory, bound for
+the activation), the run's event as the user message. Model calls go through
+``ctx.call_model`` (``BeamLlm``), so a resumed activation gets the earlier answers back from
+the replay cache; registry tools run inline or become intents (``beam_tools``); an
 ADK tool confirmation becomes an approval intent and, once decided, is answered in the same
 activation as ADK expects (a ``FunctionResponse`` to ``adk_request_confirmation``). Anything
 unanswered suspends the run; the session is written back only when the run completes.
@@ -30,12 +31,20 @@ from google.adk.tools.tool_confirmation import ToolConfirmation
 from google.genai import types
 
 from beam_agents._json import canonical_json
-from beam_agents.adapters._adk_model import AdkTranslationError, BeamLlm, neutral_request
+from beam_agents.adapters._adk_model import (
+    AdkTranslationError,
+    BeamLlm,
+    content_of,
+    neutral_request,
+    text_part,
+)
 from beam_agents.adapters._adk_session import (
     SESSION_SLOT,
+    ActivationSessionService,
     AdkSessionTooLargeError,
     MemorySessionService,
     SessionLimits,
+    bound_sessions,
     load_session,
     save_session,
     trim_events,
@@ -157,39 +166,72 @@ class AdkAgent(FrameworkAgent[BaseAgent]):
         _warn_of_pipeline_tools(built)
         return built
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_shared_runner"] = None
+        return state
+
+    def _runner(self) -> Runner:
+        """The ``Runner`` every activation of this adapter uses (built once, with the agent).
+
+        Its session service is an :class:`ActivationSessionService`: each activation binds its
+        own ``MemorySessionService`` (the key's session) for the length of its run.
+        """
+        agent = self.agent
+        runner = getattr(self, "_shared_runner", None)
+        if runner is None or runner.agent is not agent or runner.app_name != self.app_name:
+            runner = Runner(app_name=self.app_name, agent=agent, session_service=_SESSIONS)
+            self._shared_runner = runner
+        return runner
+
     async def activate(self, bridge: ActivationBridge) -> Complete | Suspend:
         """One activation: re-walk the run from the key's committed session."""
         ctx = bridge.ctx
         user_id = session_user(ctx.entity_key)
         session = load_session(ctx.memory, app_name=self.app_name, user_id=user_id)
-        service = MemorySessionService([session])
-        runner = Runner(app_name=self.app_name, agent=self.agent, session_service=service)
+        runner = self._runner()
+        agent = self.agent
         event = bridge.event
-        message = types.Content(role="user", parts=[types.Part(text=self.prompt(event))])
+        message = content_of("user", [text_part(self.prompt(event))])
         delta = dict(self.state(event)) if self.state is not None else None
         text = ""
-        try:
-            for _ in range(self.max_rounds):
-                events = await _invoke(runner, user_id, message, delta)
-                delta = None
-                text = _final_text(events, text)
-                if bridge.waiting:
-                    return bridge.suspend(timeout_ms=self.suspend_timeout_ms)
-                answers = _answer_confirmations(bridge, events, session.events)
-                if bridge.waiting:
-                    return bridge.suspend(timeout_ms=self.suspend_timeout_ms)
-                if not answers:
-                    break
-                message = types.Content(role="user", parts=answers)
-            else:
-                raise AdkRunError(
-                    f"the ADK agent still asked for confirmations after {self.max_rounds} "
-                    "invocations in one activation; raise AdkAgent(max_rounds=...)"
-                )
-        finally:
-            await runner.close()
+        with bound_sessions(MemorySessionService([session])):
+            try:
+                for _ in range(self.max_rounds):
+                    events = await _invoke(runner, user_id, message, delta)
+                    delta = None
+                    text = _final_text(events, text)
+                    if bridge.waiting:
+                        return bridge.suspend(timeout_ms=self.suspend_timeout_ms)
+                    answers = _answer_confirmations(bridge, events, session.events)
+                    if bridge.waiting:
+                        return bridge.suspend(timeout_ms=self.suspend_timeout_ms)
+                    if not answers:
+                        break
+                    message = types.Content(role="user", parts=answers)
+                else:
+                    raise AdkRunError(
+                        f"the ADK agent still asked for confirmations after {self.max_rounds} "
+                        "invocations in one activation; raise AdkAgent(max_rounds=...)"
+                    )
+            finally:
+                if _has_toolsets(agent):
+                    # What closing a Runner of its own did: the toolsets' cleanup (the runner
+                    # has no plugins, and the activation's session service buffers nothing).
+                    await runner.close()
         save_session(ctx.memory, session, self.session_limits)
         return bridge.finish(self.output(text), timeout_ms=self.suspend_timeout_ms)
+
+
+_SESSIONS = ActivationSessionService()
+"""The session service of every adapter's ``Runner`` (each activation binds its own)."""
+
+
+def _has_toolsets(agent: BaseAgent) -> bool:
+    """Whether the ADK agent tree has a toolset (``Runner.close`` has something to clean up)."""
+    if isinstance(agent, LlmAgent) and any(isinstance(tool, BaseToolset) for tool in agent.tools):
+        return True
+    return any(_has_toolsets(child) for child in agent.sub_agents)
 
 
 def session_user(entity_key: bytes) -> str:

@@ -28,9 +28,10 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
+from langgraph.constants import CONFIG_KEY_CHECKPOINTER
 from langgraph.graph import StateGraph
 from langgraph.pregel import Pregel
-from langgraph.types import Command
+from langgraph.types import Command, Interrupt
 
 from beam_agents.adapters._bridge import (
     ActivationBridge,
@@ -189,8 +190,16 @@ class LangGraphAgent(FrameworkAgent[AnyGraph]):
         ctx = bridge.ctx
         saver = BeamCheckpointSaver(thread_id_for(ctx.entity_key))
         saver.load(ctx.memory.get(MEMORY_SLOT))
-        graph = self.built().copy(update={"checkpointer": saver})
-        configurable = {**(self._config.get("configurable") or {}), "thread_id": saver.thread_id}
+        graph = self.built()
+        if graph.checkpointer is not None:  # its own (or False, True): the adapter's instead
+            graph = graph.copy(update={"checkpointer": None})
+        # The saver goes in through the config, as LangGraph lends a parent's saver to a
+        # subgraph: no copy of the graph per activation.
+        configurable = {
+            **(self._config.get("configurable") or {}),
+            "thread_id": saver.thread_id,
+            CONFIG_KEY_CHECKPOINTER: saver,
+        }
         config: RunnableConfig = {**self._config, "configurable": configurable}  # type: ignore[typeddict-item]
         run = GraphRun(bridge, asyncio.get_running_loop())
         with bound_run(run):
@@ -214,11 +223,14 @@ class LangGraphAgent(FrameworkAgent[AnyGraph]):
         answered: set[str] = set()
         while True:
             run.restart()
-            await graph.ainvoke(payload, config)
-            snapshot = await graph.aget_state(config)
+            stopped, values, interrupts = await _run_graph(graph, payload, config)
+            if len(interrupts) > 1:
+                # Several questions at once: ask them in the order the saved state lists its
+                # tasks (the graph's node order), not the order the tasks ran in.
+                interrupts = list((await graph.aget_state(config)).interrupts)
             answers: dict[str, Any] = {}
             waiting = False
-            for item in snapshot.interrupts:
+            for item in interrupts:
                 if is_pending_marker(item.value):
                     waiting = True
                     continue
@@ -237,10 +249,51 @@ class LangGraphAgent(FrameworkAgent[AnyGraph]):
                 continue
             if waiting:
                 return None
-            if snapshot.next:
-                raise AdapterUsageError(
-                    f"the graph stopped before {list(snapshot.next)} without an interrupt(): "
-                    "static breakpoints (interrupt_before/after) are not supported; call "
-                    "interrupt() in the node instead"
-                )
-            return snapshot.values
+            if stopped or values is _NOTHING:
+                snapshot = await graph.aget_state(config)
+                if snapshot.next:
+                    raise AdapterUsageError(
+                        f"the graph stopped before {list(snapshot.next)} without an "
+                        "interrupt(): static breakpoints (interrupt_before/after) are not "
+                        "supported; call interrupt() in the node instead"
+                    )
+                return snapshot.values
+            return values
+
+
+_INTERRUPT = "__interrupt__"
+"""The update key of a run's interrupts (LangGraph's private ``INTERRUPT`` constant)."""
+
+_NOTHING: Any = object()
+"""No ``values`` came out of the run (the adapter then reads the state back)."""
+
+
+async def _run_graph(
+    graph: AnyGraph, payload: Any, config: RunnableConfig
+) -> tuple[bool, Any, list[Interrupt]]:
+    """Run the graph once: whether it stopped early, its last values, its open interrupts.
+
+    The run's own stream says all of it (as ``ainvoke`` reads it), so the state is not read
+    back from the checkpoint: the ``values`` are the graph's state channels after the last
+    step, and the interrupts the questions its last step raised, in the order its tasks ran
+    (one at a time; :meth:`LangGraphAgent._drive` puts several in the state's order). An
+    ``__interrupt__`` update, even an empty one (a static breakpoint), means the run stopped
+    before the graph's end. Checkpoints are written when the run exits
+    (``durability="exit"``), not after every step: only the last one is kept.
+    """
+    stopped = False
+    values: Any = _NOTHING
+    interrupts: list[Interrupt] = []
+    seen: set[str] = set()
+    async for mode, chunk in graph.astream(
+        payload, config, stream_mode=["updates", "values"], durability="exit"
+    ):
+        if mode == "values":
+            values = chunk
+        elif isinstance(chunk, dict) and (raised := chunk.get(_INTERRUPT)) is not None:
+            stopped = True
+            for item in raised:
+                if item.id not in seen:
+                    seen.add(item.id)
+                    interrupts.append(item)
+    return stopped, values, interrupts

@@ -14,11 +14,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
 from typing import Any, ClassVar
 
 from pydantic_ai import Agent, RunContext
 from pydantic_ai.agent import AbstractAgent
-from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.capabilities import AbstractCapability, CombinedCapability, ToolSearch
 from pydantic_ai.messages import ModelMessage, ToolCallPart
 from pydantic_ai.tools import (
     DeferredToolRequests,
@@ -27,7 +28,7 @@ from pydantic_ai.tools import (
     ToolDefinition,
     ToolDenied,
 )
-from pydantic_ai.toolsets import AbstractToolset
+from pydantic_ai.toolsets import AbstractToolset, FunctionToolset
 
 from beam_agents import Complete, Suspend
 from beam_agents.adapters._bridge import (
@@ -145,6 +146,14 @@ class PydanticAIAgent(FrameworkAgent[AbstractAgent[Any, Any]]):
         self._history = HistoryLimits(history_max_messages, history_max_bytes)
         self._suspend_timeout_ms = suspend_timeout_ms
         self._max_approval_rounds = max_approval_rounds
+        # What every run of the built agent is given (model, toolsets, capabilities, output
+        # type): made once per process, not every activation; see _run_options.
+        self._options: tuple[AbstractAgent[Any, Any], object, dict[str, Any]] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_options"] = None
+        return state
 
     def agent(self) -> AbstractAgent[Any, Any]:
         """The Pydantic AI agent (a builder is called once per process)."""
@@ -167,15 +176,8 @@ class PydanticAIAgent(FrameworkAgent[AbstractAgent[Any, Any]]):
         """One activation: re-walk the run, answer approvals, suspend or complete."""
         agent = self.built()
         event = bridge.event
-        run: dict[str, Any] = {
-            "model": BeamModel(self._model_id, sampling_params=self._sampling_params),
-            "toolsets": list(self._toolsets),
-            "deps": None if self._deps is None else self._deps(event),
-            "capabilities": [_LocalToolWarning()],
-        }
-        output_type = _with_deferred(agent)
-        if output_type is not None:
-            run["output_type"] = output_type
+        run = self._run_options(agent)
+        run["deps"] = None if self._deps is None else self._deps(event)
         history = self._history.load(bridge.ctx.memory)
         result = await agent.run(self._prompt(event), message_history=history, **run)
         rounds = 0
@@ -196,6 +198,62 @@ class PydanticAIAgent(FrameworkAgent[AbstractAgent[Any, Any]]):
         if isinstance(outcome, Complete):  # a run still waiting re-walks from the same history
             self._history.save(bridge.ctx.memory, result.all_messages())
         return outcome
+
+    def _run_options(self, agent: AbstractAgent[Any, Any]) -> dict[str, Any]:
+        """The keyword arguments of a run of ``agent`` but ``deps`` (a fresh dict each time).
+
+        The model, toolsets and capability are made once per built agent (they keep no state
+        of a run); the output type is worked out again should the agent's change.
+        """
+        spec = agent.output_type
+        options = self._options
+        if options is None or options[0] is not agent or options[1] is not spec:
+            run: dict[str, Any] = {
+                "model": BeamModel(self._model_id, sampling_params=self._sampling_params),
+                "toolsets": self._toolsets,
+                "capabilities": (_LocalToolWarning(),),
+            }
+            output_type = _with_deferred(agent)
+            if output_type is not None:
+                run["output_type"] = output_type
+            options = (agent, spec, run)
+            self._options = options
+        elif "output_type" in options[2] and _has_output_validators(agent):
+            _with_deferred(agent)  # raises, as it would have for a new agent
+        run = dict(options[2])
+        run["toolsets"] = list(run["toolsets"])
+        # The warning capability costs every hook of the run a layer: left out when no tool
+        # outside the registry can run (see _registry_tools_only).
+        run["capabilities"] = [] if self._registry_tools_only(agent) else list(run["capabilities"])
+        if "output_type" in run:
+            run["output_type"] = list(run["output_type"])
+        return run
+
+    def _registry_tools_only(self, agent: AbstractAgent[Any, Any]) -> bool:
+        """Whether every tool a run of ``agent`` can call is an ``AgentConfig.tool_registry`` tool.
+
+        Conservatively: the adapter's toolsets are default ``BeamToolset``s, the agent's own
+        toolsets are empty function toolsets, and its capabilities are Pydantic AI's defaults
+        (whose tool search adds no tool here: no registry tool defers its loading), with no
+        override in force. Anything else keeps :class:`_LocalToolWarning`.
+        """
+        if not isinstance(agent, Agent) or not all(
+            type(toolset) is BeamToolset and toolset.offers_activation_registry
+            for toolset in self._toolsets
+        ):
+            return False
+        override = getattr(agent, "_override_root_capability", None)
+        if not isinstance(override, ContextVar) or override.get(None) is not None:
+            return False
+        if not all(
+            type(toolset) in _EMPTY_TOOLSET_TYPES and not toolset.tools  # type: ignore[attr-defined]
+            for toolset in agent.toolsets
+        ):
+            return False
+        root = agent.root_capability
+        return type(root) is CombinedCapability and all(
+            type(capability) in _DEFAULT_CAPABILITY_TYPES for capability in root.capabilities
+        )
 
     def _decide(
         self,
@@ -229,6 +287,24 @@ class PydanticAIAgent(FrameworkAgent[AbstractAgent[Any, Any]]):
                 decisions[call.tool_call_id] = ToolDenied(denial_message(answer))
         return None if waiting else decisions
 
+
+# The toolsets an agent holding no tool of its own has (its function toolset, empty), and the
+# capabilities every agent has; see PydanticAIAgent._registry_tools_only.
+_EMPTY_TOOLSET_TYPES: frozenset[type] = frozenset(
+    {FunctionToolset, *(type(toolset) for toolset in Agent(output_type=str).toolsets)}
+)
+
+
+def _default_capability_types() -> frozenset[type]:
+    """The capabilities a plain ``Agent`` has (one of them private: if it moves, none known)."""
+    try:
+        from pydantic_ai.capabilities._pending_messages import PendingMessageDrainCapability
+    except ImportError:
+        return frozenset()
+    return frozenset({ToolSearch, PendingMessageDrainCapability})
+
+
+_DEFAULT_CAPABILITY_TYPES = _default_capability_types()
 
 # The tools (by name) this process has warned about: see _LocalToolWarning.
 _WARNED_TOOLS: set[str] = set()
