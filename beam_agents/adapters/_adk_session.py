@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -23,6 +23,7 @@ from google.adk.sessions.base_session_service import (
 )
 from google.adk.sessions.session import Session
 
+from beam_agents.adapters._adk_model import filled
 from beam_agents.adapters._bridge import MEMORY_CAP_BYTES
 
 __all__ = [
@@ -31,8 +32,10 @@ __all__ = [
     "AdkSessionTooLargeError",
     "MemorySessionService",
     "SessionLimits",
+    "bind_sessions",
     "bound_sessions",
     "load_session",
+    "release_sessions",
     "save_session",
     "trim_events",
 ]
@@ -225,6 +228,20 @@ class ActivationSessionService(BaseSessionService):
             await service.flush()
 
 
+def bind_sessions(service: MemorySessionService) -> Token[MemorySessionService | None]:
+    """Make ``service`` the one :class:`ActivationSessionService` calls go to, until released.
+
+    :func:`bound_sessions` without the context manager: pass the token to
+    :func:`release_sessions` (in a ``finally``).
+    """
+    return _BOUND.set(service)
+
+
+def release_sessions(token: Token[MemorySessionService | None]) -> None:
+    """Undo the :func:`bind_sessions` that returned ``token``."""
+    _BOUND.reset(token)
+
+
 @contextmanager
 def bound_sessions(service: MemorySessionService) -> Iterator[MemorySessionService]:
     """Make ``service`` the one :class:`ActivationSessionService` calls go to, in the block."""
@@ -235,11 +252,25 @@ def bound_sessions(service: MemorySessionService) -> Iterator[MemorySessionServi
         _BOUND.reset(token)
 
 
+_EMPTY_SESSION = Session(id="", app_name="", user_id="")
+_NEW_SESSION_FIELDS = ("id", "app_name", "user_id")
+
+
 def load_session(memory: Slots, *, app_name: str, user_id: str) -> Session:
     """The key's committed session, or a new empty one."""
     blob = memory.get(SESSION_SLOT)
     if blob is None:
-        return Session(id=user_id, app_name=app_name, user_id=user_id)
+        if type(user_id) is not str or type(app_name) is not str:
+            return Session(id=user_id, app_name=app_name, user_id=user_id)
+        # Session(id=..., app_name=..., user_id=...) without re-validating two str fields.
+        update = {
+            "id": user_id,
+            "app_name": app_name,
+            "user_id": user_id,
+            "state": {},
+            "events": [],
+        }
+        return filled(_EMPTY_SESSION, update, _NEW_SESSION_FIELDS)
     session = Session.model_validate_json(blob)
     if session.app_name != app_name:
         session = session.model_copy(update={"app_name": app_name})
@@ -270,8 +301,11 @@ def _untrimmed_blob(session: Session, limits: SessionLimits) -> bytes | None:
     none of the per-event sizing trimming needs.
     """
     events = session.events
-    if len(events) > limits.max_events or not all(type(event) is Event for event in events):
+    if len(events) > limits.max_events:
         return None
+    for event in events:
+        if type(event) is not Event:
+            return None
     blob = session.model_dump_json(exclude_none=True).encode("utf-8")
     return blob if len(blob) <= limits.max_bytes else None
 

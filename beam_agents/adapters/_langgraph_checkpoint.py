@@ -16,7 +16,9 @@ when it starts and encodes it once when it exits (the adapter runs it with
 from __future__ import annotations
 
 import inspect
+from collections import defaultdict
 from collections.abc import Sequence
+from contextlib import ExitStack
 from typing import Any
 
 import ormsgpack
@@ -80,7 +82,14 @@ class BeamCheckpointSaver(InMemorySaver):
     """
 
     def __init__(self, thread_id: str) -> None:
-        super().__init__(serde=_SERDE)
+        # ``InMemorySaver.__init__`` with its defaults, less the check that the serde has
+        # typed methods (a runtime ``Protocol`` isinstance, costly per activation): the shared
+        # ``JsonPlusSerializer`` has them.
+        self.serde = _SERDE
+        self.storage = defaultdict(lambda: defaultdict(dict))
+        self.writes = defaultdict(dict)
+        self.blobs = defaultdict()
+        self.stack = ExitStack()
         self.thread_id = thread_id
 
     def put_writes(
@@ -92,6 +101,16 @@ class BeamCheckpointSaver(InMemorySaver):
     ) -> None:
         """The in-memory saver's ``put_writes`` (its signature is cached, see below)."""
         super().put_writes(config, writes, task_id, task_path)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """The in-memory saver's ``aput_writes`` (its signature is cached, see below)."""
+        InMemorySaver.put_writes(self, config, writes, task_id, task_path)
 
     def load(self, blob: bytes | None) -> None:
         """Put the checkpoint :meth:`export` wrote (``None``: a fresh thread) into the saver."""
@@ -168,8 +187,9 @@ class BeamCheckpointSaver(InMemorySaver):
             self.put_writes(config, task_writes, task_id)
 
 
-# LangGraph inspects the saver's ``put_writes`` signature on every run (does it take
-# ``task_path``?); a cached ``__signature__`` answers that without rebuilding it each time.
-BeamCheckpointSaver.put_writes.__signature__ = inspect.signature(  # type: ignore[attr-defined]
-    BeamCheckpointSaver.put_writes
-)
+# LangGraph inspects the saver's ``put_writes`` (sync runs) or ``aput_writes`` (async runs)
+# signature on every run (does it take ``task_path``?); a cached ``__signature__`` answers that
+# without rebuilding it each time.
+_method: Any
+for _method in (BeamCheckpointSaver.put_writes, BeamCheckpointSaver.aput_writes):
+    _method.__signature__ = inspect.signature(_method)

@@ -8,6 +8,7 @@ answers it.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -190,3 +191,10 @@ class BeamChatModel(BaseChatModel):
             },
         )
         return ChatResult(generations=[ChatGeneration(message=message)])
+
+
+# LangChain asks on every call whether ``_agenerate`` takes ``run_manager``
+# (``inspect.signature``); a cached ``__signature__`` answers without rebuilding it each time.
+BeamChatModel._agenerate.__signature__ = inspect.signature(  # type: ignore[attr-defined]
+    BeamChatModel._agenerate
+)

@@ -234,8 +234,12 @@ def _introspected_once(method: Any) -> None:
     parameter is the ``RunnableConfig`` (``inspect.signature`` and ``get_type_hints``, which
     compiles this module's string annotations each time); answered here, at import.
     """
-    method.__annotations__ = typing.get_type_hints(method)
+    hints = typing.get_type_hints(method)
+    method.__annotations__ = hints
     method.__signature__ = inspect.signature(method)
+    # Only the ``RunnableConfig`` parameter matters to LangChain's per-call type-hint lookup:
+    # keep just that one, so the lookup resolves one annotation instead of all of them.
+    method.__annotations__ = {name: hint for name, hint in hints.items() if name == "config"}
 
 
 for _method in (BeamTool._run, BeamTool._arun):

@@ -16,6 +16,7 @@ from typing import Any, TypeAlias
 from pydantic_ai import RunContext
 from pydantic_ai.exceptions import ApprovalRequired, CallDeferred, ModelRetry, ToolFailed
 from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
+from pydantic_ai.tools import Tool as AgentTool
 from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
@@ -77,10 +78,13 @@ class BeamToolset(AbstractToolset[Any]):
         # The last registry listed, its tools and their Pydantic AI tools (built once, not every
         # model step); dropped when pickled.
         self._listed: tuple[ToolRegistry, tuple[Tool[..., Any], ...], _Tools] | None = None
+        # The agent tools of the last registry (see agent_tools), built once per registry too.
+        self._agent_tools: tuple[_Tools, tuple[AgentTool[Any], ...]] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_listed"] = None
+        state["_agent_tools"] = None
         return state
 
     @property
@@ -104,6 +108,10 @@ class BeamToolset(AbstractToolset[Any]):
 
         The tools are built once per registry (again should its tools change).
         """
+        return dict(self._listed_tools())
+
+    def _listed_tools(self) -> _Tools:
+        """The Pydantic AI tools of the registry offered (cached; see :meth:`get_tools`)."""
         registry = self.registry()
         registered = tuple(registry)
         listed = self._listed
@@ -115,7 +123,48 @@ class BeamToolset(AbstractToolset[Any]):
         ):
             listed = (registry, registered, self._tools(registered))
             self._listed = listed
-        return dict(listed[2])
+        return listed[2]
+
+    def agent_tools(self) -> tuple[AgentTool[Any], ...] | None:
+        """The registry tools as agent function tools that run through :meth:`call_tool`.
+
+        The adapter hands these to ``Agent.override(tools=...)`` when the agent has no tool of
+        its own, so a run lists one toolset, not two (each model step of a run over two
+        toolsets starts a task per toolset). They are listed, validated and called as this
+        toolset's tools are. ``None`` if Pydantic AI's ``Tool`` no longer allows it.
+        """
+        listed = self._listed_tools()
+        cached = self._agent_tools
+        if cached is not None and cached[0] is listed:
+            return cached[1]
+        try:
+            tools = tuple(self._agent_tool(tool) for tool in listed.values())
+        except (AttributeError, TypeError):  # pragma: no cover - a Pydantic AI change
+            return None
+        self._agent_tools = (listed, tools)
+        return tools
+
+    def _agent_tool(self, toolset_tool: ToolsetTool[Any]) -> AgentTool[Any]:
+        definition = toolset_tool.tool_def
+        name = definition.name
+
+        async def call(ctx: RunContext[Any], /, **arguments: Any) -> Any:
+            return await self.call_tool(name, arguments, ctx, toolset_tool)
+
+        tool: AgentTool[Any] = AgentTool.from_schema(
+            call,
+            name=name,
+            description=definition.description,
+            json_schema=definition.parameters_json_schema,
+            takes_ctx=True,
+            sequential=definition.sequential,
+        )
+        tool.max_retries = self._max_retries
+        tool.function_schema.validator = _ANY_ARGUMENTS
+        tool.function_schema.return_schema = None  # type: ignore[assignment]  # as in the toolset's
+        if tool.tool_def != definition:  # pragma: no cover - a Pydantic AI change
+            raise TypeError("the agent tool's definition differs from the toolset's")
+        return tool
 
     def _tools(self, registered: Sequence[Tool[..., Any]]) -> _Tools:
         tools: _Tools = {}

@@ -16,7 +16,9 @@ installs an exporter itself. See ``beam_agents/adapters/README.md``.
 
 from __future__ import annotations
 
+import importlib
 import logging
+import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -44,8 +46,9 @@ from beam_agents.adapters._adk_session import (
     AdkSessionTooLargeError,
     MemorySessionService,
     SessionLimits,
-    bound_sessions,
+    bind_sessions,
     load_session,
+    release_sessions,
     save_session,
     trim_events,
 )
@@ -151,6 +154,7 @@ class AdkAgent(FrameworkAgent[BaseAgent]):
         self.session_limits = session_limits or SessionLimits()
         self.max_rounds = max_rounds
         self.suspend_timeout_ms = suspend_timeout_ms
+        self._closes_toolsets = False
 
     @property
     def agent(self) -> BaseAgent:
@@ -169,6 +173,7 @@ class AdkAgent(FrameworkAgent[BaseAgent]):
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
         state["_shared_runner"] = None
+        state["_closes_toolsets"] = False
         return state
 
     def _runner(self) -> Runner:
@@ -180,51 +185,76 @@ class AdkAgent(FrameworkAgent[BaseAgent]):
         agent = self.agent
         runner = getattr(self, "_shared_runner", None)
         if runner is None or runner.agent is not agent or runner.app_name != self.app_name:
+            _skip_missing_a2a()
             runner = Runner(app_name=self.app_name, agent=agent, session_service=_SESSIONS)
             self._shared_runner = runner
+            self._closes_toolsets = _has_toolsets(agent)
         return runner
 
     async def activate(self, bridge: ActivationBridge) -> Complete | Suspend:
         """One activation: re-walk the run from the key's committed session."""
         ctx = bridge.ctx
         user_id = session_user(ctx.entity_key)
-        session = load_session(ctx.memory, app_name=self.app_name, user_id=user_id)
+        memory = ctx.memory
+        session = load_session(memory, app_name=self.app_name, user_id=user_id)
         runner = self._runner()
-        agent = self.agent
         event = bridge.event
         message = content_of("user", [text_part(self.prompt(event))])
         delta = dict(self.state(event)) if self.state is not None else None
         text = ""
-        with bound_sessions(MemorySessionService([session])):
+        token = bind_sessions(MemorySessionService([session]))
+        try:
+            for _ in range(self.max_rounds):
+                events = await _invoke(runner, user_id, message, delta)
+                delta = None
+                text = _final_text(events, text)
+                if bridge.waiting:
+                    return bridge.suspend(timeout_ms=self.suspend_timeout_ms)
+                answers = _answer_confirmations(bridge, events, session.events)
+                if bridge.waiting:
+                    return bridge.suspend(timeout_ms=self.suspend_timeout_ms)
+                if not answers:
+                    break
+                message = types.Content(role="user", parts=answers)
+            else:
+                raise AdkRunError(
+                    f"the ADK agent still asked for confirmations after {self.max_rounds} "
+                    "invocations in one activation; raise AdkAgent(max_rounds=...)"
+                )
+        finally:
             try:
-                for _ in range(self.max_rounds):
-                    events = await _invoke(runner, user_id, message, delta)
-                    delta = None
-                    text = _final_text(events, text)
-                    if bridge.waiting:
-                        return bridge.suspend(timeout_ms=self.suspend_timeout_ms)
-                    answers = _answer_confirmations(bridge, events, session.events)
-                    if bridge.waiting:
-                        return bridge.suspend(timeout_ms=self.suspend_timeout_ms)
-                    if not answers:
-                        break
-                    message = types.Content(role="user", parts=answers)
-                else:
-                    raise AdkRunError(
-                        f"the ADK agent still asked for confirmations after {self.max_rounds} "
-                        "invocations in one activation; raise AdkAgent(max_rounds=...)"
-                    )
-            finally:
-                if _has_toolsets(agent):
+                if self._closes_toolsets:
                     # What closing a Runner of its own did: the toolsets' cleanup (the runner
                     # has no plugins, and the activation's session service buffers nothing).
                     await runner.close()
-        save_session(ctx.memory, session, self.session_limits)
+            finally:
+                release_sessions(token)
+        save_session(memory, session, self.session_limits)
         return bridge.finish(self.output(text), timeout_ms=self.suspend_timeout_ms)
 
 
 _SESSIONS = ActivationSessionService()
 """The session service of every adapter's ``Runner`` (each activation binds its own)."""
+
+
+_A2A_AGENT_MODULE = "google.adk.agents.remote_a2a_agent"
+
+
+def _skip_missing_a2a() -> None:
+    """Let ADK's per-invocation import of its optional A2A agent fail at once, as it will.
+
+    Every ADK invocation (``build_node``) tries ``from ...agents.remote_a2a_agent import
+    RemoteA2aAgent`` and ignores the ``ImportError`` when the ``a2a`` package is missing; a
+    failed import is not cached, so each try reads and runs the module again (hundreds of
+    calls). Once it has failed here, ``None`` in ``sys.modules`` makes every later try raise
+    ``ImportError`` straight away; with ``a2a`` installed the import succeeds and is cached.
+    """
+    if _A2A_AGENT_MODULE in sys.modules:
+        return
+    try:
+        importlib.import_module(_A2A_AGENT_MODULE)
+    except ImportError:
+        sys.modules.setdefault(_A2A_AGENT_MODULE, None)  # type: ignore[arg-type]
 
 
 def _has_toolsets(agent: BaseAgent) -> bool:

@@ -176,10 +176,27 @@ class PydanticAIAgent(FrameworkAgent[AbstractAgent[Any, Any]]):
         """One activation: re-walk the run, answer approvals, suspend or complete."""
         agent = self.built()
         event = bridge.event
-        run = self._run_options(agent)
+        only_registry = self._registry_tools_only(agent)
+        run = self._run_options(agent, only_registry)
         run["deps"] = None if self._deps is None else self._deps(event)
         history = self._history.load(bridge.ctx.memory)
-        result = await agent.run(self._prompt(event), message_history=history, **run)
+        tools = self._agent_tools(agent) if only_registry else None
+        if tools is None:
+            return await self._walk(agent, bridge, history, run)
+        # The registry tools stand in for the agent's own (empty) function tools: one toolset.
+        run["toolsets"] = []
+        with agent.override(tools=tools):
+            return await self._walk(agent, bridge, history, run)
+
+    async def _walk(
+        self,
+        agent: AbstractAgent[Any, Any],
+        bridge: ActivationBridge,
+        history: list[ModelMessage],
+        run: dict[str, Any],
+    ) -> Complete | Suspend:
+        """Run the agent from the event and ``history``, resuming it past every approval."""
+        result = await agent.run(self._prompt(bridge.event), message_history=history, **run)
         rounds = 0
         while isinstance(result.output, DeferredToolRequests):
             messages: list[ModelMessage] = result.all_messages()
@@ -199,7 +216,26 @@ class PydanticAIAgent(FrameworkAgent[AbstractAgent[Any, Any]]):
             self._history.save(bridge.ctx.memory, result.all_messages())
         return outcome
 
-    def _run_options(self, agent: AbstractAgent[Any, Any]) -> dict[str, Any]:
+    def _agent_tools(self, agent: AbstractAgent[Any, Any]) -> tuple[Any, ...] | None:
+        """The one ``BeamToolset``'s tools as the agent's function tools, if they may stand in.
+
+        Only for a run whose every tool is a registry tool (see :meth:`_registry_tools_only`),
+        over a single default ``BeamToolset``, of an agent with no tool timeout (the agent's
+        function tools would take it on) and no ``override(toolsets=...)`` in force (which
+        leaves the run's toolsets out). Both are private (``Agent._tool_timeout``,
+        ``Agent._override_toolsets``), read with ``getattr``: should they go, the toolset is
+        passed as it is.
+        """
+        if len(self._toolsets) != 1 or getattr(agent, "_tool_timeout", _UNKNOWN) is not None:
+            return None
+        override = getattr(agent, "_override_toolsets", None)
+        if not isinstance(override, ContextVar) or override.get(None) is not None:
+            return None
+        toolset = self._toolsets[0]
+        assert isinstance(toolset, BeamToolset)  # checked by _registry_tools_only
+        return toolset.agent_tools()
+
+    def _run_options(self, agent: AbstractAgent[Any, Any], only_registry: bool) -> dict[str, Any]:
         """The keyword arguments of a run of ``agent`` but ``deps`` (a fresh dict each time).
 
         The model, toolsets and capability are made once per built agent (they keep no state
@@ -224,7 +260,7 @@ class PydanticAIAgent(FrameworkAgent[AbstractAgent[Any, Any]]):
         run["toolsets"] = list(run["toolsets"])
         # The warning capability costs every hook of the run a layer: left out when no tool
         # outside the registry can run (see _registry_tools_only).
-        run["capabilities"] = [] if self._registry_tools_only(agent) else list(run["capabilities"])
+        run["capabilities"] = [] if only_registry else list(run["capabilities"])
         if "output_type" in run:
             run["output_type"] = list(run["output_type"])
         return run
@@ -305,6 +341,8 @@ def _default_capability_types() -> frozenset[type]:
 
 
 _DEFAULT_CAPABILITY_TYPES = _default_capability_types()
+
+_UNKNOWN = object()
 
 # The tools (by name) this process has warned about: see _LocalToolWarning.
 _WARNED_TOOLS: set[str] = set()
