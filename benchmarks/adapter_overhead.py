@@ -58,8 +58,10 @@ the neutral messages itself and calls `ctx.call_model` / `ctx.run_tool`), and
 `PydanticAIAgent` (`Agent(system_prompt=..., output_type=str)` with the default
 `BeamToolset`) and `AdkAgent` (`LlmAgent` with `beam_tools`). **Alone, per conversation**:
 the same conversation run by the framework with nothing of beam-agents: the same LangGraph
-graph with an in-process fake LangChain chat model, compiled without a checkpointer and run
-with `ainvoke`; a Pydantic AI `Agent` on a `FunctionModel` with the tool as `tool_plain`; an ADK
+graph with an in-process fake LangChain chat model, run with `ainvoke` on a thread of its own
+per conversation in LangGraph's `InMemorySaver` (where a LangGraph thread keeps its state,
+written when the run exits, as the adapter runs it: the adapter keeps the same state in the
+key's memory); a Pydantic AI `Agent` on a `FunctionModel` with the tool as `tool_plain`; an ADK
 `Runner` over an `InMemorySessionService` (one new session per conversation) with an
 in-process fake `BaseLlm` and the tool as a `FunctionTool`. All fakes answer the same script
 from their own framework's messages; each alone variant runs its N conversations in one event
@@ -69,7 +71,7 @@ around the framework: beam-agents' own per-activation work (admission, the model
 two calls, the tool, the commit: what the plain agent costs, less its own message building),
 plus what the adapter adds (translating messages, tools and answers, the bridge, an asyncio
 task per activation where the plain agent completes inline, the checkpoint, history or session
-kept in working memory, a `Runner` per activation for ADK); so a ratio of 1 would mean the
+kept in working memory); so a ratio of 1 would mean the
 adapter adds nothing but the runtime. Every variant warms up on a quarter as many keys first;
 then the seven take turns (each round in the reverse order of the one before, a `gc.collect()`
 before each batch) for 9 rounds (1 quick), and each figure is the median of its rounds."""

@@ -29,6 +29,7 @@ from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 from langchain_core.tools import tool as langchain_tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode
@@ -313,12 +314,22 @@ class Alone:
 
 
 def langgraph_alone() -> Alone:
-    """The graph with the fake chat model and a plain LangChain tool, no checkpointer."""
+    """The graph with the fake chat model and a plain LangChain tool, a thread per conversation.
+
+    A thread's state lives in LangGraph's checkpointer (the in-memory one, written when the
+    run exits, as the adapter runs it), as the adapter keeps it in the key's memory.
+    """
     tools = [langchain_tool(lookup_account)]
-    graph = _graph(ScriptedChatModel().bind_tools(tools), tools).compile()
+    saver = InMemorySaver()
+    graph = _graph(ScriptedChatModel().bind_tools(tools), tools).compile(checkpointer=saver)
 
     async def converse(key: str, event: bytes) -> str:
-        state = await graph.ainvoke({"messages": [HumanMessage(content=event.decode("utf-8"))]})
+        state = await graph.ainvoke(
+            {"messages": [HumanMessage(content=event.decode("utf-8"))]},
+            {"configurable": {"thread_id": key}},
+            durability="exit",
+        )
+        await saver.adelete_thread(key)  # as small as the adapter's saver, which holds one key
         return str(state["messages"][-1].text)
 
     return Alone(converse)
