@@ -10,6 +10,7 @@ is the agent's mistake, not the model's: it fails the activation instead of reac
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Collection, Hashable, Sequence
 from typing import Any, TypeAlias
 
@@ -46,6 +47,8 @@ _Tools: TypeAlias = dict[str, ToolsetTool[Any]]
 
 # The registry validates arguments itself (ctx.run_tool and ctx.act), with its own messages.
 _ANY_ARGUMENTS = SchemaValidator(core_schema.dict_schema(core_schema.str_schema()))
+
+_log = logging.getLogger(__name__)
 
 
 class BeamToolset(AbstractToolset[Any]):
@@ -123,6 +126,11 @@ class BeamToolset(AbstractToolset[Any]):
         ):
             listed = (registry, registered, self._tools(registered))
             self._listed = listed
+            if not registered:
+                _log.warning(
+                    "BeamToolset offers the model no tools: its registry (by default "
+                    "AgentConfig.tool_registry) is empty; pass tool_registry=ToolRegistry([...])"
+                )
         return listed[2]
 
     def agent_tools(self) -> tuple[AgentTool[Any], ...] | None:

@@ -501,3 +501,12 @@ def test_history_is_saved_only_when_the_activation_completes() -> None:
     assert outputs.output == [b"got noted"]
     # The resumed activation re-walks from the same (empty) history: nothing new is asked.
     assert provider.fake.call_count == 2 == _distinct_requests(provider.fake)
+
+
+def test_an_empty_tool_registry_is_warned_of(caplog: pytest.LogCaptureFixture) -> None:
+    provider = SharedProvider(scenario.triage_model())
+    stream = EnvelopeStream().event(b"no-tools", _event("no-tools"), at_ms=1_000)
+    config = AgentConfig(provider_factory=provider)  # the registry was forgotten
+    with caplog.at_level(logging.WARNING, logger="beam_agents.adapters._pydantic_ai_tools"):
+        run_agent(streamed(stream), triage_agent, config, streaming=True)
+    assert any("offers the model no tools" in r.getMessage() for r in caplog.records)
