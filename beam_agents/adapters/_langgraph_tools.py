@@ -157,6 +157,9 @@ def stage(tool_name: str, arguments: Mapping[str, Any], *, ttl_ms: int | None = 
 
 
 def _content(tool_name: str, value: object) -> str:
+    """The tool message text: a string as it is (as LangChain tools give it), else JSON."""
+    if isinstance(value, str):
+        return value
     try:
         return canonical_json(value)
     except (TypeError, ValueError) as exc:

@@ -514,3 +514,52 @@ def test_a_registry_tool_error_fails_the_activation(
     assert outputs.output == [] and outputs.intents == []
     (error,) = outputs.errors
     assert error_type in error.detail
+
+
+@tool
+def greeting(name: str) -> str:
+    """Say hello (read-only; returns plain text).
+
+    Args:
+        name: Who to greet.
+    """
+    return f"hello {name}"
+
+
+def test_a_tool_returning_text_reaches_the_model_as_that_text() -> None:
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    from beam_agents import ToolRegistry
+    from beam_agents.adapters.langgraph import BeamChatModel, LangGraphAgent, beam_tools
+    from beam_agents.model.client import ToolCall
+
+    registry = ToolRegistry([greeting])
+
+    def build() -> StateGraph[Any, Any, Any, Any]:
+        tools = beam_tools(registry)
+        model = BeamChatModel(model_id="m").bind_tools(tools)
+
+        async def agent(state: Notes) -> dict[str, Any]:
+            return {"messages": [await model.ainvoke(state["messages"])]}
+
+        graph = StateGraph(Notes)
+        graph.add_node("agent", agent)
+        graph.add_node("tools", ToolNode(tools))
+        graph.add_edge(START, "agent")
+        graph.add_conditional_edges("agent", tools_condition)
+        graph.add_edge("tools", "agent")
+        return graph
+
+    fake: FakeLLM
+
+    def answer(request: LlmRequest) -> bytes:
+        said = [m["content"] for m in request.messages if m["role"] == "tool"]
+        if not said:
+            return fake.scripted_body(request, "", [ToolCall("c", "greeting", {"name": "ann"})])
+        return fake.scripted_body(request, f"the tool said [{said[0]}]")
+
+    fake = FakeLLM([(match_any(), respond_with_fn(answer))])
+    stream = EnvelopeStream().event(b"k", b"greet ann", at_ms=1)
+    config = AgentConfig(provider_factory=SharedProvider(fake), tool_registry=registry)
+    outputs = run_agent(streamed(stream), LangGraphAgent(build), config, streaming=True)
+    assert outputs.output == [b"the tool said [hello ann]"]  # not the JSON string '"hello ann"'
