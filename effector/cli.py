@@ -28,7 +28,13 @@ from effector import commands as client_commands
 from effector.addresses import parse_host_port
 from effector.client import EffectorClient
 from effector.errors import ConfigurationError, StoreError
-from effector.server import ServerSettings, check_tls_pair, check_token, running_server
+from effector.server import (
+    DEFAULT_MCP_IDENTITY,
+    ServerSettings,
+    check_tls_pair,
+    check_token,
+    running_server,
+)
 from effector.service import DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT
 from effector.worker import WorkerSettings
 
@@ -39,6 +45,8 @@ READY_PREFIX = "effector listening on "
 """``serve`` prints this and the bound ``HOST:PORT`` on stdout once it is ready."""
 CONSOLE_PREFIX = "effector console on "
 """With a console, ``serve`` prints this and its URL on the line after the ready line."""
+MCP_PREFIX = "effector mcp on "
+"""With ``--mcp-listen``, ``serve`` prints this and the endpoint's URL after the console's."""
 
 _log = logging.getLogger("effector")
 
@@ -141,9 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser(
         "serve",
         help="run an effector server",
-        description="Run an effector: gRPC server, worker and (optionally) metrics endpoint "
-        "and web console. Prints 'effector listening on HOST:PORT' once ready (then 'effector "
-        "console on URL' with a console); SIGTERM/SIGINT drain and exit 0.",
+        description="Run an effector: gRPC server, worker and, if asked, metrics, web console "
+        "and MCP endpoint. Prints 'effector listening on HOST:PORT' when ready, then 'effector "
+        "console on URL' and 'effector mcp on URL' if served; SIGTERM/SIGINT drain and exit 0.",
     )
     _option(
         serve,
@@ -234,11 +242,27 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="HOST:PORT",
         type=_host_port,
     )
+    _option(
+        serve,
+        "--mcp-listen",
+        "serve the operator MCP endpoint (/mcp; beam-agents[mcp]): list, approve, deny approvals, "
+        "read intents; port 0 picks a port. With a token requests need 'authorization: Bearer "
+        "<token>'; without one a non-loopback host needs --allow-insecure-bind",
+        metavar="HOST:PORT",
+        type=_host_port,
+    )
+    _option(
+        serve,
+        "--mcp-identity",
+        "the identity configured for the token: the approver recorded for MCP decisions",
+        default=DEFAULT_MCP_IDENTITY,
+        metavar="NAME",
+    )
     _switch(
         serve,
         "--allow-insecure-bind",
-        "allow a non-loopback --listen or --console-listen without a token (anyone who can "
-        "connect can submit, decide and publish)",
+        "allow a non-loopback --listen, --console-listen or --mcp-listen without a token "
+        "(anyone who can connect can submit, decide and publish)",
     )
     _option(
         serve,
@@ -391,6 +415,8 @@ def _server_settings(args: argparse.Namespace) -> ServerSettings:
         allow_insecure_bind=args.allow_insecure_bind,
         metrics_listen=args.metrics_listen,
         console_listen=args.console_listen,
+        mcp_listen=args.mcp_listen,
+        mcp_identity=args.mcp_identity,
         tool_timeout_ms=args.tool_timeout_ms,
         telemetry_retention_s=args.telemetry_retention_s,
         worker=WorkerSettings(
@@ -411,8 +437,9 @@ async def _serve(args: argparse.Namespace) -> int:
         loop.add_signal_handler(signum, stop.set)
     async with running_server(args.store, registry, settings) as server:
         print(f"{READY_PREFIX}{server.address}", flush=True)
-        if server.console_url is not None:
-            print(f"{CONSOLE_PREFIX}{server.console_url}", flush=True)
+        for prefix, url in ((CONSOLE_PREFIX, server.console_url), (MCP_PREFIX, server.mcp_url)):
+            if url is not None:
+                print(f"{prefix}{url}", flush=True)
         await stop.wait()
         _log.info("signal received, draining")
     return 0

@@ -2,7 +2,8 @@
 
 :class:`EffectorServer` wires one store, one tool registry and one worker behind a ``grpc.aio``
 server (the :mod:`effector.service` RPCs, health, reflection, bearer-token auth, TLS) and,
-when asked, the web console (:mod:`effector.console`) on the same event loop.
+when asked, the web console (:mod:`effector.console`) and the operator MCP endpoint
+(:mod:`effector.operator_mcp`) on the same event loop.
 :meth:`ServerSettings.check` is the one validation of a configuration, used by the command line
 and the server alike; :func:`running_server` opens a store and serves it for a ``with`` block.
 """
@@ -10,6 +11,7 @@ and the server alike; :func:`running_server` opens a store and serves it for a `
 from __future__ import annotations
 
 import hmac
+import importlib.util
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -29,6 +31,7 @@ from effector.runner import EffectorToolRunner
 from effector.service import (
     EFFECTOR_SERVICE,
     MAX_MESSAGE_BYTES,
+    MAX_TEXT_FIELD_CHARS,
     EffectorService,
     add_effector_service,
 )
@@ -42,6 +45,23 @@ if TYPE_CHECKING:
 _log = logging.getLogger(__name__)
 
 _HEALTH_METHOD_PREFIX = f"/{health.SERVICE_NAME}/"
+
+DEFAULT_MCP_IDENTITY = "mcp-operator"
+"""The approver recorded for decisions made through the MCP endpoint, unless configured."""
+_MCP_MISSING = (
+    "--mcp-listen needs the MCP SDK, which is not installed: install beam-agents[mcp] "
+    "(pip install 'beam-agents[mcp]')"
+)
+
+
+def _check_mcp_installed() -> None:
+    """Refuse to serve the MCP endpoint without the ``mcp`` package (without importing it)."""
+    try:
+        found = importlib.util.find_spec("mcp") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise ConfigurationError(_MCP_MISSING)
 
 
 class BearerTokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
@@ -121,6 +141,10 @@ class ServerSettings:
     """``HOST:PORT`` for the Prometheus endpoint; ``None`` serves no metrics."""
     console_listen: str | None = None
     """``HOST:PORT`` for the web console; ``None`` serves no console."""
+    mcp_listen: str | None = None
+    """``HOST:PORT`` for the operator MCP endpoint; ``None`` serves none."""
+    mcp_identity: str = DEFAULT_MCP_IDENTITY
+    """The identity configured for the token: recorded as the approver of MCP decisions."""
     tool_timeout_ms: int = 30_000
     """How long one tool call may run."""
     telemetry_retention_s: int = DEFAULT_TELEMETRY_RETENTION_MS // 1000
@@ -138,6 +162,8 @@ class ServerSettings:
         self._check_open_bind(host, "listen")
         if self.console_listen is not None:
             self._check_open_bind(parse_host_port(self.console_listen)[0], "serve the console")
+        if self.mcp_listen is not None:
+            self._check_mcp()
         check_tls_pair(self.tls_cert, self.tls_key)
         check_token(self.token)
         if self.metrics_listen is not None:
@@ -147,6 +173,17 @@ class ServerSettings:
                 f"the telemetry retention must be positive, got {self.telemetry_retention_s} s"
             )
         return host, port
+
+    def _check_mcp(self) -> None:
+        """Validate the MCP endpoint's address and identity, and that ``mcp`` is installed."""
+        assert self.mcp_listen is not None
+        self._check_open_bind(parse_host_port(self.mcp_listen)[0], "serve the MCP endpoint")
+        identity = self.mcp_identity
+        if not identity.strip() or len(identity) > MAX_TEXT_FIELD_CHARS:
+            raise ConfigurationError(
+                f"the MCP identity must be a name of 1 to {MAX_TEXT_FIELD_CHARS} characters"
+            )
+        _check_mcp_installed()
 
     def _check_open_bind(self, host: str, what: str) -> None:
         """Refuse a non-loopback ``host`` without a token, unless insecure binds are allowed."""
@@ -158,7 +195,7 @@ class ServerSettings:
 
 
 class EffectorServer:
-    """One running effector: gRPC service, health, reflection, worker, metrics and console."""
+    """One running effector: gRPC, health, reflection, worker, metrics, console, MCP endpoint."""
 
     def __init__(
         self,
@@ -190,6 +227,7 @@ class EffectorServer:
         self._port = 0
         self._metrics_port: int | None = None
         self._console: ConsoleServer | None = None
+        self._mcp: ConsoleServer | None = None
         self._worker_started = False
 
     @property
@@ -222,6 +260,22 @@ class EffectorServer:
         return f"{scheme}://{format_host_port(host, self._console.port)}/"
 
     @property
+    def mcp_port(self) -> int | None:
+        """The operator MCP endpoint's port, if it is served."""
+        return None if self._mcp is None else self._mcp.port
+
+    @property
+    def mcp_url(self) -> str | None:
+        """The operator MCP endpoint's URL (``https://`` with TLS), if it is served."""
+        if self._mcp is None or self._settings.mcp_listen is None:
+            return None
+        from effector.operator_mcp import MCP_PATH
+
+        host = parse_host_port(self._settings.mcp_listen)[0]
+        scheme = "https" if self._mcp.https else "http"
+        return f"{scheme}://{format_host_port(host, self._mcp.port)}{MCP_PATH}"
+
+    @property
     def service(self) -> EffectorService:
         """The service behind the RPCs (and the console)."""
         return self._service
@@ -235,6 +289,7 @@ class EffectorServer:
         host, port = settings.check()
         self._console = self._bind_console()
         try:
+            self._mcp = self._bind_mcp()
             server, bound = self._bind_grpc(host, port)
             self._server, self._host, self._port = server, host, bound
             if settings.metrics_listen is not None:
@@ -253,6 +308,11 @@ class EffectorServer:
             if self._console is not None:
                 await self._console.start()
                 _log.info("effector console on %s", self.console_url)
+            if self._mcp is not None:
+                await self._mcp.start()
+                _log.info(
+                    "effector mcp on %s (deciding as %r)", self.mcp_url, settings.mcp_identity
+                )
         except BaseException:
             await self._stop_parts(rpc_grace_s=0)
             raise
@@ -311,9 +371,18 @@ class EffectorServer:
                     "--tls-key) or behind a TLS-terminating proxy",
                     host,
                 )
+        if self._mcp is not None and settings.mcp_listen is not None:
+            host = parse_host_port(settings.mcp_listen)[0]
+            if settings.token and not self._mcp.https and not is_loopback_host(host):
+                _log.warning(
+                    "the MCP endpoint on non-loopback %s speaks plain HTTP: the token travels in "
+                    "clear text with every request; serve it over TLS (--tls-cert and --tls-key) "
+                    "or behind a TLS-terminating proxy",
+                    host,
+                )
 
     async def stop(self, rpc_grace_s: float = 1.0) -> None:
-        """Drain: stop the console and RPCs, let executions finish (or release them), stop metrics.
+        """Drain: stop the MCP endpoint, console and RPCs, let executions finish, stop metrics.
 
         Executions get the tool timeout plus a second to finish; the store stays open, and
         closing it is the caller's (it opened it).
@@ -326,11 +395,16 @@ class EffectorServer:
     async def _stop_parts(self, rpc_grace_s: float) -> None:
         """Stop whatever has started, each part even if stopping another one failed."""
         console, self._console = self._console, None
+        mcp, self._mcp = self._mcp, None
         server, self._server = self._server, None
         try:
             await self._health.enter_graceful_shutdown()
-            if console is not None:
-                await console.stop()
+            try:
+                if mcp is not None:
+                    await mcp.stop()
+            finally:
+                if console is not None:
+                    await console.stop()
         finally:
             try:
                 if server is not None:
@@ -361,6 +435,30 @@ class EffectorServer:
             https=tls is not None,
         )
         return ConsoleServer(app, host, port, tls=tls)
+
+    def _bind_mcp(self) -> ConsoleServer | None:
+        """The operator MCP endpoint's server, bound but not started; ``None`` if not asked for."""
+        settings = self._settings
+        if settings.mcp_listen is None:
+            return None
+        try:  # Imported here: an effector without the endpoint never loads the MCP SDK.
+            from effector.operator_mcp import bind_mcp_endpoint
+        except ImportError as exc:
+            if (exc.name or "").partition(".")[0] in ("mcp", "mcp_types"):
+                raise ConfigurationError(_MCP_MISSING) from None
+            raise
+        host, port = parse_host_port(settings.mcp_listen)
+        tls = None
+        if settings.tls_cert is not None and settings.tls_key is not None:
+            tls = settings.tls_cert, settings.tls_key
+        return bind_mcp_endpoint(
+            self._service,
+            host,
+            port,
+            identity=settings.mcp_identity,
+            token=settings.token,
+            tls=tls,
+        )
 
 
 @asynccontextmanager

@@ -35,7 +35,6 @@ from beam_agents import (
 )
 from beam_agents.adapters.adk import AdkAgent, beam_tools
 from beam_agents.model.client import ToolCall
-from beam_agents.model.fake import match_any, respond_with_fn
 
 
 @tool
@@ -89,13 +88,7 @@ def answer(request: LlmRequest) -> tuple[str, tuple[ToolCall, ...]]:
 
 def make_model() -> FakeLLM:
     """The provider: a ``FakeLLM`` answering with :func:`answer` (no network)."""
-    fake: FakeLLM
-
-    def respond(request: LlmRequest) -> bytes:
-        return fake.scripted_body(request, *answer(request))
-
-    fake = FakeLLM([(match_any(), respond_with_fn(respond))])
-    return fake
+    return FakeLLM.scripted(answer)
 
 
 ACCOUNTS = ("acct-1", "acct-2")

@@ -37,7 +37,6 @@ from beam_agents import (
 )
 from beam_agents.adapters.langgraph import BeamChatModel, LangGraphAgent, beam_tools
 from beam_agents.model.client import ToolCall
-from beam_agents.model.fake import match_any, respond_with_fn
 
 
 @tool
@@ -103,13 +102,7 @@ def scripted(request: LlmRequest) -> tuple[str, tuple[ToolCall, ...]]:
 
 def make_model() -> FakeLLM:
     """The ``provider_factory``: a scripted model in its own wire shape."""
-    fake: FakeLLM
-
-    def respond(request: LlmRequest) -> bytes:
-        return fake.scripted_body(request, *scripted(request))
-
-    fake = FakeLLM([(match_any(), respond_with_fn(respond))])
-    return fake
+    return FakeLLM.scripted(scripted)
 
 
 def make_events() -> list[AgentEnvelope]:

@@ -77,9 +77,15 @@ EXPECTED_OUTPUT: dict[str, list[str]] = {
         "backtest_demo: ok",
     ],
     "tool_loop.py": ["tool_loop: staged issue_refund", "tool_loop: answer:", "tool_loop: ok"],
+    "mcp_tickets.py": [
+        "mcp_tickets: db: filed OPS-",
+        "mcp_tickets: web: filed OPS-",
+        "mcp_tickets: replayed, the same answers; 2 tickets filed in all",
+        "mcp_tickets: ok",
+    ],
 }
 
-DRIVEN_BY: dict[str, str] = {"fraud_triage.py": "demo.py"}
+DRIVEN_BY: dict[str, str] = {"fraud_triage.py": "demo.py", "mcp_ticket_server.py": "mcp_tickets.py"}
 SEED = "read_only_tools.py"
 """The seed example, kept verbatim (it does not import quiet_beam)."""
 

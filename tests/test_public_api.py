@@ -211,8 +211,9 @@ def test_mypy_outside_the_repository_sees_the_exported_types(tmp_path: Path) -> 
 
 
 def test_importing_the_package_imports_no_agent_framework() -> None:
-    code = "import sys, beam_agents, beam_agents.adapters\nfrom beam_agents import RunAgent\n"
+    code = "import sys, beam_agents, beam_agents.adapters, beam_agents.tools\n"
+    code += "from beam_agents import RunAgent\n"
     code += "print(*[m for m in sys.modules if m.startswith('google.adk')])"
     imported = python(code)
-    assert not imported & {"langgraph", "langchain_core", "pydantic_ai"}
+    assert not imported & {"langgraph", "langchain_core", "pydantic_ai", "mcp", "mcp_types"}
     assert not [name for name in imported if name.startswith("google.adk")]

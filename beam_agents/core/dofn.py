@@ -40,7 +40,7 @@ from beam_agents.core.retry_memo import answer_memo
 from beam_agents.core.services import activation_services
 from beam_agents.core.state import CACHE, CONTINUATION, HEADER, MEMORY, KeyState
 from beam_agents.model.resilience import CircuitBreakers
-from beam_agents.tools import ToolRunner
+from beam_agents.tools import ToolConnection, ToolRunner
 
 OUTPUT_TAG = "output"
 INTENTS_TAG = "intents"
@@ -215,12 +215,13 @@ class AgentDoFn(beam.DoFn):
         self._counters: _BeamModelCounters | None = None
         self._early_fires = 0
         self._idle_bundle = True
+        self._connections: list[ToolConnection] = []
         self._error_log = ErrorLog()  # every .errors record is logged, rate-limited
 
     # -- lifecycle -----------------------------------------------------------------------
 
     def setup(self) -> None:
-        """Create the event loop, the model client and the circuit breakers this instance owns."""
+        """Create the event loop, model client, circuit breakers and tool connections it owns."""
         config = self._config
         driver = self._driver = CoroutineDriver()
         factory = config.provider_factory
@@ -238,6 +239,9 @@ class AgentDoFn(beam.DoFn):
                 memo=answer_memo(self._memo_scope),
             )
         self._gateway = gateway
+        self._connections = config.tool_registry.connections()
+        for connection in self._connections:  # MCP sessions: opened now, closed in teardown
+            connection.open()
         services = activation_services(config, gateway, ToolRunner(), driver.time_left_s)
         self._activator = Activator(self._agent, config, services, driver.run, ticks=self._ticks)
         self._tick_clock = self._activator.processing_ms if self._ticks else None
@@ -261,8 +265,11 @@ class AgentDoFn(beam.DoFn):
             time.sleep(_EARLY_TIMER_PAUSE_S)
 
     def teardown(self) -> None:
-        """Close the model client and the event loop."""
+        """Close the tool connections, the model client and the event loop."""
         self._error_log.flush(final=True)
+        connections, self._connections = self._connections, []
+        for connection in connections:
+            connection.close()
         driver, gateway = self._driver, self._gateway
         self._driver = self._gateway = self._activator = None
         if driver is None:

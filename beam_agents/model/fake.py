@@ -230,6 +230,22 @@ class FakeLLM(ModelClient):
         self._matches = [0] * len(checked)
         self.requests: list[LlmRequest] = []
 
+    @classmethod
+    def scripted(
+        cls,
+        answer: Callable[[LlmRequest], tuple[str, Sequence[ToolCall]]],
+        *,
+        shape: Shape = "fake",
+    ) -> FakeLLM:
+        """A fake whose every answer is ``answer(request)``: the text and the tool calls."""
+        fake: FakeLLM
+
+        def respond(request: LlmRequest) -> bytes:
+            return fake.scripted_body(request, *answer(request))
+
+        fake = cls([(match_any(), respond_with_fn(respond))], shape=shape)
+        return fake
+
     @property
     def call_count(self) -> int:
         """How many requests this instance has received."""

@@ -7,8 +7,8 @@ Apache Beam: the effector sidecar imports it. See ``beam_agents/tools/README.md`
 """
 
 from beam_agents.tools._intent import IntentInfo
-from beam_agents.tools._tool import Tool, tool
+from beam_agents.tools._tool import Tool, ToolConnection, tool
 from beam_agents.tools.registry import ToolRegistry
 from beam_agents.tools.runner import ToolRunner
 
-__all__ = ["IntentInfo", "Tool", "ToolRegistry", "ToolRunner", "tool"]
+__all__ = ["IntentInfo", "Tool", "ToolConnection", "ToolRegistry", "ToolRunner", "tool"]

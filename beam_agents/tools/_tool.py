@@ -16,7 +16,7 @@ import re
 import sys
 import typing
 from collections.abc import Callable, Mapping
-from typing import Any, Generic, ParamSpec, TypeVar, overload
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
@@ -34,6 +34,20 @@ _TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 # How a pickled Tool names its function: (module, qualified name) when importable there,
 # otherwise the function object itself, for the pickler to copy by value.
 _FunctionReference = tuple[str, str] | Callable[..., Any]
+
+
+class ToolConnection(Protocol):
+    """Something a tool needs open in a process that calls it (an MCP server's session).
+
+    A runtime opens each distinct connection of its registry when it starts (``AgentDoFn.setup``)
+    and closes it when it stops; opening must not raise when the far side is down.
+    """
+
+    def open(self) -> None:
+        """Hold the connection open (idempotent per holder; counted)."""
+
+    def close(self) -> None:
+        """Release one :meth:`open`."""
 
 
 class Tool(Generic[_P, _R]):
@@ -116,6 +130,11 @@ class Tool(Generic[_P, _R]):
         """True if the function declares ``*, intent: IntentInfo`` for the effector to inject."""
         return self._arguments.accepts_intent
 
+    @property
+    def connection(self) -> ToolConnection | None:
+        """What must be open for this tool to run here; ``None`` for a Python function."""
+        return None
+
     def validate_arguments(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """Check ``arguments`` against the argument model; return the keyword arguments to call.
 
@@ -161,7 +180,7 @@ class Tool(Generic[_P, _R]):
             raise SideEffectToolError.for_tool(self._name)
         return self._function(*args, **kwargs)
 
-    def _identity(self) -> tuple[Callable[_P, _R], str, str | None, bool]:
+    def _identity(self) -> tuple[object, ...]:
         return (self._function, self._name, self._description_override, self._side_effect)
 
     def __eq__(self, other: object) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any, ParamSpec, TypeVar
 
-from beam_agents.tools._tool import Tool
+from beam_agents.tools._tool import Tool, ToolConnection
 from beam_agents.tools.errors import ToolDefinitionError, ToolNotFoundError
 
 _P = ParamSpec("_P")
@@ -61,6 +61,15 @@ class ToolRegistry:
     def tools_schema(self) -> list[dict[str, Any]]:
         """Every tool's ``schema``, in registration order; fresh copies the caller may change."""
         return [tool.schema for tool in self._tools.values()]
+
+    def connections(self) -> list[ToolConnection]:
+        """The distinct connections its tools need open (MCP sessions), in registration order."""
+        found: dict[ToolConnection, None] = {}
+        for tool in self._tools.values():
+            connection = tool.connection
+            if connection is not None:
+                found.setdefault(connection, None)
+        return list(found)
 
     def names(self) -> frozenset[str]:
         """Return the registered tool names."""

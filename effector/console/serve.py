@@ -5,6 +5,8 @@ address or key fails before anything serves, then runs uvicorn's ``Server`` as a
 running loop, beside the ``grpc.aio`` server. uvicorn installs no signal handlers (the
 effector's command line owns SIGTERM and SIGINT) and configures no logging (its loggers
 propagate to the effector's); access logs are off. A task that dies while serving is logged.
+The operator MCP endpoint (:mod:`effector.operator_mcp`) is served the same way, under its own
+name and with its app's lifespan run (uvicorn enters and leaves it in one task of its own).
 """
 
 from __future__ import annotations
@@ -39,14 +41,14 @@ class _Server(uvicorn.Server):
         yield
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def _bind(host: str, port: int, what: str = "the console") -> socket.socket:
     try:
         family, kind, protocol, _, address = socket.getaddrinfo(
             host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
         )[0]
         listener = socket.socket(family, kind, protocol)
     except OSError as exc:
-        raise ConfigurationError(f"cannot serve the console on {host}:{port}: {exc}") from None
+        raise ConfigurationError(f"cannot serve {what} on {host}:{port}: {exc}") from None
     try:
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind(address)
@@ -54,13 +56,11 @@ def _bind(host: str, port: int) -> socket.socket:
         listener.setblocking(False)
     except OSError as exc:
         listener.close()
-        raise ConfigurationError(
-            f"cannot serve the console on {host}:{port}: {exc.strerror}"
-        ) from None
+        raise ConfigurationError(f"cannot serve {what} on {host}:{port}: {exc.strerror}") from None
     return listener
 
 
-def tls_context(certificate: bytes, key: bytes) -> ssl.SSLContext:
+def tls_context(certificate: bytes, key: bytes, what: str = "the console") -> ssl.SSLContext:
     """A server TLS context for a PEM certificate chain and its private key.
 
     ``ssl`` loads a chain only from files: they are written to a fresh private directory
@@ -77,28 +77,42 @@ def tls_context(certificate: bytes, key: bytes) -> ssl.SSLContext:
             context.load_cert_chain(*paths)
         except (ssl.SSLError, ValueError) as exc:
             raise ConfigurationError(
-                f"cannot serve the console over TLS with the effector's certificate: {exc}"
+                f"cannot serve {what} over TLS with the effector's certificate: {exc}"
             ) from None
     return context
 
 
-def _log_crash(task: asyncio.Task[None]) -> None:
-    """Done-callback: log a console that stopped with an error while serving."""
-    if not task.cancelled() and task.exception() is not None:
-        _log.error("the web console stopped serving", exc_info=task.exception())
+def _crash_logger(what: str) -> Callable[[asyncio.Task[None]], None]:
+    """A done-callback that logs a server (``what``) that stopped with an error while serving."""
+
+    def log_crash(task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            _log.error("%s stopped serving", what, exc_info=task.exception())
+
+    return log_crash
 
 
 class ConsoleServer:
     """The console's HTTP(S) server: bound on construction, started and stopped by the effector.
 
-    With ``tls`` (a PEM certificate chain and its key) it serves HTTPS only.
+    With ``tls`` (a PEM certificate chain and its key) it serves HTTPS only. ``what`` names the
+    server in errors and logs; with ``lifespan`` uvicorn runs the app's lifespan (startup before
+    it serves, shutdown after the last connection closed), which the console does not need.
     """
 
     def __init__(
-        self, app: ASGIApp, host: str, port: int, *, tls: tuple[bytes, bytes] | None = None
+        self,
+        app: ASGIApp,
+        host: str,
+        port: int,
+        *,
+        tls: tuple[bytes, bytes] | None = None,
+        what: str = "the console",
+        lifespan: bool = False,
     ) -> None:
-        context = None if tls is None else tls_context(*tls)
-        self._socket = _bind(host, port)
+        context = None if tls is None else tls_context(*tls, what=what)
+        self._what = what
+        self._socket = _bind(host, port, what)
         self.port: int = self._socket.getsockname()[1]
         """The bound port (the real one when 0 was asked for)."""
         self.https = context is not None
@@ -109,7 +123,7 @@ class ConsoleServer:
             app,
             log_config=None,
             access_log=False,
-            lifespan="off",
+            lifespan="on" if lifespan else "off",
             ws="none",
             server_header=False,
             proxy_headers=False,
@@ -121,14 +135,14 @@ class ConsoleServer:
 
     async def start(self) -> None:
         """Serve from the running event loop; returns once the console accepts connections."""
-        self._task = asyncio.create_task(self._server.serve([self._socket]), name="console")
+        self._task = asyncio.create_task(self._server.serve([self._socket]), name=self._what)
         while not self._server.started:
             if self._task.done():
                 failed, self._task = self._task, None
                 failed.result()  # re-raises what stopped it
-                raise ConfigurationError("the console stopped while it started")
+                raise ConfigurationError(f"{self._what} stopped while it started")
             await asyncio.sleep(0.01)
-        self._task.add_done_callback(_log_crash)
+        self._task.add_done_callback(_crash_logger(self._what))
 
     async def stop(self) -> None:
         """Stop accepting connections, let open requests finish, and release the socket.

@@ -1,0 +1,27 @@
+"""Tools from MCP servers: read-only ones run inline, side-effecting ones only in the effector.
+
+``load_mcp_tools(McpServer.stdio(...) or McpServer.http(...))`` lists a server's tools into a
+``ToolRegistry``. Needs the ``[mcp]`` extra. See ``beam_agents/tools/README.md``, "MCP tools".
+"""
+
+from beam_agents.tools.mcp._server import McpServer
+from beam_agents.tools.mcp._tool import INTENT_ID_META_KEY, McpTool, load_mcp_tools
+from beam_agents.tools.mcp.errors import (
+    McpConnectionError,
+    McpError,
+    McpResultError,
+    McpTimeoutError,
+    McpToolError,
+)
+
+__all__ = [
+    "INTENT_ID_META_KEY",
+    "McpConnectionError",
+    "McpError",
+    "McpResultError",
+    "McpServer",
+    "McpTimeoutError",
+    "McpTool",
+    "McpToolError",
+    "load_mcp_tools",
+]

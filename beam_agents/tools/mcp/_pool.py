@@ -1,0 +1,393 @@
+"""The process's MCP sessions: one per server, kept on a background event loop.
+
+An MCP client session must be entered and left by one task, and needs its loop running to
+read the server; a DoFn's or the effector's loop runs only while it works. So every session
+lives on one daemon thread's loop, and callers on any loop or thread reach it through futures.
+A session that breaks is dropped and reopened by the next call, after an exponential backoff.
+``tools/list_changed`` re-lists the server's tools into :attr:`SessionPool.catalog`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import logging
+import os
+import threading
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, TypeVar
+
+import anyio
+import httpx2
+import mcp.types as mcp_types
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
+
+from beam_agents.tools.mcp._server import McpServer
+from beam_agents.tools.mcp.errors import (
+    McpConnectionError,
+    McpError,
+    McpResultError,
+    McpTimeoutError,
+    McpToolError,
+)
+
+_log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+
+_BACKOFF_FIRST_S = 0.1
+_BACKOFF_MAX_S = 5.0
+_CLOSE_WAIT_S = 5.0
+_LIST_PAGES_MAX = 100
+
+
+class _Session:
+    """One server's connection state; touched only on the pool's loop (``refs`` under a lock)."""
+
+    def __init__(self, server: McpServer) -> None:
+        self.server = server
+        self.client: Client | None = None
+        self.stop: asyncio.Event | None = None
+        self.keeper: asyncio.Task[None] | None = None
+        self.lock = asyncio.Lock()
+        self.failures = 0
+        self.retry_at = 0.0
+        self.refs = 0
+
+
+class SessionPool:
+    """Every MCP session of this process; see the module docstring. Use :func:`session_pool`."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="beam-agents-mcp", daemon=True
+        )
+        self._thread.start()
+        self._sessions: dict[McpServer, _Session] = {}
+        self._guard = threading.Lock()
+        self.catalog: dict[McpServer, tuple[int, dict[str, mcp_types.Tool]]] = {}
+        """Per server, a version and the tools it lists, kept current on ``list_changed``."""
+
+    # -- from any thread -------------------------------------------------------------------
+
+    def acquire(self, server: McpServer) -> None:
+        """Hold ``server``'s session open until as many releases; connect now.
+
+        A server that cannot be reached now is logged, not raised: calls reconnect.
+        """
+        session = self._session(server)
+        with self._guard:
+            session.refs += 1
+        try:
+            self.run(self._connected(session), server.connect_timeout_s + 1)
+        except Exception as exc:  # the first call will try again, after the backoff
+            _log.warning("MCP server %s is not reachable yet: %s", server.label, exc)
+
+    def release(self, server: McpServer) -> None:
+        """Drop one hold on ``server``'s session; the last one closes it."""
+        with self._guard:
+            session = self._sessions.get(server)
+            if session is None or session.refs <= 0:
+                return
+            session.refs -= 1
+            if session.refs:
+                return
+        with contextlib.suppress(Exception):
+            self.run(self._close(session), _CLOSE_WAIT_S)
+
+    def run(self, coroutine: Awaitable[_T], timeout_s: float) -> _T:
+        """Run ``coroutine`` on the pool's loop and wait for it (not from the pool's thread)."""
+        future = asyncio.run_coroutine_threadsafe(_awaited(coroutine), self._loop)
+        try:
+            return future.result(timeout_s)
+        except TimeoutError:
+            future.cancel()
+            raise
+
+    async def call_tool(
+        self,
+        server: McpServer,
+        name: str,
+        arguments: dict[str, Any],
+        *,
+        meta: dict[str, Any] | None,
+        timeout_s: float,
+    ) -> mcp_types.CallToolResult:
+        """Call ``name`` on ``server`` from any event loop; typed errors (``errors.py``)."""
+        coroutine = self._call(self._session(server), name, arguments, meta, timeout_s)
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        return await asyncio.wrap_future(future)
+
+    def list_tools(self, server: McpServer, timeout_s: float) -> dict[str, mcp_types.Tool]:
+        """The tools ``server`` offers, fetched once per process and kept current."""
+        known = self.catalog.get(server)
+        if known is not None:
+            return known[1]
+        return self.run(self._refresh(self._session(server)), timeout_s)
+
+    def forget(self, server: McpServer) -> None:
+        """Close ``server``'s session whoever holds it, and drop its listing."""
+        with self._guard:
+            session = self._sessions.pop(server, None)
+        self.catalog.pop(server, None)
+        if session is not None:
+            with contextlib.suppress(Exception):
+                self.run(self._close(session), _CLOSE_WAIT_S + 1)
+
+    def close(self) -> None:
+        """Close every session and stop the loop (at interpreter exit)."""
+        with self._guard:
+            sessions = list(self._sessions.values())
+        for session in sessions:
+            with contextlib.suppress(Exception):
+                self.run(self._close(session), _CLOSE_WAIT_S)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+
+    # -- on the pool's loop ----------------------------------------------------------------
+
+    def _session(self, server: McpServer) -> _Session:
+        with self._guard:
+            session = self._sessions.get(server)
+            if session is None:
+                session = self._sessions[server] = _Session(server)
+            return session
+
+    async def _call(
+        self,
+        session: _Session,
+        name: str,
+        arguments: dict[str, Any],
+        meta: dict[str, Any] | None,
+        timeout_s: float,
+    ) -> mcp_types.CallToolResult:
+        label = session.server.label
+        unreachable: McpConnectionError | None = None
+        try:
+            async with asyncio.timeout(timeout_s) as scope:
+                while True:  # nothing is sent until connected, so connecting again is safe
+                    try:
+                        client = await self._connected(session)
+                        break
+                    except McpConnectionError as exc:
+                        unreachable = exc
+                unreachable = None
+                return await client.call_tool(name, arguments, meta=meta)  # type: ignore[arg-type]
+        except McpError:
+            raise
+        except TimeoutError:
+            if not scope.expired():
+                raise
+            if unreachable is not None:
+                raise McpConnectionError(
+                    f"{unreachable} (retrying for {timeout_s:g} s)", tool_name=name
+                ) from None
+            raise McpTimeoutError(
+                f"MCP tool {name!r} on {label} did not answer within {timeout_s:g} s",
+                tool_name=name,
+            ) from None
+        except MCPError as exc:
+            if exc.code == mcp_types.CONNECTION_CLOSED:
+                self._drop(session)
+                raise McpConnectionError(
+                    f"the connection to MCP server {label} closed during {name!r}", tool_name=name
+                ) from None
+            raise McpToolError(
+                f"MCP server {label} refused tool {name!r}: {exc.message} (code {exc.code})",
+                tool_name=name,
+                content=exc.message,
+            ) from None
+        except ValidationError as exc:
+            raise McpResultError(
+                f"MCP server {label} answered {name!r} with a malformed result: {_problems(exc)}",
+                tool_name=name,
+            ) from None
+        except RuntimeError as exc:  # the SDK's check of structured content against outputSchema
+            raise McpResultError(
+                f"MCP server {label} answered {name!r} off its output schema: {exc}",
+                tool_name=name,
+            ) from None
+        except (
+            OSError,
+            anyio.BrokenResourceError,
+            anyio.ClosedResourceError,
+            anyio.EndOfStream,
+            httpx2.TransportError,
+        ) as exc:
+            self._drop(session)
+            raise McpConnectionError(
+                f"the connection to MCP server {label} failed during {name!r}: "
+                f"{type(exc).__name__}: {exc}",
+                tool_name=name,
+            ) from None
+
+    async def _connected(self, session: _Session) -> Client:
+        if session.client is not None:
+            return session.client
+        async with session.lock:
+            if session.client is not None:
+                return session.client
+            wait = session.retry_at - self._loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            ready: asyncio.Future[Client] = self._loop.create_future()
+            stop = asyncio.Event()
+            keeper = asyncio.create_task(self._keep(session, ready, stop))
+            try:
+                async with asyncio.timeout(session.server.connect_timeout_s):
+                    client = await asyncio.shield(ready)
+            except BaseException as exc:
+                keeper.cancel()
+                session.failures += 1
+                backoff = min(_BACKOFF_MAX_S, _BACKOFF_FIRST_S * 2 ** (session.failures - 1))
+                session.retry_at = self._loop.time() + backoff
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
+                reason = (
+                    f"no answer within {session.server.connect_timeout_s:g} s"
+                    if isinstance(exc, TimeoutError)
+                    else _reason(exc)
+                )
+                raise McpConnectionError(
+                    f"cannot connect to MCP server {session.server.label}: {reason}"
+                ) from None
+            session.failures = 0
+            session.stop, session.keeper = stop, keeper
+            return client
+
+    async def _keep(
+        self, session: _Session, ready: asyncio.Future[Client], stop: asyncio.Event
+    ) -> None:
+        """Hold one session open until ``stop`` (or until it breaks), in this one task."""
+
+        async def on_message(message: Any) -> None:
+            if isinstance(message, mcp_types.ToolListChangedNotification):
+                asyncio.get_running_loop().create_task(self._refresh_quietly(session))
+
+        client: Client | None = None
+        try:
+            async with _opened(session.server, on_message) as client:
+                session.client = client
+                if not ready.done():
+                    ready.set_result(client)
+                listening = asyncio.create_task(self._listen(session, client))
+                try:
+                    await stop.wait()
+                finally:
+                    listening.cancel()
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(exc)
+            elif not stop.is_set() and not isinstance(exc, asyncio.CancelledError):
+                _log.warning("MCP session to %s ended: %s", session.server.label, exc)
+        finally:
+            if session.client is client:
+                session.client = None
+
+    async def _listen(self, session: _Session, client: Client) -> None:
+        """Re-list on every tools change event (2026-07-28 servers; older ones notify)."""
+        try:
+            async with client.listen(tools_list_changed=True) as changes:
+                async for _ in changes:
+                    await self._refresh_quietly(session)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a server without change events: the listing stays as fetched
+            _log.debug("MCP server %s sends no tool change events: %s", session.server.label, exc)
+
+    async def _refresh(self, session: _Session) -> dict[str, mcp_types.Tool]:
+        client = await self._connected(session)
+        tools: dict[str, mcp_types.Tool] = {}
+        cursor: str | None = None
+        for _ in range(_LIST_PAGES_MAX):
+            page = await client.list_tools(cursor=cursor, cache_mode="refresh")
+            tools.update((tool.name, tool) for tool in page.tools)
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        version = self.catalog.get(session.server, (0, {}))[0] + 1
+        self.catalog[session.server] = (version, tools)
+        return tools
+
+    async def _refresh_quietly(self, session: _Session) -> None:
+        try:
+            await self._refresh(session)
+        except Exception as exc:
+            _log.warning(
+                "re-listing the tools of MCP server %s failed: %s", session.server.label, exc
+            )
+
+    def _drop(self, session: _Session) -> None:
+        if session.stop is not None:
+            session.stop.set()
+        session.client = None
+        session.failures += 1
+        session.retry_at = self._loop.time() + _BACKOFF_FIRST_S
+
+    async def _close(self, session: _Session) -> None:
+        keeper, stop = session.keeper, session.stop
+        if stop is not None:
+            stop.set()
+        if keeper is not None:
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(keeper, _CLOSE_WAIT_S)
+        session.client = session.keeper = session.stop = None
+
+
+@contextlib.asynccontextmanager
+async def _opened(server: McpServer, on_message: Any) -> AsyncIterator[Client]:
+    """An entered ``Client`` for ``server`` (with its HTTP client, when there is one)."""
+    async with contextlib.AsyncExitStack() as stack:
+        if server.transport == "stdio":
+            target: Any = StdioServerParameters(
+                command=server.command, args=list(server.args), env=dict(server.env) or None
+            )
+        else:
+            http = await stack.enter_async_context(
+                create_mcp_http_client(headers=dict(server.headers) or None)
+            )
+            target = streamable_http_client(server.url, http_client=http)
+        client = Client(target, message_handler=on_message, cache=None)
+        yield await stack.enter_async_context(client)
+
+
+async def _awaited(awaitable: Awaitable[_T]) -> _T:
+    return await awaitable
+
+
+def _reason(exc: BaseException) -> str:
+    """The innermost failure, out of the task groups anyio wraps it in."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _problems(exc: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(part) for part in detail['loc']) or 'result'}: {detail['msg']}"
+        for detail in exc.errors()[:5]
+    )
+
+
+_pool: SessionPool | None = None
+_pool_pid = 0
+_pool_guard = threading.Lock()
+
+
+def session_pool() -> SessionPool:
+    """The pool of this process, started on first use (and again in a forked child)."""
+    global _pool, _pool_pid
+    with _pool_guard:
+        if _pool is None or _pool_pid != os.getpid():
+            _pool, _pool_pid = SessionPool(), os.getpid()
+            atexit.register(_pool.close)
+        return _pool
+
+
+def current_pool() -> SessionPool | None:
+    """The pool of this process if one was started, without starting one."""
+    return _pool if _pool_pid == os.getpid() else None

@@ -1,0 +1,315 @@
+"""``McpTool``: one tool of an MCP server as a registry ``Tool``, and :func:`load_mcp_tools`."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import mcp.types as mcp_types
+from pydantic import BaseModel, ValidationError
+
+from beam_agents.tools._intent import IntentInfo
+from beam_agents.tools._tool import Tool, ToolConnection
+from beam_agents.tools.errors import SideEffectToolError, ToolArgumentError, ToolDefinitionError
+from beam_agents.tools.mcp._pool import current_pool, session_pool
+from beam_agents.tools.mcp._schema import arguments_model
+from beam_agents.tools.mcp._server import McpServer
+from beam_agents.tools.mcp.errors import McpConnectionError, McpToolError
+from beam_agents.tools.registry import ToolRegistry
+
+INTENT_ID_META_KEY = "beam_agents/intent_id"
+"""The ``_meta`` key under which the effector sends the intent id with every call it makes."""
+
+# The effector injects ``intent`` as a keyword; a server parameter of that name travels under
+# this one instead, so the two never collide.
+_INTENT_ARGUMENT = "__mcp_argument_intent"
+_NOT_IN_NAME = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def load_mcp_tools(
+    server: McpServer,
+    *,
+    side_effect: bool | Mapping[str, bool] | None = None,
+    prefix: str = "",
+) -> ToolRegistry:
+    """The tools ``server`` lists, as a registry to merge with ``@tool`` registries.
+
+    A tool annotated ``readOnlyHint: true`` is read-only (runs inline through
+    ``ctx.run_tool``); every other tool is side-effecting (``ctx.act``; only the effector calls
+    it). ``side_effect`` overrides that: a bool for every tool, or ``{"tool": False}`` per
+    tool (naming a tool the server lacks raises ``ToolDefinitionError``). The listing is
+    fetched once per process and kept current on ``tools/list_changed``. Names are the
+    server's, after ``prefix``, with characters providers refuse replaced by ``_``. Raises
+    ``McpConnectionError`` if the server cannot be reached.
+    """
+    if not isinstance(server, McpServer):
+        raise TypeError(f"load_mcp_tools takes an McpServer, got {type(server).__name__}")
+    listed = session_pool().list_tools(server, server.connect_timeout_s * 2)
+    overrides = _overrides(server, side_effect, listed)
+    registry = ToolRegistry()
+    for definition in listed.values():
+        read_only = bool(definition.annotations and definition.annotations.read_only_hint)
+        effect = overrides.get(definition.name, not read_only)
+        registry.register(
+            McpTool(server, definition, side_effect=effect, name=_name(prefix, definition.name))
+        )
+    return registry
+
+
+class McpTool(Tool[..., Any]):
+    """A tool an MCP server offers: its ``inputSchema`` is the schema the model sees.
+
+    Arguments are validated with a Pydantic model built from that schema. A read-only one,
+    called (through ``ctx.run_tool``), returns an awaitable of the call's result over this
+    process's session to the server. A side-effecting one is reached only through
+    :meth:`unwrap`, by the effector, which sends the intent id in ``_meta``. The result is the
+    structured content if the server gave one, else the text; ``isError`` raises
+    ``McpToolError``.
+    """
+
+    def __init__(
+        self,
+        server: McpServer,
+        definition: mcp_types.Tool,
+        *,
+        side_effect: bool,
+        name: str | None = None,
+    ) -> None:
+        tool_name = definition.name if name is None else name
+        if not isinstance(side_effect, bool):
+            raise ToolDefinitionError(
+                f"tool {tool_name!r}: side_effect must be True or False", tool_name=tool_name
+            )
+        self._server = server
+        self._name = tool_name
+        self._side_effect = side_effect
+        self._version = 0
+        self._adopt(definition)
+
+    # -- what the model sees and what validates ------------------------------------------
+
+    @property
+    def server(self) -> McpServer:
+        """The server that runs this tool."""
+        return self._server
+
+    @property
+    def remote_name(self) -> str:
+        """The tool's name on its server (the registry name may carry a prefix)."""
+        return self._definition.name
+
+    @property
+    def argument_model(self) -> type[BaseModel]:
+        self._refresh()
+        return self._model
+
+    @property
+    def schema(self) -> dict[str, Any]:
+        self._refresh()
+        return copy.deepcopy(self._schema)
+
+    @property
+    def description(self) -> str:
+        self._refresh()
+        return self._description
+
+    @property
+    def accepts_intent(self) -> bool:
+        return self._side_effect
+
+    @property
+    def connection(self) -> ToolConnection:
+        return _ServerConnection(self._server)
+
+    def validate_arguments(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """Validate ``arguments`` against the server's schema; return them as JSON values."""
+        self._refresh()
+        if not isinstance(arguments, Mapping) or not all(isinstance(k, str) for k in arguments):
+            raise ToolArgumentError(
+                f"tool {self._name!r}: arguments must be a mapping of parameter name to value",
+                tool_name=self._name,
+            )
+        arguments = {k: v for k, v in arguments.items() if k != INTENT_ID_META_KEY}
+        if _INTENT_ARGUMENT in arguments:
+            arguments["intent"] = arguments.pop(_INTENT_ARGUMENT)
+        try:
+            validated = self._model.model_validate(arguments)
+        except ValidationError as error:
+            raise _argument_error(self._name, error) from error
+        values: dict[str, Any] = validated.model_dump(
+            mode="json", by_alias=True, exclude_unset=True
+        )
+        if "intent" in values:
+            values[_INTENT_ARGUMENT] = values.pop("intent")
+        return values
+
+    def decode_result(self, data: bytes | str) -> Any:
+        return json.loads(data) if data else None
+
+    # -- calling -------------------------------------------------------------------------
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call a read-only tool: an awaitable of its result. A side-effecting one is refused."""
+        if self._side_effect:
+            raise SideEffectToolError.for_tool(self._name)
+        if args:
+            raise TypeError(f"MCP tool {self._name!r} takes keyword arguments only")
+        return self._call_inline(self.validate_arguments(kwargs))
+
+    def unwrap(self) -> Any:
+        """The effector's entry: ``await f(intent=IntentInfo, **arguments)``."""
+        return self._call_for_intent
+
+    async def _call_inline(self, arguments: dict[str, Any]) -> Any:
+        pool = session_pool()
+        timeout = self._server.call_timeout_s
+        try:
+            result = await pool.call_tool(
+                self._server, self.remote_name, arguments, meta=None, timeout_s=timeout
+            )
+        except McpConnectionError:  # read-only, so asking again on a fresh session is safe
+            result = await pool.call_tool(
+                self._server, self.remote_name, arguments, meta=None, timeout_s=timeout
+            )
+        return _value(self, result)
+
+    async def _call_for_intent(self, *, intent: IntentInfo, **arguments: Any) -> Any:
+        if _INTENT_ARGUMENT in arguments:
+            arguments["intent"] = arguments.pop(_INTENT_ARGUMENT)
+        result = await session_pool().call_tool(
+            self._server,
+            self.remote_name,
+            arguments,
+            meta={INTENT_ID_META_KEY: intent.intent_id},
+            timeout_s=self._server.call_timeout_s,
+        )
+        return _value(self, result)
+
+    # -- identity ------------------------------------------------------------------------
+
+    def _adopt(self, definition: mcp_types.Tool) -> None:
+        schema = definition.input_schema
+        self._definition = definition
+        self._description = definition.description or definition.title or ""
+        try:
+            self._model = arguments_model(self._name, schema)
+        except Exception as exc:
+            raise ToolDefinitionError(
+                f"MCP tool {definition.name!r}: its inputSchema cannot be read: {exc}",
+                tool_name=self._name,
+            ) from exc
+        self._schema = {"name": self._name, "description": self._description, "parameters": schema}
+
+    def _refresh(self) -> None:
+        """Take the server's newer definition after a ``tools/list_changed``, if there is one."""
+        pool = current_pool()
+        entry = None if pool is None else pool.catalog.get(self._server)
+        if entry is None or entry[0] == self._version:
+            return
+        version, tools = entry
+        self._version = version
+        definition = tools.get(self.remote_name)
+        if definition is not None and definition != self._definition:
+            self._adopt(definition)
+
+    def _identity(self) -> tuple[object, ...]:
+        listed = self._definition.model_dump_json(by_alias=True, exclude_none=True)
+        return (self._server, self._name, self._side_effect, listed)
+
+    def __repr__(self) -> str:
+        return (
+            f"McpTool(name={self._name!r}, server={self._server.label!r}, "
+            f"side_effect={self._side_effect})"
+        )
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        listed = self._definition.model_dump(mode="json", by_alias=True, exclude_none=True)
+        return (_restore, (self._server, listed, self._side_effect, self._name))
+
+
+@dataclass(frozen=True)
+class _ServerConnection:
+    """An MCP server's session in this process's pool, held open by whoever opens it."""
+
+    server: McpServer
+
+    def open(self) -> None:
+        session_pool().acquire(self.server)
+
+    def close(self) -> None:
+        session_pool().release(self.server)
+
+
+def _restore(server: McpServer, listed: dict[str, Any], side_effect: bool, name: str) -> McpTool:
+    return McpTool(
+        server, mcp_types.Tool.model_validate(listed), side_effect=side_effect, name=name
+    )
+
+
+def _value(tool: McpTool, result: mcp_types.CallToolResult) -> Any:
+    """What a call returns: structured content, else the text, else the content blocks."""
+    blocks = result.content
+    texts = [block.text for block in blocks if isinstance(block, mcp_types.TextContent)]
+    if result.is_error:
+        text = "\n".join(texts) or "(no message)"
+        raise McpToolError(
+            f"MCP tool {tool.remote_name!r} on {tool.server.label} failed: {text[:2_000]}",
+            tool_name=tool.name,
+            content=text,
+        )
+    if result.structured_content is not None:
+        return result.structured_content
+    if len(texts) == len(blocks):
+        return "\n".join(texts)
+    return [block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in blocks]
+
+
+def _overrides(
+    server: McpServer,
+    side_effect: bool | Mapping[str, bool] | None,
+    listed: Mapping[str, mcp_types.Tool],
+) -> dict[str, bool]:
+    if side_effect is None:
+        return {}
+    if isinstance(side_effect, bool):
+        return dict.fromkeys(listed, side_effect)
+    if not isinstance(side_effect, Mapping):
+        raise TypeError("side_effect is None, a bool, or a mapping of tool name to bool")
+    unknown = sorted(set(side_effect) - set(listed))
+    if unknown:
+        offered = ", ".join(sorted(listed)) or "none"
+        raise ToolDefinitionError(
+            f"side_effect names tools {server.label} does not offer: {', '.join(unknown)} "
+            f"(it offers: {offered})",
+            tool_name=unknown[0],
+        )
+    for name, value in side_effect.items():
+        if not isinstance(value, bool):
+            raise ToolDefinitionError(
+                f"side_effect[{name!r}] must be True or False, got {value!r}", tool_name=name
+            )
+    return dict(side_effect)
+
+
+def _name(prefix: str, remote: str) -> str:
+    return _NOT_IN_NAME.sub("_", prefix + remote)[:64] or "_"
+
+
+def _argument_error(tool_name: str, error: ValidationError) -> ToolArgumentError:
+    problems: list[tuple[str, str]] = []
+    for detail in error.errors():
+        location = ".".join(str(part) for part in detail["loc"]) or "(arguments)"
+        message = "unknown argument" if detail["type"] == "extra_forbidden" else detail["msg"]
+        if detail["type"] not in ("missing", "extra_forbidden"):
+            message += f" (got {str(repr(detail['input']))[:80]})"
+        problems.append((location, message))
+    listing = "; ".join(f"{location}: {message}" for location, message in problems)
+    return ToolArgumentError(
+        f"invalid arguments for tool {tool_name!r}: {listing}",
+        tool_name=tool_name,
+        problems=problems,
+    )
