@@ -247,7 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--mcp-listen",
         "serve the operator MCP endpoint (/mcp; beam-agents[mcp]): list, approve, deny approvals, "
         "read intents; port 0 picks a port. With a token requests need 'authorization: Bearer "
-        "<token>'; without one a non-loopback host needs --allow-insecure-bind",
+        "<token>'; without one it serves on loopback only",
         metavar="HOST:PORT",
         type=_host_port,
     )
@@ -261,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
     _switch(
         serve,
         "--allow-insecure-bind",
-        "allow a non-loopback --listen, --console-listen or --mcp-listen without a token "
+        "allow a non-loopback --listen or --console-listen without a token "
         "(anyone who can connect can submit, decide and publish)",
     )
     _option(

@@ -25,10 +25,12 @@ from typing import Any
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
+from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import BaseModel, ValidationError
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from effector.addresses import is_loopback_host
 from effector.console.serve import ConsoleServer
 from effector.errors import StoreError
 from effector.operator_tools import (
@@ -237,9 +239,28 @@ def create_mcp_app(
     ``Host`` or ``Origin`` is not loopback (DNS rebinding).
     """
     app = create_mcp_server(service, identity).streamable_http_app(
-        streamable_http_path=MCP_PATH, stateless_http=True, json_response=True, host=host
+        streamable_http_path=MCP_PATH,
+        stateless_http=True,
+        json_response=True,
+        host=host,
+        transport_security=_loopback_only(host),
     )
     return app if not token else BearerGuard(app, token)
+
+
+def _loopback_only(host: str) -> TransportSecuritySettings | None:
+    """On any loopback address, refuse a ``Host`` or ``Origin`` that is not loopback."""
+    if not is_loopback_host(host):
+        return None  # reachable from elsewhere: the token is the guard
+    bare = host.strip("[]")
+    names = {"127.0.0.1", "localhost", "[::1]", f"[{bare}]" if ":" in bare else bare.lower()}
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[f"{name}:*" for name in sorted(names)],
+        allowed_origins=[
+            f"{scheme}://{name}:*" for name in sorted(names) for scheme in ("http", "https")
+        ],
+    )
 
 
 def bind_mcp_endpoint(

@@ -177,7 +177,12 @@ class ServerSettings:
     def _check_mcp(self) -> None:
         """Validate the MCP endpoint's address and identity, and that ``mcp`` is installed."""
         assert self.mcp_listen is not None
-        self._check_open_bind(parse_host_port(self.mcp_listen)[0], "serve the MCP endpoint")
+        host = parse_host_port(self.mcp_listen)[0]
+        if not self.token and not is_loopback_host(host):  # approvals: no insecure override
+            raise ConfigurationError(
+                f"refusing to serve the MCP endpoint on non-loopback {host!r} without a token "
+                "(--token-file): whoever reaches it can approve"
+            )
         identity = self.mcp_identity
         if not identity.strip() or len(identity) > MAX_TEXT_FIELD_CHARS:
             raise ConfigurationError(

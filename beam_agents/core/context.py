@@ -36,11 +36,18 @@ from beam_agents.core.tracing import TraceRecorder
 from beam_agents.model.cache import ReplayCache, cache_key_for_digest
 from beam_agents.model.client import LlmRequest, LlmResponse
 from beam_agents.tools import ToolRegistry, ToolRunner
-from beam_agents.tools.errors import ToolArgumentError, ToolError, ToolNotFoundError
+from beam_agents.tools.errors import (
+    SideEffectToolError,
+    ToolArgumentError,
+    ToolNotFoundError,
+)
 
 __all__ = ["ActivationContext", "ActivationServices", "Resumption", "StepRecord", "staged"]
 
 _log = logging.getLogger(__name__)
+
+_REFUSED_UNRUN = (ToolNotFoundError, SideEffectToolError, ToolArgumentError)
+"""What ``run_tool`` raises before a tool runs: nothing happened, so nothing is traced."""
 
 
 def _no_time_limit() -> float | None:
@@ -401,9 +408,9 @@ class ActivationContext:
         started_ns = trace.wall_ns()
         try:
             result = await self._services.tool_runner.run(tool, args)
-        except ToolError:
+        except _REFUSED_UNRUN:
             raise
-        except Exception as exc:
+        except Exception as exc:  # it ran (an MCP tool's server answered an error, too)
             trace.record_tool_call(name, staged.cursor.next_step, started_ns, type(exc).__name__)
             if staged.recording is not None:
                 staged.recording.tool_call(name, args, None, exc, len(staged.intents))

@@ -250,8 +250,9 @@ async def test_requests_without_the_token_or_with_a_wrong_one_are_refused(
 
 
 @pytest.mark.asyncio
-async def test_without_a_token_a_loopback_endpoint_needs_none(tmp_path: Path) -> None:
-    settings = ServerSettings(worker=FAST_WORKER, mcp_listen="127.0.0.1:0", mcp_identity="ann")
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2"])
+async def test_without_a_token_a_loopback_endpoint_needs_none(tmp_path: Path, host: str) -> None:
+    settings = ServerSettings(worker=FAST_WORKER, mcp_listen=f"{host}:0", mcp_identity="ann")
     waiting = make_intent("", {"amount": 3}, key=b"k", kind=ToolIntent.APPROVAL)
     async with running_effector(sqlite_url(tmp_path / "s.db"), settings=settings) as effector:
         url = effector.server.mcp_url
@@ -271,7 +272,8 @@ def test_a_non_loopback_endpoint_needs_a_token(host: str) -> None:
     with pytest.raises(ConfigurationError, match="refusing to serve the MCP endpoint on non-loop"):
         ServerSettings(mcp_listen=f"{host}:8080").check()
     ServerSettings(mcp_listen=f"{host}:8080", token="t").check()
-    ServerSettings(mcp_listen=f"{host}:8080", allow_insecure_bind=True).check()
+    with pytest.raises(ConfigurationError, match="whoever reaches it can approve"):
+        ServerSettings(mcp_listen=f"{host}:8080", allow_insecure_bind=True).check()
     ServerSettings(mcp_listen="localhost:8080").check()
     with pytest.raises(ConfigurationError, match="MCP identity"):
         ServerSettings(mcp_listen="127.0.0.1:0", mcp_identity=" ").check()

@@ -10,8 +10,10 @@ import asyncio
 import os
 import pickle
 import sqlite3
+import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -35,7 +37,16 @@ from beam_agents.tools.mcp import (
 from beam_agents.tools.mcp._pool import session_pool
 from tests.mcp.conftest import RAW_SERVER, HttpServerProcess, stdio_server
 
-READ_ONLY = {"read_file", "list_files", "hang", "die", "pid", "add_tool"}
+READ_ONLY = {
+    "read_file",
+    "list_files",
+    "hang",
+    "die",
+    "pid",
+    "add_tool",
+    "protocol_error",
+    "classify",
+}
 
 
 def _run(coroutine):  # type: ignore[no-untyped-def]
@@ -121,6 +132,8 @@ def test_arguments_are_validated_at_act_time_with_the_schemas_model(
         "priority": 2,
     }
     assert file_ticket.validate_arguments({"title": "db down"}) == {"title": "db down"}
+    # A null for an optional argument that cannot be null means "leave it out", as for @tool.
+    assert file_ticket.validate_arguments({"title": "x", "priority": None}) == {"title": "x"}
     with pytest.raises(ToolArgumentError) as missing:
         file_ticket.validate_arguments({"priority": 1})
     assert missing.value.problems[0][0] == "title"
@@ -136,6 +149,18 @@ def test_read_only_calls_run_inline_and_return_text_or_structured_content(
     runbook = _inline(registry, "read_file", path="runbooks/db.md")
     assert runbook == {"result": "Restart the primary, then page the database on-call."}
     assert _inline(registry, "list_files", prefix="runbooks/w") == {"paths": ["runbooks/web.md"]}
+
+
+def test_a_parameter_named_intent_reaches_the_server_under_its_name(
+    ticket_server: McpServer,
+) -> None:
+    registry = load_mcp_tools(ticket_server)
+
+    assert _inline(registry, "classify", intent="refund") == {"intent": "refund", "limit": None}
+    assert _inline(registry, "classify", intent="refund", limit=None) == {
+        "intent": "refund",
+        "limit": None,  # nullable here: the null is a value and is sent
+    }
 
 
 def test_a_side_effecting_tool_never_runs_inline(ticket_server: McpServer, ledger: Path) -> None:
@@ -173,6 +198,8 @@ def test_server_errors_and_is_error_results_raise_typed_errors(ticket_server: Mc
     assert refused.value.tool_name == "refuse"
     with pytest.raises(McpToolError, match="read_file"):
         _inline(registry, "read_file", path="no/such/file")
+    with pytest.raises(McpToolError, match=r"refused tool 'protocol_error'.*code -32602"):
+        _inline(registry, "protocol_error", reason="bad cursor")  # a JSON-RPC error
     # The session survives both and answers the next call.
     assert _inline(registry, "list_files") == {"paths": ["runbooks/db.md", "runbooks/web.md"]}
 
@@ -206,28 +233,56 @@ def test_a_dead_stdio_server_is_restarted_by_the_next_call(ledger: Path) -> None
 
 def test_an_http_server_that_restarts_is_reconnected(ledger: Path) -> None:
     process = HttpServerProcess(ledger)
-    server = McpServer.http(process.url, call_timeout_s=10)
+    server = McpServer.http(process.url, call_timeout_s=3)
     try:
         registry = load_mcp_tools(server)
         before = _inline(registry, "pid")
         process.stop()
-        with pytest.raises(McpConnectionError):
-            _run(_short(registry))
+        started = time.monotonic()
+        with pytest.raises(McpConnectionError, match=process.url):
+            _inline(registry, "pid")
+        assert time.monotonic() - started < 8  # within the call's window, not twice over
         process = HttpServerProcess(ledger, port=process.port)
-        after = _inline(registry, "pid")
+        deadline = time.monotonic() + 20
+        while True:  # the session is opened again once the backoff allows
+            try:
+                after = _inline(registry, "pid")
+                break
+            except McpConnectionError:
+                assert time.monotonic() < deadline, "never reconnected"
         assert before != after
     finally:
         session_pool().forget(server)
         process.stop()
 
 
-async def _short(registry: ToolRegistry) -> object:
-    tool_ = registry.get("pid")
-    short = McpServer(**{**tool_.server.__dict__, "call_timeout_s": 1.0})  # type: ignore[attr-defined]
+def test_opening_a_connection_never_waits_for_a_hung_server() -> None:
+    marker = f"hung-mcp-server-{uuid.uuid4().hex}"
+    # A "server" that never answers the handshake, as AgentDoFn.setup may meet one.
+    hung = McpServer.stdio(
+        sys.executable, ["-c", f"import time; time.sleep(60)  # {marker}"], connect_timeout_s=30
+    )
     try:
-        return await ToolRunner().run(load_mcp_tools(short).get("pid"), {})
+        started = time.monotonic()
+        session_pool().acquire(hung)
+        assert time.monotonic() - started < 1
+        deadline = time.monotonic() + 10
+        while not _processes_with(marker):  # it is being connected to in the background
+            assert time.monotonic() < deadline, "the pool never started connecting"
+            time.sleep(0.05)
+        session_pool().release(hung)
+        assert time.monotonic() - started < 10
     finally:
-        session_pool().forget(short)
+        session_pool().forget(hung)
+    deadline = time.monotonic() + 10
+    while _processes_with(marker):  # the half-connected server was stopped with its session
+        assert time.monotonic() < deadline, "the hung server was left running"
+        time.sleep(0.05)
+
+
+def _processes_with(marker: str) -> list[str]:
+    found = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
+    return found.stdout.split()
 
 
 def test_a_malformed_result_is_a_typed_error_and_loses_nothing() -> None:
@@ -267,6 +322,16 @@ def test_a_list_changed_notification_refreshes_the_listing(ticket_server: McpSer
         time.sleep(0.05)
     refreshed = load_mcp_tools(ticket_server)
     assert _inline(refreshed, "shout", text="hi") == {"result": "HI"}
+
+    # The server offers shout again with another argument: the tool already held adopts it.
+    shout = refreshed.get("shout")
+    version = session_pool().catalog[ticket_server][0]
+    _inline(registry, "add_tool", name="shout", repeat=True)
+    while session_pool().catalog[ticket_server][0] == version:
+        assert time.monotonic() < deadline + 10, "the listing was not refreshed"
+        time.sleep(0.05)
+    assert "times" in shout.schema["parameters"]["properties"]
+    assert _inline(refreshed, "shout", text="ha", times=2) == {"result": "HAHA"}
 
 
 def test_mcp_tools_pickle_without_connecting_and_compare_equal(ticket_server: McpServer) -> None:

@@ -18,7 +18,8 @@ import sys
 from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from mcp.shared.exceptions import MCPError
+from mcp.types import INVALID_PARAMS, CallToolResult, TextContent, ToolAnnotations
 
 INTENT_ID_META_KEY = "beam_agents/intent_id"
 FILES = {
@@ -84,6 +85,18 @@ def refuse(reason: str) -> CallToolResult:
 
 
 @server.tool(annotations=READ_ONLY)
+def protocol_error(reason: str) -> str:
+    """Answer with a JSON-RPC error rather than a result."""
+    raise MCPError(code=INVALID_PARAMS, message=f"protocol error: {reason}")
+
+
+@server.tool(annotations=READ_ONLY)
+def classify(intent: str, limit: int | None = None) -> dict[str, Any]:
+    """Classify a customer's intent (a parameter named like the effector's own)."""
+    return {"intent": intent, "limit": limit}
+
+
+@server.tool(annotations=READ_ONLY)
 async def hang(seconds: float) -> str:
     """Sleep for seconds, then answer."""
     await asyncio.sleep(seconds)
@@ -103,13 +116,19 @@ def pid() -> int:
 
 
 @server.tool(annotations=READ_ONLY)
-async def add_tool(name: str, ctx: Context) -> str:
-    """Offer one more tool, and tell clients the list changed."""
+async def add_tool(name: str, ctx: Context, repeat: bool = False) -> str:
+    """Offer one more tool (or offer it again with a ``times`` argument); notify clients."""
 
-    def extra(text: str) -> str:
+    def shout(text: str) -> str:
         return text.upper()
 
-    server.add_tool(extra, name=name, description="Shout the text.", annotations=READ_ONLY)
+    def shout_times(text: str, times: int) -> str:
+        return text.upper() * times
+
+    if name in {tool.name for tool in await server.list_tools()}:
+        server.remove_tool(name)
+    chosen = shout_times if repeat else shout
+    server.add_tool(chosen, name=name, description="Shout the text.", annotations=READ_ONLY)
     await ctx.notify_tools_changed()
     return name
 

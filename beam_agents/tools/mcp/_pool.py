@@ -15,7 +15,7 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Coroutine
 from typing import Any, TypeVar
 
 import anyio
@@ -43,6 +43,13 @@ _BACKOFF_FIRST_S = 0.1
 _BACKOFF_MAX_S = 5.0
 _CLOSE_WAIT_S = 5.0
 _LIST_PAGES_MAX = 100
+_CONNECTION_ERRORS = (
+    OSError,
+    anyio.BrokenResourceError,
+    anyio.ClosedResourceError,
+    anyio.EndOfStream,
+    httpx2.TransportError,
+)
 
 
 class _Session:
@@ -56,7 +63,9 @@ class _Session:
         self.lock = asyncio.Lock()
         self.failures = 0
         self.retry_at = 0.0
+        self.last_error = ""
         self.refs = 0
+        self.tasks: set[asyncio.Task[None]] = set()
 
 
 class SessionPool:
@@ -70,26 +79,26 @@ class SessionPool:
         self._thread.start()
         self._sessions: dict[McpServer, _Session] = {}
         self._guard = threading.Lock()
+        self._closed = False
         self.catalog: dict[McpServer, tuple[int, dict[str, mcp_types.Tool]]] = {}
-        """Per server, a version and the tools it lists, kept current on ``list_changed``."""
+        """Per server, a version and the tools it lists, re-listed on ``list_changed``."""
 
     # -- from any thread -------------------------------------------------------------------
 
     def acquire(self, server: McpServer) -> None:
-        """Hold ``server``'s session open until as many releases; connect now.
+        """Hold ``server``'s session open until as many releases; start connecting now.
 
-        A server that cannot be reached now is logged, not raised: calls reconnect.
+        Never waits and never raises: a server that cannot be reached is logged, and calls
+        connect again.
         """
         session = self._session(server)
         with self._guard:
             session.refs += 1
-        try:
-            self.run(self._connected(session), server.connect_timeout_s + 1)
-        except Exception as exc:  # the first call will try again, after the backoff
-            _log.warning("MCP server %s is not reachable yet: %s", server.label, exc)
+        if not self._closed:
+            asyncio.run_coroutine_threadsafe(self._connect_quietly(session), self._loop)
 
     def release(self, server: McpServer) -> None:
-        """Drop one hold on ``server``'s session; the last one closes it."""
+        """Drop one hold on ``server``'s session; the last one closes it (waits a little)."""
         with self._guard:
             session = self._sessions.get(server)
             if session is None or session.refs <= 0:
@@ -98,10 +107,12 @@ class SessionPool:
             if session.refs:
                 return
         with contextlib.suppress(Exception):
-            self.run(self._close(session), _CLOSE_WAIT_S)
+            self.run(self._close(session, only_unheld=True), _CLOSE_WAIT_S + 1)
 
     def run(self, coroutine: Awaitable[_T], timeout_s: float) -> _T:
         """Run ``coroutine`` on the pool's loop and wait for it (not from the pool's thread)."""
+        if self._closed:
+            raise McpConnectionError("the MCP sessions of this process are closed (at exit)")
         future = asyncio.run_coroutine_threadsafe(_awaited(coroutine), self._loop)
         try:
             return future.result(timeout_s)
@@ -119,16 +130,24 @@ class SessionPool:
         timeout_s: float,
     ) -> mcp_types.CallToolResult:
         """Call ``name`` on ``server`` from any event loop; typed errors (``errors.py``)."""
+        if self._closed:
+            raise McpConnectionError("the MCP sessions of this process are closed (at exit)")
         coroutine = self._call(self._session(server), name, arguments, meta, timeout_s)
         future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
         return await asyncio.wrap_future(future)
 
-    def list_tools(self, server: McpServer, timeout_s: float) -> dict[str, mcp_types.Tool]:
-        """The tools ``server`` offers, fetched once per process and kept current."""
+    def list_tools(self, server: McpServer) -> dict[str, mcp_types.Tool]:
+        """The tools ``server`` offers, fetched once per process; typed errors."""
         known = self.catalog.get(server)
         if known is not None:
             return known[1]
-        return self.run(self._refresh(self._session(server)), timeout_s)
+        limit = server.connect_timeout_s + server.call_timeout_s
+        try:
+            return self.run(self._refresh(self._session(server), limit), limit + 1)
+        except TimeoutError:
+            raise McpTimeoutError(
+                f"MCP server {server.label} did not list its tools within {limit:g} s"
+            ) from None
 
     def forget(self, server: McpServer) -> None:
         """Close ``server``'s session whoever holds it, and drop its listing."""
@@ -146,6 +165,7 @@ class SessionPool:
         for session in sessions:
             with contextlib.suppress(Exception):
                 self.run(self._close(session), _CLOSE_WAIT_S)
+        self._closed = True
         self._loop.call_soon_threadsafe(self._loop.stop)
 
     # -- on the pool's loop ----------------------------------------------------------------
@@ -166,35 +186,35 @@ class SessionPool:
         timeout_s: float,
     ) -> mcp_types.CallToolResult:
         label = session.server.label
-        unreachable: McpConnectionError | None = None
         try:
             async with asyncio.timeout(timeout_s) as scope:
-                while True:  # nothing is sent until connected, so connecting again is safe
-                    try:
-                        client = await self._connected(session)
-                        break
-                    except McpConnectionError as exc:
-                        unreachable = exc
-                unreachable = None
-                return await client.call_tool(name, arguments, meta=meta)  # type: ignore[arg-type]
+                client = await self._connected(session, self._loop.time() + timeout_s, name)
+                try:
+                    return await client.call_tool(name, arguments, meta=meta)  # type: ignore[arg-type]
+                except _CONNECTION_ERRORS as exc:
+                    self._drop(session, client)
+                    raise McpConnectionError(
+                        f"the connection to MCP server {label} failed during {name!r}: "
+                        f"{_reason(exc)}",
+                        tool_name=name,
+                        sent=True,
+                    ) from None
         except McpError:
             raise
         except TimeoutError:
             if not scope.expired():
                 raise
-            if unreachable is not None:
-                raise McpConnectionError(
-                    f"{unreachable} (retrying for {timeout_s:g} s)", tool_name=name
-                ) from None
             raise McpTimeoutError(
                 f"MCP tool {name!r} on {label} did not answer within {timeout_s:g} s",
                 tool_name=name,
             ) from None
         except MCPError as exc:
             if exc.code == mcp_types.CONNECTION_CLOSED:
-                self._drop(session)
+                self._drop(session, client)
                 raise McpConnectionError(
-                    f"the connection to MCP server {label} closed during {name!r}", tool_name=name
+                    f"the connection to MCP server {label} closed during {name!r}",
+                    tool_name=name,
+                    sent=True,
                 ) from None
             raise McpToolError(
                 f"MCP server {label} refused tool {name!r}: {exc.message} (code {exc.code})",
@@ -211,62 +231,76 @@ class SessionPool:
                 f"MCP server {label} answered {name!r} off its output schema: {exc}",
                 tool_name=name,
             ) from None
-        except (
-            OSError,
-            anyio.BrokenResourceError,
-            anyio.ClosedResourceError,
-            anyio.EndOfStream,
-            httpx2.TransportError,
-        ) as exc:
-            self._drop(session)
-            raise McpConnectionError(
-                f"the connection to MCP server {label} failed during {name!r}: "
-                f"{type(exc).__name__}: {exc}",
-                tool_name=name,
-            ) from None
 
-    async def _connected(self, session: _Session) -> Client:
-        if session.client is not None:
-            return session.client
-        async with session.lock:
+    async def _connected(self, session: _Session, deadline: float, name: str = "") -> Client:
+        """The open session, connecting (again, after the backoff) until ``deadline``."""
+        while True:
             if session.client is not None:
                 return session.client
-            wait = session.retry_at - self._loop.time()
-            if wait > 0:
-                await asyncio.sleep(wait)
-            ready: asyncio.Future[Client] = self._loop.create_future()
-            stop = asyncio.Event()
-            keeper = asyncio.create_task(self._keep(session, ready, stop))
-            try:
-                async with asyncio.timeout(session.server.connect_timeout_s):
-                    client = await asyncio.shield(ready)
-            except BaseException as exc:
-                keeper.cancel()
-                session.failures += 1
-                backoff = min(_BACKOFF_MAX_S, _BACKOFF_FIRST_S * 2 ** (session.failures - 1))
-                session.retry_at = self._loop.time() + backoff
-                if isinstance(exc, asyncio.CancelledError):
-                    raise
-                reason = (
-                    f"no answer within {session.server.connect_timeout_s:g} s"
-                    if isinstance(exc, TimeoutError)
-                    else _reason(exc)
-                )
-                raise McpConnectionError(
-                    f"cannot connect to MCP server {session.server.label}: {reason}"
-                ) from None
-            session.failures = 0
-            session.stop, session.keeper = stop, keeper
-            return client
+            async with session.lock:
+                if session.client is not None:
+                    return session.client
+                wait = session.retry_at - self._loop.time()
+                if wait > 0 and self._loop.time() + wait >= deadline:
+                    raise McpConnectionError(
+                        f"cannot connect to MCP server {session.server.label}: "
+                        f"{session.last_error} (next attempt in {wait:.1f} s)",
+                        tool_name=name or None,
+                    )
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                limit = min(session.server.connect_timeout_s, deadline - self._loop.time())
+                try:
+                    return await self._open(session, limit)
+                except McpConnectionError as exc:
+                    if self._loop.time() >= deadline:
+                        raise McpConnectionError(str(exc), tool_name=name or None) from None
+
+    async def _open(self, session: _Session, timeout_s: float) -> Client:
+        ready: asyncio.Future[Client] = self._loop.create_future()
+        stop = asyncio.Event()
+        keeper = session.keeper = asyncio.create_task(self._keep(session, ready, stop))
+        try:
+            async with asyncio.timeout(max(timeout_s, 0.001)):
+                client = await asyncio.shield(ready)
+        except asyncio.CancelledError:
+            keeper.cancel()  # the caller gave up (or the session is closing): not a failure
+            session.keeper = None
+            raise
+        except BaseException as exc:
+            keeper.cancel()
+            session.keeper = None
+            if ready.done() and not ready.cancelled():
+                ready.exception()  # retrieved: asyncio would log it otherwise
+            session.failures += 1
+            backoff = min(_BACKOFF_MAX_S, _BACKOFF_FIRST_S * 2 ** (session.failures - 1))
+            session.retry_at = self._loop.time() + backoff
+            session.last_error = (
+                f"no answer within {timeout_s:g} s"
+                if isinstance(exc, TimeoutError)
+                else _reason(exc)
+            )
+            raise McpConnectionError(
+                f"cannot connect to MCP server {session.server.label}: {session.last_error}"
+            ) from None
+        session.failures, session.last_error = 0, ""
+        session.stop = stop
+        return client
+
+    async def _connect_quietly(self, session: _Session) -> None:
+        try:
+            await self._connected(session, self._loop.time() + session.server.connect_timeout_s)
+        except Exception as exc:  # the first call connects again, after the backoff
+            _log.warning("MCP server %s is not reachable yet: %s", session.server.label, exc)
 
     async def _keep(
         self, session: _Session, ready: asyncio.Future[Client], stop: asyncio.Event
     ) -> None:
         """Hold one session open until ``stop`` (or until it breaks), in this one task."""
 
-        async def on_message(message: Any) -> None:
+        async def on_message(message: Any) -> None:  # tools/list_changed, before 2026-07-28
             if isinstance(message, mcp_types.ToolListChangedNotification):
-                asyncio.get_running_loop().create_task(self._refresh_quietly(session))
+                self._spawn(session, self._refresh_quietly(session))
 
         client: Client | None = None
         try:
@@ -281,9 +315,12 @@ class SessionPool:
                     listening.cancel()
         except BaseException as exc:
             if not ready.done():
-                ready.set_exception(exc)
+                if isinstance(exc, asyncio.CancelledError):
+                    ready.cancel()
+                else:
+                    ready.set_exception(exc)
             elif not stop.is_set() and not isinstance(exc, asyncio.CancelledError):
-                _log.warning("MCP session to %s ended: %s", session.server.label, exc)
+                _log.warning("MCP session to %s ended: %s", session.server.label, _reason(exc))
         finally:
             if session.client is client:
                 session.client = None
@@ -299,16 +336,32 @@ class SessionPool:
         except Exception as exc:  # a server without change events: the listing stays as fetched
             _log.debug("MCP server %s sends no tool change events: %s", session.server.label, exc)
 
-    async def _refresh(self, session: _Session) -> dict[str, mcp_types.Tool]:
-        client = await self._connected(session)
+    async def _refresh(
+        self, session: _Session, timeout_s: float | None = None
+    ) -> dict[str, mcp_types.Tool]:
+        label = session.server.label
+        limit = session.server.connect_timeout_s if timeout_s is None else timeout_s
+        client = await self._connected(session, self._loop.time() + limit)
         tools: dict[str, mcp_types.Tool] = {}
         cursor: str | None = None
-        for _ in range(_LIST_PAGES_MAX):
-            page = await client.list_tools(cursor=cursor, cache_mode="refresh")
-            tools.update((tool.name, tool) for tool in page.tools)
-            cursor = page.next_cursor
-            if cursor is None:
-                break
+        try:
+            for _ in range(_LIST_PAGES_MAX):
+                page = await client.list_tools(cursor=cursor, cache_mode="refresh")
+                tools.update((tool.name, tool) for tool in page.tools)
+                cursor = page.next_cursor
+                if cursor is None:
+                    break
+        except MCPError as exc:
+            raise McpError(f"MCP server {label} refused to list its tools: {exc.message}") from None
+        except ValidationError as exc:
+            raise McpResultError(
+                f"MCP server {label} listed its tools malformed: {_problems(exc)}"
+            ) from None
+        except _CONNECTION_ERRORS as exc:
+            self._drop(session, client)
+            raise McpConnectionError(
+                f"listing the tools of MCP server {label} failed: {_reason(exc)}"
+            ) from None
         version = self.catalog.get(session.server, (0, {}))[0] + 1
         self.catalog[session.server] = (version, tools)
         return tools
@@ -321,18 +374,30 @@ class SessionPool:
                 "re-listing the tools of MCP server %s failed: %s", session.server.label, exc
             )
 
-    def _drop(self, session: _Session) -> None:
+    def _spawn(self, session: _Session, coroutine: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        session.tasks.add(task)
+        task.add_done_callback(session.tasks.discard)
+
+    def _drop(self, session: _Session, client: Client | None) -> None:
+        """Give up on ``client`` after a failure, unless a newer session already replaced it."""
+        if client is None or session.client is not client:
+            return
         if session.stop is not None:
             session.stop.set()
         session.client = None
         session.failures += 1
         session.retry_at = self._loop.time() + _BACKOFF_FIRST_S
 
-    async def _close(self, session: _Session) -> None:
+    async def _close(self, session: _Session, *, only_unheld: bool = False) -> None:
+        if only_unheld and session.refs > 0:
+            return  # held again since the last release
         keeper, stop = session.keeper, session.stop
         if stop is not None:
             stop.set()
         if keeper is not None:
+            if session.client is None:
+                keeper.cancel()  # still connecting: give up on it
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(keeper, _CLOSE_WAIT_S)
         session.client = session.keeper = session.stop = None
@@ -384,10 +449,19 @@ def session_pool() -> SessionPool:
     with _pool_guard:
         if _pool is None or _pool_pid != os.getpid():
             _pool, _pool_pid = SessionPool(), os.getpid()
-            atexit.register(_pool.close)
         return _pool
 
 
 def current_pool() -> SessionPool | None:
     """The pool of this process if one was started, without starting one."""
     return _pool if _pool_pid == os.getpid() else None
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    """Close this process's sessions (a forked child's inherited pool is not its own)."""
+    global _pool
+    with _pool_guard:
+        pool, _pool = current_pool(), None
+    if pool is not None:
+        pool.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import re
@@ -13,6 +14,7 @@ import mcp.types as mcp_types
 from pydantic import BaseModel, ValidationError
 
 from beam_agents.tools._intent import IntentInfo
+from beam_agents.tools._strict import drop_nulls_meaning_default
 from beam_agents.tools._tool import Tool, ToolConnection
 from beam_agents.tools.errors import SideEffectToolError, ToolArgumentError, ToolDefinitionError
 from beam_agents.tools.mcp._pool import current_pool, session_pool
@@ -48,7 +50,7 @@ def load_mcp_tools(
     """
     if not isinstance(server, McpServer):
         raise TypeError(f"load_mcp_tools takes an McpServer, got {type(server).__name__}")
-    listed = session_pool().list_tools(server, server.connect_timeout_s * 2)
+    listed = session_pool().list_tools(server)
     overrides = _overrides(server, side_effect, listed)
     registry = ToolRegistry()
     for definition in listed.values():
@@ -122,8 +124,9 @@ class McpTool(Tool[..., Any]):
         return self._side_effect
 
     @property
-    def connection(self) -> ToolConnection:
-        return _ServerConnection(self._server)
+    def connection(self) -> ToolConnection | None:
+        """The server's session, for a read-only tool (the pipeline calls only those)."""
+        return None if self._side_effect else _ServerConnection(self._server)
 
     def validate_arguments(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """Validate ``arguments`` against the server's schema; return them as JSON values."""
@@ -133,9 +136,11 @@ class McpTool(Tool[..., Any]):
                 f"tool {self._name!r}: arguments must be a mapping of parameter name to value",
                 tool_name=self._name,
             )
-        arguments = {k: v for k, v in arguments.items() if k != INTENT_ID_META_KEY}
-        if _INTENT_ARGUMENT in arguments:
-            arguments["intent"] = arguments.pop(_INTENT_ARGUMENT)
+        arguments = _wire(arguments)
+        # A null for an optional argument that cannot be null means "leave it out" (as for
+        # @tool); a schema whose references do not resolve leaves that to the model.
+        with contextlib.suppress(Exception):
+            arguments = drop_nulls_meaning_default(arguments, self._schema["parameters"])
         try:
             validated = self._model.model_validate(arguments)
         except ValidationError as error:
@@ -166,24 +171,25 @@ class McpTool(Tool[..., Any]):
 
     async def _call_inline(self, arguments: dict[str, Any]) -> Any:
         pool = session_pool()
-        timeout = self._server.call_timeout_s
+        timeout, arguments = self._server.call_timeout_s, _wire(arguments)
         try:
             result = await pool.call_tool(
                 self._server, self.remote_name, arguments, meta=None, timeout_s=timeout
             )
-        except McpConnectionError:  # read-only, so asking again on a fresh session is safe
+        except McpConnectionError as exc:
+            if not exc.sent:
+                raise
+            # The session broke under the call; read-only, so asking again on a new one is safe.
             result = await pool.call_tool(
                 self._server, self.remote_name, arguments, meta=None, timeout_s=timeout
             )
         return _value(self, result)
 
     async def _call_for_intent(self, *, intent: IntentInfo, **arguments: Any) -> Any:
-        if _INTENT_ARGUMENT in arguments:
-            arguments["intent"] = arguments.pop(_INTENT_ARGUMENT)
         result = await session_pool().call_tool(
             self._server,
             self.remote_name,
-            arguments,
+            _wire(arguments),
             meta={INTENT_ID_META_KEY: intent.intent_id},
             timeout_s=self._server.call_timeout_s,
         )
@@ -217,8 +223,7 @@ class McpTool(Tool[..., Any]):
             self._adopt(definition)
 
     def _identity(self) -> tuple[object, ...]:
-        listed = self._definition.model_dump_json(by_alias=True, exclude_none=True)
-        return (self._server, self._name, self._side_effect, listed)
+        return (self._server, self.remote_name, self._name, self._side_effect)
 
     def __repr__(self) -> str:
         return (
@@ -248,6 +253,14 @@ def _restore(server: McpServer, listed: dict[str, Any], side_effect: bool, name:
     return McpTool(
         server, mcp_types.Tool.model_validate(listed), side_effect=side_effect, name=name
     )
+
+
+def _wire(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """Arguments as the server names them (``intent`` travels under another name here)."""
+    wired = dict(arguments)
+    if _INTENT_ARGUMENT in wired:
+        wired["intent"] = wired.pop(_INTENT_ARGUMENT)
+    return wired
 
 
 def _value(tool: McpTool, result: mcp_types.CallToolResult) -> Any:

@@ -10,7 +10,15 @@ class McpError(ToolError):
 
 
 class McpConnectionError(McpError, ConnectionError):
-    """The server could not be reached, or the connection broke during the call."""
+    """The server could not be reached, or the connection broke during the call.
+
+    ``sent`` tells whether the request had gone out: a call that was never sent is safe to
+    make again; one that was may have run.
+    """
+
+    def __init__(self, message: str, *, tool_name: str | None = None, sent: bool = False) -> None:
+        super().__init__(message, tool_name=tool_name)
+        self.sent = sent
 
 
 class McpTimeoutError(McpError, TimeoutError):
