@@ -9,6 +9,9 @@
 - :func:`run_case_with_retries`: the same envelopes as an effector logged them, replayed by a
   ``TestStream`` on the bundle-based runner with every commit failed once, intents submitted
   to the same effector.
+
+Both are :func:`run_loop` and :func:`run_with_retries` with a case's agent and
+``conformance_config``; other suites (``tests/mcp``) run their own agent and config with them.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ import importlib
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from contextlib import ExitStack
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -185,15 +189,22 @@ def _acks(values: Sequence[SubmitAck]) -> dict[str, int]:
 
 
 class _Sinks:
-    """Collects what a conformance pipeline's agent and its submit produce."""
+    """Collects what a loop pipeline's agent and its submit produce.
 
-    def __init__(self, provider: SharedProvider) -> None:
+    With ``provider``, :attr:`CaseRun.provider_calls` counts the calls its FakeLLM took
+    meanwhile (else it is 0).
+    """
+
+    def __init__(self, provider: SharedProvider | None = None) -> None:
         self.outputs, self.intents, self.traces, self.errors, self.letters, self.acks = (
             Collector.new() for _ in range(6)
         )
         self._provider = provider
-        self._calls_before = provider.fake.call_count
+        self._calls_before = self._provider_calls()
         self._started = time.monotonic()
+
+    def _provider_calls(self) -> int:
+        return self._provider.fake.call_count if self._provider is not None else 0
 
     def wire(self, agent: Any, connection: EffectorConnection) -> None:
         """Submit ``agent``'s intents to the effector and collect every output."""
@@ -214,9 +225,68 @@ class _Sinks:
             errors=self.errors.values(),
             dead_letters=self.letters.values(),
             acks=_acks(self.acks.values()),
-            provider_calls=self._provider.fake.call_count - self._calls_before,
+            provider_calls=self._provider_calls() - self._calls_before,
             seconds=time.monotonic() - self._started,
         )
+
+
+class _Beside(threading.Thread):
+    """Runs a function beside the pipeline; :meth:`stop` re-raises what it raised."""
+
+    def __init__(self, function: Callable[[], None]) -> None:
+        super().__init__(daemon=True, name="loop-beside")
+        self._function = function
+        self.failure: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._function()
+        except BaseException as exc:  # re-raised by stop()
+            self.failure = exc
+
+    def stop(self) -> None:
+        self.join(timeout=60)
+        assert not self.is_alive(), "the function beside the pipeline did not finish"
+        if self.failure is not None:
+            raise self.failure
+
+
+def run_loop(
+    agent: AgentFn,
+    config: AgentConfig,
+    address: str,
+    events: Sequence[AgentEnvelope],
+    *,
+    provider: SharedProvider | None = None,
+    idle_s: float = IDLE_S,
+    approve: bool = True,
+    during: Callable[[], None] | None = None,
+) -> CaseRun:
+    """``ReadEnvelopes(events) → RunAgent(agent, config) → SubmitIntents`` until idle.
+
+    The effector at ``address`` executes the intents; the read stops once it has had nothing
+    in flight for ``idle_s``. With ``approve``, an :class:`Approver` decides approval requests
+    meanwhile. ``during`` runs in a thread alongside the pipeline (a kill-and-restart test);
+    what it raises is raised here. ``provider``: the ``SharedProvider`` whose calls to count.
+    """
+    connection = EffectorConnection(address)
+    sinks = _Sinks(provider)
+
+    def build(pipeline: beam.Pipeline) -> None:
+        envelopes = pipeline | "Envelopes" >> ReadEnvelopes(
+            connection, events=events, stop_when_idle_s=idle_s, poll_wait_ms=50
+        )
+        sinks.wire(envelopes | "Agent" >> RunAgent(agent, config=config), connection)
+
+    beside: list[Approver | _Beside] = [Approver(address)] if approve else []
+    if during is not None:
+        beside.append(_Beside(during))
+    with ExitStack() as stack:
+        for thread in beside:
+            thread.start()
+            stack.callback(thread.stop)
+        run_pipeline(build)
+    return sinks.collected()
 
 
 def run_case_loop(
@@ -230,33 +300,14 @@ def run_case_loop(
 
     ``during`` runs in a thread alongside the pipeline (the kill-and-restart test).
     """
-    connection = EffectorConnection(address)
-    sinks = _Sinks(provider)
-
-    def build(pipeline: beam.Pipeline) -> None:
-        envelopes = pipeline | "Envelopes" >> ReadEnvelopes(
-            connection,
-            events=conformance_events(),
-            stop_when_idle_s=IDLE_S,
-            poll_wait_ms=50,
-        )
-        agent = envelopes | "Agent" >> RunAgent(
-            case_agent(case), config=conformance_config(provider)
-        )
-        sinks.wire(agent, connection)
-
-    approver = Approver(address)
-    approver.start()
-    side = threading.Thread(target=during, daemon=True) if during else None
-    try:
-        if side is not None:
-            side.start()
-        run_pipeline(build)
-    finally:
-        approver.stop()
-        if side is not None:
-            side.join(timeout=60)
-    return sinks.collected()
+    return run_loop(
+        case_agent(case),
+        conformance_config(provider),
+        address,
+        conformance_events(),
+        provider=provider,
+        during=during,
+    )
 
 
 def logged_envelopes(address: str) -> list[AgentEnvelope]:
@@ -268,6 +319,40 @@ def logged_envelopes(address: str) -> list[AgentEnvelope]:
             envelopes.extend(record.envelope for record in records)
             offset = records[-1].offset + 1
     return envelopes
+
+
+def run_with_retries(
+    agent: AgentFn,
+    config: AgentConfig,
+    address: str,
+    envelopes: Sequence[AgentEnvelope],
+    markers: Path,
+    *,
+    provider: SharedProvider | None = None,
+    advance_ms: int = DEADLINE_MS * 2,
+) -> tuple[CaseRun, list[str]]:
+    """Replay ``envelopes`` (a loop run's log) with every commit failed once, then retried.
+
+    ``envelopes`` go through a ``TestStream`` on the bundle-based runner, then processing time
+    advances ``advance_ms``; ``agent`` runs with ``config`` plus a ``FailFirstCommit`` on
+    ``markers``. Returns the run and the commits that were failed. Intents go to the effector
+    at ``address``, which has them all already.
+    """
+    stream = EnvelopeStream().envelopes(envelopes)
+    stream.advance_processing_time(advance_ms)
+    forcing = FailFirstCommit(markers)
+    sinks = _Sinks(provider)
+    pipeline = beam.Pipeline(
+        runner=BundleBasedDirectRunner(), options=PipelineOptions(streaming=True)
+    )
+    agent_outputs = (
+        pipeline
+        | "Stream" >> stream.build()
+        | "Agent" >> RunAgent(agent, config=replace(config, before_commit=forcing))
+    )
+    sinks.wire(agent_outputs, EffectorConnection(address))
+    pipeline.run().wait_until_finish()
+    return sinks.collected(), forcing.forced()
 
 
 def run_case_with_retries(
@@ -282,22 +367,12 @@ def run_case_with_retries(
     Returns the run and the commits that were failed. Intents go to the effector at
     ``address``, which has them all already.
     """
-    stream = EnvelopeStream()
-    for envelope in envelopes:
-        if envelope.tool_result.status != ToolResult.EXPIRED:  # the route ended that run first
-            stream.envelope(envelope)
-    stream.advance_processing_time(DEADLINE_MS * 2)
-    forcing = FailFirstCommit(markers)
-    sinks = _Sinks(provider)
-    pipeline = beam.Pipeline(
-        runner=BundleBasedDirectRunner(), options=PipelineOptions(streaming=True)
+    return run_with_retries(
+        case_agent(case),
+        conformance_config(provider),
+        address,
+        # The HitlPolicy route ended the run an EXPIRED result was for.
+        [e for e in envelopes if e.tool_result.status != ToolResult.EXPIRED],
+        markers,
+        provider=provider,
     )
-    agent = (
-        pipeline
-        | "Stream" >> stream.build()
-        | "Agent" >> RunAgent(case_agent(case), config=conformance_config(provider, forcing))
-    )
-    sinks.wire(agent, EffectorConnection(address))
-    pipeline.run().wait_until_finish()
-    run = sinks.collected()
-    return run, forcing.forced()

@@ -28,6 +28,8 @@ URL_ENV = "MCP_TICKETS_URL"
 SERVER_ENV = ("TICKET_LEDGER", "TICKET_HOLD", "TICKET_DEDUP")
 """What a stdio ticket server is given from the environment of the process that spawns it."""
 SCRIPT = str(Path(__file__).resolve().parent / "ticket_server.py")
+REGISTRY_SPEC = f"{__name__}:REGISTRY"
+"""What ``--tools`` is given to load :data:`REGISTRY`."""
 
 
 def ticket_server(

@@ -2,9 +2,9 @@
 """The full loop the crash, replica and clock gates drive: effector subprocesses plus a pipeline.
 
 - :class:`Sidecar`: one effector subprocess (``python -m effector serve``) on a fixed
-  127.0.0.1 port, executing the gate tools (:mod:`tests.semantics.gate_tools`), that can be
-  SIGKILLed and restarted on the same store and the same port; every incarnation is stopped
-  when the sidecar is closed, including when the gate fails.
+  127.0.0.1 port, executing the gate tools (:mod:`tests.semantics.gate_tools`, or those its
+  ``tools_spec`` names), that can be SIGKILLed and restarted on the same store and the same
+  port; every incarnation is stopped when the sidecar is closed, including when the gate fails.
 - :func:`run_loop`: the loop pipeline on Beam's ``FnApiRunner``:
   ``ReadEnvelopes(events) → RunAgent(settle) → SubmitIntents``, stopping once the effector
   is idle; returns what it produced.
@@ -24,9 +24,10 @@ import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
-from contextlib import closing, contextmanager
+from contextlib import AbstractContextManager, closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import apache_beam as beam
 from effector_harness import EffectorProcess, cli_environment
@@ -194,6 +195,11 @@ class Sidecar:
     port: int
     ledger: Path
     extra_args: tuple[str, ...] = ()
+    tools_spec: str = REGISTRY_SPEC
+    """What ``--tools`` loads: the gate tools unless told otherwise."""
+    environment: dict[str, str] | None = None
+    """The incarnations' environment (over ``cli_environment``); ``None``: the gate ledger's,
+    ``LEDGER_ENV`` set to :attr:`ledger`."""
     killed: list[int] = field(default_factory=list)
     """The process ids of the incarnations SIGKILLed so far."""
     pids: list[int] = field(default_factory=list)
@@ -215,10 +221,13 @@ class Sidecar:
     def start(self) -> None:
         """Start an incarnation on the store and port; returns once it is serving."""
         assert self._process is None, "already running"
+        environment = (
+            {LEDGER_ENV: str(self.ledger)} if self.environment is None else self.environment
+        )
         self._process = EffectorProcess(
-            *("--tools", REGISTRY_SPEC, "--store", self.store_url),
+            *("--tools", self.tools_spec, "--store", self.store_url),
             *("--listen", self.address, *self.extra_args),
-            env=cli_environment(**{LEDGER_ENV: str(self.ledger)}),
+            env=cli_environment(**environment),
         )
         self.pids.append(self._process.process.pid)
 
@@ -257,15 +266,24 @@ class Sidecar:
         return self._process.process.pid
 
 
+SidecarT = TypeVar("SidecarT", bound=Sidecar)
+
+
 @contextmanager
-def sidecar(store_url: str, port: int, ledger: Path, *extra_args: str) -> Iterator[Sidecar]:
-    """A started :class:`Sidecar`, stopped on exit whatever happened."""
-    running = Sidecar(store_url, port, ledger, extra_args)
+def started(running: SidecarT) -> Iterator[SidecarT]:
+    """``running`` (a :class:`Sidecar` or a subclass) started, stopped on exit whatever happened."""
     try:
         running.start()
         yield running
     finally:
         running.stop()
+
+
+def sidecar(
+    store_url: str, port: int, ledger: Path, *extra_args: str
+) -> AbstractContextManager[Sidecar]:
+    """A started :class:`Sidecar` serving the gate tools, stopped on exit whatever happened."""
+    return started(Sidecar(store_url, port, ledger, extra_args))
 
 
 class Chaos(threading.Thread):
