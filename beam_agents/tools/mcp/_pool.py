@@ -143,7 +143,7 @@ class SessionPool:
             return known[1]
         limit = server.connect_timeout_s + server.call_timeout_s
         try:
-            return self.run(self._refresh(self._session(server), limit), limit + 1)
+            return self.run(self._refresh(self._session(server)), limit + 1)
         except TimeoutError:
             raise McpTimeoutError(
                 f"MCP server {server.label} did not list its tools within {limit:g} s"
@@ -336,12 +336,11 @@ class SessionPool:
         except Exception as exc:  # a server without change events: the listing stays as fetched
             _log.debug("MCP server %s sends no tool change events: %s", session.server.label, exc)
 
-    async def _refresh(
-        self, session: _Session, timeout_s: float | None = None
-    ) -> dict[str, mcp_types.Tool]:
+    async def _refresh(self, session: _Session) -> dict[str, mcp_types.Tool]:
         label = session.server.label
-        limit = session.server.connect_timeout_s if timeout_s is None else timeout_s
-        client = await self._connected(session, self._loop.time() + limit)
+        client = await self._connected(
+            session, self._loop.time() + session.server.connect_timeout_s
+        )
         tools: dict[str, mcp_types.Tool] = {}
         cursor: str | None = None
         try:
