@@ -32,7 +32,7 @@ if TYPE_CHECKING:
         WriteTraces,
     )
     from beam_agents.model import FakeLLM, LlmRequest, LlmResponse
-    from beam_agents.tools import IntentInfo, ToolRegistry, tool
+    from beam_agents.tools import IntentInfo, Reconciled, ToolRegistry, tool
 
     __version__: str
 
@@ -56,6 +56,7 @@ _LAZY_EXPORTS = {
     "LlmRequest": "beam_agents.model",
     "LlmResponse": "beam_agents.model",
     "ReadEnvelopes": "beam_agents.io",
+    "Reconciled": "beam_agents.tools",
     "Route": "beam_agents.hitl",
     "RunAgent": "beam_agents.core.transform",
     "RunAgentOutputs": "beam_agents.core.transform",
@@ -92,6 +93,7 @@ __all__ = [
     "LlmRequest",
     "LlmResponse",
     "ReadEnvelopes",
+    "Reconciled",
     "Route",
     "RunAgent",
     "RunAgentOutputs",

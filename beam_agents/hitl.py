@@ -74,6 +74,8 @@ class HitlPolicy:
     approval intents. ``approval_channel``: where approval requests are routed unless
     ``ctx.request_approval(channel=...)`` says otherwise. ``max_escalations``: how many times
     ``Escalate`` may re-ask before the run is denied with ``exhausted_output``.
+    ``required_approvals``: how many distinct approvers must approve an approval request
+    (a quorum; any deny denies at once); the effector gathers the votes.
     """
 
     timeout_ms: int
@@ -82,6 +84,7 @@ class HitlPolicy:
     on_timeout: TimeoutRoute
     max_escalations: int = 0
     exhausted_output: bytes = b""
+    required_approvals: int = 1
 
     def __post_init__(self) -> None:
         _positive_int("timeout_ms", self.timeout_ms)
@@ -104,6 +107,7 @@ class HitlPolicy:
                 f"HitlPolicy.exhausted_output must be bytes, "
                 f"got {type(self.exhausted_output).__name__}"
             )
+        check_required_approvals(self.required_approvals, "HitlPolicy.required_approvals")
         _check_route_function(self.on_timeout)
 
     def decide(self, fallback: FallbackContext, escalations_so_far: int) -> Route:
@@ -120,6 +124,21 @@ class HitlPolicy:
         if isinstance(route, Escalate) and escalations_so_far >= self.max_escalations:
             return Deny(self.exhausted_output)
         return route
+
+
+MAX_REQUIRED_APPROVALS = 100
+"""The largest quorum an approval may ask for."""
+
+
+def check_required_approvals(value: object, name: str) -> int:
+    """``value`` if it is an int from 1 to ``MAX_REQUIRED_APPROVALS``; raises ``ValueError``."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not 1 <= value <= MAX_REQUIRED_APPROVALS
+    ):
+        raise ValueError(f"{name} must be an int from 1 to {MAX_REQUIRED_APPROVALS}, got {value!r}")
+    return value
 
 
 def _check_route_function(on_timeout: object) -> None:

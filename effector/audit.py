@@ -88,3 +88,25 @@ def tool_failed(intent: ToolIntent, result: ToolResult, error: BaseException | N
     _log.warning("ERROR %s, attempt %d: %s", describe(intent), result.attempt, result.error_message)
     if error is not None and _log.isEnabledFor(logging.DEBUG):
         _log.debug("traceback of %s, attempt %d", describe(intent), result.attempt, exc_info=error)
+
+
+def reconciled(intent: ToolIntent, attempt: int) -> None:
+    """An intent's effect was found by its reconciler and recorded as its result, not re-run."""
+    _log.info(
+        "RECONCILED %s, attempt %d: its effect had already happened; recorded without "
+        "executing again",
+        describe(intent),
+        attempt,
+    )
+
+
+def in_doubt(intent: ToolIntent, attempt: int, reason: str, retry_in_ms: int) -> None:
+    """An intent's reconciler failed: it is IN_DOUBT, held, and asked again after a backoff."""
+    _log.warning(
+        "IN_DOUBT %s, attempt %d: its reconciler failed (%s); not executed again, its key is "
+        "held, asking again in %d ms",
+        describe(intent),
+        attempt,
+        reason,
+        retry_in_ms,
+    )

@@ -18,7 +18,6 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, NoReturn
 
 import grpc
@@ -28,11 +27,11 @@ from effector import commands as client_commands
 from effector.addresses import parse_host_port
 from effector.client import EffectorClient
 from effector.errors import ConfigurationError, StoreError
+from effector.secrets import load_tokens, read_file
 from effector.server import (
     DEFAULT_MCP_IDENTITY,
     ServerSettings,
     check_tls_pair,
-    check_token,
     running_server,
 )
 from effector.service import DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT
@@ -133,7 +132,13 @@ def _add_auth_options(parser: argparse.ArgumentParser) -> None:
         "environment, since command lines are visible to other users",
         metavar="TOKEN",
     )
-    _option(parser, "--token-file", "file holding the shared secret", metavar="PATH")
+    _option(
+        parser,
+        "--token-file",
+        "file holding the shared secret, or (serve) one 'name:token[:channel,...]' line per "
+        "approver: decisions record the name, limited to those channels",
+        metavar="PATH",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -344,29 +349,8 @@ def build_parser() -> argparse.ArgumentParser:
         )
     for decision in (approve, deny):
         decision.add_argument("intent_id", metavar="INTENT_ID", help="the approval intent's id")
-        _option(decision, "--approver", "who decides (recorded)", default="", metavar="NAME")
-        _option(decision, "--reason", "free text recorded with the decision", default="")
+        client_commands.add_decision_options(decision, _option)
     return parser
-
-
-def _read_file(path: str, what: str) -> bytes:
-    try:
-        return Path(path).read_bytes()
-    except OSError as exc:
-        raise ConfigurationError(f"cannot read {what} {path!r}: {exc.strerror}") from None
-
-
-def _token(args: argparse.Namespace) -> str | None:
-    if args.token and args.token_file:
-        raise ConfigurationError("give the token once: --token or --token-file, not both")
-    if args.token_file:
-        from_file = _read_file(args.token_file, "token file").decode("utf-8", "replace").strip()
-        if not from_file:
-            raise ConfigurationError(f"token file {args.token_file!r} is empty")
-        return from_file
-    token: str | None = args.token
-    check_token(token)
-    return None if token is None else token.strip()
 
 
 def load_registry(spec: str) -> ToolRegistry:
@@ -407,11 +391,13 @@ def _server_settings(args: argparse.Namespace) -> ServerSettings:
     if not args.store:
         raise ConfigurationError(f"--store is required (or {env_name('--store')})")
     check_tls_pair(args.tls_cert or None, args.tls_key or None)  # before reading either file
+    tokens = load_tokens(args.token, args.token_file)
     return ServerSettings(
         listen=args.listen,
-        token=_token(args),
-        tls_cert=_read_file(args.tls_cert, "TLS certificate") if args.tls_cert else None,
-        tls_key=_read_file(args.tls_key, "TLS key") if args.tls_key else None,
+        token=None if tokens is None else tokens.primary,
+        tokens=tokens if tokens is not None and tokens.named else None,
+        tls_cert=read_file(args.tls_cert, "TLS certificate") if args.tls_cert else None,
+        tls_key=read_file(args.tls_key, "TLS key") if args.tls_key else None,
         allow_insecure_bind=args.allow_insecure_bind,
         metrics_listen=args.metrics_listen,
         console_listen=args.console_listen,
@@ -446,9 +432,11 @@ async def _serve(args: argparse.Namespace) -> int:
 
 
 def _client(args: argparse.Namespace) -> EffectorClient:
-    root = _read_file(args.tls_root_cert, "TLS root certificate") if args.tls_root_cert else None
+    root = read_file(args.tls_root_cert, "TLS root certificate") if args.tls_root_cert else None
+    tokens = load_tokens(args.token, args.token_file)
+    token = None if tokens is None else tokens.primary
     return EffectorClient(
-        args.target, token=_token(args), root_certificates=root, timeout_s=args.timeout_s
+        args.target, token=token, root_certificates=root, timeout_s=args.timeout_s
     )
 
 

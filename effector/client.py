@@ -84,11 +84,23 @@ class EffectorClient(_Client):
         return response
 
     def decide(
-        self, intent_id: str, *, approved: bool, approver: str = "", reason: str = ""
+        self,
+        intent_id: str,
+        *,
+        approved: bool,
+        approver: str = "",
+        reason: str = "",
+        args_digest: str = "",
+        edited_args_json: str = "",
     ) -> pb.DecideResponse:
-        """Approve or deny an approval intent."""
+        """Approve or deny an approval intent (``DecideRequest`` documents the fields)."""
         request = pb.DecideRequest(
-            intent_id=intent_id, approved=approved, approver=approver, reason=reason
+            intent_id=intent_id,
+            approved=approved,
+            approver=approver,
+            reason=reason,
+            args_digest=args_digest,
+            edited_args_json=edited_args_json,
         )
         response: pb.DecideResponse = self._stub.Decide(request, **self._call())
         return response
@@ -165,11 +177,23 @@ class AsyncEffectorClient(_Client):
         return response
 
     async def decide(
-        self, intent_id: str, *, approved: bool, approver: str = "", reason: str = ""
+        self,
+        intent_id: str,
+        *,
+        approved: bool,
+        approver: str = "",
+        reason: str = "",
+        args_digest: str = "",
+        edited_args_json: str = "",
     ) -> pb.DecideResponse:
-        """Approve or deny an approval intent."""
+        """Approve or deny an approval intent (``DecideRequest`` documents the fields)."""
         request = pb.DecideRequest(
-            intent_id=intent_id, approved=approved, approver=approver, reason=reason
+            intent_id=intent_id,
+            approved=approved,
+            approver=approver,
+            reason=reason,
+            args_digest=args_digest,
+            edited_args_json=edited_args_json,
         )
         response: pb.DecideResponse = await self._stub.Decide(request, **self._call())
         return response

@@ -14,6 +14,7 @@ import argparse
 import datetime
 import json
 import sys
+from collections.abc import Callable
 
 from beam_agents._protos import GetIntentResponse, IntentState, ToolIntent, ToolResult
 from effector.client import EffectorClient
@@ -23,7 +24,15 @@ from effector.intents import display_key
 def status(client: EffectorClient, args: argparse.Namespace) -> int:
     """Print the counts of intents in each state and the log head, as one JSON object."""
     counts = client.status()
-    names = ("pending", "running", "awaiting_decision", "done", "in_flight", "head_offset")
+    names = (
+        "pending",
+        "running",
+        "in_doubt",
+        "awaiting_decision",
+        "done",
+        "in_flight",
+        "head_offset",
+    )
     print(json.dumps({name: getattr(counts, name) for name in names}, sort_keys=True))
     return 0
 
@@ -59,11 +68,52 @@ def show(client: EffectorClient, args: argparse.Namespace) -> int:
     return 0
 
 
-def decide(client: EffectorClient, args: argparse.Namespace, *, approved: bool) -> int:
-    """Approve or deny an approval intent; exit 1 if the decision was not applied."""
-    decision = client.decide(
-        args.intent_id, approved=approved, approver=args.approver, reason=args.reason
+def add_decision_options(parser: argparse.ArgumentParser, option: Callable[..., None]) -> None:
+    """The options of ``approve`` and ``deny`` (``option`` adds one with its variable)."""
+    option(parser, "--approver", "who decides (recorded; a named token's name wins)", default="")
+    option(parser, "--reason", "free text recorded with the decision", default="")
+    option(
+        parser,
+        "--digest",
+        "the args digest 'show' printed: the decision is refused if the approval's arguments "
+        "are not those (default: the digest of its arguments now)",
+        default="",
+        metavar="HEX",
     )
+    if parser.prog.endswith("approve"):
+        option(
+            parser,
+            "--edit",
+            "approve these arguments instead (a JSON object the gated tool accepts)",
+            default="",
+            metavar="JSON",
+        )
+
+
+def decide(client: EffectorClient, args: argparse.Namespace, *, approved: bool) -> int:
+    """Approve or deny an approval intent; exit 1 if the decision was not applied.
+
+    The decision always carries an args digest: ``--digest`` if given, else the one the
+    effector shows for the approval now (``show`` prints it).
+    """
+    digest = args.digest
+    if not digest:
+        shown = client.get_intent(args.intent_id)
+        if not shown.found:
+            print(f"no intent {args.intent_id}", file=sys.stderr)
+            return 1
+        digest = shown.args_digest
+    decision = client.decide(
+        args.intent_id,
+        approved=approved,
+        approver=args.approver,
+        reason=args.reason,
+        args_digest=digest,
+        edited_args_json=getattr(args, "edit", ""),
+    )
+    if decision.applied and decision.state == IntentState.AWAITING_DECISION:
+        print(f"voted on {args.intent_id}: {decision.reason}")
+        return 0
     if decision.applied:
         print(f"{'approved' if approved else 'denied'} {args.intent_id}")
         return 0
@@ -106,8 +156,10 @@ def intent_report(response: GetIntentResponse) -> list[tuple[str, str]]:
     ]
     if intent.kind == ToolIntent.APPROVAL:
         lines.append(("channel", intent.channel or "-"))
+    lines += approval_lines(response)
     lines += [
         ("attempts", str(response.attempts)),
+        *_in_doubt_lines(response),
         ("created_at", timestamp(intent.created_at_ms)),
         ("expires_at", timestamp(intent.expires_at_ms) if intent.expires_at_ms else "never"),
     ]
@@ -122,6 +174,33 @@ def intent_report(response: GetIntentResponse) -> list[tuple[str, str]]:
     else:
         lines.append(("result", "- (not DONE yet)"))
     return lines
+
+
+def approval_lines(response: GetIntentResponse) -> list[tuple[str, str]]:
+    """An approval's digest, gated tool, quorum and votes; a tool intent's edit lineage."""
+    intent = response.intent
+    if intent.HasField("edited_from"):
+        edit = intent.edited_from
+        return [
+            ("edited_from", edit.approval_intent_id),
+            ("edited_by", edit.edited_by),
+            ("edit_diff", edit.diff_json),
+        ]
+    if intent.kind != ToolIntent.APPROVAL:
+        return []
+    lines = [("args_digest", response.args_digest or "-"), ("gates_tool", intent.gated_tool or "-")]
+    if intent.required_approvals > 1:
+        lines.append(("quorum", f"{len(response.votes)} of {intent.required_approvals} approvals"))
+        lines += [("vote", f"{vote.approver}: {vote.reason or '-'}") for vote in response.votes]
+    return lines
+
+
+def _in_doubt_lines(response: GetIntentResponse) -> list[tuple[str, str]]:
+    """Why an IN_DOUBT intent's reconciler failed, and when it is asked again."""
+    if response.state != IntentState.IN_DOUBT:
+        return []
+    reason = " ".join(response.in_doubt_reason.split()) or "-"
+    return [("in_doubt", reason), ("retry_at", timestamp(response.retry_at_ms))]
 
 
 def timestamp(ms: int) -> str:

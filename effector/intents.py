@@ -231,15 +231,25 @@ def approval_envelope(approval: Approval, entity_key: bytes) -> AgentEnvelope:
 
 
 def decision_result(intent: ToolIntent, approval: Approval) -> ToolResult:
-    """Build the OK result stored for a decided approval; its payload records the decision."""
-    payload = canonical_json_bytes(
-        {
-            "approved": approval.approved,
-            "approver": approval.approver,
-            "decided_at_ms": approval.decided_at_ms,
-            "reason": approval.reason,
-        }
-    )
+    """Build the OK result stored for a decided approval; its payload records the decision.
+
+    ``args_digest`` (what it was decided on), ``approvers`` (a quorum's) and ``edited_args``
+    (approve-with-edit, as JSON) appear only when set; with the rest they rebuild the
+    ``Approval`` exactly (a version 1 store's migration does).
+    """
+    decision: dict[str, object] = {
+        "approved": approval.approved,
+        "approver": approval.approver,
+        "decided_at_ms": approval.decided_at_ms,
+        "reason": approval.reason,
+    }
+    if approval.args_digest:
+        decision["args_digest"] = approval.args_digest
+    if len(approval.approvers) > 1:
+        decision["approvers"] = list(approval.approvers)
+    if approval.edited_args_json:
+        decision["edited_args"] = json.loads(approval.edited_args_json)
+    payload = canonical_json_bytes(decision)
     return new_result(
         intent, ToolResult.OK, completed_at_ms=approval.decided_at_ms, attempt=0, payload=payload
     )

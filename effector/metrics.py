@@ -50,6 +50,18 @@ class EffectorMetrics:
             "effector_intents_expired",
             "Intents refused as EXPIRED before they were claimed or decided.",
         )
+        self.reconciliations = counter(
+            "effector_reconciliations",
+            "Reconciler calls for intents whose earlier execution recorded no result, by outcome: "
+            "found (the effect had happened; recorded, not executed), not_found (executed "
+            "again) or failed (left IN_DOUBT, asked again later).",
+            ["outcome"],
+        )
+        self.in_doubt = gauge(
+            "effector_intents_in_doubt",
+            "Intents IN_DOUBT: their reconciler failed, so they are neither executed again nor "
+            "DONE, and they hold their key.",
+        )
         self.telemetry_recorded = counter(
             "effector_telemetry_recorded",
             "Trace events and error records stored for the first time, by kind.",

@@ -16,7 +16,6 @@ Imported only when ``--mcp-listen`` is given: the effector without it never impo
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -33,7 +32,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from effector.addresses import is_loopback_host
 from effector.console.serve import ConsoleServer
 from effector.errors import StoreError
+from effector.identities import Approver, Tokens
 from effector.operator_tools import (
+    CALLER,
     DecideArguments,
     DecisionMade,
     IntentArguments,
@@ -153,6 +154,14 @@ def _client_of(ctx: ServerRequestContext[Any, Any]) -> str:
     return f"{client.host}:{client.port}" if client is not None else "an unknown client"
 
 
+def _caller_of(ctx: ServerRequestContext[Any, Any], service: EffectorService) -> Approver | None:
+    """The holder of the call's bearer token, if the effector has tokens."""
+    headers = getattr(ctx.request, "headers", None)
+    if service.tokens is None or headers is None:
+        return None
+    return service.tokens.identify_bearer(headers.get("authorization"))
+
+
 def create_mcp_server(service: EffectorService, identity: str) -> Server[Any]:
     """The low-level MCP server holding the operator tools over ``service``."""
     tools = _tools(OperatorTools(service, identity))
@@ -168,6 +177,7 @@ def create_mcp_server(service: EffectorService, identity: str) -> Server[Any]:
         if params.name not in tools:
             return _error(f"unknown tool {params.name!r}; the tools are {', '.join(tools)}")
         _, model, handler = tools[params.name]
+        caller = CALLER.set(_caller_of(ctx, service))
         try:
             answer = await handler(model.model_validate(params.arguments or {}), _client_of(ctx))
         except ValidationError as invalid:
@@ -180,6 +190,8 @@ def create_mcp_server(service: EffectorService, identity: str) -> Server[Any]:
         except Exception:
             _log.exception("mcp: %s failed", params.name)
             return _error("internal error in the effector")
+        finally:
+            CALLER.reset(caller)
         structured = answer.model_dump(mode="json")
         text = json.dumps(structured, sort_keys=True, ensure_ascii=False)
         return types.CallToolResult(
@@ -202,14 +214,14 @@ def create_mcp_server(service: EffectorService, identity: str) -> Server[Any]:
 class BearerGuard:
     """ASGI middleware: answers 401 to an HTTP request without ``authorization: Bearer <token>``."""
 
-    def __init__(self, app: ASGIApp, token: str) -> None:
+    def __init__(self, app: ASGIApp, token: str | Tokens) -> None:
         self._app = app
-        self._expected = f"Bearer {token}".encode()
+        self._tokens = Tokens.single(token) if isinstance(token, str) else token
 
     def _authorized(self, scope: Scope) -> bool:
         supplied = [value for name, value in scope["headers"] if name == b"authorization"]
-        # compare_digest runs in time independent of where the bytes differ.
-        return len(supplied) == 1 and hmac.compare_digest(supplied[0], self._expected)
+        # Compared with every token, each in time independent of where the bytes differ.
+        return len(supplied) == 1 and self._tokens.identify_bearer(supplied[0]) is not None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Pass authorized requests (and the lifespan) on; refuse the rest."""
@@ -245,7 +257,7 @@ def create_mcp_app(
         host=host,
         transport_security=_loopback_only(host),
     )
-    return app if not token else BearerGuard(app, token)
+    return app if not token else BearerGuard(app, service.tokens or token)
 
 
 def _loopback_only(host: str) -> TransportSecuritySettings | None:

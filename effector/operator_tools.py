@@ -14,17 +14,26 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from contextvars import ContextVar
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+import effector.decisions as decisions
+from beam_agents._json import canonical_json
 from beam_agents._protos import IntentState, ToolIntent, ToolResult
+from beam_agents.core.ids import approval_digest
 from effector.commands import payload_text
+from effector.identities import Approver
 from effector.intents import display_key, expiry_deadline_ms, intent_id_problem
 from effector.service import MAX_TEXT_FIELD_CHARS, EffectorService
 from effector.store.base import Decision, IntentRecord
 
 _log = logging.getLogger(__name__)
+
+CALLER: ContextVar[Approver | None] = ContextVar("effector_mcp_caller", default=None)
+"""Who holds the token of the MCP call being handled (set around each call): a named token
+is the approver its decisions record, and may be limited to channels."""
 
 DEFAULT_PENDING_LIMIT = 20
 """Approvals ``list_pending_approvals`` returns when no limit is given."""
@@ -69,6 +78,16 @@ class DecideArguments(IntentArguments):
         pattern=r"\S",
         description="Why: recorded with the decision and passed to the waiting agent.",
     )
+    args_digest: str = Field(
+        default="",
+        description="The args_digest list_pending_approvals showed: the decision is refused "
+        "if the approval's arguments are not those you saw. Default: their digest now.",
+    )
+    edited_args: dict[str, Any] | None = Field(
+        default=None,
+        description="approve only: approve these arguments instead (validated against the "
+        "tool the approval gates).",
+    )
 
 
 # Results --------------------------------------------------------------------------------------
@@ -84,6 +103,9 @@ class PendingApproval(BaseModel):
     channel: str = Field(description="The channel the approval was asked on; may be empty.")
     created_at_ms: int
     deadline_ms: int = Field(description="When it expires undecided (epoch ms); 0 for never.")
+    args_digest: str = Field(description="The digest of args: send it back with a decision.")
+    gated_tool: str = Field(description="The tool whose call it gates (edits are checked).")
+    required_approvals: int = Field(description="Distinct approvers needed (any deny denies).")
 
 
 class PendingApprovals(BaseModel):
@@ -107,6 +129,10 @@ class DecisionMade(DecisionInfo):
 
     intent_id: str
     decision: Literal["approved", "denied"]
+    quorum: str | None = Field(
+        default=None,
+        description="Set while a quorum is gathered: the vote was recorded, not yet decided.",
+    )
 
 
 class ResultInfo(BaseModel):
@@ -200,6 +226,9 @@ class OperatorTools:
                 channel=r.intent.channel,
                 created_at_ms=r.intent.created_at_ms,
                 deadline_ms=expiry_deadline_ms(r.intent, r.received_at_ms),
+                args_digest=approval_digest(r.intent.args_json),
+                gated_tool=r.intent.gated_tool,
+                required_approvals=max(r.intent.required_approvals, 1),
             )
             for r in waiting
         ]
@@ -244,9 +273,20 @@ class OperatorTools:
         self, arguments: DecideArguments, *, approved: bool, client: str
     ) -> DecisionMade:
         intent_id = _checked_id(arguments.intent_id)
+        digest = arguments.args_digest
+        if not digest:
+            record = await self._service.store.get_intent(intent_id)
+            digest = "" if record is None else approval_digest(record.intent.args_json)
+        edited = arguments.edited_args
         try:
             outcome = await self._service.decide(
-                intent_id, approved=approved, approver=self._identity, reason=arguments.reason
+                intent_id,
+                approved=approved,
+                approver=self._identity,
+                reason=arguments.reason,
+                args_digest=digest,
+                edited_args_json="" if edited is None else canonical_json(edited),
+                identity=CALLER.get(),
             )
         except ValueError as refused:
             raise ToolRefusal(str(refused)) from None
@@ -260,9 +300,19 @@ class OperatorTools:
         )
         if not outcome.applied:
             raise ToolRefusal(await self._not_applied(intent_id, outcome))
-        assert outcome.result is not None
-        decided = DecisionInfo.model_validate_json(outcome.result.payload)
         verdict: Literal["approved", "denied"] = "approved" if approved else "denied"
+        if outcome.result is None:  # a vote towards a quorum
+            approver = decisions.recorded_approver(CALLER.get(), self._identity)
+            return DecisionMade(
+                intent_id=intent_id,
+                decision=verdict,
+                approved=approved,
+                approver=approver,
+                reason=arguments.reason,
+                decided_at_ms=0,
+                quorum=outcome.reason,
+            )
+        decided = DecisionInfo.model_validate_json(outcome.result.payload)
         return DecisionMade(intent_id=intent_id, decision=verdict, **decided.model_dump())
 
     async def _not_applied(self, intent_id: str, outcome: Decision) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import queue
 import threading
@@ -20,7 +21,7 @@ from typing import Any
 import effector.audit as audit
 from beam_agents._json import canonical_json_bytes
 from beam_agents._protos import ToolIntent, ToolResult
-from beam_agents.tools import IntentInfo, Tool, ToolRegistry
+from beam_agents.tools import IntentInfo, Reconciled, Tool, ToolRegistry
 from beam_agents.tools.errors import ToolArgumentError, ToolNotFoundError
 from effector.errors import ToolRefusedError, ToolTimeoutError
 from effector.intents import new_result, parse_arguments, rejected_result, ttl_problem
@@ -171,9 +172,38 @@ class EffectorToolRunner:
                 )
             kwargs = {**kwargs, "intent": intent_info}
         function = tool.unwrap()
+        is_async = inspect.iscoroutinefunction(function)
+        return await self._bounded(function, kwargs, is_async, f"tool {tool.name!r}")
+
+    async def reconcile(
+        self, tool: Tool[..., Any], kwargs: dict[str, Any], intent_info: IntentInfo
+    ) -> Reconciled | None:
+        """Ask ``tool``'s reconciler whether the intent's effect happened, under the timeout.
+
+        ``kwargs`` are the validated arguments. Raises ``ValueError`` if the tool has no
+        reconciler, ``ToolTimeoutError`` past the timeout, ``TypeError`` if the reconciler
+        answers something other than ``Reconciled`` or ``None``, and whatever it raises.
+        """
+        reconciler = tool.reconcile_with
+        if reconciler is None:
+            raise ValueError(f"tool {tool.name!r} has no reconciler")
+        call = functools.partial(reconciler, intent_info, dict(kwargs))
+        is_async = inspect.iscoroutinefunction(reconciler)
+        answer = await self._bounded(call, {}, is_async, f"the reconciler of tool {tool.name!r}")
+        if answer is not None and not isinstance(answer, Reconciled):
+            raise TypeError(
+                f"the reconciler of tool {tool.name!r} returned {type(answer).__name__}, "
+                f"not Reconciled or None"
+            )
+        return answer
+
+    async def _bounded(
+        self, function: Callable[..., Any], kwargs: dict[str, Any], is_async: bool, what: str
+    ) -> Any:
+        """``function(**kwargs)`` under the timeout: async on this loop, sync on a pool thread."""
         try:
             async with asyncio.timeout(self._timeout_ms / 1000) as scope:
-                if inspect.iscoroutinefunction(function):
+                if is_async:
                     value = function(**kwargs)
                 else:
                     value = await self._threads.call(function, kwargs)
@@ -182,7 +212,7 @@ class EffectorToolRunner:
         except TimeoutError:
             if scope.expired():
                 raise ToolTimeoutError(
-                    f"tool {tool.name!r} did not finish within {self._timeout_ms} ms"
+                    f"{what} did not finish within {self._timeout_ms} ms"
                 ) from None
             raise
         return value

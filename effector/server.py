@@ -10,13 +10,12 @@ and the server alike; :func:`running_server` opens a store and serves it for a `
 
 from __future__ import annotations
 
-import hmac
 import importlib.util
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -24,7 +23,9 @@ from grpc_reflection.v1alpha import reflection
 
 from beam_agents.tools import ToolRegistry
 from effector.addresses import format_host_port, is_loopback_host, parse_host_port
+from effector.auth import BearerTokenInterceptor as BearerTokenInterceptor
 from effector.errors import ConfigurationError
+from effector.identities import Tokens
 from effector.intents import wall_clock_ms
 from effector.metrics import EffectorMetrics
 from effector.runner import EffectorToolRunner
@@ -44,7 +45,6 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger(__name__)
 
-_HEALTH_METHOD_PREFIX = f"/{health.SERVICE_NAME}/"
 
 DEFAULT_MCP_IDENTITY = "mcp-operator"
 """The approver recorded for decisions made through the MCP endpoint, unless configured."""
@@ -62,47 +62,6 @@ def _check_mcp_installed() -> None:
         found = False
     if not found:
         raise ConfigurationError(_MCP_MISSING)
-
-
-class BearerTokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """Refuses every RPC but health checks unless it carries ``authorization: Bearer <token>``."""
-
-    def __init__(self, token: str) -> None:
-        self._expected = f"Bearer {token}".encode()
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        """Pass authorized calls (and health checks) on; answer the rest UNAUTHENTICATED."""
-        handler = await continuation(handler_call_details)
-        if handler is None or handler_call_details.method.startswith(_HEALTH_METHOD_PREFIX):
-            return handler
-        supplied = b""
-        for key, value in handler_call_details.invocation_metadata or ():
-            if key == "authorization":
-                supplied = value.encode() if isinstance(value, str) else value
-        if hmac.compare_digest(supplied, self._expected):
-            return handler
-        return _refusing_handler(handler)
-
-
-def _refusing_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-    async def refuse(request: Any, context: grpc.aio.ServicerContext) -> None:
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid bearer token")
-
-    serializers = {
-        "request_deserializer": handler.request_deserializer,
-        "response_serializer": handler.response_serializer,
-    }
-    if handler.request_streaming and handler.response_streaming:
-        return grpc.stream_stream_rpc_method_handler(refuse, **serializers)
-    if handler.request_streaming:
-        return grpc.stream_unary_rpc_method_handler(refuse, **serializers)
-    if handler.response_streaming:
-        return grpc.unary_stream_rpc_method_handler(refuse, **serializers)
-    return grpc.unary_unary_rpc_method_handler(refuse, **serializers)
 
 
 def check_token(token: str | None) -> None:
@@ -131,6 +90,8 @@ class ServerSettings:
     """``HOST:PORT`` to bind; port 0 picks a free port."""
     token: str | None = field(default=None, repr=False)
     """Shared secret every RPC but health checks must present as ``Bearer <token>``."""
+    tokens: Tokens | None = field(default=None, repr=False)
+    """Named tokens (``identities.py``), any of which is accepted; ``token`` is their first."""
     tls_cert: bytes | None = field(default=None, repr=False)
     """PEM certificate chain; with ``tls_key`` the server speaks TLS only."""
     tls_key: bytes | None = field(default=None, repr=False)
@@ -151,6 +112,10 @@ class ServerSettings:
     """How long stored trace events and error records are kept (7 days)."""
     worker: WorkerSettings = field(default_factory=WorkerSettings)
     """How the worker claims, leases, retains and polls."""
+
+    def __post_init__(self) -> None:
+        if self.tokens is not None and self.token is None:  # named tokens alone still guard
+            object.__setattr__(self, "token", self.tokens.primary)
 
     def check(self) -> tuple[str, int]:
         """Validate the combination; returns the parsed listen address.
@@ -224,7 +189,10 @@ class EffectorServer:
             clock=clock,
             telemetry_retention_ms=settings.telemetry_retention_s * 1000,
         )
-        self._service = EffectorService(store, registry, self._worker, self.metrics, clock)
+        tokens = settings.tokens or (Tokens.single(settings.token) if settings.token else None)
+        self._service = EffectorService(
+            store, registry, self._worker, self.metrics, clock, tokens=tokens
+        )
         self._read_only_tools = sorted(tool.name for tool in registry if not tool.side_effect)
         self._health = health.aio.HealthServicer()
         self._server: grpc.aio.Server | None = None
@@ -328,7 +296,7 @@ class EffectorServer:
         settings = self._settings
         interceptors: list[grpc.aio.ServerInterceptor] = []
         if settings.token:
-            interceptors.append(BearerTokenInterceptor(settings.token))
+            interceptors.append(BearerTokenInterceptor(self._service.tokens or settings.token))
         server = grpc.aio.server(
             interceptors=interceptors,
             options=[
@@ -436,6 +404,7 @@ class EffectorServer:
         app = create_app(
             self._service,
             token=token,
+            tokens=self._service.tokens,
             loopback_only=not token and is_loopback_host(host),
             https=tls is not None,
         )

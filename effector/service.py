@@ -20,9 +20,12 @@ from google.protobuf.message_factory import GetMessageClass
 
 import beam_agents._protos as pb
 import effector.audit as audit
+import effector.decisions as decisions
 from beam_agents._protos.effector_pb2 import DESCRIPTOR as _EFFECTOR_FILE
 from beam_agents.tools import ToolRegistry
+from effector.decisions import MAX_TEXT_FIELD_CHARS as MAX_TEXT_FIELD_CHARS
 from effector.errors import StoreError
+from effector.identities import Approver, Tokens
 from effector.intents import (
     activation_record_problem,
     agent_error_problem,
@@ -55,8 +58,6 @@ MAX_READ_BATCH = 5_000
 """The most envelopes one Read returns."""
 MAX_READ_WAIT_MS = 60_000
 """The longest a Read waits for new envelopes."""
-MAX_TEXT_FIELD_CHARS = 4_096
-"""The longest ``approver`` or ``reason`` a Decide may carry."""
 DEFAULT_LIST_LIMIT = 100
 """Intents per ListIntents when the request leaves ``limit`` at 0."""
 MAX_LIST_LIMIT = 1_000
@@ -158,13 +159,16 @@ _LISTABLE_STATES = (
     pb.IntentState.RUNNING,
     pb.IntentState.AWAITING_DECISION,
     pb.IntentState.DONE,
+    pb.IntentState.IN_DOUBT,
 )
 _LISTABLE_NAMES = ", ".join(pb.IntentState.Name(state) for state in _LISTABLE_STATES)
 
 
 def _response(message: type[_Message], answer: Any, **more: Any) -> _Message:
-    """A ``message`` holding every field of the store's ``answer`` (a dataclass), and ``more``."""
-    fields = {field.name: getattr(answer, field.name) for field in dataclasses.fields(answer)}
+    """A ``message`` with each field of the store's ``answer`` (a dataclass) it has; ``more``."""
+    known = message.DESCRIPTOR.fields_by_name
+    names = [field.name for field in dataclasses.fields(answer) if field.name in known]
+    fields = {name: getattr(answer, name) for name in names}
     return message(**fields, **more)
 
 
@@ -196,6 +200,8 @@ class EffectorService(pb.EffectorServicer):
     metrics: EffectorMetrics
     clock: Callable[[], int]
     """The effector's wall clock, in milliseconds."""
+    tokens: Tokens | None = None
+    """The tokens callers present; named ones identify the approver of a decision."""
 
     @_guarded
     async def Submit(
@@ -291,13 +297,18 @@ class EffectorService(pb.EffectorServicer):
         record = await self.store.get_intent(request.intent_id)
         if record is None:
             return pb.GetIntentResponse(found=False)
-        return pb.GetIntentResponse(
+        in_doubt = record.state == pb.IntentState.IN_DOUBT
+        response = pb.GetIntentResponse(
             found=True,
             state=record.state,
             intent=record.intent,
             result=record.result,
             attempts=record.attempts,
+            in_doubt_reason=record.in_doubt_reason if in_doubt else "",
+            retry_at_ms=(record.retry_at_ms or 0) if in_doubt else 0,
         )
+        await decisions.add_approval_details(self.store, record, response)
+        return response
 
     @_guarded
     async def Decide(
@@ -309,23 +320,37 @@ class EffectorService(pb.EffectorServicer):
             approved=request.approved,
             approver=request.approver,
             reason=request.reason,
+            args_digest=request.args_digest,
+            edited_args_json=request.edited_args_json,
+            identity=decisions.caller(self.tokens, context.invocation_metadata()),
         )
         return _response(pb.DecideResponse, decision)
 
     async def decide(
-        self, intent_id: str, *, approved: bool, approver: str, reason: str
+        self,
+        intent_id: str,
+        *,
+        approved: bool,
+        approver: str,
+        reason: str,
+        args_digest: str = "",
+        edited_args_json: str = "",
+        identity: Approver | None = None,
     ) -> Decision:
-        """Validate and record a decision: what ``Decide`` and the console both run.
+        """Validate and record a decision: what ``Decide``, the console and MCP all run.
 
-        Raises ``ValueError`` (with a message safe to show) for an invalid request.
+        ``identity``: the token the decision came with; a named one is the approver recorded
+        and may be limited to channels (``effector/decisions.py``). Raises ``ValueError``
+        (with a message safe to show) for an invalid request.
         """
         _check_intent_id(intent_id)
-        for name, text in (("approver", approver), ("reason", reason)):
-            if len(text) > MAX_TEXT_FIELD_CHARS:
-                raise _invalid(f"{name} is longer than {MAX_TEXT_FIELD_CHARS} characters")
-        return await self.store.decide(
-            intent_id, approved=approved, approver=approver, reason=reason, now_ms=self.clock()
-        )
+        ballot = decisions.Ballot(approved, approver, reason, args_digest, edited_args_json)
+        try:
+            return await decisions.decide(
+                self.store, self.registry, intent_id, ballot, identity, self.clock()
+            )
+        except decisions.InvalidDecisionError as exc:
+            raise _invalid(str(exc)) from None
 
     @_guarded
     async def Publish(
@@ -378,7 +403,7 @@ class EffectorService(pb.EffectorServicer):
     ) -> pb.StatusResponse:
         """How many intents are in each state, and the head of the envelope log."""
         counts = await self.store.counts()
-        in_flight = counts.pending + counts.running + counts.awaiting_decision
+        in_flight = counts.pending + counts.running + counts.in_doubt + counts.awaiting_decision
         return _response(pb.StatusResponse, counts, in_flight=in_flight)
 
     @_guarded

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import effector.audit as audit
 from beam_agents._protos import ToolResult
 from beam_agents.tools import ToolRegistry
 from effector.backoff import StoreOutage
@@ -26,6 +27,7 @@ from effector.errors import StoreError
 from effector.group_commit import GroupCommit
 from effector.intents import wall_clock_ms
 from effector.metrics import EffectorMetrics
+from effector.reconcile import Found, InDoubt, NotFound, settle
 from effector.runner import EffectorToolRunner
 from effector.store.base import Claim, Completion, EffectorStore
 
@@ -193,16 +195,33 @@ class Worker:
     async def _execute(self, claim: Claim) -> None:
         metrics = self._metrics
         metrics.in_flight.inc()
-        started = time.perf_counter()
         try:
-            result = await self._runner.execute(
-                self._registry, claim.intent, attempt=claim.attempt, clock=self._clock
-            )
-            metrics.tool_latency.labels(claim.intent.tool_name).observe(
-                time.perf_counter() - started
-            )
-            if await self._recorder(Completion(claim, result)):
-                metrics.executed.labels(ToolResult.Status.Name(result.status)).inc()
+            # Reconcile before re-executing (see effector/reconcile.py).
+            settled = await settle(self._runner, self._registry, claim, self._clock)
+            if isinstance(settled, InDoubt):
+                metrics.reconciliations.labels("failed").inc()
+                await self._leave_in_doubt(claim, settled)
+                del self._claims[claim.token]
+                return
+            if isinstance(settled, Found):
+                metrics.reconciliations.labels("found").inc()
+                await self._recorder(Completion(claim, settled.result))
+            elif isinstance(settled, NotFound) and settled.expired is not None:
+                if await self._recorder(Completion(claim, settled.expired)):
+                    metrics.expired.inc()
+                    audit.expired([claim.intent])
+            else:
+                if isinstance(settled, NotFound):
+                    metrics.reconciliations.labels("not_found").inc()
+                started = time.perf_counter()
+                result = await self._runner.execute(
+                    self._registry, claim.intent, attempt=claim.attempt, clock=self._clock
+                )
+                metrics.tool_latency.labels(claim.intent.tool_name).observe(
+                    time.perf_counter() - started
+                )
+                if await self._recorder(Completion(claim, result)):
+                    metrics.executed.labels(ToolResult.Status.Name(result.status)).inc()
             del self._claims[claim.token]
         except Exception:
             # Only a defect in the effector gets here (tool failures become ERROR results);
@@ -215,6 +234,20 @@ class Worker:
         finally:
             metrics.in_flight.dec()
             self.wake()
+
+    async def _leave_in_doubt(self, claim: Claim, in_doubt: InDoubt) -> None:
+        """Record the claim's intent IN_DOUBT (its key held until the retry), through outages."""
+        while True:
+            now = self._clock()
+            try:
+                await self._store.mark_in_doubt(
+                    claim, in_doubt.reason, now, now + in_doubt.retry_in_ms
+                )
+            except StoreError as exc:
+                await asyncio.sleep(self._outage.failed("recording an intent in doubt", exc))
+                continue
+            self._outage.succeeded("recording an intent in doubt")
+            return
 
     async def _record(self, completions: Sequence[Completion]) -> list[bool]:
         while True:
@@ -253,8 +286,9 @@ class Worker:
                     await self._store.prune_telemetry(now, self._telemetry_retention_ms)
                 counts = await self._store.counts()
                 self._metrics.queue_depth.set(
-                    counts.pending + counts.running + counts.awaiting_decision
+                    counts.pending + counts.running + counts.in_doubt + counts.awaiting_decision
                 )
+                self._metrics.in_doubt.set(counts.in_doubt)
             except StoreError as exc:
                 wait_s = max(interval_s, self._outage.failed("housekeeping", exc))
             else:

@@ -16,11 +16,13 @@ class IntentState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RUNNING: _ClassVar[IntentState]
     AWAITING_DECISION: _ClassVar[IntentState]
     DONE: _ClassVar[IntentState]
+    IN_DOUBT: _ClassVar[IntentState]
 INTENT_STATE_UNSPECIFIED: IntentState
 PENDING: IntentState
 RUNNING: IntentState
 AWAITING_DECISION: IntentState
 DONE: IntentState
+IN_DOUBT: IntentState
 
 class SubmitRequest(_message.Message):
     __slots__ = ("intents", "redeliver_results")
@@ -93,30 +95,42 @@ class GetIntentRequest(_message.Message):
     def __init__(self, intent_id: _Optional[str] = ...) -> None: ...
 
 class GetIntentResponse(_message.Message):
-    __slots__ = ("found", "state", "intent", "result", "attempts")
+    __slots__ = ("found", "state", "intent", "result", "attempts", "in_doubt_reason", "retry_at_ms", "votes", "args_digest")
     FOUND_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     INTENT_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    IN_DOUBT_REASON_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    VOTES_FIELD_NUMBER: _ClassVar[int]
+    ARGS_DIGEST_FIELD_NUMBER: _ClassVar[int]
     found: bool
     state: IntentState
     intent: _messages_pb2.ToolIntent
     result: _messages_pb2.ToolResult
     attempts: int
-    def __init__(self, found: _Optional[bool] = ..., state: _Optional[_Union[IntentState, str]] = ..., intent: _Optional[_Union[_messages_pb2.ToolIntent, _Mapping]] = ..., result: _Optional[_Union[_messages_pb2.ToolResult, _Mapping]] = ..., attempts: _Optional[int] = ...) -> None: ...
+    in_doubt_reason: str
+    retry_at_ms: int
+    votes: _containers.RepeatedCompositeFieldContainer[_messages_pb2.Approval]
+    args_digest: str
+    def __init__(self, found: _Optional[bool] = ..., state: _Optional[_Union[IntentState, str]] = ..., intent: _Optional[_Union[_messages_pb2.ToolIntent, _Mapping]] = ..., result: _Optional[_Union[_messages_pb2.ToolResult, _Mapping]] = ..., attempts: _Optional[int] = ..., in_doubt_reason: _Optional[str] = ..., retry_at_ms: _Optional[int] = ..., votes: _Optional[_Iterable[_Union[_messages_pb2.Approval, _Mapping]]] = ..., args_digest: _Optional[str] = ...) -> None: ...
 
 class DecideRequest(_message.Message):
-    __slots__ = ("intent_id", "approved", "approver", "reason")
+    __slots__ = ("intent_id", "approved", "approver", "reason", "args_digest", "edited_args_json")
     INTENT_ID_FIELD_NUMBER: _ClassVar[int]
     APPROVED_FIELD_NUMBER: _ClassVar[int]
     APPROVER_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    ARGS_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    EDITED_ARGS_JSON_FIELD_NUMBER: _ClassVar[int]
     intent_id: str
     approved: bool
     approver: str
     reason: str
-    def __init__(self, intent_id: _Optional[str] = ..., approved: _Optional[bool] = ..., approver: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+    args_digest: str
+    edited_args_json: str
+    def __init__(self, intent_id: _Optional[str] = ..., approved: _Optional[bool] = ..., approver: _Optional[str] = ..., reason: _Optional[str] = ..., args_digest: _Optional[str] = ..., edited_args_json: _Optional[str] = ...) -> None: ...
 
 class DecideResponse(_message.Message):
     __slots__ = ("applied", "state", "reason", "result")
@@ -147,20 +161,22 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("pending", "running", "awaiting_decision", "done", "head_offset", "in_flight")
+    __slots__ = ("pending", "running", "awaiting_decision", "done", "head_offset", "in_flight", "in_doubt")
     PENDING_FIELD_NUMBER: _ClassVar[int]
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     AWAITING_DECISION_FIELD_NUMBER: _ClassVar[int]
     DONE_FIELD_NUMBER: _ClassVar[int]
     HEAD_OFFSET_FIELD_NUMBER: _ClassVar[int]
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    IN_DOUBT_FIELD_NUMBER: _ClassVar[int]
     pending: int
     running: int
     awaiting_decision: int
     done: int
     head_offset: int
     in_flight: int
-    def __init__(self, pending: _Optional[int] = ..., running: _Optional[int] = ..., awaiting_decision: _Optional[int] = ..., done: _Optional[int] = ..., head_offset: _Optional[int] = ..., in_flight: _Optional[int] = ...) -> None: ...
+    in_doubt: int
+    def __init__(self, pending: _Optional[int] = ..., running: _Optional[int] = ..., awaiting_decision: _Optional[int] = ..., done: _Optional[int] = ..., head_offset: _Optional[int] = ..., in_flight: _Optional[int] = ..., in_doubt: _Optional[int] = ...) -> None: ...
 
 class ListIntentsRequest(_message.Message):
     __slots__ = ("state", "limit", "failed_only")

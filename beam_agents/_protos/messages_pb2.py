@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"beam_agents/_protos/messages.proto\x12\x0e\x62\x65\x61m_agents.v1\"\x7f\n\x08\x41pproval\x12\x11\n\tintent_id\x18\x01 \x01(\t\x12\x10\n\x08\x61pproved\x18\x02 \x01(\x08\x12\x10\n\x08\x61pprover\x18\x03 \x01(\t\x12\x15\n\rdecided_at_ms\x18\x04 \x01(\x03\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x15\n\rsuperseded_by\x18\x06 \x01(\t\"\x95\x02\n\nToolResult\x12\x11\n\tintent_id\x18\x01 \x01(\t\x12\x12\n\nentity_key\x18\x02 \x01(\x0c\x12\x0b\n\x03seq\x18\x03 \x01(\x03\x12\x31\n\x06status\x18\x04 \x01(\x0e\x32!.beam_agents.v1.ToolResult.Status\x12\x0f\n\x07payload\x18\x05 \x01(\x0c\x12\x15\n\rerror_message\x18\x06 \x01(\t\x12\x17\n\x0f\x63ompleted_at_ms\x18\x07 \x01(\x03\x12\x0f\n\x07\x61ttempt\x18\x08 \x01(\x05\"N\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\x06\n\x02OK\x10\x01\x12\t\n\x05\x45RROR\x10\x02\x12\x0b\n\x07\x45XPIRED\x10\x03\x12\x0c\n\x08REJECTED\x10\x04\"\xb0\x02\n\nToolIntent\x12\x11\n\tintent_id\x18\x01 \x01(\t\x12\x12\n\nentity_key\x18\x02 \x01(\x0c\x12\x0b\n\x03seq\x18\x03 \x01(\x03\x12\x12\n\nstep_index\x18\x04 \x01(\x05\x12\x11\n\ttool_name\x18\x05 \x01(\t\x12\x11\n\targs_json\x18\x06 \x01(\t\x12\x15\n\rcreated_at_ms\x18\x07 \x01(\x03\x12\x15\n\rexpires_at_ms\x18\x08 \x01(\x03\x12-\n\x04kind\x18\t \x01(\x0e\x32\x1f.beam_agents.v1.ToolIntent.Kind\x12\x10\n\x08trace_id\x18\n \x01(\t\x12\x0f\n\x07\x63hannel\x18\x0b \x01(\t\"4\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x08\n\x04TOOL\x10\x01\x12\x0c\n\x08\x41PPROVAL\x10\x02\"\xb6\x04\n\nTraceEvent\x12\x10\n\x08trace_id\x18\x01 \x01(\t\x12\x0f\n\x07span_id\x18\x02 \x01(\t\x12\x16\n\x0eparent_span_id\x18\x03 \x01(\t\x12\x12\n\nentity_key\x18\x04 \x01(\x0c\x12\x0b\n\x03seq\x18\x05 \x01(\x03\x12\x12\n\nstep_index\x18\x06 \x01(\x05\x12\x38\n\nevent_type\x18\x07 \x01(\x0e\x32$.beam_agents.v1.TraceEvent.EventType\x12>\n\nattributes\x18\x08 \x03(\x0b\x32*.beam_agents.v1.TraceEvent.AttributesEntry\x12\x10\n\x08start_ms\x18\t \x01(\x03\x12\x0e\n\x06\x65nd_ms\x18\n \x01(\x03\x12\x10\n\x08sequence\x18\x0b \x01(\x05\x12\x1c\n\x14wall_start_unix_nano\x18\x0c \x01(\x03\x12\x1a\n\x12wall_end_unix_nano\x18\r \x01(\x03\x1a\x31\n\x0f\x41ttributesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x9c\x01\n\tEventType\x12\x1a\n\x16\x45VENT_TYPE_UNSPECIFIED\x10\x00\x12\x14\n\x10\x41\x43TIVATION_START\x10\x01\x12\x0c\n\x08LLM_CALL\x10\x02\x12\r\n\tTOOL_CALL\x10\x03\x12\x12\n\x0eINTENT_EMITTED\x10\x04\x12\r\n\tSUSPENDED\x10\x05\x12\x12\n\x0e\x41\x43TIVATION_END\x10\x06\x12\t\n\x05\x45RROR\x10\x07\"\xc0\x01\n\rAgentEnvelope\x12\x12\n\nentity_key\x18\x01 \x01(\x0c\x12\x15\n\revent_time_ms\x18\x02 \x01(\x03\x12\x18\n\x0e\x65xternal_event\x18\x03 \x01(\x0cH\x00\x12\x31\n\x0btool_result\x18\x04 \x01(\x0b\x32\x1a.beam_agents.v1.ToolResultH\x00\x12,\n\x08\x61pproval\x18\x05 \x01(\x0b\x32\x18.beam_agents.v1.ApprovalH\x00\x42\t\n\x07payload\"\x89\x01\n\nAgentError\x12\x12\n\nentity_key\x18\x01 \x01(\x0c\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\x12\x15\n\revent_time_ms\x18\x04 \x01(\x03\x12\x10\n\x08\x65nvelope\x18\x05 \x01(\x0c\x12\x0b\n\x03seq\x18\x06 \x01(\x03\x12\x11\n\ttraceback\x18\x07 \x01(\t\"_\n\x10IntentDeadLetter\x12*\n\x06intent\x18\x01 \x01(\x0b\x32\x1a.beam_agents.v1.ToolIntent\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0f\n\x07outcome\x18\x03 \x01(\tb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"beam_agents/_protos/messages.proto\x12\x0e\x62\x65\x61m_agents.v1\"\xc1\x01\n\x08\x41pproval\x12\x11\n\tintent_id\x18\x01 \x01(\t\x12\x10\n\x08\x61pproved\x18\x02 \x01(\x08\x12\x10\n\x08\x61pprover\x18\x03 \x01(\t\x12\x15\n\rdecided_at_ms\x18\x04 \x01(\x03\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x15\n\rsuperseded_by\x18\x06 \x01(\t\x12\x13\n\x0b\x61rgs_digest\x18\x07 \x01(\t\x12\x18\n\x10\x65\x64ited_args_json\x18\x08 \x01(\t\x12\x11\n\tapprovers\x18\t \x03(\t\"P\n\x0c\x41pprovalEdit\x12\x1a\n\x12\x61pproval_intent_id\x18\x01 \x01(\t\x12\x11\n\tedited_by\x18\x02 \x01(\t\x12\x11\n\tdiff_json\x18\x03 \x01(\t\"\x95\x02\n\nToolResult\x12\x11\n\tintent_id\x18\x01 \x01(\t\x12\x12\n\nentity_key\x18\x02 \x01(\x0c\x12\x0b\n\x03seq\x18\x03 \x01(\x03\x12\x31\n\x06status\x18\x04 \x01(\x0e\x32!.beam_agents.v1.ToolResult.Status\x12\x0f\n\x07payload\x18\x05 \x01(\x0c\x12\x15\n\rerror_message\x18\x06 \x01(\t\x12\x17\n\x0f\x63ompleted_at_ms\x18\x07 \x01(\x03\x12\x0f\n\x07\x61ttempt\x18\x08 \x01(\x05\"N\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\x06\n\x02OK\x10\x01\x12\t\n\x05\x45RROR\x10\x02\x12\x0b\n\x07\x45XPIRED\x10\x03\x12\x0c\n\x08REJECTED\x10\x04\"\x93\x03\n\nToolIntent\x12\x11\n\tintent_id\x18\x01 \x01(\t\x12\x12\n\nentity_key\x18\x02 \x01(\x0c\x12\x0b\n\x03seq\x18\x03 \x01(\x03\x12\x12\n\nstep_index\x18\x04 \x01(\x05\x12\x11\n\ttool_name\x18\x05 \x01(\t\x12\x11\n\targs_json\x18\x06 \x01(\t\x12\x15\n\rcreated_at_ms\x18\x07 \x01(\x03\x12\x15\n\rexpires_at_ms\x18\x08 \x01(\x03\x12-\n\x04kind\x18\t \x01(\x0e\x32\x1f.beam_agents.v1.ToolIntent.Kind\x12\x10\n\x08trace_id\x18\n \x01(\t\x12\x0f\n\x07\x63hannel\x18\x0b \x01(\t\x12\x31\n\x0b\x65\x64ited_from\x18\x0c \x01(\x0b\x32\x1c.beam_agents.v1.ApprovalEdit\x12\x1a\n\x12required_approvals\x18\r \x01(\x05\x12\x12\n\ngated_tool\x18\x0e \x01(\t\"4\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x08\n\x04TOOL\x10\x01\x12\x0c\n\x08\x41PPROVAL\x10\x02\"\xb6\x04\n\nTraceEvent\x12\x10\n\x08trace_id\x18\x01 \x01(\t\x12\x0f\n\x07span_id\x18\x02 \x01(\t\x12\x16\n\x0eparent_span_id\x18\x03 \x01(\t\x12\x12\n\nentity_key\x18\x04 \x01(\x0c\x12\x0b\n\x03seq\x18\x05 \x01(\x03\x12\x12\n\nstep_index\x18\x06 \x01(\x05\x12\x38\n\nevent_type\x18\x07 \x01(\x0e\x32$.beam_agents.v1.TraceEvent.EventType\x12>\n\nattributes\x18\x08 \x03(\x0b\x32*.beam_agents.v1.TraceEvent.AttributesEntry\x12\x10\n\x08start_ms\x18\t \x01(\x03\x12\x0e\n\x06\x65nd_ms\x18\n \x01(\x03\x12\x10\n\x08sequence\x18\x0b \x01(\x05\x12\x1c\n\x14wall_start_unix_nano\x18\x0c \x01(\x03\x12\x1a\n\x12wall_end_unix_nano\x18\r \x01(\x03\x1a\x31\n\x0f\x41ttributesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x9c\x01\n\tEventType\x12\x1a\n\x16\x45VENT_TYPE_UNSPECIFIED\x10\x00\x12\x14\n\x10\x41\x43TIVATION_START\x10\x01\x12\x0c\n\x08LLM_CALL\x10\x02\x12\r\n\tTOOL_CALL\x10\x03\x12\x12\n\x0eINTENT_EMITTED\x10\x04\x12\r\n\tSUSPENDED\x10\x05\x12\x12\n\x0e\x41\x43TIVATION_END\x10\x06\x12\t\n\x05\x45RROR\x10\x07\"\xc0\x01\n\rAgentEnvelope\x12\x12\n\nentity_key\x18\x01 \x01(\x0c\x12\x15\n\revent_time_ms\x18\x02 \x01(\x03\x12\x18\n\x0e\x65xternal_event\x18\x03 \x01(\x0cH\x00\x12\x31\n\x0btool_result\x18\x04 \x01(\x0b\x32\x1a.beam_agents.v1.ToolResultH\x00\x12,\n\x08\x61pproval\x18\x05 \x01(\x0b\x32\x18.beam_agents.v1.ApprovalH\x00\x42\t\n\x07payload\"\x89\x01\n\nAgentError\x12\x12\n\nentity_key\x18\x01 \x01(\x0c\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\x12\x15\n\revent_time_ms\x18\x04 \x01(\x03\x12\x10\n\x08\x65nvelope\x18\x05 \x01(\x0c\x12\x0b\n\x03seq\x18\x06 \x01(\x03\x12\x11\n\ttraceback\x18\x07 \x01(\t\"_\n\x10IntentDeadLetter\x12*\n\x06intent\x18\x01 \x01(\x0b\x32\x1a.beam_agents.v1.ToolIntent\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0f\n\x07outcome\x18\x03 \x01(\tb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,26 +33,28 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_TRACEEVENT_ATTRIBUTESENTRY']._loaded_options = None
   _globals['_TRACEEVENT_ATTRIBUTESENTRY']._serialized_options = b'8\001'
-  _globals['_APPROVAL']._serialized_start=54
-  _globals['_APPROVAL']._serialized_end=181
-  _globals['_TOOLRESULT']._serialized_start=184
-  _globals['_TOOLRESULT']._serialized_end=461
-  _globals['_TOOLRESULT_STATUS']._serialized_start=383
-  _globals['_TOOLRESULT_STATUS']._serialized_end=461
-  _globals['_TOOLINTENT']._serialized_start=464
-  _globals['_TOOLINTENT']._serialized_end=768
-  _globals['_TOOLINTENT_KIND']._serialized_start=716
-  _globals['_TOOLINTENT_KIND']._serialized_end=768
-  _globals['_TRACEEVENT']._serialized_start=771
-  _globals['_TRACEEVENT']._serialized_end=1337
-  _globals['_TRACEEVENT_ATTRIBUTESENTRY']._serialized_start=1129
-  _globals['_TRACEEVENT_ATTRIBUTESENTRY']._serialized_end=1178
-  _globals['_TRACEEVENT_EVENTTYPE']._serialized_start=1181
-  _globals['_TRACEEVENT_EVENTTYPE']._serialized_end=1337
-  _globals['_AGENTENVELOPE']._serialized_start=1340
-  _globals['_AGENTENVELOPE']._serialized_end=1532
-  _globals['_AGENTERROR']._serialized_start=1535
-  _globals['_AGENTERROR']._serialized_end=1672
-  _globals['_INTENTDEADLETTER']._serialized_start=1674
-  _globals['_INTENTDEADLETTER']._serialized_end=1769
+  _globals['_APPROVAL']._serialized_start=55
+  _globals['_APPROVAL']._serialized_end=248
+  _globals['_APPROVALEDIT']._serialized_start=250
+  _globals['_APPROVALEDIT']._serialized_end=330
+  _globals['_TOOLRESULT']._serialized_start=333
+  _globals['_TOOLRESULT']._serialized_end=610
+  _globals['_TOOLRESULT_STATUS']._serialized_start=532
+  _globals['_TOOLRESULT_STATUS']._serialized_end=610
+  _globals['_TOOLINTENT']._serialized_start=613
+  _globals['_TOOLINTENT']._serialized_end=1016
+  _globals['_TOOLINTENT_KIND']._serialized_start=964
+  _globals['_TOOLINTENT_KIND']._serialized_end=1016
+  _globals['_TRACEEVENT']._serialized_start=1019
+  _globals['_TRACEEVENT']._serialized_end=1585
+  _globals['_TRACEEVENT_ATTRIBUTESENTRY']._serialized_start=1377
+  _globals['_TRACEEVENT_ATTRIBUTESENTRY']._serialized_end=1426
+  _globals['_TRACEEVENT_EVENTTYPE']._serialized_start=1429
+  _globals['_TRACEEVENT_EVENTTYPE']._serialized_end=1585
+  _globals['_AGENTENVELOPE']._serialized_start=1588
+  _globals['_AGENTENVELOPE']._serialized_end=1780
+  _globals['_AGENTERROR']._serialized_start=1783
+  _globals['_AGENTERROR']._serialized_end=1920
+  _globals['_INTENTDEADLETTER']._serialized_start=1922
+  _globals['_INTENTDEADLETTER']._serialized_end=2017
 # @@protoc_insertion_point(module_scope)

@@ -2,26 +2,42 @@ from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Mapping as _Mapping
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Approval(_message.Message):
-    __slots__ = ("intent_id", "approved", "approver", "decided_at_ms", "reason", "superseded_by")
+    __slots__ = ("intent_id", "approved", "approver", "decided_at_ms", "reason", "superseded_by", "args_digest", "edited_args_json", "approvers")
     INTENT_ID_FIELD_NUMBER: _ClassVar[int]
     APPROVED_FIELD_NUMBER: _ClassVar[int]
     APPROVER_FIELD_NUMBER: _ClassVar[int]
     DECIDED_AT_MS_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     SUPERSEDED_BY_FIELD_NUMBER: _ClassVar[int]
+    ARGS_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    EDITED_ARGS_JSON_FIELD_NUMBER: _ClassVar[int]
+    APPROVERS_FIELD_NUMBER: _ClassVar[int]
     intent_id: str
     approved: bool
     approver: str
     decided_at_ms: int
     reason: str
     superseded_by: str
-    def __init__(self, intent_id: _Optional[str] = ..., approved: _Optional[bool] = ..., approver: _Optional[str] = ..., decided_at_ms: _Optional[int] = ..., reason: _Optional[str] = ..., superseded_by: _Optional[str] = ...) -> None: ...
+    args_digest: str
+    edited_args_json: str
+    approvers: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, intent_id: _Optional[str] = ..., approved: _Optional[bool] = ..., approver: _Optional[str] = ..., decided_at_ms: _Optional[int] = ..., reason: _Optional[str] = ..., superseded_by: _Optional[str] = ..., args_digest: _Optional[str] = ..., edited_args_json: _Optional[str] = ..., approvers: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ApprovalEdit(_message.Message):
+    __slots__ = ("approval_intent_id", "edited_by", "diff_json")
+    APPROVAL_INTENT_ID_FIELD_NUMBER: _ClassVar[int]
+    EDITED_BY_FIELD_NUMBER: _ClassVar[int]
+    DIFF_JSON_FIELD_NUMBER: _ClassVar[int]
+    approval_intent_id: str
+    edited_by: str
+    diff_json: str
+    def __init__(self, approval_intent_id: _Optional[str] = ..., edited_by: _Optional[str] = ..., diff_json: _Optional[str] = ...) -> None: ...
 
 class ToolResult(_message.Message):
     __slots__ = ("intent_id", "entity_key", "seq", "status", "payload", "error_message", "completed_at_ms", "attempt")
@@ -56,7 +72,7 @@ class ToolResult(_message.Message):
     def __init__(self, intent_id: _Optional[str] = ..., entity_key: _Optional[bytes] = ..., seq: _Optional[int] = ..., status: _Optional[_Union[ToolResult.Status, str]] = ..., payload: _Optional[bytes] = ..., error_message: _Optional[str] = ..., completed_at_ms: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class ToolIntent(_message.Message):
-    __slots__ = ("intent_id", "entity_key", "seq", "step_index", "tool_name", "args_json", "created_at_ms", "expires_at_ms", "kind", "trace_id", "channel")
+    __slots__ = ("intent_id", "entity_key", "seq", "step_index", "tool_name", "args_json", "created_at_ms", "expires_at_ms", "kind", "trace_id", "channel", "edited_from", "required_approvals", "gated_tool")
     class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         KIND_UNSPECIFIED: _ClassVar[ToolIntent.Kind]
@@ -76,6 +92,9 @@ class ToolIntent(_message.Message):
     KIND_FIELD_NUMBER: _ClassVar[int]
     TRACE_ID_FIELD_NUMBER: _ClassVar[int]
     CHANNEL_FIELD_NUMBER: _ClassVar[int]
+    EDITED_FROM_FIELD_NUMBER: _ClassVar[int]
+    REQUIRED_APPROVALS_FIELD_NUMBER: _ClassVar[int]
+    GATED_TOOL_FIELD_NUMBER: _ClassVar[int]
     intent_id: str
     entity_key: bytes
     seq: int
@@ -87,7 +106,10 @@ class ToolIntent(_message.Message):
     kind: ToolIntent.Kind
     trace_id: str
     channel: str
-    def __init__(self, intent_id: _Optional[str] = ..., entity_key: _Optional[bytes] = ..., seq: _Optional[int] = ..., step_index: _Optional[int] = ..., tool_name: _Optional[str] = ..., args_json: _Optional[str] = ..., created_at_ms: _Optional[int] = ..., expires_at_ms: _Optional[int] = ..., kind: _Optional[_Union[ToolIntent.Kind, str]] = ..., trace_id: _Optional[str] = ..., channel: _Optional[str] = ...) -> None: ...
+    edited_from: ApprovalEdit
+    required_approvals: int
+    gated_tool: str
+    def __init__(self, intent_id: _Optional[str] = ..., entity_key: _Optional[bytes] = ..., seq: _Optional[int] = ..., step_index: _Optional[int] = ..., tool_name: _Optional[str] = ..., args_json: _Optional[str] = ..., created_at_ms: _Optional[int] = ..., expires_at_ms: _Optional[int] = ..., kind: _Optional[_Union[ToolIntent.Kind, str]] = ..., trace_id: _Optional[str] = ..., channel: _Optional[str] = ..., edited_from: _Optional[_Union[ApprovalEdit, _Mapping]] = ..., required_approvals: _Optional[int] = ..., gated_tool: _Optional[str] = ...) -> None: ...
 
 class TraceEvent(_message.Message):
     __slots__ = ("trace_id", "span_id", "parent_span_id", "entity_key", "seq", "step_index", "event_type", "attributes", "start_ms", "end_ms", "sequence", "wall_start_unix_nano", "wall_end_unix_nano")

@@ -23,6 +23,7 @@ from beam_agents._protos import (
 from beam_agents.core import clocks
 from beam_agents.core.admission import answer_refusal
 from beam_agents.core.agent import AgentFn, Complete, Outcome, Suspend
+from beam_agents.core.approvals import stale_approval
 from beam_agents.core.config import (
     TRIGGER_APPROVAL,
     TRIGGER_DEADLINE,
@@ -154,12 +155,15 @@ class Activator:
     ) -> None:
         state = plan.state
         suspended = state.continuation
+        reason = ErrorReason.ORPHANED_RESULT
         refusal = answer_refusal(key, suspended, answer, self.processing_ms)
+        if refusal is None and suspended is not None and isinstance(answer, Approval):
+            reason, refusal = ErrorReason.STALE_APPROVAL, stale_approval(key, suspended, answer)
         if refusal is not None:
             plan.errors.append(
                 error_record(
                     key,
-                    ErrorReason.ORPHANED_RESULT,
+                    reason,
                     refusal,
                     envelope.event_time_ms,
                     envelope.SerializeToString(),

@@ -8,16 +8,15 @@ prefix, the token budget and intent times are explained in ``core/README.md``.
 
 from __future__ import annotations
 
-import difflib
 import json
-import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from beam_agents._json import canonical_json
 from beam_agents._protos import Approval, ModelCacheEntry, ToolIntent, ToolResult, TraceEvent
+from beam_agents.core.approvals import approved_call
+from beam_agents.core.arguments import arguments_json, check_ttl, check_unregistered
 from beam_agents.core.continuation import Resumption
 from beam_agents.core.cursor import ReplayCursor, StepRecord
 from beam_agents.core.errors import (
@@ -33,6 +32,7 @@ from beam_agents.core.staging import (
 )
 from beam_agents.core.state import decode_cache
 from beam_agents.core.tracing import TraceRecorder
+from beam_agents.hitl import check_required_approvals
 from beam_agents.model.cache import ReplayCache, cache_key_for_digest
 from beam_agents.model.client import LlmRequest, LlmResponse
 from beam_agents.tools import ToolRegistry, ToolRunner
@@ -43,8 +43,6 @@ from beam_agents.tools.errors import (
 )
 
 __all__ = ["ActivationContext", "ActivationServices", "Resumption", "StepRecord", "staged"]
-
-_log = logging.getLogger(__name__)
 
 _REFUSED_UNRUN = (ToolNotFoundError, SideEffectToolError, ToolArgumentError)
 """What ``run_tool`` raises before a tool runs: nothing happened, so nothing is traced."""
@@ -73,74 +71,14 @@ class ActivationServices:
     """``AgentConfig.namespace``: the intent namespace new runs mint their ids in."""
     unvalidated_tools: set[str] = field(default_factory=set, compare=False)
     """Tools ``act`` staged without a registry entry to validate them, warned about once each."""
+    required_approvals: int = 1
+    """``HitlPolicy.required_approvals``: the quorum of ``request_approval`` unless it says."""
 
 
 # Shared by every new run, which has neither results nor pending intents (both read-only).
 _NO_RESULTS: Mapping[str, ToolResult] = MappingProxyType({})
 _NO_APPROVALS: Mapping[str, Approval] = MappingProxyType({})
 _NONE_PENDING: frozenset[str] = frozenset()
-
-
-def _check_ttl(ttl_ms: object) -> int:
-    if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or ttl_ms <= 0:
-        raise ValueError(f"ttl_ms must be a positive int of milliseconds, got {ttl_ms!r}")
-    return ttl_ms
-
-
-def _check_unregistered(tool_name: str, registry: ToolRegistry, warned: set[str]) -> None:
-    """Refuse ``act`` of a tool the registry lacks if it holds side-effecting ones; else warn.
-
-    A registry without side-effecting tools (the default is empty) cannot say whether the name
-    is right, so the intent is staged and its arguments are checked only by the effector; that
-    is logged at WARNING once per tool name and runtime instance (``warned``).
-    """
-    side_effecting = sorted(tool.name for tool in registry if tool.side_effect)
-    if side_effecting:
-        close = difflib.get_close_matches(tool_name, side_effecting, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise ToolNotFoundError(
-            f"ctx.act({tool_name!r}, ...): AgentConfig.tool_registry has no tool named "
-            f"{tool_name!r} (its side-effecting tools: {', '.join(side_effecting)}){hint}",
-            tool_name=tool_name,
-        )
-    if tool_name not in warned:
-        warned.add(tool_name)
-        _log.warning(
-            "ctx.act(%r, ...) stages intents whose arguments are not validated: "
-            "AgentConfig.tool_registry holds no side-effecting tools, so the effector is the "
-            "first to check them; register the tool (side_effect=True) to check them here",
-            tool_name,
-        )
-
-
-def _arguments_json(tool_name: str, args: object) -> tuple[dict[str, Any], str]:
-    """Parse and canonicalize intent arguments given as JSON text or a mapping."""
-    if isinstance(args, str):
-        try:
-            parsed = json.loads(args)
-        except json.JSONDecodeError as exc:
-            raise ToolArgumentError(
-                f"arguments for {tool_name!r} are not valid JSON: {exc}", tool_name=tool_name
-            ) from None
-    elif isinstance(args, Mapping):
-        parsed = dict(args)
-    else:
-        raise ToolArgumentError(
-            f"arguments for {tool_name!r} must be a JSON object string or a mapping, "
-            f"got {type(args).__name__}",
-            tool_name=tool_name,
-        )
-    if not isinstance(parsed, dict):
-        raise ToolArgumentError(
-            f"arguments for {tool_name!r} must be a JSON object, got {type(parsed).__name__}",
-            tool_name=tool_name,
-        )
-    try:
-        return parsed, canonical_json(parsed)
-    except (TypeError, ValueError) as exc:
-        raise ToolArgumentError(
-            f"arguments for {tool_name!r} are not JSON-encodable: {exc}", tool_name=tool_name
-        ) from None
 
 
 class ActivationContext:
@@ -421,7 +359,12 @@ class ActivationContext:
         return result
 
     def act(
-        self, tool_name: str, args: str | Mapping[str, Any], *, ttl_ms: int | None = None
+        self,
+        tool_name: str,
+        args: str | Mapping[str, Any],
+        *,
+        ttl_ms: int | None = None,
+        approval: Approval | None = None,
     ) -> str:
         """Stage an intent for the effector to run ``tool_name``; return its id.
 
@@ -434,10 +377,21 @@ class ActivationContext:
         ``INTENT_EMITTED``. Nothing executes here. Replaying a step of the run (the same tool
         and arguments at the same position; ``core/README.md``, "The replay prefix") returns
         the id it returned before and stages nothing.
+
+        ``approval``: the approved decision (``ctx.resume_approval``) this call carries out;
+        ``args`` are then the arguments given to ``request_approval``, which the decision's
+        digest must name (``ValueError`` otherwise, or if it was denied). If the approver
+        edited them, the edited arguments are staged instead, and the intent records its
+        lineage (``ToolIntent.edited_from``: the approval's id, the approver, the diff).
         """
         if not isinstance(tool_name, str) or not tool_name:
             raise ValueError(f"act needs a tool name, got {tool_name!r}")
-        arguments, args_json = _arguments_json(tool_name, args)
+        arguments, args_json = arguments_json(tool_name, args)
+        edited_from = None
+        if approval is not None:
+            args_json, edited_from = approved_call(approval, args_json, arguments)
+            if edited_from is not None:
+                arguments = json.loads(args_json)
         registry = self._services.tool_registry
         if tool_name in registry:
             tool = registry.get(tool_name)
@@ -449,9 +403,11 @@ class ActivationContext:
                 )
             tool.validate_arguments(arguments)
         else:
-            _check_unregistered(tool_name, registry, self._services.unvalidated_tools)
-        ttl = self._services.intent_ttl_ms if ttl_ms is None else _check_ttl(ttl_ms)
-        return self._staged.stage_intent(ToolIntent.TOOL, tool_name, args_json, ttl, "")
+            check_unregistered(tool_name, registry, self._services.unvalidated_tools)
+        ttl = self._services.intent_ttl_ms if ttl_ms is None else check_ttl(ttl_ms)
+        return self._staged.stage_intent(
+            ToolIntent.TOOL, tool_name, args_json, ttl, "", edited_from=edited_from
+        )
 
     def request_approval(
         self,
@@ -459,20 +415,48 @@ class ActivationContext:
         *,
         channel: str | None = None,
         ttl_ms: int | None = None,
+        tool: str | None = None,
+        required_approvals: int | None = None,
     ) -> str:
         """Stage an ``APPROVAL`` intent asking for a decision about ``args``; return its id.
 
-        ``channel`` defaults to ``HitlPolicy.approval_channel`` and ``ttl_ms`` to
-        ``HitlPolicy.intent_ttl_ms`` (``AgentConfig.intent_ttl_ms`` without a policy). The
+        ``channel`` defaults to ``HitlPolicy.approval_channel``, ``ttl_ms`` to
+        ``HitlPolicy.intent_ttl_ms`` (``AgentConfig.intent_ttl_ms`` without a policy) and
+        ``required_approvals`` (distinct approvers; any deny denies) to
+        ``HitlPolicy.required_approvals`` (1). ``tool``: the side-effecting tool whose call
+        ``args`` are (validated now if the registry knows it); approvers may then approve with
+        edited arguments, which the effector validates against it, and
+        ``ctx.act(tool, args, approval=ctx.resume_approval)`` stages the approved call. The
         decision comes back as ``ctx.resume_approval``. Takes a step.
         """
         if channel is not None and not isinstance(channel, str):
             raise TypeError(f"channel must be a str, got {type(channel).__name__}")
-        _, args_json = _arguments_json(APPROVAL_TOOL_NAME, args)
-        ttl = self._services.approval_ttl_ms if ttl_ms is None else _check_ttl(ttl_ms)
+        if tool is not None and (not isinstance(tool, str) or not tool):
+            raise ValueError(f"tool must be a non-empty tool name, got {tool!r}")
+        quorum = self._services.required_approvals
+        if required_approvals is not None:
+            quorum = check_required_approvals(required_approvals, "required_approvals")
+        arguments, args_json = arguments_json(APPROVAL_TOOL_NAME, args)
+        registry = self._services.tool_registry
+        if tool is not None and tool in registry:
+            gated = registry.get(tool)
+            if not gated.side_effect:
+                raise ReadOnlyIntentError(
+                    f"tool {tool!r} is read-only: it needs no approval (run it with "
+                    f"ctx.run_tool({tool!r}, arguments))",
+                    tool_name=tool,
+                )
+            gated.validate_arguments(arguments)
+        ttl = self._services.approval_ttl_ms if ttl_ms is None else check_ttl(ttl_ms)
         route = self._services.approval_channel if channel is None else channel
         return self._staged.stage_intent(
-            ToolIntent.APPROVAL, APPROVAL_TOOL_NAME, args_json, ttl, route
+            ToolIntent.APPROVAL,
+            APPROVAL_TOOL_NAME,
+            args_json,
+            ttl,
+            route,
+            required_approvals=quorum,
+            gated_tool=tool or "",
         )
 
 

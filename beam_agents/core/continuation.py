@@ -128,6 +128,7 @@ def escalate(
     timeout_ms: int,
     intent_ttl_ms: int,
     channel: str,
+    required_approvals: int = 1,
 ) -> tuple[Continuation, ToolIntent]:
     """Answer pending approvals "no" (by the deadline), ask again, and re-suspend.
 
@@ -147,7 +148,14 @@ def escalate(
         }
     )
     asked = Staged(trace, ReplayCursor(step), namespace=run_namespace(suspended))
-    asked.stage_intent(ToolIntent.APPROVAL, APPROVAL_TOOL_NAME, args_json, intent_ttl_ms, channel)
+    asked.stage_intent(
+        ToolIntent.APPROVAL,
+        APPROVAL_TOOL_NAME,
+        args_json,
+        intent_ttl_ms,
+        channel,
+        required_approvals=required_approvals,
+    )
     [intent] = asked.intents
     for intent_id in superseded:
         _answer(

@@ -24,6 +24,9 @@ class ErrorReason(enum.StrEnum):
     """The activation ran longer than ``AgentConfig.activation_timeout_s``."""
     ORPHANED_RESULT = "orphaned_result"
     """A tool result or approval that matches no pending intent; the detail says why."""
+    STALE_APPROVAL = "stale_approval"
+    """An approval decided on other arguments than its pending intent's (its ``args_digest``
+    differs): not applied, the run keeps waiting."""
     MALFORMED_ELEMENT = "malformed_element"
     """The element is not a ``(bytes, AgentEnvelope)`` pair."""
     EMPTY_KEY = "empty_key"

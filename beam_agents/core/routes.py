@@ -104,6 +104,7 @@ def deadline_outcome(
             timeout_ms=policy.timeout_ms,
             intent_ttl_ms=policy.intent_ttl_ms,
             channel=policy.approval_channel,
+            required_approvals=policy.required_approvals,
         )
         return DeadlineOutcome(traces=trace.events, escalated=escalated, intent=intent)
     denied = isinstance(route, Deny)

@@ -34,4 +34,5 @@ def activation_services(
         max_tokens_per_run=config.max_tokens_per_run,
         time_left_s=time_left_s,
         intent_namespace=config.namespace,
+        required_approvals=1 if policy is None else policy.required_approvals,
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 
 from beam_agents._json import canonical_json
-from beam_agents._protos import ToolIntent, TraceEvent
+from beam_agents._protos import ApprovalEdit, ToolIntent, TraceEvent
 from beam_agents.core.cursor import ReplayCursor, StepRecord
 from beam_agents.core.errors import BudgetExceededError
 from beam_agents.core.ids import intent_id_for
@@ -111,12 +111,23 @@ class Staged:
         return [*self.carried, *((intent.intent_id, intent.kind) for intent in self.intents)]
 
     def stage_intent(
-        self, kind: int, tool_name: str, args_json: str, ttl_ms: int, channel: str
+        self,
+        kind: int,
+        tool_name: str,
+        args_json: str,
+        ttl_ms: int,
+        channel: str,
+        *,
+        required_approvals: int = 0,
+        gated_tool: str = "",
+        edited_from: ApprovalEdit | None = None,
     ) -> str:
         """Take the next step for an intent and stage it; return its id.
 
         A step that replays the run's record (same kind and content at the same position)
-        stages nothing: that intent was emitted when its activation committed.
+        stages nothing: that intent was emitted when its activation committed. The keyword
+        fields go into the intent as they are (``ToolIntent`` documents them); a quorum of 1
+        is left at 0, so the intent's bytes are those of an intent staged before quorums.
         """
         step, replayed = self.cursor.take(
             STEP_KIND_OF_INTENT[kind], intent_step_digest(kind, tool_name, args_json)
@@ -138,6 +149,9 @@ class Staged:
             kind=kind,  # type: ignore[arg-type]
             trace_id=trace.trace_id,
             channel=channel,
+            required_approvals=required_approvals if required_approvals > 1 else 0,
+            gated_tool=gated_tool,
+            edited_from=edited_from,
         )
         # Built before it is traced: an intent that cannot be built (an expiry past int64)
         # raises here and leaves no trace of an intent that was never staged.

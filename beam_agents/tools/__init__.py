@@ -7,8 +7,17 @@ Apache Beam: the effector sidecar imports it. See ``beam_agents/tools/README.md`
 """
 
 from beam_agents.tools._intent import IntentInfo
+from beam_agents.tools._reconcile import Reconciled
 from beam_agents.tools._tool import Tool, ToolConnection, tool
 from beam_agents.tools.registry import ToolRegistry
 from beam_agents.tools.runner import ToolRunner
 
-__all__ = ["IntentInfo", "Tool", "ToolConnection", "ToolRegistry", "ToolRunner", "tool"]
+__all__ = [
+    "IntentInfo",
+    "Reconciled",
+    "Tool",
+    "ToolConnection",
+    "ToolRegistry",
+    "ToolRunner",
+    "tool",
+]

@@ -21,6 +21,7 @@ from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from beam_agents.tools._docstrings import read_docstring
+from beam_agents.tools._reconcile import Reconciler, checked_reconciler
 from beam_agents.tools._schema import ArgumentSpec, derive_arguments
 from beam_agents.tools.errors import SideEffectToolError, ToolDefinitionError
 
@@ -58,8 +59,12 @@ class Tool(Generic[_P, _R]):
     ``validate_arguments`` is the single argument check every runner uses. Calling the Tool
     runs the function for a read-only tool and raises ``SideEffectToolError`` for a
     side-effecting one. Tools compare equal when they wrap the same function the same way, and
-    pickle by reference to their function.
+    pickle by reference to their function. A side-effecting tool may register a reconciler
+    (:meth:`reconciler`), which the effector asks before it would execute an intent again.
     """
+
+    _reconciler: Reconciler | None = None
+    """Set by :meth:`reconciler`; a class default, so subclasses that skip ``__init__`` have it."""
 
     def __init__(
         self,
@@ -135,6 +140,37 @@ class Tool(Generic[_P, _R]):
         """What must be open for this tool to run here; ``None`` for a Python function."""
         return None
 
+    @property
+    def reconcile_with(self) -> Reconciler | None:
+        """The reconciler registered with :meth:`reconciler`, or ``None``."""
+        return self._reconciler
+
+    def reconciler(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        """Register ``function(intent, args) -> Reconciled | None`` as this tool's reconciler.
+
+        Use as a decorator (``@refund.reconciler``); returns ``function`` unchanged. The effector
+        calls it (sync on a thread, or awaited if async, under the tool timeout) when an intent's
+        execution started but no result was recorded: ``Reconciled(value)`` records ``value`` as
+        the result without executing; ``None`` executes the tool; an exception leaves the intent
+        IN_DOUBT and asks again later. Only side-effecting tools have one, and only one; raises
+        ``ToolDefinitionError`` otherwise.
+        """
+        if not self._side_effect:
+            raise ToolDefinitionError(
+                f"tool {self._name!r} is read-only (side_effect=False): only a side-effecting "
+                f"tool has a reconciler",
+                tool_name=self._name,
+            )
+        checked = checked_reconciler(function, self._name)
+        if self._reconciler is not None and self._reconciler is not checked:
+            raise ToolDefinitionError(
+                f"tool {self._name!r} already has a reconciler "
+                f"({getattr(self._reconciler, '__qualname__', self._reconciler)!r})",
+                tool_name=self._name,
+            )
+        self._reconciler = checked
+        return function
+
     def validate_arguments(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """Check ``arguments`` against the argument model; return the keyword arguments to call.
 
@@ -199,17 +235,18 @@ class Tool(Generic[_P, _R]):
 
         The generated argument model is never pickled (dill cannot pickle ``create_model``
         classes); unpickling rebuilds it by applying the decorator again, or reuses the Tool the
-        function's module already built when that Tool is the same one.
+        function's module already built when that Tool is the same one (with the reconciler
+        registered on it at import). A rebuilt Tool gets its reconciler back by reference too.
         """
-        return (
-            _restore_tool,
-            (
-                _reference_to(self._function),
-                self._name,
-                self._description_override,
-                self._side_effect,
-            ),
+        arguments: tuple[Any, ...] = (
+            _reference_to(self._function),
+            self._name,
+            self._description_override,
+            self._side_effect,
         )
+        if self._reconciler is not None:
+            arguments = (*arguments, _reference_to(self._reconciler))
+        return (_restore_tool, arguments)
 
 
 @overload
@@ -301,9 +338,13 @@ def _reference_to(function: Callable[..., Any]) -> _FunctionReference:
 
 
 def _restore_tool(
-    reference: _FunctionReference, name: str, description: str | None, side_effect: bool
+    reference: _FunctionReference,
+    name: str,
+    description: str | None,
+    side_effect: bool,
+    reconciler: _FunctionReference | None = None,
 ) -> Tool[Any, Any]:
-    """Rebuild a pickled Tool (see :meth:`Tool.__reduce__`)."""
+    """Rebuild a pickled Tool (see :meth:`Tool.__reduce__`); pickles without a reconciler too."""
     found = _lookup(*reference) if isinstance(reference, tuple) else reference
     if isinstance(found, Tool):
         decorated_alike = (found.name, found._description_override, found.side_effect) == (
@@ -311,7 +352,7 @@ def _restore_tool(
             description,
             side_effect,
         )
-        if decorated_alike:
+        if decorated_alike and (reconciler is None or found.reconcile_with is not None):
             return found
         found = found._function
     if not callable(found):
@@ -319,4 +360,8 @@ def _restore_tool(
             f"cannot unpickle tool {name!r}: {reference!r} is no longer a function",
             tool_name=name,
         )
-    return Tool(found, name=name, description=description, side_effect=side_effect)
+    rebuilt = Tool(found, name=name, description=description, side_effect=side_effect)
+    if reconciler is not None:
+        found_reconciler = _lookup(*reconciler) if isinstance(reconciler, tuple) else reconciler
+        rebuilt.reconciler(checked_reconciler(found_reconciler, name))
+    return rebuilt

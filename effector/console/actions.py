@@ -21,6 +21,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from beam_agents._protos import AgentEnvelope, IntentState
+from beam_agents.core.ids import approval_digest
 from effector.console.pages import LIST_LIMIT, checked_intent_id
 from effector.console.rendering import render, service_of
 from effector.console.security import (
@@ -54,7 +55,18 @@ async def approvals(request: Request) -> Response:
     decided = None
     if decided_id and intent_id_problem(decided_id) is None:
         decided = await store.get_intent(decided_id)
-    context = {"waiting": waiting, "pending": max(pending, len(waiting)), "decided": decided}
+    votes = {
+        r.intent.intent_id: await store.approval_votes(r.intent.intent_id)
+        for r in waiting
+        if r.intent.required_approvals > 1
+    }
+    context = {
+        "waiting": waiting,
+        "pending": max(pending, len(waiting)),
+        "decided": decided,
+        "digest": approval_digest,
+        "votes": votes,
+    }
     return await render(request, "approvals.html", context)
 
 
@@ -63,6 +75,9 @@ async def decide(request: Request) -> Response:
     intent_id = checked_intent_id(request)
     form = await checked_form(request)
     decision, approver = str(form.get("decision", "")), str(form.get("approver", "")).strip()
+    identity = request.app.state.sessions.approver_of(request.state.session)
+    if identity is not None:  # logged in with a named token: its name is what is recorded
+        approver = identity.name
     if decision not in _DECISIONS:
         raise HTTPException(400, "choose approve or deny")
     if not approver:
@@ -73,6 +88,9 @@ async def decide(request: Request) -> Response:
             approved=_DECISIONS[decision],
             approver=approver,
             reason=str(form.get("reason", "")),
+            args_digest=str(form.get("args_digest", "")),
+            edited_args_json=str(form.get("edited_args", "")).strip(),
+            identity=identity,
         )
     except ValueError as refused:
         raise HTTPException(400, str(refused)) from None
@@ -195,7 +213,8 @@ async def login(request: Request) -> Response:
         answer = await render(request, "login.html", context, 429)
         answer.headers["Retry-After"] = str(context["wait_s"])
         return answer
-    if not sessions.token_matches(str(form.get("token", ""))):
+    holder = sessions.login(str(form.get("token", "")))
+    if holder is None:
         failures = throttle.failed(client)
         _log.warning(
             "console: failed login from %s: not the effector's token (%d in a row)",
@@ -206,7 +225,7 @@ async def login(request: Request) -> Response:
     throttle.succeeded(client)
     _log.info("console: login from %s", client)
     response = RedirectResponse(target, 303)
-    set_session_cookie(request, response, sessions.new())
+    set_session_cookie(request, response, sessions.new(holder.name))
     return response
 
 

@@ -26,6 +26,7 @@ from effector.console.rendering import environment, render
 from effector.console.security import ConsoleGuard, Sessions
 from effector.console.throttle import LoginThrottle
 from effector.errors import StoreError
+from effector.identities import Tokens
 from effector.service import EffectorService
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -54,18 +55,22 @@ def create_app(
     service: EffectorService,
     *,
     token: str | None,
+    tokens: Tokens | None = None,
     loopback_only: bool = False,
     https: bool = False,
     clock: Callable[[], float] = time.time,
 ) -> Starlette:
     """The console over ``service``; with ``token``, every page needs a login with it.
 
+    With named ``tokens`` any of them logs in, and a decision records the name of the token
+    its session logged in with.
+
     ``loopback_only`` (for a console on a loopback address without a token) refuses requests
     addressed to any other host name, so a web page cannot reach it by DNS rebinding.
     ``https`` (the console is served over TLS) marks the session cookie Secure. ``clock``
     (epoch seconds) dates sessions and failed logins.
     """
-    sessions = Sessions(token, clock)
+    sessions = Sessions(token, clock, tokens=tokens)
     routes: list[BaseRoute] = [
         *PAGE_ROUTES,
         *ACTION_ROUTES,

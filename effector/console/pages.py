@@ -28,7 +28,12 @@ MAX_RUNS = 1_000
 """Runs on a key's page: the newest 50 unless more are asked for, at most 1,000."""
 LIST_LIMIT = 200
 """Rows on the keys, intents and errors lists."""
-OPEN_STATES = (IntentState.AWAITING_DECISION, IntentState.PENDING, IntentState.RUNNING)
+OPEN_STATES = (
+    IntentState.AWAITING_DECISION,
+    IntentState.PENDING,
+    IntentState.RUNNING,
+    IntentState.IN_DOUBT,
+)
 _STATES = {IntentState.Name(state): state for state in (*OPEN_STATES, IntentState.DONE)}
 
 
@@ -64,6 +69,7 @@ async def overview(request: Request) -> Response:
     states = [
         ("PENDING", counts.pending),
         ("RUNNING", counts.running),
+        ("IN_DOUBT", counts.in_doubt),
         ("AWAITING_DECISION", counts.awaiting_decision),
         ("DONE", counts.done),
     ]

@@ -27,6 +27,7 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.types import ASGIApp
 
 from effector.addresses import is_loopback_host
+from effector.identities import Approver, Tokens
 
 SESSION_COOKIE = "beam_agents_console"
 CSRF_FIELD = "csrf_token"
@@ -50,7 +51,15 @@ PUBLIC_PATHS = ("/login", "/static/")
 class Sessions:
     """Mints, checks and revokes session cookies and the CSRF tokens bound to them."""
 
-    def __init__(self, token: str | None, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        token: str | None,
+        clock: Callable[[], float] = time.time,
+        *,
+        tokens: Tokens | None = None,
+    ) -> None:
+        self._tokens = tokens if tokens is not None else Tokens.single(token) if token else None
+        token = self._tokens.primary if self._tokens is not None else None
         self._token = token
         salt = secrets.token_bytes(32)
         self._key = hmac.digest(salt, token.encode(), "sha256") if token else salt
@@ -66,26 +75,39 @@ class Sessions:
     def _mac(self, purpose: str, text: str) -> str:
         return hmac.new(self._key, f"{purpose}|{text}".encode(), hashlib.sha256).hexdigest()
 
-    def new(self) -> str:
-        """A fresh session cookie value."""
-        issued, nonce = str(int(self._clock())), secrets.token_hex(16)
-        return f"{issued}.{nonce}.{self._mac('session', f'{issued}.{nonce}')}"
+    def new(self, approver: str = "") -> str:
+        """A fresh session cookie value, for ``approver`` (the name of the token logged in)."""
+        issued, nonce, holder = (
+            str(int(self._clock())),
+            secrets.token_hex(16),
+            approver.encode().hex(),
+        )
+        signed = f"{issued}.{nonce}.{holder}"
+        return f"{signed}.{self._mac('session', signed)}"
 
     def is_valid(self, value: str | None) -> bool:
         """Whether ``value`` is a session this console minted, not run out nor logged out."""
-        if not value or value.count(".") != 2:
+        if not value or value.count(".") != 3:
             return False
-        issued, nonce, mac = value.split(".")
-        if not hmac.compare_digest(mac, self._mac("session", f"{issued}.{nonce}")):
+        issued, nonce, holder, mac = value.split(".")
+        if not hmac.compare_digest(mac, self._mac("session", f"{issued}.{nonce}.{holder}")):
             return False
         age = self._clock() - int(issued) if issued.isascii() and issued.isdigit() else -1
         return 0 <= age < SESSION_LIFETIME_S and nonce not in self._revoked
+
+    def approver_of(self, value: str | None) -> Approver | None:
+        """The named token a valid session logged in with (``None``: unnamed, or none)."""
+        if self._tokens is None or not self._tokens.named or not self.is_valid(value):
+            return None
+        assert value is not None
+        name = bytes.fromhex(value.split(".")[2]).decode()
+        return next((a for a in self._tokens.approvers if a.name and a.name == name), None)
 
     def revoke(self, value: str) -> None:
         """End a valid session now: it is refused from then on, whoever holds the cookie."""
         if not self.is_valid(value):
             return
-        issued, nonce, _ = value.split(".")
+        issued, nonce, _, _ = value.split(".")
         expired = int(self._clock()) - SESSION_LIFETIME_S
         for old in [old for old, when in self._revoked.items() if when <= expired]:
             del self._revoked[old]
@@ -99,11 +121,11 @@ class Sessions:
         """Whether ``supplied`` is the session's CSRF token (constant time)."""
         return hmac.compare_digest(supplied.encode(), self.csrf_token(session).encode())
 
-    def token_matches(self, supplied: str) -> bool:
-        """Whether ``supplied`` is the effector's token (constant time); ``False`` without one."""
-        if self._token is None:
-            return False
-        return hmac.compare_digest(supplied.strip().encode(), self._token.encode())
+    def login(self, supplied: str) -> Approver | None:
+        """Whose token ``supplied`` is, any of the effector's (constant time); else ``None``."""
+        if self._tokens is None:
+            return None
+        return self._tokens.identify(supplied.strip())
 
 
 def is_cross_site(request: Request) -> bool:

@@ -24,7 +24,7 @@ _NO_CLAIM = (
     "claim_token = NULL, claimed_intent_id = NULL, lease_owner = NULL, lease_expires_at_ms = NULL"
 )
 """Assignments that free a key row of its claim and lease."""
-_HEAD_COLUMNS = ("intent_id", "intent", "state", "attempts", "deadline_ms")
+_HEAD_COLUMNS = ("intent_id", "intent", "state", "attempts", "deadline_ms", "reconcile_failures")
 """What a claim reads of each key's head intent."""
 
 
@@ -33,8 +33,10 @@ def claim_work(
 ) -> tuple[ClaimBatch, list[ToolIntent], int]:
     """Claim the heads of up to ``limit`` idle keys; refuse expired heads instead.
 
-    Returns the batch, the intents it refused as expired, and the log head after the EXPIRED
-    envelopes it appended (0 if none).
+    An IN_DOUBT head is claimed whatever its deadline (its key's lease ran out at its retry
+    time): its effect may have happened, so only its reconciler may settle it. Returns the
+    batch, the intents it refused as expired, and the log head after the EXPIRED envelopes it
+    appended (0 if none).
     """
     keys = [
         bytes(row[0])
@@ -52,9 +54,11 @@ def claim_work(
     candidates: list[Claim] = []
     expired: list[bytes] = []
     refused: list[ToolIntent] = []
-    for intent_id, blob, state, attempts, deadline_ms in heads:
+    for intent_id, blob, state, attempts, deadline_ms, failures in heads:
         intent = ToolIntent.FromString(bytes(blob))
-        if deadline_ms and now_ms > deadline_ms:
+        # A head that was started (or is in doubt) is claimed even past its deadline: its
+        # effect may have happened, so the worker asks its reconciler before calling it EXPIRED.
+        if deadline_ms and now_ms > deadline_ms and state != sql.IN_DOUBT and not attempts:
             result = expired_result(intent, now_ms=now_ms, attempts=attempts)
             published = _finish(tx, intent_id, result, result_envelope(result), now_ms, state)
             if published is not None:
@@ -66,7 +70,9 @@ def claim_work(
                 expired.append(published)
                 refused.append(intent)
             continue
-        candidates.append(Claim(token=uuid.uuid4().hex, intent=intent, attempt=attempts + 1))
+        candidates.append(
+            Claim(uuid.uuid4().hex, intent, attempts + 1, deadline_ms or 0, failures or 0)
+        )
     claims = _start_running(tx, candidates, now_ms)
     # The keys are locked (or, on SQLite, the whole store is), so the heads cannot change.
     tx.executemany(
@@ -91,7 +97,8 @@ def _queue_heads(tx: sql.Tx, dialect: sql.Dialect, keys: Sequence[bytes]) -> lis
     def probe(columns: Sequence[str]) -> str:
         return f"""SELECT {", ".join(f"queued.{column}" for column in columns)}
                    FROM effector_intents AS queued
-                   WHERE queued.entity_key = effector_keys.entity_key AND queued.state IN (1, 2)
+                   WHERE queued.entity_key = effector_keys.entity_key
+                     AND queued.state IN {sql.QUEUED_STATES}
                    ORDER BY queued.seq, queued.step_index LIMIT 1"""
 
     join = (
@@ -117,7 +124,7 @@ def _start_running(tx: sql.Tx, candidates: Sequence[Claim], now_ms: int) -> list
             for row in tx.execute(
                 f"""UPDATE effector_intents SET state = ?, attempts = attempts + 1,
                       started_at_ms = ?
-                    WHERE intent_id IN ({sql.marks(len(chunk))}) AND state IN (?, ?)
+                    WHERE intent_id IN ({sql.marks(len(chunk))}) AND state IN (?, ?, ?)
                     RETURNING intent_id""",
                 [
                     sql.RUNNING,
@@ -125,6 +132,7 @@ def _start_running(tx: sql.Tx, candidates: Sequence[Claim], now_ms: int) -> list
                     *(claim.intent.intent_id for claim in chunk),
                     sql.PENDING,
                     sql.RUNNING,
+                    sql.IN_DOUBT,
                 ],
             ).fetchall()
         )
@@ -257,6 +265,30 @@ def renew_leases(tx: sql.Tx, claims: Sequence[Claim], now_ms: int, lease_ms: int
         ).rowcount:
             held.add(claim.token)
     return held
+
+
+def mark_in_doubt(tx: sql.Tx, claim: Claim, reason: str, now_ms: int, retry_at_ms: int) -> bool:
+    """Leave the claim's intent IN_DOUBT until ``retry_at_ms``, still holding its key.
+
+    The key keeps the claim's token, with a lease that runs out at ``retry_at_ms`` (renewed by
+    nobody), so nothing after the intent in its key runs and a claim takes it again then.
+    ``False`` if the claim lost its key or the intent is not RUNNING (another result won).
+    """
+    held = tx.execute(
+        """UPDATE effector_keys SET lease_expires_at_ms = ?
+           WHERE entity_key = ? AND claim_token = ?""",
+        (retry_at_ms, claim.intent.entity_key, claim.token),
+    ).rowcount
+    if not held:
+        return False
+    return bool(
+        tx.execute(
+            """UPDATE effector_intents SET state = ?, in_doubt_reason = ?, retry_at_ms = ?,
+                 reconcile_failures = reconcile_failures + 1
+               WHERE intent_id = ? AND state = ?""",
+            (sql.IN_DOUBT, reason, retry_at_ms, claim.intent.intent_id, sql.RUNNING),
+        ).rowcount
+    )
 
 
 def release_claims(tx: sql.Tx, claims: Sequence[Claim]) -> None:

@@ -16,6 +16,7 @@ from beam_agents._protos import AgentEnvelope, IntentState, ToolIntent, ToolResu
 from effector.store._tx import (
     AWAITING,
     DONE,
+    IN_DOUBT,
     PENDING,
     RUNNING,
     Tx,
@@ -31,7 +32,10 @@ _FAILED_SCAN_BATCH = 1_000
 """DONE intents read per query while looking for failed ones."""
 _SEARCH_SCAN_BATCH = 500
 """Intents read per query of each scan while searching."""
-RECORD_COLUMNS = "intent, state, result, attempts, received_at_ms, started_at_ms, completed_at_ms"
+RECORD_COLUMNS = (
+    "intent, state, result, attempts, received_at_ms, started_at_ms, completed_at_ms, "
+    "in_doubt_reason, retry_at_ms"
+)
 """The columns :func:`intent_record` reads, in order."""
 
 
@@ -47,7 +51,8 @@ def read_log(tx: Tx, from_offset: int, max_records: int) -> list[LogRecord]:
 
 def intent_record(row: Sequence[Any]) -> IntentRecord:
     """The :class:`IntentRecord` of a row holding :data:`RECORD_COLUMNS`."""
-    blob, state, result, attempts, received_at_ms, started_at_ms, completed_at_ms = row
+    blob, state, result, attempts, received_at_ms, started_at_ms, completed_at_ms = row[:7]
+    in_doubt_reason, retry_at_ms = row[7:9]
     return IntentRecord(
         ToolIntent.FromString(bytes(blob)),
         state,
@@ -56,6 +61,8 @@ def intent_record(row: Sequence[Any]) -> IntentRecord:
         received_at_ms=received_at_ms,
         started_at_ms=started_at_ms,
         completed_at_ms=completed_at_ms,
+        in_doubt_reason=in_doubt_reason or "",
+        retry_at_ms=retry_at_ms,
     )
 
 
@@ -90,7 +97,7 @@ def search_intents(
             conditions.append(("state = ?", state))
         scans = [_newest_first(tx, conditions)]
     else:
-        states = [state] if state is not None else [PENDING, RUNNING, AWAITING, DONE]
+        states = [state] if state is not None else [PENDING, RUNNING, IN_DOUBT, AWAITING, DONE]
         scans = [_newest_first(tx, [*conditions, ("state = ?", each)]) for each in states]
     rows = heapq.merge(*scans, key=lambda row: (row[4], row[-1]), reverse=True)
     return [intent_record(row[:-1]) for row in itertools.islice(rows, max(limit, 0))]
@@ -163,6 +170,7 @@ def counts(tx: Tx) -> StoreCounts:
         awaiting_decision=int(by_state.get(AWAITING, 0)),
         done=int(by_state.get(DONE, 0)),
         head_offset=read_head(tx),
+        in_doubt=int(by_state.get(IN_DOUBT, 0)),
     )
 
 

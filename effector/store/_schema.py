@@ -1,21 +1,23 @@
 """The SQL store's schema: the tables and indexes, their version, and the migrations to it.
 
-:func:`create_schema` creates whatever is missing, migrates a version 1 or 2 store in place and
-refuses a version it does not know. The tables are described in ``effector/README.md``.
+:func:`create_schema` creates whatever is missing, migrates a version 1, 2 or 3 store in place
+and refuses a version it does not know. The tables are described in ``effector/README.md``.
 """
 
 from __future__ import annotations
 
 import json
 
+from beam_agents._json import canonical_json
 from beam_agents._protos import AgentEnvelope, Approval, ToolIntent, ToolResult
 from effector.errors import StoreSchemaError
 from effector.intents import approval_envelope, result_envelope
+from effector.store._approvals import approval_statements
 from effector.store._records import records_statements
 from effector.store._telemetry import fill_key_activity, telemetry_statements
-from effector.store._tx import Dialect, Tx, read_head
+from effector.store._tx import QUEUED_STATES, Dialect, Tx, read_head
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Bumped (with a migration) whenever a table changes incompatibly.
 
 Version 2 added ``published_envelope`` (the bytes of the envelope that published an intent's
@@ -26,6 +28,9 @@ intents by ``(state, completed_at_ms)`` (replacing ``effector_intents_done``), a
 ``effector_key_activity`` from the intents; the telemetry tables, the activation records
 table and the intents' key index are new tables and indexes, created on any version (so the
 migration from version 2 creates them too).
+Version 4 added ``in_doubt_reason``, ``retry_at_ms`` and ``reconcile_failures`` (an intent
+whose reconciler failed: why, when it is asked again, how often it failed in a row) and made
+the key queue index cover IN_DOUBT intents too (state 5: they hold their key).
 """
 
 _MIGRATION_BATCH = 1_000
@@ -57,10 +62,14 @@ def schema_statements(dialect: Dialect) -> list[str]:
             completed_at_ms {bigint},
             published_envelope {blob},
             started_at_ms {bigint},
-            tool_name TEXT NOT NULL DEFAULT '')""",
-        # The queue of each key: TOOL intents not yet DONE (only they are PENDING/RUNNING).
-        """CREATE INDEX IF NOT EXISTS effector_intents_queue
-            ON effector_intents (entity_key, seq, step_index) WHERE state IN (1, 2)""",
+            tool_name TEXT NOT NULL DEFAULT '',
+            in_doubt_reason TEXT,
+            retry_at_ms {bigint},
+            reconcile_failures INTEGER NOT NULL DEFAULT 0)""",
+        # The queue of each key: TOOL intents not yet DONE (only they are PENDING, RUNNING or
+        # IN_DOUBT).
+        f"""CREATE INDEX IF NOT EXISTS effector_intents_queue
+            ON effector_intents (entity_key, seq, step_index) WHERE state IN {QUEUED_STATES}""",
         """CREATE INDEX IF NOT EXISTS effector_intents_awaiting
             ON effector_intents (deadline_ms) WHERE state = 3 AND deadline_ms > 0""",
         # A key's approvals awaiting a decision (the console's keys page); the constant state
@@ -103,6 +112,7 @@ def schema_statements(dialect: Dialect) -> list[str]:
         "INSERT INTO effector_log_head (id, head) VALUES (1, 0) ON CONFLICT (id) DO NOTHING",
         *telemetry_statements(dialect),
         *records_statements(dialect),
+        *approval_statements(dialect),
         f"""INSERT INTO effector_meta (name, value)
             VALUES ('schema_version', '{SCHEMA_VERSION}') ON CONFLICT (name) DO NOTHING""",
     ]
@@ -117,24 +127,37 @@ def create_schema(tx: Tx, dialect: Dialect) -> int:
     tx.execute(_META_TABLE)
     row = tx.execute("SELECT value FROM effector_meta WHERE name = 'schema_version'").fetchone()
     version = None if row is None else row[0]
-    if version not in (None, "1", "2", str(SCHEMA_VERSION)):
+    if version not in (None, "1", "2", "3", str(SCHEMA_VERSION)):
         raise StoreSchemaError(
             f"the store has schema version {version}; this effector understands {SCHEMA_VERSION}"
         )
-    migrating = version in ("1", "2")
+    migrating = version in ("1", "2", "3")
     if version == "1":
         _migrate_from_version_1(tx, dialect)
-    if migrating:
+    if version in ("1", "2"):
         _add_version_3_columns(tx, dialect)
+    if migrating:
+        _add_version_4_columns(tx, dialect)
     for statement in schema_statements(dialect):
         tx.execute(statement)
-    if migrating:
+    if version in ("1", "2"):
         fill_key_activity(tx)
+    if migrating:
         tx.execute(
             "UPDATE effector_meta SET value = ? WHERE name = 'schema_version'",
             (str(SCHEMA_VERSION),),
         )
     return read_head(tx)
+
+
+def _add_version_4_columns(tx: Tx, dialect: Dialect) -> None:
+    """Add the reconciliation columns; drop the queue index, recreated to cover IN_DOUBT."""
+    tx.execute("ALTER TABLE effector_intents ADD COLUMN in_doubt_reason TEXT")
+    tx.execute(f"ALTER TABLE effector_intents ADD COLUMN retry_at_ms {dialect.bigint}")
+    tx.execute(
+        "ALTER TABLE effector_intents ADD COLUMN reconcile_failures INTEGER NOT NULL DEFAULT 0"
+    )
+    tx.execute("DROP INDEX IF EXISTS effector_intents_queue")
 
 
 def _add_version_3_columns(tx: Tx, dialect: Dialect) -> None:
@@ -196,6 +219,10 @@ def _version_1_envelope(intent: ToolIntent, result: ToolResult) -> AgentEnvelope
             approver=decision["approver"],
             decided_at_ms=decision["decided_at_ms"],
             reason=decision["reason"],
+            args_digest=decision.get("args_digest", ""),
+            approvers=decision.get("approvers", []),
         )
+        if "edited_args" in decision:
+            approval.edited_args_json = canonical_json(decision["edited_args"])
         return approval_envelope(approval, intent.entity_key)
     return result_envelope(result)

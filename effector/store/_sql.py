@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import effector.audit as audit
+import effector.store._approvals as approvals
 import effector.store._execution as execution
 import effector.store._intake as intake
 import effector.store._reads as reads
@@ -161,6 +162,12 @@ class SqlStore(EffectorStore):
         """See :meth:`EffectorStore.release`."""
         await self._run(lambda tx: execution.release_claims(tx, claims))
 
+    async def mark_in_doubt(self, claim: Claim, reason: str, now_ms: int, retry_at_ms: int) -> bool:
+        """See :meth:`EffectorStore.mark_in_doubt`."""
+        return await self._run(
+            lambda tx: execution.mark_in_doubt(tx, claim, reason, now_ms, retry_at_ms)
+        )
+
     async def expire_approvals(self, now_ms: int, limit: int) -> int:
         """See :meth:`EffectorStore.expire_approvals`."""
         expired, head = await self._run(
@@ -171,7 +178,15 @@ class SqlStore(EffectorStore):
         return len(expired)
 
     async def decide(
-        self, intent_id: str, *, approved: bool, approver: str, reason: str, now_ms: int
+        self,
+        intent_id: str,
+        *,
+        approved: bool,
+        approver: str,
+        reason: str,
+        now_ms: int,
+        args_digest: str = "",
+        edited_args_json: str = "",
     ) -> Decision:
         """See :meth:`EffectorStore.decide`."""
         approval = Approval(
@@ -180,14 +195,20 @@ class SqlStore(EffectorStore):
             approver=approver,
             decided_at_ms=now_ms,
             reason=reason,
+            args_digest=args_digest,
+            edited_args_json=edited_args_json,
         )
         decision, expired, head = await self._run(
-            lambda tx: execution.decide(tx, self._dialect, intent_id, approval)
+            lambda tx: approvals.vote(tx, self._dialect, intent_id, approval)
         )
         self._announce(head)
         if expired is not None:
             audit.expired([expired])
         return decision
+
+    async def approval_votes(self, intent_id: str) -> list[Approval]:
+        """See :meth:`EffectorStore.approval_votes`."""
+        return await self._run(lambda tx: approvals.votes(tx, intent_id), write=False)
 
     async def publish(self, envelopes: Sequence[AgentEnvelope], now_ms: int) -> list[int]:
         """See :meth:`EffectorStore.publish`."""
@@ -239,7 +260,12 @@ class SqlStore(EffectorStore):
 
     async def prune(self, now_ms: int, retention_ms: int) -> int:
         """See :meth:`EffectorStore.prune`."""
-        return await self._run(lambda tx: reads.prune(tx, now_ms, retention_ms))
+        return await self._run(
+            lambda tx: (
+                reads.prune(tx, now_ms, retention_ms)
+                + approvals.prune_votes(tx, now_ms, retention_ms)
+            )
+        )
 
     async def record_traces(self, events: Sequence[TraceEvent], now_ms: int) -> Recorded:
         """See :meth:`EffectorStore.record_traces`."""

@@ -38,12 +38,12 @@ _TRACE_COLUMNS = (
     "recorded_at_ms"
 )
 _ERROR_COLUMNS = "error_id, error, recorded_at_ms, redriven_at_ms"
-_KEY_SUMMARY = """SELECT a.entity_key, a.runs, a.last_seen_ms,
+_KEY_SUMMARY = f"""SELECT a.entity_key, a.runs, a.last_seen_ms,
       (SELECT COUNT(*) FROM effector_intents AS i
-       WHERE i.entity_key = a.entity_key AND i.state IN (1, 2))
+       WHERE i.entity_key = a.entity_key AND i.state IN {sql.QUEUED_STATES})
       + (SELECT COUNT(*) FROM effector_intents AS i
          WHERE i.entity_key = a.entity_key AND i.state = 3)
-    FROM {source} AS a"""
+    FROM {{source}} AS a"""
 """A :class:`KeySummary` per activity row of ``source``; open intents probe two partial indexes."""
 _NEWEST_KEYS = "ORDER BY a.last_seen_ms DESC, a.entity_key DESC"
 _EXECUTED = "state = 4 AND started_at_ms IS NOT NULL"
@@ -370,7 +370,7 @@ def _oldest_open(tx: sql.Tx) -> IntentRecord | None:
     """The intent not yet DONE that was received first: the head of each open state's index."""
     heads = [
         row
-        for state in (sql.PENDING, sql.RUNNING, sql.AWAITING)
+        for state in (sql.PENDING, sql.RUNNING, sql.IN_DOUBT, sql.AWAITING)
         for row in tx.execute(
             f"""SELECT {reads.RECORD_COLUMNS}, intent_id FROM effector_intents WHERE state = ?
                 ORDER BY received_at_ms, intent_id LIMIT 1""",

@@ -18,6 +18,9 @@ PENDING = IntentState.PENDING
 RUNNING = IntentState.RUNNING
 AWAITING = IntentState.AWAITING_DECISION
 DONE = IntentState.DONE
+IN_DOUBT = IntentState.IN_DOUBT
+QUEUED_STATES = "(1, 2, 5)"
+"""A key's queue (PENDING, RUNNING, IN_DOUBT) in SQL; the queue index's condition, verbatim."""
 
 ROWS_PER_STATEMENT = 200
 """Rows per multi-row statement, well under every backend's limit on bound parameters."""

@@ -16,6 +16,7 @@ from beam_agents._protos import (
     ActivationRecord,
     AgentEnvelope,
     AgentError,
+    Approval,
     IntentState,
     ToolIntent,
     ToolResult,
@@ -62,6 +63,19 @@ class Claim:
     token: str
     intent: ToolIntent
     attempt: int
+    deadline_ms: int = 0
+    """The intent's deadline on the effector's clock (0: none), as the claim found it."""
+    reconcile_failures: int = 0
+    """How many times in a row its reconciler has failed (it was IN_DOUBT that often)."""
+
+    @property
+    def possibly_started(self) -> bool:
+        """Whether an earlier claim may have started the tool: its effect may have happened.
+
+        True for every attempt after the first (a crash, a lost lease or a drain cut the earlier
+        one off before a result was recorded), so a reconciler is asked before executing.
+        """
+        return self.attempt > 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +124,10 @@ class IntentRecord:
     """When its latest execution attempt was claimed; ``None`` if never claimed."""
     completed_at_ms: int | None = None
     """When its terminal result was recorded; ``None`` until it is DONE."""
+    in_doubt_reason: str = ""
+    """Why its reconciler last failed (empty if it never did); see IN_DOUBT."""
+    retry_at_ms: int | None = None
+    """When an IN_DOUBT intent's reconciler is asked again; ``None`` if never in doubt."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +139,8 @@ class StoreCounts:
     awaiting_decision: int
     done: int
     head_offset: int
+    in_doubt: int = 0
+    """Intents whose reconciler failed: held, neither executed again nor DONE."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +215,9 @@ class EffectorStore(abc.ABC):
     - envelope offsets start at 1, increase by one, and become visible in offset order;
     - at most one live claim per entity key, and a key's intents are claimed in
       ``(seq, step_index)`` order, each only after the one before it is DONE;
-    - a claim whose lease has run out may be claimed again, with the attempt count increased.
+    - a claim whose lease has run out may be claimed again, with the attempt count increased;
+    - an IN_DOUBT intent holds its key (nothing after it in the key runs) until it is claimed
+      again at its retry time, which asks its reconciler again.
     """
 
     @abc.abstractmethod
@@ -229,14 +251,41 @@ class EffectorStore(abc.ABC):
         """Give claims back unfinished, so that their intents run again later."""
 
     @abc.abstractmethod
+    async def mark_in_doubt(self, claim: Claim, reason: str, now_ms: int, retry_at_ms: int) -> bool:
+        """Leave a claimed intent IN_DOUBT (its reconciler failed) until ``retry_at_ms``.
+
+        The intent keeps its key: the claim's lease is set to run out at ``retry_at_ms``, when a
+        claim takes the intent again. Returns ``False`` (and changes nothing) if the claim no
+        longer holds the key or the intent is no longer RUNNING.
+        """
+
+    @abc.abstractmethod
     async def expire_approvals(self, now_ms: int, limit: int) -> int:
         """Refuse undecided approvals past their deadline (EXPIRED result envelopes)."""
 
     @abc.abstractmethod
     async def decide(
-        self, intent_id: str, *, approved: bool, approver: str, reason: str, now_ms: int
+        self,
+        intent_id: str,
+        *,
+        approved: bool,
+        approver: str,
+        reason: str,
+        now_ms: int,
+        args_digest: str = "",
+        edited_args_json: str = "",
     ) -> Decision:
-        """Record a decision on an approval intent and publish its Approval envelope."""
+        """Record a decision (or a quorum's vote) on an approval intent; publish it once decided.
+
+        A non-empty ``args_digest`` that is not the intent's refuses the decision (stale). An
+        approval needing several approvers records one vote per approver and is decided when
+        enough approve the same arguments, or at the first deny (``store/_approvals.py``).
+        ``edited_args_json`` (canonical, already validated) is approved in place of the asked.
+        """
+
+    @abc.abstractmethod
+    async def approval_votes(self, intent_id: str) -> list[Approval]:
+        """The votes recorded so far on an approval gathering its quorum, in voting order."""
 
     @abc.abstractmethod
     async def publish(self, envelopes: Sequence[AgentEnvelope], now_ms: int) -> list[int]:

@@ -17,6 +17,7 @@ from selenium.webdriver.support.wait import WebDriverWait
 
 from beam_agents._protos import AgentEnvelope
 from beam_agents.tools import ToolRegistry
+from effector.identities import Tokens
 from effector.launch import EffectorThread
 from effector.server import ServerSettings
 from effector.store.base import IntentRecord
@@ -42,12 +43,14 @@ def start_effector(
     registry: ToolRegistry | None = None,
     host: str = "127.0.0.1",
     tls: tuple[bytes, bytes] | None = None,
+    tokens: Tokens | None = None,
 ) -> EffectorThread:
     """An effector on ``host`` with its console on a free port; ``tls``: PEM cert and key."""
     settings = ServerSettings(
         listen=f"{host}:0",
         console_listen=f"{host}:0",
-        token=token,
+        token=token if tokens is None else tokens.primary,
+        tokens=tokens,
         tls_cert=None if tls is None else tls[0],
         tls_key=None if tls is None else tls[1],
     )

@@ -348,16 +348,21 @@ def test_login_redirects_only_within_the_console(guarded: EffectorThread) -> Non
 def test_a_forged_or_expired_session_is_refused(guarded: EffectorThread) -> None:
     with client_for(guarded) as client:
         client.post("/login", data={"token": TOKEN})
-        issued, nonce, mac = client.cookies["beam_agents_console"].split(".")
-        for forged in (f"{int(issued) + 1}.{nonce}.{mac}", f"{issued}.{nonce}.{'0' * 64}", TOKEN):
+        issued, nonce, holder, mac = client.cookies["beam_agents_console"].split(".")
+        for forged in (
+            f"{int(issued) + 1}.{nonce}.{holder}.{mac}",
+            f"{issued}.{nonce}.{holder}.{'0' * 64}",
+            f"{issued}.{nonce}.{b'ann'.hex()}.{mac}",  # someone else's name
+            TOKEN,
+        ):
             client.cookies.clear()
             client.cookies.set("beam_agents_console", forged)
             assert client.get("/").status_code == 303, forged
         client.cookies.clear()
-        client.cookies.set("beam_agents_console", f"{issued}.{nonce}.{mac}")
+        client.cookies.set("beam_agents_console", f"{issued}.{nonce}.{holder}.{mac}")
         assert client.get("/").status_code == 200
     with httpx.Client(base_url=console_url(guarded)) as other:
-        other.cookies.set("beam_agents_console", f"{issued}.{nonce}.{mac}")
+        other.cookies.set("beam_agents_console", f"{issued}.{nonce}.{holder}.{mac}")
         assert other.get("/", follow_redirects=False).status_code == 200  # the cookie is it
 
     # Expiry, on a console whose clock the test moves (a page that reads no store: a 404).

@@ -48,7 +48,18 @@ async def execute_sql(store_url: str, statements: Sequence[str]) -> list[Any]:
     return rows
 
 
+VERSION_4_ONLY = [
+    "DROP INDEX effector_intents_queue",
+    "CREATE INDEX effector_intents_queue ON effector_intents (entity_key, seq, step_index) "
+    "WHERE state IN (1, 2)",
+    "ALTER TABLE effector_intents DROP COLUMN in_doubt_reason",
+    "ALTER TABLE effector_intents DROP COLUMN retry_at_ms",
+    "ALTER TABLE effector_intents DROP COLUMN reconcile_failures",
+]
+"""What turns a version 4 store back into the version 3 layout (its version aside)."""
+
 VERSION_3_ONLY = [
+    *VERSION_4_ONLY,
     "DROP INDEX effector_intents_completed",
     "DROP INDEX effector_intents_by_tool",
     "DROP INDEX effector_intents_awaiting_by_key",
@@ -61,7 +72,7 @@ VERSION_3_ONLY = [
     "DROP TABLE effector_key_activity",
     "DROP TABLE effector_records",
 ]
-"""What turns a version 3 store back into the version 2 layout (its version aside)."""
+"""What turns a current store back into the version 2 layout (its version aside)."""
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -14,6 +14,7 @@ from effector_harness import make_intent
 
 import effector.store._reads as reads
 from beam_agents._protos import AgentEnvelope, IntentState, ToolIntent, ToolResult
+from beam_agents.core.ids import approval_digest
 from effector.intents import expiry_deadline_ms, new_result
 from effector.store import EffectorStore, open_store
 from effector.store.base import Claim, Completion, NewIntent, SubmitOutcome, SubmitResult
@@ -302,8 +303,11 @@ async def test_decide_records_and_publishes_an_approval(store: EffectorStore) ->
     )
     assert (decision.applied, decision.state) == (True, IntentState.DONE)
     assert decision.result is not None and decision.result.status == ToolResult.OK
+    # The payload records the decision, with the digest of the arguments it was made on.
+    digest = approval_digest(approval.args_json)
     assert decision.result.payload == (
-        b'{"approved":true,"approver":"ann","decided_at_ms":1700000000003,"reason":"fine"}'
+        b'{"approved":true,"approver":"ann","args_digest":"%s",' % digest.encode()
+        + b'"decided_at_ms":1700000000003,"reason":"fine"}'
     )
     [envelope] = await envelopes(store)
     assert envelope.WhichOneof("payload") == "approval"

@@ -93,6 +93,7 @@ LISTABLE_STATES = {
     pb.IntentState.RUNNING,
     pb.IntentState.AWAITING_DECISION,
     pb.IntentState.DONE,
+    pb.IntentState.IN_DOUBT,
 }
 CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 FUZZ_SETTINGS = settings(
