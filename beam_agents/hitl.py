@@ -34,13 +34,22 @@ class FallbackContext:
 
 @dataclass(frozen=True, slots=True)
 class Deny:
-    """End the suspended run; emit ``output`` on ``.output`` when it is not empty."""
+    """End the suspended run; emit ``output`` on ``.output`` when it is not empty.
+
+    ``compensate=True`` also undoes the run's effects: for each intent it staged with
+    ``ctx.act(..., compensate_with=...)`` and did not compensate yet, unless its result says it
+    never ran, the linked compensation is staged (newest first) on ``.intents``; the effector
+    runs each after its original, or records NOT_NEEDED if that never ran.
+    """
 
     output: bytes = b""
+    compensate: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.output, bytes):
             raise TypeError(f"Deny.output must be bytes, got {type(self.output).__name__}")
+        if not isinstance(self.compensate, bool):
+            raise TypeError(f"Deny.compensate must be a bool, got {self.compensate!r}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -138,6 +138,8 @@ def result_reply(tool_name: str, result: ToolResult) -> tuple[str, bool]:
         return f"{tool_name} expired before it could run{detail}", True
     if result.status == ToolResult.REJECTED:
         return f"{tool_name} was rejected and did not run{detail}", True
+    if result.status == ToolResult.NOT_NEEDED:  # a compensation of an effect that never ran
+        return f"{tool_name} was not needed and did not run{detail}", False
     return f"{tool_name} failed{detail}", True
 
 

@@ -110,3 +110,8 @@ def in_doubt(intent: ToolIntent, attempt: int, reason: str, retry_in_ms: int) ->
         reason,
         retry_in_ms,
     )
+
+
+def not_needed(intent: ToolIntent, reason: str) -> None:
+    """A compensation was recorded NOT_NEEDED: the intent it undoes never ran."""
+    _log.info("NOT_NEEDED %s: %s", describe(intent), reason)

@@ -23,6 +23,7 @@ import effector.audit as audit
 import effector.decisions as decisions
 from beam_agents._protos.effector_pb2 import DESCRIPTOR as _EFFECTOR_FILE
 from beam_agents.tools import ToolRegistry
+from effector.compensation import intake_rejection
 from effector.decisions import MAX_TEXT_FIELD_CHARS as MAX_TEXT_FIELD_CHARS
 from effector.errors import StoreError
 from effector.identities import Approver, Tokens
@@ -36,7 +37,6 @@ from effector.intents import (
 )
 from effector.metrics import EffectorMetrics
 from effector.records import DEFAULT_RUNS, MAX_RUNS, list_records_problem, records_page
-from effector.runner import rejection_reason
 from effector.store.base import Decision, EffectorStore, NewIntent, Recorded, SubmitOutcome
 from effector.worker import Worker
 
@@ -214,7 +214,7 @@ class EffectorService(pb.EffectorServicer):
         for intent in request.intents:
             problem = identity_problem(intent)
             if problem is None:
-                to_record.append(NewIntent(intent, rejection_reason(self.registry, intent)))
+                to_record.append(NewIntent(intent, intake_rejection(self.registry, intent)))
                 acks.append(pb.SubmitAck(intent_id=intent.intent_id))
             else:
                 acks.append(

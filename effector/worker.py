@@ -23,6 +23,7 @@ import effector.audit as audit
 from beam_agents._protos import ToolResult
 from beam_agents.tools import ToolRegistry
 from effector.backoff import StoreOutage
+from effector.compensation import verdict
 from effector.errors import StoreError
 from effector.group_commit import GroupCommit
 from effector.intents import wall_clock_ms
@@ -196,6 +197,9 @@ class Worker:
         metrics = self._metrics
         metrics.in_flight.inc()
         try:
+            if claim.intent.compensates_intent_id and await self._settled_compensation(claim):
+                del self._claims[claim.token]
+                return
             # Reconcile before re-executing (see effector/reconcile.py).
             settled = await settle(self._runner, self._registry, claim, self._clock)
             if isinstance(settled, InDoubt):
@@ -234,6 +238,21 @@ class Worker:
         finally:
             metrics.in_flight.dec()
             self.wake()
+
+    async def _settled_compensation(self, claim: Claim) -> bool:
+        """Record a compensation's NOT_NEEDED or REJECTED verdict; ``False``: execute it."""
+        intent = claim.intent
+        original = await self._store.get_intent(intent.compensates_intent_id)
+        result = verdict(original, intent, now_ms=self._clock(), attempt=claim.attempt)
+        if result is None:
+            return False
+        if await self._recorder(Completion(claim, result)):
+            self._metrics.executed.labels(ToolResult.Status.Name(result.status)).inc()
+            if result.status == ToolResult.REJECTED:
+                audit.rejected(intent, result.error_message)
+            else:
+                audit.not_needed(intent, result.error_message)
+        return True
 
     async def _leave_in_doubt(self, claim: Claim, in_doubt: InDoubt) -> None:
         """Record the claim's intent IN_DOUBT (its key held until the retry), through outages."""

@@ -55,6 +55,7 @@ from beam_agents._protos.records_pb2 import (
     RecordedToolCall,
 )
 from beam_agents._protos.state_pb2 import (
+    CompensationLink,
     Continuation,
     KeyHeader,
     MemorySlot,
@@ -70,6 +71,7 @@ __all__ = [
     "AgentError",
     "Approval",
     "ApprovalEdit",
+    "CompensationLink",
     "Continuation",
     "DecideRequest",
     "DecideResponse",

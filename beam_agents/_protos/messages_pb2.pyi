@@ -48,11 +48,13 @@ class ToolResult(_message.Message):
         ERROR: _ClassVar[ToolResult.Status]
         EXPIRED: _ClassVar[ToolResult.Status]
         REJECTED: _ClassVar[ToolResult.Status]
+        NOT_NEEDED: _ClassVar[ToolResult.Status]
     STATUS_UNSPECIFIED: ToolResult.Status
     OK: ToolResult.Status
     ERROR: ToolResult.Status
     EXPIRED: ToolResult.Status
     REJECTED: ToolResult.Status
+    NOT_NEEDED: ToolResult.Status
     INTENT_ID_FIELD_NUMBER: _ClassVar[int]
     ENTITY_KEY_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
@@ -72,7 +74,7 @@ class ToolResult(_message.Message):
     def __init__(self, intent_id: _Optional[str] = ..., entity_key: _Optional[bytes] = ..., seq: _Optional[int] = ..., status: _Optional[_Union[ToolResult.Status, str]] = ..., payload: _Optional[bytes] = ..., error_message: _Optional[str] = ..., completed_at_ms: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class ToolIntent(_message.Message):
-    __slots__ = ("intent_id", "entity_key", "seq", "step_index", "tool_name", "args_json", "created_at_ms", "expires_at_ms", "kind", "trace_id", "channel", "edited_from", "required_approvals", "gated_tool")
+    __slots__ = ("intent_id", "entity_key", "seq", "step_index", "tool_name", "args_json", "created_at_ms", "expires_at_ms", "kind", "trace_id", "channel", "edited_from", "required_approvals", "gated_tool", "compensates_intent_id", "compensate_tool", "compensate_args_json")
     class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         KIND_UNSPECIFIED: _ClassVar[ToolIntent.Kind]
@@ -95,6 +97,9 @@ class ToolIntent(_message.Message):
     EDITED_FROM_FIELD_NUMBER: _ClassVar[int]
     REQUIRED_APPROVALS_FIELD_NUMBER: _ClassVar[int]
     GATED_TOOL_FIELD_NUMBER: _ClassVar[int]
+    COMPENSATES_INTENT_ID_FIELD_NUMBER: _ClassVar[int]
+    COMPENSATE_TOOL_FIELD_NUMBER: _ClassVar[int]
+    COMPENSATE_ARGS_JSON_FIELD_NUMBER: _ClassVar[int]
     intent_id: str
     entity_key: bytes
     seq: int
@@ -109,7 +114,10 @@ class ToolIntent(_message.Message):
     edited_from: ApprovalEdit
     required_approvals: int
     gated_tool: str
-    def __init__(self, intent_id: _Optional[str] = ..., entity_key: _Optional[bytes] = ..., seq: _Optional[int] = ..., step_index: _Optional[int] = ..., tool_name: _Optional[str] = ..., args_json: _Optional[str] = ..., created_at_ms: _Optional[int] = ..., expires_at_ms: _Optional[int] = ..., kind: _Optional[_Union[ToolIntent.Kind, str]] = ..., trace_id: _Optional[str] = ..., channel: _Optional[str] = ..., edited_from: _Optional[_Union[ApprovalEdit, _Mapping]] = ..., required_approvals: _Optional[int] = ..., gated_tool: _Optional[str] = ...) -> None: ...
+    compensates_intent_id: str
+    compensate_tool: str
+    compensate_args_json: str
+    def __init__(self, intent_id: _Optional[str] = ..., entity_key: _Optional[bytes] = ..., seq: _Optional[int] = ..., step_index: _Optional[int] = ..., tool_name: _Optional[str] = ..., args_json: _Optional[str] = ..., created_at_ms: _Optional[int] = ..., expires_at_ms: _Optional[int] = ..., kind: _Optional[_Union[ToolIntent.Kind, str]] = ..., trace_id: _Optional[str] = ..., channel: _Optional[str] = ..., edited_from: _Optional[_Union[ApprovalEdit, _Mapping]] = ..., required_approvals: _Optional[int] = ..., gated_tool: _Optional[str] = ..., compensates_intent_id: _Optional[str] = ..., compensate_tool: _Optional[str] = ..., compensate_args_json: _Optional[str] = ...) -> None: ...
 
 class TraceEvent(_message.Message):
     __slots__ = ("trace_id", "span_id", "parent_span_id", "entity_key", "seq", "step_index", "event_type", "attributes", "start_ms", "end_ms", "sequence", "wall_start_unix_nano", "wall_end_unix_nano")

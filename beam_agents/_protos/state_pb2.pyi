@@ -59,7 +59,7 @@ class ModelCache(_message.Message):
     def __init__(self, schema_version: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[ModelCacheEntry, _Mapping]]] = ...) -> None: ...
 
 class Continuation(_message.Message):
-    __slots__ = ("schema_version", "seq", "next_step", "snapshot", "adapter", "pending_intent_ids", "deadline_ms", "results", "approvals", "trace_id", "escalations", "started_at_ms", "tokens_used", "pending_kinds", "answered_intent_ids", "trace_sequence", "steps", "intent_namespace")
+    __slots__ = ("schema_version", "seq", "next_step", "snapshot", "adapter", "pending_intent_ids", "deadline_ms", "results", "approvals", "trace_id", "escalations", "started_at_ms", "tokens_used", "pending_kinds", "answered_intent_ids", "trace_sequence", "steps", "intent_namespace", "compensations")
     class StepRecord(_message.Message):
         __slots__ = ("kind", "digest")
         class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
@@ -97,6 +97,7 @@ class Continuation(_message.Message):
     TRACE_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     STEPS_FIELD_NUMBER: _ClassVar[int]
     INTENT_NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    COMPENSATIONS_FIELD_NUMBER: _ClassVar[int]
     schema_version: int
     seq: int
     next_step: int
@@ -115,7 +116,22 @@ class Continuation(_message.Message):
     trace_sequence: int
     steps: _containers.RepeatedCompositeFieldContainer[Continuation.StepRecord]
     intent_namespace: str
-    def __init__(self, schema_version: _Optional[int] = ..., seq: _Optional[int] = ..., next_step: _Optional[int] = ..., snapshot: _Optional[bytes] = ..., adapter: _Optional[str] = ..., pending_intent_ids: _Optional[_Iterable[str]] = ..., deadline_ms: _Optional[int] = ..., results: _Optional[_Iterable[_Union[_messages_pb2.ToolResult, _Mapping]]] = ..., approvals: _Optional[_Iterable[_Union[_messages_pb2.Approval, _Mapping]]] = ..., trace_id: _Optional[str] = ..., escalations: _Optional[int] = ..., started_at_ms: _Optional[int] = ..., tokens_used: _Optional[int] = ..., pending_kinds: _Optional[_Iterable[_Union[_messages_pb2.ToolIntent.Kind, str]]] = ..., answered_intent_ids: _Optional[_Iterable[str]] = ..., trace_sequence: _Optional[int] = ..., steps: _Optional[_Iterable[_Union[Continuation.StepRecord, _Mapping]]] = ..., intent_namespace: _Optional[str] = ...) -> None: ...
+    compensations: _containers.RepeatedCompositeFieldContainer[CompensationLink]
+    def __init__(self, schema_version: _Optional[int] = ..., seq: _Optional[int] = ..., next_step: _Optional[int] = ..., snapshot: _Optional[bytes] = ..., adapter: _Optional[str] = ..., pending_intent_ids: _Optional[_Iterable[str]] = ..., deadline_ms: _Optional[int] = ..., results: _Optional[_Iterable[_Union[_messages_pb2.ToolResult, _Mapping]]] = ..., approvals: _Optional[_Iterable[_Union[_messages_pb2.Approval, _Mapping]]] = ..., trace_id: _Optional[str] = ..., escalations: _Optional[int] = ..., started_at_ms: _Optional[int] = ..., tokens_used: _Optional[int] = ..., pending_kinds: _Optional[_Iterable[_Union[_messages_pb2.ToolIntent.Kind, str]]] = ..., answered_intent_ids: _Optional[_Iterable[str]] = ..., trace_sequence: _Optional[int] = ..., steps: _Optional[_Iterable[_Union[Continuation.StepRecord, _Mapping]]] = ..., intent_namespace: _Optional[str] = ..., compensations: _Optional[_Iterable[_Union[CompensationLink, _Mapping]]] = ...) -> None: ...
+
+class CompensationLink(_message.Message):
+    __slots__ = ("intent_id", "step_index", "tool_name", "args_json", "compensation_intent_id")
+    INTENT_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_INDEX_FIELD_NUMBER: _ClassVar[int]
+    TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
+    ARGS_JSON_FIELD_NUMBER: _ClassVar[int]
+    COMPENSATION_INTENT_ID_FIELD_NUMBER: _ClassVar[int]
+    intent_id: str
+    step_index: int
+    tool_name: str
+    args_json: str
+    compensation_intent_id: str
+    def __init__(self, intent_id: _Optional[str] = ..., step_index: _Optional[int] = ..., tool_name: _Optional[str] = ..., args_json: _Optional[str] = ..., compensation_intent_id: _Optional[str] = ...) -> None: ...
 
 class KeyHeader(_message.Message):
     __slots__ = ("schema_version", "next_seq", "last_activity_ms", "suspended")

@@ -394,6 +394,7 @@ class Activator:
         plan.traces.extend(taken.traces)
         plan.outputs.extend(taken.outputs)
         plan.errors.extend(taken.errors)
+        plan.intents.extend(taken.compensations)
         if taken.escalated is None:
             self._end_suspension(plan, key)
         else:

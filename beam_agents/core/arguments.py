@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from beam_agents._json import canonical_json
+from beam_agents.core.errors import ReadOnlyIntentError
 from beam_agents.tools import ToolRegistry
 from beam_agents.tools.errors import ToolArgumentError, ToolNotFoundError
 
@@ -51,6 +52,28 @@ def check_unregistered(tool_name: str, registry: ToolRegistry, warned: set[str])
             "first to check them; register the tool (side_effect=True) to check them here",
             tool_name,
         )
+
+
+def check_side_effect_call(
+    tool_name: str, arguments: dict[str, Any], registry: ToolRegistry, warned: set[str]
+) -> None:
+    """Check a call ``act`` stages: a registered tool is side-effecting, its arguments valid.
+
+    A read-only tool raises ``ReadOnlyIntentError`` (run it with ``run_tool``), invalid
+    arguments ``ToolArgumentError``; a name the registry lacks goes to
+    :func:`check_unregistered`.
+    """
+    if tool_name not in registry:
+        check_unregistered(tool_name, registry, warned)
+        return
+    tool = registry.get(tool_name)
+    if not tool.side_effect:
+        raise ReadOnlyIntentError(
+            f"tool {tool_name!r} is read-only; run it inline with "
+            f"await ctx.run_tool({tool_name!r}, arguments) instead of staging an intent",
+            tool_name=tool_name,
+        )
+    tool.validate_arguments(arguments)
 
 
 def arguments_json(tool_name: str, args: object) -> tuple[dict[str, Any], str]:

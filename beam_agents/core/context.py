@@ -16,7 +16,8 @@ from typing import Any
 
 from beam_agents._protos import Approval, ModelCacheEntry, ToolIntent, ToolResult, TraceEvent
 from beam_agents.core.approvals import approved_call
-from beam_agents.core.arguments import arguments_json, check_ttl, check_unregistered
+from beam_agents.core.arguments import arguments_json, check_side_effect_call, check_ttl
+from beam_agents.core.compensation import check_compensate_with, stage_compensation
 from beam_agents.core.continuation import Resumption
 from beam_agents.core.cursor import ReplayCursor, StepRecord
 from beam_agents.core.errors import (
@@ -160,6 +161,7 @@ class ActivationContext:
                 pending,
                 resumption.tokens_used,
                 namespace=resumption.namespace,
+                links=resumption.compensations,
             )
 
     # -- memory --------------------------------------------------------------------------
@@ -365,6 +367,7 @@ class ActivationContext:
         *,
         ttl_ms: int | None = None,
         approval: Approval | None = None,
+        compensate_with: tuple[str, str | Mapping[str, Any]] | None = None,
     ) -> str:
         """Stage an intent for the effector to run ``tool_name``; return its id.
 
@@ -383,6 +386,9 @@ class ActivationContext:
         digest must name (``ValueError`` otherwise, or if it was denied). If the approver
         edited them, the edited arguments are staged instead, and the intent records its
         lineage (``ToolIntent.edited_from``: the approval's id, the approver, the diff).
+
+        ``compensate_with=(tool_name, args)``: the side-effecting call that undoes this one,
+        checked now like ``act``'s own; ``ctx.compensate(id)`` stages it (``core/README.md``).
         """
         if not isinstance(tool_name, str) or not tool_name:
             raise ValueError(f"act needs a tool name, got {tool_name!r}")
@@ -392,22 +398,33 @@ class ActivationContext:
             args_json, edited_from = approved_call(approval, args_json, arguments)
             if edited_from is not None:
                 arguments = json.loads(args_json)
-        registry = self._services.tool_registry
-        if tool_name in registry:
-            tool = registry.get(tool_name)
-            if not tool.side_effect:
-                raise ReadOnlyIntentError(
-                    f"tool {tool_name!r} is read-only; run it inline with "
-                    f"await ctx.run_tool({tool_name!r}, arguments) instead of staging an intent",
-                    tool_name=tool_name,
-                )
-            tool.validate_arguments(arguments)
-        else:
-            check_unregistered(tool_name, registry, self._services.unvalidated_tools)
+        registry, warned = self._services.tool_registry, self._services.unvalidated_tools
+        check_side_effect_call(tool_name, arguments, registry, warned)
+        undo = None
+        if compensate_with is not None:
+            undo = check_compensate_with(compensate_with, registry, warned)
         ttl = self._services.intent_ttl_ms if ttl_ms is None else check_ttl(ttl_ms)
         return self._staged.stage_intent(
-            ToolIntent.TOOL, tool_name, args_json, ttl, "", edited_from=edited_from
+            ToolIntent.TOOL,
+            tool_name,
+            args_json,
+            ttl,
+            "",
+            edited_from=edited_from,
+            compensate_with=undo,
         )
+
+    def compensate(self, intent_id: str) -> str:
+        """Stage the compensation linked to this run's intent ``intent_id``; return its id.
+
+        The intent must have been staged by this run with ``act(..., compensate_with=...)``
+        (in any activation of it); otherwise, or if it is already compensated, it raises
+        ``CompensationError`` and takes no step. Stages a TOOL intent of the linked tool and
+        arguments with ``compensates_intent_id`` set, which never expires; the effector runs
+        it after the original, only if that ran (else its result is NOT_NEEDED). Takes a
+        step; a re-walk returns the same id and stages nothing (``core/README.md``).
+        """
+        return stage_compensation(self._staged, intent_id, self.high_water_step)
 
     def request_approval(
         self,

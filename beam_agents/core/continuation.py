@@ -12,7 +12,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from beam_agents._json import canonical_json
-from beam_agents._protos import Approval, Continuation, ToolIntent, ToolResult, TraceEvent
+from beam_agents._protos import (
+    Approval,
+    CompensationLink,
+    Continuation,
+    ToolIntent,
+    ToolResult,
+    TraceEvent,
+)
 from beam_agents.core.cursor import ReplayCursor, StepRecord
 from beam_agents.core.staging import APPROVAL_TOOL_NAME, Staged
 from beam_agents.core.state import CONTINUATION_SCHEMA_VERSION
@@ -40,6 +47,8 @@ class Resumption:
     """The intent namespace the run started in; all its intent ids are minted in it."""
     approvals: Mapping[str, Approval] = field(default_factory=dict)
     """Every approval decision the run received so far, by intent id."""
+    compensations: Sequence[CompensationLink] = ()
+    """The run's compensation links (``ctx.compensate`` looks them up)."""
 
 
 def pending_of(continuation: Continuation) -> list[tuple[str, int]]:
@@ -75,6 +84,7 @@ def resumption(admitted: Continuation, answer: ToolResult | Approval) -> Resumpt
         steps=admitted.steps,
         namespace=run_namespace(admitted),
         approvals={approval.intent_id: approval for approval in admitted.approvals},
+        compensations=admitted.compensations,
     )
 
 
@@ -117,6 +127,8 @@ def suspend(
     suspended.tokens_used = suspended.tokens_used + staged.tokens_used
     suspended.trace_sequence = staged.trace.next_sequence
     suspended.intent_namespace = staged.namespace or ""
+    del suspended.compensations[:]
+    suspended.compensations.extend(staged.links)
     return suspended
 
 

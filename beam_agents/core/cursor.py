@@ -41,16 +41,21 @@ class ReplayCursor:
         """The first position no activation of this run has taken yet."""
         return max(self._step, self._high_water)
 
+    def would_replay(self, kind: int, digest: bytes) -> bool:
+        """Whether taking a step of ``kind`` and ``digest`` now would replay the run's record."""
+        step = self._prefix_step()
+        if step >= self._replay_end:
+            return False
+        record = self._recorded[step]
+        return record.kind == kind and record.digest == digest
+
     def take(self, kind: int, digest: bytes) -> tuple[int, bool]:
         """Take the next step for an operation of ``kind`` with content ``digest``.
 
         Returns the step's position and whether it repeats the run's record there (a replay).
         """
-        step = self._step
+        step = self._prefix_step()
         replay_end = self._replay_end
-        # An escalation's approval is the runtime's step, never the agent's: step over it.
-        while step < replay_end and self._recorded[step].kind == StepRecord.ESCALATION:
-            step += 1
         if step < replay_end:
             record = self._recorded[step]
             if record.kind == kind and record.digest == digest:
@@ -64,3 +69,11 @@ class ReplayCursor:
         self._step = step + 1
         self.new_steps.append((kind, digest))
         return step, False
+
+    def _prefix_step(self) -> int:
+        """The position of the record the next step is compared with (or past the prefix)."""
+        step = self._step
+        # An escalation's approval is the runtime's step, never the agent's: step over it.
+        while step < self._replay_end and self._recorded[step].kind == StepRecord.ESCALATION:
+            step += 1
+        return step

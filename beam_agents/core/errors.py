@@ -90,3 +90,15 @@ class ActivationTimeoutError(AgentRuntimeError, TimeoutError):
 
 class ReadOnlyIntentError(ToolError):
     """``ctx.act`` named a read-only tool, which runs inline with ``ctx.run_tool`` instead."""
+
+
+class CompensationError(AgentRuntimeError, ValueError):
+    """``ctx.compensate`` was given an intent it cannot compensate.
+
+    ``intent_id`` names it; the message says why: not an intent of this run, staged without
+    ``compensate_with``, or already compensated (in an earlier step of the run).
+    """
+
+    def __init__(self, message: str, *, intent_id: str) -> None:
+        super().__init__(message)
+        self.intent_id = intent_id

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from beam_agents._protos import AgentError, Continuation, KeyHeader, ToolIntent, TraceEvent
+from beam_agents.core.compensation import stage_route_compensations
 from beam_agents.core.config import TRIGGER_DEADLINE
 from beam_agents.core.continuation import escalate
 from beam_agents.core.errors import ErrorReason
@@ -29,6 +30,8 @@ class DeadlineOutcome:
     errors: list[AgentError] = field(default_factory=list)
     escalated: Continuation | None = None
     intent: ToolIntent | None = None
+    compensations: list[ToolIntent] = field(default_factory=list)
+    """What a ``Deny(compensate=True)`` staged: the run's effects undone, newest first."""
 
 
 def fallback_context(key: bytes, suspended: Continuation, fired_ms: int) -> FallbackContext:
@@ -108,8 +111,12 @@ def deadline_outcome(
         )
         return DeadlineOutcome(traces=trace.events, escalated=escalated, intent=intent)
     denied = isinstance(route, Deny)
+    compensations = []
+    if isinstance(route, Deny) and route.compensate:
+        compensations = stage_route_compensations(suspended, trace)
+        step += len(compensations)
     trace.record(TraceEvent.ACTIVATION_END, step, {"route": "deny" if denied else "drop"})
-    outcome = DeadlineOutcome(traces=trace.events)
+    outcome = DeadlineOutcome(traces=trace.events, compensations=compensations)
     if isinstance(route, Deny):
         if route.output:
             outcome.outputs.append(route.output)

@@ -9,9 +9,10 @@ committed whole or discarded whole (invariant 1). :meth:`Staged.stage_intent` bu
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 
 from beam_agents._json import canonical_json
-from beam_agents._protos import ApprovalEdit, ToolIntent, TraceEvent
+from beam_agents._protos import ApprovalEdit, CompensationLink, ToolIntent, TraceEvent
 from beam_agents.core.cursor import ReplayCursor, StepRecord
 from beam_agents.core.errors import BudgetExceededError
 from beam_agents.core.ids import intent_id_for
@@ -30,9 +31,14 @@ STEP_KIND_OF_INTENT: dict[int, int] = {
 """The ``StepRecord`` kind a staged intent of each ``ToolIntent.Kind`` records."""
 
 
-def intent_step_digest(kind: int, tool_name: str, args_json: str) -> bytes:
-    """The content digest recorded for an intent step: its kind, tool name and arguments."""
-    return hashlib.sha256(f"{kind}|{tool_name}|{args_json}".encode()).digest()
+def intent_step_digest(kind: int, tool_name: str, args_json: str, link: str = "") -> bytes:
+    """The content digest recorded for an intent step: its kind, tool name and arguments.
+
+    ``link`` (compensation only, ``core/compensation.py``) is appended when not empty, so an
+    intent without one keeps the digest it always had.
+    """
+    content = f"{kind}|{tool_name}|{args_json}" + (f"|{link}" if link else "")
+    return hashlib.sha256(content.encode()).digest()
 
 
 class Staged:
@@ -44,6 +50,7 @@ class Staged:
         "carried",
         "cursor",
         "intents",
+        "links",
         "memory",
         "namespace",
         "recording",
@@ -60,6 +67,7 @@ class Staged:
         tokens_before: int = 0,
         *,
         namespace: str | None = None,
+        links: Sequence[CompensationLink] = (),
     ) -> None:
         self.trace = trace
         """The activation's trace events; it also names the activation (key, seq, event time)."""
@@ -71,6 +79,8 @@ class Staged:
         self.namespace = namespace
         """The run's intent namespace (``AgentConfig.namespace`` when it started): its ids'."""
         self.intents: list[ToolIntent] = []
+        self.links = [_copied(link) for link in links]
+        """The run's compensation links (``Continuation.compensations``), this activation's too."""
         self.tokens_used = 0
         """Tokens the provider reported for this activation's calls (replays spend none)."""
         self.budget_error: BudgetExceededError | None = None
@@ -121,6 +131,8 @@ class Staged:
         required_approvals: int = 0,
         gated_tool: str = "",
         edited_from: ApprovalEdit | None = None,
+        compensate_with: tuple[str, str] | None = None,
+        compensates: str = "",
     ) -> str:
         """Take the next step for an intent and stage it; return its id.
 
@@ -128,13 +140,18 @@ class Staged:
         stages nothing: that intent was emitted when its activation committed. The keyword
         fields go into the intent as they are (``ToolIntent`` documents them); a quorum of 1
         is left at 0, so the intent's bytes are those of an intent staged before quorums.
+        ``compensate_with`` (tool, canonical arguments) links a compensation to the intent;
+        ``compensates`` makes it a compensating intent, which never expires (``expires_at_ms``
+        0): an undo of an effect that ran must not lapse. Both enter the step's digest.
         """
+        link = compensation_link_text(compensate_with, compensates)
         step, replayed = self.cursor.take(
-            STEP_KIND_OF_INTENT[kind], intent_step_digest(kind, tool_name, args_json)
+            STEP_KIND_OF_INTENT[kind], intent_step_digest(kind, tool_name, args_json, link)
         )
         trace = self.trace
         intent_id = intent_id_for(trace.entity_key, trace.seq, step, self.namespace)
         if replayed:
+            self._link(intent_id, step, compensate_with)
             return intent_id
         created_at_ms = trace.now_ms
         intent = ToolIntent(
@@ -145,13 +162,16 @@ class Staged:
             tool_name=tool_name,
             args_json=args_json,
             created_at_ms=created_at_ms,
-            expires_at_ms=created_at_ms + ttl_ms,
+            expires_at_ms=0 if compensates else created_at_ms + ttl_ms,
             kind=kind,  # type: ignore[arg-type]
             trace_id=trace.trace_id,
             channel=channel,
             required_approvals=required_approvals if required_approvals > 1 else 0,
             gated_tool=gated_tool,
             edited_from=edited_from,
+            compensates_intent_id=compensates,
+            compensate_tool=compensate_with[0] if compensate_with else "",
+            compensate_args_json=compensate_with[1] if compensate_with else "",
         )
         # Built before it is traced: an intent that cannot be built (an expiry past int64)
         # raises here and leaves no trace of an intent that was never staged.
@@ -161,4 +181,29 @@ class Staged:
             {"intent_id": intent_id, "tool_name": tool_name, "kind": ToolIntent.Kind.Name(kind)},
         )
         self.intents.append(intent)
+        self._link(intent_id, step, compensate_with)
         return intent_id
+
+    def _link(self, intent_id: str, step: int, compensate_with: tuple[str, str] | None) -> None:
+        """Record the run's link from ``intent_id`` to its compensation, once."""
+        if compensate_with is None or any(link.intent_id == intent_id for link in self.links):
+            return
+        tool_name, args_json = compensate_with
+        self.links.append(
+            CompensationLink(
+                intent_id=intent_id, step_index=step, tool_name=tool_name, args_json=args_json
+            )
+        )
+
+
+def compensation_link_text(compensate_with: tuple[str, str] | None, compensates: str) -> str:
+    """What an intent's compensation fields add to its step digest ("" for neither)."""
+    if compensate_with is not None:
+        return f"compensate_with:{compensate_with[0]}|{compensate_with[1]}"
+    return f"compensates:{compensates}" if compensates else ""
+
+
+def _copied(link: CompensationLink) -> CompensationLink:
+    copy = CompensationLink()
+    copy.CopyFrom(link)
+    return copy

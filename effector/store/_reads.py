@@ -32,6 +32,8 @@ _FAILED_SCAN_BATCH = 1_000
 """DONE intents read per query while looking for failed ones."""
 _SEARCH_SCAN_BATCH = 500
 """Intents read per query of each scan while searching."""
+_SUCCEEDED = frozenset({ToolResult.OK, ToolResult.NOT_NEEDED})
+"""Results that are not failures: OK, and a compensation that had nothing to undo."""
 RECORD_COLUMNS = (
     "intent, state, result, attempts, received_at_ms, started_at_ms, completed_at_ms, "
     "in_doubt_reason, retry_at_ms"
@@ -151,7 +153,7 @@ def list_failed(tx: Tx, limit: int) -> list[tuple[ToolIntent, ToolResult]]:
         ).fetchall()
         for blob, result_blob, _, _ in rows:
             result = parse_result(result_blob)
-            if result is not None and result.status != ToolResult.OK:
+            if result is not None and result.status not in _SUCCEEDED:
                 found.append((ToolIntent.FromString(bytes(blob)), result))
         if len(rows) < _FAILED_SCAN_BATCH:
             break

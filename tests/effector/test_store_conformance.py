@@ -266,14 +266,16 @@ async def test_expiry_is_anchored_at_first_receipt_for_old_event_times(
     hours_ago = T0 - 5 * 3_600_000
     replayed = make_intent("add", ttl_ms=1_000, created_at_ms=hours_ago)
     assert expiry_deadline_ms(replayed, T0) == T0 + 1_000
-    await submit(store, replayed, now=T0)
+    twin = make_intent("add", key=b"twin", ttl_ms=1_000, created_at_ms=hours_ago)
+    await submit(store, replayed, twin, now=T0)
     [claim] = (await store.claim("w", 1, T0 + 1_000, LEASE)).claims
     assert claim.intent == replayed
-    # A duplicate submit later does not move the anchor.
-    await store.release([claim])
-    await submit(store, replayed, now=T0 + 900)
-    batch = await store.claim("w", 1, T0 + 1_001, LEASE)
+    # A duplicate submit later does not move the anchor: past it, a head never started is
+    # refused (one that was started, like ``replayed`` now, is claimed for its reconciler).
+    await submit(store, twin, now=T0 + 900)
+    batch = await store.claim("w", 5, T0 + 1_001, LEASE)
     assert (batch.claims, batch.expired) == ([], 1)
+    assert (await store.get_intent(twin.intent_id)).result.status == ToolResult.EXPIRED  # type: ignore[union-attr]
 
 
 @pytest.mark.asyncio

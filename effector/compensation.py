@@ -1,0 +1,116 @@
+"""Compensation: an intent that undoes an earlier intent's effect, run only if that one ran.
+
+A TOOL intent staged with ``ctx.act(..., compensate_with=(tool, args))`` carries its link
+(``ToolIntent.compensate_tool``, ``compensate_args_json``); the compensating intent that
+``ctx.compensate`` (or a ``Deny(compensate=True)`` route) stages names it in
+``compensates_intent_id``, on the same key at a later step, so per-key order claims it only
+once the original is DONE. :func:`intake_rejection` checks both at Submit;
+:func:`verdict` decides, when a compensation is claimed, from the original's record:
+execute it (the original ran: OK or ERROR), record ``NOT_NEEDED`` (it never ran: REJECTED,
+EXPIRED, or itself NOT_NEEDED), or refuse it (the original is unknown or does not match).
+See "Compensation" in ``effector/README.md``.
+"""
+
+from __future__ import annotations
+
+from beam_agents._protos import IntentState, ToolIntent, ToolResult
+from beam_agents.tools import ToolRegistry
+from effector.intents import intent_id_problem, new_result, rejected_result
+from effector.runner import IntentRejectedError, prepare_call, rejection_reason
+from effector.store.base import IntentRecord
+
+RAN = frozenset({ToolResult.OK, ToolResult.ERROR})
+"""Results of an original that ran (or may have made part of its effect): compensate it."""
+
+
+def intake_rejection(registry: ToolRegistry, intent: ToolIntent) -> str | None:
+    """Why a well-identified intent must be recorded as REJECTED, or ``None`` if it is valid.
+
+    :func:`effector.runner.rejection_reason`, plus the compensation fields: only a TOOL
+    intent may carry them; a link names a side-effecting tool of this registry with valid
+    arguments (an effect is refused before it runs if its undo could not); a compensating
+    intent names a canonical UUID other than its own, and is not itself linked.
+    """
+    reason = rejection_reason(registry, intent)
+    if reason is not None:
+        return reason
+    linked = bool(intent.compensate_tool or intent.compensate_args_json)
+    compensates = intent.compensates_intent_id
+    if not (linked or compensates):
+        return None
+    if intent.kind != ToolIntent.TOOL:
+        return "only a TOOL intent may compensate or be compensated"
+    if compensates:
+        problem = intent_id_problem(compensates)
+        if problem is not None:
+            return f"compensates_intent_id: {problem}"
+        if compensates == intent.intent_id:
+            return "an intent cannot compensate itself"
+        if linked:
+            return "a compensating intent cannot itself have a compensation"
+        return None
+    undo = ToolIntent(tool_name=intent.compensate_tool, args_json=intent.compensate_args_json)
+    try:
+        prepare_call(registry, undo)
+    except IntentRejectedError as exc:
+        return f"its compensation cannot run: {exc}"
+    return None
+
+
+def verdict(
+    original: IntentRecord | None, compensation: ToolIntent, *, now_ms: int, attempt: int
+) -> ToolResult | None:
+    """What a claimed compensating intent records instead of executing; ``None``: execute it.
+
+    ``original`` is the record of the intent it compensates (``None`` if unknown: never
+    submitted, or pruned after the result retention). Per-key order makes the original DONE
+    by the time its compensation is claimed, so an original not DONE means it was submitted
+    after its compensation: that is refused too, like an unknown one.
+    """
+    target = compensation.compensates_intent_id
+    if original is None:
+        return rejected_result(
+            compensation,
+            f"compensated intent {target} is unknown to this effector (never submitted, or "
+            "pruned after the result retention): a compensation runs only after its original",
+            now_ms=now_ms,
+        )
+    problem = _mismatch(original.intent, compensation)
+    if problem is None and (original.state != IntentState.DONE or original.result is None):
+        state = IntentState.Name(original.state)
+        problem = f"compensated intent {target} is {state}, not DONE, when its compensation ran"
+    if problem is not None:
+        return rejected_result(compensation, problem, now_ms=now_ms)
+    assert original.result is not None
+    if original.result.status in RAN:
+        return None
+    status = ToolResult.Status.Name(original.result.status)
+    return new_result(
+        compensation,
+        ToolResult.NOT_NEEDED,
+        completed_at_ms=now_ms,
+        attempt=attempt,
+        error_message=f"compensated intent {target} never ran ({status}): nothing to undo",
+    )
+
+
+def _mismatch(original: ToolIntent, compensation: ToolIntent) -> str | None:
+    """Why ``compensation`` is not the compensation ``original`` declared, if it is not."""
+    target = original.intent_id
+    if original.kind != ToolIntent.TOOL:
+        return f"compensated intent {target} is not a TOOL intent"
+    if original.entity_key != compensation.entity_key:
+        return f"compensated intent {target} belongs to another entity key"
+    if (original.seq, original.step_index) >= (compensation.seq, compensation.step_index):
+        return f"compensated intent {target} is not at an earlier position of its key"
+    if not original.compensate_tool:
+        return f"compensated intent {target} declared no compensation"
+    if (original.compensate_tool, original.compensate_args_json) != (
+        compensation.tool_name,
+        compensation.args_json,
+    ):
+        return (
+            f"compensation does not match the one intent {target} declared "
+            f"({original.compensate_tool!r} with {original.compensate_args_json})"
+        )
+    return None
