@@ -26,14 +26,18 @@ def test_the_runs_compensation_links_are_continuation_tag_19() -> None:
 
 
 def test_records_written_before_the_fields_read_with_their_defaults() -> None:
-    old_intent = ToolIntent(intent_id="i", kind=ToolIntent.TOOL, tool_name="t", args_json="{}")
-    reread = ToolIntent.FromString(old_intent.SerializeToString())
+    # Bytes as a release without compensation wrote them (literal, not built by today's code).
+    old_intent = bytes.fromhex("0a01692a017432027b7d4801")  # id i, tool t, args {}, TOOL
+    reread = ToolIntent.FromString(old_intent)
+    assert (reread.intent_id, reread.tool_name, reread.kind) == ("i", "t", ToolIntent.TOOL)
     assert (reread.compensates_intent_id, reread.compensate_tool, reread.compensate_args_json) == (
         "",
         "",
         "",
     )
     # An intent without compensation staged today has the bytes it had before.
-    assert reread.SerializeToString() == old_intent.SerializeToString()
-    old_run = Continuation(seq=3, next_step=2, pending_intent_ids=["i"])
-    assert list(Continuation.FromString(old_run.SerializeToString()).compensations) == []
+    assert reread.SerializeToString() == old_intent
+    old_run = bytes.fromhex("10031802320169")  # seq 3, next_step 2, pending ["i"]
+    run = Continuation.FromString(old_run)
+    assert (run.seq, run.next_step, list(run.pending_intent_ids)) == (3, 2, ["i"])
+    assert list(run.compensations) == []

@@ -64,7 +64,7 @@ def stage_compensation(staged: Staged, intent_id: str, high_water_step: int) -> 
     tool_name, args_json = link.tool_name, link.args_json
     if link.compensation_intent_id:
         digest = intent_step_digest(
-            ToolIntent.TOOL, tool_name, args_json, compensation_link_text(None, intent_id)
+            ToolIntent.TOOL, tool_name, args_json, compensation_link_text(intent_id)
         )
         if not staged.cursor.would_replay(STEP_KIND_OF_INTENT[ToolIntent.TOOL], digest):
             raise CompensationError(

@@ -9,6 +9,7 @@ committed whole or discarded whole (invariant 1). :meth:`Staged.stage_intent` bu
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Sequence
 
 from beam_agents._json import canonical_json
@@ -29,6 +30,8 @@ STEP_KIND_OF_INTENT: dict[int, int] = {
     ToolIntent.APPROVAL: StepRecord.APPROVAL,
 }
 """The ``StepRecord`` kind a staged intent of each ``ToolIntent.Kind`` records."""
+
+_log = logging.getLogger(__name__)
 
 
 def intent_step_digest(kind: int, tool_name: str, args_json: str, link: str = "") -> bytes:
@@ -140,18 +143,30 @@ class Staged:
         stages nothing: that intent was emitted when its activation committed. The keyword
         fields go into the intent as they are (``ToolIntent`` documents them); a quorum of 1
         is left at 0, so the intent's bytes are those of an intent staged before quorums.
-        ``compensate_with`` (tool, canonical arguments) links a compensation to the intent;
-        ``compensates`` makes it a compensating intent, which never expires (``expires_at_ms``
-        0): an undo of an effect that ran must not lapse. Both enter the step's digest.
+        ``compensate_with`` (tool, canonical arguments) links a compensation to the intent; it
+        is not part of the effect's identity (the step's digest), so adding or changing an undo
+        in the code never re-runs an effect a run already staged: a replayed step keeps the link
+        it was staged with (none, if it had none). ``compensates`` makes it a compensating
+        intent, which never expires (``expires_at_ms`` 0: an undo of an effect that ran must
+        not lapse); that is part of its digest.
         """
-        link = compensation_link_text(compensate_with, compensates)
+        link = compensation_link_text(compensates)
         step, replayed = self.cursor.take(
             STEP_KIND_OF_INTENT[kind], intent_step_digest(kind, tool_name, args_json, link)
         )
         trace = self.trace
         intent_id = intent_id_for(trace.entity_key, trace.seq, step, self.namespace)
         if replayed:
-            self._link(intent_id, step, compensate_with)
+            recorded = next((k for k in self.links if k.intent_id == intent_id), None)
+            if compensate_with is not None and (
+                recorded is None or (recorded.tool_name, recorded.args_json) != compensate_with
+            ):
+                _log.warning(
+                    "intent %s was staged with %s; a replay keeps it as staged (ctx.compensate "
+                    "uses the recorded link)",
+                    intent_id,
+                    "no compensate_with" if recorded is None else "another compensate_with",
+                )
             return intent_id
         created_at_ms = trace.now_ms
         intent = ToolIntent(
@@ -196,10 +211,8 @@ class Staged:
         )
 
 
-def compensation_link_text(compensate_with: tuple[str, str] | None, compensates: str) -> str:
-    """What an intent's compensation fields add to its step digest ("" for neither)."""
-    if compensate_with is not None:
-        return f"compensate_with:{compensate_with[0]}|{compensate_with[1]}"
+def compensation_link_text(compensates: str) -> str:
+    """What a compensating intent adds to its step digest ("" for any other intent)."""
     return f"compensates:{compensates}" if compensates else ""
 
 

@@ -8,6 +8,8 @@ timeout route stages the undo of the run's effects, newest first.
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from beam_agents import AgentConfig, Complete, Suspend
@@ -47,11 +49,12 @@ def test_act_links_a_checked_compensation_to_the_intent() -> None:
     assert intent.compensates_intent_id == ""
     [link] = staged(ctx).links
     assert (link.intent_id, link.step_index, link.compensation_intent_id) == (intent_id, 0, "")
-    # An intent without a link keeps the bytes (and step digest) it always had.
+    # The undo is not part of the effect's identity: the step's digest is that of the same
+    # act without a link (and an intent without one keeps the bytes it always had).
     plain = make_context(seq=SEQ)
     plain.act("charge", {"amount": 5})
     assert staged(plain).intents[0].compensate_tool == ""
-    assert staged(plain).new_steps != staged(ctx).new_steps
+    assert staged(plain).new_steps == staged(ctx).new_steps
 
 
 @pytest.mark.parametrize(
@@ -144,6 +147,28 @@ def test_a_re_walk_returns_the_same_ids_and_stages_nothing_new() -> None:
     # Past the prefix, compensating again is refused (it was compensated at step 2).
     with pytest.raises(CompensationError, match="already compensated"):
         third.compensate(original)
+
+
+def test_adding_or_changing_an_undo_in_the_code_never_re_runs_a_staged_effect(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    first = make_context(seq=SEQ)
+    plain = first.act("charge", {"amount": 5})  # staged by code that linked no undo
+    second, _ = resume(first, plain)
+    with caplog.at_level(logging.WARNING, logger="beam_agents.core.staging"):
+        assert charged(second) == plain  # the same effect: replayed, not staged again
+    assert staged(second).intents == []
+    assert "keeps it as staged" in caplog.text
+    with pytest.raises(CompensationError):  # no undo was linked when it was staged
+        second.compensate(plain)
+    linked = make_context(seq=SEQ)
+    original = charged(linked)
+    third, _ = resume(linked, original)
+    changed = third.act("charge", {"amount": 5}, compensate_with=("charge", {"amount": -4}))
+    assert changed == original and staged(third).intents == []
+    undo = third.compensate(original)
+    [staged_undo] = staged(third).intents
+    assert staged_undo.intent_id == undo and staged_undo.args_json == '{"amount":-5}'  # recorded
 
 
 def test_a_continuation_style_resume_compensates_an_effect_of_an_earlier_activation() -> None:
