@@ -7,8 +7,12 @@ A TOOL intent staged with ``ctx.act(..., compensate_with=(tool, args))`` carries
 once the original is DONE. :func:`intake_rejection` checks both at Submit;
 :func:`verdict` decides, when a compensation is claimed, from the original's record:
 execute it (the original ran: OK or ERROR), record ``NOT_NEEDED`` (it never ran: REJECTED,
-EXPIRED, or itself NOT_NEEDED), or refuse it (the original is unknown or does not match).
-See "Compensation" in ``effector/README.md``.
+EXPIRED, or itself NOT_NEEDED), or refuse it (the original is unknown, does not match, or was
+compensated already by another intent). The store applies it (``settle_compensation``) in one
+transaction with the key locked, and records in ``effector_compensations`` which compensation
+settled each original: the one that executes, or the one refused because its original was
+unknown, so that original is refused at Submit if it arrives later (it would otherwise run
+with its undo already spent). See "Compensation" in ``effector/README.md``.
 """
 
 from __future__ import annotations
@@ -58,21 +62,30 @@ def intake_rejection(registry: ToolRegistry, intent: ToolIntent) -> str | None:
 
 
 def verdict(
-    original: IntentRecord | None, compensation: ToolIntent, *, now_ms: int, attempt: int
+    original: IntentRecord | None,
+    compensation: ToolIntent,
+    *,
+    now_ms: int,
+    attempt: int,
+    compensated_by: str | None = None,
 ) -> ToolResult | None:
     """What a claimed compensating intent records instead of executing; ``None``: execute it.
 
     ``original`` is the record of the intent it compensates (``None`` if unknown: never
-    submitted, or pruned after the result retention). Per-key order makes the original DONE
-    by the time its compensation is claimed, so an original not DONE means it was submitted
-    after its compensation: that is refused too, like an unknown one.
+    submitted, or pruned after the result retention); ``compensated_by`` the compensation
+    recorded as settling it, if any. Per-key order makes the original DONE by the time its
+    compensation is claimed (one that arrives later is refused first: :func:`arrived_late`).
+    An unknown original stays REJECTED, not NOT_NEEDED: a pruned one may have run long ago;
+    the store refuses it at Submit if it arrives after this. An original that ran is undone
+    once: a compensation other than ``compensated_by`` is REJECTED without executing.
     """
     target = compensation.compensates_intent_id
     if original is None:
         return rejected_result(
             compensation,
             f"compensated intent {target} is unknown to this effector (never submitted, or "
-            "pruned after the result retention): a compensation runs only after its original",
+            "pruned after the result retention): a compensation runs only after its original; "
+            "it will be refused if it arrives later",
             now_ms=now_ms,
         )
     problem = _mismatch(original.intent, compensation)
@@ -83,7 +96,13 @@ def verdict(
         return rejected_result(compensation, problem, now_ms=now_ms)
     assert original.result is not None
     if original.result.status in RAN:
-        return None
+        if compensated_by is None or compensated_by == compensation.intent_id:
+            return None
+        return rejected_result(
+            compensation,
+            f"compensated intent {target} is already compensated by {compensated_by}",
+            now_ms=now_ms,
+        )
     status = ToolResult.Status.Name(original.result.status)
     return new_result(
         compensation,
@@ -92,6 +111,25 @@ def verdict(
         attempt=attempt,
         error_message=f"compensated intent {target} never ran ({status}): nothing to undo",
     )
+
+
+def arrived_late(original: IntentRecord | None, compensation: ToolIntent) -> bool:
+    """Whether ``original`` arrived after ``compensation`` was claimed, so must be refused.
+
+    It is queued ahead of its claimed compensation and never claimed: it was submitted after
+    the compensation took the key (a late retry, a re-submitted dead letter).
+    """
+    return (
+        original is not None
+        and original.state == IntentState.PENDING
+        and original.attempts == 0
+        and _mismatch(original.intent, compensation) is None
+    )
+
+
+def late_original_reason(compensation_id: str) -> str:
+    """Why an original compensated before it arrived is refused (recorded, published)."""
+    return f"compensated by {compensation_id} before it arrived; it will not run"
 
 
 def _mismatch(original: ToolIntent, compensation: ToolIntent) -> str | None:

@@ -255,11 +255,11 @@ class EffectorService(pb.EffectorServicer):
                 )
                 self.metrics.rejected.labels("conflict").inc()
                 audit.conflict(new.intent, answer.recorded)
-            elif new.rejection is not None:
+            elif (rejection := new.rejection or answer.rejection) is not None:
                 ack.outcome = pb.SubmitAck.REJECTED
-                ack.reason = new.rejection
+                ack.reason = rejection
                 self.metrics.rejected.labels("invalid").inc()
-                audit.rejected(new.intent, new.rejection)
+                audit.rejected(new.intent, rejection)
             else:
                 ack.outcome = pb.SubmitAck.ACCEPTED
                 accepted += 1

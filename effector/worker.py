@@ -23,7 +23,6 @@ import effector.audit as audit
 from beam_agents._protos import ToolResult
 from beam_agents.tools import ToolRegistry
 from effector.backoff import StoreOutage
-from effector.compensation import verdict
 from effector.errors import StoreError
 from effector.group_commit import GroupCommit
 from effector.intents import wall_clock_ms
@@ -240,18 +239,28 @@ class Worker:
             self.wake()
 
     async def _settled_compensation(self, claim: Claim) -> bool:
-        """Record a compensation's NOT_NEEDED or REJECTED verdict; ``False``: execute it."""
-        intent = claim.intent
-        original = await self._store.get_intent(intent.compensates_intent_id)
-        result = verdict(original, intent, now_ms=self._clock(), attempt=claim.attempt)
-        if result is None:
+        """Settle a compensation in the store (through outages); ``False``: execute it.
+
+        The store records its NOT_NEEDED or REJECTED verdict itself; a claim that lost its key
+        is dropped (the key's holder settles it).
+        """
+        while True:
+            try:
+                settled = await self._store.settle_compensation(claim, self._clock())
+            except StoreError as exc:
+                await asyncio.sleep(self._outage.failed("settling a compensation", exc))
+                continue
+            self._outage.succeeded("settling a compensation")
+            break
+        if settled.execute:
             return False
-        if await self._recorder(Completion(claim, result)):
+        result = settled.result
+        if result is not None and settled.recorded:
             self._metrics.executed.labels(ToolResult.Status.Name(result.status)).inc()
             if result.status == ToolResult.REJECTED:
-                audit.rejected(intent, result.error_message)
+                audit.rejected(claim.intent, result.error_message)
             else:
-                audit.not_needed(intent, result.error_message)
+                audit.not_needed(claim.intent, result.error_message)
         return True
 
     async def _leave_in_doubt(self, claim: Claim, in_doubt: InDoubt) -> None:

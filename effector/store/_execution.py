@@ -60,7 +60,7 @@ def claim_work(
         # effect may have happened, so the worker asks its reconciler before calling it EXPIRED.
         if deadline_ms and now_ms > deadline_ms and state != sql.IN_DOUBT and not attempts:
             result = expired_result(intent, now_ms=now_ms, attempts=attempts)
-            published = _finish(tx, intent_id, result, result_envelope(result), now_ms, state)
+            published = finish(tx, intent_id, result, result_envelope(result), now_ms, state)
             if published is not None:
                 tx.execute(
                     f"""UPDATE effector_keys SET pending = pending - 1, {_NO_CLAIM}
@@ -139,7 +139,7 @@ def _start_running(tx: sql.Tx, candidates: Sequence[Claim], now_ms: int) -> list
     return [claim for claim in candidates if claim.intent.intent_id in started]
 
 
-def _finish(
+def finish(
     tx: sql.Tx,
     intent_id: str,
     result: ToolResult,
@@ -228,7 +228,7 @@ def _finish_running(
 ) -> dict[str, bytes]:
     """Record results of intents still RUNNING; returns the envelopes it published, by id.
 
-    The set-based twin of :func:`_finish` for the worker's batches (each id at most once): the
+    The set-based twin of :func:`finish` for the worker's batches (each id at most once): the
     same condition makes the first terminal result win, and the returned bytes are the ones
     kept for redelivery.
     """
@@ -326,7 +326,7 @@ def expire_approvals(
     for intent_id, blob in rows:
         intent = ToolIntent.FromString(bytes(blob))
         result = expired_result(intent, now_ms=now_ms, attempts=0)
-        published = _finish(tx, intent_id, result, result_envelope(result), now_ms, sql.AWAITING)
+        published = finish(tx, intent_id, result, result_envelope(result), now_ms, sql.AWAITING)
         if published is not None:
             envelopes.append(published)
             refused.append(intent)
@@ -367,7 +367,7 @@ def decide(
     else:
         result = decision_result(intent, approval)
         envelope, applied, reason = approval_envelope(approval, intent.entity_key), True, ""
-    published = _finish(tx, intent_id, result, envelope, now_ms, sql.AWAITING)
+    published = finish(tx, intent_id, result, envelope, now_ms, sql.AWAITING)
     offsets = sql.append(tx, [] if published is None else [published], now_ms)
     refused = intent if published is not None and not applied else None
     return Decision(applied, sql.DONE, reason, result), refused, sql.head_after(offsets)

@@ -4,7 +4,8 @@ The first request for an id records it (PENDING, AWAITING_DECISION for an approv
 with a REJECTED result); a later one is a DUPLICATE (same digest) or a CONFLICT (different
 content, answered with the recorded intent), and a DUPLICATE of a DONE intent may ask for its
 result envelope to be appended again.
-New intent rows are written in id order, then key rows in key order (the lock order).
+The key rows of linked intents are locked first (see ``store/_compensations.py``), then new
+intent rows are written in id order, then key rows in key order (the lock order).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import effector.store._compensations as compensations
 import effector.store._tx as sql
 from beam_agents._protos import IntentState, ToolIntent, ToolResult
 from effector.intents import (
@@ -42,8 +44,17 @@ def submit(
     """Record ``intents``; ``redeliver[i]`` says whether intent ``i`` asked for redelivery.
 
     Returns one answer per intent, in request order, and the log head after the envelopes it
-    appended (rejections and redeliveries, in request order; 0 if none).
+    appended (rejections and redeliveries, in request order; 0 if none). An original
+    compensated before it arrived is recorded REJECTED (``store/_compensations.py``).
     """
+    refused = compensations.refused_originals(tx, intents, now_ms)
+    if refused:
+        intents = [
+            dataclasses.replace(new, rejection=refused[new.intent.intent_id])
+            if new.intent.intent_id in refused
+            else new
+            for new in intents
+        ]
     blobs = [serialize_intent(new.intent) for new in intents]
     digests = [intent_digest(blob) for blob in blobs]
     # Rows are written in id order (the lock order in the module docstring); the first of
@@ -90,7 +101,12 @@ def submit(
         intent = intents[index].intent
         first = recorded[intent.intent_id]
         if intent.intent_id in inserted and first_of[intent.intent_id] == index:
-            answers[index] = SubmitResult(SubmitOutcome.ACCEPTED, first.state, first.result)
+            answers[index] = SubmitResult(
+                SubmitOutcome.ACCEPTED,
+                first.state,
+                first.result,
+                rejection=refused.get(intent.intent_id),
+            )
             if first.published_envelope is not None:
                 envelopes[index] = first.published_envelope
             elif first.state == sql.PENDING:

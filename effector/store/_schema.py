@@ -1,6 +1,6 @@
 """The SQL store's schema: the tables and indexes, their version, and the migrations to it.
 
-:func:`create_schema` creates whatever is missing, migrates a version 1, 2 or 3 store in place
+:func:`create_schema` creates whatever is missing, migrates a version 1 to 4 store in place
 and refuses a version it does not know. The tables are described in ``effector/README.md``.
 """
 
@@ -13,11 +13,12 @@ from beam_agents._protos import AgentEnvelope, Approval, ToolIntent, ToolResult
 from effector.errors import StoreSchemaError
 from effector.intents import approval_envelope, result_envelope
 from effector.store._approvals import approval_statements
+from effector.store._compensations import compensation_statements
 from effector.store._records import records_statements
 from effector.store._telemetry import fill_key_activity, telemetry_statements
 from effector.store._tx import QUEUED_STATES, Dialect, Tx, read_head
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """Bumped (with a migration) whenever a table changes incompatibly.
 
 Version 2 added ``published_envelope`` (the bytes of the envelope that published an intent's
@@ -31,6 +32,9 @@ migration from version 2 creates them too).
 Version 4 added ``in_doubt_reason``, ``retry_at_ms`` and ``reconcile_failures`` (an intent
 whose reconciler failed: why, when it is asked again, how often it failed in a row) and made
 the key queue index cover IN_DOUBT intents too (state 5: they hold their key).
+Version 5 added ``effector_compensations`` (which compensation settled each original; see
+``store/_compensations.py``): an effector before it would run a compensating intent as an
+ordinary one, so it must refuse a store that may hold them.
 """
 
 _MIGRATION_BATCH = 1_000
@@ -113,6 +117,7 @@ def schema_statements(dialect: Dialect) -> list[str]:
         *telemetry_statements(dialect),
         *records_statements(dialect),
         *approval_statements(dialect),
+        *compensation_statements(dialect),
         f"""INSERT INTO effector_meta (name, value)
             VALUES ('schema_version', '{SCHEMA_VERSION}') ON CONFLICT (name) DO NOTHING""",
     ]
@@ -127,17 +132,18 @@ def create_schema(tx: Tx, dialect: Dialect) -> int:
     tx.execute(_META_TABLE)
     row = tx.execute("SELECT value FROM effector_meta WHERE name = 'schema_version'").fetchone()
     version = None if row is None else row[0]
-    if version not in (None, "1", "2", "3", str(SCHEMA_VERSION)):
+    if version not in (None, "1", "2", "3", "4", str(SCHEMA_VERSION)):
         raise StoreSchemaError(
             f"the store has schema version {version}; this effector understands {SCHEMA_VERSION}"
         )
-    migrating = version in ("1", "2", "3")
+    migrating = version in ("1", "2", "3", "4")
     if version == "1":
         _migrate_from_version_1(tx, dialect)
     if version in ("1", "2"):
         _add_version_3_columns(tx, dialect)
-    if migrating:
+    if version in ("1", "2", "3"):
         _add_version_4_columns(tx, dialect)
+    # Version 5 only adds a table, which the statements below create.
     for statement in schema_statements(dialect):
         tx.execute(statement)
     if version in ("1", "2"):

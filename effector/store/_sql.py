@@ -19,6 +19,7 @@ from typing import TypeVar
 
 import effector.audit as audit
 import effector.store._approvals as approvals
+import effector.store._compensations as compensations
 import effector.store._execution as execution
 import effector.store._intake as intake
 import effector.store._reads as reads
@@ -34,11 +35,13 @@ from beam_agents._protos import (
     ToolResult,
     TraceEvent,
 )
+from effector.compensation import late_original_reason
 from effector.group_commit import GroupCommit
 from effector.store._tx import Dialect, Tx, append, head_after, read_head
 from effector.store.base import (
     Claim,
     ClaimBatch,
+    CompensationSettlement,
     Completion,
     Decision,
     EffectorStore,
@@ -154,6 +157,17 @@ class SqlStore(EffectorStore):
         self._announce(head)
         return recorded
 
+    async def settle_compensation(self, claim: Claim, now_ms: int) -> CompensationSettlement:
+        """See :meth:`EffectorStore.settle_compensation`."""
+        settled, head = await self._run(
+            lambda tx: compensations.settle(tx, self._dialect, claim, now_ms)
+        )
+        self._announce(head)
+        if settled.refused_original is not None:
+            reason = late_original_reason(claim.intent.intent_id)
+            audit.rejected(settled.refused_original, reason)
+        return settled
+
     async def renew(self, claims: Sequence[Claim], now_ms: int, lease_ms: int) -> set[str]:
         """See :meth:`EffectorStore.renew`."""
         return await self._run(lambda tx: execution.renew_leases(tx, claims, now_ms, lease_ms))
@@ -264,6 +278,7 @@ class SqlStore(EffectorStore):
             lambda tx: (
                 reads.prune(tx, now_ms, retention_ms)
                 + approvals.prune_votes(tx, now_ms, retention_ms)
+                + compensations.prune(tx, now_ms, retention_ms)
             )
         )
 

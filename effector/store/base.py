@@ -54,6 +54,9 @@ class SubmitResult:
     """Whether the intent's published result envelope was appended to the log again."""
     recorded: ToolIntent | None = None
     """For a CONFLICT, the intent recorded under the id (the one kept), to say what differs."""
+    rejection: str | None = None
+    """Why the store recorded a new intent REJECTED itself: an original compensated before it
+    arrived (see ``effector/compensation.py``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +97,21 @@ class Completion:
 
     claim: Claim
     result: ToolResult
+
+
+@dataclass(frozen=True, slots=True)
+class CompensationSettlement:
+    """What :meth:`EffectorStore.settle_compensation` decided for a claimed compensation."""
+
+    execute: bool
+    """Run it: its original ran and it is the (first) compensation recorded for it."""
+    result: ToolResult | None = None
+    """The NOT_NEEDED or REJECTED result recorded instead; ``None`` if it executes, or if the
+    claim no longer held its key (nothing was done: the key's holder settles it)."""
+    recorded: bool = False
+    """Whether ``result`` was recorded by this call (not by another claim first)."""
+    refused_original: ToolIntent | None = None
+    """Its original, if it arrived after this compensation was claimed and was refused now."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +259,16 @@ class EffectorStore(abc.ABC):
     @abc.abstractmethod
     async def complete(self, completions: Sequence[Completion], now_ms: int) -> list[bool]:
         """Record results and publish their envelopes; ``False`` where another result won."""
+
+    @abc.abstractmethod
+    async def settle_compensation(self, claim: Claim, now_ms: int) -> CompensationSettlement:
+        """Decide a claimed compensating intent (``effector.compensation.verdict``), atomically.
+
+        In one transaction holding its key: refuse its original if that arrived after it was
+        claimed; execute it if the original ran and no other compensation settled it (noting
+        it as the one that did); otherwise record and publish its NOT_NEEDED or REJECTED
+        result, noting an unknown original so that it is refused at Submit if it arrives.
+        """
 
     @abc.abstractmethod
     async def renew(self, claims: Sequence[Claim], now_ms: int, lease_ms: int) -> set[str]:

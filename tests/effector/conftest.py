@@ -48,7 +48,11 @@ async def execute_sql(store_url: str, statements: Sequence[str]) -> list[Any]:
     return rows
 
 
+VERSION_5_ONLY = ["DROP TABLE effector_compensations"]
+"""What turns a version 5 store back into the version 4 layout (its version aside)."""
+
 VERSION_4_ONLY = [
+    *VERSION_5_ONLY,
     "DROP INDEX effector_intents_queue",
     "CREATE INDEX effector_intents_queue ON effector_intents (entity_key, seq, step_index) "
     "WHERE state IN (1, 2)",
@@ -56,7 +60,7 @@ VERSION_4_ONLY = [
     "ALTER TABLE effector_intents DROP COLUMN retry_at_ms",
     "ALTER TABLE effector_intents DROP COLUMN reconcile_failures",
 ]
-"""What turns a version 4 store back into the version 3 layout (its version aside)."""
+"""What turns a current store back into the version 3 layout (its version aside)."""
 
 VERSION_3_ONLY = [
     *VERSION_4_ONLY,

@@ -2,22 +2,24 @@
 
 Runs on both stores (SQLite and PostgreSQL). A compensating intent sits on its original's key
 at a later step, so per-key order claims it only once the original is DONE (an original
-RUNNING or IN_DOUBT holds it back). When it is claimed, ``effector.compensation.verdict``
-reads the original's record from the store: it ran (OK, ERROR) → execute; it never ran
-(REJECTED, EXPIRED) → a NOT_NEEDED result, recorded and published like any other; unknown
-(never submitted, pruned) or not the declared compensation → REJECTED.
+RUNNING or IN_DOUBT holds it back). When it is claimed, ``store.settle_compensation``
+applies ``effector.compensation.verdict`` to the original's record: it ran (OK, ERROR) →
+execute (the first compensation only); it never ran (REJECTED, EXPIRED) → a NOT_NEEDED
+result, recorded and published like any other; unknown (never submitted, pruned), not the
+declared compensation, or compensated already → REJECTED. An original that arrives after its
+compensation settled it is refused (at Submit, or by the settle if it is already queued).
 """
 
 from __future__ import annotations
 
 import pytest
+from conftest import VERSION_5_ONLY, execute_sql
 from effector_harness import make_intent
 
 from beam_agents._protos import IntentState, ToolIntent, ToolResult
-from effector.compensation import verdict
 from effector.intents import new_result
-from effector.store import EffectorStore
-from effector.store.base import Claim, Completion, NewIntent
+from effector.store import EffectorStore, open_store
+from effector.store.base import Claim, Completion, NewIntent, SubmitOutcome
 
 T0 = 1_700_000_000_000
 LEASE = 1_000
@@ -55,9 +57,11 @@ def completion(claim: Claim, status: ToolResult.Status, now: int = T0) -> Comple
 
 
 async def judge(store: EffectorStore, claim: Claim, now: int) -> ToolResult | None:
-    """What the worker decides for a claimed compensation (``None``: execute it)."""
-    original = await store.get_intent(claim.intent.compensates_intent_id)
-    return verdict(original, claim.intent, now_ms=now, attempt=claim.attempt)
+    """Settle a claimed compensation (``None``: execute it); a verdict is recorded by it."""
+    settled = await store.settle_compensation(claim, now)
+    assert settled.execute == (settled.result is None)
+    assert settled.recorded == (settled.result is not None)
+    return settled.result
 
 
 async def claimed(store: EffectorStore, now: int) -> list[ToolIntent]:
@@ -116,7 +120,6 @@ async def test_a_compensation_of_an_original_that_never_ran_is_not_needed(
     assert result is not None and result.status == ToolResult.NOT_NEEDED
     assert result.attempt == undo_claim.attempt
     assert f"compensated intent {original.intent_id} never ran" in result.error_message
-    assert await store.complete([Completion(undo_claim, result)], late + 1) == [True]
 
     record = await store.get_intent(undo.intent_id)
     assert record is not None and (record.state, record.result) == (IntentState.DONE, result)
@@ -142,7 +145,6 @@ async def test_a_compensation_of_a_not_needed_compensation_is_not_needed(
     [claim] = (await store.claim("w", 10, T0, LEASE)).claims
     result = await judge(store, claim, T0)
     assert result is not None
-    await store.complete([Completion(claim, result)], T0)
     # A second compensating intent of the same original (the route after the agent) is also
     # NOT_NEEDED: the original's record decides, not what happened to other compensations.
     second = compensation_of(original, 2)
@@ -165,7 +167,6 @@ async def test_a_compensation_of_an_unknown_or_pruned_original_is_rejected(
     result = await judge(store, ghost, T0)
     assert result is not None and result.status == ToolResult.REJECTED
     assert "is unknown to this effector" in result.error_message
-    assert await store.complete([Completion(ghost, result)], T0) == [True]
 
     [claim] = [c for c in claims if c.intent == original]
     await store.complete([completion(claim, ToolResult.OK)], T0)
@@ -200,3 +201,148 @@ async def test_a_compensation_that_is_not_the_declared_one_is_rejected(
     assert "does not match the one intent" in reasons[b"k"]
     assert "declared no compensation" in reasons[b"plain"]
     assert "another entity key" in reasons[b"elsewhere"]
+
+
+async def log_results(store: EffectorStore) -> list[tuple[str, int]]:
+    return [
+        (r.envelope.tool_result.intent_id, r.envelope.tool_result.status)
+        for r in await store.read(1, 100)
+    ]
+
+
+@pytest.mark.asyncio
+async def test_an_original_arriving_after_its_compensation_is_refused_at_submit(
+    store: EffectorStore,
+) -> None:
+    original = linked(0)
+    undo = compensation_of(original, 1)
+    await store.submit([NewIntent(undo)], T0)
+    [claim] = (await store.claim("w", 10, T0, LEASE)).claims
+    result = await judge(store, claim, T0)
+    assert result is not None and result.status == ToolResult.REJECTED
+    assert "is unknown" in result.error_message and "refused if it arrives" in result.error_message
+    # The original arrives after (a slow retry, a re-submitted dead letter): refused, published.
+    [answer] = await store.submit([NewIntent(original)], T0 + 1)
+    reason = f"compensated by {undo.intent_id} before it arrived; it will not run"
+    assert (answer.outcome, answer.state, answer.rejection) == (
+        SubmitOutcome.ACCEPTED,
+        IntentState.DONE,
+        reason,
+    )
+    assert answer.result is not None and answer.result.status == ToolResult.REJECTED
+    assert answer.result.error_message == reason
+    assert await log_results(store) == [
+        (undo.intent_id, ToolResult.REJECTED),
+        (original.intent_id, ToolResult.REJECTED),
+    ]
+    assert await claimed(store, T0 + 2) == []  # never executed
+    record = await store.get_intent(original.intent_id)
+    assert record is not None and record.attempts == 0 and record.result == answer.result
+    [again] = await store.submit([NewIntent(original)], T0 + 3)
+    assert again.outcome is SubmitOutcome.DUPLICATE and again.rejection is None
+
+
+@pytest.mark.asyncio
+async def test_an_original_queued_after_its_compensation_was_claimed_is_refused(
+    store: EffectorStore,
+) -> None:
+    original = linked(0)
+    undo = compensation_of(original, 1)
+    await store.submit([NewIntent(undo)], T0)
+    [claim] = (await store.claim("w", 10, T0, LEASE)).claims
+    await store.submit([NewIntent(original)], T0 + 1)  # queued ahead of the claimed undo
+    settled = await store.settle_compensation(claim, T0 + 2)
+    assert settled.refused_original == original and not settled.execute
+    assert settled.result is not None and settled.result.status == ToolResult.NOT_NEEDED
+    record = await store.get_intent(original.intent_id)
+    assert record is not None and record.result is not None and record.attempts == 0
+    assert record.result.status == ToolResult.REJECTED
+    assert f"compensated by {undo.intent_id}" in record.result.error_message
+    assert await log_results(store) == [
+        (original.intent_id, ToolResult.REJECTED),
+        (undo.intent_id, ToolResult.NOT_NEEDED),
+    ]
+    assert await claimed(store, T0 + 3) == []
+    assert (await store.counts()).pending == 0
+
+
+@pytest.mark.asyncio
+async def test_only_the_first_compensation_of_an_effect_executes(store: EffectorStore) -> None:
+    original = linked(0)
+    first, second = compensation_of(original, 1), compensation_of(original, 2)
+    await store.submit([NewIntent(i) for i in (original, first, second)], T0)
+    [claim] = (await store.claim("w", 10, T0, LEASE)).claims
+    await store.complete([completion(claim, ToolResult.OK)], T0)
+    [claim] = (await store.claim("w", 10, T0 + 1, LEASE)).claims
+    assert claim.intent == first and await judge(store, claim, T0 + 1) is None
+    await store.complete([completion(claim, ToolResult.OK, T0 + 2)], T0 + 2)
+    [claim] = (await store.claim("w", 10, T0 + 3, LEASE)).claims
+    assert claim.intent == second
+    result = await judge(store, claim, T0 + 3)
+    assert result is not None and result.status == ToolResult.REJECTED
+    assert result.error_message == (
+        f"compensated intent {original.intent_id} is already compensated by {first.intent_id}"
+    )
+    record = await store.get_intent(second.intent_id)
+    assert record is not None and record.result == result
+    assert await claimed(store, T0 + 4) == []
+
+
+@pytest.mark.asyncio
+async def test_the_same_compensation_claimed_again_after_a_lost_lease_still_runs(
+    store: EffectorStore,
+) -> None:
+    original = linked(0)
+    undo = compensation_of(original, 1)
+    await store.submit([NewIntent(original), NewIntent(undo)], T0)
+    [claim] = (await store.claim("w", 10, T0, LEASE)).claims
+    await store.complete([completion(claim, ToolResult.OK)], T0)
+    [lost] = (await store.claim("w", 10, T0 + 1, LEASE)).claims
+    assert await judge(store, lost, T0 + 1) is None  # executes; the worker then crashes
+    [again] = (await store.claim("w2", 10, T0 + 2 * LEASE, LEASE)).claims
+    assert again.intent == undo and again.attempt == 2 and again.possibly_started
+    assert await judge(store, again, T0 + 2 * LEASE) is None  # the same undo: reconcile, run
+    # The claim that lost its key decides nothing more; the first result recorded wins.
+    late = await store.settle_compensation(lost, T0 + 2 * LEASE + 1)
+    assert (late.execute, late.result, late.recorded) == (False, None, False)
+    done = completion(again, ToolResult.OK, T0 + 2 * LEASE + 2)
+    assert await store.complete([done], T0 + 2 * LEASE + 2) == [True]
+    assert await store.complete([completion(lost, ToolResult.OK)], T0 + 2 * LEASE + 3) == [False]
+
+
+@pytest.mark.asyncio
+async def test_a_version_4_store_migrates_keeping_its_records(store_url: str) -> None:
+    original = linked(0)
+    undo = compensation_of(original, 1)
+    first = await open_store(store_url)
+    try:
+        await first.submit([NewIntent(original), NewIntent(undo)], T0)
+        [claim] = (await first.claim("w", 10, T0, LEASE)).claims
+        await first.complete([completion(claim, ToolResult.OK)], T0)
+    finally:
+        await first.close()
+    await execute_sql(
+        store_url,
+        [*VERSION_5_ONLY, "UPDATE effector_meta SET value = '4' WHERE name = 'schema_version'"],
+    )
+    migrated = await open_store(store_url)
+    try:
+        record = await migrated.get_intent(original.intent_id)
+        assert record is not None and record.result is not None
+        assert (record.state, record.result.status) == (IntentState.DONE, ToolResult.OK)
+        [claim] = (await migrated.claim("w", 10, T0 + 1, LEASE)).claims
+        assert claim.intent == undo and await judge(migrated, claim, T0 + 1) is None
+    finally:
+        await migrated.close()
+    [(version,)] = await execute_sql(
+        store_url, ["SELECT value FROM effector_meta WHERE name = 'schema_version'"]
+    )
+    assert str(version) == "5"
+    [(original_id, undo_id, unknown)] = await execute_sql(
+        store_url,
+        [
+            "SELECT original_intent_id, compensation_intent_id, original_was_unknown "
+            "FROM effector_compensations"
+        ],
+    )
+    assert (original_id, undo_id, unknown) == (original.intent_id, undo.intent_id, 0)

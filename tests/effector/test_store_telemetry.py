@@ -435,7 +435,7 @@ async def test_a_version_2_store_is_migrated_and_records_start_times(
         assert (x.entity_key, x.runs, x.last_seen_ms) == (b"x", 1, T0 + 1)
     finally:
         await migrated.close()
-    assert await schema_version(store_url) == "4"
+    assert await schema_version(store_url) == "5"
 
 
 async def downgrade_to_version_2(store_url: str) -> None:
