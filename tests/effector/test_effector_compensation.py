@@ -61,6 +61,26 @@ async def test_a_compensation_runs_once_after_its_effect_and_not_for_an_effect_n
     assert statuses[undo_never.intent_id] == ToolResult.NOT_NEEDED
 
 
+@pytest.mark.asyncio
+async def test_an_original_arriving_after_its_undo_is_refused_and_never_runs(
+    tmp_path: Path, ledger: Path
+) -> None:
+    late = paid(0, key=b"order-3")
+    undo = refund(late, 1)
+    async with running_effector(f"sqlite:///{tmp_path / 'e.db'}") as effector:
+        [first] = await effector.client.submit([undo])  # the original is still in a dead letter
+        assert first.outcome == SubmitAck.ACCEPTED
+        settled = await wait_done(effector.client, [undo.intent_id])
+        [ack] = await effector.client.submit([late])  # re-submitted once the cause was fixed
+        refused = await wait_done(effector.client, [late.intent_id])
+    assert settled[undo.intent_id].result.status == ToolResult.REJECTED
+    assert "refused if it arrives later" in settled[undo.intent_id].result.error_message
+    assert ack.outcome == SubmitAck.REJECTED
+    assert f"compensated by {undo.intent_id} before it arrived" in ack.reason
+    assert refused[late.intent_id].result.status == ToolResult.REJECTED
+    assert [row for row in read_ledger(ledger) if row.intent_id == late.intent_id] == []
+
+
 def test_submit_checks_the_compensation_fields() -> None:
     registry = make_registry()
     good = paid(0)
