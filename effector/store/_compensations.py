@@ -40,10 +40,13 @@ def compensation_statements(dialect: sql.Dialect) -> list[str]:
 def refused_originals(tx: sql.Tx, intents: Sequence[NewIntent], now_ms: int) -> dict[str, str]:
     """Intents of a Submit compensated before they arrived, each with why it is refused.
 
-    Locks the key rows of the linked intents first (in key order, creating missing ones with
-    no work), the lock a settling compensation takes on the same key.
+    Only an intent that declares an undo can have one (``ctx.compensate`` refuses any other),
+    so only those are looked up: a Submit of plain intents costs nothing here. Locks their key
+    rows first (in key order, creating missing ones with no work), the lock a settling
+    compensation takes on the same key.
     """
-    keys = sorted({new.intent.entity_key for new in intents if new.intent.compensate_tool})
+    linked = [new for new in intents if new.intent.compensate_tool and new.rejection is None]
+    keys = sorted({new.intent.entity_key for new in linked})
     for keys_chunk in sql.chunks(keys):
         tx.execute(
             f"""INSERT INTO effector_keys (entity_key, pending, ready_at_ms)
@@ -51,13 +54,7 @@ def refused_originals(tx: sql.Tx, intents: Sequence[NewIntent], now_ms: int) -> 
                 ON CONFLICT (entity_key) DO UPDATE SET pending = effector_keys.pending""",
             sql.flatten([(key, 0, now_ms) for key in keys_chunk]),
         )
-    ids = sorted(
-        {
-            new.intent.intent_id
-            for new in intents
-            if new.intent.kind == ToolIntent.TOOL and new.rejection is None
-        }
-    )
+    ids = sorted({new.intent.intent_id for new in linked if new.intent.kind == ToolIntent.TOOL})
     refused: dict[str, str] = {}
     for chunk in sql.chunks(ids):
         for original, compensation in tx.execute(
