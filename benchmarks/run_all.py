@@ -40,6 +40,8 @@ BENCHMARKS = (
     "console_keys",
     "replay_backtest",
     "adapter_overhead",
+    "scale_out",
+    "end_to_end",
 )
 """Module names under ``benchmarks``, in report order."""
 

@@ -65,6 +65,8 @@ EXPECTED_ROWS = {
         "ADK alone, per conversation",
         "ADK adapter's own work over the plain-ctx agent",
     ],
+    "scale_out": ["speedup, 2 workers over 1, 100 keys"],
+    "end_to_end": ["the loop, activations/s"],
 }
 """The rows each benchmark's quick run must produce, in order."""
 
@@ -75,6 +77,8 @@ WITH_FLOOR = {
     "state_commit",
     "write_traces",
     "replay_backtest",
+    "scale_out",
+    "end_to_end",
 }
 """Benchmarks whose every row has a floor (the others mix absolute targets and floors)."""
 
