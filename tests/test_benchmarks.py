@@ -18,7 +18,7 @@ from benchmarks.report import BenchmarkResult, Figure, Goal, Target, format_numb
 from benchmarks.run_all import BENCHMARKS, main, run_in_subprocess
 
 EXPECTED_ROWS = {
-    "noop_activation": ["no-op activation, 100 keys"],
+    "noop_activation": ["no-op activation, 100 keys", "model-call activation, 100 keys"],
     "overhead_tiers": [
         "activation overhead p50, L = 5 ms (2 pipelines)",
         "activation overhead p99, L = 5 ms (2 pipelines)",
@@ -119,7 +119,7 @@ def test_suite_writes_the_report(tmp_path: Path) -> None:
     assert text.startswith("# Benchmarks")
     assert "## Machine" in text and "| CPU |" in text and "| Apache Beam |" in text
     assert "## Results" in text and "| 1 | no-op activation, 100 keys |" in text
-    assert "### 1. No-op activation" in text
+    assert "### 1. No-op and model-call activations" in text
 
 
 def test_unknown_benchmark_is_refused() -> None:

@@ -8,6 +8,7 @@ committed whole or discarded whole (invariant 1). :meth:`Staged.stage_intent` bu
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 from collections.abc import Sequence
@@ -116,7 +117,7 @@ class Staged:
         if memory is not None:
             sizes = memory.slot_sizes
             if sizes or memory.changed:
-                attributes[MEMORY_SLOTS_ATTRIBUTE] = canonical_json(sizes)
+                attributes[MEMORY_SLOTS_ATTRIBUTE] = _sizes_json(tuple(sizes.items()))
         return attributes
 
     def pending_after(self) -> list[tuple[str, int]]:
@@ -220,3 +221,9 @@ def _copied(link: CompensationLink) -> CompensationLink:
     copy = CompensationLink()
     copy.CopyFrom(link)
     return copy
+
+
+@functools.lru_cache(maxsize=4096)
+def _sizes_json(sizes: tuple[tuple[str, int], ...]) -> str:
+    """The memory slot sizes as canonical JSON (a key's sizes recur from one activation on)."""
+    return canonical_json(dict(sizes))
