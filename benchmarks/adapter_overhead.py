@@ -48,7 +48,8 @@ DEFINITION = """\
 One conversation, the same in every variant: a system prompt and the event (`{"id",
 "account"}` JSON) as the user message; the model's first answer calls the read-only tool
 `lookup_account(account)`, its second (once the tool result is in the conversation) is the final
-text `DONE <tool result>`; no intents, so no effector. **Per activation**: wall time of
+text `DONE <tool result>`; no intents, so no effector. **Per activation**: CPU time (this
+process's, `time.process_time`, so other processes on the shared machine do not count) of
 `AgentDoFn.process` (driven directly in this process over in-memory state cells, no runner,
 as `tests/core/harness.py` does) for one event on a fresh key, divided over N keys (200 full,
 4 quick), model calls answered by a scripted `FakeLLM` through `AgentConfig.provider_factory`,
@@ -74,7 +75,9 @@ task per activation where the plain agent completes inline, the checkpoint, hist
 kept in working memory); so a ratio of 1 would mean the
 adapter adds nothing but the runtime. Every variant warms up on a quarter as many keys first;
 then the seven take turns (each round in the reverse order of the one before, a `gc.collect()`
-before each batch) for 9 rounds (1 quick), and each figure is the median of its rounds."""
+before each batch) for 9 rounds (1 quick), and each figure is the median of its rounds; the
+adapter's own work is the median over rounds of the difference within each round (adapter minus
+framework alone, measured back to back), which cancels drift between rounds."""
 
 TARGET = Target(Goal.RATIO_AT_MOST, 2.0)
 KEYS, QUICK_KEYS = 200, 4
@@ -163,9 +166,9 @@ def timed_batch(batch: Batch, count: int) -> float:
     events = fresh_events(count)
     work = batch.prepare(events)
     gc.collect()
-    started = time.perf_counter()
+    started = time.process_time()
     texts = batch.run(work)
-    seconds = time.perf_counter() - started
+    seconds = time.process_time() - started
     if len(texts) != len(events) or not all(map(answered, events, texts)):
         raise AssertionError(f"a variant answered {texts[:1]!r} to {events[:1]!r}")
     return seconds / count
@@ -201,7 +204,10 @@ def run(quick: bool) -> BenchmarkResult:
     details = []
     for name, label in FRAMEWORKS.items():
         adapter, alone = ms[name], ms[f"{name} alone"]
-        own = adapter - alone
+        own = 1e3 * statistics.median(
+            mine - theirs
+            for mine, theirs in zip(seconds[name], seconds[f"{name} alone"], strict=True)
+        )
         figures += [
             Figure(
                 name=f"{label} adapter, per activation",

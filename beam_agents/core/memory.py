@@ -9,7 +9,15 @@ raises :class:`~beam_agents.core.errors.MemoryLimitError` at the call and change
 
 from __future__ import annotations
 
-from beam_agents._protos import MemorySlot, MemoryState, RingItems
+from beam_agents._protos import MemoryState
+from beam_agents.core._memory_wire import (
+    VERSION_FIELD,
+    RawSlot,
+    Slot,
+    encode_memory,
+    scan,
+    slot_size,
+)
 from beam_agents.core.errors import MemoryLimitError, MemorySlotError
 from beam_agents.core.state import decode_versioned
 
@@ -22,32 +30,7 @@ MEMORY_CAP_BYTES = 1 << 20
 DEFAULT_RING_ITEMS = 64
 """How many items ``append`` keeps in a ring unless told otherwise."""
 
-_Slot = bytes | list[bytes]
-
-
-def _varint_size(value: int) -> int:
-    size = 1
-    while value >= 0x80:
-        value >>= 7
-        size += 1
-    return size
-
-
-def _field_size(payload_size: int) -> int:
-    """Encoded size of a length-delimited field with a one-byte tag (field numbers < 16)."""
-    return 1 + _varint_size(payload_size) + payload_size
-
-
-def _slot_size(key: str, slot: _Slot) -> int:
-    """Encoded size of the slot as it appears inside ``MemoryState`` (tag and length included)."""
-    if isinstance(slot, bytes):
-        content = _field_size(len(slot))
-    else:
-        content = _field_size(sum(_field_size(len(item)) for item in slot))
-    return _field_size(_field_size(len(key.encode("utf-8"))) + content)
-
-
-_VERSION_FIELD_SIZE = 2  # tag byte plus the one-byte varint of MEMORY_SCHEMA_VERSION
+_VERSION_FIELD_SIZE = len(VERSION_FIELD)
 
 
 def _check_key(key: object) -> str:
@@ -67,40 +50,57 @@ class WorkingMemory:
 
     A slot holds either one value (``set``/``get``) or a ring of items (``append``/``ring``);
     using a slot as the other kind raises :class:`MemorySlotError`. The committed blob is
-    decoded on first use, so an activation that never touches memory pays nothing.
+    scanned on first use, so an activation that never touches memory pays nothing, and a slot
+    is decoded only when read: a commit re-uses the committed bytes of every slot it did not
+    change (``_memory_wire``), so its cost follows what changed, not the whole memory.
     """
 
-    __slots__ = ("_blob", "_changed", "_size", "_sizes", "_slots")
+    __slots__ = ("_blob", "_changed", "_encoded", "_size", "_sizes", "_slots")
 
     def __init__(self, blob: bytes | None) -> None:
         self._blob = blob
-        self._slots: dict[str, _Slot] | None = None
+        self._slots: dict[str, Slot | RawSlot] | None = None
         self._sizes: dict[str, int] = {}
         self._size = 0
         self._changed = False
+        self._encoded: bytes | None = None
 
-    def _loaded(self) -> dict[str, _Slot]:
+    def _loaded(self) -> dict[str, Slot | RawSlot]:
         if self._slots is None:
-            self._slots = {}
+            self._slots = self._decode(self._blob) if self._blob else {}
             self._size = _VERSION_FIELD_SIZE
-            if self._blob:
-                state = decode_versioned(MemoryState, self._blob, MEMORY_SCHEMA_VERSION)
-                for slot in state.slots:
-                    content: _Slot = (
-                        list(slot.ring.items)
-                        if slot.WhichOneof("content") == "ring"
-                        else slot.value
-                    )
-                    self._slots[slot.key] = content
-                    size = self._sizes[slot.key] = _slot_size(slot.key, content)
-                    self._size += size
+            for key, content in self._slots.items():
+                size = self._sizes[key] = (
+                    len(content.field) if isinstance(content, RawSlot) else slot_size(key, content)
+                )
+                self._size += size
         return self._slots
 
-    def _replace(self, key: str, new: _Slot | None) -> None:
+    @staticmethod
+    def _decode(blob: bytes) -> dict[str, Slot | RawSlot]:
+        """The committed slots: views into ``blob`` or, if it is not canonical, parsed ones."""
+        raw = scan(blob)
+        if raw is not None:
+            return dict(raw)
+        state = decode_versioned(MemoryState, blob, MEMORY_SCHEMA_VERSION)
+        return {
+            slot.key: list(slot.ring.items) if slot.WhichOneof("content") == "ring" else slot.value
+            for slot in state.slots
+        }
+
+    def _slot(self, key: str) -> Slot | None:
+        """Slot ``key`` decoded (once: the decoded content replaces the committed view)."""
+        slots = self._loaded()
+        slot = slots.get(key)
+        if isinstance(slot, RawSlot):
+            slot = slots[key] = slot.decode()
+        return slot
+
+    def _replace(self, key: str, new: Slot | None) -> None:
         """Swap slot ``key`` for ``new`` (``None`` deletes), enforcing the cap first."""
         slots = self._loaded()
         sizes = self._sizes
-        new_size = 0 if new is None else _slot_size(key, new)
+        new_size = 0 if new is None else slot_size(key, new)
         size = self._size - sizes.get(key, 0) + new_size
         if size > MEMORY_CAP_BYTES:
             raise MemoryLimitError(
@@ -116,10 +116,11 @@ class WorkingMemory:
             sizes[key] = new_size
         self._size = size
         self._changed = True
+        self._encoded = None
 
     def get(self, key: str) -> bytes | None:
         """The value in slot ``key``, or ``None`` if there is none."""
-        slot = self._loaded().get(_check_key(key))
+        slot = self._slot(_check_key(key))
         if isinstance(slot, list):
             raise MemorySlotError(f"memory slot {key!r} is a ring; read it with ring({key!r})")
         return slot
@@ -143,19 +144,19 @@ class WorkingMemory:
         _check_bytes("ring items", item)
         if isinstance(max_items, bool) or not isinstance(max_items, int) or max_items < 1:
             raise MemorySlotError(f"max_items must be an int >= 1, got {max_items!r}")
-        current = self._loaded().get(key, [])
+        current = self._slot(key)
         if isinstance(current, bytes):
             raise MemorySlotError(
                 f"memory slot {key!r} holds a single value; delete it before using it as a ring"
             )
-        self._replace(key, [*current, item][-max_items:])
+        self._replace(key, [*(current or ()), item][-max_items:])
 
     def ring(self, key: str) -> list[bytes]:
         """The items of the ring in slot ``key``, oldest first (empty if there is none)."""
-        slot = self._loaded().get(_check_key(key), [])
+        slot = self._slot(_check_key(key))
         if isinstance(slot, bytes):
             raise MemorySlotError(f"memory slot {key!r} holds a single value; read it with get()")
-        return list(slot)
+        return list(slot or ())
 
     @property
     def size(self) -> int:
@@ -174,15 +175,11 @@ class WorkingMemory:
         return self._changed
 
     def encode(self) -> bytes:
-        """The serialized ``MemoryState`` (slots sorted by key); ``b""`` when memory is empty."""
-        slots = self._loaded()
-        if not slots:
-            return b""
-        state = MemoryState(schema_version=MEMORY_SCHEMA_VERSION)
-        for key in sorted(slots):
-            content = slots[key]
-            if isinstance(content, bytes):
-                state.slots.append(MemorySlot(key=key, value=content))
-            else:
-                state.slots.append(MemorySlot(key=key, ring=RingItems(items=content)))
-        return state.SerializeToString(deterministic=True)
+        """The serialized ``MemoryState`` (slots sorted by key); ``b""`` when memory is empty.
+
+        Equal to ``MemoryState(...).SerializeToString(deterministic=True)`` byte for byte, but
+        built by joining the committed bytes of unchanged slots with the changed ones.
+        """
+        if self._encoded is None:
+            self._encoded = encode_memory(self._loaded())
+        return self._encoded

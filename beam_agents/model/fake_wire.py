@@ -75,10 +75,14 @@ def decode_body(shape: Shape, raw: bytes) -> LlmResponse:
 
 def word_count_usage(request: LlmRequest, answer_text: str) -> TokenUsage:
     """The fake's default token usage: words in the request's messages and in the answer."""
-    return TokenUsage(
-        input_tokens=sum(len(text.split()) for text in request_texts(request)),
-        output_tokens=len(answer_text.split()),
-    )
+    words = 0
+    for message in request.messages:
+        content = message.get("content", "")
+        if isinstance(content, str):  # the common case, without a generator per message
+            words += len(content.split())
+        else:
+            words += sum(len(text.split()) for text in _message_text(message))
+    return TokenUsage(input_tokens=words, output_tokens=len(answer_text.split()))
 
 
 def request_texts(request: LlmRequest) -> Iterable[str]:
