@@ -119,6 +119,8 @@ class BenchmarkResult:
     """From profiling, when a target was missed."""
     profile: list[str] = field(default_factory=list)
     """The raw profile summary behind the findings."""
+    remaining: str = ""
+    """Where the time still goes and the next change, shown under "What is left" on a miss."""
     elapsed_s: float = 0.0
 
     def to_json(self) -> str:
@@ -262,6 +264,7 @@ def render_markdown(
         *(figure_row(number, figure) for number, result in numbered for figure in result.figures),
         "",
     ]
+    lines += _what_is_left(numbered)
     if failures:
         lines += ["## Benchmarks that did not finish", ""]
         lines += [f"- `{name}`: {reason}" for name, reason in failures.items()]
@@ -288,3 +291,17 @@ def render_markdown(
             lines += ["```", "", "</details>", ""]
         lines += [f"Took {result.elapsed_s:.0f} s.", ""]
     return "\n".join(lines)
+
+
+def _what_is_left(numbered: list[tuple[int, BenchmarkResult]]) -> list[str]:
+    """The section naming each missed target, where its time goes and the next change."""
+    lines = ["## What is left", ""]
+    for number, result in numbered:
+        missed = [figure.name for figure in result.figures if figure.met is False]
+        if missed:
+            lines.append(f"- **{number}. {result.title}**: missed {'; '.join(missed)}.")
+            if result.remaining:
+                lines.append(f"  {' '.join(result.remaining.split())}")
+    if len(lines) == 2:
+        lines.append("Every target with a figure in this run was met.")
+    return [*lines, ""]

@@ -187,6 +187,7 @@ def test_results_survive_the_trip_through_json() -> None:
             )
         ],
         details=["detail"],
+        remaining="Where it goes;\n the next change.",
         elapsed_s=1.0,
     )
     again = BenchmarkResult.from_json(result.to_json())
@@ -198,6 +199,21 @@ def test_results_survive_the_trip_through_json() -> None:
     assert "| 2 | f | 2.00 ms | 1.00 ms (floor) | 2.00x | 3 | ≤ 1.50x floor | **no** |" in text
     assert "### 2. t" in text
     assert "Missed: f." in text
+    left = text.split("## What is left", 1)[1].split("## Notes", 1)[0]
+    assert "- **2. t**: missed f.\n  Where it goes; the next change." in left
+
+
+def test_what_is_left_says_so_when_every_target_is_met() -> None:
+    met = BenchmarkResult(
+        name="m",
+        title="t",
+        definition="d",
+        figures=[Figure(name="f", unit="ms", ours=1.0, samples=1, target=Target(Goal.BELOW, 2))],
+        remaining="never shown",
+    )
+    text = render_markdown([met], {}, order=["m"], quick=False, failures={}, elapsed_s=1.0)
+    assert "## What is left\n\nEvery target with a figure in this run was met." in text
+    assert "never shown" not in text
 
 
 def test_percentile_and_number_format() -> None:
