@@ -52,12 +52,12 @@ milliseconds, rounded up, and the kernel lets it overrun by 0.1% of its timeout,
 0.3 ms late at 50 ms and 0.8 ms late at 500 ms; a real provider's answer wakes the loop
 through its socket, with no timer.) How late the wait really ended is in the details below.
 
-The floor is a bare stateful `DoFn` on the same runner, with the same concurrency, that does the
-no-op state traffic (read the header, write it back), waits out L on an event
-loop it owns (`loop.run_until_complete(simulate_latency(L))`, the least a DoFn can do to wait
-for an async provider) and emits its output, measured the same way. A thread that waited for
-milliseconds comes back to cold caches on a shared machine, so the same work costs more after
-a wait than in a hot loop; the floor pays that too.
+The floor is a bare stateful `DoFn` on the same runner, with the same concurrency and at the
+same time as ours (see below), that does the no-op state traffic (read the header, write it
+back), waits out L on an event loop it owns (`loop.run_until_complete(simulate_latency(L))`,
+the least a DoFn can do to wait for an async provider) and emits its output, measured the same
+way. A thread that waited for milliseconds comes back to cold caches on a shared machine, so
+the same work costs more after a wait than in a hot loop; the floor pays that too.
 
 Each pipeline sends its events round-robin over 10 keys. A key's first activation in a bundle
 is different: Beam loads the key's header cell and weighs it for its state cache with
@@ -73,8 +73,10 @@ would take over 8 minutes. Each tier therefore runs K pipelines side by side, ea
 process (forked from a clean server process) with its own `FnApiRunner`, like K SDK workers
 sharing the cores: K = 4 at 50 ms and K = 25 at 500 ms, so every tier keeps the machine
 similarly (and lightly) busy, and each pipeline runs enough activations for at least 1,000
-samples in all. The pipelines start together at a barrier, their first activations staggered
-over one latency period so they do not wake in lockstep.
+samples in all. The floor's K pipelines run at the same time as ours (2K processes), so load
+from elsewhere on the shared machine hits both alike. All 2K start together at a barrier, their
+first activations staggered over one latency period, the floor's and ours alternating, so they
+do not wake in lockstep.
 
 Targets (keys already loaded): p50 under 1 ms and p99 under 3 ms at both tiers; and the
 overhead does not grow with the latency any more than the floor's does: our p50 at 500 ms over
@@ -256,41 +258,47 @@ def _pipeline_process(
     results.send(_current.samples)
 
 
-def measure_tier(latency_ms: int, pipelines: int, samples: int, *, floor: bool) -> list[Sample]:
-    """Run ``pipelines`` pipelines side by side until ``samples`` activations were timed on keys
-    already loaded in their bundle (each key's first activation is timed as well).
+def measure_tier(latency_ms: int, pipelines: int, samples: int) -> dict[bool, list[Sample]]:
+    """Run ``pipelines`` pipelines of the floor and as many of ours, all side by side, until
+    each side timed ``samples`` activations on keys already loaded in their bundle (each key's
+    first activation is timed as well); the samples by side (``True``: the floor).
 
     Each pipeline runs in its own process, forked from a clean server process that has imported
-    this module, as separate SDK workers would: they share the cores but not a GIL.
+    this module, as separate SDK workers would: they share the cores but not a GIL. Their first
+    activations are staggered over one latency period, the floor's and ours alternating.
     """
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload([__name__])
     # The first output of each has no predecessor, and the other keys' first are apart.
     per_pipeline = -(-samples // pipelines) + KEYS_PER_PIPELINE
-    barrier = context.Barrier(pipelines)
-    stagger_s = latency_ms / 1000 / pipelines
+    sides = (True, False)
+    barrier = context.Barrier(pipelines * len(sides))
+    stagger_s = latency_ms / 1000 / (pipelines * len(sides))
     running = []
     for index in range(pipelines):
-        receiver, sender = context.Pipe(duplex=False)
-        process = context.Process(
-            target=_pipeline_process,
-            args=(index, per_pipeline, latency_ms, floor, barrier, index * stagger_s, sender),
-        )
-        process.start()
-        sender.close()
-        running.append((process, receiver))
-    collected: list[Sample] = []
+        for slot, floor in enumerate(sides, start=index * len(sides)):
+            receiver, sender = context.Pipe(duplex=False)
+            process = context.Process(
+                target=_pipeline_process,
+                args=(index, per_pipeline, latency_ms, floor, barrier, slot * stagger_s, sender),
+            )
+            process.start()
+            sender.close()
+            running.append((index, floor, process, receiver))
+    collected: dict[bool, list[Sample]] = {floor: [] for floor in sides}
     failures = []
-    for index, (process, receiver) in enumerate(running):
+    for index, floor, process, receiver in running:
         try:
             outcome = receiver.recv()
         except EOFError:
             outcome = "exited before reporting"
         process.join()
         if isinstance(outcome, str):
-            failures.append(f"pipeline {index} ({process.exitcode}): {outcome}")
+            failures.append(
+                f"{'floor' if floor else 'our'} pipeline {index} ({process.exitcode}): {outcome}"
+            )
         else:
-            collected.extend(outcome)
+            collected[floor].extend(outcome)
     if failures:
         raise RuntimeError("\n".join(failures))
     return collected
@@ -312,8 +320,9 @@ def run(quick: bool) -> BenchmarkResult:
         latency_s = latency_ms / 1000
         loaded: dict[bool, list[float]] = {}
         first: dict[bool, list[float]] = {}
+        measured = measure_tier(latency_ms, pipelines, count)
         for floor in (True, False):
-            timed = measure_tier(latency_ms, pipelines, count, floor=floor)
+            timed = measured[floor]
             loaded[floor] = [sample.gap_s - latency_s for sample in timed if not sample.new_key]
             first[floor] = [sample.gap_s - latency_s for sample in timed if sample.new_key]
             p50s[latency_ms, floor] = _ms(loaded[floor], 0.5)

@@ -20,16 +20,16 @@ TITLE = "RunAgent vs RunInference with a trivial model"
 DEFINITION = """\
 The same 100,000 `(key, AgentEnvelope)` elements over 1,000 keys, the same runner
 (`FnApiRunner`), the same method as benchmark 1 (wall time of the whole pipeline over the
-element count, source included; the pipelines take turns, best of two rounds each). Ours:
-`RunAgent` with the no-op agent. Floor: `RunInference(KeyedModelHandler(handler))` where the
-handler is a `ModelHandler` subclass whose `load_model` returns nothing and whose
+element count, source included; after a warm-up run of each, the pipelines take turns, one run
+each). Ours: `RunAgent` with the no-op agent. Floor: `RunInference(KeyedModelHandler(handler))`
+where the handler is a `ModelHandler` subclass whose `load_model` returns nothing and whose
 `run_inference` returns its inputs, with Beam's default batching. No target: this shows what
 the per-key, stateful, per-element contract costs against Beam's stateless, batched inference
 path, which keeps no per-key state at all."""
 
 SIZE = (100_000, 1_000)
 QUICK_SIZE = (2_000, 100)
-ROUNDS = 2
+ROUNDS = 1
 
 
 class PassThroughHandler(ModelHandler[AgentEnvelope, AgentEnvelope, None]):
