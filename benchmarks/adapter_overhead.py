@@ -81,7 +81,7 @@ framework alone, measured back to back), which cancels drift between rounds."""
 
 TARGET = Target(Goal.RATIO_AT_MOST, 2.0)
 REMAINING = """\
-An adapter's own work is the difference of two figures each some 20 times larger, so a few
+An adapter's own work is the difference of two figures each many times larger, so a few
 percent of drift between them moves the ratio by tenths; the profile findings below name where
 the adapter's time goes beyond the framework's. For ADK, the adapter's two model calls go through
 the runtime's model path (request digest over ADK's larger requests, gateway, replay-cache entry,

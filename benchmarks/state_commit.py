@@ -47,7 +47,8 @@ the same 256 KiB. (The `--quick` smoke run times N activations once, start-up in
 skips the last row.) Target, from the issue, for a changed slot of 64 KiB and up: at most 2x
 the floor.
 
-How a commit encodes memory. Profiling the 256 KiB pipeline (cProfile, 1,600 activations) found
+How a commit encodes memory. When this was changed, profiling the 256 KiB pipeline (cProfile,
+1,600 activations) found
 the runtime copying the memory four times an activation where the floor copies it once (making
 its fresh value): parsing the committed blob into a `MemoryState` (`FromString`, about 13 µs),
 copying the old value out of it (about 15 µs), copying the new value into a `MemorySlot`
@@ -59,8 +60,9 @@ reads it, and the commit joins the untouched slots' committed bytes with the cha
 encoded anew, in key order, which is byte for byte what `SerializeToString(deterministic=True)`
 wrote before (golden-bytes tests), so memory committed by an earlier release reads and
 re-encodes unchanged. A blob not in that canonical form is parsed by the proto as before. A
-commit now copies the memory once (one `bytes.join`, about 10 µs at 256 KiB outside Beam). On
-the shared machine, old and new code interleaved (process CPU time, median of five rounds) gave
+commit now copies the memory once (one `bytes.join`, about 10 µs at 256 KiB outside Beam). At the
+time, on the shared machine, old and new code interleaved (process CPU time, median of five
+rounds) gave
 218 → 122 µs at 256 KiB (floor 57), 204 → 142 µs at 64 KiB (floor 62) and 438 → 223 µs at
 1023 KiB (floor 160).
 
@@ -242,8 +244,9 @@ HOTSPOTS = (
         "Encoding the memory at commit: the changed slot's few header bytes, then one "
         "`bytes.join` copying its value and the committed bytes of untouched slots into the "
         "blob. It is the only work that grows with the memory's size beyond the floor's.",
-        "none left in Python: the cell holds one `bytes` object, so its bytes are copied once; "
-        "only a cell per slot (a state layout change) would avoid copying untouched slots.",
+        "a coder for the memory cell that writes the untouched slots' bytes and the changed "
+        "slot straight into Beam's output stream (the same bytes, no joined copy); only a cell "
+        "per slot (a state layout change) would avoid writing untouched slots at all.",
     ),
     Hotspot(
         "beam_agents/core/_memory_wire.py",

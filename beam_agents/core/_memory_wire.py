@@ -13,17 +13,19 @@ return ``None`` and the caller parses it with the generated proto class instead.
 
 from __future__ import annotations
 
-from google.protobuf.message import DecodeError
-
 from beam_agents._protos import RingItems
 
-VERSION_FIELD = b"\x08\x01"
-"""``schema_version = 1``: field 1, varint. The fast path reads and writes only this version."""
+MEMORY_SCHEMA_VERSION = 1
+"""The ``MemoryState.schema_version`` this code writes and the newest it reads."""
+
+VERSION_FIELD = bytes((0x08, MEMORY_SCHEMA_VERSION))
+"""``schema_version`` (field 1, varint): the fast path reads and writes only this version."""
 
 _SLOTS_TAG = 0x12  # MemoryState.slots: field 2, length-delimited
 _KEY_TAG = 0x0A  # MemorySlot.key: field 1
 _VALUE_TAG = 0x12  # MemorySlot.value: field 2
 _RING_TAG = 0x1A  # MemorySlot.ring: field 3
+_ITEM_TAG = 0x0A  # RingItems.items: field 1
 
 Slot = bytes | list[bytes]
 """A decoded slot: one value, or a ring's items oldest first."""
@@ -58,19 +60,21 @@ def _parse_ring(payload: memoryview) -> RingItems:
     return RingItems.FromString(payload)  # type: ignore[arg-type]
 
 
-def _canonical_ring(payload: memoryview) -> bool:
-    """Whether a ring's payload parses and is exactly its items encoded canonically.
+def _canonical_ring(ring: bytes, start: int, end: int) -> bool:
+    """Whether ``ring[start:end]`` is exactly a ring's items, each encoded canonically.
 
-    Anything else the parser accepts (an unknown field, a longer varint) only adds bytes, so
-    comparing the length with the items' canonical size is enough.
+    Walks the items' tags and minimal lengths without parsing or copying them.
     """
+    position = start
     try:
-        lengths = list(map(len, _parse_ring(payload).items))
-    except DecodeError:
+        while position < end:
+            if ring[position] != _ITEM_TAG:
+                return False
+            length, position = _length(ring, position + 1, end)
+            position += length
+    except (NotCanonicalError, IndexError):
         return False
-    if not lengths or max(lengths) < 0x80:
-        return len(payload) == sum(lengths) + 2 * len(lengths)
-    return len(payload) == sum(map(field_size, lengths))
+    return position == end
 
 
 def varint_size(value: int) -> int:
@@ -141,8 +145,8 @@ def scan(blob: bytes) -> dict[str, RawSlot] | None:
 
     Only keys are copied; each :class:`RawSlot` is a view into ``blob``.
     """
-    if blob[:2] != VERSION_FIELD:
-        return None
+    if not isinstance(blob, bytes) or blob[:2] != VERSION_FIELD:
+        return None  # the views below must point into an immutable buffer
     data = memoryview(blob)
     slots: dict[str, RawSlot] = {}
     previous = ""
@@ -165,7 +169,7 @@ def scan(blob: bytes) -> dict[str, RawSlot] | None:
                 raise NotCanonicalError("a slot holds exactly a key and a value or a ring")
             if key <= previous:  # also refuses an empty key
                 raise NotCanonicalError("slots are not sorted by key")
-            if tag == _RING_TAG and not _canonical_ring(data[content:position]):
+            if tag == _RING_TAG and not _canonical_ring(blob, content, position):
                 raise NotCanonicalError("a ring's items are not encoded canonically")
             slots[key] = RawSlot(data[field:position], tag == _RING_TAG, content - field)
             previous = key

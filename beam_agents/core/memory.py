@@ -10,6 +10,7 @@ raises :class:`~beam_agents.core.errors.MemoryLimitError` at the call and change
 from __future__ import annotations
 
 from beam_agents._protos import MemoryState
+from beam_agents.core._memory_wire import MEMORY_SCHEMA_VERSION as MEMORY_SCHEMA_VERSION
 from beam_agents.core._memory_wire import (
     VERSION_FIELD,
     RawSlot,
@@ -20,9 +21,6 @@ from beam_agents.core._memory_wire import (
 )
 from beam_agents.core.errors import MemoryLimitError, MemorySlotError
 from beam_agents.core.state import decode_versioned
-
-MEMORY_SCHEMA_VERSION = 1
-"""The ``MemoryState.schema_version`` this code writes and the newest it reads."""
 
 MEMORY_CAP_BYTES = 1 << 20
 """The hard cap on a key's serialized working memory: 1 MiB."""

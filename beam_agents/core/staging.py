@@ -117,7 +117,11 @@ class Staged:
         if memory is not None:
             sizes = memory.slot_sizes
             if sizes or memory.changed:
-                attributes[MEMORY_SLOTS_ATTRIBUTE] = _sizes_json(tuple(sizes.items()))
+                attributes[MEMORY_SLOTS_ATTRIBUTE] = (
+                    _sizes_json(tuple(sizes.items()))
+                    if len(sizes) <= _MEMOISED_SLOTS
+                    else canonical_json(sizes)
+                )
         return attributes
 
     def pending_after(self) -> list[tuple[str, int]]:
@@ -223,7 +227,11 @@ def _copied(link: CompensationLink) -> CompensationLink:
     return copy
 
 
-@functools.lru_cache(maxsize=4096)
+_MEMOISED_SLOTS = 4
+"""Slot sizes of memories up to this many slots are memoised (small entries; they recur)."""
+
+
+@functools.lru_cache(maxsize=1024)
 def _sizes_json(sizes: tuple[tuple[str, int], ...]) -> str:
     """The memory slot sizes as canonical JSON (a key's sizes recur from one activation on)."""
     return canonical_json(dict(sizes))

@@ -8,9 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from beam_agents._protos import MemorySlot, MemoryState, RingItems
-from beam_agents.core._memory_wire import RawSlot, encode_memory, scan
+from beam_agents.core import _memory_wire
+from beam_agents.core._memory_wire import MEMORY_SCHEMA_VERSION, RawSlot, encode_memory, scan
 from beam_agents.core.errors import MemoryLimitError, MemorySlotError, StateSchemaError
-from beam_agents.core.memory import MEMORY_CAP_BYTES, MEMORY_SCHEMA_VERSION, WorkingMemory
+from beam_agents.core.memory import MEMORY_CAP_BYTES, WorkingMemory
 
 Content = bytes | list[bytes]
 
@@ -54,7 +55,7 @@ MEMORIES: list[dict[str, Content]] = [
     {"k" * 300: b"a long key", "v": [bytes(130)] * 64},
 ]
 
-keys = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=12)
+keys = st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max_size=12)
 values = st.binary(max_size=300)
 slot_contents = st.one_of(values, st.lists(values, max_size=5))
 memories = st.dictionaries(keys, slot_contents, max_size=8)
@@ -127,6 +128,11 @@ def test_untouched_slots_are_neither_decoded_nor_copied(monkeypatch: pytest.Monk
     def refuse(self: RawSlot) -> Content:
         raise AssertionError("an untouched slot was decoded")
 
+    class Unparsable:
+        def __getattr__(self, name: str) -> object:
+            raise AssertionError("a ring was parsed")
+
+    monkeypatch.setattr(_memory_wire, "RingItems", Unparsable())  # the scan walks rings unparsed
     memory = WorkingMemory(blob)
     assert memory.get("a") == committed["a"]
     monkeypatch.setattr(RawSlot, "decode", refuse)
@@ -151,13 +157,14 @@ def test_blobs_the_encoder_would_not_write_are_read_through_the_proto() -> None:
     extra = MemorySlot(key="c", value=b"v").SerializeToString() + b"\x20\x01"  # unknown field 4
     odd_slot = MemoryState(schema_version=1).SerializeToString() + b"\x12%c" % len(extra) + extra
     long_varint = b"\x08\x01\x12\x85\x00\x0a\x01d\x12\x00"  # a 2-byte length where 1 will do
-    for blob, expected in (
+    cases: list[tuple[bytes, dict[str, Content]]] = [
         (unsorted, {"a": [b"x"], "b": b"new"}),
         (odd_slot, {"c": b"v"}),
         (long_varint, {"d": b""}),
         (ring_blob(b"\x0a\x01x\x10\x01"), {"r": [b"x"]}),  # an unknown field in the ring
         (ring_blob(b"\x0a\x81\x00x"), {"r": [b"x"]}),  # an item's length in two bytes
-    ):
+    ]
+    for blob, expected in cases:
         assert scan(blob) is None
         memory = WorkingMemory(blob)
         assert contents(memory) == expected
