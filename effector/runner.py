@@ -15,6 +15,7 @@ import functools
 import inspect
 import queue
 import threading
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -237,12 +238,48 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+class _Inbox:
+    """What pool threads finished for one event loop, handed over with one wake-up per batch.
+
+    Waking a loop from another thread costs a write to its self-pipe and a turn of the loop;
+    calls finishing while a hand-over is already scheduled join it instead of waking again.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = weakref.ref(loop)  # weak: the pool's table of inboxes is keyed by it
+        self._lock = threading.Lock()
+        self._finished: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
+
+    def put(self, future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
+        """From a pool thread: settle ``future`` on its loop with ``value`` or ``error``."""
+        with self._lock:
+            first = not self._finished
+            self._finished.append((future, value, error))
+        loop = self._loop()
+        if first and loop is not None:
+            # A closed loop means the call was abandoned at shutdown; nobody waits for it.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._deliver)
+
+    def _deliver(self) -> None:
+        with self._lock:
+            finished, self._finished = self._finished, []
+        for future, value, error in finished:
+            if future.done():  # the caller gave up (its timeout)
+                continue
+            if error is None:
+                future.set_result(value)
+            else:
+                future.set_exception(error)
+
+
 class _ToolThreads:
     """Daemon threads that run sync tools: an idle one is reused, otherwise another starts.
 
     Threads are daemons so that a tool abandoned after its timeout never holds up shutdown,
     and the pool grows past any fixed size rather than let abandoned tools starve new calls.
-    A thread idle for ``_IDLE_EXIT_S`` exits.
+    A thread idle for ``_IDLE_EXIT_S`` exits. Results reach their loop through its
+    :class:`_Inbox`.
     """
 
     _IDLE_EXIT_S = 60.0
@@ -251,19 +288,17 @@ class _ToolThreads:
         self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._idle = 0
+        self._inboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Inbox] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def call(self, function: Callable[..., Any], kwargs: dict[str, Any]) -> asyncio.Future[Any]:
         """Run ``function(**kwargs)`` on a pool thread; the future settles on this loop."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-
-        def settle(value: Any, error: BaseException | None) -> None:
-            if future.done():
-                return
-            if error is None:
-                future.set_result(value)
-            else:
-                future.set_exception(error)
+        inbox = self._inboxes.get(loop)
+        if inbox is None:
+            inbox = self._inboxes[loop] = _Inbox(loop)
 
         def job() -> None:
             value: Any = None
@@ -272,9 +307,7 @@ class _ToolThreads:
                 value = function(**kwargs)
             except BaseException as exc:  # delivered to the awaiting task, which classifies it
                 error = exc
-            # A closed loop means the call was abandoned at shutdown; nobody waits for it.
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(settle, value, error)
+            inbox.put(future, value, error)
 
         with self._lock:
             start_thread = self._idle == 0

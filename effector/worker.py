@@ -1,8 +1,9 @@
 """The worker: claims runnable intents, executes them, records and publishes their results.
 
 Per intent: refuse-expired and claim with a lease → execute (``EffectorToolRunner``) → record
-the result and append its envelope (one transaction, group-committed) → release the key. Keys
-run concurrently up to ``concurrency``; leases are renewed while tools run, undecided approvals
+the result and append its envelope (one transaction, group-committed) → release the key, and
+claim work for the slots the group's results free (in that commit on SQLite). Keys run
+concurrently up to ``concurrency``; leases are renewed while tools run, undecided approvals
 expired and old records (intents, envelopes, telemetry) pruned on the worker's own schedule.
 See ``effector/README.md``.
 """
@@ -29,7 +30,7 @@ from effector.intents import wall_clock_ms
 from effector.metrics import EffectorMetrics
 from effector.reconcile import Found, InDoubt, NotFound, settle
 from effector.runner import EffectorToolRunner
-from effector.store.base import Claim, Completion, EffectorStore
+from effector.store.base import Claim, ClaimBatch, ClaimRequest, Completion, EffectorStore
 
 _log = logging.getLogger(__name__)
 
@@ -103,6 +104,8 @@ class Worker:
         self._owner = owner or default_owner()
         self._clock = clock
         self._claims: dict[str, Claim] = {}
+        self._reserved = 0
+        """Slots promised to claim transactions in progress, not yet in ``_claims``."""
         self._executions: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
         self._stopping = False
@@ -159,14 +162,21 @@ class Worker:
             except StoreError as exc:
                 _log.warning("releasing claims failed; their leases will expire: %s", exc)
 
+    def _free_slots(self) -> int:
+        """Slots neither executing nor reserved by a claim in progress (0 once draining)."""
+        if self._stopping:
+            return 0
+        return self._settings.concurrency - len(self._claims) - self._reserved
+
     async def _claim_loop(self) -> None:
         settings = self._settings
         if settings.concurrency == 0:
             return  # ingest-only: never claims, so every Submit's wake() would be wasted work
         while not self._stopping:
             self._wake.clear()
-            free = settings.concurrency - len(self._claims)
+            free = self._free_slots()
             if free > 0:
+                self._reserved += free
                 try:
                     batch = await self._store.claim(
                         self._owner, free, self._clock(), settings.lease_ms
@@ -176,15 +186,24 @@ class Worker:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._stopped.wait(), delay_s)
                     continue
+                finally:
+                    self._reserved -= free
                 self._outage.succeeded("claiming work")
-                if batch.expired:
-                    self._metrics.expired.inc(batch.expired)
-                for claim in batch.claims:
-                    self._start(claim)
+                self._start_batch(batch)
                 if batch.claims or batch.expired:
                     continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), settings.poll_interval_ms / 1000)
+
+    def _start_batch(self, batch: ClaimBatch) -> None:
+        if batch.expired:
+            self._metrics.expired.inc(batch.expired)
+        for claim in batch.claims:
+            if self._stopping:
+                # Claimed by a commit that began before the drain: never started, given back.
+                self._claims[claim.token] = claim
+            else:
+                self._start(claim)
 
     def _start(self, claim: Claim) -> None:
         self._claims[claim.token] = claim
@@ -196,47 +215,56 @@ class Worker:
         metrics = self._metrics
         metrics.in_flight.inc()
         try:
-            if claim.intent.compensates_intent_id and await self._settled_compensation(claim):
-                del self._claims[claim.token]
-                return
-            # Reconcile before re-executing (see effector/reconcile.py).
-            settled = await settle(self._runner, self._registry, claim, self._clock)
-            if isinstance(settled, InDoubt):
-                metrics.reconciliations.labels("failed").inc()
-                await self._leave_in_doubt(claim, settled)
-                del self._claims[claim.token]
-                return
-            if isinstance(settled, Found):
-                metrics.reconciliations.labels("found").inc()
-                await self._recorder(Completion(claim, settled.result))
-            elif isinstance(settled, NotFound) and settled.expired is not None:
-                if await self._recorder(Completion(claim, settled.expired)):
-                    metrics.expired.inc()
-                    audit.expired([claim.intent])
-            else:
-                if isinstance(settled, NotFound):
-                    metrics.reconciliations.labels("not_found").inc()
-                started = time.perf_counter()
-                result = await self._runner.execute(
-                    self._registry, claim.intent, attempt=claim.attempt, clock=self._clock
-                )
-                metrics.tool_latency.labels(claim.intent.tool_name).observe(
-                    time.perf_counter() - started
-                )
-                if await self._recorder(Completion(claim, result)):
-                    metrics.executed.labels(ToolResult.Status.Name(result.status)).inc()
-            del self._claims[claim.token]
+            if await self._run_claim(claim):
+                return  # recorded: the commit that took its result claimed its key's next work
+            self._claims.pop(claim.token, None)
         except Exception:
             # Only a defect in the effector gets here (tool failures become ERROR results);
             # giving the claim back keeps the key from being blocked by a renewed lease.
             _log.exception(
                 "executing intent %s failed; releasing its claim", claim.intent.intent_id
             )
-            del self._claims[claim.token]
+            self._claims.pop(claim.token, None)
             await self._store.release([claim])
         finally:
             metrics.in_flight.dec()
-            self.wake()
+        self.wake()
+
+    async def _run_claim(self, claim: Claim) -> bool:
+        """Settle, reconcile or execute ``claim``; ``True`` once its result was recorded.
+
+        ``False``: it ended without a result of the worker's to record (a settled compensation,
+        an intent left IN_DOUBT), so the claim loop must look for work in its place.
+        """
+        metrics = self._metrics
+        if claim.intent.compensates_intent_id and await self._settled_compensation(claim):
+            return False
+        # Reconcile before re-executing (see effector/reconcile.py).
+        settled = await settle(self._runner, self._registry, claim, self._clock)
+        if isinstance(settled, InDoubt):
+            metrics.reconciliations.labels("failed").inc()
+            await self._leave_in_doubt(claim, settled)
+            return False
+        if isinstance(settled, Found):
+            metrics.reconciliations.labels("found").inc()
+            await self._recorder(Completion(claim, settled.result))
+        elif isinstance(settled, NotFound) and settled.expired is not None:
+            if await self._recorder(Completion(claim, settled.expired)):
+                metrics.expired.inc()
+                audit.expired([claim.intent])
+        else:
+            if isinstance(settled, NotFound):
+                metrics.reconciliations.labels("not_found").inc()
+            started = time.perf_counter()
+            result = await self._runner.execute(
+                self._registry, claim.intent, attempt=claim.attempt, clock=self._clock
+            )
+            metrics.tool_latency.labels(claim.intent.tool_name).observe(
+                time.perf_counter() - started
+            )
+            if await self._recorder(Completion(claim, result)):
+                metrics.executed.labels(ToolResult.Status.Name(result.status)).inc()
+        return True
 
     async def _settled_compensation(self, claim: Claim) -> bool:
         """Settle a compensation in the store (through outages); ``False``: execute it.
@@ -278,16 +306,33 @@ class Worker:
             return
 
     async def _record(self, completions: Sequence[Completion]) -> list[bool]:
+        """Record a group of results, then claim work for the slots they free, at once.
+
+        (:meth:`EffectorStore.complete_and_claim`: one transaction on SQLite, two on
+        PostgreSQL.) The claims start only after the results' commit: a key's next intent runs
+        once the result before it is durable and published.
+        """
         while True:
+            # These results' claims still count in _claims: their slots are the ones freed.
+            free = 0 if self._stopping else self._free_slots() + len(completions)
+            request = ClaimRequest(self._owner, max(free, 0), self._settings.lease_ms)
+            self._reserved += request.limit
             try:
-                recorded = await self._store.complete(completions, self._clock())
+                recorded, batch = await self._store.complete_and_claim(
+                    completions, self._clock(), request
+                )
             except StoreError as exc:
                 # Results stay in memory until the store is back: nothing executed is dropped.
                 await asyncio.sleep(self._outage.failed("recording results", exc))
                 continue
+            finally:
+                self._reserved -= request.limit
             self._outage.succeeded("recording results")
-            # Recording released keys, so their next intents are runnable.
-            self.wake()
+            for completion in completions:
+                self._claims.pop(completion.claim.token, None)
+            self._start_batch(batch)
+            if batch.expired:
+                self.wake()  # refused heads took slots without filling them
             return recorded
 
     async def _housekeeping_loop(self) -> None:

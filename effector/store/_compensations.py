@@ -117,7 +117,7 @@ def settle(
     if result is None:
         return CompensationSettlement(execute=True, refused_original=refused_original), head
     [recorded], completed_head = execution.record_completions(
-        tx, [Completion(claim, result)], now_ms
+        tx, dialect, [Completion(claim, result)], now_ms
     )
     settlement = CompensationSettlement(False, result, recorded, refused_original)
     return settlement, max(head, completed_head)

@@ -8,15 +8,17 @@ here, and undecided approvals are decided or expired. Key rows are locked in key
 
 from __future__ import annotations
 
+import itertools
 import logging
-import uuid
+import os
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
 import effector.store._tx as sql
 from beam_agents._protos import AgentEnvelope, Approval, IntentState, ToolIntent, ToolResult
 from effector.intents import approval_envelope, decision_result, expired_result, result_envelope
-from effector.store.base import Claim, ClaimBatch, Completion, Decision
+from effector.store.base import Claim, ClaimBatch, ClaimRequest, Completion, Decision
 
 _log = logging.getLogger(__name__)
 
@@ -24,6 +26,18 @@ _NO_CLAIM = (
     "claim_token = NULL, claimed_intent_id = NULL, lease_owner = NULL, lease_expires_at_ms = NULL"
 )
 """Assignments that free a key row of its claim and lease."""
+_TOKEN_PREFIX = os.urandom(8).hex()
+_token_numbers = itertools.count()
+
+
+def new_token() -> str:
+    """A claim token no other claim has: this process's random prefix and a counter.
+
+    As unique as a random UUID across processes and restarts, without a system call each.
+    """
+    return f"{_TOKEN_PREFIX}{next(_token_numbers):016x}"
+
+
 _HEAD_COLUMNS = ("intent_id", "intent", "state", "attempts", "deadline_ms", "reconcile_failures")
 """What a claim reads of each key's head intent."""
 
@@ -70,19 +84,23 @@ def claim_work(
                 expired.append(published)
                 refused.append(intent)
             continue
-        candidates.append(
-            Claim(uuid.uuid4().hex, intent, attempts + 1, deadline_ms or 0, failures or 0)
-        )
+        candidates.append(Claim(new_token(), intent, attempts + 1, deadline_ms or 0, failures or 0))
     claims = _start_running(tx, candidates, now_ms)
     # The keys are locked (or, on SQLite, the whole store is), so the heads cannot change.
-    tx.executemany(
-        """UPDATE effector_keys SET claim_token = ?, claimed_intent_id = ?, lease_owner = ?,
-             lease_expires_at_ms = ? WHERE entity_key = ?""",
-        [
-            (claim.token, claim.intent.intent_id, owner, now_ms + lease_ms, claim.intent.entity_key)
-            for claim in claims
-        ],
-    )
+    for chunk in sql.chunks(claims):
+        tx.execute(
+            f"""WITH claimed (entity_key, token, intent_id) AS
+                  (VALUES {sql.row_marks(len(chunk), 3)})
+                UPDATE effector_keys SET claim_token = claimed.token,
+                  claimed_intent_id = claimed.intent_id, lease_owner = ?,
+                  lease_expires_at_ms = ?
+                FROM claimed WHERE effector_keys.entity_key = claimed.entity_key""",
+            [
+                *sql.flatten([(c.intent.entity_key, c.token, c.intent.intent_id) for c in chunk]),
+                owner,
+                now_ms + lease_ms,
+            ],
+        )
     offsets = sql.append(tx, expired, now_ms)
     return ClaimBatch(claims, len(expired)), refused, sql.head_after(offsets)
 
@@ -166,7 +184,7 @@ def finish(
 
 
 def record_completions(
-    tx: sql.Tx, completions: Sequence[Completion], now_ms: int
+    tx: sql.Tx, dialect: sql.Dialect, completions: Sequence[Completion], now_ms: int
 ) -> tuple[list[bool], int]:
     """Record results, release their keys and publish; ``False`` where another result won.
 
@@ -180,20 +198,26 @@ def record_completions(
     order = sorted(range(len(completions)), key=lock_order)
     claims = [completions[index].claim for index in order]
     keys = sorted({claim.intent.entity_key for claim in claims})
+    # Locks the key rows in key order; the set-based UPDATEs below then wait for nothing.
     held = {
         (bytes(key), token)
         for chunk in sql.chunks(keys)
         for key, token in tx.execute(
             f"""SELECT entity_key, claim_token FROM effector_keys
-                WHERE entity_key IN ({sql.marks(len(chunk))})""",
+                WHERE entity_key IN ({sql.marks(len(chunk))})
+                ORDER BY entity_key{dialect.for_update}""",
             chunk,
         ).fetchall()
     }
-    tx.executemany(
-        f"""UPDATE effector_keys SET ready_at_ms = ?, {_NO_CLAIM}
-            WHERE entity_key = ? AND claim_token = ?""",
-        [(now_ms, claim.intent.entity_key, claim.token) for claim in claims],
-    )
+    for chunk in sql.chunks(claims):
+        tx.execute(
+            f"""WITH released (entity_key, token) AS (VALUES {sql.row_marks(len(chunk), 2)})
+                UPDATE effector_keys SET ready_at_ms = ?, {_NO_CLAIM}
+                FROM released
+                WHERE effector_keys.entity_key = released.entity_key
+                  AND effector_keys.claim_token = released.token""",
+            [*sql.flatten([(c.intent.entity_key, c.token) for c in chunk]), now_ms],
+        )
     # First result wins: a claim whose lease ran out may finish after a later claim did, or
     # beside it in one batch, where the first in lock order is the one tried.
     tried: dict[str, int] = {}
@@ -204,23 +228,32 @@ def record_completions(
     )
     recorded = [False] * len(completions)
     envelopes: list[bytes] = []
-    finished_keys: list[tuple[bytes]] = []
+    finished_keys: Counter[bytes] = Counter()
     for index, claim in zip(order, claims, strict=True):
         envelope = published.get(claim.intent.intent_id)
         if envelope is None or tried[claim.intent.intent_id] != index:
             continue
         recorded[index] = True
         envelopes.append(envelope)
-        finished_keys.append((claim.intent.entity_key,))
+        finished_keys[claim.intent.entity_key] += 1
         if (claim.intent.entity_key, claim.token) not in held:
             _log.warning(
                 "recorded intent %s from a claim that had lost its lease", claim.intent.intent_id
             )
-    tx.executemany(
-        "UPDATE effector_keys SET pending = pending - 1 WHERE entity_key = ?", finished_keys
-    )
+    _count_down(tx, list(finished_keys.items()))
     offsets = sql.append(tx, envelopes, now_ms)
     return recorded, sql.head_after(offsets)
+
+
+def _count_down(tx: sql.Tx, finished: Sequence[tuple[bytes, int]]) -> None:
+    """Take the intents just finished off their keys' ``pending`` counts (keys locked)."""
+    for chunk in sql.chunks(finished):
+        tx.execute(
+            f"""WITH finished (entity_key, done) AS (VALUES {sql.row_marks(len(chunk), 2)})
+                UPDATE effector_keys SET pending = pending - finished.done
+                FROM finished WHERE effector_keys.entity_key = finished.entity_key""",
+            sql.flatten(chunk),
+        )
 
 
 def _finish_running(
@@ -252,6 +285,29 @@ def _finish_running(
         ).fetchall():
             finished[intent_id] = envelopes[intent_id]
     return finished
+
+
+def record_and_claim(
+    tx: sql.Tx,
+    dialect: sql.Dialect,
+    completions: Sequence[Completion],
+    now_ms: int,
+    request: ClaimRequest,
+) -> tuple[list[bool], ClaimBatch, list[ToolIntent], int]:
+    """:func:`record_completions`, then :func:`claim_work` in the same transaction.
+
+    The released keys go to the back of the queue (their ``ready_at_ms`` is now), so the claim
+    prefers keys that waited longer; a key's next intent is claimed only here, after the row
+    recording its previous result, and executes only once this transaction has committed.
+    Returns what both return, with the later log head.
+    """
+    recorded, head = record_completions(tx, dialect, completions, now_ms)
+    if request.limit <= 0:
+        return recorded, ClaimBatch([], 0), [], head
+    batch, refused, claim_head = claim_work(
+        tx, dialect, request.owner, request.limit, now_ms, request.lease_ms
+    )
+    return recorded, batch, refused, max(head, claim_head)
 
 
 def renew_leases(tx: sql.Tx, claims: Sequence[Claim], now_ms: int, lease_ms: int) -> set[str]:

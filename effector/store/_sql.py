@@ -41,6 +41,7 @@ from effector.store._tx import Dialect, Tx, append, head_after, read_head
 from effector.store.base import (
     Claim,
     ClaimBatch,
+    ClaimRequest,
     CompensationSettlement,
     Completion,
     Decision,
@@ -85,8 +86,11 @@ class SqlStore(EffectorStore):
         head: int,
         poll_interval_s: float | None,
         read_executor: Executor | None = None,
+        *,
+        claim_with_results: bool = False,
     ) -> None:
         self._dialect = dialect
+        self._claim_with_results = claim_with_results
         self._executor = executor
         self._read_executor = executor if read_executor is None else read_executor
         self._known_head = head
@@ -152,10 +156,29 @@ class SqlStore(EffectorStore):
     async def complete(self, completions: Sequence[Completion], now_ms: int) -> list[bool]:
         """See :meth:`EffectorStore.complete`."""
         recorded, head = await self._run(
-            lambda tx: execution.record_completions(tx, completions, now_ms)
+            lambda tx: execution.record_completions(tx, self._dialect, completions, now_ms)
         )
         self._announce(head)
         return recorded
+
+    async def complete_and_claim(
+        self, completions: Sequence[Completion], now_ms: int, request: ClaimRequest
+    ) -> tuple[list[bool], ClaimBatch]:
+        """See :meth:`EffectorStore.complete_and_claim`.
+
+        One transaction where the backend says so (``claim_with_results``: SQLite, whose
+        writes are serialized anyway, saves a commit and its fsync); otherwise (PostgreSQL)
+        two, so the key rows the results lock are not held through the claim while Submits
+        of the same keys wait for them.
+        """
+        if not self._claim_with_results:
+            return await super().complete_and_claim(completions, now_ms, request)
+        recorded, batch, expired, head = await self._run(
+            lambda tx: execution.record_and_claim(tx, self._dialect, completions, now_ms, request)
+        )
+        self._announce(head)
+        audit.expired(expired)
+        return recorded, batch
 
     async def settle_compensation(self, claim: Claim, now_ms: int) -> CompensationSettlement:
         """See :meth:`EffectorStore.settle_compensation`."""

@@ -117,10 +117,13 @@ def append(tx: Tx, envelopes: Sequence[bytes], now_ms: int) -> list[int]:
     ).fetchone()
     first = int(head) - len(envelopes) + 1
     offsets = list(range(first, int(head) + 1))
-    tx.executemany(
-        "INSERT INTO effector_envelopes (log_offset, envelope, appended_at_ms) VALUES (?, ?, ?)",
-        [(offset, envelope, now_ms) for offset, envelope in zip(offsets, envelopes, strict=True)],
-    )
+    rows = [(offset, envelope, now_ms) for offset, envelope in zip(offsets, envelopes, strict=True)]
+    for chunk in chunks(rows):
+        tx.execute(
+            "INSERT INTO effector_envelopes (log_offset, envelope, appended_at_ms) VALUES "
+            + row_marks(len(chunk), 3),
+            flatten(chunk),
+        )
     return offsets
 
 

@@ -100,6 +100,15 @@ class Completion:
 
 
 @dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    """Whom a claim is for and how much to take: see :meth:`EffectorStore.claim`."""
+
+    owner: str
+    limit: int
+    lease_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class CompensationSettlement:
     """What :meth:`EffectorStore.settle_compensation` decided for a claimed compensation."""
 
@@ -259,6 +268,21 @@ class EffectorStore(abc.ABC):
     @abc.abstractmethod
     async def complete(self, completions: Sequence[Completion], now_ms: int) -> list[bool]:
         """Record results and publish their envelopes; ``False`` where another result won."""
+
+    async def complete_and_claim(
+        self, completions: Sequence[Completion], now_ms: int, request: ClaimRequest
+    ) -> tuple[list[bool], ClaimBatch]:
+        """:meth:`complete`, then :meth:`claim` as ``request`` says (nothing if its limit is 0).
+
+        The keys the results release are claimable again at once, behind every key that was
+        waiting longer. A backend may do both in one transaction (one commit instead of two);
+        the claims it returns start only after the results are durable either way.
+        """
+        recorded = await self.complete(completions, now_ms)
+        if request.limit <= 0:
+            return recorded, ClaimBatch([], 0)
+        batch = await self.claim(request.owner, request.limit, now_ms, request.lease_ms)
+        return recorded, batch
 
     @abc.abstractmethod
     async def settle_compensation(self, claim: Claim, now_ms: int) -> CompensationSettlement:

@@ -88,7 +88,14 @@ class SqliteStore(SqlStore):
     ) -> None:
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="effector-sqlite")
         read_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="effector-sqlite-read")
-        super().__init__(SQLITE, executor, head, poll_interval_s=None, read_executor=read_executor)
+        super().__init__(
+            SQLITE,
+            executor,
+            head,
+            poll_interval_s=None,
+            read_executor=read_executor,
+            claim_with_results=True,
+        )
         self._connection, self._read_connection = connections
         self._lock_file = lock_file
         self._path = path
