@@ -267,10 +267,14 @@ class _Inbox:
         for future, value, error in finished:
             if future.done():  # the caller gave up (its timeout)
                 continue
-            if error is None:
-                future.set_result(value)
-            else:
-                future.set_exception(error)
+            try:
+                if error is None:
+                    future.set_result(value)
+                else:
+                    future.set_exception(error)
+            except (TypeError, asyncio.InvalidStateError) as refused:
+                # One call's odd exception must not strand the others handed over with it.
+                future.set_exception(RuntimeError(f"the tool's outcome was refused: {refused}"))
 
 
 class _ToolThreads:
@@ -305,6 +309,8 @@ class _ToolThreads:
             error: BaseException | None = None
             try:
                 value = function(**kwargs)
+            except StopIteration as exc:  # a future cannot carry it: asyncio refuses to set it
+                error = RuntimeError(f"the tool raised StopIteration: {exc}")
             except BaseException as exc:  # delivered to the awaiting task, which classifies it
                 error = exc
             inbox.put(future, value, error)

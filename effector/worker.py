@@ -106,6 +106,8 @@ class Worker:
         self._claims: dict[str, Claim] = {}
         self._reserved = 0
         """Slots promised to claim transactions in progress, not yet in ``_claims``."""
+        self._abandoned_commit: asyncio.Future[tuple[list[bool], ClaimBatch]] | None = None
+        """A record-and-claim commit left running when a drain gave up waiting for it."""
         self._executions: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
         self._stopping = False
@@ -154,6 +156,7 @@ class Worker:
             await asyncio.wait_for(self._recorder.drain(), grace_s)
         except TimeoutError:
             _log.warning("the store did not take the last results; those intents will run again")
+            await self._give_back_abandoned(grace_s)
         if self._claims:
             abandoned = list(self._claims.values())
             _log.warning("releasing %d claim(s) still running at shutdown", len(abandoned))
@@ -225,7 +228,10 @@ class Worker:
                 "executing intent %s failed; releasing its claim", claim.intent.intent_id
             )
             self._claims.pop(claim.token, None)
-            await self._store.release([claim])
+            try:
+                await self._store.release([claim])
+            except StoreError as exc:
+                _log.warning("releasing the claim failed; its lease will expire: %s", exc)
         finally:
             metrics.in_flight.dec()
         self.wake()
@@ -317,10 +323,15 @@ class Worker:
             free = 0 if self._stopping else self._free_slots() + len(completions)
             request = ClaimRequest(self._owner, max(free, 0), self._settings.lease_ms)
             self._reserved += request.limit
+            # Shielded: a drain that gives up on this commit must not lose what it claimed.
+            commit = asyncio.ensure_future(
+                self._store.complete_and_claim(completions, self._clock(), request)
+            )
             try:
-                recorded, batch = await self._store.complete_and_claim(
-                    completions, self._clock(), request
-                )
+                recorded, batch = await asyncio.shield(commit)
+            except asyncio.CancelledError:
+                self._abandoned_commit = commit  # the drain releases what it claims
+                raise
             except StoreError as exc:
                 # Results stay in memory until the store is back: nothing executed is dropped.
                 await asyncio.sleep(self._outage.failed("recording results", exc))
@@ -331,9 +342,27 @@ class Worker:
             for completion in completions:
                 self._claims.pop(completion.claim.token, None)
             self._start_batch(batch)
-            if batch.expired:
-                self.wake()  # refused heads took slots without filling them
+            if batch.expired or (request.limit and not batch.claims):
+                self.wake()  # slots left unfilled: refused heads, or a claim that failed
             return recorded
+
+    async def _give_back_abandoned(self, grace_s: float) -> None:
+        """Release what the commit a timed-out drain abandoned claimed, once it is done."""
+        commit, self._abandoned_commit = self._abandoned_commit, None
+        if commit is None:
+            return
+        try:
+            _, batch = await asyncio.wait_for(asyncio.shield(commit), grace_s)
+        except Exception as exc:  # the store is out, or slower than the grace: leases expire
+            _log.warning(
+                "an abandoned commit did not finish; its claims' leases will expire: %s", exc
+            )
+            return
+        if batch.claims:
+            try:
+                await self._store.release(list(batch.claims))
+            except StoreError as exc:
+                _log.warning("releasing abandoned claims failed; their leases will expire: %s", exc)
 
     async def _housekeeping_loop(self) -> None:
         settings = self._settings

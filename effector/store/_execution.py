@@ -30,10 +30,20 @@ _TOKEN_PREFIX = os.urandom(8).hex()
 _token_numbers = itertools.count()
 
 
+def _new_token_prefix() -> None:
+    """Draw this process's token prefix afresh (a forked child must not repeat its parent's)."""
+    global _TOKEN_PREFIX, _token_numbers
+    _TOKEN_PREFIX = os.urandom(8).hex()
+    _token_numbers = itertools.count()
+
+
+os.register_at_fork(after_in_child=_new_token_prefix)
+
+
 def new_token() -> str:
     """A claim token no other claim has: this process's random prefix and a counter.
 
-    As unique as a random UUID across processes and restarts, without a system call each.
+    As unique as a random UUID across processes, forks and restarts, without a system call each.
     """
     return f"{_TOKEN_PREFIX}{next(_token_numbers):016x}"
 

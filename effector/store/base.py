@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import enum
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -22,6 +23,9 @@ from beam_agents._protos import (
     ToolResult,
     TraceEvent,
 )
+from effector.errors import StoreError
+
+_log = logging.getLogger(__name__)
 
 
 class SubmitOutcome(enum.Enum):
@@ -281,7 +285,12 @@ class EffectorStore(abc.ABC):
         recorded = await self.complete(completions, now_ms)
         if request.limit <= 0:
             return recorded, ClaimBatch([], 0)
-        batch = await self.claim(request.owner, request.limit, now_ms, request.lease_ms)
+        try:
+            batch = await self.claim(request.owner, request.limit, now_ms, request.lease_ms)
+        except StoreError as exc:
+            # The results are durable: report them; the claim loop claims once woken.
+            _log.warning("claiming after recording results failed: %s", exc)
+            return recorded, ClaimBatch([], 0)
         return recorded, batch
 
     @abc.abstractmethod

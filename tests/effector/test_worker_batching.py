@@ -8,7 +8,9 @@ connection of their own, so they see only what was committed.
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
+import threading
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager, suppress
@@ -20,9 +22,11 @@ from effector_harness import intent_id, make_intent
 
 from beam_agents._protos import IntentState, ToolIntent, ToolResult
 from beam_agents.tools import IntentInfo, Tool, ToolRegistry, tool
+from effector.errors import StoreError
 from effector.metrics import EffectorMetrics
-from effector.runner import EffectorToolRunner
-from effector.store import EffectorStore, open_store
+from effector.runner import EffectorToolRunner, _ToolThreads
+from effector.store import EffectorStore, _execution, open_store
+from effector.store._execution import new_token
 from effector.store.base import ClaimBatch, ClaimRequest, Completion, NewIntent
 from effector.worker import Worker, WorkerSettings
 
@@ -176,3 +180,121 @@ async def test_the_commit_recording_results_claims_the_next_work(tmp_path: Path)
     # commit that recorded the one before it, with no claim transaction of its own.
     assert counts.standalone + counts.chained == 40
     assert counts.chained >= 36
+
+
+# -- failure paths around the batched commit (found by review) -------------------------------
+
+
+@pytest.mark.asyncio
+async def test_a_tool_raising_stop_iteration_strands_no_other_result() -> None:
+    pool = _ToolThreads()
+    gate = threading.Event()
+
+    def odd() -> None:
+        gate.wait()
+        raise StopIteration("a generator's end, escaped")
+
+    def good() -> int:
+        gate.wait()
+        time.sleep(0.05)
+        return 42
+
+    odd_call, good_call = pool.call(odd, {}), pool.call(good, {})
+    gate.set()
+    time.sleep(0.3)  # the loop is busy: both results reach the inbox in one hand-over
+    assert await asyncio.wait_for(good_call, 5.0) == 42
+    with pytest.raises(RuntimeError, match="StopIteration"):
+        await odd_call
+
+
+def test_claim_tokens_differ_in_a_forked_child() -> None:
+    reader, writer = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child only reports its tokens
+        os.write(writer, " ".join(new_token() for _ in range(3)).encode())
+        os._exit(0)
+    os.waitpid(child, 0)
+    os.close(writer)
+    theirs = set(os.read(reader, 4096).decode().split())
+    os.close(reader)
+    ours = {new_token() for _ in range(3)}
+    assert len(theirs) == 3 and not theirs & ours
+
+
+@pytest.mark.asyncio
+async def test_a_failed_claim_after_durable_results_still_reports_them(tmp_path: Path) -> None:
+    """PostgreSQL's shape (results, then claims in a second transaction) with the second failing."""
+    store = await open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    failed: list[bool] = []
+    real_claim = store.claim
+
+    async def claim(*args: Any, **kwargs: Any) -> ClaimBatch:
+        if not failed:
+            failed.append(True)
+            raise StoreError("connection lost between the two transactions")
+        return await real_claim(*args, **kwargs)
+
+    store.claim = claim  # type: ignore[method-assign]
+    intent = make_intent("slow_tool", key=b"k")
+    await store.submit([NewIntent(intent)], int(time.time() * 1000))
+    batch = await real_claim("owner", 1, int(time.time() * 1000), 30_000)
+    result = ToolResult(intent_id=intent.intent_id, status=ToolResult.OK)
+    recorded, claimed = await EffectorStore.complete_and_claim(
+        store,
+        [Completion(batch.claims[0], result)],
+        int(time.time() * 1000),
+        ClaimRequest("owner", 4, 30_000),
+    )
+    assert failed and recorded == [True] and claimed.claims == []
+    record = await store.get_intent(intent.intent_id)
+    assert record is not None and record.state == IntentState.DONE
+    await store.close()
+
+
+@pytest.mark.asyncio
+async def test_a_drain_that_gives_up_on_a_commit_releases_what_it_claimed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "store.db"
+    store = await open_store(f"sqlite:///{path}")
+    slow = threading.Event()
+    real = _execution.record_and_claim
+
+    def slow_record_and_claim(*args: Any, **kwargs: Any) -> Any:
+        out = real(*args, **kwargs)
+        if slow.is_set():
+            time.sleep(1.5)  # a slow commit: the drain's grace runs out meanwhile
+        return out
+
+    monkeypatch.setattr(_execution, "record_and_claim", slow_record_and_claim)
+    worker = Worker(
+        store,
+        ToolRegistry([quick_noop]),
+        EffectorToolRunner(),
+        EffectorMetrics(),
+        WorkerSettings(concurrency=2, poll_interval_ms=60_000),
+    )
+    worker.start()
+    intents = [
+        make_intent("quick_noop", key=key, seq=seq) for key in (b"a", b"b") for seq in (0, 1)
+    ]
+    await store.submit([NewIntent(intent) for intent in intents], int(time.time() * 1000))
+    slow.set()
+    worker.wake()
+    await asyncio.sleep(0.3)  # the heads ran; their record-and-claim commit is in flight
+    await worker.drain(0.5)
+    await store.close()
+    with sqlite3.connect(path) as connection:
+        held = connection.execute(
+            "SELECT count(*) FROM effector_keys WHERE claim_token IS NOT NULL"
+        ).fetchone()[0]
+        running = connection.execute(
+            "SELECT count(*) FROM effector_intents WHERE state = ?", (IntentState.RUNNING,)
+        ).fetchone()[0]
+    assert (held, running) == (0, 0)
+
+
+@tool(side_effect=True)
+def quick_noop() -> int:
+    """Do nothing, synchronously."""
+    return 1
