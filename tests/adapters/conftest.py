@@ -12,3 +12,6 @@ if _EFFECTOR_TESTS not in sys.path:
 import pytest  # noqa: E402
 
 pytest.register_assert_rewrite("tests.adapters.conformance", "tests.semantics.loop")
+
+# Every module's pipelines weigh Beam's state cache values without walking every module.
+from tests.semantics.state_cache import module_walk_free_state_cache  # noqa: E402, F401

@@ -12,6 +12,9 @@ import pytest
 from beam_agents.tools.mcp import McpServer
 from beam_agents.tools.mcp._pool import session_pool
 
+# Every module's pipelines weigh Beam's state cache values without walking every module.
+from tests.semantics.state_cache import module_walk_free_state_cache  # noqa: F401
+
 HERE = Path(__file__).parent
 TICKET_SERVER = str(HERE / "ticket_server.py")
 RAW_SERVER = str(HERE / "raw_server.py")

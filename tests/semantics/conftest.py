@@ -26,6 +26,9 @@ pytest.register_assert_rewrite("tests.semantics.loop")
 from tests.pg import PostgresServer, postgres_server  # noqa: E402
 from tests.semantics.gate_tools import create_ledger  # noqa: E402
 
+# Every module's pipelines weigh Beam's state cache values without walking every module.
+from tests.semantics.state_cache import module_walk_free_state_cache  # noqa: E402, F401
+
 _GATE_FIGURES: dict[str, list[str]] = {}
 
 

@@ -82,6 +82,8 @@ STRUCTURED_CASES = {
 """2,701 cases of structurally valid messages (a pb.StatusRequest has no fields: one case)."""
 MIN_CASES = 5_000
 CALL_TIMEOUT_S = 10.0
+APPROVAL_EXPIRY_WAIT_S = 2.5
+"""How long after its Submit every short-lived generated approval has expired."""
 
 # The contract's limits, as the effector documents them.
 MAX_BATCH = 1_000
@@ -630,16 +632,21 @@ def test_fuzzing_every_effector_rpc(
     fuzzer: Fuzzer, ledger: Path, gate_report: Callable[[str, str], None]
 ) -> None:
     started = time.monotonic()
+    last_submit = started
     for name in MESSAGES:
         fuzz_random_bytes(fuzzer, name)
         assert fuzzer.healthy(), f"unhealthy after random bytes to {name}"
         fuzz_structured(fuzzer, name)
         assert fuzzer.healthy(), f"unhealthy after structured {name} requests"
+        if name == "Submit":  # only Submit brings intents: none arrives after this
+            last_submit = time.monotonic()
     model = fuzzer.model
     cases = sum(model.cases.values())
     assert cases >= MIN_CASES, model.cases
 
-    time.sleep(2.5)  # the longest approval TTL generated, so that those have expired
+    # The longest approval TTL generated (2 s, from receipt at the latest) and a margin, counted
+    # from the last Submit, so that those have expired (the later RPCs' fuzzing takes longer).
+    time.sleep(max(0.0, last_submit + APPROVAL_EXPIRY_WAIT_S - time.monotonic()))
     decided_by_hand = decide_the_rest(fuzzer)
     done = wait_until_all_done(fuzzer)
     statuses = Counter(ToolResult.Status.Name(record.result.status) for record in done.values())
