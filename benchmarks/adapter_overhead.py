@@ -75,7 +75,7 @@ task per activation where the plain agent completes inline, the checkpoint, hist
 kept in working memory); so a ratio of 1 would mean the
 adapter adds nothing but the runtime. Every variant warms up on a quarter as many keys first;
 then the seven take turns (each round in the reverse order of the one before, a `gc.collect()`
-before each batch) for 9 rounds (1 quick), and each figure is the median of its rounds; the
+before each batch) for 7 rounds (1 quick), and each figure is the median of its rounds; the
 adapter's own work is the median over rounds of the difference within each round (adapter minus
 framework alone, measured back to back), which cancels drift between rounds."""
 
@@ -89,7 +89,7 @@ trace) where ADK alone calls an in-process fake directly, and the session is enc
 memory once per run; the next changes are the model path's bookkeeping (benchmark 1) and encoding
 the session's new events only."""
 KEYS, QUICK_KEYS = 200, 4
-ROUNDS, QUICK_ROUNDS = 9, 1
+ROUNDS, QUICK_ROUNDS = 7, 1
 WARM_UP_KEYS = 3
 WARM_UP_SHARE = 4
 """A full run warms each variant up on a quarter of its keys (a quick one on three)."""

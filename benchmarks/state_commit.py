@@ -80,7 +80,7 @@ TARGET_FROM = 1 << 16
 """The issue's target covers changed slots of 64 KiB and up."""
 
 KEYS = 10
-SIZES = (1 << 10, 1 << 12, 1 << 14, 1 << 16, 1 << 18, MEMORY_CAP_BYTES - (1 << 10))
+SIZES = (1 << 10, 1 << 16, 1 << 18, MEMORY_CAP_BYTES - (1 << 10))
 QUICK_SIZES = (1 << 10, 1 << 16)
 BESIDE = (1 << 10, (1 << 18) - (1 << 10))
 """The variant row: a slot of this many bytes changes beside an untouched one of that many."""
