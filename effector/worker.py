@@ -106,6 +106,8 @@ class Worker:
         self._claims: dict[str, Claim] = {}
         self._reserved = 0
         """Slots promised to claim transactions in progress, not yet in ``_claims``."""
+        self._unstarted: list[Claim] = []
+        """Claims a commit made as a drain began: given back at its end, never run."""
         self._abandoned_commit: asyncio.Future[tuple[list[bool], ClaimBatch]] | None = None
         """A record-and-claim commit left running when a drain gave up waiting for it."""
         self._executions: set[asyncio.Task[None]] = set()
@@ -157,6 +159,12 @@ class Worker:
         except TimeoutError:
             _log.warning("the store did not take the last results; those intents will run again")
             await self._give_back_abandoned(grace_s)
+        unstarted, self._unstarted = self._unstarted, []
+        if unstarted:
+            try:
+                await self._store.release(unstarted, started=False)
+            except StoreError as exc:
+                _log.warning("releasing unstarted claims failed; their leases will expire: %s", exc)
         if self._claims:
             abandoned = list(self._claims.values())
             _log.warning("releasing %d claim(s) still running at shutdown", len(abandoned))
@@ -204,7 +212,7 @@ class Worker:
         for claim in batch.claims:
             if self._stopping:
                 # Claimed by a commit that began before the drain: never started, given back.
-                self._claims[claim.token] = claim
+                self._unstarted.append(claim)
             else:
                 self._start(claim)
 
@@ -360,7 +368,7 @@ class Worker:
             return
         if batch.claims:
             try:
-                await self._store.release(list(batch.claims))
+                await self._store.release(list(batch.claims), started=False)
             except StoreError as exc:
                 _log.warning("releasing abandoned claims failed; their leases will expire: %s", exc)
 

@@ -357,15 +357,20 @@ def mark_in_doubt(tx: sql.Tx, claim: Claim, reason: str, now_ms: int, retry_at_m
     )
 
 
-def release_claims(tx: sql.Tx, claims: Sequence[Claim]) -> None:
-    """Give claims back unfinished: their keys are free and their intents PENDING again."""
+def release_claims(tx: sql.Tx, claims: Sequence[Claim], *, started: bool = True) -> None:
+    """Give claims back unfinished: their keys are free and their intents PENDING again.
+
+    ``started=False``: the claims never ran, so their attempt is not counted (a later claim
+    then does not take them for possibly started and ask their reconcilers).
+    """
+    uncount = "" if started else ", attempts = attempts - 1"
     for claim in sorted(claims, key=lambda c: c.intent.entity_key):
         if tx.execute(
             f"UPDATE effector_keys SET {_NO_CLAIM} WHERE entity_key = ? AND claim_token = ?",
             (claim.intent.entity_key, claim.token),
         ).rowcount:
             tx.execute(
-                "UPDATE effector_intents SET state = ? WHERE intent_id = ? AND state = ?",
+                f"UPDATE effector_intents SET state = ?{uncount} WHERE intent_id = ? AND state = ?",
                 (sql.PENDING, claim.intent.intent_id, sql.RUNNING),
             )
 

@@ -195,9 +195,9 @@ class SqlStore(EffectorStore):
         """See :meth:`EffectorStore.renew`."""
         return await self._run(lambda tx: execution.renew_leases(tx, claims, now_ms, lease_ms))
 
-    async def release(self, claims: Sequence[Claim]) -> None:
+    async def release(self, claims: Sequence[Claim], *, started: bool = True) -> None:
         """See :meth:`EffectorStore.release`."""
-        await self._run(lambda tx: execution.release_claims(tx, claims))
+        await self._run(lambda tx: execution.release_claims(tx, claims, started=started))
 
     async def mark_in_doubt(self, claim: Claim, reason: str, now_ms: int, retry_at_ms: int) -> bool:
         """See :meth:`EffectorStore.mark_in_doubt`."""

@@ -308,8 +308,11 @@ class EffectorStore(abc.ABC):
         """Extend the leases of ``claims``; returns the tokens that are still held."""
 
     @abc.abstractmethod
-    async def release(self, claims: Sequence[Claim]) -> None:
-        """Give claims back unfinished, so that their intents run again later."""
+    async def release(self, claims: Sequence[Claim], *, started: bool = True) -> None:
+        """Give claims back unfinished, so that their intents run again later.
+
+        ``started=False`` says they never ran: their attempt is not counted.
+        """
 
     @abc.abstractmethod
     async def mark_in_doubt(self, claim: Claim, reason: str, now_ms: int, retry_at_ms: int) -> bool:

@@ -291,7 +291,13 @@ async def test_a_drain_that_gives_up_on_a_commit_releases_what_it_claimed(
         running = connection.execute(
             "SELECT count(*) FROM effector_intents WHERE state = ?", (IntentState.RUNNING,)
         ).fetchone()[0]
+        second_attempts = connection.execute(
+            "SELECT attempts FROM effector_intents WHERE seq = 1"
+        ).fetchall()
     assert (held, running) == (0, 0)
+    # Each key's second intent was at most claimed by the abandoned commit and given back
+    # unstarted: its attempt is not counted, so no reconciler is asked about it.
+    assert sorted(second_attempts) == [(0,), (0,)]
 
 
 @tool(side_effect=True)
