@@ -238,6 +238,12 @@ class FakeLLM(ModelClient):
         shape: Shape = "fake",
     ) -> FakeLLM:
         """A fake whose every answer is ``answer(request)``: the text and the tool calls."""
+        if not callable(answer):
+            raise TypeError(
+                "FakeLLM.scripted takes a function of the request returning (text, tool_calls), "
+                f"got {type(answer).__name__}; for a fixed text use "
+                "FakeLLM([(match_any(), respond_with_text(text))])"
+            )
         fake: FakeLLM
 
         def respond(request: LlmRequest) -> bytes:

@@ -368,3 +368,8 @@ async def test_bad_loop_arguments_are_typed_errors(
     ctx = make_context(provider=FakeLLM([]))
     with pytest.raises(error, match=text):
         await run_tool_loop(ctx, **{"request": question(ctx), **arguments})
+
+
+def test_a_scripted_fake_refuses_an_answer_that_is_not_a_function() -> None:
+    with pytest.raises(TypeError, match="respond_with_text"):
+        FakeLLM.scripted("ok")  # type: ignore[arg-type]
