@@ -92,11 +92,17 @@ def adk_response(response: LlmResponse, request: LlmRequest) -> AdkLlmResponse:
     for position, call in enumerate(response.tool_calls):
         call_id = call.id or _derived_call_id(request, position)
         parts.append(_function_call_part(call_id, call.name, dict(call.arguments)))
-    return AdkLlmResponse(
-        content=content_of("model", parts),
-        model_version=response.model or None,
-        usage_metadata=_usage(response.usage),
-    )
+    content = content_of("model", parts)
+    model_version = response.model or None
+    usage = _usage(response.usage)
+    if (
+        type(content) is types.Content
+        and type(usage) is types.GenerateContentResponseUsageMetadata
+        and (model_version is None or type(model_version) is str)
+    ):
+        values = {"content": content, "model_version": model_version, "usage_metadata": usage}
+        return filled(_LLM_RESPONSE, values)
+    return AdkLlmResponse(content=content, model_version=model_version, usage_metadata=usage)
 
 
 # ``google.genai`` models run a Python ``before`` validator over every field on construction.
@@ -109,6 +115,7 @@ _FUNCTION_CALL = types.FunctionCall()
 _CONTENT = types.Content()
 _USAGE = types.GenerateContentResponseUsageMetadata()
 _DECLARATION = types.FunctionDeclaration()
+_LLM_RESPONSE = AdkLlmResponse()
 
 _new_object = object.__new__
 _set_attribute = object.__setattr__

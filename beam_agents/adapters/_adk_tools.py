@@ -76,11 +76,14 @@ class BeamTool(BaseTool):
         pipeline's misconfiguration and fails the activation.
         """
         bridge = current_bridge()
-        try:
-            self.tool.validate_arguments(args)
-        except ToolArgumentError as exc:
-            return {"error": str(exc)}
         confirmation = tool_context.tool_confirmation
+        if self._require_confirmation or confirmation is not None:
+            # Bad arguments are refused before anyone is asked; otherwise ``ctx.run_tool`` or
+            # ``ctx.act`` validates them (and the error reaches the model the same way).
+            try:
+                self.tool.validate_arguments(args)
+            except ToolArgumentError as exc:
+                return {"error": str(exc)}
         if confirmation is None and await self.check_require_confirmation(args, tool_context):
             # ADK's own gate asks before run_async; this covers a caller that does not.
             tool_context.request_confirmation(hint=f"Approve the call of {self.name}?")

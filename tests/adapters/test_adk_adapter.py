@@ -20,12 +20,14 @@ import pytest
 from google.adk.agents import LlmAgent
 from google.adk.events.event import Event
 from google.adk.models.llm_request import LlmRequest as AdkLlmRequest
+from google.adk.models.llm_response import LlmResponse as AdkLlmResponse
 from google.adk.tools.function_tool import FunctionTool
 from google.genai import types
 
 from beam_agents import AgentConfig, FakeLLM, LlmRequest, ToolRegistry, intent_id_for
 from beam_agents._protos import ToolIntent, ToolResult
 from beam_agents.adapters import AdapterUsageError
+from beam_agents.adapters._adk_model import adk_response
 from beam_agents.adapters._bridge import FrameworkAgent
 from beam_agents.adapters.adk import (
     AdkAgent,
@@ -37,7 +39,7 @@ from beam_agents.adapters.adk import (
     neutral_request,
     trim_events,
 )
-from beam_agents.model.client import ToolCall
+from beam_agents.model.client import LlmResponse, TokenUsage, ToolCall
 from beam_agents.model.fake import match_any, respond_with_fn
 from beam_agents.testing import EnvelopeStream
 from beam_agents.tools.errors import ToolNotFoundError
@@ -151,6 +153,46 @@ def test_a_denied_confirmation_stages_no_effect_and_reaches_the_model_as_denied(
     [output] = outputs.output
     assert output.startswith(b"NOT APPLIED") and b"denied by tester" in output
     _assert_no_repeated_call(provider.fake)
+
+
+# -- bad arguments from the model: its to handle, nothing staged ------------------------------
+
+
+def _bad_arguments_model() -> FakeLLM:
+    """Calls both tools with arguments their schemas refuse, then reports what came back."""
+    fake: FakeLLM
+
+    def respond(request: LlmRequest) -> bytes:
+        results = [m["content"] for m in request.messages if m.get("role") == "tool"]
+        if results:
+            return fake.scripted_body(request, " | ".join(results))
+        calls = (
+            ToolCall("lookup-bad", "lookup_account", {"account": ["not", "text"]}),
+            ToolCall("apply-bad", "apply_effect", {"event_id": "e1", "amount": "lots"}),
+        )
+        return fake.scripted_body(request, "", calls)
+
+    fake = FakeLLM([(match_any(), respond_with_fn(respond))])
+    return fake
+
+
+def build_unconfirmed() -> LlmAgent:
+    """Both registry tools, no confirmation rule (the arguments are checked by ``ctx``)."""
+    return LlmAgent(name="loose", model="loose-model", tools=beam_tools(scenario.triage_registry()))
+
+
+@pytest.mark.parametrize("builder", [build_unconfirmed, build_triage], ids=["plain", "confirming"])
+def test_arguments_a_tool_refuses_reach_the_model_as_errors_and_stage_nothing(
+    builder: Any,
+) -> None:
+    provider = SharedProvider(_bad_arguments_model())
+    stream = EnvelopeStream().event(KEY, _event(), at_ms=1_000)
+    outputs = _run(stream, provider, AdkAgent(builder, prompt=scenario.user_prompt))
+    assert outputs.errors == [] and outputs.intents == []
+    [output] = outputs.output
+    lookup, apply = (json.loads(part) for part in output.decode().split(" | "))
+    assert "lookup_account" in lookup["error"] and "account" in lookup["error"]
+    assert "apply_effect" in apply["error"] and "amount" in apply["error"]
 
 
 # -- a provider that reuses call ids: every call is its own intent ---------------------------
@@ -374,6 +416,33 @@ def test_trimming_cuts_at_user_messages_so_calls_keep_their_responses() -> None:
 
 
 # -- the model translation ------------------------------------------------------------------
+
+
+def test_an_answer_becomes_the_adk_response_the_validating_constructor_builds() -> None:
+    request = LlmRequest("m", "hi")
+    answer = LlmResponse(
+        b"{}",
+        tool_calls=(ToolCall("c1", "t", {"n": 1}), ToolCall("", "t", {})),
+        usage=TokenUsage(input_tokens=3, output_tokens=2),
+        model="m-1",
+    )
+    built = adk_response(answer, request)
+    calls = [
+        types.Part(function_call=types.FunctionCall(id="c1", name="t", args={"n": 1})),
+        types.Part(function_call=built.content.parts[1].function_call),  # type: ignore[index,union-attr]
+    ]
+    expected = AdkLlmResponse(
+        content=types.Content(role="model", parts=calls),
+        model_version="m-1",
+        usage_metadata=types.GenerateContentResponseUsageMetadata(
+            prompt_token_count=3, candidates_token_count=2, total_token_count=5
+        ),
+    )
+    assert built == expected and built.model_fields_set == expected.model_fields_set
+    assert built.model_dump_json() == expected.model_dump_json()
+    derived = built.content.parts[1].function_call.id  # type: ignore[index,union-attr]
+    assert derived is not None and derived.startswith("beam-")  # never ADK's random one
+    assert adk_response(LlmResponse(b"ok", text="ok"), request).model_version is None
 
 
 def test_the_neutral_request_carries_the_conversation_and_never_adk_ids() -> None:
