@@ -20,11 +20,10 @@ HOTSPOTS: dict[str, tuple[Hotspot, ...]] = {
         Hotspot(
             "langgraph/checkpoint/memory/__init__.py",
             "put",
-            "The checkpoint LangGraph writes after every super-step into the adapter's "
-            "`BeamCheckpointSaver` (an `InMemorySaver`: every channel serialized); the graph "
-            "alone runs without a checkpointer.",
-            "keep the run's checkpoints unserialized until the run completes, and serialize "
-            "only the one `export` keeps.",
+            'The checkpoint LangGraph writes when the run exits (`durability="exit"`) into '
+            "the adapter's `BeamCheckpointSaver` (an `InMemorySaver`: every channel "
+            "serialized); the graph alone writes the same one into its own `InMemorySaver`.",
+            "",
         ),
         Hotspot(
             "langgraph/pregel/main.py",

@@ -9,11 +9,13 @@ framework on its own, outside beam-agents; ``DEFINITION`` says exactly what is t
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
+import itertools
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,46 +51,49 @@ from tests.core.harness import InMemoryKeyState
 TITLE = "Framework adapters: per-activation overhead against the plain ctx agent"
 
 DEFINITION = """\
-One conversation, the same in every variant: a system prompt and the event (`{"id",
-"account"}` JSON) as the user message; the model's first answer calls the read-only tool
+One conversation, the same in every variant: a system prompt and the event (`{"id", "account"}`
+JSON) as the user message; the model's first answer calls the read-only tool
 `lookup_account(account)`, its second (once the tool result is in the conversation) is the final
 text `DONE <tool result>`; no intents, so no effector. **Per activation**: CPU time (this
 process's, `time.process_time_ns`, so other processes on the shared machine do not count) of
-`AgentDoFn.process` (driven directly in this process over in-memory state cells, no runner,
-as `tests/core/harness.py` does) for one event on a fresh key, model calls answered by a
-scripted `FakeLLM` through `AgentConfig.provider_factory`, the tool run inline by
-`ctx.run_tool`. The variants: the plain `ctx` agent (the floor: builds the neutral messages
-itself and calls `ctx.call_model` / `ctx.run_tool`), and `LangGraphAgent` (agent →
-`ToolNode(beam_tools)` → agent graph with `BeamChatModel`), `PydanticAIAgent`
-(`Agent(system_prompt=..., output_type=str)` with the default `BeamToolset`) and `AdkAgent`
-(`LlmAgent` with `beam_tools`). **Alone, per conversation**: the same conversation run by the
-framework with nothing of beam-agents, on an event loop of its own (one `run_until_complete`
-per conversation, as `AgentDoFn` runs one per activation): the same LangGraph graph with an
-in-process fake LangChain chat model, run with `ainvoke` on a thread of its own per
-conversation in LangGraph's `InMemorySaver` (written when the run exits, as the adapter runs
-it: the adapter keeps the same state in the key's memory); a Pydantic AI `Agent` on a
-`FunctionModel` with the tool as `tool_plain`; an ADK `Runner` over an `InMemorySessionService`
-(one new session per conversation) with an in-process fake `BaseLlm` and the tool as a
-`FunctionTool`. All fakes answer the same script from their own framework's messages.
-**Turns**: one framework at a time, its adapter, the framework alone and the plain agent take
-turns conversation by conversation (the order rotating each turn), 800 turns (3 quick) after
-100 warm-up turns; each conversation is timed on its own, and each figure is the median over
-blocks of 10 turns of the block's mean, so drift of the machine between blocks cancels. Objects
-alive after the warm-up are frozen out of the garbage collector (`gc.freeze()`), so a collection
-walks what the conversations allocate, not every imported module. **Adapter's own work** =
-adapter minus framework alone, block by block (the median over blocks), divided by the plain
-agent **alongside** that framework (ratio rows; target at most 2x). The plain agent alongside
-is timed in the same turns, so it runs, as the runtime under the adapter does, right after the
-framework's code has evicted ours from the CPU's caches: the same calls then cost two to three
-times what they cost back to back (the cache probe in the details times one request digest
-after each conversation). The plain agent **back to back** (a batch of conversations in a row, warm
-caches) is reported too, with the own work's ratio to it in the details. The own work is
-everything around the framework: beam-agents' per-activation work (admission, the model path
-of the two calls, the tool, the commit: what the plain agent costs, less its own message
-building), plus what the adapter adds (translating messages, tools and answers, the bridge, an
-asyncio task per activation where the plain agent completes inline, the checkpoint, history or
-session kept in working memory); so a ratio of 1 would mean the adapter adds nothing but the
-runtime."""
+`AgentDoFn.process` (driven directly in this process over in-memory state cells, no runner, as
+`tests/core/harness.py` does) for one event on a fresh key, model calls answered by a scripted
+`FakeLLM` through `AgentConfig.provider_factory`, the tool run inline by `ctx.run_tool`. The
+variants: the plain `ctx` agent (the floor: builds the neutral messages itself and calls
+`ctx.call_model` / `ctx.run_tool`), and `LangGraphAgent` (agent → `ToolNode(beam_tools)` → agent
+graph with `BeamChatModel`), `PydanticAIAgent` (`Agent(system_prompt=..., output_type=str)` with
+the default `BeamToolset`) and `AdkAgent` (`LlmAgent` with `beam_tools`). **Alone, per
+conversation**: the same conversation run by the framework with nothing of beam-agents, on an
+event loop of its own (one `run_until_complete` per conversation, as `AgentDoFn` runs one per
+activation): the same LangGraph graph with an in-process fake LangChain chat model, run with
+`ainvoke` on a thread of its own per conversation in LangGraph's `InMemorySaver` (written when
+the run exits, as the adapter runs it: the adapter keeps the same state in the key's memory); a
+Pydantic AI `Agent` on a `FunctionModel` with the tool as `tool_plain`; an ADK `Runner` over an
+`InMemorySessionService` (a new session per conversation, deleted after it: the adapter holds
+one key's at a time) with an in-process fake `BaseLlm` and the tool as a `FunctionTool`. All
+fakes answer the same script from their own framework's messages. **Turns**: one framework at a
+time, its adapter, the framework alone and the plain agent take turns conversation by
+conversation, 840 turns (3 quick), the three in each of their six orders in rotation (so each
+follows each other equally often), after each variant has run 100 conversations (2 quick) as a
+warm-up. Objects alive after the warm-up are frozen out of the garbage collector (`gc.freeze()`)
+and automatic collection is off during the turns: each conversation is timed with a collection
+of the youngest generation (`gc.collect(0)`), which holds exactly what it allocated, so no
+variant pays for the cycles of the one before it. Each figure is the median over blocks of 12
+turns (two of each order) of the block's mean, so drift of the machine between blocks cancels.
+**Adapter's own work** = adapter minus framework alone, block by block (the median over blocks),
+divided by the plain agent **alongside** that framework (ratio rows; target at most 2x). The
+plain agent alongside is timed in the same turns, so it runs, as the runtime under the adapter
+does, right after a framework's code has evicted ours from the CPU's caches; the details give
+how much more that costs than the plain agent **back to back** (a batch of 400 conversations in
+a row under the same collector regime, the median of 3 batches), and the own work over the plain
+agent back to back is a row too (no target). The cache probe in the details is the CPU time of
+one request digest right after a conversation of each variant, taken in 60 further turns (1
+quick) that are not timed, so that its hashing never warms a timed conversation. The own work is
+everything around the framework: beam-agents' per-activation work (admission, the model path of
+the two calls, the tool, the commit: what the plain agent costs, less its own message building),
+plus what the adapter adds (translating messages, tools and answers, the bridge, an asyncio task
+per activation where the plain agent completes inline, the checkpoint, history or session kept
+in working memory); so a ratio of 1 would mean the adapter adds nothing but the runtime."""
 
 TARGET = Target(Goal.RATIO_AT_MOST, 2.0)
 REMAINING = """\
@@ -98,10 +103,11 @@ the framework's. The runtime's share (the two model calls, the tool, the commit)
 agent's cost, paid with caches the framework has just filled with its own code; the next
 changes are the model path's bookkeeping (benchmark 1) and encoding a session's, history's or
 checkpoint's new part only."""
-UNITS, QUICK_UNITS = 800, 3
+UNITS, QUICK_UNITS = 840, 3
 WARM_UP_UNITS, QUICK_WARM_UP_UNITS = 100, 2
-BLOCK = 10
-"""Turns per block: each figure is the median of its blocks' means."""
+PROBES, QUICK_PROBES = 60, 1
+BLOCK = 12
+"""Turns per block, two of each order of the roles: a figure is the median of block means."""
 BACK_TO_BACK_KEYS, BACK_TO_BACK_BATCHES = 400, 3
 ROLES = ("adapter", "alone", "plain")
 
@@ -188,11 +194,17 @@ def timed_batch(batch: Batch, count: int) -> float:
 
 
 def timed_turn(batch: Batch) -> float:
-    """CPU seconds of one fresh conversation, timed on its own (checked)."""
+    """CPU seconds of one fresh conversation and of collecting its garbage (checked).
+
+    The collector is off during the turns, so everything the conversation allocated is in the
+    youngest generation: collecting that one alone, each pays for its own cycles, not for those
+    of the variant before it, nor for a walk over what earlier turns left alive.
+    """
     events = fresh_events(1)
     work = batch.prepare(events)
     started = time.process_time_ns()
     texts = batch.run(work)
+    gc.collect(0)
     elapsed = time.process_time_ns() - started
     if len(texts) != 1 or not answered(events[0], texts[0]):
         raise AssertionError(f"a variant answered {texts!r} to {events!r}")
@@ -207,10 +219,10 @@ _PROBE = LlmRequest(
 
 
 def probe_seconds() -> float:
-    """Seconds one request digest takes now: how warm the runtime's code and data are."""
-    started = time.perf_counter_ns()
+    """CPU seconds one request digest takes now: how warm the runtime's code and data are."""
+    started = time.process_time_ns()
     _PROBE.content_digest()
-    return (time.perf_counter_ns() - started) / 1e9
+    return (time.process_time_ns() - started) / 1e9
 
 
 @dataclass
@@ -221,8 +233,16 @@ class Turns:
     probe: dict[str, list[float]]
 
 
-def take_turns(framework: str, units: int, warm_up: int) -> Turns:
-    """The adapter, the framework alone and the plain agent, conversation by conversation."""
+ORDERS = tuple(itertools.permutations(ROLES))
+"""Every order of the three roles: each follows each other equally often."""
+
+
+def take_turns(framework: str, units: int, warm_up: int, probes: int) -> Turns:
+    """The adapter, the framework alone and the plain agent, conversation by conversation.
+
+    Then ``probes`` more turns, untimed, each followed by the cache probe (apart, so that the
+    probe's own hashing does not warm the next timed conversation).
+    """
     batches = {
         "adapter": dofn_batch(ADAPTERS[framework]()),
         "alone": alone_batch(ALONE[framework]()),
@@ -232,16 +252,14 @@ def take_turns(framework: str, units: int, warm_up: int) -> Turns:
         for batch in batches.values():
             timed_batch(batch, warm_up)
         turns = Turns({role: [] for role in ROLES}, {role: [] for role in ROLES})
-        gc.collect()
-        gc.freeze()
-        try:
-            for unit in range(units):
-                shift = unit % len(ROLES)
-                for role in ROLES[shift:] + ROLES[:shift]:
-                    turns.seconds[role].append(timed_turn(batches[role]))
-                    turns.probe[role].append(probe_seconds())
-        finally:
-            gc.unfreeze()
+        with _collector_frozen():
+            for unit in range(units + probes):
+                for role in ORDERS[unit % len(ORDERS)]:
+                    seconds = timed_turn(batches[role])
+                    if unit < units:
+                        turns.seconds[role].append(seconds)
+                    else:
+                        turns.probe[role].append(probe_seconds())
         return turns
     finally:
         for batch in batches.values():
@@ -249,13 +267,39 @@ def take_turns(framework: str, units: int, warm_up: int) -> Turns:
 
 
 def back_to_back(keys: int, batches: int) -> float:
-    """Seconds per activation of the plain agent in batches of conversations in a row."""
+    """Seconds per activation of the plain agent in batches of conversations in a row.
+
+    Under the turns' regime: the collector frozen after the warm-up and off while timing, each
+    batch paying for collecting its garbage.
+    """
     batch = dofn_batch(ADAPTERS["plain"]())
     try:
-        timed_batch(batch, max(WARM_UP_UNITS // 10, keys // 4))
-        return statistics.median(timed_batch(batch, keys) for _ in range(batches))
+        timed_batch(batch, max(QUICK_WARM_UP_UNITS, keys // 4))
+        with _collector_frozen():
+            return statistics.median(_collected_batch(batch, keys) for _ in range(batches))
     finally:
         batch.close()
+
+
+def _collected_batch(batch: Batch, count: int) -> float:
+    work = batch.prepare(fresh_events(count))
+    started = time.process_time_ns()
+    batch.run(work)
+    gc.collect(0)
+    return (time.process_time_ns() - started) / 1e9 / count
+
+
+@contextlib.contextmanager
+def _collector_frozen() -> Iterator[None]:
+    """Everything alive now out of the collector's way, and no automatic collections."""
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+        gc.unfreeze()
 
 
 def block_means(values: Sequence[float]) -> list[float]:
@@ -265,25 +309,28 @@ def block_means(values: Sequence[float]) -> list[float]:
 
 def run(quick: bool) -> BenchmarkResult:
     """Each framework's turns, and the plain agent back to back."""
-    units, warm_up = (QUICK_UNITS, QUICK_WARM_UP_UNITS) if quick else (UNITS, WARM_UP_UNITS)
-    warm = 1e3 * back_to_back(*((QUICK_UNITS, 1) if quick else (BACK_TO_BACK_KEYS, 3)))
-    figures = [
-        Figure(
-            name="plain ctx agent back to back, per activation",
-            unit="ms",
-            ours=warm,
-            samples=QUICK_UNITS if quick else BACK_TO_BACK_KEYS * BACK_TO_BACK_BATCHES,
-        )
-    ]
+    units, warm_up, probes = (
+        (QUICK_UNITS, QUICK_WARM_UP_UNITS, QUICK_PROBES)
+        if quick
+        else (UNITS, WARM_UP_UNITS, PROBES)
+    )
+    keys, batches = (QUICK_UNITS, 1) if quick else (BACK_TO_BACK_KEYS, BACK_TO_BACK_BATCHES)
+    warm = 1e3 * back_to_back(keys, batches)
+    back_to_back_label = "plain ctx agent back to back, per activation"
+    figures = [Figure(name=back_to_back_label, unit="ms", ours=warm, samples=keys * batches)]
     details = []
     for name, label in FRAMEWORKS.items():
-        turns = take_turns(name, units, warm_up)
+        turns = take_turns(name, units, warm_up, probes)
         blocks = {role: block_means(values) for role, values in turns.seconds.items()}
         ms = {role: 1e3 * statistics.median(values) for role, values in blocks.items()}
         differences = [a - b for a, b in zip(blocks["adapter"], blocks["alone"], strict=True)]
         own = 1e3 * statistics.median(differences)
+        # A negative difference (the adapter measured cheaper than the framework alone) is
+        # shown as a microsecond in the table; the details give it as measured.
+        shown = max(own, 1e-3)
         plain = ms["plain"]
         alongside = f"plain ctx agent alongside {label}, per activation"
+        own_row = f"{label} adapter's own work over the plain-ctx agent"
         figures += [
             Figure(
                 name=f"{label} adapter, per activation",
@@ -298,14 +345,21 @@ def run(quick: bool) -> BenchmarkResult:
             ),
             Figure(name=alongside, unit="ms", ours=plain, samples=units),
             Figure(
-                name=f"{label} adapter's own work over the plain-ctx agent",
+                name=own_row,
                 unit="ms",
-                # A non-positive difference would be noise: report it as a microsecond.
-                ours=max(own, 1e-3),
+                ours=shown,
                 samples=units,
                 floor=plain,
                 floor_label=alongside,
                 target=TARGET,
+            ),
+            Figure(
+                name=f"{own_row} back to back",
+                unit="ms",
+                ours=shown,
+                samples=units,
+                floor=warm,
+                floor_label=back_to_back_label,
             ),
         ]
         details.append(_account(label, turns, ms, own, warm, differences))
@@ -336,13 +390,14 @@ def _account(
     probe = {role: 1e6 * statistics.median(values) for role, values in turns.probe.items()}
     return (
         f"{label}: the adapter costs {ms['adapter']:.2f} ms per activation, the framework alone "
-        f"{ms['alone']:.2f} ms per conversation, the plain agent alongside {plain:.3f} ms "
-        f"({warm:.3f} ms back to back). The adapter's own work is {own:.3f} ms (median of "
-        f"blocks; mean {mean_own:.3f} ms, quartiles {1e3 * quartiles[0]:.3f} to "
-        f"{1e3 * quartiles[2]:.3f} ms): {own / plain:.2f}x the plain agent alongside, "
-        f"{own / warm:.2f}x the plain agent back to back. Cache probe (one request digest): "
-        f"{probe['plain']:.1f} µs after a plain conversation, {probe['alone']:.1f} µs after "
-        f"{label} alone, {probe['adapter']:.1f} µs after the adapter."
+        f"{ms['alone']:.2f} ms per conversation, the plain agent alongside {plain:.3f} ms, "
+        f"{plain / warm:.2f}x its {warm:.3f} ms back to back. The adapter's own work is "
+        f"{own:.3f} ms (median of blocks; mean {mean_own:.3f} ms, quartiles "
+        f"{1e3 * quartiles[0]:.3f} to {1e3 * quartiles[2]:.3f} ms): {own / plain:.2f}x the "
+        f"plain agent alongside, {own / warm:.2f}x the plain agent back to back. Cache probe "
+        f"(one request digest, CPU time): {probe['plain']:.1f} µs after a plain conversation, "
+        f"{probe['alone']:.1f} µs after {label} alone, {probe['adapter']:.1f} µs after the "
+        "adapter."
     )
 
 

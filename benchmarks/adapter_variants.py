@@ -348,7 +348,8 @@ def pydantic_ai_alone() -> Alone:
 
 
 def adk_alone() -> Alone:
-    """A ``Runner`` over an ``InMemorySessionService``: a new session per conversation."""
+    """A ``Runner`` over an ``InMemorySessionService``: a new session per conversation, deleted
+    after it."""
     agent = LlmAgent(
         name="lookup",
         model=ScriptedAdkLlm(model=MODEL_ID),
@@ -365,6 +366,8 @@ def adk_alone() -> Alone:
         async for item in runner.run_async(user_id=key, session_id=key, new_message=message):
             if item.content is not None and not item.get_function_calls():
                 text = "".join(part.text or "" for part in item.content.parts or ()) or text
+        # As small as the adapter's, which holds one key's session at a time.
+        await service.delete_session(app_name="bench", user_id=key, session_id=key)
         return text
 
     return Alone(converse)

@@ -58,14 +58,22 @@ class BeamTool(BaseTool):
         """Whether this call still waits for a person (the tool's ``require_confirmation``).
 
         Once the decision is attached to the call it waits no more: :meth:`run_async` then
-        runs it, or tells the model who denied it and why.
+        runs it, or tells the model who denied it and why. A call whose arguments the tool
+        refuses is never put to a person: :meth:`run_async` answers it with the error.
         """
-        if tool_context.tool_confirmation is not None:
-            return False
         rule = self._require_confirmation
+        if not rule or tool_context.tool_confirmation is not None or not self._valid(args):
+            return False  # nothing to ask, decided already, or refused unasked by run_async
         if callable(rule):
             return bool(rule(self.name, args, tool_context))
-        return bool(rule)
+        return True
+
+    def _valid(self, args: dict[str, Any]) -> bool:
+        try:
+            self.tool.validate_arguments(args)
+        except ToolArgumentError:
+            return False
+        return True
 
     async def run_async(self, *, args: dict[str, Any], tool_context: ToolContext) -> Any:
         """Run the call through the activation; failures reach the model as ``{"error": ...}``.
@@ -77,13 +85,6 @@ class BeamTool(BaseTool):
         """
         bridge = current_bridge()
         confirmation = tool_context.tool_confirmation
-        if self._require_confirmation or confirmation is not None:
-            # Bad arguments are refused before anyone is asked; otherwise ``ctx.run_tool`` or
-            # ``ctx.act`` validates them (and the error reaches the model the same way).
-            try:
-                self.tool.validate_arguments(args)
-            except ToolArgumentError as exc:
-                return {"error": str(exc)}
         if confirmation is None and await self.check_require_confirmation(args, tool_context):
             # ADK's own gate asks before run_async; this covers a caller that does not.
             tool_context.request_confirmation(hint=f"Approve the call of {self.name}?")
@@ -94,7 +95,9 @@ class BeamTool(BaseTool):
         if not self.tool.side_effect:
             return await _run_inline(self.name, args)
         try:
-            value = bridge.act(self.name, args, call_key=_call_key(self.name, args, tool_context))
+            value = bridge.act(
+                self.name, args, call_key=_call_key(self.name, args, tool_context), tool=self.tool
+            )
         except (IntentFailedError, ToolArgumentError) as exc:
             return {"error": str(exc)}
         if isinstance(value, Pending):

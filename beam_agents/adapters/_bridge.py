@@ -29,6 +29,7 @@ from beam_agents.core.continuation import DEADLINE_APPROVER
 from beam_agents.core.memory import MEMORY_CAP_BYTES
 from beam_agents.loop import result_reply
 from beam_agents.model.client import LlmRequest, LlmResponse
+from beam_agents.tools import Tool
 
 __all__ = [
     "MEMORY_CAP_BYTES",
@@ -184,12 +185,17 @@ class ActivationBridge:
         *,
         call_key: Hashable | None = None,
         ttl_ms: int | None = None,
+        tool: Tool[..., Any] | None = None,
     ) -> Any:
         """The side-effecting tool's value if the effector has answered, else :class:`Pending`.
 
         The intent is staged with ``ctx.act`` (once per ``call_key`` in this activation). A
-        result other than OK raises :class:`IntentFailedError`.
+        result other than OK raises :class:`IntentFailedError`. ``ctx.act`` validates the
+        arguments of a tool ``AgentConfig.tool_registry`` holds; ``tool`` (the framework's
+        registry tool) validates them here when it does not, raising ``ToolArgumentError``.
         """
+        if tool is not None and tool_name not in self.ctx.tool_registry:
+            tool.validate_arguments(arguments)
         intent_id = self._intent(
             call_key, lambda: self.ctx.act(tool_name, arguments, ttl_ms=ttl_ms)
         )

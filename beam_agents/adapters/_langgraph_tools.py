@@ -140,8 +140,11 @@ def _stage(
     arguments: Mapping[str, Any],
     config: RunnableConfig,
     ttl_ms: int | None,
+    tool: Tool[..., Any] | None = None,
 ) -> Any:
-    return run.bridge.act(tool_name, arguments, call_key=run.call_key(config), ttl_ms=ttl_ms)
+    return run.bridge.act(
+        tool_name, arguments, call_key=run.call_key(config), ttl_ms=ttl_ms, tool=tool
+    )
 
 
 def stage(tool_name: str, arguments: Mapping[str, Any], *, ttl_ms: int | None = None) -> Any:
@@ -218,7 +221,7 @@ class BeamTool(BaseTool):
                 raise ToolException(f"{name} failed: {type(exc).__name__}: {exc}") from exc
             return _content(name, value)
         try:
-            value = _stage(run, name, kwargs, config, self.ttl_ms)
+            value = _stage(run, name, kwargs, config, self.ttl_ms, self.beam_tool)
         except (IntentFailedError, ToolArgumentError) as exc:
             raise ToolException(str(exc)) from exc
         if isinstance(value, Pending):

@@ -215,6 +215,7 @@ class BeamToolset(AbstractToolset[Any]):
                 tool_args,
                 call_key=call_key("pydantic_ai", ctx.messages, ctx.tool_call_id),
                 ttl_ms=self._intent_ttl_ms,
+                tool=registry_tool,
             )
         except ToolArgumentError as exc:
             raise ModelRetry(str(exc)) from None

@@ -181,14 +181,28 @@ def build_unconfirmed() -> LlmAgent:
     return LlmAgent(name="loose", model="loose-model", tools=beam_tools(scenario.triage_registry()))
 
 
-@pytest.mark.parametrize("builder", [build_unconfirmed, build_triage], ids=["plain", "confirming"])
+@pytest.mark.parametrize(
+    ("builder", "approval", "registered"),
+    [
+        (build_unconfirmed, False, True),
+        (build_triage, True, True),  # the event asks for a person's confirmation
+        (build_unconfirmed, False, False),  # ctx.act cannot check an unregistered effect
+    ],
+    ids=["registered", "confirming", "effect-unregistered"],
+)
 def test_arguments_a_tool_refuses_reach_the_model_as_errors_and_stage_nothing(
-    builder: Any,
+    builder: Any, approval: bool, registered: bool
 ) -> None:
     provider = SharedProvider(_bad_arguments_model())
-    stream = EnvelopeStream().event(KEY, _event(), at_ms=1_000)
-    outputs = _run(stream, provider, AdkAgent(builder, prompt=scenario.user_prompt))
-    assert outputs.errors == [] and outputs.intents == []
+    registry = scenario.triage_registry()
+    if not registered:
+        registry = ToolRegistry([scenario.lookup_account])
+    stream = EnvelopeStream().event(KEY, _event(approval=approval), at_ms=1_000)
+    config = AgentConfig(provider_factory=provider, tool_registry=registry)
+    agent = AdkAgent(builder, prompt=scenario.user_prompt, state=event_state)
+    outputs = run_agent(streamed(stream), agent, config, streaming=True)
+    assert outputs.errors == []
+    assert outputs.intents == []  # no effect, and no person asked about refused arguments
     [output] = outputs.output
     lookup, apply = (json.loads(part) for part in output.decode().split(" | "))
     assert "lookup_account" in lookup["error"] and "account" in lookup["error"]

@@ -7,11 +7,15 @@ through an ``ActivationBridge``, as the adapters do, and reports each decision.
 
 from __future__ import annotations
 
-from beam_agents import AgentConfig, Complete, Suspend, intent_id_for
+import pytest
+
+from beam_agents import AgentConfig, Complete, Suspend, ToolRegistry, intent_id_for
 from beam_agents.adapters import ActivationBridge, Decision, Pending
 from beam_agents.core.context import ActivationContext
 from beam_agents.testing import EnvelopeStream
+from beam_agents.tools.errors import ToolArgumentError
 from tests.core.harness import escalate_once, run_agent, streamed
+from tests.semantics.gate_tools import apply_effect
 
 KEY = b"two-asks"
 
@@ -114,3 +118,26 @@ def test_a_run_waiting_only_for_an_effect_outlasts_the_deadline_for_people() -> 
     assert outputs.output == [b'{"applied":1}']
     [suspended] = [e for e in outputs.traces if e.attributes.get("pending") == "1"]
     assert suspended.attributes["beam_agents.deadline_ms"] == str(60_000 + 60_000)
+
+
+async def acting_badly(ctx: ActivationContext) -> Complete | Suspend:
+    """An adapter-like agent staging ``apply_effect`` with arguments the tool refuses."""
+    bridge = ActivationBridge(ctx, adapter="test")
+    try:
+        bridge.act("apply_effect", {"event_id": "e1", "amount": "lots"}, tool=apply_effect)
+    except ToolArgumentError as refused:
+        return bridge.finish(f"refused: {refused}")
+    return bridge.finish("staged")
+
+
+@pytest.mark.parametrize("registered", [True, False], ids=["registered", "unregistered"])
+def test_an_effect_with_arguments_its_tool_refuses_is_never_staged(registered: bool) -> None:
+    # ctx.act validates a tool AgentConfig.tool_registry holds; the adapter's own tool does
+    # it for one the pipeline's registry lacks (which ctx.act would stage unchecked).
+    registry = ToolRegistry([apply_effect] if registered else [])
+    stream = EnvelopeStream().event(KEY, b"go", at_ms=1_000)
+    config = AgentConfig(tool_registry=registry)
+    outputs = run_agent(streamed(stream), acting_badly, config, streaming=True)
+    assert outputs.errors == [] and outputs.intents == []
+    [output] = outputs.output
+    assert output.startswith(b"refused: ") and b"apply_effect" in output and b"amount" in output
