@@ -309,14 +309,22 @@ def record_and_claim(
     The released keys go to the back of the queue (their ``ready_at_ms`` is now), so the claim
     prefers keys that waited longer; a key's next intent is claimed only here, after the row
     recording its previous result, and executes only once this transaction has committed.
-    Returns what both return, with the later log head.
+    Returns what both return, with the later log head. A claim that fails is undone alone (a
+    savepoint): the results still commit, and the claim loop claims once woken.
     """
     recorded, head = record_completions(tx, dialect, completions, now_ms)
     if request.limit <= 0:
         return recorded, ClaimBatch([], 0), [], head
-    batch, refused, claim_head = claim_work(
-        tx, dialect, request.owner, request.limit, now_ms, request.lease_ms
-    )
+    tx.execute("SAVEPOINT claim_after_results")
+    try:
+        batch, refused, claim_head = claim_work(
+            tx, dialect, request.owner, request.limit, now_ms, request.lease_ms
+        )
+    except Exception as exc:
+        tx.execute("ROLLBACK TO SAVEPOINT claim_after_results")
+        _log.warning("claiming after recording results failed; the results commit: %r", exc)
+        return recorded, ClaimBatch([], 0), [], head
+    tx.execute("RELEASE SAVEPOINT claim_after_results")
     return recorded, batch, refused, max(head, claim_head)
 
 

@@ -23,7 +23,6 @@ from beam_agents._protos import (
     ToolResult,
     TraceEvent,
 )
-from effector.errors import StoreError
 
 _log = logging.getLogger(__name__)
 
@@ -287,9 +286,10 @@ class EffectorStore(abc.ABC):
             return recorded, ClaimBatch([], 0)
         try:
             batch = await self.claim(request.owner, request.limit, now_ms, request.lease_ms)
-        except StoreError as exc:
-            # The results are durable: report them; the claim loop claims once woken.
-            _log.warning("claiming after recording results failed: %s", exc)
+        except Exception as exc:
+            # The results are durable: report them; the claim loop claims once woken (and
+            # meets the same failure there, with its own retries, if it lasts).
+            _log.warning("claiming after recording results failed: %r", exc)
             return recorded, ClaimBatch([], 0)
         return recorded, batch
 

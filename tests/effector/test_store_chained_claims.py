@@ -14,7 +14,7 @@ from effector_harness import make_intent
 
 from beam_agents._protos import IntentState, ToolResult
 from effector.intents import new_result
-from effector.store import EffectorStore
+from effector.store import EffectorStore, _execution
 from effector.store.base import Claim, ClaimRequest, Completion, NewIntent
 
 T0 = 1_700_000_000_000
@@ -121,3 +121,28 @@ async def test_a_result_from_a_lost_lease_claims_nothing_for_the_key_in_other_ha
     recorded, batch = await store.complete_and_claim([ok(fresh)], T0 + LEASE + 3, request("w2", 5))
     assert recorded == [False]
     assert [c.intent for c in batch.claims] == [queue[1]]
+
+
+@pytest.mark.asyncio
+async def test_a_claim_that_fails_after_the_results_keeps_the_results(
+    store: EffectorStore, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # On SQLite the claim shares the results' transaction: a failing claim must not undo them.
+    queue = [make_intent("add", key=b"k", seq=seq) for seq in range(2)]
+    await store.submit([NewIntent(intent) for intent in queue], T0)
+    [claim] = (await store.claim("w", 1, T0, LEASE)).claims
+    real = _execution.claim_work
+
+    def fails_once(*args: object, **kwargs: object) -> object:
+        monkeypatch.setattr(_execution, "claim_work", real)
+        raise RuntimeError("the claim exploded")
+
+    monkeypatch.setattr(_execution, "claim_work", fails_once)
+    recorded, batch = await store.complete_and_claim([ok(claim)], T0, request("w", 1))
+    assert (recorded, batch.claims) == ([True], [])
+    assert "the claim exploded" in caplog.text
+    done = await store.get_intent(queue[0].intent_id)
+    assert done is not None and done.state == IntentState.DONE
+    assert await published_ids(store) == [queue[0].intent_id]
+    [following] = (await store.claim("w", 1, T0, LEASE)).claims
+    assert following.intent == queue[1]
