@@ -58,42 +58,47 @@ text `DONE <tool result>`; no intents, so no effector. **Per activation**: CPU t
 process's, `time.process_time_ns`, so other processes on the shared machine do not count) of
 `AgentDoFn.process` (driven directly in this process over in-memory state cells, no runner, as
 `tests/core/harness.py` does) for one event on a fresh key, model calls answered by a scripted
-`FakeLLM` through `AgentConfig.provider_factory`, the tool run inline by `ctx.run_tool`. The
-variants: the plain `ctx` agent (the floor: builds the neutral messages itself and calls
-`ctx.call_model` / `ctx.run_tool`), and `LangGraphAgent` (agent → `ToolNode(beam_tools)` → agent
-graph with `BeamChatModel`), `PydanticAIAgent` (`Agent(system_prompt=..., output_type=str)` with
-the default `BeamToolset`) and `AdkAgent` (`LlmAgent` with `beam_tools`). **Alone, per
-conversation**: the same conversation run by the framework with nothing of beam-agents, on an
-event loop of its own (one `run_until_complete` per conversation, as `AgentDoFn` runs one per
-activation): the same LangGraph graph with an in-process fake LangChain chat model, run with
+`FakeLLM` through `AgentConfig.provider_factory` (keeping no record of the requests), the tool
+run inline by `ctx.run_tool`. The variants: the plain `ctx` agent (the floor: builds the neutral
+messages itself and calls `ctx.call_model` / `ctx.run_tool`), and `LangGraphAgent` (agent →
+`ToolNode(beam_tools)` → agent graph with `BeamChatModel`), `PydanticAIAgent`
+(`Agent(system_prompt=..., output_type=str)` with the default `BeamToolset`) and `AdkAgent`
+(`LlmAgent` with `beam_tools`). **Alone, per conversation**: the same conversation run by the
+framework with nothing of beam-agents, on an event loop of its own (one `run_until_complete` per
+conversation, as `AgentDoFn` runs one per activation): the same LangGraph graph with an
+in-process fake LangChain chat model and the tool as an `async def` LangChain tool, run with
 `ainvoke` on a thread of its own per conversation in LangGraph's `InMemorySaver` (written when
 the run exits, as the adapter runs it: the adapter keeps the same state in the key's memory); a
-Pydantic AI `Agent` on a `FunctionModel` with the tool as `tool_plain`; an ADK `Runner` over an
-`InMemorySessionService` (a new session per conversation, deleted after it: the adapter holds
-one key's at a time) with an in-process fake `BaseLlm` and the tool as a `FunctionTool`. All
-fakes answer the same script from their own framework's messages. **Turns**: one framework at a
-time, its adapter, the framework alone and the plain agent take turns conversation by
-conversation, 840 turns (3 quick), the three in each of their six orders in rotation (so each
-follows each other equally often), after each variant has run 100 conversations (2 quick) as a
-warm-up. Objects alive after the warm-up are frozen out of the garbage collector (`gc.freeze()`)
-and automatic collection is off during the turns: each conversation is timed with a collection
-of the youngest generation (`gc.collect(0)`), which holds exactly what it allocated, so no
-variant pays for the cycles of the one before it. Each figure is the median over blocks of 12
-turns (two of each order) of the block's mean, so drift of the machine between blocks cancels.
-**Adapter's own work** = adapter minus framework alone, block by block (the median over blocks),
-divided by the plain agent **alongside** that framework (ratio rows; target at most 2x). The
-plain agent alongside is timed in the same turns, so it runs, as the runtime under the adapter
-does, right after a framework's code has evicted ours from the CPU's caches; the details give
-how much more that costs than the plain agent **back to back** (a batch of 400 conversations in
-a row under the same collector regime, the median of 3 batches), and the own work over the plain
-agent back to back is a row too (no target). The cache probe in the details is the CPU time of
-one request digest right after a conversation of each variant, taken in 60 further turns (1
-quick) that are not timed, so that its hashing never warms a timed conversation. The own work is
-everything around the framework: beam-agents' per-activation work (admission, the model path of
-the two calls, the tool, the commit: what the plain agent costs, less its own message building),
-plus what the adapter adds (translating messages, tools and answers, the bridge, an asyncio task
-per activation where the plain agent completes inline, the checkpoint, history or session kept
-in working memory); so a ratio of 1 would mean the adapter adds nothing but the runtime."""
+Pydantic AI `Agent` on a `FunctionModel` with the tool as an `async def` `tool_plain` (both
+frameworks hand a plain function to a worker thread, a hop the adapters, running the tool
+inline, do not make); an ADK `Runner` over an `InMemorySessionService` (a new session per
+conversation, deleted after it: the adapter holds one key's at a time) with an in-process fake
+`BaseLlm` and the tool as a `FunctionTool`. All fakes answer the same script from their own
+framework's messages. **Turns**: one framework at a time, its adapter, the framework alone and
+the plain agent take turns conversation by conversation, 840 turns (3 quick), the three in each
+of their six orders in rotation (so within a turn each follows each other equally often), after
+each variant has run 100 conversations (2 quick) as a warm-up. Objects alive after the warm-up
+are frozen out of the garbage collector (`gc.freeze()`) and automatic collection is off during
+the turns: each conversation is timed with a collection of the youngest generation
+(`gc.collect(0)`), which holds what it allocated (and its input, prepared before the clock
+starts), so no variant pays for the cycles of the one before it. Each figure is the median over
+blocks of 12 turns (two of each order) of the block's mean, so drift of the machine between
+blocks cancels. **Adapter's own work** = adapter minus framework alone, block by block (the
+median over blocks), divided by the plain agent **alongside** that framework (ratio rows; target
+at most 2x). The plain agent alongside is timed in the same turns, so it runs, as the runtime
+under the adapter does, right after a framework's code has evicted ours from the CPU's caches;
+the details give how much more that costs than the plain agent **back to back** (batches of 400
+conversations in a row, the collector frozen and off as in the turns, one youngest-generation
+collection per batch; the median of 3 batches), and the own work over the plain agent back to
+back is a row too (no target). The cache probe in the details is the CPU time of one request
+digest right after a conversation of each variant and its collection, taken in 60 further turns
+(1 quick) that are not timed, so that its hashing never warms a timed conversation. The own work
+is everything around the framework: beam-agents' per-activation work (admission, the model path
+of the two calls, the tool, the commit: what the plain agent costs, less its own message
+building), plus what the adapter adds (translating messages, tools and answers, the bridge, an
+asyncio task per activation where the plain agent completes inline, the checkpoint, history or
+session kept in working memory); so a ratio of 1 would mean the adapter adds nothing but the
+runtime."""
 
 TARGET = Target(Goal.RATIO_AT_MOST, 2.0)
 REMAINING = """\
@@ -388,6 +393,12 @@ def _account(
         statistics.quantiles(differences, n=4) if len(differences) > 1 else [differences[0]] * 3
     )
     probe = {role: 1e6 * statistics.median(values) for role, values in turns.probe.items()}
+    negative = (
+        " Negative: the adapter measured cheaper than the framework alone (the table shows "
+        "0.001 ms), so the adapter adds nothing measurable here."
+        if own <= 0
+        else ""
+    )
     return (
         f"{label}: the adapter costs {ms['adapter']:.2f} ms per activation, the framework alone "
         f"{ms['alone']:.2f} ms per conversation, the plain agent alongside {plain:.3f} ms, "
@@ -397,7 +408,7 @@ def _account(
         f"plain agent alongside, {own / warm:.2f}x the plain agent back to back. Cache probe "
         f"(one request digest, CPU time): {probe['plain']:.1f} µs after a plain conversation, "
         f"{probe['alone']:.1f} µs after {label} alone, {probe['adapter']:.1f} µs after the "
-        "adapter."
+        f"adapter.{negative}"
     )
 
 

@@ -192,7 +192,9 @@ class Worker:
                     batch = await self._store.claim(
                         self._owner, free, self._clock(), settings.lease_ms
                     )
-                except StoreError as exc:
+                except Exception as exc:
+                    if not isinstance(exc, StoreError):  # a bug, not an outage: say where
+                        _log.error("claiming work raised %r", exc, exc_info=exc)
                     delay_s = self._outage.failed("claiming work", exc)
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._stopped.wait(), delay_s)

@@ -85,6 +85,13 @@ class BeamTool(BaseTool):
         """
         bridge = current_bridge()
         confirmation = tool_context.tool_confirmation
+        if self._require_confirmation and confirmation is None:
+            # The gate asked nobody about arguments this tool refuses: say why, with this tool
+            # (the pipeline's registered tool of the same name could still accept them).
+            try:
+                self.tool.validate_arguments(args)
+            except ToolArgumentError as exc:
+                return {"error": str(exc)}
         if confirmation is None and await self.check_require_confirmation(args, tool_context):
             # ADK's own gate asks before run_async; this covers a caller that does not.
             tool_context.request_confirmation(hint=f"Approve the call of {self.name}?")
@@ -115,7 +122,8 @@ def beam_tools(
     """The registry's tools (or those in ``names``) as ADK tools, for ``LlmAgent(tools=...)``.
 
     Read-only tools must also be in ``AgentConfig.tool_registry`` (they run with
-    ``ctx.run_tool``); side-effecting ones are validated against it by ``ctx.act``.
+    ``ctx.run_tool``); a side-effecting call's arguments are validated by ``ctx.act`` when that
+    registry holds the tool, else by the tool given here.
     """
     chosen = [tool for tool in registry if names is None or tool.name in names]
     return [BeamTool(tool, require_confirmation=require_confirmation) for tool in chosen]

@@ -10,6 +10,7 @@ approval intent, each answered from the run's results or left pending. The adapt
 
 from __future__ import annotations
 
+import json
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterator, Mapping
@@ -192,7 +193,8 @@ class ActivationBridge:
         The intent is staged with ``ctx.act`` (once per ``call_key`` in this activation). A
         result other than OK raises :class:`IntentFailedError`. ``ctx.act`` validates the
         arguments of a tool ``AgentConfig.tool_registry`` holds; ``tool`` (the framework's
-        registry tool) validates them here when it does not, raising ``ToolArgumentError``.
+        registry tool) validates them here when it does not, raising ``ToolArgumentError``, and
+        rebuilds the effector's answer (else the answer's JSON value is returned).
         """
         if tool is not None and tool_name not in self.ctx.tool_registry:
             tool.validate_arguments(arguments)
@@ -206,7 +208,11 @@ class ActivationBridge:
             return self._wait(intent_id)
         if result.status != ToolResult.OK:
             raise IntentFailedError(tool_name, result)
-        return self.ctx.tool_registry.get(tool_name).decode_result(result.payload)
+        registry = self.ctx.tool_registry
+        decoder = registry.get(tool_name) if tool_name in registry else tool
+        if decoder is None:  # nothing says what the value is: its JSON
+            return json.loads(result.payload) if result.payload else None
+        return decoder.decode_result(result.payload)
 
     def request_approval(
         self,

@@ -147,16 +147,24 @@ def _stage(
     )
 
 
-def stage(tool_name: str, arguments: Mapping[str, Any], *, ttl_ms: int | None = None) -> Any:
+def stage(
+    tool_name: str,
+    arguments: Mapping[str, Any],
+    *,
+    ttl_ms: int | None = None,
+    tool: Tool[..., Any] | None = None,
+) -> Any:
     """Stage a side effect from inside a node, without waiting for it.
 
     Returns the tool's value if the effector has answered, else :class:`Pending` (the run
     then completes only once the result is in). A failed result raises
     :class:`IntentFailedError`. Running the node again after ``interrupt()`` stages nothing
-    new: the call keeps its intent.
+    new: the call keeps its intent. Arguments the tool refuses raise ``ToolArgumentError``:
+    checked by ``ctx.act`` when ``AgentConfig.tool_registry`` holds the tool, else by
+    ``tool`` if given (without either, only the effector checks them).
     """
     run = current_run()
-    return _stage(run, tool_name, arguments, get_config(), ttl_ms)
+    return _stage(run, tool_name, arguments, get_config(), ttl_ms, tool)
 
 
 def _content(tool_name: str, value: object) -> str:

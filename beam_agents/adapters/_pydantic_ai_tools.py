@@ -197,9 +197,13 @@ class BeamToolset(AbstractToolset[Any]):
     ) -> Any:
         """Run the tool inline, or stage its intent; defer the call while it is unanswered."""
         bridge = current_bridge()
-        if not ctx.tool_call_approved and self._needs_approval(ctx, tool.tool_def, tool_args):
-            raise ApprovalRequired
         registry_tool = self.registry().get(name)
+        if not ctx.tool_call_approved and self._needs_approval(ctx, tool.tool_def, tool_args):
+            try:  # arguments the tool refuses are the model's to fix, not a person's to judge
+                registry_tool.validate_arguments(tool_args)
+            except ToolArgumentError as exc:
+                raise ModelRetry(str(exc)) from None
+            raise ApprovalRequired
         if not registry_tool.side_effect:
             try:
                 return await bridge.run_tool(name, tool_args)

@@ -321,8 +321,18 @@ def record_and_claim(
             tx, dialect, request.owner, request.limit, now_ms, request.lease_ms
         )
     except Exception as exc:
-        tx.execute("ROLLBACK TO SAVEPOINT claim_after_results")
-        _log.warning("claiming after recording results failed; the results commit: %r", exc)
+        try:
+            tx.execute("ROLLBACK TO SAVEPOINT claim_after_results")
+        except Exception:
+            # SQLite rolled the whole transaction back (an I/O error, a full disk): the
+            # results are not recorded either, and the claim's error is the one to report.
+            raise exc from None
+        _log.warning(
+            "claiming after recording results failed (the claim is undone, the results are "
+            "kept): %r",
+            exc,
+            exc_info=exc,
+        )
         return recorded, ClaimBatch([], 0), [], head
     tx.execute("RELEASE SAVEPOINT claim_after_results")
     return recorded, batch, refused, max(head, claim_head)

@@ -288,8 +288,8 @@ class EffectorStore(abc.ABC):
             batch = await self.claim(request.owner, request.limit, now_ms, request.lease_ms)
         except Exception as exc:
             # The results are durable: report them; the claim loop claims once woken (and
-            # meets the same failure there, with its own retries, if it lasts).
-            _log.warning("claiming after recording results failed: %r", exc)
+            # meets the same failure there, backing off and logging it, if it lasts).
+            _log.warning("claiming after recording results failed: %r", exc, exc_info=exc)
             return recorded, ClaimBatch([], 0)
         return recorded, batch
 

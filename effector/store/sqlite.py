@@ -165,7 +165,8 @@ def _in_transaction(
         try:
             outcome = work(_SqliteTx(connection))
         except BaseException:
-            connection.execute("ROLLBACK")
+            if connection.in_transaction:  # SQLite may have rolled back already (I/O errors)
+                connection.execute("ROLLBACK")
             raise
         connection.execute("COMMIT")
     except sqlite3.Error as exc:

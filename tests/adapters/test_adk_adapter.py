@@ -24,7 +24,7 @@ from google.adk.models.llm_response import LlmResponse as AdkLlmResponse
 from google.adk.tools.function_tool import FunctionTool
 from google.genai import types
 
-from beam_agents import AgentConfig, FakeLLM, LlmRequest, ToolRegistry, intent_id_for
+from beam_agents import AgentConfig, FakeLLM, LlmRequest, ToolRegistry, intent_id_for, tool
 from beam_agents._protos import ToolIntent, ToolResult
 from beam_agents.adapters import AdapterUsageError
 from beam_agents.adapters._adk_model import adk_response
@@ -206,6 +206,33 @@ def test_arguments_a_tool_refuses_reach_the_model_as_errors_and_stage_nothing(
     [output] = outputs.output
     lookup, apply = (json.loads(part) for part in output.decode().split(" | "))
     assert "lookup_account" in lookup["error"] and "account" in lookup["error"]
+    assert "apply_effect" in apply["error"] and "amount" in apply["error"]
+
+
+@tool(name="apply_effect", side_effect=True)
+def apply_effect_loosely(event_id: str, amount: str) -> str:
+    """The pipeline's ``apply_effect``, laxer than the adapter's: any text for the amount."""
+    return f"{event_id}:{amount}"
+
+
+def build_gated_loose() -> LlmAgent:
+    """Both tools behind a confirmation, with arguments the adapter's ``apply_effect`` refuses."""
+    tools = beam_tools(scenario.triage_registry(), require_confirmation=True)
+    return LlmAgent(name="gated", model="gated-model", tools=tools)
+
+
+def test_a_gated_call_the_adapters_tool_refuses_is_neither_asked_nor_staged() -> None:
+    # The gate asked nobody (the adapter's tool refuses "lots"); the pipeline's looser tool of
+    # the same name would accept it, so run_async must refuse with the adapter's tool too.
+    provider = SharedProvider(_bad_arguments_model())
+    registry = ToolRegistry([scenario.lookup_account, apply_effect_loosely])
+    config = AgentConfig(provider_factory=provider, tool_registry=registry)
+    stream = EnvelopeStream().event(KEY, _event(), at_ms=1_000)
+    agent = AdkAgent(build_gated_loose, prompt=scenario.user_prompt)
+    outputs = run_agent(streamed(stream), agent, config, streaming=True)
+    assert outputs.errors == [] and outputs.intents == []
+    [output] = outputs.output
+    apply = json.loads(output.decode().split(" | ")[1])
     assert "apply_effect" in apply["error"] and "amount" in apply["error"]
 
 

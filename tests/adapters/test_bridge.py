@@ -141,3 +141,27 @@ def test_an_effect_with_arguments_its_tool_refuses_is_never_staged(registered: b
     assert outputs.errors == [] and outputs.intents == []
     [output] = outputs.output
     assert output.startswith(b"refused: ") and b"apply_effect" in output and b"amount" in output
+
+
+async def acting_well(ctx: ActivationContext) -> Complete | Suspend:
+    """An adapter-like agent staging a valid ``apply_effect``; reports the value it gets."""
+    bridge = ActivationBridge(ctx, adapter="test")
+    value = bridge.act("apply_effect", {"event_id": "e1", "amount": 5}, tool=apply_effect)
+    if isinstance(value, Pending):
+        return bridge.suspend()
+    return bridge.finish(f"{type(value).__name__}: {value}")
+
+
+@pytest.mark.parametrize("registered", [True, False], ids=["registered", "unregistered"])
+def test_an_effects_answer_is_rebuilt_by_its_tool_registered_or_not(registered: bool) -> None:
+    effect = intent_id_for(KEY, 0, 0)
+    stream = (
+        EnvelopeStream()
+        .event(KEY, b"go", at_ms=1_000)
+        .result(KEY, effect, payload=b'{"event_id":"e1","applied":5}', at_ms=2_000)
+    )
+    config = AgentConfig(tool_registry=ToolRegistry([apply_effect] if registered else []))
+    outputs = run_agent(streamed(stream), acting_well, config, streaming=True)
+    assert outputs.errors == []
+    assert [intent.intent_id for intent in outputs.intents] == [effect]
+    assert outputs.output == [b"dict: {'event_id': 'e1', 'applied': 5}"]

@@ -510,3 +510,17 @@ def test_an_empty_tool_registry_is_warned_of(caplog: pytest.LogCaptureFixture) -
     with caplog.at_level(logging.WARNING, logger="beam_agents.adapters._pydantic_ai_tools"):
         run_agent(streamed(stream), triage_agent, config, streaming=True)
     assert any("offers the model no tools" in r.getMessage() for r in caplog.records)
+
+
+def test_a_call_needing_approval_with_arguments_the_tool_refuses_asks_nobody() -> None:
+    provider = SharedProvider(_calls_then_answers("apply_effect", {"event_id": "e", "amount": "x"}))
+    agent = PydanticAIAgent(
+        build_chat_agent,
+        model_id="m",
+        toolsets=[BeamToolset(approval_required={"apply_effect"})],
+    )
+    stream = EnvelopeStream().event(KEY, b"do it", at_ms=1_000)
+    outputs = run_agent(streamed(stream), agent, _config(provider), streaming=True)
+    assert outputs.errors == [] and outputs.intents == []  # no approval, no effect
+    [output] = outputs.output
+    assert output.startswith(b"got ") and b"apply_effect" in output and b"amount" in output

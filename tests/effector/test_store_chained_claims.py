@@ -9,6 +9,8 @@ is handed out, waiting keys first, and never a key another claim holds.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from effector_harness import make_intent
 
@@ -133,8 +135,9 @@ async def test_a_claim_that_fails_after_the_results_keeps_the_results(
     [claim] = (await store.claim("w", 1, T0, LEASE)).claims
     real = _execution.claim_work
 
-    def fails_once(*args: object, **kwargs: object) -> object:
+    def fails_once(*args: Any, **kwargs: Any) -> object:
         monkeypatch.setattr(_execution, "claim_work", real)
+        real(*args, **kwargs)  # claims queue[1]: the failure must undo that claim too
         raise RuntimeError("the claim exploded")
 
     monkeypatch.setattr(_execution, "claim_work", fails_once)
