@@ -39,7 +39,8 @@ An agent that, on every activation, sets one working-memory slot to a fresh valu
 is a bare stateful `DoFn` that does the no-op state traffic and also reads the memory cell and
 writes a fresh value of the same S bytes. Both run on `FnApiRunner` over 10 keys. To keep
 pipeline start-up out of the figure, each is run over N and over 2N activations, three times
-each in turn, and the cost per activation is the difference of the best times divided by N
+each in turn (up to six while load from elsewhere leaves the best 2N run no slower than the
+best N run), and the cost per activation is the difference of the best times divided by N
 (the marginal cost), with N from 8,000 at 1 KiB down to 400 at the largest size. The largest
 size is 1 MiB less 1 KiB, because working memory is capped at 1 MiB serialized. The last row
 changes a 1 KiB slot beside a 255 KiB slot the agent never touches, against the floor writing
@@ -90,6 +91,8 @@ MAX_ACTIVATIONS = 8_000
 """N at the small sizes (8,000 rather than 10,000 since the last row was added: same run time)."""
 ROUNDS = 3
 """Runs of N and of 2N activations each, alternating; the best of each counts."""
+MAX_ROUNDS = 6
+"""Rounds allowed when noise leaves the best 2N run no slower than the best N run."""
 
 
 async def rewrite_memory(ctx: ActivationContext) -> Complete:
@@ -129,18 +132,24 @@ def _floor(memory_bytes: int) -> Stage:
 
 
 def _seconds_per_activation(size: int, count: int, stage: Stage, *, quick: bool) -> float:
-    """(best time of 2N activations - best time of N) / N; in a quick run, time of N / N."""
+    """(best time of 2N activations - best time of N) / N; in a quick run, time of N / N.
+
+    Rounds continue (up to :data:`MAX_ROUNDS`) while a burst of load elsewhere on the machine
+    leaves 2N no slower than N.
+    """
     if quick:
         return seconds_per_call(lambda: run_pipeline(_events(count, size), stage)) / count
     best = {count: float("inf"), 2 * count: float("inf")}
-    for _ in range(ROUNDS):
+    for round_ in range(MAX_ROUNDS):
         for activations in best:
             elements = _events(activations, size)
             seconds = seconds_per_call(functools.partial(run_pipeline, elements, stage))
             best[activations] = min(best[activations], seconds)
-    if best[2 * count] <= best[count]:
-        raise RuntimeError(f"{2 * count} activations ran no slower than {count}: too noisy")
-    return (best[2 * count] - best[count]) / count
+        if round_ + 1 >= ROUNDS and best[2 * count] > best[count]:
+            return (best[2 * count] - best[count]) / count
+    raise RuntimeError(
+        f"{2 * count} activations ran no slower than {count} in {MAX_ROUNDS} rounds: too noisy"
+    )
 
 
 def _activations(size: int, quick: bool) -> int:
