@@ -75,7 +75,7 @@ inline, do not make); an ADK `Runner` over an `InMemorySessionService` (a new se
 conversation, deleted after it: the adapter holds one key's at a time) with an in-process fake
 `BaseLlm` and the tool as a `FunctionTool`. All fakes answer the same script from their own
 framework's messages. **Turns**: one framework at a time, its adapter, the framework alone and
-the plain agent take turns conversation by conversation, 840 turns (3 quick), the three in each
+the plain agent take turns conversation by conversation, 600 turns (3 quick), the three in each
 of their six orders in rotation (so within a turn each follows each other equally often), after
 each variant has run 100 conversations (2 quick) as a warm-up. Objects alive after the warm-up
 are frozen out of the garbage collector (`gc.freeze()`) and automatic collection is off during
@@ -92,7 +92,7 @@ conversations in a row, the collector frozen and off as in the turns, one younge
 collection per batch; the median of 3 batches, one before each framework's turns), and the own
 work over the plain agent back to back is a row too (no target). The cache probe in the details
 is the CPU time of one request digest right after a conversation of each variant and its
-collection, taken in 60 further turns (1 quick) that are not timed, so that its hashing never
+collection, taken in 30 further turns (1 quick) that are not timed, so that its hashing never
 warms a timed conversation. The own work is everything around the framework: beam-agents'
 per-activation work (admission, the model path of the two calls, the tool, the commit: what the
 plain agent costs, less its own message building), plus what the adapter adds (translating
@@ -108,9 +108,9 @@ the framework's. The runtime's share (the two model calls, the tool, the commit)
 agent's cost, paid with caches the framework has just filled with its own code; the next
 changes are the model path's bookkeeping (benchmark 1) and encoding a session's, history's or
 checkpoint's new part only."""
-UNITS, QUICK_UNITS = 840, 3
+UNITS, QUICK_UNITS = 600, 3
 WARM_UP_UNITS, QUICK_WARM_UP_UNITS = 100, 2
-PROBES, QUICK_PROBES = 60, 1
+PROBES, QUICK_PROBES = 30, 1
 BLOCK = 12
 """Turns per block, two of each order of the roles: a figure is the median of block means."""
 BACK_TO_BACK_KEYS, BACK_TO_BACK_BATCHES = 400, 1
