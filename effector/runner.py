@@ -267,14 +267,10 @@ class _Inbox:
         for future, value, error in finished:
             if future.done():  # the caller gave up (its timeout)
                 continue
-            try:
-                if error is None:
-                    future.set_result(value)
-                else:
-                    future.set_exception(error)
-            except (TypeError, asyncio.InvalidStateError) as refused:
-                # One call's odd exception must not strand the others handed over with it.
-                future.set_exception(RuntimeError(f"the tool's outcome was refused: {refused}"))
+            if error is None:
+                future.set_result(value)
+            else:  # never StopIteration, which a future refuses: the job converted it
+                future.set_exception(error)
 
 
 class _ToolThreads:

@@ -95,14 +95,11 @@ def adk_response(response: LlmResponse, request: LlmRequest) -> AdkLlmResponse:
     content = content_of("model", parts)
     model_version = response.model or None
     usage = _usage(response.usage)
-    if (
-        type(content) is types.Content
-        and type(usage) is types.GenerateContentResponseUsageMetadata
-        and (model_version is None or type(model_version) is str)
-    ):
-        values = {"content": content, "model_version": model_version, "usage_metadata": usage}
-        return filled(_LLM_RESPONSE, values)
-    return AdkLlmResponse(content=content, model_version=model_version, usage_metadata=usage)
+    if model_version is not None and type(model_version) is not str:
+        return AdkLlmResponse(content=content, model_version=model_version, usage_metadata=usage)
+    # content_of and _usage give exactly these types: nothing for the constructor to check.
+    values = {"content": content, "model_version": model_version, "usage_metadata": usage}
+    return filled(_LLM_RESPONSE, values)
 
 
 # ``google.genai`` models run a Python ``before`` validator over every field on construction.

@@ -61,19 +61,20 @@ class BeamTool(BaseTool):
         runs it, or tells the model who denied it and why. A call whose arguments the tool
         refuses is never put to a person: :meth:`run_async` answers it with the error.
         """
-        rule = self._require_confirmation
-        if not rule or tool_context.tool_confirmation is not None or not self._valid(args):
-            return False  # nothing to ask, decided already, or refused unasked by run_async
-        if callable(rule):
-            return bool(rule(self.name, args, tool_context))
-        return True
-
-    def _valid(self, args: dict[str, Any]) -> bool:
+        if not self._require_confirmation or tool_context.tool_confirmation is not None:
+            return False  # nothing to ask, or decided already
         try:
             self.tool.validate_arguments(args)
         except ToolArgumentError:
-            return False
-        return True
+            return False  # refused unasked by run_async
+        return self._asks(args, tool_context)
+
+    def _asks(self, args: dict[str, Any], tool_context: ToolContext) -> bool:
+        """The confirmation rule's answer for this call (its arguments already checked)."""
+        rule = self._require_confirmation
+        if callable(rule):
+            return bool(rule(self.name, args, tool_context))
+        return bool(rule)
 
     async def run_async(self, *, args: dict[str, Any], tool_context: ToolContext) -> Any:
         """Run the call through the activation; failures reach the model as ``{"error": ...}``.
@@ -92,11 +93,11 @@ class BeamTool(BaseTool):
                 self.tool.validate_arguments(args)
             except ToolArgumentError as exc:
                 return {"error": str(exc)}
-        if confirmation is None and await self.check_require_confirmation(args, tool_context):
-            # ADK's own gate asks before run_async; this covers a caller that does not.
-            tool_context.request_confirmation(hint=f"Approve the call of {self.name}?")
-            tool_context.actions.skip_summarization = True
-            return {"error": f"{self.name} is waiting for a person's confirmation"}
+            if self._asks(args, tool_context):
+                # ADK's own gate asks before run_async; this covers a caller that does not.
+                tool_context.request_confirmation(hint=f"Approve the call of {self.name}?")
+                tool_context.actions.skip_summarization = True
+                return {"error": f"{self.name} is waiting for a person's confirmation"}
         if confirmation is not None and not confirmation.confirmed:
             return {"error": _refusal(self.name, confirmation.payload)}
         if not self.tool.side_effect:

@@ -196,11 +196,15 @@ class ActivationBridge:
         registry tool) validates them here when it does not, raising ``ToolArgumentError``, and
         rebuilds the effector's answer (else the answer's JSON value is returned).
         """
-        if tool is not None and tool_name not in self.ctx.tool_registry:
-            tool.validate_arguments(arguments)
-        intent_id = self._intent(
-            call_key, lambda: self.ctx.act(tool_name, arguments, ttl_ms=ttl_ms)
-        )
+        registry = self.ctx.tool_registry
+        own = tool if tool is not None and tool_name not in registry else None
+
+        def stage() -> str:
+            if own is not None:
+                own.validate_arguments(arguments)
+            return self.ctx.act(tool_name, arguments, ttl_ms=ttl_ms)
+
+        intent_id = self._intent(call_key, stage)
         result = self.ctx.results.get(intent_id)
         if result is None:
             ttl = self.ctx.intent_ttl_ms if ttl_ms is None else ttl_ms
@@ -208,11 +212,9 @@ class ActivationBridge:
             return self._wait(intent_id)
         if result.status != ToolResult.OK:
             raise IntentFailedError(tool_name, result)
-        registry = self.ctx.tool_registry
-        decoder = registry.get(tool_name) if tool_name in registry else tool
-        if decoder is None:  # nothing says what the value is: its JSON
+        if own is None and tool_name not in registry:  # nothing says what the value is
             return json.loads(result.payload) if result.payload else None
-        return decoder.decode_result(result.payload)
+        return (own or registry.get(tool_name)).decode_result(result.payload)
 
     def request_approval(
         self,
