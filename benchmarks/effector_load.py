@@ -20,8 +20,9 @@ from typing import Any
 import psycopg
 
 from beam_agents._protos import AgentEnvelope, SubmitAck, ToolIntent, ToolResult
-from benchmarks.harness import serving
+from benchmarks.harness import server_process
 from effector.client import AsyncEffectorClient
+from effector.launch import EffectorProcess
 
 KEYS = 1_000
 SUBMITTERS = 4
@@ -260,12 +261,22 @@ def bare_postgres_rate(url: str, count: int, batch: int) -> float:
 
 @contextlib.contextmanager
 def servers(commands: Sequence[list[str]], ready: str, logs: Path) -> Iterator[list[str]]:
+    """Start the servers; yield their addresses."""
+    with server_processes(commands, ready, logs) as processes:
+        yield [process.address for process in processes]
+
+
+@contextlib.contextmanager
+def server_processes(
+    commands: Sequence[list[str]], ready: str, logs: Path
+) -> Iterator[list[EffectorProcess]]:
+    """Start the servers, each logging to a file in ``logs``; yield their processes."""
     with contextlib.ExitStack() as stack:
-        targets = []
+        processes = []
         for index, command in enumerate(commands):
             log = stack.enter_context((logs / f"server-{ready.split()[0]}-{index}.log").open("w"))
-            targets.append(stack.enter_context(serving(command, ready, log)))
-        yield targets
+            processes.append(stack.enter_context(server_process(command, ready, log)))
+        yield processes
 
 
 def noop_command() -> list[str]:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import os
 import pstats
+import resource
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -11,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import usage
+from benchmarks.effector_findings import EXECUTION_PATH, WHAT_REMAINS, IntentCost, remaining
 from benchmarks.effector_load import (
     CONCURRENCY,
     FULL,
@@ -23,6 +28,7 @@ from benchmarks.effector_load import (
     bare_sqlite_rate,
     compare_calls_per_s,
     noop_command,
+    server_processes,
     servers,
     sustained,
 )
@@ -113,6 +119,8 @@ class StoreUnderTest:
     relaxed: tuple[str, Callable[[str], str]] | None = None
     """(label, store URL for a name) of the same store with a cheaper commit, if it has one:
     its one-intent Submit rate shows how much of the gap to the floor is the commit's sync."""
+    server_pids: Callable[[], list[int]] = list
+    """The store server's processes (none for SQLite, which runs inside the effector)."""
 
 
 def _shapes(quick: bool, size: tuple[int, int, int]) -> list[tuple[int, int, int]]:
@@ -124,11 +132,17 @@ def _shapes(quick: bool, size: tuple[int, int, int]) -> list[tuple[int, int, int
 
 def measure_store(
     store: StoreUnderTest, size: tuple[int, int, int], quick: bool, scratch: Path
-) -> tuple[list[Figure], list[str]]:
-    """Figures for one store: sustained intents/s and Submit calls/s, beside their floors."""
+) -> tuple[list[Figure], list[str], IntentCost | None]:
+    """Figures for one store: sustained intents/s and Submit calls/s, beside their floors.
+
+    Also where the sustained runs' CPU and bytes went, where ``/proc`` tells.
+    """
     count, batch, runs = size
     replicas = store.replicas
+    writers = [os.getpid(), *store.server_pids()]
+    before_floor = usage.sample(writers)
     bare = store.floor_rate()
+    floor_written = usage.between(before_floor, usage.sample(writers)).written / count
     shapes = _shapes(quick, size)
     ingest = effector_command(store.database("ingest"), concurrency=0)
     relaxed: list[tuple[str, tuple[float, float]]] = []
@@ -146,8 +160,20 @@ def measure_store(
                 rates = asyncio.run(compare_calls_per_s(floor_targets, relaxed_targets, shapes[0]))
             relaxed.append((relaxed_label, rates))
     command = effector_command(store.database("effector"), concurrency=CONCURRENCY)
-    with servers([command] * replicas, EFFECTOR_READY, scratch) as targets:
+    with server_processes([command] * replicas, EFFECTOR_READY, scratch) as processes:
+        targets = [process.address for process in processes]
+        pids = [process.pid for process in processes]
+        before = (usage.sample(pids), usage.sample(store.server_pids()), _client_cpu_s())
         measured = [asyncio.run(sustained(targets, count, batch)) for _ in range(runs)]
+        after = (usage.sample(pids), usage.sample(store.server_pids()), _client_cpu_s())
+    cost = IntentCost(
+        store.label,
+        count * runs,
+        usage.between(before[0], after[0]),
+        after[2] - before[2],
+        usage.between(before[1], after[1]) if store.server_pids() else None,
+        floor_written,
+    )
     best = max(measured, key=lambda run: run.intents_per_s)
     server_count = f"{replicas} server{'s' if replicas > 1 else ''}"
     noop_label = f"no-op gRPC Submit, {server_count}"
@@ -214,7 +240,14 @@ def measure_store(
         f"p50 {percentile(best.ack_s, 0.5) * 1000:.1f} ms, "
         f"p99 {percentile(best.ack_s, 0.99) * 1000:.1f} ms.",
     ]
-    return figures, details
+    if not usage.available():
+        return figures, details, None
+    return figures, [*details, cost.line()], cost
+
+
+def _client_cpu_s() -> float:
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    return used.ru_utime + used.ru_stime
 
 
 def _intents(count: int) -> str:
@@ -240,7 +273,7 @@ def run(quick: bool) -> BenchmarkResult:
                 lambda name: f"sqlite:///{scratch / name}.db?synchronous=normal",
             ),
         )
-        measured, notes = measure_store(sqlite, size, quick, scratch)
+        measured, notes, sqlite_cost = measure_store(sqlite, size, quick, scratch)
         figures += measured
         details += notes
         try:
@@ -251,8 +284,9 @@ def run(quick: bool) -> BenchmarkResult:
                     2,
                     lambda: bare_postgres_rate(server.create_database("floor"), count, batch),
                     "bare PostgreSQL insert+commit",
+                    server_pids=functools.partial(usage.listening_postgres, server.port),
                 )
-                measured, notes = measure_store(postgres, size, quick, scratch)
+                measured, notes, _ = measure_store(postgres, size, quick, scratch)
             figures += measured
             details += notes
         except pytest.skip.Exception as skipped:
@@ -264,89 +298,8 @@ def run(quick: bool) -> BenchmarkResult:
         definition=DEFINITION,
         figures=figures,
         details=details,
-        remaining=REMAINING,
+        remaining=remaining(sqlite_cost),
     )
-
-
-REMAINING = """\
-The effector spends about 270 µs of CPU per intent (measured with rusage over sustained runs),
-2.4x the 111 µs that 9,000 intents/s leaves on one core, and its Python runs under one GIL: under
-the profiler, the event loop's worker path (validating arguments again, the thread hop of a sync
-tool, a task per intent) and Submit, and on the store's writer each intent row rewritten at its
-claim and at its result, with BEGIN and COMMIT on the shared disk (the details give the split).
-Next: write each intent row twice instead of three times (the running claim on the key row, a
-store schema change), take the state out of the leading columns of the by-tool and by-state
-indexes, validate arguments once at Submit, and on PostgreSQL stop counting pending intents on
-the key row that Submits and results both lock."""
-
-
-WHAT_REMAINS = """\
-What was changed, from profiles of the effector's threads (cProfile, every thread; the store
-thread was busy all the time while the event loop idled): each Submit used to be its own
-fsynced transaction, so concurrent one-intent Submits queued for the disk. Submits now
-group-commit: those that arrive while a transaction runs share the next one, answering as if
-recorded one after another. The effector's RPCs no longer pass through a server interceptor on
-every call (the tolerant request parsers are installed once, at registration). A sampling
-profile (py-spy) of a sustained run then showed the store thread spending most of its time in
-claims, in the query that finds each claimed key's next intent: it numbered every queued intent
-of those keys with a window function, reading each row and its blob, to keep the first per key.
-It now probes the queue index once per key (a correlated subquery on SQLite, a LATERAL join on
-PostgreSQL), over an order of magnitude faster with many intents queued per key, which lifted
-the sustained rate on both stores. The same profile showed `Read` long-polls queued behind the
-writes on that thread; SQLite reads now run on a read-only connection on a thread of their own
-(in WAL mode they see the last commit without waiting for the writer), which keeps reads
-answering while a write is in progress but did not move the sustained rate measurably in
-alternating runs. What remains: per intent, a Submit checks the id, validates
-the arguments against the tool's Pydantic model, digests and stores the intent and upserts its
-key's row, which the no-op floor does not; so with 500 intents per call the store's own insert
-rate bounds the call rate (even the bare insert-and-commit floor reaches only the fraction of
-the no-op rate shown above). With one intent per call on SQLite, every caller waits for the
-fsync of the group commit its intent joined, and the 64 callers wait rather than send more:
-the `synchronous=NORMAL` row is the same effector without that wait, and the machine's disk
-sets how long it is. On PostgreSQL with one intent per call, two replicas, the
-PostgreSQL server and the client share two cores, and each group commit is four round trips
-through psycopg (BEGIN, the intents' INSERT ... RETURNING, the key rows' upsert, COMMIT) whose
-Python work holds the GIL the gRPC handlers need."""
-
-EXECUTION_PATH = """\
-The execution path (issue 23), from cProfile of every thread of one SQLite effector through a
-sustained run of 20,000 intents, the effector's CPU time (rusage), and runs alternating the
-previous revision with this one on the same machine. Before, the store's one writer thread was
-busy nearly all the run, in 519 write transactions per 20,000 intents: for every step of every
-key a claim transaction and a result transaction (245 and 242, of ~82 intents each), besides 20
-Submit groups; their BEGIN and COMMIT alone took 4.4 s of its 11.1 s. Each sync tool call woke
-the event loop on its own (20,474 self-pipe writes from the tool threads), and each claim drew
-a `uuid4` (a system call per intent). Changed: (1) the commit that records a group of results
-also claims work for the slots they free (`record_and_claim`), so the claim loop no longer runs
-after every result, only when Submits or a key given back wake it; a key's next intent still
-starts only after the commit that made the result before it durable and published, and the
-released keys queue behind keys that waited longer. On SQLite it is the same transaction; on
-PostgreSQL a second one right after, because in one the key rows stayed locked through the
-claim while Submits to the same keys waited for them (alternating runs: 2,300-2,800 intents/s
-in one transaction, 3,000-4,800 in two). (2) Results and claims are written with set-based
-statements (`UPDATE ... FROM` a `VALUES` list) after locking the key rows in key order, not one
-statement step per row. (3) Sync tools' results reach the loop through one inbox per loop, one
-wake-up per batch (663 self-pipe writes in all instead of 20,474). (4) Claim tokens are a
-random per-process prefix and a counter. After: 196 write transactions per 20,000 intents on
-SQLite (157 record-and-claim transactions of ~128 intents, 22 Submit groups); in alternating
-runs the effector's CPU per two runs of 20,000 fell from 13.2-13.4 s to 10.8-11.7 s and the
-sustained rate rose from 2,400-2,650 to 2,800-3,400 intents/s on SQLite, and from 1,850-2,770
-to 3,000-4,800 on PostgreSQL, with the machine shared with other runs (load average 4 to 10).
-Where the rest goes, short of 9,000/s: the effector still spends ~270 µs of CPU per intent
-(both threads, kernel included), 2.4x the 111 µs that 9,000/s leaves on one core, and its
-Python runs under one GIL. Under the profiler the event loop spends 185 µs per intent in the
-worker's path (validating the arguments again, the pooled-thread hop of the sync `noop` tool,
-its timeout, a task per intent) and 79 µs in Submit; the writer, per record-and-claim
-transaction of ~128 intents, 9.4 ms in the UPDATE recording the results and 9.5 ms in the one
-marking the next intents RUNNING (an intent row is rewritten, blobs and all, at its claim and
-at its result, and each state change moves its entries in the indexes that carry the state),
-and 27 ms in BEGIN and COMMIT on the shared disk. On PostgreSQL the two replicas, the server
-and the client share the two cores, and Submits and results lock the same key rows (their
-pending counts). The next change: write each intent row twice instead of three times (keep the
-running claim and its attempt on the key row, which already holds the claim's token and intent
-id), take the state out of the by-tool and by-state indexes' leading columns, validate
-arguments once at Submit and keep the validated form, and on PostgreSQL stop counting pending
-intents on the key row that Submits and results both lock."""
 
 
 WRITER_THREAD = "effector-sqlite_"

@@ -44,15 +44,22 @@ def serving(command: Sequence[str], ready_prefix: str, log: IO[str]) -> Iterator
     The server's stderr goes to ``log``. On exit the server gets SIGTERM (so it drains), then
     SIGKILL if it has not exited within 30 s.
     """
-    with launch.EffectorProcess(
+    with server_process(command, ready_prefix, log) as server:
+        yield server.address
+
+
+def server_process(
+    command: Sequence[str], ready_prefix: str, log: IO[str]
+) -> launch.EffectorProcess:
+    """:func:`serving`'s process, to use as a context manager (its ``address`` and ``pid``)."""
+    return launch.EffectorProcess(
         command=command,
         env=child_environment(),
         cwd=REPO_ROOT,
         log=log,
         ready_prefix=ready_prefix,
         ready_timeout_s=STARTUP_TIMEOUT_S,
-    ) as server:
-        yield server.address
+    )
 
 
 def effector_command(

@@ -1,0 +1,141 @@
+"""What processes used over a measured interval, read from Linux's ``/proc``.
+
+CPU time by thread (the main thread, the busiest other one, the rest; user and system), and
+what they wrote: bytes through write calls (``wchar``), bytes that reached the block layer
+(``write_bytes``) and write calls. Benchmark 6 divides these by the intents of its sustained
+runs to show where an intent's cost goes. Elsewhere (no ``/proc``) nothing is measured.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+_PROC = Path("/proc")
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_IO_FIELDS = ("wchar", "write_bytes", "syscw")
+
+
+@dataclass(frozen=True)
+class ProcessSample:
+    """One process at one moment: CPU seconds by thread id (user, system); write counters."""
+
+    pid: int
+    threads: dict[int, tuple[float, float]]
+    io: dict[str, int]
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What a group of processes used between two samples, in seconds and bytes."""
+
+    main_thread_s: float
+    """The processes' main threads (an effector's event loop)."""
+    busiest_thread_s: float
+    """Each process's busiest other thread, summed (a SQLite effector's store writer)."""
+    other_threads_s: float
+    system_s: float
+    """Of all the above, the time spent in the kernel."""
+    written: int
+    """Bytes passed to write calls (``wchar``)."""
+    disk_written: int
+    """Bytes sent to the block layer (``write_bytes``)."""
+    write_calls: int
+
+    @property
+    def cpu_s(self) -> float:
+        """All CPU time, every thread."""
+        return self.main_thread_s + self.busiest_thread_s + self.other_threads_s
+
+
+def available() -> bool:
+    """Whether this machine has the ``/proc`` files this module reads."""
+    return (_PROC / "self" / "task").is_dir() and (_PROC / "self" / "io").is_file()
+
+
+def sample(pids: Iterable[int]) -> list[ProcessSample]:
+    """Read the processes' counters now; processes that are gone are left out."""
+    samples = []
+    for pid in pids:
+        try:
+            samples.append(ProcessSample(pid, _thread_times(pid), _io_counters(pid)))
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+    return samples
+
+
+def between(before: Sequence[ProcessSample], after: Sequence[ProcessSample]) -> Usage:
+    """What the processes sampled ``after`` used since ``before`` (one absent then, all of it)."""
+    earlier = {process.pid: process for process in before}
+    main = busiest = other = system = 0.0
+    written = disk_written = write_calls = 0
+    for process in after:
+        start = earlier.get(
+            process.pid, ProcessSample(process.pid, {}, dict.fromkeys(_IO_FIELDS, 0))
+        )
+        spent = {
+            tid: _since(times, start.threads.get(tid)) for tid, times in process.threads.items()
+        }
+        system += sum(sys for _, sys in spent.values())
+        main += sum(spent.pop(process.pid, (0.0, 0.0)))
+        totals = sorted((user + sys for user, sys in spent.values()), reverse=True)
+        busiest += sum(totals[:1])
+        other += sum(totals[1:])
+        written += process.io["wchar"] - start.io["wchar"]
+        disk_written += process.io["write_bytes"] - start.io["write_bytes"]
+        write_calls += process.io["syscw"] - start.io["syscw"]
+    return Usage(main, busiest, other, system, written, disk_written, write_calls)
+
+
+def _since(now: tuple[float, float], then: tuple[float, float] | None) -> tuple[float, float]:
+    if then is None:  # a thread born since the first sample
+        return now
+    return now[0] - then[0], now[1] - then[1]
+
+
+def children(parent: int) -> list[int]:
+    """The ids of ``parent``'s child processes."""
+    found = []
+    for stat in _PROC.glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == parent:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def listening_postgres(port: int) -> list[int]:
+    """The PostgreSQL server listening on ``port``: its postmaster and every child process."""
+    for cmdline in _PROC.glob("[0-9]*/cmdline"):
+        try:
+            arguments = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if arguments[0].endswith(b"postgres") and f"port={port}".encode() in b" ".join(arguments):
+            postmaster = int(cmdline.parent.name)
+            return [postmaster, *children(postmaster)]
+    return []
+
+
+def _thread_times(pid: int) -> dict[int, tuple[float, float]]:
+    times = {}
+    for task in (_PROC / str(pid) / "task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue  # the thread ended while the directory was read
+        times[int(task.name)] = (int(fields[11]) / _TICKS_PER_S, int(fields[12]) / _TICKS_PER_S)
+    return times
+
+
+def _io_counters(pid: int) -> dict[str, int]:
+    counters = {}
+    for line in (_PROC / str(pid) / "io").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name in _IO_FIELDS:
+            counters[name] = int(value)
+    return counters
