@@ -147,12 +147,15 @@ def _start_running(tx: sql.Tx, candidates: Sequence[Claim], now_ms: int) -> list
     """Mark the candidates' intents RUNNING (started now), counting the attempt; returns them."""
     started: set[str] = set()
     for chunk in sql.chunks(candidates):
+        # ``+state``: the state is checked on the rows the id finds, never searched. With many
+        # ids SQLite's planner otherwise walks the by-state index through every queued intent
+        # instead (a claim then cost O(backlog): 100 µs a row with 60,000 intents queued).
         started.update(
             row[0]
             for row in tx.execute(
                 f"""UPDATE effector_intents SET state = ?, attempts = attempts + 1,
                       started_at_ms = ?
-                    WHERE intent_id IN ({sql.marks(len(chunk))}) AND state IN (?, ?, ?)
+                    WHERE intent_id IN ({sql.marks(len(chunk))}) AND +state IN (?, ?, ?)
                     RETURNING intent_id""",
                 [
                     sql.RUNNING,

@@ -19,12 +19,13 @@ from conftest import sqlite_url
 from effector_harness import make_intent
 from test_store_telemetry import T0, agent_error, llm_span, span
 
+import effector.store._execution as execution
 import effector.store._reads as reads
 import effector.store._telemetry as telemetry
 from beam_agents._protos import IntentState, ToolIntent, ToolResult
 from effector.intents import new_result
 from effector.store import open_store
-from effector.store.base import Completion, NewIntent
+from effector.store.base import ClaimRequest, Completion, NewIntent
 from effector.store.sqlite import SQLITE
 
 
@@ -93,7 +94,9 @@ def planned(seeded: Path) -> Iterator[Callable[[Callable[[PlannedTx], object]], 
 def no_table_scans(tx: PlannedTx) -> None:
     """No statement reads a whole table (a scan of a subquery's own rows is no table scan)."""
     for sql, plan in tx.plans:
-        subqueries = {step.split()[1] for step in plan if step.startswith("CO-ROUTINE ")}
+        subqueries = {
+            step.split()[1] for step in plan if step.startswith(("CO-ROUTINE ", "MATERIALIZE "))
+        }
         for step in plan:
             scanned = re.fullmatch(r"SCAN (\w+)", step)
             assert scanned is None or scanned[1] in subqueries, (sql, plan)
@@ -157,3 +160,43 @@ def test_pruning_done_intents_range_scans_them_by_completion(planned: Any) -> No
     tx = planned(lambda tx: reads.prune(tx, T0 + 100, 50))
     old = tx.plan_of("DELETE FROM effector_intents")
     assert any("effector_intents_completed (state=? AND completed_at_ms<?)" in s for s in old)
+
+
+@pytest_asyncio.fixture
+async def backlog(tmp_path: Path) -> Path:
+    """A SQLite store with 250 keys, two intents queued on each."""
+    store = await open_store(sqlite_url(tmp_path / "backlog.db"))
+    try:
+        queued = [make_intent("add", key=f"q{n % 250}".encode(), seq=n // 250) for n in range(500)]
+        await store.submit([NewIntent(intent) for intent in queued], T0)
+    finally:
+        await store.close()
+    return tmp_path / "backlog.db"
+
+
+def test_the_worker_finds_the_intents_it_claims_and_records_by_id(backlog: Path) -> None:
+    # With a long list of ids, SQLite's planner once preferred walking the by-state index through
+    # every queued intent over probing the ids: a claim cost grew with the backlog.
+    connection = sqlite3.connect(backlog)
+    tx = PlannedTx(connection)
+    try:
+        batch, _, _ = execution.claim_work(tx, SQLITE, "w", 250, T0 + 1, 60_000)
+        done = [
+            Completion(c, new_result(c.intent, ToolResult.OK, completed_at_ms=T0 + 2, attempt=1))
+            for c in batch.claims
+        ]
+        recorded, after, _, _ = execution.record_and_claim(
+            tx, SQLITE, done, T0 + 2, ClaimRequest("w", 250, 60_000)
+        )
+    finally:
+        connection.rollback()
+        connection.close()
+    assert len(batch.claims) == len(after.claims) == 250 and all(recorded)
+    no_table_scans(tx)
+    updates = [(sql, plan) for sql, plan in tx.plans if "UPDATE effector_intents" in sql]
+    # Started and finished, 200 ids to a statement: 250 started, finished, the next 250 started.
+    assert len(updates) == 6
+    for sql, plan in updates:
+        steps = " ".join(plan)
+        assert "effector_intents USING INDEX sqlite_autoindex_effector_intents_1" in steps, sql
+        assert "by_state" not in steps and "by_tool" not in steps, (sql, plan)
