@@ -126,7 +126,7 @@ def _queue_heads(tx: sql.Tx, dialect: sql.Dialect, keys: Sequence[bytes]) -> lis
         return f"""SELECT {", ".join(f"queued.{column}" for column in columns)}
                    FROM effector_intents AS queued
                    WHERE queued.entity_key = effector_keys.entity_key
-                     AND queued.state IN {sql.QUEUED_STATES}
+                     AND {sql.queued("queued")}
                    ORDER BY queued.seq, queued.step_index LIMIT 1"""
 
     join = (

@@ -1,6 +1,6 @@
 """The SQL store's schema: the tables and indexes, their version, and the migrations to it.
 
-:func:`create_schema` creates whatever is missing, migrates a version 1 to 4 store in place
+:func:`create_schema` creates whatever is missing, migrates a version 1 to 5 store in place
 and refuses a version it does not know. The tables are described in ``effector/README.md``.
 """
 
@@ -16,9 +16,9 @@ from effector.store._approvals import approval_statements
 from effector.store._compensations import compensation_statements
 from effector.store._records import records_statements
 from effector.store._telemetry import fill_key_activity, telemetry_statements
-from effector.store._tx import QUEUED_STATES, Dialect, Tx, read_head
+from effector.store._tx import QUEUE_INDEX_CONDITION, Dialect, Tx, read_head
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """Bumped (with a migration) whenever a table changes incompatibly.
 
 Version 2 added ``published_envelope`` (the bytes of the envelope that published an intent's
@@ -35,6 +35,9 @@ the key queue index cover IN_DOUBT intents too (state 5: they hold their key).
 Version 5 added ``effector_compensations`` (which compensation settled each original; see
 ``store/_compensations.py``): an effector before it would run a compensating intent as an
 ordinary one, so it must refuse a store that may hold them.
+Version 6 keys the queue index on TOOL intents without a result instead of on their state
+(the same rows), so claiming an intent no longer rewrites its queue entry; an effector before
+it would not use the new index (its queries name the state) and would scan instead.
 """
 
 _MIGRATION_BATCH = 1_000
@@ -73,7 +76,7 @@ def schema_statements(dialect: Dialect) -> list[str]:
         # The queue of each key: TOOL intents not yet DONE (only they are PENDING, RUNNING or
         # IN_DOUBT).
         f"""CREATE INDEX IF NOT EXISTS effector_intents_queue
-            ON effector_intents (entity_key, seq, step_index) WHERE state IN {QUEUED_STATES}""",
+            ON effector_intents (entity_key, seq, step_index) WHERE {QUEUE_INDEX_CONDITION}""",
         """CREATE INDEX IF NOT EXISTS effector_intents_awaiting
             ON effector_intents (deadline_ms) WHERE state = 3 AND deadline_ms > 0""",
         # A key's approvals awaiting a decision (the console's keys page); the constant state
@@ -132,18 +135,21 @@ def create_schema(tx: Tx, dialect: Dialect) -> int:
     tx.execute(_META_TABLE)
     row = tx.execute("SELECT value FROM effector_meta WHERE name = 'schema_version'").fetchone()
     version = None if row is None else row[0]
-    if version not in (None, "1", "2", "3", "4", str(SCHEMA_VERSION)):
+    if version not in (None, "1", "2", "3", "4", "5", str(SCHEMA_VERSION)):
         raise StoreSchemaError(
             f"the store has schema version {version}; this effector understands {SCHEMA_VERSION}"
         )
-    migrating = version in ("1", "2", "3", "4")
+    migrating = version in ("1", "2", "3", "4", "5")
     if version == "1":
         _migrate_from_version_1(tx, dialect)
     if version in ("1", "2"):
         _add_version_3_columns(tx, dialect)
     if version in ("1", "2", "3"):
         _add_version_4_columns(tx, dialect)
-    # Version 5 only adds a table, which the statements below create.
+    # Version 5 only adds a table, which the statements below create; version 6 only
+    # redefines the queue index, which they create again once the old one is gone.
+    if migrating:
+        tx.execute("DROP INDEX IF EXISTS effector_intents_queue")
     for statement in schema_statements(dialect):
         tx.execute(statement)
     if version in ("1", "2"):

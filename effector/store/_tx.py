@@ -20,7 +20,20 @@ AWAITING = IntentState.AWAITING_DECISION
 DONE = IntentState.DONE
 IN_DOUBT = IntentState.IN_DOUBT
 QUEUED_STATES = "(1, 2, 5)"
-"""A key's queue (PENDING, RUNNING, IN_DOUBT) in SQL; the queue index's condition, verbatim."""
+"""A key's queue (PENDING, RUNNING, IN_DOUBT) in SQL."""
+QUEUE_INDEX_CONDITION = "kind = 1 AND completed_at_ms IS NULL"
+"""The queue index's condition, verbatim: TOOL intents without a result, the same rows as
+:data:`QUEUED_STATES`. Claims, releases and reconciliation change none of its columns, so they
+leave the index alone; SQLite rewrites a partial index's entry whenever a column its condition
+reads changes, as a condition on the state would at every claim."""
+
+
+def queued(alias: str) -> str:
+    """``alias``'s row is in its key's queue, said so the queue index serves the query."""
+    return (
+        f"{alias}.kind = 1 AND {alias}.completed_at_ms IS NULL AND {alias}.state IN {QUEUED_STATES}"
+    )
+
 
 ROWS_PER_STATEMENT = 200
 """Rows per multi-row statement, well under every backend's limit on bound parameters."""

@@ -48,8 +48,15 @@ async def execute_sql(store_url: str, statements: Sequence[str]) -> list[Any]:
     return rows
 
 
-VERSION_5_ONLY = ["DROP TABLE effector_compensations"]
-"""What turns a version 5 store back into the version 4 layout (its version aside)."""
+VERSION_6_ONLY = [
+    "DROP INDEX effector_intents_queue",
+    "CREATE INDEX effector_intents_queue ON effector_intents (entity_key, seq, step_index) "
+    "WHERE state IN (1, 2, 5)",
+]
+"""What turns a version 6 store back into the version 5 layout (its version aside)."""
+
+VERSION_5_ONLY = [*VERSION_6_ONLY, "DROP TABLE effector_compensations"]
+"""What turns a current store back into the version 4 layout (its version aside)."""
 
 VERSION_4_ONLY = [
     *VERSION_5_ONLY,

@@ -12,11 +12,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from conftest import VERSION_6_ONLY, execute_sql
 from effector_harness import make_intent
 
 from beam_agents._protos import IntentState, ToolResult
 from effector.intents import new_result
-from effector.store import EffectorStore, _execution
+from effector.store import EffectorStore, _execution, open_store
+from effector.store._schema import SCHEMA_VERSION
 from effector.store.base import Claim, ClaimRequest, Completion, NewIntent
 
 T0 = 1_700_000_000_000
@@ -149,3 +151,48 @@ async def test_a_claim_that_fails_after_the_results_keeps_the_results(
     assert await published_ids(store) == [queue[0].intent_id]
     [following] = (await store.claim("w", 1, T0, LEASE)).claims
     assert following.intent == queue[1]
+
+
+@pytest.mark.asyncio
+async def test_a_version_5_store_gets_the_new_queue_index_and_its_queues_go_on(
+    store_url: str,
+) -> None:
+    queue = [make_intent("add", key=b"k", seq=seq) for seq in range(3)]
+    other = make_intent("add", key=b"other")
+    first = await open_store(store_url)
+    try:
+        await first.submit([NewIntent(intent) for intent in [*queue, other]], T0)
+        claims = (await first.claim("w", 2, T0, LEASE)).claims
+        [done] = [claim for claim in claims if claim.intent == queue[0]]
+        await first.complete([ok(done)], T0)  # the other key's claim is left running
+    finally:
+        await first.close()
+    await execute_sql(
+        store_url,
+        [*VERSION_6_ONLY, "UPDATE effector_meta SET value = '5' WHERE name = 'schema_version'"],
+    )
+    migrated = await open_store(store_url)
+    try:
+        # The running claim is stale once the store is reopened (SQLite gives every claim back
+        # at open; on PostgreSQL its lease runs out): the key's intent is claimed again.
+        later = T0 + 2 * LEASE
+        taken = (await migrated.claim("w2", 10, later, LEASE)).claims
+        assert sorted(c.intent.intent_id for c in taken) == sorted(
+            [queue[1].intent_id, other.intent_id]
+        )
+        [next_one] = [claim for claim in taken if claim.intent == queue[1]]
+        _, batch = await migrated.complete_and_claim([ok(next_one)], later, request("w2", 1))
+        assert [claim.intent for claim in batch.claims] == [queue[2]]
+    finally:
+        await migrated.close()
+    definition = (
+        "SELECT sql FROM sqlite_master WHERE name = 'effector_intents_queue'"
+        if store_url.startswith("sqlite")
+        else "SELECT indexdef FROM pg_indexes WHERE indexname = 'effector_intents_queue'"
+    )
+    [(version,)] = await execute_sql(
+        store_url, ["SELECT value FROM effector_meta WHERE name = 'schema_version'"]
+    )
+    [(index,)] = await execute_sql(store_url, [definition])
+    assert str(version) == str(SCHEMA_VERSION) == "6"
+    assert "completed_at_ms IS NULL" in index and "state" not in index

@@ -19,6 +19,7 @@ from effector_harness import make_intent
 from beam_agents._protos import IntentState, ToolIntent, ToolResult
 from effector.intents import new_result
 from effector.store import EffectorStore, open_store
+from effector.store._schema import SCHEMA_VERSION
 from effector.store.base import Claim, Completion, NewIntent, SubmitOutcome
 
 T0 = 1_700_000_000_000
@@ -337,7 +338,7 @@ async def test_a_version_4_store_migrates_keeping_its_records(store_url: str) ->
     [(version,)] = await execute_sql(
         store_url, ["SELECT value FROM effector_meta WHERE name = 'schema_version'"]
     )
-    assert str(version) == "5"
+    assert str(version) == str(SCHEMA_VERSION)
     [(original_id, undo_id, unknown)] = await execute_sql(
         store_url,
         [

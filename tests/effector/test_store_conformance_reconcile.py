@@ -174,4 +174,4 @@ async def test_a_version_3_store_is_migrated_to_version_4_with_its_records(
     [(version,)] = await execute_sql(
         store_url, ["SELECT value FROM effector_meta WHERE name = 'schema_version'"]
     )
-    assert str(version) == str(SCHEMA_VERSION) == "5"
+    assert str(version) == str(SCHEMA_VERSION) == "6"

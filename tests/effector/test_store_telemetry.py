@@ -26,6 +26,7 @@ from beam_agents._protos import (
 )
 from effector.intents import error_id_for, new_result
 from effector.store import EffectorStore, open_store
+from effector.store._schema import SCHEMA_VERSION
 from effector.store.base import Completion, NewIntent
 
 T0 = 1_700_000_020_000
@@ -435,7 +436,7 @@ async def test_a_version_2_store_is_migrated_and_records_start_times(
         assert (x.entity_key, x.runs, x.last_seen_ms) == (b"x", 1, T0 + 1)
     finally:
         await migrated.close()
-    assert await schema_version(store_url) == "5"
+    assert await schema_version(store_url) == str(SCHEMA_VERSION)
 
 
 async def downgrade_to_version_2(store_url: str) -> None:
