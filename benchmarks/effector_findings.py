@@ -89,21 +89,41 @@ def remaining(sqlite: IntentCost | None) -> str:
             f"{sqlite.floor_written / 1024:.1f} KiB"
         )
     return f"""\
-The effector's own CPU is the bound (the details split it by thread, from `/proc`): on
-SQLite {split}. Each intent row is written three times (at Submit, at its claim, at its result), and
-each state change moves its entries in the indexes that carry the state; a side measurement
-when this was written (one sustained SQLite run per variant, the index dropped) put the
-by-key, by-state and by-tool indexes at 4-6 KiB written and 15-35 µs of the writer's CPU per
-intent each, and dropping all three with the completed index reached 3,600-4,100 intents/s:
-the indexes are a part of the gap, not most of it. The event loop's share is spread over
-gRPC, Submit's validation and digest, and the worker's path per intent (a task, the timeout,
-the pooled-thread hop of the sync `noop` tool, validating the arguments again). Next, largest
-first: write each intent row twice instead of three times (keep the running claim and its
-attempt on the key row, which already holds the claim's token and intent id: a store schema
-change), take the state out of the by-tool and by-state indexes, validate arguments once at
-Submit, and on PostgreSQL stop counting pending intents on the key row that Submits and
+The effector's own CPU is the bound (the details split it by thread, from `/proc`): on SQLite
+{split}. The writer's time is mostly SQLite's own: in the store's transactions alone (3 x 20,000
+intents in batches of 500, results in groups of 128, when this was written) an intent cost about
+113-125 µs of CPU, and timed statement by statement the fsynced COMMITs took half the wall time,
+writing 2.7 WAL pages per intent (one at Submit, 1.7 at its result and the claim after it): the
+key-ordered indexes (the primary key, the by-key and the queue index) take a leaf page per
+intent because a batch's keys are spread over them. Each intent row is written three times (at
+Submit, at its claim, at its result), and each state change moves its entries in the by-state
+and by-tool indexes; a side measurement (one sustained SQLite run per variant, the index
+dropped) put the by-key, by-state and by-tool indexes at 4-6 KiB written and 15-35 µs of the
+writer's CPU per intent each, and dropping all three with the completed index reached
+3,600-4,100 intents/s: the indexes are a part of the gap, not most of it. The event loop's share
+is spread over gRPC, Submit's validation and digest, and the worker's path per intent (a task,
+the timeout, the pooled-thread hop of the sync `noop` tool, validating the arguments again).
+Next, largest first: write each intent row twice instead of three times (keep the running claim
+and its attempt on the key row, which already holds the claim's token and intent id: a store
+schema change), take the state out of the by-tool and by-state indexes, validate arguments once
+at Submit, and on PostgreSQL stop counting pending intents on the key row that Submits and
 results both lock. Reaching {TARGET_PER_S:,}/s on this machine needs the effector's CPU per
 intent roughly halved on both threads, which these changes alone are not measured to do."""
+
+
+PLANS_AND_QUEUE = """\
+Two changes from measuring the store's statements one by one (issue 23, second pass). (1) A
+claim marks the intents it takes RUNNING with one UPDATE over their ids; with 128 ids or more
+SQLite's planner preferred walking the by-state index through every queued intent (`EXPLAIN
+QUERY PLAN`: a search of `effector_intents_by_state`), so a claim's cost grew with the
+backlog: 105 µs a row with 60,000 intents queued, against 10 µs once the state is checked on
+the row the id finds (`+state`); a plan test now holds every UPDATE of the worker's path to the
+primary key. (2) Schema 6 keys each key's queue index on TOOL intents without a result instead
+of on their state (the same rows): SQLite rewrites a partial index's entry whenever a column its
+condition reads changes, so every claim rewrote it; the claim's UPDATE went from 16.0 to 7.6 µs
+a row (7.5 with the index dropped altogether). Together, in the store's transactions alone
+(thread CPU, three runs alternating with the revision before), an intent's store work went from
+156-168 to 113-125 µs, record-and-claim's share from 106-116 to 73-83 µs."""
 
 
 WHAT_REMAINS = """\

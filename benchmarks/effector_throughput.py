@@ -15,7 +15,13 @@ from pathlib import Path
 import pytest
 
 from benchmarks import usage
-from benchmarks.effector_findings import EXECUTION_PATH, WHAT_REMAINS, IntentCost, remaining
+from benchmarks.effector_findings import (
+    EXECUTION_PATH,
+    PLANS_AND_QUEUE,
+    WHAT_REMAINS,
+    IntentCost,
+    remaining,
+)
 from benchmarks.effector_load import (
     CONCURRENCY,
     FULL,
@@ -291,7 +297,7 @@ def run(quick: bool) -> BenchmarkResult:
             details += notes
         except pytest.skip.Exception as skipped:
             details.append(f"PostgreSQL rows not measured: {skipped}")
-    details += [WHAT_REMAINS, EXECUTION_PATH]
+    details += [WHAT_REMAINS, EXECUTION_PATH, PLANS_AND_QUEUE]
     return BenchmarkResult(
         name="effector_throughput",
         title=TITLE,
