@@ -36,8 +36,8 @@ Version 5 added ``effector_compensations`` (which compensation settled each orig
 ``store/_compensations.py``): an effector before it would run a compensating intent as an
 ordinary one, so it must refuse a store that may hold them.
 Version 6 keys the queue index on TOOL intents without a result instead of on their state
-(the same rows), so claiming an intent no longer rewrites its queue entry; an effector before
-it would not use the new index (its queries name the state) and would scan instead.
+(the same rows), so claiming an intent no longer rewrites its queue entry. An effector before
+it refuses the store: its queries name the state, which the new index cannot serve.
 """
 
 _MIGRATION_BATCH = 1_000
@@ -74,9 +74,10 @@ def schema_statements(dialect: Dialect) -> list[str]:
             retry_at_ms {bigint},
             reconcile_failures INTEGER NOT NULL DEFAULT 0)""",
         # The queue of each key: TOOL intents not yet DONE (only they are PENDING, RUNNING or
-        # IN_DOUBT).
+        # IN_DOUBT). The condition's columns close the key: counting a queue reads no row.
         f"""CREATE INDEX IF NOT EXISTS effector_intents_queue
-            ON effector_intents (entity_key, seq, step_index) WHERE {QUEUE_INDEX_CONDITION}""",
+            ON effector_intents (entity_key, seq, step_index, kind, completed_at_ms)
+            WHERE {QUEUE_INDEX_CONDITION}""",
         """CREATE INDEX IF NOT EXISTS effector_intents_awaiting
             ON effector_intents (deadline_ms) WHERE state = 3 AND deadline_ms > 0""",
         # A key's approvals awaiting a decision (the console's keys page); the constant state

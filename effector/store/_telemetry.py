@@ -40,7 +40,7 @@ _TRACE_COLUMNS = (
 _ERROR_COLUMNS = "error_id, error, recorded_at_ms, redriven_at_ms"
 _KEY_SUMMARY = f"""SELECT a.entity_key, a.runs, a.last_seen_ms,
       (SELECT COUNT(*) FROM effector_intents AS i
-       WHERE i.entity_key = a.entity_key AND {sql.queued("i")})
+       WHERE i.entity_key = a.entity_key AND {sql.queued("i", check_state=False)})
       + (SELECT COUNT(*) FROM effector_intents AS i
          WHERE i.entity_key = a.entity_key AND i.state = 3)
     FROM {{source}} AS a"""

@@ -15,7 +15,7 @@ import pytest
 from conftest import VERSION_6_ONLY, execute_sql
 from effector_harness import make_intent
 
-from beam_agents._protos import IntentState, ToolResult
+from beam_agents._protos import IntentState, ToolIntent, ToolResult
 from effector.intents import new_result
 from effector.store import EffectorStore, _execution, open_store
 from effector.store._schema import SCHEMA_VERSION
@@ -196,3 +196,45 @@ async def test_a_version_5_store_gets_the_new_queue_index_and_its_queues_go_on(
     [(index,)] = await execute_sql(store_url, [definition])
     assert str(version) == str(SCHEMA_VERSION) == "6"
     assert "completed_at_ms IS NULL" in index and "state" not in index
+
+
+@pytest.mark.asyncio
+async def test_a_tool_intent_has_no_result_exactly_while_it_is_queued(store_url: str) -> None:
+    # The queue index holds TOOL intents without a result; every write path must keep them the
+    # intents PENDING, RUNNING or IN_DOUBT (a queued intent with a result would be skipped).
+    store = await open_store(store_url)
+    try:
+        tools = [make_intent("add", key=f"k{n % 3}".encode(), seq=n // 3) for n in range(9)]
+        approvals = [
+            make_intent(
+                "", key=b"a", seq=n, kind=ToolIntent.APPROVAL, ttl_ms=ttl_ms, created_at_ms=T0
+            )
+            for n, ttl_ms in enumerate((0, 1, 0))  # decided, expired, awaiting
+        ]
+        refused = make_intent("add", key=b"r")
+        await store.submit(
+            [
+                *(NewIntent(intent) for intent in [*tools, *approvals]),
+                NewIntent(refused, rejection="no"),
+            ],
+            T0,
+        )
+        claims = (await store.claim("w", 3, T0, LEASE)).claims
+        done, doubted, given_back = claims
+        _, more = await store.complete_and_claim([ok(done)], T0, request("w", 1))
+        assert await store.mark_in_doubt(doubted, "down", T0, T0 + LEASE)
+        await store.release([given_back])
+        await store.decide(
+            approvals[0].intent_id, approved=True, approver="a", reason="", now_ms=T0
+        )
+        assert await store.expire_approvals(T0 + 10 * LEASE, 10) == 1
+        assert more.claims
+    finally:
+        await store.close()
+    rows = await execute_sql(
+        store_url,
+        ["SELECT state, kind = 1 AND completed_at_ms IS NULL FROM effector_intents ORDER BY state"],
+    )
+    by_state = {int(state): bool(queued) for state, queued in rows}
+    assert set(by_state) == {1, 2, 3, 4, 5}  # pending, running, awaiting, done, in doubt
+    assert all(bool(queued) == (int(state) in (1, 2, 5)) for state, queued in rows)
