@@ -28,6 +28,8 @@ MAX_ENTITY_KEY_BYTES = 4_096
 """The longest entity key a trace event or error record may carry."""
 _TRACE_ID = re.compile(r"[0-9a-f]{32}")
 _SPAN_ID = re.compile(r"[0-9a-f]{16}")
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+"""``str(uuid.UUID(...))``'s spelling: what every id matching it round-trips to."""
 
 
 def wall_clock_ms() -> int:
@@ -83,6 +85,8 @@ def intent_id_problem(intent_id: str) -> str | None:
     An id must be a UUID in its canonical lowercase hyphenated spelling, so that one intent
     can never be recorded under two spellings of the same id.
     """
+    if _CANONICAL_UUID.fullmatch(intent_id):
+        return None  # a tenth of the parse below, for every intent submitted
     try:
         canonical = str(uuid.UUID(intent_id))
     except ValueError:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import uuid
 from collections import defaultdict
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from beam_agents._protos import (
     ToolResult,
 )
 from effector.client import AsyncEffectorClient
+from effector.intents import intent_id_problem
 from effector.server import ServerSettings
 from effector.service import DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT, MAX_SUBMIT_BATCH
 from effector.worker import WorkerSettings
@@ -194,6 +196,28 @@ async def test_invalid_intents_are_rejected_recorded_and_published(
             ToolResult.REJECTED,
         )
     assert read_ledger(ledger) == []
+
+
+@pytest.mark.parametrize(
+    ("spelling", "problem"),
+    [
+        ("{id}", None),
+        ("{{{id}}}", "canonical form"),
+        ("urn:uuid:{id}", "canonical form"),
+        ("{hex}", "canonical form"),
+        ("{upper}", "canonical form"),
+        ("{id}\n", "not a UUID"),
+        ("{id}0", "not a UUID"),
+        ("", "not a UUID"),
+    ],
+)
+def test_only_the_canonical_spelling_of_a_uuid_is_an_intent_id(
+    spelling: str, problem: str | None
+) -> None:
+    known = uuid.uuid4()
+    intent_id = spelling.format(id=known, hex=known.hex, upper=str(known).upper())
+    found = intent_id_problem(intent_id)
+    assert found is None if problem is None else problem in str(found)
 
 
 @pytest.mark.asyncio
