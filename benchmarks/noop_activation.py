@@ -167,6 +167,18 @@ def _remaining(figures: list[Figure], own: list[float], parameters_us: float) ->
                 else "misses its target even with none"
             )
         )
+    no_op = figures[0]
+    gap = no_op.ours - (no_op.floor or 0.0)
+    parameters = (
+        f"Fewer `process` parameters (a state-layout change) would save at most the "
+        f"{parameters_us:.1f} µs/element Beam charges for them, {parameters_us / gap:.0%} of the "
+        "no-op activation's gap in this run"
+        + (
+            ": not worth a state migration on its own."
+            if parameters_us < 0.25 * gap
+            else " (one round of each, so noisy: check it again before acting on it)."
+        )
+    )
     return f"""\
 The time above each floor, split in the details: our own Python per activation (timed without
 Beam), what Beam charges for binding RunAgent's seven state and timer parameters
@@ -180,11 +192,10 @@ thinly (the profile below) over the request digest
 events (the uuid5 trace id of each run among them), the commit's planning and the fake model's
 own answer. Next: that Python, part by part in the profile's order (the model path's digest
 and gateway bookkeeping, then the trace events, then the commit), each change kept only if the
-pipeline figure moves. Not worth doing, measured: fewer `process` parameters (Beam binds the
-six extra ones for the µs above), and one tagged output per activation for its trace events
-(dropping the no-op's two trace outputs altogether, a side measurement of 100,000 events on
-1,000 keys in 5 interleaved rounds, moved the median round from 111.6 to 111.3 µs/element
-against a floor of 63.0 to 76.1)."""
+pipeline figure moves. {parameters} Not worth doing, measured: one tagged output per
+activation for its trace events (dropping the no-op's two trace outputs altogether, a side
+measurement of 100,000 events on 1,000 keys in 5 interleaved rounds, moved the median round
+from 111.6 to 111.3 µs/element against a floor of 63.0 to 76.1)."""
 
 
 HOTSPOTS = (
