@@ -155,10 +155,11 @@ def _core_split(quick: bool, figures: list[Figure], keys: int) -> tuple[str, lis
 
 def _remaining(figures: list[Figure], own: list[float], parameters_us: float) -> str:
     """What is left, with this run's split: how far cutting our own Python alone could go."""
-    bounds = []
+    bounds, reachable = [], False
     for figure, micros in zip(figures[:2], own, strict=True):
         assert figure.target is not None and figure.floor
         allowed = micros - (figure.ours - figure.target.bound * figure.floor)
+        reachable = reachable or allowed > 0
         bounds.append(
             f"the {figure.name} ({micros:.1f} µs of our Python now) "
             + (
@@ -167,35 +168,49 @@ def _remaining(figures: list[Figure], own: list[float], parameters_us: float) ->
                 else "misses its target even with none"
             )
         )
-    no_op = figures[0]
-    gap = no_op.ours - (no_op.floor or 0.0)
-    parameters = (
-        f"Fewer `process` parameters (a state-layout change) would save at most the "
-        f"{parameters_us:.1f} µs/element Beam charges for them, {parameters_us / gap:.0%} of the "
-        "no-op activation's gap in this run"
-        + (
-            ": not worth a state migration on its own."
-            if parameters_us < 0.25 * gap
-            else " (one round of each, so noisy: check it again before acting on it)."
-        )
+    means = (
+        "Where a target allows some, that means doing less Python per activation altogether, "
+        "not trimming any one part"
+        if reachable
+        else "Neither target is met even with none of it, so the pipeline's share must shrink "
+        "too; our Python is still the part we control"
     )
     return f"""\
 The time above each floor, split in the details: our own Python per activation (timed without
 Beam), what Beam charges for binding RunAgent's seven state and timer parameters
-({parameters_us:.1f} µs/element in this run), and the rest, which is our code running between
-Beam's with cold caches (a side measurement when this was written, thread CPU time inside
-`AgentDoFn.process`, had the model-call activation's own work take about twice as long in the
-pipeline as in the loop without Beam). With the rest unchanged, {"; ".join(bounds)}. That
-means doing less Python per activation altogether, not trimming any one part: it is spread
-thinly (the profile below) over the request digest
+({parameters_us:.1f} µs/element in this run, one round each, so noisy), and the rest, which is
+our code running between Beam's with cold caches (a side measurement when this was written,
+thread CPU time inside `AgentDoFn.process`, had the model-call activation's own work take
+about twice as long in the pipeline as in the loop without Beam, so a µs saved there may save
+two here, and the allowances below, which count one, are cautious). With the rest unchanged,
+{"; ".join(bounds)}. {means}: it is spread thinly (the profile below) over the request digest
 (canonical JSON and SHA-256), the gateway's resilience accounting and retry memo, three trace
 events (the uuid5 trace id of each run among them), the commit's planning and the fake model's
 own answer. Next: that Python, part by part in the profile's order (the model path's digest
 and gateway bookkeeping, then the trace events, then the commit), each change kept only if the
-pipeline figure moves. {parameters} Not worth doing, measured: one tagged output per
-activation for its trace events (dropping the no-op's two trace outputs altogether, a side
-measurement of 100,000 events on 1,000 keys in 5 interleaved rounds, moved the median round
-from 111.6 to 111.3 µs/element against a floor of 63.0 to 76.1)."""
+pipeline figure moves. {_parameters(figures[0], parameters_us)} Not worth doing, measured: one
+tagged output per activation for its trace events (dropping the no-op's two trace outputs
+altogether, a side measurement of 100,000 events on 1,000 keys in 5 interleaved rounds, moved
+the median round from 111.6 to 111.3 µs/element against a floor of 63.0 to 76.1)."""
+
+
+def _parameters(no_op: Figure, parameters_us: float) -> str:
+    """Whether fewer ``process`` parameters are worth a state migration, by this run's figure."""
+    gap = no_op.ours - (no_op.floor or 0.0)
+    if gap <= 0 or parameters_us <= 0:
+        return "Fewer `process` parameters: this run measured nothing for them to save."
+    share = f"{parameters_us / gap:.0%} of the no-op activation's gap in this run"
+    if parameters_us < 0.25 * gap:
+        return (
+            f"Fewer `process` parameters (a state-layout change) would save at most the "
+            f"{parameters_us:.1f} µs/element Beam charges for them, {share}: not worth a state "
+            "migration on its own."
+        )
+    return (
+        f"Fewer `process` parameters (a state-layout change) would save at most "
+        f"{parameters_us:.1f} µs/element, {share}; earlier runs measured 1.0 and 6.4, so check "
+        "it with interleaved rounds before acting on it."
+    )
 
 
 HOTSPOTS = (

@@ -115,7 +115,8 @@ def listening_postgres(port: int) -> list[int]:
             arguments = cmdline.read_bytes().split(b"\0")
         except OSError:
             continue
-        if arguments[0].endswith(b"postgres") and f"port={port}".encode() in b" ".join(arguments):
+        words = b" ".join(arguments).split()
+        if arguments[0].endswith(b"postgres") and f"port={port}".encode() in words:
             postmaster = int(cmdline.parent.name)
             return [postmaster, *children(postmaster)]
     return []
