@@ -29,7 +29,7 @@ TITLE = "No-op and model-call activations: RunAgent vs a bare stateful DoFn"
 DEFINITION = """\
 Wall time of a whole pipeline `Create(elements) | stage` on a fresh `FnApiRunner` object,
 divided by the element count: 100,000 external events spread round-robin over 1,000 keys (both
-activations), and 50,000 over 10,000 keys (the model-call activation). The no-op agent returns
+activations), and 30,000 over 10,000 keys (the model-call activation). The no-op agent returns
 `Complete()` at once; its floor is a bare stateful `DoFn` doing the same state traffic (read the
 header cell, write it back). The model-call agent (`benchmarks/model_call.py`) makes one
 `ctx.call_model` on a `FakeLLM` that answers at once, stores the answer in one memory slot and
@@ -63,7 +63,7 @@ def run_agent(keyed: PCollection[Element]) -> None:
 
 def run(quick: bool) -> BenchmarkResult:
     """Measure both activations at 1,000 keys, the model-call one at 10,000 (tiny when quick)."""
-    sizes = [(2_000, 100, 1)] if quick else [(100_000, 1_000, 1), (50_000, 10_000, 1)]
+    sizes = [(2_000, 100, 1)] if quick else [(100_000, 1_000, 1), (30_000, 10_000, 1)]
     figures, details = [], []
     parameters_us = 0.0
     for count, keys, rounds in sizes:
