@@ -111,8 +111,27 @@ twice instead of
 three times (keep the running claim and its attempt on the key row, which already holds the
 claim's token and intent id: a store schema change), take the state out of the by-tool and
 by-state indexes, validate arguments once at Submit, and on PostgreSQL stop counting pending
-intents on the key row that Submits and results both lock. None of these is measured to bring
-the threads under the bounds above."""
+intents on the key row that Submits and results both lock. {_outlook(sqlite)}"""
+
+
+def _outlook(sqlite: IntentCost | None) -> str:
+    """What the next changes can be expected to do, by this run's per-thread figures."""
+    if sqlite is None or not sqlite.effectors.cpu_s:
+        return ""
+    allowed = 1e6 / TARGET_PER_S
+    busiest = max(
+        sqlite.us(sqlite.effectors.main_thread_s), sqlite.us(sqlite.effectors.busiest_thread_s)
+    )
+    if busiest > allowed:
+        return (
+            "None of these is measured to bring both busy threads under one thread's share at "
+            f"{TARGET_PER_S:,}/s."
+        )
+    return (
+        "Both busy threads stayed under one thread's share in this run, so the serial path is "
+        "the bound to work on first: more results per commit, and the claim's work off the "
+        "commit that waits on the fsync."
+    )
 
 
 def _split(sqlite: IntentCost | None) -> str:

@@ -214,31 +214,25 @@ def _split(figures: list[Figure]) -> list[str]:
 def run(quick: bool) -> BenchmarkResult:
     """Measure every size, ours then the floor; then the variant with an untouched slot."""
     figures = []
-    smallest = {"floor": 0.0, "ours": 0.0}
+    smallest: dict[str, float] = {}
     notes: list[str] = []
     for size in QUICK_SIZES if quick else SIZES:
         count = _activations(size, quick)
-        floor = _seconds_per_activation(
-            size,
-            count,
-            _floor(size),
-            quick=quick,
-            at_least=PLAUSIBLE * smallest["floor"],
-            notes=notes,
-            name="the floor",
-        )
-        ours = _seconds_per_activation(
-            size,
-            count,
-            _agent(rewrite_memory),
-            quick=quick,
-            at_least=PLAUSIBLE * smallest["ours"],
-            notes=notes,
-            name="ours",
-        )
-        if not smallest["floor"]:
-            smallest = {"floor": floor, "ours": ours}
-        floor, ours = floor * 1e6, ours * 1e6
+        stages = {"the floor": _floor(size), "ours": _agent(rewrite_memory)}
+        cost = {
+            name: _seconds_per_activation(
+                size,
+                count,
+                stage,
+                quick=quick,
+                at_least=PLAUSIBLE * smallest.get(name, 0.0),
+                notes=notes,
+                name=name,
+            )
+            for name, stage in stages.items()
+        }
+        smallest = smallest or cost
+        floor, ours = cost["the floor"] * 1e6, cost["ours"] * 1e6
         figures.append(
             Figure(
                 name=f"commit, memory value of {_label(size)}",
