@@ -110,13 +110,15 @@ async def test_one_key_runs_in_order_while_other_keys_run_concurrently(
 
 @pytest.mark.asyncio
 async def test_every_result_status_over_grpc(tmp_path: Path, ledger: Path) -> None:
-    settings = ServerSettings(tool_timeout_ms=300, worker=FAST_WORKER)
+    # Wide enough that a pause of the whole test process late in the suite cannot time out the
+    # quick tools: with 300 ms, all seven once timed out together in a fresh-clone run.
+    settings = ServerSettings(tool_timeout_ms=1_500, worker=FAST_WORKER)
     cases = {
         "ok": make_intent("add", {"a": 2, "b": "5"}, key=b"ok"),
         "async": make_intent("async_slow", {"seconds": 0.01}, key=b"async"),
         "injected": make_intent("record", {"note": "hi"}, key=b"inj", seq=2, step=3),
         "raises": make_intent("fail", {"message": "boom"}, key=b"raises"),
-        "timeout": make_intent("slow", {"seconds": 3}, key=b"timeout"),
+        "timeout": make_intent("slow", {"seconds": 5}, key=b"timeout"),
         "not_json": make_intent("not_json", key=b"not_json"),
         "exits": make_intent("exits", key=b"exits"),
         # Held behind a slow intent of its key for longer than its 100 ms TTL.
@@ -140,7 +142,7 @@ async def test_every_result_status_over_grpc(tmp_path: Path, ledger: Path) -> No
         assert results["raises"].status == ToolResult.ERROR
         assert results["raises"].error_message == "RuntimeError: boom"
         assert results["timeout"].status == ToolResult.ERROR
-        assert "300 ms" in results["timeout"].error_message
+        assert "1500 ms" in results["timeout"].error_message
         assert results["not_json"].status == ToolResult.ERROR
         assert results["exits"].status == ToolResult.ERROR
         assert results["expired"].status == ToolResult.EXPIRED
