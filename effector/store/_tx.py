@@ -21,7 +21,8 @@ DONE = IntentState.DONE
 IN_DOUBT = IntentState.IN_DOUBT
 QUEUED_STATES = "(1, 2, 5)"
 """A key's queue (PENDING, RUNNING, IN_DOUBT) in SQL."""
-QUEUE_INDEX_CONDITION = "kind = 1 AND completed_at_ms IS NULL"
+_QUEUE_CONDITION = "{row}kind = 1 AND {row}completed_at_ms IS NULL"
+QUEUE_INDEX_CONDITION = _QUEUE_CONDITION.format(row="")
 """The queue index's condition, verbatim: TOOL intents without a result, the same rows as
 :data:`QUEUED_STATES`. Claims, releases and reconciliation change none of its columns, so they
 leave the index alone; SQLite rewrites a partial index's entry whenever a column its condition
@@ -34,7 +35,7 @@ def queued(alias: str, *, check_state: bool = True) -> str:
     ``check_state=False`` leaves out the state, which the index's condition implies: a count
     then reads the index alone, not each row.
     """
-    condition = f"{alias}.kind = 1 AND {alias}.completed_at_ms IS NULL"
+    condition = _QUEUE_CONDITION.format(row=f"{alias}.")
     return f"{condition} AND {alias}.state IN {QUEUED_STATES}" if check_state else condition
 
 

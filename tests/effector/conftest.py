@@ -48,6 +48,14 @@ async def execute_sql(store_url: str, statements: Sequence[str]) -> list[Any]:
     return rows
 
 
+async def schema_version(store_url: str) -> str:
+    """The ``schema_version`` a closed store records."""
+    [(version,)] = await execute_sql(
+        store_url, ["SELECT value FROM effector_meta WHERE name = 'schema_version'"]
+    )
+    return str(version)
+
+
 VERSION_6_ONLY = [
     "DROP INDEX effector_intents_queue",
     "CREATE INDEX effector_intents_queue ON effector_intents (entity_key, seq, step_index) "

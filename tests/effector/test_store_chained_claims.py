@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import VERSION_6_ONLY, execute_sql
+from conftest import VERSION_6_ONLY, execute_sql, schema_version
 from effector_harness import make_intent
 
 from beam_agents._protos import IntentState, ToolIntent, ToolResult
@@ -190,11 +190,8 @@ async def test_a_version_5_store_gets_the_new_queue_index_and_its_queues_go_on(
         if store_url.startswith("sqlite")
         else "SELECT indexdef FROM pg_indexes WHERE indexname = 'effector_intents_queue'"
     )
-    [(version,)] = await execute_sql(
-        store_url, ["SELECT value FROM effector_meta WHERE name = 'schema_version'"]
-    )
     [(index,)] = await execute_sql(store_url, [definition])
-    assert str(version) == str(SCHEMA_VERSION) == "6"
+    assert await schema_version(store_url) == str(SCHEMA_VERSION) == "6"
     assert "completed_at_ms IS NULL" in index and "state" not in index
 
 

@@ -10,7 +10,7 @@ import asyncio
 import hashlib
 
 import pytest
-from conftest import VERSION_3_ONLY, execute_sql
+from conftest import VERSION_3_ONLY, execute_sql, schema_version
 from effector_harness import make_intent
 
 import effector.store._reads as reads
@@ -443,10 +443,3 @@ async def downgrade_to_version_2(store_url: str) -> None:
     """Turn a current store back into the version 2 layout, with its data."""
     version_2 = "UPDATE effector_meta SET value = '2' WHERE name = 'schema_version'"
     await execute_sql(store_url, [*VERSION_3_ONLY, version_2])
-
-
-async def schema_version(store_url: str) -> str:
-    [(version,)] = await execute_sql(
-        store_url, ["SELECT value FROM effector_meta WHERE name = 'schema_version'"]
-    )
-    return str(version)
