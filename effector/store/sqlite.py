@@ -1,13 +1,15 @@
 """The embedded SQLite store: the default, for one effector process.
 
 WAL mode; every write transaction runs on one dedicated connection and thread, reads on a
-read-only connection of their own. ``synchronous`` is ``FULL`` unless the URL asks for
+read-only connection of their own, and checkpoints on a third beside them
+(:mod:`~effector.store._checkpoints`). ``synchronous`` is ``FULL`` unless the URL asks for
 ``?synchronous=normal``. A lock file keeps a second process out, so claims left by a previous
 one are given back on open (details in ``effector/README.md``, "Store layout").
 """
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import sqlite3
 import urllib.parse
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import IO, Any, TypeVar
 
 from effector.errors import ConfigurationError, StoreBusyError, StoreError
+from effector.store._checkpoints import BACKSTOP_PAGES, Checkpointer
 from effector.store._execution import release_all_claims
 from effector.store._schema import create_schema
 from effector.store._sql import SqlStore
@@ -85,6 +88,7 @@ class SqliteStore(SqlStore):
         lock_file: IO[bytes],
         path: Path,
         head: int,
+        checkpointer: Checkpointer,
     ) -> None:
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="effector-sqlite")
         read_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="effector-sqlite-read")
@@ -100,6 +104,7 @@ class SqliteStore(SqlStore):
         self._lock_file = lock_file
         self._path = path
         self._thread_executors = (executor, read_executor)
+        self._checkpointer = checkpointer
 
     @classmethod
     async def open(cls, url: str) -> SqliteStore:
@@ -118,6 +123,7 @@ class SqliteStore(SqlStore):
             try:
                 connection.execute("PRAGMA journal_mode=WAL")
                 connection.execute(f"PRAGMA synchronous={synchronous.upper()}")
+                connection.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_PAGES}")
                 head = _in_transaction(connection, path, _open_schema, write=True)
                 # Opened after the schema and WAL mode exist, which a read-only one cannot set.
                 reader = sqlite3.connect(
@@ -126,6 +132,11 @@ class SqliteStore(SqlStore):
                     isolation_level=None,
                     check_same_thread=False,
                 )
+                try:
+                    checkpointer = Checkpointer(path, synchronous)
+                except BaseException:
+                    reader.close()
+                    raise
             except BaseException:
                 connection.close()
                 raise
@@ -135,14 +146,18 @@ class SqliteStore(SqlStore):
         except BaseException:
             lock_file.close()
             raise
-        return cls((connection, reader), lock_file, path, head)
+        return cls((connection, reader), lock_file, path, head, checkpointer)
 
     def _transaction(self, work: Callable[[Tx], _T], *, write: bool) -> _T:
-        connection = self._connection if write else self._read_connection
-        return _in_transaction(connection, self._path, work, write=write)
+        if not write:
+            return _in_transaction(self._read_connection, self._path, work, write=False)
+        outcome = _in_transaction(self._connection, self._path, work, write=True)
+        self._checkpointer.committed()
+        return outcome
 
     async def close(self) -> None:
-        """Close both connections, each on its own thread, and release the file lock."""
+        """Close the connections, each on its own thread, and release the file lock."""
+        await asyncio.get_running_loop().run_in_executor(None, self._checkpointer.close)
         for executor, connection in zip(
             self._thread_executors, (self._connection, self._read_connection), strict=True
         ):
