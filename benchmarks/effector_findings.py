@@ -87,8 +87,44 @@ class IntentCost:
         )
 
 
-def remaining(sqlite: IntentCost | None) -> str:
-    """The "what is left" text, with the SQLite effector's split from this run."""
+def remaining(sqlite: IntentCost | None, postgres: IntentCost | None) -> str:
+    """The "what is left" text, with this run's split for SQLite, then for PostgreSQL."""
+    return f"{_sqlite_remaining(sqlite)}\n\n{_postgres_remaining(postgres)}"
+
+
+def _postgres_remaining(postgres: IntentCost | None) -> str:
+    """Where PostgreSQL's intents went in this run, and the change aimed at its bound."""
+    if postgres is None or postgres.store_server is None or not postgres.effectors.cpu_s:
+        return "PostgreSQL: this run did not measure its split by process, so it is not read here."
+    server, effectors = postgres.store_server, postgres.effectors
+    total, budget = postgres.us(postgres.cpu_s), CORES / TARGET_PER_S * 1e6
+    cores_busy = postgres.cpu_s / postgres.elapsed_s
+    bound = (
+        "CPU is the bound, and cutting it is the way to the target"
+        if cores_busy >= 0.8 * CORES
+        else "the processes also wait on each other, so cutting CPU alone may not be enough"
+    )
+    return (
+        f"On PostgreSQL with two replicas the processes used {total:.0f} µs of CPU per intent "
+        f"in this run, against the {budget:.0f} µs that {TARGET_PER_S:,}/s on {CORES} cores "
+        f"leaves for all of it, and kept {cores_busy:.2f} of {CORES} cores busy: {bound}. The "
+        f"PostgreSQL server used {postgres.us(server.cpu_s):.0f} µs of it, the two effectors "
+        f"{postgres.us(effectors.cpu_s):.0f} ({postgres.us(effectors.main_thread_s):.0f} on "
+        f"their event loops) and the benchmark's client {postgres.us(postgres.client_cpu_s):.0f}. "
+        "(The throwaway cluster runs with fsync off: these are CPU figures, not the disk's.) "
+        "The server's share is mostly writing intent rows: each intent row is inserted, then "
+        "updated at its claim and at its result, and neither update can be a heap-only one, "
+        "because the state it changes is in the keys or the conditions of the intents' "
+        "indexes, so each makes a new row version with new entries in every index whose "
+        "condition the row meets. Next for PostgreSQL, largest first: keep the running claim "
+        "on the key row, so a claim writes no intent row at all (the first change named for "
+        "SQLite above; a store schema change), then take the state out of the by-tool and "
+        "by-state indexes so fewer entries move at the result."
+    )
+
+
+def _sqlite_remaining(sqlite: IntentCost | None) -> str:
+    """The SQLite part of the "what is left" text, with this run's split."""
     return f"""\
 {_split(sqlite)} The writer's time is mostly SQLite's own: in the store's transactions alone
 (3 x 20,000 intents in batches of 500, results in groups of 128, a side measurement when this
@@ -104,14 +140,22 @@ completed index reached 3,600-4,100 intents/s: the indexes are a part of the gap
 it. The event loop's share is spread over gRPC, Submit's validation and digest, and the
 worker's path per intent (a task, the timeout, the pooled-thread hop of the sync `noop` tool,
 validating the arguments again). Where the cores sit idle, the serial path is one write
-transaction at a time, each waiting on its fsync: larger groups per commit help (a side
-measurement, two sustained SQLite runs each, alternating: `--concurrency 1024` instead of 256
-gave 4,195-5,043 intents/s against 2,848-4,271). Next, largest first: write each intent row
-twice instead of
-three times (keep the running claim and its attempt on the key row, which already holds the
-claim's token and intent id: a store schema change), take the state out of the by-tool and
-by-state indexes, validate arguments once at Submit, and on PostgreSQL stop counting pending
-intents on the key row that Submits and results both lock. {_outlook(sqlite)}"""
+transaction at a time. A side measurement when this was written (every store transaction
+timed inside the effector, wall and thread CPU, over two sustained SQLite runs of 20,000
+intents): the writer was inside a transaction 73-75% of each run and on the CPU 51-52%; ~155
+record-and-claim commits of ~128 results took 13.7 ms each (9.2 on the CPU) and 20 Submit
+groups of 1,000 intents ~40 ms each. The rest of its time in them is waiting, mostly on the
+fsync of each commit's ~1.5 MiB of log: a GIL switch interval of 0.2 ms instead of 5 left that
+gap where it was. So the writer spends about 150 µs of wall time per intent (105 on the CPU);
+9,000/s leaves it 111 µs at most, less the run's idle start and end. Moving SQLite's
+checkpoints onto a thread of their own cut the store's transactions alone by about a tenth
+(fsynced, in process, alternating runs) but did not move the sustained rate measurably. Next,
+largest first (the first two cut the log pages and statements of every commit): write each
+intent row twice instead of three times (keep the running claim and its attempt on the key
+row, which already holds the claim's token and intent id: a store schema change), take the
+state out of the by-tool and by-state indexes, validate arguments once at Submit, and on
+PostgreSQL stop counting pending intents on the key row that Submits and results both
+lock. {_outlook(sqlite)}"""
 
 
 def _outlook(sqlite: IntentCost | None) -> str:
@@ -128,9 +172,9 @@ def _outlook(sqlite: IntentCost | None) -> str:
             f"{TARGET_PER_S:,}/s."
         )
     return (
-        "Both busy threads stayed under one thread's share in this run, so the serial path is "
-        "the bound to work on first: more results per commit, and the claim's work off the "
-        "commit that waits on the fsync."
+        "Both busy threads stayed under one thread's share in this run, so the writer's serial "
+        "path is the bound to work on first: fewer log pages and statements per intent, the "
+        "first two changes above."
     )
 
 

@@ -285,6 +285,7 @@ def run(quick: bool) -> BenchmarkResult:
             ),
         )
         measured, notes, sqlite_cost = measure_store(sqlite, size, quick, scratch)
+        postgres_cost: IntentCost | None = None
         figures += measured
         details += notes
         try:
@@ -297,7 +298,7 @@ def run(quick: bool) -> BenchmarkResult:
                     "bare PostgreSQL insert+commit",
                     server_pids=functools.partial(usage.listening_postgres, server.port),
                 )
-                measured, notes, _ = measure_store(postgres, size, quick, scratch)
+                measured, notes, postgres_cost = measure_store(postgres, size, quick, scratch)
             figures += measured
             details += notes
         except pytest.skip.Exception as skipped:
@@ -309,7 +310,7 @@ def run(quick: bool) -> BenchmarkResult:
         definition=DEFINITION,
         figures=figures,
         details=details,
-        remaining=remaining(sqlite_cost),
+        remaining=remaining(sqlite_cost, postgres_cost),
     )
 
 

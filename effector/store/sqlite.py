@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import IO, Any, TypeVar
 
 from effector.errors import ConfigurationError, StoreBusyError, StoreError
-from effector.store._checkpoints import BACKSTOP_PAGES, Checkpointer
+from effector.store._checkpoints import Checkpointer, backstop_pragmas
 from effector.store._execution import release_all_claims
 from effector.store._schema import create_schema
 from effector.store._sql import SqlStore
@@ -123,7 +123,8 @@ class SqliteStore(SqlStore):
             try:
                 connection.execute("PRAGMA journal_mode=WAL")
                 connection.execute(f"PRAGMA synchronous={synchronous.upper()}")
-                connection.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_PAGES}")
+                for pragma in backstop_pragmas():
+                    connection.execute(pragma)
                 head = _in_transaction(connection, path, _open_schema, write=True)
                 # Opened after the schema and WAL mode exist, which a read-only one cannot set.
                 reader = sqlite3.connect(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import sqlite3
 import threading
@@ -14,8 +15,10 @@ import pytest
 from conftest import sqlite_url
 from effector_harness import make_intent
 
+import effector.store._checkpoints as checkpoints
 from effector.store import open_store
-from effector.store._checkpoints import BACKSTOP_PAGES, GATHER_S, Checkpointer
+from effector.store._checkpoints import GATHER_S, PAGE_BYTES, Checkpointer
+from effector.store._tx import Tx
 from effector.store.base import NewIntent
 
 _THREAD = "effector-sqlite-checkpoint"
@@ -33,7 +36,7 @@ async def _wait_for(condition: Any, timeout_s: float = 10.0) -> None:
 
 
 @pytest.mark.asyncio
-async def test_a_few_commits_reach_the_database_file_without_the_writer_checkpointing(
+async def test_commits_reach_the_database_file_through_the_checkpoint_thread(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "s.db"
@@ -41,16 +44,12 @@ async def test_a_few_commits_reach_the_database_file_without_the_writer_checkpoi
     store = await open_store(sqlite_url(path))
     try:
         assert _checkpoint_threads() == threads_before + 1
-        # The writer checkpoints only as a backstop, far beyond what these commits write.
-        (autocheckpoint,) = await store._run(  # type: ignore[attr-defined]
-            lambda tx: tx.execute("PRAGMA wal_autocheckpoint").fetchone(), write=True
-        )
-        assert autocheckpoint == BACKSTOP_PAGES
         size_after_open = path.stat().st_size
         for n in range(20):
             intent = make_intent("record", {"event": f"e{n}"}, seq=n)
             await store.submit([NewIntent(intent, None)], now_ms=1_000 + n)
-        # In WAL mode only a checkpoint writes the database file; nothing here asks for one.
+        # Far below the writer's own checkpoint (the backstop): in WAL mode only a checkpoint
+        # writes the database file, and nothing here asks for one.
         await _wait_for(lambda: path.stat().st_size > size_after_open)
         counts = await store.counts()
     finally:
@@ -60,6 +59,42 @@ async def test_a_few_commits_reach_the_database_file_without_the_writer_checkpoi
     with sqlite3.connect(path) as reopened:
         (stored,) = reopened.execute("SELECT count(*) FROM effector_intents").fetchone()
     assert stored == 20
+
+
+@pytest.mark.asyncio
+async def test_the_log_stays_bounded_while_commits_never_pause(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A PASSIVE checkpoint beside a writer that never pauses cannot let the log start over:
+    # the writer's own backstop checkpoint must. Shrunk here so that a test can pass it often.
+    monkeypatch.setattr(checkpoints, "BACKSTOP_PAGES", 64)
+    path = tmp_path / "b.db"
+    wal = Path(f"{path}-wal")
+    store = await open_store(sqlite_url(path))
+    largest = 0
+
+    def write(tx: Tx, n: int) -> None:
+        nonlocal largest
+        value = f"{n:08d}" * 2_048  # 16 KiB: four pages and more a commit
+        tx.execute("INSERT INTO effector_meta (name, value) VALUES (?, ?)", (f"t{n}", value))
+        largest = max(largest, wal.stat().st_size)
+
+    try:
+        settings = await store._run(  # type: ignore[attr-defined]
+            lambda tx: [
+                tx.execute(f"PRAGMA {name}").fetchone()[0]
+                for name in ("wal_autocheckpoint", "journal_size_limit")
+            ]
+        )
+        # Queued together, the writes run back to back on the writer's thread.
+        await asyncio.gather(
+            *(store._run(functools.partial(write, n=n)) for n in range(600))  # type: ignore[attr-defined]
+        )
+    finally:
+        await store.close()
+    assert settings == [64, 64 * PAGE_BYTES]
+    # About 10 MiB went through the log; it never held much more than the backstop.
+    assert largest < 4 * 64 * (PAGE_BYTES + 24), f"the log grew to {largest} bytes"
 
 
 class _FailingOnce:
@@ -101,15 +136,16 @@ async def test_a_failed_checkpoint_is_logged_and_the_next_commit_checkpoints_aga
     assert "a WAL checkpoint of the SQLite store failed: disk I/O error" in caplog.text
 
 
-def test_closing_while_commits_gather_returns_at_once(tmp_path: Path) -> None:
+def test_closing_at_any_point_after_a_commit_returns(tmp_path: Path) -> None:
     path = tmp_path / "g.db"
     with sqlite3.connect(path) as setup:
         setup.execute("PRAGMA journal_mode=WAL")
-    for _ in range(5):
+    # Before the thread wakes, while commits gather, as the checkpoint runs, and after it.
+    for delay_s in (0.0, GATHER_S / 4, GATHER_S / 2, GATHER_S, 3 * GATHER_S):
         checkpointer = Checkpointer(path, "full")
         checkpointer.committed()
-        time.sleep(GATHER_S / 4)  # the thread is now gathering commits
+        time.sleep(delay_s)
         closing = threading.Thread(target=checkpointer.close)
         closing.start()
         closing.join(5)
-        assert not closing.is_alive(), "close() waited for a commit that never came"
+        assert not closing.is_alive(), f"close() {delay_s} s after a commit never returned"
