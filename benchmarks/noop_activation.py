@@ -40,8 +40,12 @@ overhead can also be read net of it. After a warm-up run of each, the pipelines 
 (source, floors, ours), one round at each key count to keep the suite within ten minutes. The
 details split our cost: our own Python per activation measured without Beam, and (at 1,000
 keys) what Beam charges for binding RunAgent's seven state and timer parameters, measured on
-the no-op floor declaring the same parameters. Targets: the no-op activation at most 1.25x its
-floor; the model-call activation at most 1.8x its floor at 1,000 keys and 1.6x at 10,000."""
+the no-op floor declaring the same parameters, the two taking turns over 20,000 events for
+three rounds. Targets: the no-op activation at most 1.25x its floor; the model-call activation
+at most 1.8x its floor at 1,000 keys and 1.6x at 10,000. The 10,000-key row is not the issue's
+shape: 3 events a key instead of 10 (which would take the suite past ten minutes), so each
+key's fixed costs in Beam (its state cache weighing each key's cells) weigh on both pipelines
+and narrow the ratio; its pass is for this shape and does not compare with the issue's 2.40x."""
 
 TARGET = Target(Goal.RATIO_AT_MOST, 1.25)
 MODEL_TARGETS = {
@@ -71,13 +75,7 @@ def run(quick: bool) -> BenchmarkResult:
         first = keys == sizes[0][1]
         stages: dict[str, Stage] = {"model floor": model_call_floor, "model": model_call_stage}
         if first:  # the no-op activation's target is at 1,000 keys
-            stages = {
-                "source": source_only,
-                "floor": bare_stateful,
-                "ours": run_agent,
-                **stages,
-                "seven parameters": seven_parameters,
-            }
+            stages = {"source": source_only, "floor": bare_stateful, "ours": run_agent, **stages}
         best = seconds_per_element(elements, stages, rounds=rounds)
         us = {name: seconds * 1e6 for name, seconds in best.items()}
         measured = [("model-call activation", "model", "model floor", MODEL_TARGETS[keys])]
@@ -103,15 +101,9 @@ def run(quick: bool) -> BenchmarkResult:
                 f"against its floor's {us['floor'] - source:.1f}, the model-call activation "
                 f"{us['model'] - source:.1f} against its floor's {us['model floor'] - source:.1f}."
             )
-        if "seven parameters" in us:
-            parameters_us = us["seven parameters"] - us["floor"]
-            details.append(
-                f"{keys:,} keys: the no-op floor declaring RunAgent's seven state and timer "
-                f"parameters (touching only the header, as the floor does) costs "
-                f"{us['seven parameters']:.1f} µs/element against the floor's {us['floor']:.1f}: "
-                f"{us['seven parameters'] - us['floor']:.1f} µs/element is Beam binding the "
-                "other six parameters, before our code runs."
-            )
+        if first:
+            parameters_us, note = _parameters_cost(quick, keys)
+            details.append(note)
     split, own = _core_split(quick, figures, sizes[0][1])
     details.append(split)
     return BenchmarkResult(
@@ -153,6 +145,35 @@ def _core_split(quick: bool, figures: list[Figure], keys: int) -> tuple[str, lis
     ), list(own.values())
 
 
+PARAMETER_ROUNDS = 3
+PARAMETER_EVENTS = 20_000
+"""The parameters' cost is a difference of two close figures: smaller runs, in more rounds."""
+
+
+def _parameters_cost(quick: bool, keys: int) -> tuple[float, str]:
+    """What Beam charges for binding the six parameters beyond the floor's, and its detail line.
+
+    The no-op floor and the same floor declaring RunAgent's seven state and timer parameters
+    take turns, :data:`PARAMETER_ROUNDS` rounds; each figure is its best round.
+    """
+    count, rounds = (2_000, 1) if quick else (PARAMETER_EVENTS, PARAMETER_ROUNDS)
+    stages = {"floor": bare_stateful, "seven parameters": seven_parameters}
+    us = {
+        name: seconds * 1e6
+        for name, seconds in seconds_per_element(
+            keyed_events(count, keys), stages, rounds=rounds
+        ).items()
+    }
+    cost = us["seven parameters"] - us["floor"]
+    return cost, (
+        f"{keys:,} keys, {count:,} events, {rounds} interleaved rounds (best of each): the no-op "
+        f"floor declaring RunAgent's seven state and timer parameters (touching only the header, "
+        f"as the floor does) costs {us['seven parameters']:.1f} µs/element against the floor's "
+        f"{us['floor']:.1f}: {cost:.1f} µs/element is Beam binding the other six parameters, "
+        "before our code runs."
+    )
+
+
 def _remaining(figures: list[Figure], own: list[float], parameters_us: float) -> str:
     """What is left, with this run's split: how far cutting our own Python alone could go."""
     bounds, reachable = [], False
@@ -178,7 +199,7 @@ def _remaining(figures: list[Figure], own: list[float], parameters_us: float) ->
     return f"""\
 The time above each floor, split in the details: our own Python per activation (timed without
 Beam), what Beam charges for binding RunAgent's seven state and timer parameters
-({parameters_us:.1f} µs/element in this run, one round each, so noisy), and the rest, which is
+({parameters_us:.1f} µs/element in this run, in interleaved rounds), and the rest, which is
 our code running between Beam's with cold caches (a side measurement when this was written,
 thread CPU time inside `AgentDoFn.process`, had the model-call activation's own work take
 about twice as long in the pipeline as in the loop without Beam, so a µs saved there may save
@@ -207,9 +228,11 @@ def _parameters(no_op: Figure, parameters_us: float) -> str:
             "migration on its own."
         )
     return (
-        f"Fewer `process` parameters (a state-layout change) would save at most "
-        f"{parameters_us:.1f} µs/element, {share}; earlier runs measured 1.0 and 6.4, so check "
-        "it with interleaved rounds before acting on it."
+        f"Fewer `process` parameters would save up to {parameters_us:.1f} µs/element, {share}, "
+        "which makes them the next change for the no-op activation: keep the replay cache in "
+        "the continuation cell, and declare no timer parameters where the configuration can "
+        "set no timer (a state-layout change: versioned, with golden-bytes tests, reading the "
+        "old layout)."
     )
 
 

@@ -300,8 +300,11 @@ def _what_is_left(numbered: list[tuple[int, BenchmarkResult]]) -> list[str]:
         missed = [figure.name for figure in result.figures if figure.met is False]
         if missed:
             lines.append(f"- **{number}. {result.title}**: missed {'; '.join(missed)}.")
-            if result.remaining:
-                lines.append(f"  {' '.join(result.remaining.split())}")
+            account = result.remaining or (
+                "This benchmark gives no account of where the time goes yet: this miss is "
+                "unexplained in this run."
+            )
+            lines.append(f"  {' '.join(account.split())}")
     if len(lines) == 2:
         lines.append("Every target with a figure in this run was met.")
     return [*lines, ""]

@@ -222,6 +222,19 @@ def test_what_is_left_says_so_when_every_target_is_met() -> None:
     assert "never shown" not in text
 
 
+def test_a_miss_without_an_account_is_called_unexplained() -> None:
+    missed = BenchmarkResult(
+        name="m",
+        title="t",
+        definition="d",
+        figures=[Figure(name="f", unit="ms", ours=3.0, samples=1, target=Target(Goal.BELOW, 2))],
+    )
+    text = render_markdown([missed], {}, order=["m"], quick=False, failures={}, elapsed_s=1.0)
+    left = text.split("## What is left", 1)[1].split("## Notes", 1)[0]
+    assert "- **1. t**: missed f.\n  This benchmark gives no account" in left
+    assert "this miss is unexplained in this run." in left
+
+
 def test_percentile_and_number_format() -> None:
     samples = [float(value) for value in range(1, 101)]
     assert percentile(samples, 0.5) == 50.0
