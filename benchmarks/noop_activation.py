@@ -227,8 +227,12 @@ def _parameters(no_op: Figure, parameters_us: float) -> str:
             f"{parameters_us:.1f} µs/element Beam charges for them, {share}: not worth a state "
             "migration on its own."
         )
+    without = (no_op.ours - parameters_us) / (no_op.floor or 1.0)
+    enough = no_op.target is not None and without <= no_op.target.bound
     return (
-        f"Fewer `process` parameters would save up to {parameters_us:.1f} µs/element, {share}, "
+        f"Fewer `process` parameters would save up to {parameters_us:.1f} µs/element, {share} "
+        f"(the no-op would be at {without:.2f}x without it, "
+        f"{'within its target' if enough else 'so our Python must shrink too'}), "
         "which makes them the next change for the no-op activation: keep the replay cache in "
         "the continuation cell, and declare no timer parameters where the configuration can "
         "set no timer (a state-layout change: versioned, with golden-bytes tests, reading the "

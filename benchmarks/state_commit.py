@@ -289,7 +289,7 @@ def _remaining(figures: list[Figure]) -> str:
         grows = figure.ours - figure.floor - fixed
         copy = max(figure.floor - floor_fixed, 0.0)
         parts.append(
-            f"At {_label(size)} ours is {over:.0f} µs above 2x the floor; of ours less the floor, "
+            f"At {_label(size)} ours is {over:.1f} µs above 2x the floor; of ours less the floor, "
             f"{fixed:.0f} µs is the fixed cost and {grows:.0f} µs grows with the size, where the "
             f"floor grew {copy:.0f} µs (about one copy of the bytes)"
             + ("; cutting the fixed cost alone would meet 2x here." if fixed >= over else ".")

@@ -290,7 +290,7 @@ class ActivationContext:
         if staged.budget_error is not None:
             raise staged.budget_error
         started_ns = staged.trace.wall_ns()
-        request_digest = request.content_digest()
+        request_json, request_digest = request.canonical_json_and_digest()
         step, _ = staged.cursor.take(StepRecord.MODEL, bytes.fromhex(request_digest))
         cache_key = cache_key_for_digest(request_digest, self.entity_key, self.seq, step)
         cache = self._replay_cache()
@@ -319,7 +319,14 @@ class ActivationContext:
             )
             staged.tokens_used += response.usage.total_tokens
             if staged.recording is not None:
-                staged.recording.model_call(step, request, response, model, len(staged.intents))
+                staged.recording.model_call(
+                    step,
+                    request,
+                    (request_json, request_digest),
+                    response,
+                    model,
+                    len(staged.intents),
+                )
             if limit is not None and self.run_tokens_used > limit:
                 raise self._refuse_over_budget(limit, "went over its token budget")
         staged.trace.record(

@@ -146,17 +146,26 @@ class ActivationRecorder:
         return len(self.model_calls) + len(self.tool_calls) + intents
 
     def model_call(
-        self, step: int, request: LlmRequest, response: LlmResponse, model: object, intents: int
+        self,
+        step: int,
+        request: LlmRequest,
+        encoded: tuple[str, str],
+        response: LlmResponse,
+        model: object,
+        intents: int,
     ) -> None:
-        """Record a call that reached the provider (``model``: the gateway that made it)."""
+        """Record a call that reached the provider (``model``: the gateway that made it).
+
+        ``encoded``: the request's canonical JSON and its digest, as the call computed them.
+        """
         client = getattr(model, "client", None)
         default_model = getattr(client, "model", "")
-        request_json = request.canonical_json()
+        request_json, request_digest = encoded
         self.model_calls.append(
             RecordedModelCall(
                 step_index=step,
                 request_json=request_json,
-                request_digest=hashlib.sha256(request_json.encode("utf-8")).hexdigest(),
+                request_digest=request_digest,
                 response=response.response,
                 input_tokens=response.usage.input_tokens,
                 output_tokens=response.usage.output_tokens,

@@ -90,7 +90,12 @@ class LlmRequest:
 
     def content_digest(self) -> str:
         """A SHA-256 hex digest of :meth:`canonical_json`."""
-        return hashlib.sha256(self.canonical_json().encode("utf-8")).hexdigest()
+        return self.canonical_json_and_digest()[1]
+
+    def canonical_json_and_digest(self) -> tuple[str, str]:
+        """:meth:`canonical_json` and its :meth:`content_digest`, the JSON encoded once."""
+        text = self.canonical_json()
+        return text, hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def user_message(text: str) -> dict[str, str]:
