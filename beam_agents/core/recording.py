@@ -236,9 +236,11 @@ class ActivationRecorder:
         if memory is not None:
             before = state.read_memory() or b""
             limit = self.options.max_value_bytes
-            record.memory_before.CopyFrom(memory_record(before, limit))
-            after = memory.encode() if memory.changed else before
-            record.memory_after.CopyFrom(memory_record(after, limit))
+            described = memory_record(before, limit)
+            record.memory_before.CopyFrom(described)
+            if memory.changed:
+                described = memory_record(memory.encode(), limit)
+            record.memory_after.CopyFrom(described)
         return record
 
 
