@@ -256,8 +256,9 @@ HOTSPOTS = (
     ),
     Hotspot(
         "beam_agents/model/client.py",
-        "content_digest",
-        "Canonical JSON and SHA-256 of the request: the replay-cache key and the step's digest.",
+        "canonical_json_and_digest",
+        "Canonical JSON and SHA-256 of the request: the replay-cache key, the step's digest "
+        "and, when recording, the record's.",
         "",
     ),
     Hotspot(

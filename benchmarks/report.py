@@ -304,7 +304,8 @@ def _what_is_left(numbered: list[tuple[int, BenchmarkResult]]) -> list[str]:
                 "This benchmark gives no account of where the time goes yet: this miss is "
                 "unexplained in this run."
             )
-            lines.append(f"  {' '.join(account.split())}")
+            paragraphs = [" ".join(part.split()) for part in account.split("\n\n")]
+            lines.append("  " + "\n\n  ".join(part for part in paragraphs if part))
     if len(lines) == 2:
         lines.append("Every target with a figure in this run was met.")
     return [*lines, ""]

@@ -286,13 +286,17 @@ def _remaining(figures: list[Figure]) -> str:
         if figure.met is not False or figure.floor is None:
             continue
         over = figure.ours - TARGET.bound * figure.floor
-        grows = figure.ours - figure.floor - fixed
+        grows = max(figure.ours - figure.floor - fixed, 0.0)
         copy = max(figure.floor - floor_fixed, 0.0)
         parts.append(
             f"At {_label(size)} ours is {over:.1f} µs above 2x the floor; of ours less the floor, "
             f"{fixed:.0f} µs is the fixed cost and {grows:.0f} µs grows with the size, where the "
             f"floor grew {copy:.0f} µs (about one copy of the bytes)"
-            + ("; cutting the fixed cost alone would meet 2x here." if fixed >= over else ".")
+            + (
+                f"; cutting {over:.1f} of the fixed cost's {fixed:.0f} µs would meet 2x here."
+                if fixed >= over
+                else "."
+            )
         )
         unplaced = unplaced or grows > 2 * copy + 10
     if not parts:

@@ -10,8 +10,8 @@ commits, beside the writer: they never wait for the writer lock, so writes go on
 Such a checkpoint cannot let the log start over while commits keep coming (it never catches
 the log's end), so the writer keeps ``wal_autocheckpoint`` at :data:`BACKSTOP_PAGES`: under
 sustained writes the log grows to that size (64 MiB), then the writer's own checkpoint copies
-what this thread has not yet, and the log starts over. The file is cut back to that size after
-a larger burst (``journal_size_limit``).
+what this thread has not yet, and the log starts over. A larger burst (one big transaction)
+leaves the file cut back to twice that size (``journal_size_limit``).
 """
 
 from __future__ import annotations
@@ -34,6 +34,9 @@ writer's checkpoint, one in a few thousand, took up to 50 ms instead of 15.
 PAGE_BYTES = 4_096
 """SQLite's default page size, which the store keeps."""
 
+FRAME_BYTES = PAGE_BYTES + 24
+"""A page in the log: its frame header, then the page."""
+
 GATHER_S = 0.02
 """After a commit, how long commits gather before one checkpoint takes them all."""
 
@@ -42,7 +45,7 @@ def backstop_pragmas() -> tuple[str, ...]:
     """The writer connection's settings that go with a :class:`Checkpointer` beside it."""
     return (
         f"PRAGMA wal_autocheckpoint={BACKSTOP_PAGES}",
-        f"PRAGMA journal_size_limit={BACKSTOP_PAGES * PAGE_BYTES}",
+        f"PRAGMA journal_size_limit={2 * BACKSTOP_PAGES * FRAME_BYTES}",
     )
 
 

@@ -17,7 +17,7 @@ from effector_harness import make_intent
 
 import effector.store._checkpoints as checkpoints
 from effector.store import open_store
-from effector.store._checkpoints import GATHER_S, PAGE_BYTES, Checkpointer
+from effector.store._checkpoints import FRAME_BYTES, GATHER_S, Checkpointer
 from effector.store._tx import Tx
 from effector.store.base import NewIntent
 
@@ -56,8 +56,11 @@ async def test_commits_reach_the_database_file_through_the_checkpoint_thread(
         await store.close()
     assert counts.pending == 20
     assert _checkpoint_threads() == threads_before
-    with sqlite3.connect(path) as reopened:
+    reopened = sqlite3.connect(path)
+    try:
         (stored,) = reopened.execute("SELECT count(*) FROM effector_intents").fetchone()
+    finally:
+        reopened.close()
     assert stored == 20
 
 
@@ -92,9 +95,21 @@ async def test_the_log_stays_bounded_while_commits_never_pause(
         )
     finally:
         await store.close()
-    assert settings == [64, 64 * PAGE_BYTES]
+    assert settings == [64, 2 * 64 * FRAME_BYTES]
     # About 10 MiB went through the log; it never held much more than the backstop.
-    assert largest < 4 * 64 * (PAGE_BYTES + 24), f"the log grew to {largest} bytes"
+    assert largest < 4 * 64 * FRAME_BYTES, f"the log grew to {largest} bytes"
+
+
+def _log_with_pages(path: Path, pages: int) -> None:
+    """A WAL-mode database whose log holds about ``pages`` pages no checkpoint has copied."""
+    setup = sqlite3.connect(path, isolation_level=None)
+    try:
+        setup.execute("PRAGMA journal_mode=WAL")
+        setup.execute("PRAGMA wal_autocheckpoint=0")
+        setup.execute("CREATE TABLE IF NOT EXISTS filler (value BLOB)")
+        setup.executemany("INSERT INTO filler VALUES (?)", [(bytes(4_000),) for _ in range(pages)])
+    finally:
+        setup.close()
 
 
 class _FailingOnce:
@@ -119,8 +134,7 @@ async def test_a_failed_checkpoint_is_logged_and_the_next_commit_checkpoints_aga
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = tmp_path / "c.db"
-    with sqlite3.connect(path) as setup:
-        setup.execute("PRAGMA journal_mode=WAL")
+    _log_with_pages(path, 1)
     checkpointer = Checkpointer(path, "full")
     failing = _FailingOnce(checkpointer._connection)
     checkpointer._connection = failing  # type: ignore[assignment]
@@ -137,15 +151,14 @@ async def test_a_failed_checkpoint_is_logged_and_the_next_commit_checkpoints_aga
 
 
 def test_closing_at_any_point_after_a_commit_returns(tmp_path: Path) -> None:
-    path = tmp_path / "g.db"
-    with sqlite3.connect(path) as setup:
-        setup.execute("PRAGMA journal_mode=WAL")
-    # Before the thread wakes, while commits gather, as the checkpoint runs, and after it.
-    for delay_s in (0.0, GATHER_S / 4, GATHER_S / 2, GATHER_S, 3 * GATHER_S):
+    # Before the thread wakes, while commits gather, as a checkpoint of a few MiB runs, after.
+    for attempt, delay_s in enumerate((0.0, GATHER_S / 4, GATHER_S / 2, 1.2 * GATHER_S, 0.2)):
+        path = tmp_path / f"g{attempt}.db"
+        _log_with_pages(path, 1_000)
         checkpointer = Checkpointer(path, "full")
         checkpointer.committed()
         time.sleep(delay_s)
         closing = threading.Thread(target=checkpointer.close)
         closing.start()
-        closing.join(5)
+        closing.join(10)
         assert not closing.is_alive(), f"close() {delay_s} s after a commit never returned"
