@@ -10,6 +10,7 @@ one are given back on open (details in ``effector/README.md``, "Store layout").
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import sqlite3
 import urllib.parse
@@ -110,17 +111,19 @@ class SqliteStore(SqlStore):
     async def open(cls, url: str) -> SqliteStore:
         """Open (creating if needed) the store at ``url``; see :func:`parse_sqlite_url`."""
         path, synchronous = parse_sqlite_url(url)
-        lock_file = _lock_exclusively(path)
-        try:
-            # Batched statements take one SQL text per batch size; a cache big enough for all
-            # of them keeps every statement prepared once, not again after each eviction.
-            connection = sqlite3.connect(
-                path,
-                isolation_level=None,
-                check_same_thread=False,
-                cached_statements=_CACHED_STATEMENTS,
-            )
+        with contextlib.ExitStack() as undo:  # on failure, closes what was opened, in reverse
+            lock_file = _lock_exclusively(path)
+            undo.callback(lock_file.close)
             try:
+                # Batched statements take one SQL text per batch size; a cache big enough for
+                # all of them keeps every statement prepared once, not again after each eviction.
+                connection = sqlite3.connect(
+                    path,
+                    isolation_level=None,
+                    check_same_thread=False,
+                    cached_statements=_CACHED_STATEMENTS,
+                )
+                undo.callback(connection.close)
                 connection.execute("PRAGMA journal_mode=WAL")
                 connection.execute(f"PRAGMA synchronous={synchronous.upper()}")
                 for pragma in backstop_pragmas():
@@ -133,21 +136,14 @@ class SqliteStore(SqlStore):
                     isolation_level=None,
                     check_same_thread=False,
                 )
-                try:
-                    checkpointer = Checkpointer(path, synchronous)
-                except BaseException:
-                    reader.close()
-                    raise
-            except BaseException:
-                connection.close()
-                raise
-        except sqlite3.Error as exc:
-            lock_file.close()
-            raise StoreError(f"cannot open SQLite store {path}: {exc}") from exc
-        except BaseException:
-            lock_file.close()
-            raise
-        return cls((connection, reader), lock_file, path, head, checkpointer)
+                undo.callback(reader.close)
+                checkpointer = Checkpointer(path, synchronous)
+                undo.callback(checkpointer.close)
+            except sqlite3.Error as exc:
+                raise StoreError(f"cannot open SQLite store {path}: {exc}") from exc
+            store = cls((connection, reader), lock_file, path, head, checkpointer)
+            undo.pop_all()
+        return store
 
     def _transaction(self, work: Callable[[Tx], _T], *, write: bool) -> _T:
         if not write:

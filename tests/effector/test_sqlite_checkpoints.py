@@ -20,6 +20,7 @@ from effector.store import open_store
 from effector.store._checkpoints import FRAME_BYTES, GATHER_S, Checkpointer
 from effector.store._tx import Tx
 from effector.store.base import NewIntent
+from effector.store.sqlite import SqliteStore
 
 _THREAD = "effector-sqlite-checkpoint"
 
@@ -162,3 +163,22 @@ def test_closing_at_any_point_after_a_commit_returns(tmp_path: Path) -> None:
         closing.start()
         closing.join(10)
         assert not closing.is_alive(), f"close() {delay_s} s after a commit never returned"
+
+
+@pytest.mark.asyncio
+async def test_a_store_that_fails_to_open_leaves_no_thread_and_no_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = sqlite_url(tmp_path / "f.db")
+    threads_before = _checkpoint_threads()
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("the store could not be built")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(SqliteStore, "__init__", refuse)
+        with pytest.raises(RuntimeError, match="could not be built"):
+            await open_store(url)
+    assert _checkpoint_threads() == threads_before
+    store = await open_store(url)  # the lock file was let go
+    await store.close()
