@@ -209,27 +209,28 @@ def test_results_survive_the_trip_through_json() -> None:
     assert "- **2. t**: missed f.\n  Where it goes; the next change." in left
 
 
-def test_what_is_left_says_so_when_every_target_is_met() -> None:
-    met = BenchmarkResult(
+def _rendered_alone(ours_ms: float, remaining: str = "") -> str:
+    """The report of one benchmark whose one figure has the target "below 2 ms"."""
+    result = BenchmarkResult(
         name="m",
         title="t",
         definition="d",
-        figures=[Figure(name="f", unit="ms", ours=1.0, samples=1, target=Target(Goal.BELOW, 2))],
-        remaining="never shown",
+        figures=[
+            Figure(name="f", unit="ms", ours=ours_ms, samples=1, target=Target(Goal.BELOW, 2))
+        ],
+        remaining=remaining,
     )
-    text = render_markdown([met], {}, order=["m"], quick=False, failures={}, elapsed_s=1.0)
+    return render_markdown([result], {}, order=["m"], quick=False, failures={}, elapsed_s=1.0)
+
+
+def test_what_is_left_says_so_when_every_target_is_met() -> None:
+    text = _rendered_alone(1.0, remaining="never shown")
     assert "## What is left\n\nEvery target with a figure in this run was met." in text
     assert "never shown" not in text
 
 
 def test_a_miss_without_an_account_is_called_unexplained() -> None:
-    missed = BenchmarkResult(
-        name="m",
-        title="t",
-        definition="d",
-        figures=[Figure(name="f", unit="ms", ours=3.0, samples=1, target=Target(Goal.BELOW, 2))],
-    )
-    text = render_markdown([missed], {}, order=["m"], quick=False, failures={}, elapsed_s=1.0)
+    text = _rendered_alone(3.0)
     left = text.split("## What is left", 1)[1].split("## Notes", 1)[0]
     assert "- **1. t**: missed f.\n  This benchmark gives no account" in left
     assert "this miss is unexplained in this run." in left

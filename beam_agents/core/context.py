@@ -322,10 +322,11 @@ class ActivationContext:
                 staged.recording.model_call(
                     step,
                     request,
-                    (request_json, request_digest),
                     response,
                     model,
                     len(staged.intents),
+                    request_json=request_json,
+                    request_digest=request_digest,
                 )
             if limit is not None and self.run_tokens_used > limit:
                 raise self._refuse_over_budget(limit, "went over its token budget")

@@ -149,18 +149,19 @@ class ActivationRecorder:
         self,
         step: int,
         request: LlmRequest,
-        encoded: tuple[str, str],
         response: LlmResponse,
         model: object,
         intents: int,
+        *,
+        request_json: str,
+        request_digest: str,
     ) -> None:
         """Record a call that reached the provider (``model``: the gateway that made it).
 
-        ``encoded``: the request's canonical JSON and its digest, as the call computed them.
+        ``request_json`` and ``request_digest``: the request as the call encoded it.
         """
         client = getattr(model, "client", None)
         default_model = getattr(client, "model", "")
-        request_json, request_digest = encoded
         self.model_calls.append(
             RecordedModelCall(
                 step_index=step,
