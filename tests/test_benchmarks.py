@@ -71,7 +71,10 @@ EXPECTED_ROWS = {
         "ADK adapter's own work over the plain-ctx agent",
         "ADK adapter's own work over the plain-ctx agent back to back",
     ],
-    "scale_out": ["speedup, 2 workers over 1, 100 keys"],
+    "scale_out": [
+        "speedup, 2 workers over 1, 100 keys",
+        "speedup, keys split over 2 processes against 1, 100 keys",
+    ],
     "end_to_end": ["the loop, activations/s"],
 }
 """The rows each benchmark's quick run must produce, in order."""
