@@ -54,7 +54,7 @@ def memory_bytes() -> int:
     """The size of the memory cell the agent's commit writes (the floor writes as many)."""
     memory = WorkingMemory(None)
     memory.set(SLOT, slot_value(0, REPLY))
-    return len(memory.encode())
+    return memory.size
 
 
 def model_call_stage(keyed: PCollection[Element]) -> None:

@@ -120,7 +120,7 @@ class ActivationContext:
         first_step: int,
         trace: TraceRecorder,
         services: ActivationServices,
-        load_memory: Callable[[], bytes | None],
+        load_memory: Callable[[], list[bytes]],
         load_cache: Callable[[], bytes | None],
         resumption: Resumption | None = None,
     ) -> None:

@@ -52,7 +52,9 @@ RECORDS_TAG = "records"
 assert (HEADER, MEMORY, CACHE, CONTINUATION) == (0, 1, 2, 3)
 
 _HEADER = ReadModifyWriteStateSpec("header", BytesCoder())
-_MEMORY = ReadModifyWriteStateSpec("memory", BytesCoder())
+# A bag: the memory's elements (``core/_memory_wire.py``). It was a ``ReadModifyWriteState``, which
+# the Fn API keeps as a bag of one element, so memory committed by that layout reads unchanged.
+_MEMORY = BagStateSpec("memory", BytesCoder())
 _CACHE = ReadModifyWriteStateSpec("cache", BytesCoder())
 _CONTINUATION = ReadModifyWriteStateSpec("continuation", BytesCoder())
 _BUFFER = BagStateSpec("buffer", BytesCoder())
@@ -138,6 +140,10 @@ def _applied(
         for cell, value in state.writes.items():
             if value is None:
                 cells[cell].clear()
+            elif cell == MEMORY:  # a bag: its elements replace the committed ones
+                memory.clear()
+                for element in value:
+                    memory.add(element)
             else:
                 cells[cell].write(value)
     if state.buffer_reset:

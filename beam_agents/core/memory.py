@@ -2,12 +2,15 @@
 
 An activation sees the memory its key committed last and its own writes; the writes are staged
 and reach state only if the activation commits (invariant 1). The persisted form is a
-``MemoryState`` proto with slots sorted by key, so equal memories encode to equal bytes. The
-whole serialized blob is capped at :data:`MEMORY_CAP_BYTES`: a write that would pass the cap
+``MemoryState`` proto with slots sorted by key, so equal memories encode to equal bytes, kept as
+the elements of a Beam bag whose concatenation is that blob (``_memory_wire``). The whole
+serialized blob is capped at :data:`MEMORY_CAP_BYTES`: a write that would pass the cap
 raises :class:`~beam_agents.core.errors.MemoryLimitError` at the call and changes nothing.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from beam_agents._protos import MemoryState
 from beam_agents.core._memory_wire import MEMORY_SCHEMA_VERSION as MEMORY_SCHEMA_VERSION
@@ -51,35 +54,37 @@ class WorkingMemory:
     scanned on first use, so an activation that never touches memory pays nothing, and a slot
     is decoded only when read: a commit re-uses the committed bytes of every slot it did not
     change (``_memory_wire``), so its cost follows what changed, not the whole memory.
+    ``elements``: the committed memory's bag elements (or ``None``).
     """
 
-    __slots__ = ("_blob", "_changed", "_encoded", "_size", "_sizes", "_slots")
+    __slots__ = ("_changed", "_elements", "_encoded", "_size", "_sizes", "_slots")
 
-    def __init__(self, blob: bytes | None) -> None:
-        self._blob = blob
+    def __init__(self, elements: Sequence[bytes] | None) -> None:
+        self._elements = elements
         self._slots: dict[str, Slot | RawSlot] | None = None
         self._sizes: dict[str, int] = {}
         self._size = 0
         self._changed = False
-        self._encoded: bytes | None = None
+        self._encoded: list[bytes] | None = None
 
     def _loaded(self) -> dict[str, Slot | RawSlot]:
         if self._slots is None:
-            self._slots = self._decode(self._blob) if self._blob else {}
+            self._slots = self._decode(self._elements) if self._elements else {}
             self._size = _VERSION_FIELD_SIZE
             for key, content in self._slots.items():
                 size = self._sizes[key] = (
-                    len(content.field) if isinstance(content, RawSlot) else slot_size(key, content)
+                    content.size if isinstance(content, RawSlot) else slot_size(key, content)
                 )
                 self._size += size
         return self._slots
 
     @staticmethod
-    def _decode(blob: bytes) -> dict[str, Slot | RawSlot]:
-        """The committed slots: views into ``blob`` or, if it is not canonical, parsed ones."""
-        raw = scan(blob)
+    def _decode(elements: Sequence[bytes]) -> dict[str, Slot | RawSlot]:
+        """The committed slots: views into ``elements`` or, if not canonical, parsed ones."""
+        raw = scan(elements)
         if raw is not None:
             return dict(raw)
+        blob = b"".join(elements)
         state = decode_versioned(MemoryState, blob, MEMORY_SCHEMA_VERSION)
         return {
             slot.key: list(slot.ring.items) if slot.WhichOneof("content") == "ring" else slot.value
@@ -172,11 +177,11 @@ class WorkingMemory:
         """Whether this activation wrote anything."""
         return self._changed
 
-    def encode(self) -> bytes:
-        """The serialized ``MemoryState`` (slots sorted by key); ``b""`` when memory is empty.
+    def encode(self) -> list[bytes]:
+        """The memory's bag elements (none when memory is empty); see ``_memory_wire``.
 
-        Equal to ``MemoryState(...).SerializeToString(deterministic=True)`` byte for byte, but
-        built by joining the committed bytes of unchanged slots with the changed ones.
+        Joined, they equal ``MemoryState(...).SerializeToString(deterministic=True)`` byte for
+        byte; the committed bytes of unchanged slots and large new values are not copied.
         """
         if self._encoded is None:
             self._encoded = encode_memory(self._loaded())

@@ -235,12 +235,12 @@ class ActivationRecorder:
             record.snapshot = snapshot
         memory = staged.memory
         if memory is not None:
-            before = state.read_memory() or b""
+            before = b"".join(state.read_memory())
             limit = self.options.max_value_bytes
             described = memory_record(before, limit)
             record.memory_before.CopyFrom(described)
             if memory.changed:
-                described = memory_record(memory.encode(), limit)
+                described = memory_record(b"".join(memory.encode()), limit)
             record.memory_after.CopyFrom(described)
         return record
 

@@ -68,9 +68,8 @@ class KeyState:
         "_continuation_read",
         "_header",
         "_header_cell",
-        "_memory_blob",
         "_memory_cell",
-        "_memory_read",
+        "_memory_elements",
         "buffer_added",
         "buffer_reset",
         "writes",
@@ -90,12 +89,13 @@ class KeyState:
         self._continuation_cell = continuation
         self._buffer_cell = buffer
         self._header: KeyHeader | None = None
-        self._memory_blob: bytes | None = None
-        self._memory_read = False
+        self._memory_elements: list[bytes] | None = None
         self._continuation: Continuation | None = None
         self._continuation_read = False
-        self.writes: dict[int, bytes | None] = {}
-        """Cell number (:data:`HEADER`, ...) to its new value; ``None`` clears the cell."""
+        self.writes: dict[int, Any] = {}
+        """Cell number (:data:`HEADER`, ...) to its new value; ``None`` clears the cell.
+
+        Each value is ``bytes``, but :data:`MEMORY`'s, a bag, is a list of its elements."""
         self.buffer_reset = False
         """Whether the buffer is cleared before :attr:`buffer_added` is appended."""
         self.buffer_added: list[bytes] = []
@@ -121,18 +121,16 @@ class KeyState:
         self._header = header
         self.writes[HEADER] = header.SerializeToString()
 
-    def read_memory(self) -> bytes | None:
-        """The committed ``MemoryState`` blob (read from the cell once per call)."""
-        if not self._memory_read:
-            self._memory_blob = self._memory_cell.read()
-            self._memory_read = True
-        return self._memory_blob
+    def read_memory(self) -> list[bytes]:
+        """The committed memory's elements (read from the bag once per call)."""
+        if self._memory_elements is None:
+            self._memory_elements = list(self._memory_cell.read())
+        return self._memory_elements
 
-    def write_memory(self, blob: bytes) -> None:
-        """Store the memory blob; ``b""`` clears the cell."""
-        self._memory_blob = blob or None
-        self._memory_read = True
-        self.writes[MEMORY] = blob or None
+    def write_memory(self, elements: list[bytes]) -> None:
+        """Store the memory's elements; none clears the bag."""
+        self._memory_elements = elements
+        self.writes[MEMORY] = elements or None
 
     def read_cache(self) -> bytes | None:
         """The committed ``ModelCache`` blob (``None`` if empty); see :func:`decode_cache`."""
@@ -202,6 +200,5 @@ class KeyState:
     def wipe(self) -> None:
         """Idle-key cleanup: clear everything but the header."""
         self.writes[MEMORY] = None
-        self._memory_blob = None
-        self._memory_read = True
+        self._memory_elements = []
         self.end_run()

@@ -54,15 +54,22 @@ CLOSE_TIMEOUT_S = 30.0
 
 
 class _Cell:
-    """A value cell (bytes or ``None``), readable as Beam's state is."""
+    """A value cell (bytes or ``None``; the memory's: its elements), readable as Beam's state is."""
 
     __slots__ = ("value",)
 
-    def __init__(self, value: bytes | None = None) -> None:
+    def __init__(self, value: Any = None) -> None:
         self.value = value
 
-    def read(self) -> bytes | None:
+    def read(self) -> Any:
         return self.value
+
+
+class _MemoryBag(_Cell):
+    """The memory's cell: a bag, whose elements :attr:`value` holds (``None``: empty)."""
+
+    def read(self) -> list[bytes]:
+        return list(self.value or ())
 
 
 class _Bag:
@@ -79,7 +86,7 @@ class KeyCells:
     """One key's state cells, in memory: header, memory, cache, continuation and buffer."""
 
     def __init__(self) -> None:
-        self.cells = (_Cell(), _Cell(), _Cell(), _Cell())  # numbered as state.HEADER, ...
+        self.cells = (_Cell(), _MemoryBag(), _Cell(), _Cell())  # numbered as state.HEADER, ...
         self.buffer = _Bag()
 
     def state(self) -> KeyState:
@@ -169,7 +176,8 @@ def cells_for(
         cells.cells[CONTINUATION].value = record.continuation_before.SerializeToString()
         cells.cells[CACHE].value = cache_blob(earlier)
     known = record.memory_before if record.memory_before.known else memory
-    cells.cells[MEMORY].value = None if known is None else memory_blob(known, record.seq)
+    blob = None if known is None else memory_blob(known, record.seq)
+    cells.cells[MEMORY].value = None if blob is None else [blob]
     return cells
 
 

@@ -93,7 +93,7 @@ class Replayer:
         self._model.start(record)
         self._tools.start(record)
         cells = cells_for(record, earlier, memory)
-        given = cells.cells[MEMORY].value
+        given = b"".join(cells.cells[MEMORY].read())
         plan = self._harness.element(
             cells, record.entity_key, record.envelope, record.intent_namespace
         )

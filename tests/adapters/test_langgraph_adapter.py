@@ -305,7 +305,7 @@ def test_memory_holds_only_the_latest_checkpoint() -> None:
         for n, text in enumerate((b"one", b"two", b"three")):
             envelope = AgentEnvelope(entity_key=KEY, event_time_ms=1_000 + n, external_event=text)
             cells.process(dofn, KEY, envelope)
-            memory = WorkingMemory(cells.memory.value)
+            memory = WorkingMemory(cells.memory.values)
             blob = memory.get(MEMORY_SLOT)
             assert blob is not None and list(memory.keys()) == [MEMORY_SLOT]
             sizes.append(len(blob))

@@ -183,12 +183,14 @@ class CountingCell:
 
 
 class InMemoryBag:
-    """An in-memory ``Bag`` state cell."""
+    """An in-memory ``Bag`` state cell that counts its reads."""
 
     def __init__(self) -> None:
         self.values: list[bytes] = []
+        self.reads = 0
 
     def read(self) -> list[bytes]:
+        self.reads += 1
         return list(self.values)
 
     def add(self, value: bytes) -> None:
@@ -219,7 +221,7 @@ class InMemoryKeyState:
 
     def __init__(self) -> None:
         self.header = CountingCell()
-        self.memory = CountingCell()
+        self.memory = InMemoryBag()
         self.cache = CountingCell()
         self.continuation = CountingCell()
         self.buffer = InMemoryBag()

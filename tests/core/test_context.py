@@ -76,7 +76,7 @@ def make_context(
     provider: FakeLLM | None = None,
     seq: int = 4,
     first_step: int = 0,
-    memory_loader: Callable[[], bytes | None] = lambda: None,
+    memory_loader: Callable[[], list[bytes]] = list,
     cache: ModelCache | None = None,
     resumption: Resumption | None = None,
     services: ActivationServices | None = None,
@@ -283,11 +283,11 @@ def test_memory_is_loaded_only_when_used() -> None:
     loads = []
     committed = WorkingMemory(None)
     committed.set("seen", b"yes")
-    blob = committed.encode()
+    elements = committed.encode()
 
-    def loader() -> bytes | None:
+    def loader() -> list[bytes]:
         loads.append(1)
-        return blob
+        return elements
 
     ctx = make_context(memory_loader=loader)
     assert staged(ctx).memory is None and loads == []

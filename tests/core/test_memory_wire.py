@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from google.protobuf.message import DecodeError
 from hypothesis import given, settings
@@ -28,6 +30,11 @@ def proto_blob(slots: dict[str, Content]) -> bytes:
         else:
             state.slots.append(MemorySlot(key=key, ring=RingItems(items=content)))
     return state.SerializeToString(deterministic=True)
+
+
+def joined(memory: WorkingMemory) -> bytes:
+    """The serialized ``MemoryState``: the memory's elements joined."""
+    return b"".join(memory.encode())
 
 
 def contents(memory: WorkingMemory) -> dict[str, Content]:
@@ -63,7 +70,7 @@ memories = st.dictionaries(keys, slot_contents, max_size=8)
 
 @pytest.mark.parametrize("slots", MEMORIES)
 def test_the_encoder_writes_the_protos_bytes(slots: dict[str, Content]) -> None:
-    assert encode_memory(dict(slots)) == proto_blob(slots)
+    assert b"".join(encode_memory(dict(slots))) == proto_blob(slots)
     memory = WorkingMemory(None)
     for key, content in slots.items():
         if isinstance(content, bytes):
@@ -72,18 +79,18 @@ def test_the_encoder_writes_the_protos_bytes(slots: dict[str, Content]) -> None:
             for item in content:
                 memory.append(key, item, max_items=max(1, len(content)))
             if not content:  # an empty ring only comes from a blob: set it up there
-                memory = WorkingMemory(proto_blob(slots))
+                memory = WorkingMemory([proto_blob(slots)])
                 break
-    assert memory.encode() == proto_blob(slots)
+    assert joined(memory) == proto_blob(slots)
 
 
 @pytest.mark.parametrize("slots", MEMORIES)
 def test_a_proto_blob_reads_back_and_re_encodes_unchanged(slots: dict[str, Content]) -> None:
     blob = proto_blob(slots)
-    memory = WorkingMemory(blob or None)
+    memory = WorkingMemory([blob] if blob else None)
     assert memory.size == len(blob)
     assert contents(memory) == slots
-    assert WorkingMemory(blob or None).encode() == blob
+    assert joined(WorkingMemory([blob] if blob else None)) == blob
     assert sum(memory.slot_sizes.values()) + 2 * bool(slots) == len(blob)
 
 
@@ -92,7 +99,7 @@ def test_a_proto_blob_reads_back_and_re_encodes_unchanged(slots: dict[str, Conte
 def test_changing_some_slots_encodes_as_the_proto_would(
     before: dict[str, Content], writes: dict[str, Content], deletes: set[str]
 ) -> None:
-    memory = WorkingMemory(proto_blob(before) or None)
+    memory = WorkingMemory([proto_blob(before)] if before else None)
     after = dict(before)
     for key, content in writes.items():
         if isinstance(content, bytes):
@@ -108,7 +115,7 @@ def test_changing_some_slots_encodes_as_the_proto_would(
     for key in deletes:
         memory.delete(key)
         after.pop(key, None)
-    assert memory.encode() == proto_blob(after)
+    assert joined(memory) == proto_blob(after)
     assert memory.size == (len(proto_blob(after)) if after else 0)
     assert contents(WorkingMemory(memory.encode() or None)) == after
 
@@ -122,8 +129,9 @@ def test_untouched_slots_are_neither_decoded_nor_copied(monkeypatch: pytest.Monk
         "e": b"6" * 200,
     }
     blob = proto_blob(committed)
-    slots = scan(blob)
-    assert slots is not None and all(slot.field.obj is blob for slot in slots.values())
+    slots = scan([blob])
+    assert slots is not None
+    assert all(slot.head.obj is blob and slot.content.obj is blob for slot in slots.values())
 
     def refuse(self: RawSlot) -> Content:
         raise AssertionError("an untouched slot was decoded")
@@ -133,14 +141,14 @@ def test_untouched_slots_are_neither_decoded_nor_copied(monkeypatch: pytest.Monk
             raise AssertionError("a ring was parsed")
 
     monkeypatch.setattr(_memory_wire, "RingItems", Unparsable())  # the scan walks rings unparsed
-    memory = WorkingMemory(blob)
+    memory = WorkingMemory([blob])
     assert memory.get("a") == committed["a"]
     monkeypatch.setattr(RawSlot, "decode", refuse)
     memory.set("b", b"new")
     memory.delete("c")
     assert memory.keys() == ["a", "b", "d", "e"]
     expected = {"a": committed["a"], "b": b"new", "d": committed["d"], "e": committed["e"]}
-    assert memory.encode() == proto_blob(expected)
+    assert joined(memory) == proto_blob(expected)
 
 
 def ring_blob(payload: bytes) -> bytes:
@@ -165,26 +173,26 @@ def test_blobs_the_encoder_would_not_write_are_read_through_the_proto() -> None:
         (ring_blob(b"\x0a\x81\x00x"), {"r": [b"x"]}),  # an item's length in two bytes
     ]
     for blob, expected in cases:
-        assert scan(blob) is None
-        memory = WorkingMemory(blob)
+        assert scan([blob]) is None
+        memory = WorkingMemory([blob])
         assert contents(memory) == expected
-        assert memory.encode() == proto_blob(expected)
+        assert joined(memory) == proto_blob(expected)
 
 
 def test_a_newer_schema_version_and_a_damaged_blob_are_refused() -> None:
     newer = MemoryState(schema_version=MEMORY_SCHEMA_VERSION + 1).SerializeToString()
     with pytest.raises(StateSchemaError):
-        WorkingMemory(newer).keys()
+        WorkingMemory([newer]).keys()
     for damaged in (proto_blob({"a": b"1234"})[:-2], ring_blob(b"\x0a\x05x")):
-        assert scan(damaged) is None
+        assert scan([damaged]) is None
         with pytest.raises(DecodeError):
-            WorkingMemory(damaged).keys()
+            WorkingMemory([damaged]).keys()
 
 
 def test_the_cap_holds_over_committed_slots_that_were_never_decoded() -> None:
     big = MEMORY_CAP_BYTES - 100
     blob = proto_blob({"big": bytes(big), "small": b"1"})
-    memory = WorkingMemory(blob)
+    memory = WorkingMemory([blob])
     assert memory.size == len(blob)
     with pytest.raises(MemoryLimitError):
         memory.set("more", bytes(200))
@@ -192,19 +200,88 @@ def test_the_cap_holds_over_committed_slots_that_were_never_decoded() -> None:
         memory.append("small-ring", bytes(200))
     assert not memory.changed and memory.keys() == ["big", "small"]
     memory.set("small", bytes(50))
-    assert memory.size == len(memory.encode()) <= MEMORY_CAP_BYTES
+    assert memory.size == len(joined(memory)) <= MEMORY_CAP_BYTES
     memory.delete("big")
     memory.set("more", bytes(200))
-    assert memory.encode() == proto_blob({"more": bytes(200), "small": bytes(50)})
+    assert joined(memory) == proto_blob({"more": bytes(200), "small": bytes(50)})
 
 
 def test_literal_bytes_of_a_release_before_the_wire_encoder() -> None:
     # Written by MemoryState(...).SerializeToString(deterministic=True) before this encoder.
     golden = bytes.fromhex("080112050a01611200120a0a01621a050a000a017812050a01631a00")
     slots: dict[str, Content] = {"a": b"", "b": [b"", b"x"], "c": []}
-    assert encode_memory(dict(slots)) == golden
-    memory = WorkingMemory(golden)
+    assert b"".join(encode_memory(dict(slots))) == golden
+    memory = WorkingMemory([golden])
     assert contents(memory) == slots and memory.size == len(golden)
     memory.append("c", b"y")
     changed = "080112050a01611200120a0a01621a050a000a017812080a01631a030a0179"
-    assert memory.encode() == bytes.fromhex(changed)
+    assert joined(memory) == bytes.fromhex(changed)
+
+
+LARGE = _memory_wire.LARGE_CONTENT_BYTES
+
+
+def test_large_contents_are_elements_of_their_own_and_the_elements_join_to_the_proto() -> None:
+    value, ring = bytes(range(256)) * (LARGE // 256), [b"r" * LARGE]
+    slots: dict[str, Content] = {"a": b"small", "big": value, "c": b"x" * 10, "ring": ring}
+    elements = encode_memory(dict(slots))
+    assert b"".join(elements) == proto_blob(slots)
+    assert len(elements) == 4  # [version, a, big's header] [big] [c, ring's header] [ring]
+    assert elements[1] is value  # the agent's own bytes object: not copied
+    assert elements[3] == RingItems(items=ring).SerializeToString()
+    assert contents(WorkingMemory(elements)) == slots
+    scanned = scan(elements)
+    assert scanned is not None and scanned["big"].content is value
+    assert scanned["big"].decode() is value  # read back without a copy either
+
+
+def test_a_commit_reuses_untouched_large_elements_and_writes_only_what_changed() -> None:
+    big, other = b"b" * (LARGE * 4), b"o" * (LARGE * 2)
+    first = WorkingMemory(None)
+    first.set("big", big)
+    first.set("other", other)
+    committed = first.encode()
+    memory = WorkingMemory(committed)
+    memory.set("other", b"o2" * LARGE)
+    memory.set("new", b"n")
+    elements = memory.encode()
+    # The untouched slot's value is the committed element itself: nothing rewrote or copied it.
+    assert any(element is committed[1] for element in elements)
+    assert b"".join(elements) == proto_blob({"big": big, "other": b"o2" * LARGE, "new": b"n"})
+
+
+def test_memory_committed_as_one_blob_reads_and_is_split_once() -> None:
+    # How the cell held memory before it was a bag: one element, the whole blob.
+    slots: dict[str, Content] = {"big": b"B" * (LARGE * 2), "small": b"s"}
+    blob = proto_blob(slots)
+    memory = WorkingMemory([blob])
+    assert contents(memory) == slots and memory.size == len(blob)
+    memory.set("small", b"t")
+    elements = memory.encode()
+    assert len(elements) == 3 and elements[1] == slots["big"]
+    again = WorkingMemory(elements)
+    again.set("small", b"u")
+    assert again.encode()[1] is elements[1]
+
+
+@settings(max_examples=200, deadline=None)
+@given(memories, st.lists(st.integers(min_value=0, max_value=10_000), max_size=6))
+def test_a_blob_cut_anywhere_reads_the_same_slots(
+    slots: dict[str, Content], cuts: list[int]
+) -> None:
+    blob = proto_blob(slots)
+    points = sorted({cut % (len(blob) + 1) for cut in cuts} | {0, len(blob)})
+    elements = [blob[start:end] for start, end in itertools.pairwise(points)]
+    memory = WorkingMemory(elements or None)
+    assert contents(memory) == slots
+    assert joined(memory) == blob
+    memory.set("added", b"+")
+    assert joined(memory) == proto_blob({**slots, "added": b"+"})
+
+
+def test_elements_split_where_the_encoder_never_splits_are_read_through_the_proto() -> None:
+    blob = proto_blob({"a": b"x" * 40, "b": b"y" * 40})
+    middle = blob.index(b"y" * 40) + 10
+    for elements in ([blob[:middle], blob[middle:]], [blob[:5], b"", blob[5:]], [b"", blob]):
+        assert scan(elements) is None
+        assert contents(WorkingMemory(elements)) == {"a": b"x" * 40, "b": b"y" * 40}

@@ -142,7 +142,7 @@ def test_the_end_of_an_activation_that_used_memory_gives_its_slot_sizes() -> Non
     expected.append("log", b"entry")
     sizes = json.loads(used.attributes[MEMORY_SLOTS_ATTRIBUTE])
     assert sizes == expected.slot_sizes and set(sizes) == {"log", "notes"}
-    assert sum(sizes.values()) + 2 == expected.size == len(expected.encode())
+    assert sum(sizes.values()) + 2 == expected.size == len(b"".join(expected.encode()))
     assert used.attributes[MEMORY_SLOTS_ATTRIBUTE] == '{"log":16,"notes":313}'
     [quiet] = [e for e in outputs.traces_for(b"q") if e.event_type == TraceEvent.ACTIVATION_END]
     assert MEMORY_SLOTS_ATTRIBUTE not in quiet.attributes

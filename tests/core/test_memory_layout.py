@@ -1,0 +1,74 @@
+# mypy: disallow-untyped-calls=False
+# (Beam's Fn API state classes are unannotated.)
+"""The memory cell became a bag: memory committed as the old one-value cell still reads.
+
+Runs Beam's own Fn API state code (the runtime states a worker builds for a DoFn's state specs,
+over the in-memory state service of ``FnApiRunner``), so what is checked is how Beam addresses
+and stores the two kinds of state, not a copy of it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from apache_beam.coders import BytesCoder
+from apache_beam.coders.coders import GlobalWindowCoder
+from apache_beam.runners.portability.fn_api_runner.worker_handlers import StateServicer
+from apache_beam.runners.worker.bundle_processor import FnApiUserStateContext
+from apache_beam.runners.worker.sdk_worker import GlobalCachingStateHandler
+from apache_beam.runners.worker.statecache import StateCache
+from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
+from apache_beam.transforms.window import GlobalWindow
+
+from beam_agents._protos import MemorySlot, MemoryState
+from beam_agents.core import dofn
+from beam_agents.core._memory_wire import LARGE_CONTENT_BYTES
+from beam_agents.core.memory import WorkingMemory
+
+KEY = b"acct-1"
+OLD_CELL = ReadModifyWriteStateSpec("memory", BytesCoder())
+"""The memory cell's spec before it was a bag."""
+
+
+def _context(service: StateServicer) -> FnApiUserStateContext:
+    handler = GlobalCachingStateHandler(StateCache(0), service)
+    return FnApiUserStateContext(handler, "RunAgent/Agent", BytesCoder(), GlobalWindowCoder())
+
+
+def _state(service: StateServicer, spec: Any) -> Any:
+    return _context(service).get_state(spec, KEY, GlobalWindow())
+
+
+def test_memory_committed_by_the_old_cell_reads_and_rewrites_through_the_bag() -> None:
+    big = b"B" * (2 * LARGE_CONTENT_BYTES)
+    old_blob = MemoryState(
+        schema_version=1,
+        slots=[MemorySlot(key="big", value=big), MemorySlot(key="note", value=b"n")],
+    ).SerializeToString(deterministic=True)
+    service = StateServicer()
+    with service.process_instruction_id("old"):
+        old = _state(service, OLD_CELL)
+        old.write(old_blob)
+        old.commit()
+
+    with service.process_instruction_id("new"):
+        bag = _state(service, dofn._MEMORY)
+        elements = list(bag.read())
+        assert elements == [old_blob]
+        memory = WorkingMemory(elements)
+        assert memory.get("big") == big and memory.get("note") == b"n"
+        memory.set("note", b"changed")
+        bag.clear()
+        for element in memory.encode():
+            bag.add(element)
+        bag.commit()
+
+    with service.process_instruction_id("again"):
+        written = list(_state(service, dofn._MEMORY).read())
+    assert len(written) == 3 and written[1] == big  # the large value is an element of its own
+    expected = MemoryState(
+        schema_version=1,
+        slots=[MemorySlot(key="big", value=big), MemorySlot(key="note", value=b"changed")],
+    ).SerializeToString(deterministic=True)
+    assert b"".join(written) == expected
+    assert WorkingMemory(written).get("note") == b"changed"
