@@ -32,6 +32,8 @@ class IntentCost:
     floor_written: float | None
     """Bytes per intent the bare insert-and-commit floor passed to write calls, where measured
     (not on PostgreSQL: the floor's server process ends before it can be sampled)."""
+    statements: str = ""
+    """The store server's time by statement over the runs, as a clause (PostgreSQL only)."""
 
     def us(self, seconds: float) -> float:
         """``seconds`` per intent, in microseconds."""
@@ -112,12 +114,16 @@ def _postgres_remaining(postgres: IntentCost | None) -> str:
         f"{postgres.us(effectors.cpu_s):.0f} ({postgres.us(effectors.main_thread_s):.0f} on "
         f"their event loops) and the benchmark's client {postgres.us(postgres.client_cpu_s):.0f}. "
         "(The throwaway cluster runs with fsync off: these are CPU figures, not the disk's.) "
-        "The server's time is not split by statement here; what it writes per intent is "
-        "mostly intent rows: each is inserted, then "
-        "updated at its claim and at its result, and neither update can be a heap-only one, "
-        "because the state it changes is in the keys or the conditions of the intents' "
-        "indexes, so each makes a new row version with new entries in every index whose "
-        "condition the row meets. Next for PostgreSQL, largest first: keep the running claim "
+        + (
+            f"Where the server's time went, {postgres.statements}. "
+            if postgres.statements
+            else "The server's time was not split by statement in this run. "
+        )
+        + "An intent row is inserted, then updated at its claim and at its result, and "
+        "neither update can be heap-only, because the state it changes is in the keys or the "
+        "conditions of the intents' indexes (the schema), so each makes a new row version "
+        "with new entries in every index whose condition the row meets. Next for PostgreSQL, "
+        "aimed at the intent rows' UPDATEs above: keep the running claim "
         "on the key row, so a claim writes no intent row at all (the first change named for "
         "SQLite above; a store schema change), then take the state out of the by-tool and "
         "by-state indexes so fewer entries move at the result, and stop counting pending "
@@ -128,55 +134,59 @@ def _postgres_remaining(postgres: IntentCost | None) -> str:
 def _sqlite_remaining(sqlite: IntentCost | None) -> str:
     """The SQLite part of the "what is left" text, with this run's split."""
     return f"""\
-{_split(sqlite)} The writer's time is mostly SQLite's own: in the store's transactions alone
-(3 x 20,000 intents in batches of 500, results in groups of 128, a side measurement when this
-was written) an intent cost about 113-125 µs of CPU, and timed statement by statement the
-fsynced COMMITs took half the wall time, writing 2.7 WAL pages per intent (one at Submit, 1.7
-at its result and the claim after it): the key-ordered indexes (the primary key, the by-key
-and the queue index) take a leaf page per intent because a batch's keys are spread over them.
-Each intent row is written three times (at Submit, at its claim, at its result), and each state
-change moves its entries in the by-state and by-tool indexes; a side measurement (one sustained
-SQLite run per variant, the index dropped) put the by-key, by-state and by-tool indexes at 4-6
-KiB written and 15-35 µs of the writer's CPU per intent each, and dropping all three with the
-completed index reached 3,600-4,100 intents/s: the indexes are a part of the gap, not most of
-it. The event loop's share is spread over gRPC, Submit's validation and digest, and the
-worker's path per intent (a task, the timeout, the pooled-thread hop of the sync `noop` tool,
-validating the arguments again). Where the cores sit idle, the serial path is one write
-transaction at a time. A side measurement when this was written (every store transaction
-timed inside the effector, wall and thread CPU, over two sustained SQLite runs of 20,000
+{_split(sqlite)} The writer's time is mostly SQLite's own: in the store's transactions alone (3 x
+20,000 intents in batches of 500, results in groups of 128, a side measurement when this was
+written) an intent cost about 113-125 µs of CPU, and timed statement by statement the fsynced
+COMMITs took half the wall time, writing 2.7 WAL pages per intent (one at Submit, 1.7 at its result
+and the claim after it): the key-ordered indexes (the primary key, the by-key and the queue index)
+take a leaf page per intent because a batch's keys are spread over them. Each intent row is written
+three times (at Submit, at its claim, at its result), and each state change moves its entries in the
+by-state and by-tool indexes. A side measurement at an earlier revision, when the sustained rate was
+about 3,300/s (one sustained SQLite run per variant, the index dropped), put the by-key, by-state
+and by-tool indexes at 4-6 KiB written and 15-35 µs of the writer's CPU per intent each, and
+dropping all three with the completed index reached 3,600-4,100 intents/s then: 10-25% of the rate,
+which the console's queries need them for. The event loop's share is spread over gRPC, Submit's
+validation and digest, and the worker's path per intent (a task, the timeout, the pooled-thread hop
+of the sync `noop` tool, validating the arguments again). Where the cores sit idle, the serial path
+is one write transaction at a time. A side measurement when this was written (every store
+transaction timed inside the effector, wall and thread CPU, over two sustained SQLite runs of 20,000
 intents): the writer was inside a transaction 73-75% of each run and on the CPU 51-52%; ~155
-record-and-claim commits of ~128 results took 13.7 ms each (9.2 on the CPU) and 20 Submit
-groups of 1,000 intents ~40 ms each. The rest of its time in them is waiting, mostly on the
-fsync of each commit's ~1.5 MiB of log: a GIL switch interval of 0.2 ms instead of 5 left that
-gap where it was. So the writer spends about 150 µs of wall time per intent (105 on the CPU);
-9,000/s leaves it 111 µs at most, less the run's idle start and end. Moving SQLite's
-checkpoints onto a thread of their own cut the store's transactions alone by about a tenth
-(fsynced, in process, alternating runs) but did not move the sustained rate measurably. Next,
-largest first (the first two cut the log pages and statements of every commit): write each
-intent row twice instead of three times (keep the running claim and its attempt on the key
-row, which already holds the claim's token and intent id: a store schema change), take the
-state out of the by-tool and by-state indexes, validate arguments once at Submit, and on
-PostgreSQL stop counting pending intents on the key row that Submits and results both
-lock. {_outlook(sqlite)}"""
+record-and-claim commits of ~128 results took 13.7 ms each (9.2 on the CPU) and 20 Submit groups of
+1,000 intents ~40 ms each. The rest of its time in them is waiting, mostly on the fsync of each
+commit's ~1.5 MiB of log: a GIL switch interval of 0.2 ms instead of 5 left that gap where it was.
+So the writer spends about 150 µs of wall time per intent (105 on the CPU); 9,000/s leaves it 111 µs
+at most, less the run's idle start and end. Moving SQLite's checkpoints onto a thread of their own
+cut the store's transactions alone by about a tenth (fsynced, in process, alternating runs) but did
+not move the sustained rate measurably. Next (the first two cut the log pages and statements of
+every commit; none is measured yet): write each intent row twice instead of three times (keep the
+running claim and its attempt on the key row, which already holds the claim's token and intent id: a
+store schema change), take the state out of the by-tool and by-state indexes, validate arguments
+once at Submit, and on PostgreSQL stop counting pending intents on the key row that Submits and
+results both lock. {_outlook(sqlite)}"""
 
 
 def _outlook(sqlite: IntentCost | None) -> str:
-    """What the next changes can be expected to do, by this run's per-thread figures."""
+    """Whether the two busy threads overlap or take turns, by this run's per-thread figures."""
     if sqlite is None or not sqlite.effectors.cpu_s:
         return ""
+    used = sqlite.effectors
+    main, writer = sqlite.us(used.main_thread_s), sqlite.us(used.busiest_thread_s)
+    wall = sqlite.elapsed_s / sqlite.intents * 1e6
     allowed = 1e6 / TARGET_PER_S
-    busiest = max(
-        sqlite.us(sqlite.effectors.main_thread_s), sqlite.us(sqlite.effectors.busiest_thread_s)
-    )
-    if busiest > allowed:
+    if main + writer >= 0.8 * wall:
         return (
-            "None of these is measured to bring both busy threads under one thread's share at "
-            f"{TARGET_PER_S:,}/s."
+            f"The main thread and the writer used {main + writer:.0f} µs of CPU per intent "
+            f"together, against {wall:.0f} µs of wall time per intent: they take turns more "
+            "than they overlap (their Python holds one GIL, and the event loop waits on the "
+            "writer's commits), so their sum bounds the rate, and "
+            f"{TARGET_PER_S:,}/s needs it near {allowed:.0f} µs: the changes above cut the "
+            "writer's share, validating once cuts the main thread's."
         )
     return (
-        "Both busy threads stayed under one thread's share in this run, so the writer's serial "
-        "path is the bound to work on first: fewer log pages and statements per intent, the "
-        "first two changes above."
+        f"The main thread and the writer used {main + writer:.0f} µs of CPU per intent together, "
+        f"against {wall:.0f} µs of wall time per intent: they overlap, so the busier of them "
+        f"({max(main, writer):.0f} µs, against {allowed:.0f} at {TARGET_PER_S:,}/s) and the "
+        "writer's waits on its fsyncs bound the rate: the changes above cut the writer's share."
     )
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import usage
+from benchmarks import pg_statements, usage
 from benchmarks.effector_findings import (
     EXECUTION_PATH,
     PLANS_AND_QUEUE,
@@ -50,6 +50,7 @@ from benchmarks.harness import (
     total_seconds,
 )
 from benchmarks.noop_grpc import READY as NOOP_READY
+from benchmarks.pg_statements import StatementTimes, split_line
 from benchmarks.report import BenchmarkResult, Figure, Goal, ProfileOutput, Target
 from tests.pg import postgres_server
 
@@ -127,6 +128,8 @@ class StoreUnderTest:
     its one-intent Submit rate shows how much of the gap to the floor is the commit's sync."""
     server_pids: Callable[[], list[int]] = list
     """The store server's processes (none for SQLite, which runs inside the effector)."""
+    statements: StatementTimes | None = None
+    """The server's time by statement, where it can be read (PostgreSQL)."""
 
 
 def _shapes(quick: bool, size: tuple[int, int, int]) -> list[tuple[int, int, int]]:
@@ -173,9 +176,14 @@ def measure_store(
     with server_processes([command] * replicas, EFFECTOR_READY, scratch) as processes:
         targets = [process.address for process in processes]
         pids = [process.pid for process in processes]
+        if store.statements is not None:
+            store.statements.reset()
         before = (usage.sample(pids), usage.sample(store.server_pids()), _client_cpu_s())
         measured = [asyncio.run(sustained(targets, count, batch)) for _ in range(runs)]
         after = (usage.sample(pids), usage.sample(store.server_pids()), _client_cpu_s())
+    statements = (
+        "" if store.statements is None else split_line(*store.statements.read(), count * runs)
+    )
     cost = IntentCost(
         store.label,
         count * runs,
@@ -184,6 +192,7 @@ def measure_store(
         after[2] - before[2],
         usage.between(before[1], after[1]) if store.server_pids() else None,
         floor_written,
+        statements,
     )
     best = max(measured, key=lambda run: run.intents_per_s)
     server_count = f"{replicas} server{'s' if replicas > 1 else ''}"
@@ -289,7 +298,7 @@ def run(quick: bool) -> BenchmarkResult:
         figures += measured
         details += notes
         try:
-            with postgres_server() as server:
+            with postgres_server(pg_statements.SETTINGS) as server:
                 postgres = StoreUnderTest(
                     "PostgreSQL, 2 replicas",
                     server.create_database,
@@ -297,6 +306,7 @@ def run(quick: bool) -> BenchmarkResult:
                     lambda: bare_postgres_rate(server.create_database("floor"), count, batch),
                     "bare PostgreSQL insert+commit",
                     server_pids=functools.partial(usage.listening_postgres, server.port),
+                    statements=StatementTimes(server.url()),
                 )
                 measured, notes, postgres_cost = measure_store(postgres, size, quick, scratch)
             figures += measured

@@ -159,11 +159,11 @@ _DEADLINE_TIMER: Any = beam.DoFn.TimerParam(_DEADLINE)
 _IDLE_TIMER: Any = beam.DoFn.TimerParam(_IDLE)
 
 
-class SevenParameterDoFn(beam.DoFn):
-    """The no-op floor's state traffic behind ``RunAgent``'s seven state and timer parameters.
+class RunAgentParametersDoFn(beam.DoFn):
+    """The no-op floor's state traffic behind ``RunAgent``'s six state and timer parameters.
 
     It touches only the header, as the floor does: the difference to the floor is what Beam
-    charges per element for binding the other six parameters.
+    charges per element for binding the other five (the idle timer is bound only under a TTL).
     """
 
     def process(
@@ -175,7 +175,6 @@ class SevenParameterDoFn(beam.DoFn):
         continuation: Any = _CONTINUATION_STATE,
         buffer: Any = _BUFFER_STATE,
         deadline: Any = _DEADLINE_TIMER,
-        idle: Any = _IDLE_TIMER,
     ) -> None:
         advance_header(header, element[1].event_time_ms)
 
@@ -184,10 +183,10 @@ class SevenParameterDoFn(beam.DoFn):
         """Never set."""
 
     @on_timer(_IDLE)
-    def _on_idle(self) -> None:
-        """Never set."""
+    def _on_idle(self, idle: Any = _IDLE_TIMER) -> None:
+        """Never set (declared, as RunAgent declares it, by its callback)."""
 
 
-def seven_parameters(keyed: PCollection[Element]) -> None:
+def runagent_parameters(keyed: PCollection[Element]) -> None:
     """The no-op floor with ``RunAgent``'s parameter list."""
-    keyed | "SevenParameters" >> beam.ParDo(SevenParameterDoFn())
+    keyed | "RunAgentParameters" >> beam.ParDo(RunAgentParametersDoFn())

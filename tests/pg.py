@@ -122,8 +122,11 @@ def _pg_ctl(bin_dir: Path, data: Path, options: str, user: str | None, action: s
 
 
 @contextlib.contextmanager
-def postgres_server() -> Iterator[PostgresServer]:
-    """Start a throwaway PostgreSQL, yield it, stop it and delete its files."""
+def postgres_server(settings: str = "") -> Iterator[PostgresServer]:
+    """Start a throwaway PostgreSQL, yield it, stop it and delete its files.
+
+    ``settings``: more ``-c name=value`` options for the server.
+    """
     bin_dir = find_postgres_bin()
     if bin_dir is None:
         pytest.skip(
@@ -157,7 +160,7 @@ def postgres_server() -> Iterator[PostgresServer]:
             options = (
                 f"-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={root} "
                 "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
-                "-c max_connections=100"
+                f"-c max_connections=100 {settings}"
             )
             started = _run(
                 [

@@ -132,7 +132,8 @@ def _applied(
     """Write the plan's state, set its timers and return its outputs, tagged.
 
     With ``tick_clock`` (processing time now, in ms, when deadlines tick) a deadline still to
-    come is checked again at once rather than set for its time.
+    come is checked again at once rather than set for its time. ``idle`` is ``None`` where no
+    TTL is configured: then no plan arms it.
     """
     state = plan.state
     if state.writes:
@@ -297,9 +298,21 @@ class AgentDoFn(beam.DoFn):
         continuation: Any = _CONTINUATION_STATE,
         buffer: Any = _BUFFER_STATE,
         deadline: Any = _DEADLINE_TIMER,
-        idle: Any = _IDLE_TIMER,
     ) -> list[Any]:
-        """Admit one envelope and run, buffer or refuse it."""
+        """Admit one envelope and run, buffer or refuse it (no TTL: the idle timer stays unset)."""
+        return self._element(element, header, memory, cache, continuation, buffer, deadline, None)
+
+    def _element(
+        self,
+        element: tuple[bytes, AgentEnvelope],
+        header: Any,
+        memory: Any,
+        cache: Any,
+        continuation: Any,
+        buffer: Any,
+        deadline: Any,
+        idle: Any,
+    ) -> list[Any]:
         problem = element_problem(element)
         if problem is not None:
             self._error_log.report((problem,))
@@ -319,3 +332,31 @@ class AgentDoFn(beam.DoFn):
     # parameters from the defaults, so both need the same long parameter list.
     _on_deadline = _timer_callback(_DEADLINE, "_on_deadline", Activator.on_deadline)
     _on_idle = _timer_callback(_IDLE, "_on_idle", Activator.on_idle)
+
+
+class _ExpiringAgentDoFn(AgentDoFn):
+    """``AgentDoFn`` for a configuration with ``ttl_ms``: an element may arm the idle timer."""
+
+    def process(
+        self,
+        element: tuple[bytes, AgentEnvelope],
+        header: Any = _HEADER_STATE,
+        memory: Any = _MEMORY_STATE,
+        cache: Any = _CACHE_STATE,
+        continuation: Any = _CONTINUATION_STATE,
+        buffer: Any = _BUFFER_STATE,
+        deadline: Any = _DEADLINE_TIMER,
+        idle: Any = _IDLE_TIMER,
+    ) -> list[Any]:
+        """Admit one envelope and run, buffer or refuse it."""
+        return self._element(element, header, memory, cache, continuation, buffer, deadline, idle)
+
+
+def agent_dofn(agent: AgentFn, config: AgentConfig, *, ticks: bool = False) -> AgentDoFn:
+    """The ``DoFn`` running ``agent``: its ``process`` binds the idle timer only under a TTL.
+
+    Beam binds every state and timer parameter of ``process`` on every element; the idle timer
+    stays declared either way (its callback takes it), so the state layout is the same.
+    """
+    kind = AgentDoFn if config.ttl_ms is None else _ExpiringAgentDoFn
+    return kind(agent, config, ticks=ticks)

@@ -33,7 +33,7 @@ from beam_agents.core.dofn import (
     OUTPUT_TAG,
     RECORDS_TAG,
     TRACES_TAG,
-    AgentDoFn,
+    agent_dofn,
 )
 from beam_agents.core.loudness import ErrorLog
 
@@ -185,7 +185,7 @@ class RunAgent(beam.PTransform[PCollection[tuple[bytes, AgentEnvelope]], RunAgen
             ).with_outputs(ERRORS_TAG, main="admitted")
             keyed, admission_errors = admitted.admitted, admitted[ERRORS_TAG]
         activate = (
-            beam.ParDo(AgentDoFn(self._agent, config, ticks=_ticks(keyed.pipeline.runner)))
+            beam.ParDo(agent_dofn(self._agent, config, ticks=_ticks(keyed.pipeline.runner)))
             .with_input_types(_ENVELOPE_PAIR)
             .with_output_types(
                 bytes,

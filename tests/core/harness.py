@@ -9,6 +9,8 @@ tools, agents and scenarios more than one test module uses, kept here once.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import threading
 import uuid
@@ -35,7 +37,7 @@ from beam_agents import (
 from beam_agents._protos import AgentEnvelope, AgentError, KeyHeader, ToolIntent, TraceEvent
 from beam_agents.core.agent import AgentFn
 from beam_agents.core.context import ActivationContext
-from beam_agents.core.dofn import AgentDoFn
+from beam_agents.core.dofn import AgentDoFn, agent_dofn
 from beam_agents.core.tracing import identity_of
 from beam_agents.model.client import LlmRequest
 from beam_agents.model.fake import FakeLLM, match_contains, respond_with
@@ -242,8 +244,16 @@ class InMemoryKeyState:
 
     def process(self, dofn: AgentDoFn, key: bytes, envelope: AgentEnvelope) -> list[Any]:
         """Deliver ``envelope`` on ``key`` to ``dofn.process`` over these cells."""
-        outputs: list[Any] = dofn.process((key, envelope), **self.params())
+        bound = _bound_cells(type(dofn))  # the idle timer only under a TTL
+        cells = {name: cell for name, cell in self.params().items() if name in bound}
+        outputs: list[Any] = dofn.process((key, envelope), **cells)
         return outputs
+
+
+@functools.cache
+def _bound_cells(kind: type[AgentDoFn]) -> frozenset[str]:
+    """The state and timer parameters ``kind.process`` takes (looked up once per class)."""
+    return frozenset(inspect.signature(kind.process).parameters)
 
 
 # -- shared tools and agents ----------------------------------------------------------------
@@ -361,7 +371,7 @@ async def hold_then_release(ctx: ActivationContext) -> Complete | Suspend:
 
 def held_dofn() -> Iterator[AgentDoFn]:
     """The body of a fixture: ``hold_then_release`` in a set-up ``AgentDoFn``, torn down after."""
-    runner = AgentDoFn(hold_then_release, AgentConfig(ttl_ms=HOLD_TTL_MS))
+    runner = agent_dofn(hold_then_release, AgentConfig(ttl_ms=HOLD_TTL_MS))
     runner.setup()
     yield runner
     runner.teardown()

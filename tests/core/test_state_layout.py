@@ -1,14 +1,16 @@
 # mypy: disallow-untyped-calls=False
 # (Beam's Fn API state classes are unannotated.)
-"""The memory cell became a bag: memory committed as the old one-value cell still reads.
+"""RunAgent's state layout across changes: the same state and timers, old memory still reads.
 
-Runs Beam's own Fn API state code (the runtime states a worker builds for a DoFn's state specs,
+The memory cell became a bag: memory committed as the old one-value cell still reads. The test
+runs Beam's own Fn API state code (the runtime states a worker builds for a DoFn's state specs,
 over the in-memory state service of ``FnApiRunner``), so what is checked is how Beam addresses
 and stores the two kinds of state, not a copy of it.
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from apache_beam.coders import BytesCoder
@@ -17,12 +19,14 @@ from apache_beam.runners.portability.fn_api_runner.worker_handlers import StateS
 from apache_beam.runners.worker.bundle_processor import FnApiUserStateContext
 from apache_beam.runners.worker.sdk_worker import GlobalCachingStateHandler
 from apache_beam.runners.worker.statecache import StateCache
-from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
+from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, get_dofn_specs
 from apache_beam.transforms.window import GlobalWindow
 
+from beam_agents import AgentConfig, Complete
 from beam_agents._protos import MemorySlot, MemoryState
 from beam_agents.core import dofn
 from beam_agents.core._memory_wire import LARGE_CONTENT_BYTES
+from beam_agents.core.context import ActivationContext
 from beam_agents.core.memory import WorkingMemory
 
 KEY = b"acct-1"
@@ -72,3 +76,32 @@ def test_memory_committed_by_the_old_cell_reads_and_rewrites_through_the_bag() -
     ).SerializeToString(deterministic=True)
     assert b"".join(written) == expected
     assert WorkingMemory(written).get("note") == b"changed"
+
+
+async def _done(ctx: ActivationContext) -> Complete:
+    return Complete()
+
+
+def _layout(fn: Any) -> tuple[list[tuple[str, str]], list[str]]:
+    states, timers = get_dofn_specs(fn)
+    return sorted((spec.name, type(spec).__name__) for spec in states), sorted(
+        spec.name for spec in timers
+    )
+
+
+def test_process_binds_the_idle_timer_only_under_a_ttl_and_the_layout_stays() -> None:
+    plain = dofn.agent_dofn(_done, AgentConfig())
+    expiring = dofn.agent_dofn(_done, AgentConfig(ttl_ms=60_000))
+    assert "idle" not in inspect.signature(plain.process).parameters
+    assert "idle" in inspect.signature(expiring.process).parameters
+    layout = (
+        [
+            ("buffer", "BagStateSpec"),
+            ("cache", "ReadModifyWriteStateSpec"),
+            ("continuation", "ReadModifyWriteStateSpec"),
+            ("header", "ReadModifyWriteStateSpec"),
+            ("memory", "BagStateSpec"),
+        ],
+        ["ts-deadline", "ts-idle"],  # Beam prefixes timer names
+    )
+    assert _layout(plain) == _layout(expiring) == layout
