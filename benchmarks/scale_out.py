@@ -209,8 +209,9 @@ def _why(processes: Iterable[int]) -> str:
         "`FnApiRunner` (`_get_bundle_manager` in `fn_runner.py`) gives a stage that has state "
         "to one worker (partitioning it by key is a TODO there) and spreads only stateless "
         "stages over `direct_num_workers`. RunAgent and the floor are stateful alike, so on "
-        "this runner neither scales out across keys and the second worker adds only its "
-        "start-up; a runner that partitions keyed state (Flink, Dataflow) is needed for that."
+        "this runner neither scales out across keys: a speedup away from 1 in this row is the "
+        "shared machine's noise between single runs. A runner that partitions keyed state "
+        "(Flink, Dataflow) spreads the keys; the second row does that by hand."
     )
 
 
