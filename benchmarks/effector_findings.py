@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from benchmarks.pg_statements import StatementTime
 from benchmarks.usage import Usage
 
 TARGET_PER_S = 9_000
@@ -34,6 +35,8 @@ class IntentCost:
     (not on PostgreSQL: the floor's server process ends before it can be sampled)."""
     statements: str = ""
     """The store server's time by statement over the runs, as a clause (PostgreSQL only)."""
+    statement_times: tuple[StatementTime, ...] = ()
+    """The same, as figures: the statements that took longest."""
 
     def us(self, seconds: float) -> float:
         """``seconds`` per intent, in microseconds."""
@@ -122,12 +125,48 @@ def _postgres_remaining(postgres: IntentCost | None) -> str:
         + "An intent row is inserted, then updated at its claim and at its result, and "
         "neither update can be heap-only, because the state it changes is in the keys or the "
         "conditions of the intents' indexes (the schema), so each makes a new row version "
-        "with new entries in every index whose condition the row meets. Next for PostgreSQL, "
-        "aimed at the intent rows' UPDATEs above: keep the running claim "
-        "on the key row, so a claim writes no intent row at all (the first change named for "
-        "SQLite above; a store schema change), then take the state out of the by-tool and "
-        "by-state indexes so fewer entries move at the result, and stop counting pending "
-        "intents on the key row, which Submits and results both update."
+        "with new entries in every index whose condition the row meets. "
+        + _postgres_next(postgres.statement_times, postgres.intents)
+    )
+
+
+POSTGRES_CHANGES = (
+    (
+        "INSERT INTO effector_keys",
+        "stop counting pending intents on the key row, which every Submit upserts and every "
+        "result updates, so concurrent Submits and results of a key wait on one row",
+    ),
+    (
+        "UPDATE effector_intents SET state",
+        "keep the running claim on the key row, so a claim writes no intent row (a store "
+        "schema change)",
+    ),
+    (
+        "WITH finished (intent_id",
+        "take the state out of the by-tool and by-state indexes, so recording a result moves "
+        "fewer index entries",
+    ),
+)
+"""The statement each named change cuts (by its start) and the change."""
+
+
+def _postgres_next(statements: tuple[StatementTime, ...], intents: int) -> str:
+    """The changes for PostgreSQL, ordered by the time of the statements they cut."""
+    if not statements:
+        return (
+            "Next for PostgreSQL (not ordered: the statements were not measured): "
+            + "; ".join(change for _, change in POSTGRES_CHANGES)
+            + "."
+        )
+    spent = {
+        start: sum(s.exec_ms for s in statements if s.text.startswith(start)) * 1000 / intents
+        for start, _ in POSTGRES_CHANGES
+    }
+    ordered = sorted(POSTGRES_CHANGES, key=lambda pair: -spent[pair[0]])
+    return (
+        "Next for PostgreSQL, ordered by the time of the statement each cuts in this run: "
+        + "; ".join(f"{change} ({spent[start]:.0f} µs)" for start, change in ordered)
+        + "."
     )
 
 

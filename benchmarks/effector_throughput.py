@@ -181,9 +181,8 @@ def measure_store(
         before = (usage.sample(pids), usage.sample(store.server_pids()), _client_cpu_s())
         measured = [asyncio.run(sustained(targets, count, batch)) for _ in range(runs)]
         after = (usage.sample(pids), usage.sample(store.server_pids()), _client_cpu_s())
-    statements = (
-        "" if store.statements is None else split_line(*store.statements.read(), count * runs)
-    )
+    top, total_ms = ([], 0.0) if store.statements is None else store.statements.read()
+    statements = split_line(top, total_ms, count * runs) if top else ""
     cost = IntentCost(
         store.label,
         count * runs,
@@ -193,6 +192,7 @@ def measure_store(
         usage.between(before[1], after[1]) if store.server_pids() else None,
         floor_written,
         statements,
+        tuple(top),
     )
     best = max(measured, key=lambda run: run.intents_per_s)
     server_count = f"{replicas} server{'s' if replicas > 1 else ''}"
