@@ -68,9 +68,13 @@ class IntentCost:
             f"{self.intents:,} intents, from `/proc`): the effector processes used "
             f"{self.us(used.cpu_s):.0f} µs of CPU, {self.us(used.main_thread_s):.0f} on their "
             f"main threads (the event loop: gRPC, Submit, the worker), "
-            f"{self.us(used.busiest_thread_s):.0f} on the busiest other thread of each "
-            f"(presumably, on SQLite, the store's writer: Python does not name its OS threads) "
-            f"and {self.us(used.other_threads_s):.0f} on the rest, "
+            f"{self.us(used.busiest_thread_s):.0f} on the busiest other thread of each"
+            + (
+                " (presumably the store's writer: Python does not name its OS threads)"
+                if server is None
+                else ""
+            )
+            + f" and {self.us(used.other_threads_s):.0f} on the rest, "
             f"{self.us(used.system_s):.0f} of it in the kernel"
         )
         if server is not None:

@@ -333,7 +333,7 @@ HOTSPOTS = (
 
 
 def profile(quick: bool) -> ProfileOutput:
-    """cProfile the model-call pipeline at 20,000 elements over 1,000 keys."""
+    """cProfile the model-call pipeline at 10,000 elements over 1,000 keys."""
     count, keys = (500, 50) if quick else (10_000, 1_000)
     elements = keyed_events(count, keys)
     stats = profile_call(lambda: run_pipeline(elements, model_call_stage))
