@@ -298,9 +298,10 @@ class AgentDoFn(beam.DoFn):
         continuation: Any = _CONTINUATION_STATE,
         buffer: Any = _BUFFER_STATE,
         deadline: Any = _DEADLINE_TIMER,
+        idle: Any = _IDLE_TIMER,
     ) -> list[Any]:
-        """Admit one envelope and run, buffer or refuse it (no TTL: the idle timer stays unset)."""
-        return self._element(element, header, memory, cache, continuation, buffer, deadline, None)
+        """Admit one envelope and run, buffer or refuse it."""
+        return self._element(element, header, memory, cache, continuation, buffer, deadline, idle)
 
     def _element(
         self,
@@ -334,10 +335,10 @@ class AgentDoFn(beam.DoFn):
     _on_idle = _timer_callback(_IDLE, "_on_idle", Activator.on_idle)
 
 
-class _ExpiringAgentDoFn(AgentDoFn):
-    """``AgentDoFn`` for a configuration with ``ttl_ms``: an element may arm the idle timer."""
+class _AgentDoFnWithoutTtl(AgentDoFn):
+    """``AgentDoFn`` for a configuration without ``ttl_ms``: no element arms the idle timer."""
 
-    def process(
+    def process(  # type: ignore[override]
         self,
         element: tuple[bytes, AgentEnvelope],
         header: Any = _HEADER_STATE,
@@ -346,10 +347,9 @@ class _ExpiringAgentDoFn(AgentDoFn):
         continuation: Any = _CONTINUATION_STATE,
         buffer: Any = _BUFFER_STATE,
         deadline: Any = _DEADLINE_TIMER,
-        idle: Any = _IDLE_TIMER,
     ) -> list[Any]:
-        """Admit one envelope and run, buffer or refuse it."""
-        return self._element(element, header, memory, cache, continuation, buffer, deadline, idle)
+        """Admit one envelope and run, buffer or refuse it (the idle timer is not bound)."""
+        return self._element(element, header, memory, cache, continuation, buffer, deadline, None)
 
 
 def agent_dofn(agent: AgentFn, config: AgentConfig, *, ticks: bool = False) -> AgentDoFn:
@@ -357,6 +357,7 @@ def agent_dofn(agent: AgentFn, config: AgentConfig, *, ticks: bool = False) -> A
 
     Beam binds every state and timer parameter of ``process`` on every element; the idle timer
     stays declared either way (its callback takes it), so the state layout is the same.
+    ``AgentDoFn`` itself binds it always, so it is right for any configuration.
     """
-    kind = AgentDoFn if config.ttl_ms is None else _ExpiringAgentDoFn
+    kind = AgentDoFn if config.ttl_ms is not None else _AgentDoFnWithoutTtl
     return kind(agent, config, ticks=ticks)

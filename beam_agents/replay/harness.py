@@ -30,7 +30,7 @@ from beam_agents.core.bridge import CoroutineDriver
 from beam_agents.core.clocks import epoch_clock
 from beam_agents.core.config import AgentConfig
 from beam_agents.core.context import ActivationContext, staged
-from beam_agents.core.memory import MEMORY_SCHEMA_VERSION
+from beam_agents.core.memory import WHOLE_VERSION
 from beam_agents.core.model_gateway import ModelGateway
 from beam_agents.core.plan import Plan
 from beam_agents.core.services import activation_services
@@ -135,7 +135,7 @@ def memory_blob(recorded: RecordedMemory, seq: int) -> bytes | None:
     slots = [entry.slot for entry in recorded.slots]
     if not slots:
         return None
-    state = MemoryState(schema_version=MEMORY_SCHEMA_VERSION, slots=slots)
+    state = MemoryState(schema_version=WHOLE_VERSION, slots=slots)
     return state.SerializeToString(deterministic=True)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -65,9 +67,27 @@ def test_reads_do_not_count_as_changes_and_an_untouched_blob_is_not_decoded() ->
     memory = WorkingMemory(committed.encode())
     assert memory.get("a") == b"1"
     assert not memory.changed
-    # A blob that would fail to parse is never looked at if memory is never used.
-    untouched = WorkingMemory([b"\xff\xff\xff"])
+    # Committed memory is never looked at if memory is never used.
+    untouched = WorkingMemory(Untouchable())
     assert not untouched.changed
+    with pytest.raises(AssertionError, match="looked at"):
+        untouched.keys()
+
+
+class Untouchable(list[bytes]):
+    """Committed elements that fail the test if anything reads them."""
+
+    def __getitem__(self, index: object) -> bytes:  # type: ignore[override]
+        raise AssertionError("the committed memory was looked at")
+
+    def __iter__(self) -> Iterator[bytes]:
+        raise AssertionError("the committed memory was looked at")
+
+    def __len__(self) -> int:
+        return 1
+
+    def __bool__(self) -> bool:
+        return True
 
 
 @pytest.mark.parametrize(

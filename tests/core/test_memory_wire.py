@@ -11,18 +11,38 @@ from hypothesis import strategies as st
 
 from beam_agents._protos import MemorySlot, MemoryState, RingItems
 from beam_agents.core import _memory_wire
-from beam_agents.core._memory_wire import MEMORY_SCHEMA_VERSION, RawSlot, encode_memory, scan
+from beam_agents.core._memory_wire import (
+    LARGE_CONTENT_BYTES,
+    MEMORY_SCHEMA_VERSION,
+    SPLIT_VERSION,
+    WHOLE_VERSION,
+    RawSlot,
+    encode_memory,
+    scan,
+)
 from beam_agents.core.errors import MemoryLimitError, MemorySlotError, StateSchemaError
 from beam_agents.core.memory import MEMORY_CAP_BYTES, WorkingMemory
+from beam_agents.core.state import decode_versioned
 
 Content = bytes | list[bytes]
 
 
-def proto_blob(slots: dict[str, Content]) -> bytes:
-    """What the runtime wrote before the wire encoder: the generated proto, serialized."""
+def split(slots: dict[str, Content]) -> bool:
+    """Whether the memory has a large content, so its elements carry version 2."""
+    return any(
+        len(content if isinstance(content, bytes) else RingItems(items=content).SerializeToString())
+        >= LARGE_CONTENT_BYTES
+        for content in slots.values()
+    )
+
+
+def proto_blob(slots: dict[str, Content], version: int | None = None) -> bytes:
+    """The generated proto, serialized: the elements joined (version 2 if split, else 1)."""
     if not slots:
         return b""
-    state = MemoryState(schema_version=MEMORY_SCHEMA_VERSION)
+    if version is None:
+        version = SPLIT_VERSION if split(slots) else WHOLE_VERSION
+    state = MemoryState(schema_version=version)
     for key in sorted(slots):
         content = slots[key]
         if isinstance(content, bytes):
@@ -64,7 +84,11 @@ MEMORIES: list[dict[str, Content]] = [
 
 keys = st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max_size=12)
 values = st.binary(max_size=300)
-slot_contents = st.one_of(values, st.lists(values, max_size=5))
+large_values = st.sampled_from(
+    [LARGE_CONTENT_BYTES - 1, LARGE_CONTENT_BYTES, LARGE_CONTENT_BYTES + 1, 3 * LARGE_CONTENT_BYTES]
+).map(lambda size: bytes([size % 251]) * size)
+"""Values either side of where a content becomes an element of its own."""
+slot_contents = st.one_of(values, large_values, st.lists(values, max_size=5))
 memories = st.dictionaries(keys, slot_contents, max_size=8)
 
 
@@ -86,11 +110,11 @@ def test_the_encoder_writes_the_protos_bytes(slots: dict[str, Content]) -> None:
 
 @pytest.mark.parametrize("slots", MEMORIES)
 def test_a_proto_blob_reads_back_and_re_encodes_unchanged(slots: dict[str, Content]) -> None:
-    blob = proto_blob(slots)
+    blob = proto_blob(slots, WHOLE_VERSION)  # as a release before the bag wrote it
     memory = WorkingMemory([blob] if blob else None)
     assert memory.size == len(blob)
     assert contents(memory) == slots
-    assert joined(WorkingMemory([blob] if blob else None)) == blob
+    assert joined(WorkingMemory([blob] if blob else None)) == proto_blob(slots)
     assert sum(memory.slot_sizes.values()) + 2 * bool(slots) == len(blob)
 
 
@@ -99,7 +123,8 @@ def test_a_proto_blob_reads_back_and_re_encodes_unchanged(slots: dict[str, Conte
 def test_changing_some_slots_encodes_as_the_proto_would(
     before: dict[str, Content], writes: dict[str, Content], deletes: set[str]
 ) -> None:
-    memory = WorkingMemory([proto_blob(before)] if before else None)
+    committed = encode_memory(dict(before))
+    memory = WorkingMemory(committed or None)
     after = dict(before)
     for key, content in writes.items():
         if isinstance(content, bytes):
@@ -118,6 +143,10 @@ def test_changing_some_slots_encodes_as_the_proto_would(
     assert joined(memory) == proto_blob(after)
     assert memory.size == (len(proto_blob(after)) if after else 0)
     assert contents(WorkingMemory(memory.encode() or None)) == after
+    for key, content in before.items():  # an untouched large value: its element, not a copy
+        untouched = key not in writes and key not in deletes
+        if untouched and isinstance(content, bytes) and len(content) >= LARGE_CONTENT_BYTES:
+            assert any(element is content for element in memory.encode())
 
 
 def test_untouched_slots_are_neither_decoded_nor_copied(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -191,7 +220,7 @@ def test_a_newer_schema_version_and_a_damaged_blob_are_refused() -> None:
 
 def test_the_cap_holds_over_committed_slots_that_were_never_decoded() -> None:
     big = MEMORY_CAP_BYTES - 100
-    blob = proto_blob({"big": bytes(big), "small": b"1"})
+    blob = proto_blob({"big": bytes(big), "small": b"1"}, WHOLE_VERSION)
     memory = WorkingMemory([blob])
     assert memory.size == len(blob)
     with pytest.raises(MemoryLimitError):
@@ -226,9 +255,10 @@ def test_large_contents_are_elements_of_their_own_and_the_elements_join_to_the_p
     slots: dict[str, Content] = {"a": b"small", "big": value, "c": b"x" * 10, "ring": ring}
     elements = encode_memory(dict(slots))
     assert b"".join(elements) == proto_blob(slots)
-    assert len(elements) == 4  # [version, a, big's header] [big] [c, ring's header] [ring]
-    assert elements[1] is value  # the agent's own bytes object: not copied
-    assert elements[3] == RingItems(items=ring).SerializeToString()
+    # [version 2] [a, big's header] [big] [c, ring's header] [ring]
+    assert len(elements) == 5 and elements[0] == b"\x08\x02"
+    assert elements[2] is value  # the agent's own bytes object: not copied
+    assert elements[4] == RingItems(items=ring).SerializeToString()
     assert contents(WorkingMemory(elements)) == slots
     scanned = scan(elements)
     assert scanned is not None and scanned["big"].content is value
@@ -246,22 +276,22 @@ def test_a_commit_reuses_untouched_large_elements_and_writes_only_what_changed()
     memory.set("new", b"n")
     elements = memory.encode()
     # The untouched slot's value is the committed element itself: nothing rewrote or copied it.
-    assert any(element is committed[1] for element in elements)
+    assert any(element is committed[2] for element in elements)
     assert b"".join(elements) == proto_blob({"big": big, "other": b"o2" * LARGE, "new": b"n"})
 
 
 def test_memory_committed_as_one_blob_reads_and_is_split_once() -> None:
     # How the cell held memory before it was a bag: one element, the whole blob.
     slots: dict[str, Content] = {"big": b"B" * (LARGE * 2), "small": b"s"}
-    blob = proto_blob(slots)
+    blob = proto_blob(slots, WHOLE_VERSION)
     memory = WorkingMemory([blob])
     assert contents(memory) == slots and memory.size == len(blob)
     memory.set("small", b"t")
     elements = memory.encode()
-    assert len(elements) == 3 and elements[1] == slots["big"]
+    assert len(elements) == 4 and elements[0] == b"\x08\x02" and elements[2] == slots["big"]
     again = WorkingMemory(elements)
     again.set("small", b"u")
-    assert again.encode()[1] is elements[1]
+    assert again.encode()[2] is elements[2]
 
 
 @settings(max_examples=200, deadline=None)
@@ -269,12 +299,12 @@ def test_memory_committed_as_one_blob_reads_and_is_split_once() -> None:
 def test_a_blob_cut_anywhere_reads_the_same_slots(
     slots: dict[str, Content], cuts: list[int]
 ) -> None:
-    blob = proto_blob(slots)
+    blob = proto_blob(slots, WHOLE_VERSION)
     points = sorted({cut % (len(blob) + 1) for cut in cuts} | {0, len(blob)})
     elements = [blob[start:end] for start, end in itertools.pairwise(points)]
     memory = WorkingMemory(elements or None)
     assert contents(memory) == slots
-    assert joined(memory) == blob
+    assert joined(memory) == proto_blob(slots)
     memory.set("added", b"+")
     assert joined(memory) == proto_blob({**slots, "added": b"+"})
 
@@ -285,3 +315,22 @@ def test_elements_split_where_the_encoder_never_splits_are_read_through_the_prot
     for elements in ([blob[:middle], blob[middle:]], [blob[:5], b"", blob[5:]], [b"", blob]):
         assert scan(elements) is None
         assert contents(WorkingMemory(elements)) == {"a": b"x" * 40, "b": b"y" * 40}
+
+
+def test_literal_elements_of_a_split_memory_and_what_a_release_before_the_bag_makes_of_them() -> (
+    None
+):
+    value = bytes(LARGE)
+    elements = encode_memory({"a": b"1", "big": value})
+    assert elements[:2] == [
+        bytes.fromhex("0802"),  # schema_version 2, alone
+        # slot "a" = "1", then big's header: its field's length, its key, its value's length
+        bytes.fromhex("12060a0161120131128980010a0362696712808001"),
+    ]
+    assert elements[2] is value and len(elements) == 3
+    # A release before the bag read the cell's one value: the first element. It refuses it.
+    with pytest.raises(StateSchemaError, match="schema version 2"):
+        decode_versioned(MemoryState, elements[0], WHOLE_VERSION)
+    # Without a large content the memory stays one element of version 1, which it reads.
+    (whole,) = encode_memory({"a": b"1"})
+    assert whole == bytes.fromhex("080112060a0161120131")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+import pytest
 from apache_beam.coders import BytesCoder
 from apache_beam.coders.coders import GlobalWindowCoder
 from apache_beam.runners.portability.fn_api_runner.worker_handlers import StateServicer
@@ -23,11 +24,14 @@ from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, get_dofn_
 from apache_beam.transforms.window import GlobalWindow
 
 from beam_agents import AgentConfig, Complete
-from beam_agents._protos import MemorySlot, MemoryState
+from beam_agents._protos import AgentEnvelope, MemorySlot, MemoryState
 from beam_agents.core import dofn
 from beam_agents.core._memory_wire import LARGE_CONTENT_BYTES
 from beam_agents.core.context import ActivationContext
+from beam_agents.core.errors import StateSchemaError
 from beam_agents.core.memory import WorkingMemory
+from beam_agents.core.state import decode_versioned
+from tests.core.harness import InMemoryKeyState
 
 KEY = b"acct-1"
 OLD_CELL = ReadModifyWriteStateSpec("memory", BytesCoder())
@@ -69,9 +73,14 @@ def test_memory_committed_by_the_old_cell_reads_and_rewrites_through_the_bag() -
 
     with service.process_instruction_id("again"):
         written = list(_state(service, dofn._MEMORY).read())
-    assert len(written) == 3 and written[1] == big  # the large value is an element of its own
+        # A release before the bag reads the cell as one value, the first element, and parses
+        # it as the newest version it knew, 1: it refuses the split memory as newer state
+        # instead of misreading a slot cut in two.
+        with pytest.raises(StateSchemaError, match="schema version 2"):
+            decode_versioned(MemoryState, _state(service, OLD_CELL).read(), 1)
+    assert len(written) == 4 and written[2] == big  # the large value is an element of its own
     expected = MemoryState(
-        schema_version=1,
+        schema_version=2,
         slots=[MemorySlot(key="big", value=big), MemorySlot(key="note", value=b"changed")],
     ).SerializeToString(deterministic=True)
     assert b"".join(written) == expected
@@ -105,3 +114,16 @@ def test_process_binds_the_idle_timer_only_under_a_ttl_and_the_layout_stays() ->
         ["ts-deadline", "ts-idle"],  # Beam prefixes timer names
     )
     assert _layout(plain) == _layout(expiring) == layout
+
+
+def test_an_agent_dofn_built_directly_arms_the_idle_timer_under_a_ttl() -> None:
+    built = dofn.AgentDoFn(_done, AgentConfig(ttl_ms=60_000))
+    assert "idle" in inspect.signature(built.process).parameters
+    built.setup()
+    cells = InMemoryKeyState()
+    try:
+        envelope = AgentEnvelope(entity_key=KEY, event_time_ms=1_000, external_event=b"e")
+        cells.process(built, KEY, envelope)
+    finally:
+        built.teardown()
+    assert cells.idle.at is not None  # armed for the key's first activity
