@@ -168,7 +168,8 @@ def _postgres_next(statements: tuple[StatementTime, ...], intents: int) -> str:
     }
     ordered = sorted(POSTGRES_CHANGES, key=lambda pair: -spent[pair[0]])
     return (
-        "Next for PostgreSQL, ordered by the time of the statement each cuts in this run: "
+        "Next for PostgreSQL, ordered by the time of the statement each cuts in this run (its "
+        "whole time, waits included: an upper bound on what the change saves): "
         + "; ".join(f"{change} ({spent[start]:.0f} µs)" for start, change in ordered)
         + "."
     )

@@ -221,7 +221,7 @@ def figure_row(number: int, figure: Figure) -> str:
         if figure.floor is None
         else f"{format_number(figure.floor)} {figure.unit} ({figure.floor_label})"
     )
-    ratio = "—" if figure.ratio is None else f"{figure.ratio:.2f}x"
+    ratio = "—" if figure.ratio is None else _ratio_text(figure.ratio, figure.target)
     target = "—" if figure.target is None else figure.target.describe(figure.unit)
     return (
         f"| {number} | {figure.name} | {format_number(figure.ours)} {figure.unit} | "
@@ -309,3 +309,13 @@ def _what_is_left(numbered: list[tuple[int, BenchmarkResult]]) -> list[str]:
     if len(lines) == 2:
         lines.append("Every target with a figure in this run was met.")
     return [*lines, ""]
+
+
+def _ratio_text(ratio: float, target: Target | None) -> str:
+    """The ratio to two decimals, or three where two would round it across its target's bound."""
+    text = f"{ratio:.2f}x"
+    if target is not None and target.goal in (Goal.RATIO_AT_MOST, Goal.RATIO_AT_LEAST):
+        shown = round(ratio, 2)
+        if target.is_met(shown, shown) != target.is_met(ratio, ratio):
+            text = f"{ratio:.3f}x"
+    return text

@@ -179,6 +179,25 @@ def test_targets_are_checked_against_the_right_number() -> None:
         Target(Goal.RATIO_AT_MOST, 1.5).is_met(1.0, None)
 
 
+def test_a_ratio_is_shown_with_three_decimals_where_two_would_round_across_its_target() -> None:
+    rows = []
+    for ours in (2_363.0, 2_500.0):  # 0.5952x and 0.6297x of the floor, against at least 0.6x
+        figure = Figure(
+            name="f",
+            unit="/s",
+            ours=ours,
+            samples=1,
+            floor=3_970.0,
+            floor_label="floor",
+            target=Target(Goal.RATIO_AT_LEAST, 0.6),
+        )
+        result = BenchmarkResult(name="m", title="t", definition="d", figures=[figure])
+        text = render_markdown([result], {}, order=["m"], quick=False, failures={}, elapsed_s=1)
+        rows.append(next(line for line in text.splitlines() if line.startswith("| 1 | f |")))
+    assert "| 0.595x |" in rows[0] and "**no**" in rows[0]
+    assert "| 0.63x |" in rows[1]
+
+
 def test_results_survive_the_trip_through_json() -> None:
     result = BenchmarkResult(
         name="n",
