@@ -18,7 +18,7 @@ from benchmarks.report import BenchmarkResult, Figure
 TITLE = "RunAgent vs RunInference with a trivial model"
 
 DEFINITION = """\
-The same 100,000 `(key, AgentEnvelope)` elements over 1,000 keys, the same runner
+The same 50,000 `(key, AgentEnvelope)` elements over 1,000 keys, the same runner
 (`FnApiRunner`), the same method as benchmark 1 (wall time of the whole pipeline over the
 element count, source included; after a warm-up run of each, the pipelines take turns, one run
 each). Ours: `RunAgent` with the no-op agent. Floor: `RunInference(KeyedModelHandler(handler))`
@@ -27,7 +27,7 @@ where the handler is a `ModelHandler` subclass whose `load_model` returns nothin
 the per-key, stateful, per-element contract costs against Beam's stateless, batched inference
 path, which keeps no per-key state at all."""
 
-SIZE = (100_000, 1_000)
+SIZE = (50_000, 1_000)
 QUICK_SIZE = (2_000, 100)
 ROUNDS = 1
 

@@ -41,7 +41,7 @@ the result, the reader's long-poll returning it, the runner scheduling the next 
 `RunAgent` admitting the result and rebuilding the context. Out = suspension to tool start,
 back = tool end to resume start. Target: p50 under 30 ms."""
 
-ROUND_TRIPS = 1_000
+ROUND_TRIPS = 600
 QUICK_ROUND_TRIPS = 5
 TARGET = Target(Goal.BELOW, 30.0)
 

@@ -43,7 +43,7 @@ sqlite:///...`, default `synchronous=FULL`). The agent runs one read-only tool c
 back through the effector (the details count the trace events per event). Events are spread
 over 100 keys, so a key's later events wait for its earlier runs; every run uses keys no
 earlier run used, so nothing is a duplicate for the effector. After a warm-up run of each, the
-variants take turns for 4 rounds (in alternating order, so a drift of the machine falls on
+variants take turns for 3 rounds (in alternating order, so a drift of the machine falls on
 both); run-to-run noise on a 2-core machine is about ±15%, so the medians count. **Ours =
 median seconds per event with `WriteTraces` (the idle stop included, in both); floor = the
 median of the same loop without it.** Target: at most 1.15x. The details give the median of the
@@ -54,7 +54,7 @@ sink's cost, and a DoFn that only discards the traces."""
 
 LOOP_EVENTS, QUICK_LOOP_EVENTS = 400, 20
 OPEN_EVENTS, QUICK_OPEN_EVENTS = 2_000, 60
-ROUNDS, QUICK_ROUNDS = 4, 1
+ROUNDS, QUICK_ROUNDS = 3, 1
 OPEN_ROUNDS = 3
 IDLE_S = 0.3
 KEYS = 100

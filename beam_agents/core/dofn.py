@@ -301,19 +301,6 @@ class AgentDoFn(beam.DoFn):
         idle: Any = _IDLE_TIMER,
     ) -> list[Any]:
         """Admit one envelope and run, buffer or refuse it."""
-        return self._element(element, header, memory, cache, continuation, buffer, deadline, idle)
-
-    def _element(
-        self,
-        element: tuple[bytes, AgentEnvelope],
-        header: Any,
-        memory: Any,
-        cache: Any,
-        continuation: Any,
-        buffer: Any,
-        deadline: Any,
-        idle: Any,
-    ) -> list[Any]:
         problem = element_problem(element)
         if problem is not None:
             self._error_log.report((problem,))
@@ -349,15 +336,14 @@ class _AgentDoFnWithoutTtl(AgentDoFn):
         deadline: Any = _DEADLINE_TIMER,
     ) -> list[Any]:
         """Admit one envelope and run, buffer or refuse it (the idle timer is not bound)."""
-        return self._element(element, header, memory, cache, continuation, buffer, deadline, None)
+        return super().process(element, header, memory, cache, continuation, buffer, deadline, None)
 
 
 def agent_dofn(agent: AgentFn, config: AgentConfig, *, ticks: bool = False) -> AgentDoFn:
     """The ``DoFn`` running ``agent``: its ``process`` binds the idle timer only under a TTL.
 
-    Beam binds every state and timer parameter of ``process`` on every element; the idle timer
-    stays declared either way (its callback takes it), so the state layout is the same.
-    ``AgentDoFn`` itself binds it always, so it is right for any configuration.
+    Beam binds every ``process`` parameter on every element; the timer stays declared (its
+    callback takes it), so the layout is the same. ``AgentDoFn`` itself always binds it.
     """
     kind = AgentDoFn if config.ttl_ms is not None else _AgentDoFnWithoutTtl
     return kind(agent, config, ticks=ticks)
