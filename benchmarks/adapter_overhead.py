@@ -75,7 +75,7 @@ inline, do not make); an ADK `Runner` over an `InMemorySessionService` (a new se
 conversation, deleted after it: the adapter holds one key's at a time) with an in-process fake
 `BaseLlm` and the tool as a `FunctionTool`. All fakes answer the same script from their own
 framework's messages. **Turns**: one framework at a time, its adapter, the framework alone and
-the plain agent take turns conversation by conversation, 480 turns (3 quick), the three in each
+the plain agent take turns conversation by conversation, 360 turns (3 quick), the three in each
 of their six orders in rotation (so within a turn each follows each other equally often), after
 each variant has run 100 conversations (2 quick) as a warm-up. Objects alive after the warm-up
 are frozen out of the garbage collector (`gc.freeze()`) and automatic collection is off during
@@ -108,7 +108,7 @@ the framework's. The runtime's share (the two model calls, the tool, the commit)
 agent's cost, paid with caches the framework has just filled with its own code; the next
 changes are the model path's bookkeeping (benchmark 1) and encoding a session's, history's or
 checkpoint's new part only."""
-UNITS, QUICK_UNITS = 480, 3
+UNITS, QUICK_UNITS = 360, 3
 WARM_UP_UNITS, QUICK_WARM_UP_UNITS = 100, 2
 PROBES, QUICK_PROBES = 30, 1
 BLOCK = 12

@@ -57,7 +57,7 @@ runner and input and include the source (`Create`), whose cost alone is given be
 can also be read net of it. After a warm-up run of each, the pipelines take turns (source, floors,
 ours), one round at each key count to keep the suite within ten minutes. The details split our cost
 (at 1,000 keys): our code's thread CPU per activation without Beam, the thread CPU of `process`
-inside the pipeline for ours and for the floor (20,000 events each, with Beam's state calls within
+inside the pipeline for ours and for the floor (10,000 events each, with Beam's state calls within
 it timed apart), and what Beam charges for binding RunAgent's six state and timer parameters,
 measured on the no-op floor declaring the same parameters, the two taking turns over 20,000 events
 for three rounds. Targets: the no-op activation at most 1.25x its floor; the model-call activation
@@ -149,7 +149,7 @@ class Split:
 
 def _splits(quick: bool, keys: int) -> tuple[list[str], list[Split]]:
     """Our code without Beam and inside the pipeline, beside the floor's: lines and figures."""
-    activations = 2_000 if quick else 20_000
+    activations = 2_000 if quick else 10_000
     cases: list[tuple[str, AgentFn, AgentConfig, Callable[[], beam.DoFn]]] = [
         ("no-op", noop_agent, AgentConfig(), TimedStatefulFloor),
         (
@@ -162,7 +162,7 @@ def _splits(quick: bool, keys: int) -> tuple[list[str], list[Split]]:
     lines, splits = [], []
     for name, agent_fn, config, floor in cases:
         split = Split(
-            core_microseconds(agent_fn, config, keys=keys, activations=activations),
+            core_microseconds(agent_fn, config, keys=keys, activations=activations, rounds=3),
             in_pipeline(timed_agent(agent_fn, config), keys=keys, activations=activations),
             in_pipeline(floor, keys=keys, activations=activations),
         )
@@ -170,7 +170,7 @@ def _splits(quick: bool, keys: int) -> tuple[list[str], list[Split]]:
         lines.append(
             f"The {name} activation, thread CPU per activation ({keys:,} keys, {activations:,} "
             f"activations): without Beam (`AgentDoFn.process` on plain in-memory cells, best of "
-            f"five rounds, `benchmarks/core_only.py`) our code took {split.own_us:.1f} µs; in the "
+            f"three rounds, `benchmarks/core_only.py`) our code took {split.own_us:.1f} µs; in the "
             f"pipeline (`benchmarks/in_pipeline.py`: `process` on FnApiRunner, with the state "
             f"objects Beam passes wrapped so their calls are timed) `process` took "
             f"{split.ours.process_us:.1f} µs, {split.ours.state_us:.1f} of it in Beam's state "
@@ -374,8 +374,8 @@ HOTSPOTS = (
 
 
 def profile(quick: bool) -> ProfileOutput:
-    """cProfile the model-call pipeline at 10,000 elements over 1,000 keys."""
-    count, keys = (500, 50) if quick else (10_000, 1_000)
+    """cProfile the model-call pipeline at 5,000 elements over 1,000 keys."""
+    count, keys = (500, 50) if quick else (5_000, 1_000)
     elements = keyed_events(count, keys)
     stats = profile_call(lambda: run_pipeline(elements, model_call_stage))
     return ProfileOutput(

@@ -64,15 +64,15 @@ is different: Beam loads the key's header cell and weighs it for its state cache
 `objsize`, which walks the globals of every loaded module, over a millisecond after a long wait
 for RunAgent and the floor alike (and Beam builds the key's state and timer objects, one per
 DoFn parameter). Those samples have their own rows, without a target; the rows with targets
-take the activations on keys already loaded in the bundle, at least 600 of them. Pooled, the
+take the activations on keys already loaded in the bundle, at least 400 of them. Pooled, the
 first activations (9 of every pipeline's samples) would set both p99s; the details give the
 pooled figures too.
 
-`FnApiRunner` runs a stateful stage on one thread, so 600 sequential activations at 500 ms
-would take 5 minutes. Each tier therefore runs K pipelines side by side, each in its own
+`FnApiRunner` runs a stateful stage on one thread, so 400 sequential activations at 500 ms
+would take over 3 minutes. Each tier therefore runs K pipelines side by side, each in its own
 process (forked from a clean server process) with its own `FnApiRunner`, like K SDK workers
 sharing the cores: K = 4 at 50 ms and K = 25 at 500 ms, so every tier keeps the machine
-similarly (and lightly) busy, and each pipeline runs enough activations for at least 600
+similarly (and lightly) busy, and each pipeline runs enough activations for at least 400
 samples in all. At 50 ms the floor's K pipelines run at the same time as ours (2K processes), so
 load from elsewhere on the shared machine hits both alike; at 500 ms, where 2K would be 50
 processes waking together, the floor's run first and ours after. The pipelines of a run start
@@ -89,7 +89,7 @@ ALONGSIDE_UP_TO = 4
 (50 processes waking together raised the p99 of both sides well past the target)."""
 """(latency, pipelines run side by side) per tier."""
 QUICK_TIERS_MS = ((5, 2), (50, 4))
-SAMPLES = 600
+SAMPLES = 400
 QUICK_SAMPLES = 8
 KEYS_PER_PIPELINE = 10
 GROWTH_TARGET = Target(Goal.RATIO_AT_MOST, 1.25)

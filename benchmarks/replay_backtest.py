@@ -38,13 +38,13 @@ model call answered from the record, write one result per key; then the report) 
 activation; floor: `Create(events) | RunAgent` without recording, per event, on `FnApiRunner`.
 Target: at most 1.5x. **Recording**: the same `RunAgent` with `AgentConfig(record=True)` and its
 `.records` consumed (discarded), per event; floor: the same pipeline without recording.
-Target: at most 1.2x. 12,000 events over 600 keys (20 per key). The variants take turns for two
+Target: at most 1.2x. 10,000 events over 500 keys (20 per key). The variants take turns for two
 rounds after a warm-up (the backtest's replays a small recording of 400 events over 20 keys);
 the best round of each counts."""
 
 BACKTEST_TARGET = Target(Goal.RATIO_AT_MOST, 1.5)
 RECORDING_TARGET = Target(Goal.RATIO_AT_MOST, 1.2)
-SIZE, QUICK_SIZE = (12_000, 600, 2), (400, 40, 1)
+SIZE, QUICK_SIZE = (10_000, 500, 2), (400, 40, 1)
 """Events, keys and rounds."""
 WARM_UP_SIZE = (400, 20)
 """Events and keys of the recording the backtest's warm-up replays."""

@@ -65,8 +65,8 @@ own process (2 processes started with `spawn` and kept for all these runs, each 
 pipelines on `FnApiRunner` in that process), against 1 of them running all the events. Both
 processes first run both stages once; the halves of a run start together at a barrier, and a
 run's rate is all activations over the time from the first activation in any process to the
-last in any. 3 rounds, each in the order ours with 1 process, ours with 2, the floor with 2, the
-floor with 1 (reversed every other round); the figures are the best rate of each, and the
+last in any. 2 rounds, each in the order ours with 1 process, ours with 2, the floor with 2, the
+floor with 1 (reversed in the second); the figures are the best rate of each, and the
 details give every round's speedups and whether ours and the floor's differ beyond their
 spread. Anything `RunAgent` shared across keys (a lock, a file, a service) would hold its
 speedup under the floor's in every round. Target: — (the machine has 2 cores)."""
@@ -270,7 +270,7 @@ def run(quick: bool) -> BenchmarkResult:
     )
 
 
-SPLIT_ROUNDS = 3
+SPLIT_ROUNDS = 2
 """Rounds of the key-split runs, alternating their order (the processes stay warm)."""
 
 
