@@ -21,6 +21,7 @@ from benchmarks.effector_findings import (
     WHAT_REMAINS,
     IntentCost,
     remaining,
+    submit_account,
 )
 from benchmarks.effector_load import (
     CONCURRENCY,
@@ -320,7 +321,7 @@ def run(quick: bool) -> BenchmarkResult:
         definition=DEFINITION,
         figures=figures,
         details=details,
-        remaining=remaining(sqlite_cost, postgres_cost),
+        remaining=remaining(sqlite_cost, postgres_cost) + submit_account(figures),
     )
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-SETTINGS = "-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=all"
+SETTINGS = "-c shared_preload_libraries=pg_stat_statements"
 """Server options that load the extension (it must be loaded when the server starts)."""
 
 _OWN = "%pg_stat_statements%"
