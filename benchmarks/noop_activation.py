@@ -254,22 +254,29 @@ interleaved rounds, moved the median round from 111.6 to 111.3 µs/element again
 
 
 def _parameters(no_op: Figure, parameters_us: float) -> str:
-    """What fewer ``process`` parameters would save, by this run's figure."""
+    """What fewer ``process`` parameters would save by this run's figure, and what is done."""
     gap = no_op.ours - (no_op.floor or 0.0)
     if gap <= 0 or parameters_us <= 0:
-        return "Fewer `process` parameters: this run measured nothing for them to save."
-    without = (no_op.ours - parameters_us) / (no_op.floor or 1.0)
+        measured = (
+            f"Fewer `process` parameters: this run measured {parameters_us:.1f} µs/element for "
+            "all five beyond the floor's, nothing to save (clean runs have measured this "
+            "difference of two close figures from 1 to 32 µs)."
+        )
+    else:
+        without = (no_op.ours - parameters_us) / (no_op.floor or 1.0)
+        measured = (
+            f"Fewer `process` parameters would save at most the {parameters_us:.1f} µs/element "
+            f"Beam charges for all five beyond the floor's ({parameters_us / gap:.0%} of the "
+            f"no-op activation's gap; the no-op would be at {without:.2f}x with none of them; "
+            "clean runs have measured this difference of two close figures from 1 to 32 µs)."
+        )
     return (
-        f"Fewer `process` parameters would save at most the {parameters_us:.1f} µs/element Beam "
-        f"charges for all five beyond the floor's ({parameters_us / gap:.0%} of the no-op "
-        f"activation's gap; the no-op would be at {without:.2f}x with none of them; clean runs "
-        "have measured this difference of two close figures from 1 to 32 µs). The issue names "
-        "two changes for them. Done: `process` binds the idle timer only where a TTL is set "
-        "(the timer stays declared by its callback, so the layout is the same; a TTL adds it "
-        "back as a seventh). Left: the "
-        "replay cache kept in the continuation cell, a state-layout change to version with "
-        "golden-bytes tests and a way to read a key's old cache cell, which `process` would no "
-        "longer bind. The deadline timer stays: any agent may suspend with a timeout."
+        measured + " The issue names two changes for them. Done: `process` binds the idle timer "
+        "only where a TTL is set (the timer stays declared by its callback, so the layout is "
+        "the same; a TTL adds it back as a seventh). Left: the replay cache kept in the "
+        "continuation cell, a state-layout change to version with golden-bytes tests and a way "
+        "to read a key's old cache cell, which `process` would no longer bind. The deadline "
+        "timer stays: any agent may suspend with a timeout."
     )
 
 
