@@ -184,6 +184,7 @@ def scan(elements: Sequence[bytes]) -> dict[str, RawSlot] | None:
     slots: dict[str, RawSlot] = {}
     previous = ""
     index, position = 0, len(VERSION_FIELD)
+    views = [memoryview(element) for element in elements]  # one per element, not per slot
     try:
         while index < len(elements):
             blob = elements[index]
@@ -193,7 +194,7 @@ def scan(elements: Sequence[bytes]) -> dict[str, RawSlot] | None:
                     raise NotCanonicalError("an empty element")
                 continue
             following = elements[index + 1] if index + 1 < len(elements) else b""
-            key, slot, index, position = _slot_at(blob, position, following, index)
+            key, slot, index, position = _slot_at(blob, views[index], position, following, index)
             if key <= previous:  # also refuses an empty key
                 raise NotCanonicalError("slots are not sorted by key")
             slots[key] = slot
@@ -204,10 +205,11 @@ def scan(elements: Sequence[bytes]) -> dict[str, RawSlot] | None:
 
 
 def _slot_at(
-    blob: bytes, field: int, following: bytes, index: int
+    blob: bytes, view: memoryview, field: int, following: bytes, index: int
 ) -> tuple[str, RawSlot, int, int]:
     """The slot whose field starts at ``blob[field]``: ``(key, slot, index, position)`` after it.
 
+    ``view`` is a ``memoryview`` of ``blob``, made once per element by the caller.
     Its content is either inside ``blob`` or exactly ``following`` (then the element after
     ``blob``, which the returned index points past).
     """
@@ -228,7 +230,6 @@ def _slot_at(
     if tag not in (_VALUE_TAG, _RING_TAG) or content + length != slot_end:
         raise NotCanonicalError("a slot holds exactly a key and a value or a ring")
     is_ring = tag == _RING_TAG
-    view = memoryview(blob)
     if slot_end <= end:
         if is_ring and not _canonical_ring(blob, content, slot_end):
             raise NotCanonicalError("a ring's items are not encoded canonically")
