@@ -58,7 +58,7 @@ can also be read net of it. After a warm-up run of each, the pipelines take turn
 ours), one round at each key count to keep the suite within ten minutes. The details split our cost
 (at 1,000 keys): our code's thread CPU per activation without Beam, the thread CPU of `process`
 inside the pipeline for ours and for the floor (10,000 events each, with Beam's state calls within
-it timed apart), and what Beam charges for binding RunAgent's six state and timer parameters,
+it timed apart), and what Beam charges for binding RunAgent's five state and timer parameters,
 measured on the no-op floor declaring the same parameters, the two taking turns over 20,000 events
 for three rounds. Targets: the no-op activation at most 1.25x its floor; the model-call activation
 at most 1.8x its floor at 1,000 keys and 1.6x at 10,000. At 10,000 keys every key's first element in
@@ -188,9 +188,9 @@ PARAMETER_EVENTS = 20_000
 
 
 def _parameters_cost(quick: bool, keys: int) -> tuple[float, str]:
-    """What Beam charges for binding the five parameters beyond the floor's, and its detail line.
+    """What Beam charges for binding the four parameters beyond the floor's, and its detail line.
 
-    The no-op floor and the same floor declaring RunAgent's six state and timer parameters
+    The no-op floor and the same floor declaring RunAgent's five state and timer parameters
     take turns, :data:`PARAMETER_ROUNDS` rounds; each figure is its best round.
     """
     count, rounds = (2_000, 1) if quick else (PARAMETER_EVENTS, PARAMETER_ROUNDS)
@@ -204,9 +204,9 @@ def _parameters_cost(quick: bool, keys: int) -> tuple[float, str]:
     cost = us["runagent parameters"] - us["floor"]
     return cost, (
         f"{keys:,} keys, {count:,} events, {rounds} interleaved rounds (best of each): the no-op "
-        f"floor declaring RunAgent's six state and timer parameters (touching only the header, "
+        f"floor declaring RunAgent's five state and timer parameters (touching only the header, "
         f"as the floor does) costs {us['runagent parameters']:.1f} µs/element against the "
-        f"floor's {us['floor']:.1f}: {cost:.1f} µs/element is Beam binding the other five "
+        f"floor's {us['floor']:.1f}: {cost:.1f} µs/element is Beam binding the other four "
         "parameters, "
         "before our code runs."
     )
@@ -259,24 +259,25 @@ def _parameters(no_op: Figure, parameters_us: float) -> str:
     if gap <= 0 or parameters_us <= 0:
         measured = (
             f"Fewer `process` parameters: this run measured {parameters_us:.1f} µs/element for "
-            "all five beyond the floor's, nothing to save (clean runs have measured this "
+            "all four beyond the floor's, nothing to save (clean runs have measured this "
             "difference of two close figures from 1 to 32 µs)."
         )
     else:
         without = (no_op.ours - parameters_us) / (no_op.floor or 1.0)
         measured = (
             f"Fewer `process` parameters would save at most the {parameters_us:.1f} µs/element "
-            f"Beam charges for all five beyond the floor's ({parameters_us / gap:.0%} of the "
+            f"Beam charges for all four beyond the floor's ({parameters_us / gap:.0%} of the "
             f"no-op activation's gap; the no-op would be at {without:.2f}x with none of them; "
             "clean runs have measured this difference of two close figures from 1 to 32 µs)."
         )
     return (
-        measured + " The issue names two changes for them. Done: `process` binds the idle timer "
-        "only where a TTL is set (the timer stays declared by its callback, so the layout is "
-        "the same; a TTL adds it back as a seventh). Left: the replay cache kept in the "
-        "continuation cell, a state-layout change to version with golden-bytes tests and a way "
-        "to read a key's old cache cell, which `process` would no longer bind. The deadline "
-        "timer stays: any agent may suspend with a timeout."
+        measured + " The issue names two changes for them; both are done. `process` binds the "
+        "idle timer only where a TTL is set (a TTL adds it back as a sixth), and no longer "
+        "binds the replay cache's cell: the cache is part of the continuation (continuation "
+        "version 2, golden bytes in `tests/core/test_cache_in_continuation.py`); an answer to a "
+        "run suspended by an earlier release waits for the deadline timer, whose callback binds "
+        "the old cell and moves the cache. Both stay declared by the timer callbacks, so the "
+        "layout is the same. The deadline timer stays: any agent may suspend with a timeout."
     )
 
 
@@ -335,7 +336,7 @@ HOTSPOTS = (
         "__eq__",
         "Beam matching each parameter of `process` against six special markers (element, key, "
         "window, ...) with a Python `__eq__`, on every element, before it looks up the "
-        "parameter's state or timer object (booked to Beam): RunAgent's `process` takes six "
+        "parameter's state or timer object (booked to Beam): RunAgent's `process` takes five "
         "state and timer parameters, the floor's one.",
         "",
     ),

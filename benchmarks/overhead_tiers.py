@@ -448,7 +448,7 @@ that cell on every key's first activation in a bundle, 1 to 1.5 ms after a long 
 call's counters reach Beam once per bundle; JSON encoders and the gateway's lookups are built
 once. What is left above the floor is spread thinly: the model call's bookkeeping (request
 digest, retry and circuit-breaker accounting, replay-cache entry, `LLM_CALL` trace), the commit
-of the header cell, and Beam's handling of our six state and timer parameters and the extra
+of the header cell, and Beam's handling of our five state and timer parameters and the extra
 tagged outputs. After a long wait all of it runs with cold caches, which is why the 500 ms tier
 costs more than the 50 ms one, for the floor too. On a key's first activation in a bundle Beam
 also builds a state or timer object per parameter (the floor has one), which is most of why our

@@ -160,10 +160,11 @@ _IDLE_TIMER: Any = beam.DoFn.TimerParam(_IDLE)
 
 
 class RunAgentParametersDoFn(beam.DoFn):
-    """The no-op floor's state traffic behind ``RunAgent``'s six state and timer parameters.
+    """The no-op floor's state traffic behind ``RunAgent``'s five state and timer parameters.
 
     It touches only the header, as the floor does: the difference to the floor is what Beam
-    charges per element for binding the other five (the idle timer is bound only under a TTL).
+    charges per element for binding the other four. RunAgent's idle timer (bound only under a
+    TTL) and old replay-cache cell are declared by the timer callbacks alone, as here.
     """
 
     def process(
@@ -171,7 +172,6 @@ class RunAgentParametersDoFn(beam.DoFn):
         element: Element,
         header: Any = HEADER_STATE,
         memory: Any = MEMORY_STATE,
-        cache: Any = _CACHE_STATE,
         continuation: Any = _CONTINUATION_STATE,
         buffer: Any = _BUFFER_STATE,
         deadline: Any = _DEADLINE_TIMER,
@@ -179,8 +179,8 @@ class RunAgentParametersDoFn(beam.DoFn):
         advance_header(header, element[1].event_time_ms)
 
     @on_timer(_DEADLINE)
-    def _on_deadline(self) -> None:
-        """Never set."""
+    def _on_deadline(self, cache: Any = _CACHE_STATE) -> None:
+        """Never set (declares the cache cell, as RunAgent's callbacks do)."""
 
     @on_timer(_IDLE)
     def _on_idle(self, idle: Any = _IDLE_TIMER) -> None:

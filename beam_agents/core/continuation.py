@@ -22,7 +22,6 @@ from beam_agents._protos import (
 )
 from beam_agents.core.cursor import ReplayCursor, StepRecord
 from beam_agents.core.staging import APPROVAL_TOOL_NAME, Staged
-from beam_agents.core.state import CONTINUATION_SCHEMA_VERSION
 from beam_agents.core.tracing import DEADLINE_ATTRIBUTE, TraceRecorder
 
 DEADLINE_APPROVER = "beam-agents/deadline"
@@ -115,7 +114,6 @@ def suspend(
         attributes[DEADLINE_ATTRIBUTE] = str(deadline_ms)
     staged.trace.record(TraceEvent.SUSPENDED, next_step, staged.closing_attributes(attributes))
     suspended = Continuation(started_at_ms=started_at_ms) if base is None else _copy(base)
-    suspended.schema_version = CONTINUATION_SCHEMA_VERSION
     suspended.seq = seq
     _append_steps(suspended, staged.new_steps)
     suspended.next_step = next_step

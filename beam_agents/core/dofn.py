@@ -55,6 +55,8 @@ _HEADER = ReadModifyWriteStateSpec("header", BytesCoder())
 # A bag: the memory's elements (``core/_memory_wire.py``). It was a ``ReadModifyWriteState``, which
 # the Fn API keeps as a bag of one element, so memory committed by that layout reads unchanged.
 _MEMORY = BagStateSpec("memory", BytesCoder())
+# The replay cache's cell before it moved into the continuation: only the timer callbacks bind it,
+# to move what a run suspended by an earlier release left there (``KeyState._move_cache``).
 _CACHE = ReadModifyWriteStateSpec("cache", BytesCoder())
 _CONTINUATION = ReadModifyWriteStateSpec("continuation", BytesCoder())
 _BUFFER = BagStateSpec("buffer", BytesCoder())
@@ -114,10 +116,6 @@ def _ms(timestamp: Timestamp) -> int:
     return int(timestamp.micros // 1000)
 
 
-def _loaded(header: Any, memory: Any, cache: Any, continuation: Any, buffer: Any) -> KeyState:
-    return KeyState(header, memory, cache, continuation, buffer)
-
-
 def _applied(
     plan: Plan,
     header: Any,
@@ -133,7 +131,7 @@ def _applied(
 
     With ``tick_clock`` (processing time now, in ms, when deadlines tick) a deadline still to
     come is checked again at once rather than set for its time. ``idle`` is ``None`` where no
-    TTL is configured: then no plan arms it.
+    TTL is configured, ``cache`` in ``process``: then no plan arms or writes them.
     """
     state = plan.state
     if state.writes:
@@ -191,7 +189,7 @@ def _timer_callback(spec: TimerSpec, name: str, decide: TimerDecision) -> Any:
         idle: Any = _IDLE_TIMER,
     ) -> list[Any]:
         assert self._activator is not None
-        state = _loaded(header, memory, cache, continuation, buffer)
+        state = KeyState(header, memory, cache, continuation, buffer)
         plan = decide(self._activator, key, _ms(fired), state)
         if plan.errors:
             self._error_log.report(plan.errors)
@@ -294,7 +292,6 @@ class AgentDoFn(beam.DoFn):
         element: tuple[bytes, AgentEnvelope],
         header: Any = _HEADER_STATE,
         memory: Any = _MEMORY_STATE,
-        cache: Any = _CACHE_STATE,
         continuation: Any = _CONTINUATION_STATE,
         buffer: Any = _BUFFER_STATE,
         deadline: Any = _DEADLINE_TIMER,
@@ -308,12 +305,12 @@ class AgentDoFn(beam.DoFn):
         assert self._activator is not None
         self._idle_bundle = False
         key, envelope = element
-        state = _loaded(header, memory, cache, continuation, buffer)
+        state = KeyState(header, memory, None, continuation, buffer)
         plan = self._activator.on_element(key, envelope, state)
         if plan.errors:
             self._error_log.report(plan.errors)
         return _applied(
-            plan, header, memory, cache, continuation, buffer, deadline, idle, self._tick_clock
+            plan, header, memory, None, continuation, buffer, deadline, idle, self._tick_clock
         )
 
     # Built by one factory: Beam finds a timer callback by name and reads its state and timer
@@ -330,13 +327,12 @@ class _AgentDoFnWithoutTtl(AgentDoFn):
         element: tuple[bytes, AgentEnvelope],
         header: Any = _HEADER_STATE,
         memory: Any = _MEMORY_STATE,
-        cache: Any = _CACHE_STATE,
         continuation: Any = _CONTINUATION_STATE,
         buffer: Any = _BUFFER_STATE,
         deadline: Any = _DEADLINE_TIMER,
     ) -> list[Any]:
         """Admit one envelope and run, buffer or refuse it (the idle timer is not bound)."""
-        return super().process(element, header, memory, cache, continuation, buffer, deadline, None)
+        return super().process(element, header, memory, continuation, buffer, deadline, None)
 
 
 def agent_dofn(agent: AgentFn, config: AgentConfig, *, ticks: bool = False) -> AgentDoFn:

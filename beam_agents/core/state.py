@@ -18,8 +18,14 @@ from beam_agents.model.cache import CACHE_SCHEMA_VERSION
 HEADER_SCHEMA_VERSION = 1
 """The ``KeyHeader.schema_version`` this code writes and the newest it reads."""
 
-CONTINUATION_SCHEMA_VERSION = 1
-"""The ``Continuation.schema_version`` this code writes and the newest it reads."""
+CACHE_CELL_VERSION = 1
+"""A ``Continuation`` whose run's replay cache, if it has one, is in the ``cache`` cell."""
+
+CACHE_INLINE_VERSION = 2
+"""A ``Continuation`` that carries its run's replay cache in ``replay_cache``."""
+
+CONTINUATION_SCHEMA_VERSION = CACHE_INLINE_VERSION
+"""The newest ``Continuation.schema_version`` this code reads; see :func:`continuation_version`."""
 
 M = TypeVar("M", bound=Message)
 
@@ -34,6 +40,25 @@ def decode_versioned(message_type: type[M], blob: bytes, newest_version: int) ->
             f"up to {newest_version}. Run the newer beam-agents version that wrote it."
         )
     return message
+
+
+def may_have_called_the_model(continuation: Continuation) -> bool:
+    """Whether the run may have called the model: its step records do not rule it out."""
+    steps = continuation.steps
+    return len(steps) != continuation.next_step or any(
+        step.kind == Continuation.StepRecord.MODEL for step in steps
+    )
+
+
+def continuation_version(continuation: Continuation) -> int:
+    """The version a continuation is written with: 1, readable by every release, or 2.
+
+    2 where its run may have called the model: it carries the run's replay cache, and a release
+    before this layout, which would look for the cache elsewhere, refuses it.
+    """
+    if continuation.replay_cache or may_have_called_the_model(continuation):
+        return CACHE_INLINE_VERSION
+    return CACHE_CELL_VERSION
 
 
 def decode_cache(blob: bytes) -> ModelCache:
@@ -72,6 +97,8 @@ class KeyState:
         "_memory_elements",
         "buffer_added",
         "buffer_reset",
+        "cache_in_cell",
+        "cache_moved",
         "writes",
     )
 
@@ -79,7 +106,7 @@ class KeyState:
         self,
         header: Readable,
         memory: Readable,
-        cache: Readable,
+        cache: Readable | None,
         continuation: Readable,
         buffer: Readable,
     ) -> None:
@@ -92,6 +119,10 @@ class KeyState:
         self._memory_elements: list[bytes] | None = None
         self._continuation: Continuation | None = None
         self._continuation_read = False
+        self.cache_in_cell = False
+        """The continuation's replay cache is in the ``cache`` cell, which this call cannot read."""
+        self.cache_moved = False
+        """This call moved a continuation's replay cache out of the ``cache`` cell into it."""
         self.writes: dict[int, Any] = {}
         """Cell number (:data:`HEADER`, ...) to its new value; ``None`` clears the cell.
 
@@ -133,13 +164,9 @@ class KeyState:
         self.writes[MEMORY] = elements or None
 
     def read_cache(self) -> bytes | None:
-        """The committed ``ModelCache`` blob (``None`` if empty); see :func:`decode_cache`."""
-        blob: bytes | None = self.writes[CACHE] if CACHE in self.writes else self._cache_cell.read()
-        return blob or None
-
-    def write_cache(self, blob: bytes) -> None:
-        """Store the replay-cache blob; ``b""`` clears the cell."""
-        self.writes[CACHE] = blob or None
+        """The suspended run's ``ModelCache`` blob (``None`` if empty); see :func:`decode_cache`."""
+        continuation = self.continuation
+        return None if continuation is None else continuation.replay_cache or None
 
     @property
     def continuation(self) -> Continuation | None:
@@ -157,7 +184,28 @@ class KeyState:
                     else None
                 )
             self._continuation_read = True
+            continuation = self._continuation
+            if (
+                continuation is not None
+                and continuation.schema_version < CACHE_INLINE_VERSION
+                and may_have_called_the_model(continuation)
+            ):
+                self._move_cache(continuation)
         return self._continuation
+
+    def _move_cache(self, continuation: Continuation) -> None:
+        """Move a version 1 continuation's replay cache from the ``cache`` cell into it.
+
+        Where the cell is not bound (``process``), only :attr:`cache_in_cell` is set: the
+        activator defers answers to a timer callback, which binds it.
+        """
+        if self._cache_cell is None:
+            self.cache_in_cell = True
+            return
+        continuation.replay_cache = self._cache_cell.read() or b""
+        self.writes[CACHE] = None
+        self.write_continuation(continuation)
+        self.cache_moved = True
 
     def write_continuation(self, continuation: Continuation | None) -> None:
         """Store ``continuation``; ``None`` clears it (the key is no longer suspended).
@@ -168,9 +216,11 @@ class KeyState:
         header = self.header
         self._continuation = continuation
         self._continuation_read = True
-        self.writes[CONTINUATION] = (
-            None if continuation is None else continuation.SerializeToString(deterministic=True)
-        )
+        if continuation is None:
+            self.writes[CONTINUATION] = None
+        else:
+            continuation.schema_version = continuation_version(continuation)
+            self.writes[CONTINUATION] = continuation.SerializeToString(deterministic=True)
         # A header without ``suspended`` that stays unsuspended may stay as it is: it makes the
         # next call read the continuation cell, which is then empty.
         if header.suspended != (continuation is not None):
@@ -193,8 +243,11 @@ class KeyState:
         self.buffer_added = list(envelopes)
 
     def end_run(self) -> None:
-        """The suspended run ended: clear its continuation and its replay cache."""
-        self.writes[CACHE] = None
+        """The suspended run ended: clear its continuation, which holds its replay cache.
+
+        The old ``cache`` cell is empty by then: reading a continuation that had its cache
+        there moved it (:meth:`_move_cache`), and a release before cleared it with the run.
+        """
         self.write_continuation(None)
 
     def wipe(self) -> None:

@@ -36,12 +36,12 @@ from beam_agents.core.plan import Plan
 from beam_agents.core.services import activation_services
 from beam_agents.core.staging import Staged
 from beam_agents.core.state import (
-    CACHE,
     CONTINUATION,
     HEADER,
     HEADER_SCHEMA_VERSION,
     MEMORY,
     KeyState,
+    continuation_version,
 )
 from beam_agents.model.cache import CACHE_SCHEMA_VERSION, cache_key_for_digest
 from beam_agents.model.client import ModelClient
@@ -83,16 +83,19 @@ class _Bag:
 
 
 class KeyCells:
-    """One key's state cells, in memory: header, memory, cache, continuation and buffer."""
+    """One key's state cells, in memory: header, memory, continuation and buffer.
+
+    The replay cache is in the continuation; the old ``cache`` cell keeps its number, unused.
+    """
 
     def __init__(self) -> None:
         self.cells = (_Cell(), _MemoryBag(), _Cell(), _Cell())  # numbered as state.HEADER, ...
         self.buffer = _Bag()
 
     def state(self) -> KeyState:
-        """A fresh ``KeyState`` over the cells, for one element."""
-        header, memory, cache, continuation = self.cells
-        return KeyState(header, memory, cache, continuation, self.buffer)
+        """A fresh ``KeyState`` over the cells, for one element (as ``process`` binds them)."""
+        header, memory, _, continuation = self.cells
+        return KeyState(header, memory, None, continuation, self.buffer)
 
     def apply(self, state: KeyState) -> None:
         """Write what ``state`` recorded (what the ``DoFn`` does with a plan's state)."""
@@ -115,8 +118,8 @@ class KeyCells:
         self.cells[HEADER].value = header.SerializeToString()
 
     def end_run(self, next_seq: int) -> None:
-        """Forget the suspended run (continuation, cache); the next run takes ``next_seq``."""
-        self.cells[CACHE].value = self.cells[CONTINUATION].value = None
+        """Forget the suspended run (its continuation); the next run takes ``next_seq``."""
+        self.cells[CONTINUATION].value = None
         self.buffer.items = []
         self.set_header(next_seq, suspended=False)
 
@@ -173,8 +176,11 @@ def cells_for(
     resumed = record.trigger != TRIGGER_EVENT and record.HasField("continuation_before")
     cells.set_header(record.seq + 1 if resumed else record.seq, suspended=resumed)
     if resumed:
-        cells.cells[CONTINUATION].value = record.continuation_before.SerializeToString()
-        cells.cells[CACHE].value = cache_blob(earlier)
+        continuation = Continuation()
+        continuation.CopyFrom(record.continuation_before)
+        continuation.replay_cache = cache_blob(earlier) or b""
+        continuation.schema_version = continuation_version(continuation)
+        cells.cells[CONTINUATION].value = continuation.SerializeToString(deterministic=True)
     known = record.memory_before if record.memory_before.known else memory
     blob = None if known is None else memory_blob(known, record.seq)
     cells.cells[MEMORY].value = None if blob is None else [blob]

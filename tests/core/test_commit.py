@@ -15,7 +15,14 @@ from pathlib import Path
 import pytest
 
 from beam_agents import AgentConfig, Complete, Suspend
-from beam_agents._protos import AgentEnvelope, KeyHeader, ModelCache, ToolResult, TraceEvent
+from beam_agents._protos import (
+    AgentEnvelope,
+    Continuation,
+    KeyHeader,
+    ModelCache,
+    ToolResult,
+    TraceEvent,
+)
 from beam_agents.core.agent import intent_id_for
 from beam_agents.core.context import ActivationContext
 from beam_agents.core.dofn import AgentDoFn
@@ -199,26 +206,29 @@ def test_a_run_keeps_its_model_calls_in_state_only_while_it_is_suspended() -> No
     def deliver(envelope: AgentEnvelope) -> list[object]:
         return cells.process(dofn, K, envelope)
 
+    def cached_calls() -> list[tuple[int, int]]:
+        continuation = Continuation.FromString(cells.continuation.value or b"")
+        assert continuation.schema_version == 2  # a run that called the model carries its cache
+        cache = ModelCache.FromString(continuation.replay_cache)
+        return [(entry.seq, entry.step_index) for entry in cache.entries]
+
     try:
         deliver(AgentEnvelope(entity_key=K, event_time_ms=1_000, external_event=b"order"))
         # Suspended: the run's one model call is kept, for its resume to replay.
-        cache = ModelCache.FromString(cells.cache.value or b"")
-        assert [(entry.seq, entry.step_index) for entry in cache.entries] == [(0, 0)]
+        assert cached_calls() == [(0, 0)]
         shipped = ToolResult(
             intent_id=intent_id_for(K, 0, 1), entity_key=K, status=ToolResult.OK, payload=b'"t-1"'
         )
         deliver(AgentEnvelope(entity_key=K, event_time_ms=2_000, tool_result=shipped))
         # The run completed: nothing it cached can be replayed again, so none of it is kept.
-        assert cells.continuation.value is None and cells.cache.value is None
-        reads = cells.cache.reads
+        assert cells.continuation.value is None
         outputs = deliver(
             AgentEnvelope(entity_key=K, event_time_ms=3_000, external_event=b"second order")
         )
         assert cells.continuation.value is not None, outputs
-        # A new run's calls are keyed by a seq no earlier call had: it never reads the cell.
-        assert cells.cache.reads == reads
-        cache = ModelCache.FromString(cells.cache.value or b"")
-        assert [(entry.seq, entry.step_index) for entry in cache.entries] == [(1, 0)]
+        assert cached_calls() == [(1, 0)]
+        # The cache's own cell, the layout before, is neither read nor written by ``process``.
+        assert cells.cache.reads == 0 and cells.cache.value is None
     finally:
         dofn.teardown()
     assert calls_containing(fake, "plan") == 2 and calls_containing(fake, "summarize") == 1

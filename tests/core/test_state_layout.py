@@ -2,6 +2,8 @@
 # (Beam's Fn API state classes are unannotated.)
 """RunAgent's state layout across changes: the same state and timers, old memory still reads.
 
+(The replay cache's move into the continuation: ``test_cache_in_continuation.py``.)
+
 The memory cell became a bag: memory committed as the old one-value cell still reads. The test
 runs Beam's own Fn API state code (the runtime states a worker builds for a DoFn's state specs,
 over the in-memory state service of ``FnApiRunner``), so what is checked is how Beam addresses
@@ -98,11 +100,16 @@ def _layout(fn: Any) -> tuple[list[tuple[str, str]], list[str]]:
     )
 
 
-def test_process_binds_the_idle_timer_only_under_a_ttl_and_the_layout_stays() -> None:
+def test_process_binds_neither_idle_timer_nor_old_cache_cell_and_the_layout_stays() -> None:
     plain = dofn.agent_dofn(_done, AgentConfig())
     expiring = dofn.agent_dofn(_done, AgentConfig(ttl_ms=60_000))
     assert "idle" not in inspect.signature(plain.process).parameters
     assert "idle" in inspect.signature(expiring.process).parameters
+    # The replay cache's old cell: declared and bound by the timer callbacks only.
+    for fn in (plain, expiring):
+        assert "cache" not in inspect.signature(fn.process).parameters
+        assert "cache" in inspect.signature(fn._on_deadline).parameters
+        assert "cache" in inspect.signature(fn._on_idle).parameters
     layout = (
         [
             ("buffer", "BagStateSpec"),
