@@ -47,6 +47,7 @@ from tests.core.harness import (
 )
 
 K = b"acct-7"
+ORDER = AgentEnvelope(entity_key=K, event_time_ms=1_000, external_event=b"order")
 OLD_HEADER = bytes.fromhex("0801100118e8072801")
 OLD_CONTINUATION = bytes.fromhex(
     "0801180222087368697070696e67322462303633656533322d633462362d353466342d613033312d66366562"
@@ -145,9 +146,7 @@ def test_a_run_that_called_the_model_suspends_as_version_2_with_its_cache_inside
     dofn = started(plans_again_on_resume, fake)
     cells = InMemoryKeyState()
     try:
-        cells.process(
-            dofn, K, AgentEnvelope(entity_key=K, event_time_ms=1_000, external_event=b"order")
-        )
+        cells.process(dofn, K, ORDER)
     finally:
         dofn.teardown()
     assert cells.continuation.value == NEW_CONTINUATION
@@ -162,8 +161,7 @@ def test_a_run_that_never_called_the_model_writes_its_continuation_as_before() -
     dofn = started(fan_out, None)
     cells = InMemoryKeyState()
     try:
-        event = AgentEnvelope(entity_key=K, event_time_ms=1_000, external_event=b"order")
-        cells.process(dofn, K, event)
+        cells.process(dofn, K, ORDER)
         assert cells.continuation.value == OLD_FAN_OUT  # version 1: every release reads it
         # Nothing to move: its answers resume the run at once, in ``process``.
         outputs = [cells.process(dofn, K, answer(step, b"1", 2_000)) for step in (0, 1, 2)]
@@ -203,9 +201,7 @@ def test_the_same_run_on_this_layout_gives_the_same_outputs_without_waiting() ->
     dofn = started(plans_again_on_resume, fake)
     cells = InMemoryKeyState()
     try:
-        cells.process(
-            dofn, K, AgentEnvelope(entity_key=K, event_time_ms=1_000, external_event=b"order")
-        )
+        cells.process(dofn, K, ORDER)
         resumed = cells.process(dofn, K, answer(1, b'"t-1"', 2_000))
     finally:
         dofn.teardown()
@@ -395,11 +391,10 @@ class _EarlierRelease(AgentDoFn):
 
 
 def _source(pipeline: beam.Pipeline, runner: str) -> Any:
-    event = AgentEnvelope(entity_key=K, event_time_ms=1_000, external_event=b"order")
     shipped = answer(1, b'"t-1"', 2_000)
     if runner == "FnApiRunner":  # the default runner's: timers tick at each bundle's end
-        return pipeline | beam.Create([(K, event), (K, shipped)])
-    stream = EnvelopeStream().envelope(event).envelope(shipped)
+        return pipeline | beam.Create([(K, ORDER), (K, shipped)])
+    stream = EnvelopeStream().envelope(ORDER).envelope(shipped)
     # A TestStream's clock is the epoch's and moves only when told to.
     return pipeline | stream.advance_processing_time(1_000).build()
 
