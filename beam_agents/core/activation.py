@@ -96,10 +96,8 @@ class Activator:
                 self._new_run(plan, key, envelope, None)
             else:
                 self._buffer_event(plan, key, envelope)
-        elif payload == "approval":
-            self._resume(plan, key, envelope, envelope.approval, TRIGGER_APPROVAL)
         else:
-            self._resume(plan, key, envelope, envelope.tool_result, TRIGGER_TOOL_RESULT)
+            self._resume_with(plan, key, envelope)
         return plan
 
     def _new_run(
@@ -145,6 +143,21 @@ class Activator:
             return
         state.buffer(envelope.SerializeToString())
         self._write_header(plan, state.header.next_seq, envelope.event_time_ms)
+
+    def _resume_with(
+        self,
+        plan: Plan,
+        key: bytes,
+        envelope: AgentEnvelope,
+        processing_ms: Callable[[], int] | None = None,
+    ) -> None:
+        """:meth:`_resume` with the envelope's approval or tool result."""
+        if envelope.HasField("approval"):
+            self._resume(plan, key, envelope, envelope.approval, TRIGGER_APPROVAL, processing_ms)
+        else:
+            self._resume(
+                plan, key, envelope, envelope.tool_result, TRIGGER_TOOL_RESULT, processing_ms
+            )
 
     def _resume(
         self,
@@ -216,15 +229,11 @@ class Activator:
     def _resume_deferred(self, plan: Plan, key: bytes, answers: list[AgentEnvelope]) -> None:
         """Resume (or refuse) the deferred answers in arrival order; keep the run's deadline.
 
-        Each was admitted when it arrived, the run's deadline included, so it is not checked again.
+        Each was checked when it arrived, so the run's deadline is not checked again; every
+        other rule is (a second delivery of one answer is refused as a duplicate).
         """
         for envelope in answers:
-            if envelope.HasField("approval"):
-                answer: ToolResult | Approval = envelope.approval
-                trigger = TRIGGER_APPROVAL
-            else:
-                answer, trigger = envelope.tool_result, TRIGGER_TOOL_RESULT
-            self._resume(plan, key, envelope, answer, trigger, arrived_in_time)
+            self._resume_with(plan, key, envelope, arrived_in_time)
         if plan.deadline_ms is None:  # the timer was set for now, over the run's own deadline
             suspended = plan.state.continuation
             plan.deadline_ms = 0 if suspended is None else suspended.deadline_ms

@@ -56,9 +56,7 @@ def continuation_version(continuation: Continuation) -> int:
     2 where its run may have called the model: it carries the run's replay cache, and a release
     before this layout, which would look for the cache elsewhere, refuses it.
     """
-    if continuation.replay_cache or may_have_called_the_model(continuation):
-        return CACHE_INLINE_VERSION
-    return CACHE_CELL_VERSION
+    return CACHE_INLINE_VERSION if may_have_called_the_model(continuation) else CACHE_CELL_VERSION
 
 
 def decode_cache(blob: bytes) -> ModelCache:
@@ -216,6 +214,8 @@ class KeyState:
         header = self.header
         self._continuation = continuation
         self._continuation_read = True
+        # A run whose cache is in the old cell is never rewritten where the cell is unbound.
+        assert not self.cache_in_cell, "the replay cache would be lost"
         if continuation is None:
             self.writes[CONTINUATION] = None
         else:

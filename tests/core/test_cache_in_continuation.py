@@ -240,9 +240,11 @@ def test_a_deferred_answer_of_a_key_wiped_by_its_ttl_is_refused_loudly() -> None
     dofn = started(plans_again_on_resume, fake, ttl_ms=60_000)
     cells = suspended_before()
     shipped = answer(1, b'"t-1"', 2_000)
+    later = AgentEnvelope(entity_key=K, event_time_ms=2_100, external_event=b"later")
     try:
         cells.process(dofn, K, shipped)
-        fired = Timestamp(micros=(2_000 + 60_000) * 1000)
+        cells.process(dofn, K, later)
+        fired = Timestamp(micros=(2_100 + 60_000) * 1000)
         outputs = dofn._on_idle(key=K, fired=fired, **cells.params())
     finally:
         dofn.teardown()
@@ -250,8 +252,43 @@ def test_a_deferred_answer_of_a_key_wiped_by_its_ttl_is_refused_loudly() -> None
     assert sorted(error.reason for error in errors) == ["orphaned_result", "suspension_wiped"]
     orphaned = next(error for error in errors if error.reason == "orphaned_result")
     assert orphaned.envelope == shipped.SerializeToString()  # nothing is lost
-    assert fake.requests == [] and cells.buffer.values == []
-    assert cells.cache.value is None and cells.continuation.value is None
+    # Refused as the wiped run's, before the waiting event starts a run of its own.
+    assert "no suspended run" in orphaned.detail
+    assert calls_containing(fake, "plan") == 1 and cells.buffer.values == []
+    assert cells.cache.value is None
+    assert Continuation.FromString(cells.continuation.value or b"").seq == 1
+
+
+def test_a_continuation_from_before_step_records_counts_as_one_that_called_the_model() -> None:
+    continuation = Continuation.FromString(OLD_FAN_OUT)
+    del continuation.steps[:]  # written before runs recorded their steps: nothing rules it out
+    cells = InMemoryKeyState()
+    cells.header.value = OLD_HEADER
+    cells.continuation.value = continuation.SerializeToString(deterministic=True)
+    dofn = started(fan_out, None)
+    try:
+        assert cells.process(dofn, K, answer(0, b"1", 2_000)) == []  # deferred
+        fire_deadline(dofn, cells)
+    finally:
+        dofn.teardown()
+    moved = Continuation.FromString(cells.continuation.value or b"")
+    assert moved.schema_version == 2 and len(moved.pending_intent_ids) == 2
+    assert cells.buffer.values == []
+
+
+def test_a_record_keeps_the_continuation_as_the_release_before_recorded_it() -> None:
+    dofn = started(plans_again_on_resume, make_fake(), record=True)
+    cells = InMemoryKeyState()
+    try:
+        cells.process(dofn, K, ORDER)
+        suspended = Continuation.FromString(cells.continuation.value or b"")
+        resumed = cells.process(dofn, K, answer(1, b'"t-1"', 2_000))
+    finally:
+        dofn.teardown()
+    [record] = tagged(resumed, "records")
+    # Without the cache (the run's earlier records hold its calls), as version 1.
+    assert record.continuation_before.SerializeToString(deterministic=True) == OLD_CONTINUATION
+    assert suspended.replay_cache == OLD_CACHE
 
 
 async def fails_on_resume(ctx: ActivationContext) -> Complete | Suspend:
@@ -328,13 +365,18 @@ async def plans_two_lookups(ctx: ActivationContext) -> Complete | Suspend:
     return Complete(output=b",".join(result.payload for result in ctx.results.values()))
 
 
-def as_before(cells: InMemoryKeyState) -> None:
-    """Rewrite a suspension as the release before wrote it (see ``_EarlierRelease``)."""
-    continuation = Continuation.FromString(cells.continuation.value or b"")
-    cells.cache.value = continuation.replay_cache
+def written_before(blob: bytes) -> tuple[bytes, bytes]:
+    """A continuation and its cache as the release before wrote them, from this layout's."""
+    continuation = Continuation.FromString(blob)
+    cache = continuation.replay_cache
     continuation.ClearField("replay_cache")
     continuation.schema_version = 1
-    cells.continuation.value = continuation.SerializeToString(deterministic=True)
+    return continuation.SerializeToString(deterministic=True), cache
+
+
+def as_before(cells: InMemoryKeyState) -> None:
+    """Rewrite a suspension as the release before wrote it."""
+    cells.continuation.value, cells.cache.value = written_before(cells.continuation.value or b"")
 
 
 def test_deferred_answers_resume_in_arrival_order_and_waiting_events_run_after() -> None:
@@ -382,11 +424,9 @@ class _EarlierRelease(AgentDoFn):
     ) -> list[Any]:
         outputs = super().process(element, header, memory, continuation, buffer, deadline, idle)
         if element[1].HasField("external_event"):
-            earlier = Continuation.FromString(continuation.read())
-            cache.write(earlier.replay_cache)
-            earlier.ClearField("replay_cache")
-            earlier.schema_version = 1
-            continuation.write(earlier.SerializeToString(deterministic=True))
+            earlier, earlier_cache = written_before(continuation.read())
+            continuation.write(earlier)
+            cache.write(earlier_cache)
         return outputs
 
 
