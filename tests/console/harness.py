@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from selenium.webdriver.support.expected_conditions import staleness_of
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 from selenium.webdriver.support.wait import WebDriverWait
 
 from beam_agents._protos import AgentEnvelope
@@ -80,10 +80,27 @@ def csrf_of(html: str) -> str:
 def follow(driver: Any, element: Any) -> None:
     """Click a link or submit button and wait until the page it leads to has replaced this one."""
     element.click()
-    WebDriverWait(driver, 30).until(staleness_of(element))
+    WebDriverWait(driver, 30).until(lambda _: _replaced(element))
     WebDriverWait(driver, 30).until(
         lambda d: d.execute_script("return document.readyState") == "complete"
     )
+
+
+def _replaced(element: Any) -> bool:
+    """Whether ``element``'s page is gone (Selenium's ``staleness_of``, and one more answer).
+
+    Mid-navigation, ChromeDriver may report the node as not in the document with a generic
+    error rather than as stale; it means the same.
+    """
+    try:
+        element.is_enabled()
+    except StaleElementReferenceException:
+        return True
+    except WebDriverException as error:
+        if "does not belong to the document" in str(error):
+            return True
+        raise
+    return False
 
 
 def body_text(driver: Any) -> str:
