@@ -54,11 +54,14 @@ class _TimedCell:
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self._cell, name)
+        # A bag's ``read`` returns a lazy iterable: Beam fetches (and its state cache weighs)
+        # the elements when they are iterated, so the elements are listed inside the timing.
+        lazy = name == "read" and hasattr(self._cell, "add")
 
         def timed(*args: Any) -> Any:
             started = time.thread_time_ns()
             try:
-                return method(*args)
+                return list(method(*args)) if lazy else method(*args)
             finally:
                 _Clock.state_ns += time.thread_time_ns() - started
 
