@@ -12,9 +12,11 @@ $(READY): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $@
 
-## test: the whole suite (unit, integration, examples, semantics gates, benchmark smoke runs)
+## test: the whole suite (unit, integration, examples, semantics gates, benchmark smoke runs),
+## one test file per worker process, a worker per CPU (TEST_WORKERS=0 runs it in this process)
+TEST_WORKERS ?= auto
 test: $(READY)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 ## proto: regenerate beam_agents/_protos from protos/
 proto: $(READY)
