@@ -14,7 +14,7 @@ $(READY): pyproject.toml
 
 ## test: the whole suite (unit, integration, examples, semantics gates, benchmark smoke runs),
 ## one test file per worker process, a worker per CPU (TEST_WORKERS=0 runs it in this process)
-TEST_WORKERS ?= auto
+TEST_WORKERS ?= logical
 test: $(READY)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 

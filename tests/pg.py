@@ -32,6 +32,8 @@ import psycopg
 import pytest
 
 _SERVICE_USER = "postgres"
+_USERADD_USER_EXISTS = 9
+"""useradd's exit status for a user that already exists."""
 
 
 def find_postgres_bin() -> Path | None:
@@ -58,7 +60,7 @@ def _service_user() -> str | None:
     try:
         pwd.getpwnam(_SERVICE_USER)
     except KeyError:
-        subprocess.run(
+        created = subprocess.run(
             [
                 "useradd",
                 "--system",
@@ -67,9 +69,14 @@ def _service_user() -> str | None:
                 "/usr/sbin/nologin",
                 _SERVICE_USER,
             ],
-            check=True,
             capture_output=True,
+            text=True,
         )
+        # Status 9: the user exists (another test worker created it first).
+        if created.returncode not in (0, _USERADD_USER_EXISTS):
+            raise RuntimeError(
+                f"useradd {_SERVICE_USER} failed: {created.stderr.strip()}"
+            ) from None
     return _SERVICE_USER
 
 

@@ -60,7 +60,7 @@ def find_payment(intent: IntentInfo, args: dict[str, Any]) -> Reconciled | None:
     """Look the intent id up in the outside system."""
     Outside.asked.append((intent.intent_id, intent.attempt, args))
     if Outside.failing == "hang":
-        time.sleep(1.0)
+        time.sleep(2.5)
     elif Outside.failing is not None:
         raise ConnectionError(Outside.failing)
     if intent.intent_id in Outside.found:
@@ -100,7 +100,7 @@ def plain(x: int) -> int:
 REGISTRY = ToolRegistry([pay, notify, plain])
 SETTINGS = ServerSettings(
     worker=WorkerSettings(poll_interval_ms=20, housekeeping_interval_ms=50, lease_ms=30_000),
-    tool_timeout_ms=300,
+    tool_timeout_ms=1_000,
 )
 
 

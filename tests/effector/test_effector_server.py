@@ -413,9 +413,11 @@ async def test_metrics_endpoint_counts_per_server(tmp_path: Path) -> None:
 @pytest.mark.asyncio
 async def test_lease_is_renewed_while_a_long_tool_runs(tmp_path: Path, ledger: Path) -> None:
     settings = ServerSettings(
-        worker=WorkerSettings(lease_ms=300, housekeeping_interval_ms=50, poll_interval_ms=50)
+        worker=WorkerSettings(lease_ms=1_000, housekeeping_interval_ms=50, poll_interval_ms=50)
     )
-    intent = make_intent("slow", {"seconds": 1.2})
+    # A pause of the whole process shorter than the lease (another test worker busy on the
+    # same cores) must not let it run out; the tool outlasts several renewals.
+    intent = make_intent("slow", {"seconds": 3.0})
     async with running_effector(sqlite_url(tmp_path / "s.db"), settings=settings) as effector:
         await effector.client.submit([intent])
         done = await wait_done(effector.client, [intent.intent_id])

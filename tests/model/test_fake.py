@@ -263,7 +263,7 @@ def test_usage_can_be_scripted_per_behavior() -> None:
 
 
 def test_latency_yields_to_the_event_loop() -> None:
-    fake = FakeLLM([(match_any(), respond_with_text("slow", latency_ms=100))])
+    fake = FakeLLM([(match_any(), respond_with_text("slow", latency_ms=200))])
 
     async def three_at_once() -> float:
         started = time.monotonic()
@@ -271,9 +271,9 @@ def test_latency_yields_to_the_event_loop() -> None:
         return time.monotonic() - started
 
     elapsed = asyncio.run(three_at_once())
-    # Three 100 ms answers overlap only if the latency yields to the loop throughout (a
-    # blocking wait would take 300 ms).
-    assert 0.1 <= elapsed < 0.25
+    # Three 200 ms answers overlap only if the latency yields to the loop throughout (a
+    # blocking wait would take 600 ms).
+    assert 0.2 <= elapsed < 0.5
 
 
 def test_calls_are_counted_per_distinct_request() -> None:

@@ -3,7 +3,9 @@
 Each gate reports its figures through the ``gate_report`` fixture; they are printed as one
 line per gate starting with ``GATE <name>:`` in pytest's terminal summary (so they show
 without ``-s``); a gate made of several tests gets their figures joined on its line. Each
-test's own figures are also in its captured output (shown when it fails).
+test's own figures are also in its captured output (shown when it fails). The figures travel
+on the test's report (``tests/conftest.py`` prints them), so they reach the summary from
+parallel test workers too.
 """
 
 from __future__ import annotations
@@ -23,32 +25,23 @@ import pytest  # noqa: E402
 # The gates' shared checks live in a helper module: have pytest explain its failing asserts.
 pytest.register_assert_rewrite("tests.semantics.loop")
 
+from tests.conftest import GATE_PROPERTY  # noqa: E402
 from tests.pg import PostgresServer, postgres_server  # noqa: E402
 from tests.semantics.gate_tools import create_ledger  # noqa: E402
 
 # Every module's pipelines weigh Beam's state cache values without walking every module.
 from tests.semantics.state_cache import module_walk_free_state_cache  # noqa: E402, F401
 
-_GATE_FIGURES: dict[str, list[str]] = {}
-
 
 @pytest.fixture
-def gate_report() -> Callable[[str, str], None]:
+def gate_report(request: pytest.FixtureRequest) -> Callable[[str, str], None]:
     """``gate_report(name, figures)`` adds ``figures`` to gate ``name``'s summary line."""
 
     def report(name: str, figures: str) -> None:
-        _GATE_FIGURES.setdefault(name, []).append(figures)
+        request.node.user_properties.append((GATE_PROPERTY, (name, figures)))
         print(f"GATE {name}: {figures}", flush=True)
 
     return report
-
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Print one line per gate at the end of the session."""
-    if _GATE_FIGURES:
-        terminalreporter.section("reliability gates")
-        for name, figures in _GATE_FIGURES.items():
-            terminalreporter.write_line(f"GATE {name}: {' | '.join(figures)}")
 
 
 @pytest.fixture(scope="session")
