@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
+from apache_beam.runners.worker import bundle_processor
+
 from benchmarks.in_pipeline import _Clock, _TimedCell
 
 _SPIN_NS = 20_000_000
@@ -56,3 +58,9 @@ def test_a_cell_read_returns_its_value_and_other_calls_pass_through() -> None:
     _TimedCell(bag).add(b"x")
     assert bag.added == [b"x"]
     assert _Clock.state_ns < _SPIN_NS
+
+
+def test_the_bag_rule_matches_the_state_objects_beam_passes() -> None:
+    # The wrapper tells a bag (lazy read) from a read-modify-write cell by its ``add``.
+    assert hasattr(bundle_processor.SynchronousBagRuntimeState, "add")
+    assert not hasattr(bundle_processor.ReadModifyWriteRuntimeState, "add")
