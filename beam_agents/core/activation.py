@@ -152,12 +152,12 @@ class Activator:
         processing_ms: Callable[[], int] | None = None,
     ) -> None:
         """:meth:`_resume` with the envelope's approval or tool result."""
+        answer: ToolResult | Approval
         if envelope.HasField("approval"):
-            self._resume(plan, key, envelope, envelope.approval, TRIGGER_APPROVAL, processing_ms)
+            answer, trigger = envelope.approval, TRIGGER_APPROVAL
         else:
-            self._resume(
-                plan, key, envelope, envelope.tool_result, TRIGGER_TOOL_RESULT, processing_ms
-            )
+            answer, trigger = envelope.tool_result, TRIGGER_TOOL_RESULT
+        self._resume(plan, key, envelope, answer, trigger, processing_ms)
 
     def _resume(
         self,
