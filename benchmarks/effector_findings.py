@@ -180,35 +180,29 @@ def _postgres_next(statements: tuple[StatementTime, ...], intents: int) -> str:
 def _sqlite_remaining(sqlite: IntentCost | None) -> str:
     """The SQLite part of the "what is left" text, with this run's split."""
     return f"""\
-{_split(sqlite)} The writer's time is mostly SQLite's own: in the store's transactions alone (3 x
-20,000 intents in batches of 500, results in groups of 128, a side measurement when this was
-written) an intent cost about 113-125 µs of CPU, and timed statement by statement the fsynced
-COMMITs took half the wall time, writing 2.7 WAL pages per intent (one at Submit, 1.7 at its result
-and the claim after it): the key-ordered indexes (the primary key, the by-key and the queue index)
-take a leaf page per intent because a batch's keys are spread over them. Each intent row is written
-three times (at Submit, at its claim, at its result), and each state change moves its entries in the
-by-state and by-tool indexes. A side measurement at an earlier revision, when the sustained rate was
-about 3,300/s (one sustained SQLite run per variant, the index dropped), put the by-key, by-state
-and by-tool indexes at 4-6 KiB written and 15-35 µs of the writer's CPU per intent each, and
-dropping all three with the completed index reached 3,600-4,100 intents/s then: 10-25% of the rate,
-which the console's queries need them for. The event loop's share is spread over gRPC, Submit's
-validation and digest, and the worker's path per intent (a task, the timeout, the pooled-thread hop
-of the sync `noop` tool, validating the arguments again). Where the cores sit idle, the serial path
-is one write transaction at a time. A side measurement when this was written (every store
-transaction timed inside the effector, wall and thread CPU, over two sustained SQLite runs of 20,000
-intents): the writer was inside a transaction 73-75% of each run and on the CPU 51-52%; ~155
-record-and-claim commits of ~128 results took 13.7 ms each (9.2 on the CPU) and 20 Submit groups of
-1,000 intents ~40 ms each. The rest of its time in them is waiting, mostly on the fsync of each
-commit's ~1.5 MiB of log: a GIL switch interval of 0.2 ms instead of 5 left that gap where it was.
-So the writer spends about 150 µs of wall time per intent (105 on the CPU); 9,000/s leaves it 111 µs
-at most, less the run's idle start and end. Moving SQLite's checkpoints onto a thread of their own
-cut the store's transactions alone by about a tenth (fsynced, in process, alternating runs) but did
-not move the sustained rate measurably. Next (the first two cut the log pages and statements of
-every commit; none is measured yet): write each intent row twice instead of three times (keep the
-running claim and its attempt on the key row, which already holds the claim's token and intent id: a
-store schema change), take the state out of the by-tool and by-state indexes, validate arguments
-once at Submit, and on PostgreSQL stop counting pending intents on the key row that Submits and
-results both lock. {_outlook(sqlite)}"""
+{_split(sqlite)} The writer's share is split by transaction in the profile below (this run's code,
+under the profiler); what it does per intent follows from the schema: each intent row is written
+three times (at Submit, at its claim, at its result), each state change moves its entries in the
+by-state and by-tool indexes, and the key-ordered indexes (the primary key, the by-key and the queue
+index) take a leaf page per intent because a batch's keys are spread over them. Earlier side
+measurements, not of this run, sized those parts: at cdcec1b (schema 6; the store's transactions
+alone, 3 x 20,000 intents in batches of 500, results in groups of 128) the fsynced COMMITs took half
+the writer's wall time and wrote 2.7 WAL pages per intent (one at Submit, 1.7 at its result and the
+claim after it); at 2caff7c, when the sustained rate was about 3,300/s, dropping the by-key,
+by-state, by-tool and completed indexes (which the console's queries need) reached 3,600-4,100
+intents/s, 10-25% of the rate, each of the first three costing 4-6 KiB written and 15-35 µs of the
+writer's CPU per intent; at 9774df3, moving SQLite's checkpoints onto a thread of their own cut the
+store's transactions alone by about a tenth but did not move the sustained rate measurably, and a
+GIL switch interval of 0.2 ms instead of 5 did not shorten the writer's waits inside its
+transactions. The event loop's share is spread over gRPC, Submit's validation and digest, and the
+worker's path per intent (a task, the timeout, the pooled-thread hop of the sync `noop` tool,
+validating the arguments again to build the call). Next (the first two cut the log pages and
+statements of every commit; none is measured yet): write each intent row twice instead of three
+times (keep the running claim and its attempt on the key row, which already holds the claim's token
+and intent id: a store schema change), take the state out of the by-tool and by-state indexes, reuse
+the arguments Submit validated when the same process executes the intent soon after (a bounded cache
+by intent id; another replica validates again), and on PostgreSQL stop counting pending intents on
+the key row that Submits and results both lock. {_outlook(sqlite)}"""
 
 
 def _outlook(sqlite: IntentCost | None) -> str:
@@ -226,7 +220,7 @@ def _outlook(sqlite: IntentCost | None) -> str:
             "than they overlap (their Python holds one GIL, and the event loop waits on the "
             "writer's commits), so their sum bounds the rate, and "
             f"{TARGET_PER_S:,}/s needs it near {allowed:.0f} µs: the changes above cut the "
-            "writer's share, validating once cuts the main thread's."
+            "writer's share, reusing Submit's validation cuts the main thread's."
         )
     return (
         f"The main thread and the writer used {main + writer:.0f} µs of CPU per intent together, "

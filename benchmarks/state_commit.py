@@ -303,9 +303,9 @@ def _remaining(figures: list[Figure]) -> str:
         grows = figure.ours - figure.floor - fixed
         parts.append(
             f"At {_label(size)} ours is {over:.1f} µs above 2x the floor; of ours less the floor, "
-            f"{fixed:.0f} µs is the fixed cost and {grows:.0f} µs is what ours grew from "
-            f"{_label(SIZES[0])} beyond the floor's own growth ({figure.floor - floor_fixed:.0f} "
-            "µs)"
+            f"{round(fixed)} µs is the fixed cost and {round(grows)} µs is what ours grew from "
+            f"{_label(SIZES[0])} beyond the floor's own growth of "
+            f"{round(figure.floor - floor_fixed)} µs"
             + (
                 f"; cutting {over:.1f} of the fixed cost's {fixed:.0f} µs would meet 2x here."
                 if fixed >= over
