@@ -180,29 +180,36 @@ def _postgres_next(statements: tuple[StatementTime, ...], intents: int) -> str:
 def _sqlite_remaining(sqlite: IntentCost | None) -> str:
     """The SQLite part of the "what is left" text, with this run's split."""
     return f"""\
-{_split(sqlite)} The writer's share is split by transaction in the profile below (this run's code,
-under the profiler); what it does per intent follows from the schema: each intent row is written
-three times (at Submit, at its claim, at its result), each state change moves its entries in the
-by-state and by-tool indexes, and the key-ordered indexes (the primary key, the by-key and the queue
-index) take a leaf page per intent because a batch's keys are spread over them. Earlier side
-measurements, not of this run, sized those parts: at cdcec1b (schema 6; the store's transactions
-alone, 3 x 20,000 intents in batches of 500, results in groups of 128) the fsynced COMMITs took half
-the writer's wall time and wrote 2.7 WAL pages per intent (one at Submit, 1.7 at its result and the
-claim after it); at 2caff7c, when the sustained rate was about 3,300/s, dropping the by-key,
-by-state, by-tool and completed indexes (which the console's queries need) reached 3,600-4,100
-intents/s, 10-25% of the rate, each of the first three costing 4-6 KiB written and 15-35 µs of the
-writer's CPU per intent; at 9774df3, moving SQLite's checkpoints onto a thread of their own cut the
-store's transactions alone by about a tenth but did not move the sustained rate measurably, and a
-GIL switch interval of 0.2 ms instead of 5 did not shorten the writer's waits inside its
-transactions. The event loop's share is spread over gRPC, Submit's validation and digest, and the
-worker's path per intent (a task, the timeout, the pooled-thread hop of the sync `noop` tool,
-validating the arguments again to build the call). Next (the first two cut the log pages and
+{_split(sqlite)}{_writer(sqlite)} The writer's share is split by transaction in the profile below
+(this run's code, under the profiler); what it does per intent follows from the schema: each intent
+row is written three times (at Submit, at its claim, at its result), each state change moves its
+entries in the by-state and by-tool indexes, and the key-ordered indexes (the primary key, the
+by-key and the queue index) take a leaf page per intent because a batch's keys are spread over them.
+Earlier side measurements, not of this run, sized those parts: at cdcec1b (schema 6; the store's
+transactions alone, 3 x 20,000 intents in batches of 500, results in groups of 128) the fsynced
+COMMITs took half the writer's wall time and wrote 2.7 WAL pages per intent (one at Submit, 1.7 at
+its result and the claim after it); at 2caff7c, when the sustained rate was about 3,300/s, dropping
+the by-key, by-state, by-tool and completed indexes (which the console's queries need) reached
+3,600-4,100 intents/s, 10-25% of the rate, each of the first three costing 4-6 KiB written and 15-35
+µs of the writer's CPU per intent; at 9774df3, moving SQLite's checkpoints onto a thread of their
+own cut the store's transactions alone by about a tenth but did not move the sustained rate
+measurably, and a GIL switch interval of 0.2 ms instead of 5 did not shorten the writer's waits
+inside its transactions. The event loop's share is spread over gRPC, Submit's validation and digest,
+and the worker's path per intent (a task, the timeout, the pooled-thread hop of the sync `noop`
+tool, validating the arguments again to build the call). Next (the first two cut the log pages and
 statements of every commit; none is measured yet): write each intent row twice instead of three
 times (keep the running claim and its attempt on the key row, which already holds the claim's token
 and intent id: a store schema change), take the state out of the by-tool and by-state indexes, reuse
 the arguments Submit validated when the same process executes the intent soon after (a bounded cache
 by intent id; another replica validates again), and on PostgreSQL stop counting pending intents on
 the key row that Submits and results both lock. {_outlook(sqlite)}"""
+
+
+def _writer(sqlite: IntentCost | None) -> str:
+    """Where the SQLite writer's time went, statement by statement, if this run timed it."""
+    if sqlite is None or not sqlite.statements:
+        return ""
+    return f" Where the writer's time went, {sqlite.statements}."
 
 
 def _outlook(sqlite: IntentCost | None) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import pg_statements, usage
+from benchmarks import pg_statements, sqlite_statements, usage
 from benchmarks.effector_findings import (
     EXECUTION_PATH,
     PLANS_AND_QUEUE,
@@ -129,6 +129,8 @@ class StoreUnderTest:
     its one-intent Submit rate shows how much of the gap to the floor is the commit's sync."""
     server_pids: Callable[[], list[int]] = list
     """The store server's processes (none for SQLite, which runs inside the effector)."""
+    times_writer: bool = False
+    """Whether one more sustained run times the store writer's statements (SQLite)."""
     statements: StatementTimes | None = None
     """The server's time by statement, where it can be read (PostgreSQL)."""
 
@@ -184,6 +186,8 @@ def measure_store(
         after = (usage.sample(pids), usage.sample(store.server_pids()), _client_cpu_s())
     top, total_ms = ([], 0.0) if store.statements is None else store.statements.read()
     statements = split_line(top, total_ms, count * runs) if top else ""
+    if store.times_writer:
+        statements = _writer_statements(store, count, batch, scratch)
     cost = IntentCost(
         store.label,
         count * runs,
@@ -266,6 +270,22 @@ def measure_store(
     return figures, [*details, cost.line()], cost
 
 
+def _writer_statements(store: StoreUnderTest, count: int, batch: int, scratch: Path) -> str:
+    """One more sustained run, its writer's statements timed (SQLite's ``pg_stat_statements``)."""
+    timings = scratch / "statements.json"
+    command = effector_command(
+        store.database("timed"), concurrency=CONCURRENCY, statements_file=timings
+    )
+    with server_processes([command], EFFECTOR_READY, scratch) as processes:
+        pids = [process.pid for process in processes]
+        before = usage.sample(pids)
+        asyncio.run(sustained([process.address for process in processes], count, batch))
+        writer_cpu_s = usage.between(before, usage.sample(pids)).busiest_thread_s
+    if not timings.exists():
+        raise RuntimeError("the timed effector exited without writing its statement timings")
+    return sqlite_statements.split_line(sqlite_statements.read(timings), count, writer_cpu_s)
+
+
 def _client_cpu_s() -> float:
     used = resource.getrusage(resource.RUSAGE_SELF)
     return used.ru_utime + used.ru_stime
@@ -289,6 +309,7 @@ def run(quick: bool) -> BenchmarkResult:
             1,
             lambda: bare_sqlite_rate(scratch / "floor.db", count, batch),
             "bare SQLite insert+commit",
+            times_writer=True,
             relaxed=(
                 "SQLite with synchronous=NORMAL",
                 lambda name: f"sqlite:///{scratch / name}.db?synchronous=normal",
@@ -373,8 +394,8 @@ LOOP_HOTSPOTS = (
         "validate_arguments",
         "Validating an intent's arguments with its tool's Pydantic model: twice per intent, "
         "at Submit and again before execution.",
-        "validate once, at Submit, and execute intents recorded as valid without validating "
-        "their arguments again.",
+        "reuse the arguments Submit validated when the same process executes the intent soon "
+        "after (execution needs the validated values, so another replica validates again).",
     ),
     Hotspot(
         "effector/worker.py",

@@ -63,16 +63,23 @@ def server_process(
 
 
 def effector_command(
-    store_url: str, *, concurrency: int = 256, profile_dir: Path | None = None
+    store_url: str,
+    *,
+    concurrency: int = 256,
+    profile_dir: Path | None = None,
+    statements_file: Path | None = None,
 ) -> list[str]:
     """``python -m effector serve`` with the benchmark tools on ``store_url``, any free port.
 
     With ``profile_dir``, every thread of the effector is profiled and its statistics written
-    there when it exits (see :mod:`benchmarks.profiled_effector`).
+    there when it exits (see :mod:`benchmarks.profiled_effector`); with ``statements_file``,
+    a SQLite store's write statements are timed into it (:mod:`benchmarks.sqlite_statements`).
     """
-    entry = (
-        ["effector"] if profile_dir is None else ["benchmarks.profiled_effector", str(profile_dir)]
-    )
+    entry = ["effector"]
+    if profile_dir is not None:
+        entry = ["benchmarks.profiled_effector", str(profile_dir)]
+    elif statements_file is not None:
+        entry = ["benchmarks.sqlite_statements", str(statements_file)]
     return [
         sys.executable,
         "-m",
