@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import pg_statements, sqlite_statements, usage
+from benchmarks import pg_statements, sqlite_statements, thread_overlap, usage
 from benchmarks.effector_findings import (
     EXECUTION_PATH,
     PLANS_AND_QUEUE,
@@ -271,19 +271,35 @@ def measure_store(
 
 
 def _writer_statements(store: StoreUnderTest, count: int, batch: int, scratch: Path) -> str:
-    """One more sustained run, its writer's statements timed (SQLite's ``pg_stat_statements``)."""
-    timings = scratch / "statements.json"
+    """One more sustained run, its writer's statements timed (SQLite's ``pg_stat_statements``).
+
+    A short run first finds the writer (the busiest thread besides the event loop); through the
+    full run the two are sampled for how much they ran at the same time.
+    """
+    timings, warm = scratch / "statements.json", max(batch, count // 20)
     command = effector_command(
         store.database("timed"), concurrency=CONCURRENCY, statements_file=timings
     )
     with server_processes([command], EFFECTOR_READY, scratch) as processes:
-        pids = [process.pid for process in processes]
-        before = usage.sample(pids)
-        asyncio.run(sustained([process.address for process in processes], count, batch))
-        writer_cpu_s = usage.between(before, usage.sample(pids)).busiest_thread_s
+        pid, targets = processes[0].pid, [process.address for process in processes]
+        before, threads = usage.sample([pid]), thread_overlap.on_cpu_now(pid)
+        asyncio.run(sustained(targets, warm, batch))
+        writer = thread_overlap.busiest_other(pid, threads)
+        assert writer is not None, "the effector ran no thread besides its event loop"
+        with thread_overlap.OverlapSampler(pid, pid, writer) as sampler:
+            asyncio.run(sustained(targets, count, batch))
+        writer_cpu_s = usage.between(before, usage.sample([pid])).busiest_thread_s
     if not timings.exists():
         raise RuntimeError("the timed effector exited without writing its statement timings")
-    return sqlite_statements.split_line(sqlite_statements.read(timings), count, writer_cpu_s)
+    costs = sqlite_statements.read(timings)
+    overlap = sampler.overlap()
+    return (
+        sqlite_statements.split_line(costs, warm + count, writer_cpu_s)
+        + f"; through that run the event loop was running (or ready to run) in "
+        f"{overlap.first_running:.0%} of the samples and the writer in "
+        f"{overlap.second_running:.0%}, both at once in {overlap.both_running:.0%} (their "
+        f"scheduler states read from `/proc` every millisecond, {overlap.samples:,} samples)"
+    )
 
 
 def _client_cpu_s() -> float:

@@ -214,10 +214,10 @@ def _split(figures: list[Figure]) -> list[str]:
         if size >= TARGET_FROM and figure.floor is not None:
             excess = figure.ours - figure.floor
             lines.append(
-                f"{_label(size)}: ours less the floor {excess:.0f} µs, of which "
-                f"{excess - fixed:.0f} µs beyond the fixed cost (what ours grew from "
+                f"{_label(size)}: ours less the floor {round(excess)} µs, of which "
+                f"{round(excess - fixed)} µs beyond the fixed cost (what ours grew from "
                 f"{_label(SIZES[0])} beyond the floor's growth); the floor itself grew "
-                f"{figure.floor - floor_fixed:.0f} µs from {_label(SIZES[0])}."
+                f"{round(figure.floor - floor_fixed)} µs from {_label(SIZES[0])}."
             )
     return lines
 
