@@ -39,6 +39,8 @@ class IntentCost:
     """The store server's time by statement over the runs, as a clause (PostgreSQL only)."""
     statement_times: tuple[StatementTime, ...] = ()
     """The same, as figures: the statements that took longest."""
+    both_running: float | None = None
+    """How often the event loop and the store's writer ran at once (SQLite), where sampled."""
 
     def us(self, seconds: float) -> float:
         """``seconds`` per intent, in microseconds."""
@@ -180,33 +182,35 @@ def _postgres_next(statements: tuple[StatementTime, ...], intents: int) -> str:
 def _sqlite_remaining(sqlite: IntentCost | None) -> str:
     """The SQLite part of the "what is left" text, with this run's split."""
     return f"""\
-{_split(sqlite)}{_writer(sqlite)} The writer's share is split by transaction in the profile below
-(this run's code, under the profiler); what it does per intent follows from the schema: each intent
-row is written three times (at Submit, at its claim, at its result), each state change moves its
-entries in the by-state and by-tool indexes, and the key-ordered indexes (the primary key, the
+{_split(sqlite)}{_writer_split(sqlite)} The writer's share is split by transaction in the profile
+below (this run's code, under the profiler); what it does per intent follows from the schema: each
+intent row is written three times (at Submit, at its claim, at its result), each state change moves
+its entries in the by-state and by-tool indexes, and the key-ordered indexes (the primary key, the
 by-key and the queue index) take a leaf page per intent because a batch's keys are spread over them.
-Earlier side measurements, not of this run, sized those parts: at cdcec1b (schema 6; the store's
-transactions alone, 3 x 20,000 intents in batches of 500, results in groups of 128) the fsynced
-COMMITs took half the writer's wall time and wrote 2.7 WAL pages per intent (one at Submit, 1.7 at
-its result and the claim after it); at 2caff7c, when the sustained rate was about 3,300/s, dropping
-the by-key, by-state, by-tool and completed indexes (which the console's queries need) reached
-3,600-4,100 intents/s, 10-25% of the rate, each of the first three costing 4-6 KiB written and 15-35
-µs of the writer's CPU per intent; at 9774df3, moving SQLite's checkpoints onto a thread of their
-own cut the store's transactions alone by about a tenth but did not move the sustained rate
-measurably, and a GIL switch interval of 0.2 ms instead of 5 did not shorten the writer's waits
-inside its transactions. The event loop's share is spread over gRPC, Submit's validation and digest,
-and the worker's path per intent (a task, the timeout, the pooled-thread hop of the sync `noop`
-tool, validating the arguments again to build the call). Next, for the writer (none measured yet):
-write each intent row twice instead of three times (keep the running claim and its attempt on the
-key row, which already holds the claim's token and intent id: a store schema change, which cuts the
-claim's UPDATE above), take the state out of the by-tool and by-state indexes (which cuts what the
-result's UPDATE, the largest statement above, moves), and on PostgreSQL stop counting pending
-intents on the key row that Submits and results both lock. Validating the arguments again before
-execution is not worth a cache: outside the profiler, `prepare_call` for the `noop` tool took 3.7 µs
-(a side measurement at 6fe19ef, timeit). {_outlook(sqlite)}"""
+Earlier side measurements, not of this run, sized those parts: recorded at cdcec1b (schema 6; the
+store's transactions alone, 3 x 20,000 intents in batches of 500, results in groups of 128) the
+fsynced COMMITs took half the writer's wall time and wrote 2.7 WAL pages per intent (one at Submit,
+1.7 at its result and the claim after it); when the sustained rate was about 3,300/s (recorded at
+2caff7c), dropping the by-key, by-state, by-tool and completed indexes (which the console's queries
+need) reached 3,600-4,100 intents/s, 10-25% of the rate, each of the first three costing 4-6 KiB
+written and 15-35 µs of the writer's CPU per intent; recorded at 9774df3, moving SQLite's
+checkpoints onto a thread of their own cut the store's transactions alone by about a tenth but did
+not move the sustained rate measurably, and a GIL switch interval of 0.2 ms instead of 5 did not
+shorten the writer's waits inside its transactions. The event loop's share is spread over gRPC,
+Submit's validation and digest, and the worker's path per intent (a task, the timeout, the
+pooled-thread hop of the sync `noop` tool, validating the arguments again to build the call). Next,
+for the writer (none measured yet): write each intent row twice instead of three times (keep the
+running claim and its attempt on the key row, which already holds the claim's token and intent id: a
+store schema change, which cuts the claim's UPDATE of the intent rows), take the state out of the
+by-tool and by-state indexes (which cuts what the UPDATE recording each result moves), and on
+PostgreSQL stop counting pending intents on the key row that Submits and results both lock.
+Validating the arguments again before execution is not worth a cache: outside the profiler,
+`prepare_call` for the `noop` tool (the tool's lookup, the JSON parse and `validate_arguments`,
+which alone took 2.2 µs) took 3.7 µs (a side measurement recorded at 6fe19ef, timeit).
+{_outlook(sqlite)}"""
 
 
-def _writer(sqlite: IntentCost | None) -> str:
+def _writer_split(sqlite: IntentCost | None) -> str:
     """Where the SQLite writer's time went, statement by statement, if this run timed it."""
     if sqlite is None or not sqlite.statements:
         return ""
@@ -214,15 +218,20 @@ def _writer(sqlite: IntentCost | None) -> str:
 
 
 TAKING_TURNS = (
-    "Side measurements at 6fe19ef (one SQLite effector, sustained runs of 20,000 intents, "
-    "alternating): a GIL switch interval of 0.5 ms instead of 5 did not move the rate "
-    "(5,524-6,054 against 5,543-6,131 intents/s), and 1,024 intents in flight instead of 256 "
-    "gained about 8% (6,361-6,928 against 5,872-6,335): the two threads do not overlap even with "
-    "more work in flight. So the structural change is to take the writer out of the event "
-    "loop's process, where its Python and SQLite's work would run beside the loop's on the other "
-    "core; short of it, the store changes above cut the writer's share."
+    "Side measurements recorded at 6fe19ef (one SQLite effector, sustained runs of 20,000 "
+    "intents, alternating): a GIL switch interval of 0.5 ms instead of 5 did not move the rate "
+    "(5,524-6,054 against 5,543-6,131 intents/s), so handing the GIL over sooner does not help, "
+    "and 1,024 intents in flight instead of 256 gained about 8% (6,361-6,928 against "
+    "5,872-6,335), so more work in flight does not either. The structural change is the writer "
+    "in a process of its own, where its Python and SQLite's work would run beside the loop's "
+    "without waiting to take the loop's GIL back after each statement (the statements' wait "
+    "beyond their CPU is above); short of it, the store changes above cut the writer's share."
 )
 """What the taking-turns account measured besides the run (GIL interval, work in flight)."""
+
+
+TURNS_BELOW = 0.3
+"""Below this share of samples with both threads running, they are said to take turns."""
 
 
 def _outlook(sqlite: IntentCost | None) -> str:
@@ -233,12 +242,19 @@ def _outlook(sqlite: IntentCost | None) -> str:
     main, writer = sqlite.us(used.main_thread_s), sqlite.us(used.busiest_thread_s)
     wall = sqlite.elapsed_s / sqlite.intents * 1e6
     allowed = 1e6 / TARGET_PER_S
-    if main + writer >= 0.8 * wall:
+    sampled = sqlite.both_running
+    if (main + writer >= 0.8 * wall) if sampled is None else sampled < TURNS_BELOW:
+        seen = (
+            ""
+            if sampled is None
+            else f", and the samples above found both running at once only {sampled:.0%} of "
+            "the time"
+        )
         return (
             f"The main thread and the writer used {main + writer:.0f} µs of CPU per intent "
-            f"together, against {wall:.0f} µs of wall time per intent: they take turns more "
-            "than they overlap (their Python holds one GIL, and the event loop waits on the "
-            "writer's commits), so their sum bounds the rate, and "
+            f"together, against {wall:.0f} µs of wall time per intent{seen}: they take turns "
+            "more than they overlap (their Python holds one GIL, and the event loop waits on "
+            "the writer's commits), so their sum bounds the rate, and "
             f"{TARGET_PER_S:,}/s needs it near {allowed:.0f} µs. " + TAKING_TURNS
         )
     return (

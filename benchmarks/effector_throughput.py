@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import pg_statements, sqlite_statements, thread_overlap, usage
+from benchmarks import pg_statements, usage
 from benchmarks.effector_findings import (
     EXECUTION_PATH,
     PLANS_AND_QUEUE,
@@ -53,6 +53,7 @@ from benchmarks.harness import (
 from benchmarks.noop_grpc import READY as NOOP_READY
 from benchmarks.pg_statements import StatementTimes, split_line
 from benchmarks.report import BenchmarkResult, Figure, Goal, ProfileOutput, Target
+from benchmarks.sqlite_statements import measure_writer
 from tests.pg import postgres_server
 
 TITLE = "Effector throughput: SQLite, and PostgreSQL with two replicas"
@@ -186,8 +187,11 @@ def measure_store(
         after = (usage.sample(pids), usage.sample(store.server_pids()), _client_cpu_s())
     top, total_ms = ([], 0.0) if store.statements is None else store.statements.read()
     statements = split_line(top, total_ms, count * runs) if top else ""
+    both_running = None
     if store.times_writer:
-        statements = _writer_statements(store, count, batch, scratch)
+        writer = measure_writer(store.database("timed"), count, batch, scratch)
+        statements = writer.text
+        both_running = None if writer.overlap is None else writer.overlap.both_running
     cost = IntentCost(
         store.label,
         count * runs,
@@ -198,6 +202,7 @@ def measure_store(
         floor_written,
         statements,
         tuple(top),
+        both_running,
     )
     best = max(measured, key=lambda run: run.intents_per_s)
     server_count = f"{replicas} server{'s' if replicas > 1 else ''}"
@@ -268,38 +273,6 @@ def measure_store(
     if not usage.available():
         return figures, details, None
     return figures, [*details, cost.line()], cost
-
-
-def _writer_statements(store: StoreUnderTest, count: int, batch: int, scratch: Path) -> str:
-    """One more sustained run, its writer's statements timed (SQLite's ``pg_stat_statements``).
-
-    A short run first finds the writer (the busiest thread besides the event loop); through the
-    full run the two are sampled for how much they ran at the same time.
-    """
-    timings, warm = scratch / "statements.json", max(batch, count // 20)
-    command = effector_command(
-        store.database("timed"), concurrency=CONCURRENCY, statements_file=timings
-    )
-    with server_processes([command], EFFECTOR_READY, scratch) as processes:
-        pid, targets = processes[0].pid, [process.address for process in processes]
-        before, threads = usage.sample([pid]), thread_overlap.on_cpu_now(pid)
-        asyncio.run(sustained(targets, warm, batch))
-        writer = thread_overlap.busiest_other(pid, threads)
-        assert writer is not None, "the effector ran no thread besides its event loop"
-        with thread_overlap.OverlapSampler(pid, pid, writer) as sampler:
-            asyncio.run(sustained(targets, count, batch))
-        writer_cpu_s = usage.between(before, usage.sample([pid])).busiest_thread_s
-    if not timings.exists():
-        raise RuntimeError("the timed effector exited without writing its statement timings")
-    costs = sqlite_statements.read(timings)
-    overlap = sampler.overlap()
-    return (
-        sqlite_statements.split_line(costs, warm + count, writer_cpu_s)
-        + f"; through that run the event loop was running (or ready to run) in "
-        f"{overlap.first_running:.0%} of the samples and the writer in "
-        f"{overlap.second_running:.0%}, both at once in {overlap.both_running:.0%} (their "
-        f"scheduler states read from `/proc` every millisecond, {overlap.samples:,} samples)"
-    )
 
 
 def _client_cpu_s() -> float:

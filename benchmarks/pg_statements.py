@@ -12,6 +12,9 @@ from dataclasses import dataclass
 
 import psycopg
 
+from benchmarks import sql_shapes
+from benchmarks.sql_shapes import POSTGRES_PARAMETER
+
 SETTINGS = "-c shared_preload_libraries=pg_stat_statements"
 """Server options that load the extension (it must be loaded when the server starts)."""
 
@@ -24,7 +27,7 @@ class StatementTime:
     """One normalized statement's share of the runs."""
 
     text: str
-    """The statement's start, whitespace collapsed."""
+    """The statement's shape (:mod:`benchmarks.sql_shapes`), whole."""
     calls: int
     exec_ms: float
     """Its execution time in the server, summed (wall time there, locks and I/O included)."""
@@ -63,18 +66,9 @@ class StatementTimes:
         return ranked[:limit], sum(float(row[2]) for row in rows)
 
 
-_ROWS = re.compile(r"\(\$\d+(?:, \$\d+)*\)(?:, \(\$\d+(?:, \$\d+)*\))*")
-_LIST = re.compile(r"\$\d+(?:, \$\d+)+")
-
-
-def _shape(query: str, width: int = 70) -> str:
-    """A statement's start on one line, its lists of parameters collapsed.
-
-    A statement run over chunks of different sizes is one shape here, not one per size.
-    """
-    text = _LIST.sub("...", _ROWS.sub("(...)", re.sub(r"\s+", " ", query).strip()))
-    text = re.sub(r"\$\d+", "$", text)
-    return text if len(text) <= width else text[: width - 3] + "..."
+def _shape(query: str) -> str:
+    """A statement's shape, its numbered parameters shown as ``$``."""
+    return re.sub(POSTGRES_PARAMETER, "$", sql_shapes.shape(query, POSTGRES_PARAMETER))
 
 
 def split_line(statements: list[StatementTime], total_ms: float, intents: int) -> str:
@@ -83,7 +77,7 @@ def split_line(statements: list[StatementTime], total_ms: float, intents: int) -
         return "The server's time by statement was not measured in this run."
     per_intent = 1000 / intents
     parts = [
-        f"`{statement.text}` {statement.exec_ms * per_intent:.1f} µs "
+        f"`{sql_shapes.shortened(statement.text)}` {statement.exec_ms * per_intent:.1f} µs "
         f"({statement.rows / intents:.2f} rows)"
         for statement in statements
     ]

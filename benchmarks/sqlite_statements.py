@@ -1,110 +1,92 @@
-"""``python -m benchmarks.sqlite_statements FILE serve ...``: the effector, SQLite statements timed.
+"""Where a SQLite effector's store writer spends its time, statement by statement.
 
-Runs the effector's own command line with every statement of the SQLite store's write
-transactions timed (thread CPU and wall, BEGIN and COMMIT included) by its shape, the store's
-opening transaction left out; when the effector exits, the totals go to ``FILE`` as JSON.
-Benchmark 6 reads them with :func:`read` and :func:`split_line` to say where the store writer's
-time goes, as ``pg_stat_statements`` does for PostgreSQL. Timing costs two clock reads per
-statement, and statements are batched.
+``python -m benchmarks.sqlite_statements FILE serve ...`` runs the effector's own command line
+with every statement of the store's write transactions timed (thread CPU and wall, BEGIN and
+COMMIT included) by its shape, the store's opening transaction left out; when the effector
+exits, the totals go to ``FILE`` as JSON. :func:`measure_writer` runs such an effector through
+one sustained run and says, in the words of benchmark 6's "what is left", where the writer's
+time went and how often it ran beside the event loop (:mod:`benchmarks.thread_overlap`).
+Timing costs two clock reads per statement, and statements are batched.
 """
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import json
-import re
+import sqlite3
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import effector.store.sqlite as sqlite_store
+from benchmarks import sql_shapes, usage
+from benchmarks.effector_load import CONCURRENCY, server_processes, sustained
+from benchmarks.harness import EFFECTOR_READY, effector_command
+from benchmarks.thread_overlap import Overlap, OverlapSampler
 from effector.cli import main as effector_main
+from effector.store._tx import Tx
+
+_T = TypeVar("_T")
 
 
-@dataclass(frozen=True)
+@dataclass
 class StatementCost:
     """One statement shape's share of a run on the store's writer thread."""
 
     text: str
-    """The statement's start, whitespace collapsed and lists of parameters folded."""
-    calls: int
-    cpu_s: float
+    """The statement's shape (:mod:`benchmarks.sql_shapes`), whole."""
+    calls: int = 0
+    cpu_s: float = 0.0
     """Thread CPU inside the call: SQLite's own work (and the Python binding's)."""
-    wall_s: float
+    wall_s: float = 0.0
     """Wall time inside the call: CPU, waits on the disk (each COMMIT's fsync) and the GIL."""
 
 
-_ROWS = re.compile(r"\(\?(?:, \?)*\)(?:, \(\?(?:, \?)*\))+")
-_LIST = re.compile(r"\?(?:, \?)+")
+@dataclass(frozen=True)
+class WriterSplit:
+    """What :func:`measure_writer` found: the text for "what is left", and the overlap."""
+
+    text: str
+    overlap: Overlap | None
 
 
-def shape(sql: str, width: int = 70) -> str:
-    """A statement's start on one line, its lists of parameters folded (one shape per size)."""
-    text = _LIST.sub("...", _ROWS.sub("(...)", re.sub(r"\s+", " ", sql).strip()))
-    return text if len(text) <= width else text[: width - 3] + "..."
+def measure_writer(database: str, count: int, batch: int, scratch: Path) -> WriterSplit:
+    """One sustained run of ``count`` intents on a timed effector at ``database``.
 
-
-class _Totals:
-    """Calls, CPU and wall time by statement shape, on the writer's connection only."""
-
-    def __init__(self) -> None:
-        self.by_shape: dict[str, list[float]] = {}
-        self._shapes: dict[str, str] = {}
-
-    def timed(self, call: Callable[..., Any], sql: str, *args: Any) -> Any:
-        cpu, wall = time.thread_time(), time.perf_counter()
-        try:
-            return call(sql, *args)
-        finally:
-            cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
-            text = self._shapes.get(sql)
-            if text is None:
-                text = self._shapes[sql] = shape(sql)
-            totals = self.by_shape.setdefault(text, [0, 0.0, 0.0])
-            totals[0] += 1
-            totals[1] += cpu
-            totals[2] += wall
-
-    def write(self, path: Path) -> None:
-        costs = [
-            StatementCost(text, int(n), cpu, wall) for text, (n, cpu, wall) in self.by_shape.items()
-        ]
-        path.write_text(json.dumps([asdict(cost) for cost in costs]))
-
-
-class _TimedConnection:
-    """The writer's connection as ``_in_transaction`` uses it, each ``execute`` timed."""
-
-    def __init__(self, connection: Any, totals: _Totals) -> None:
-        self._connection, self._totals = connection, totals
-
-    def execute(self, sql: str, *args: Any) -> Any:
-        return self._totals.timed(self._connection.execute, sql, *args)
-
-    def executemany(self, sql: str, *args: Any) -> Any:
-        return self._totals.timed(self._connection.executemany, sql, *args)
-
-    @property
-    def in_transaction(self) -> bool:
-        return bool(self._connection.in_transaction)
-
-
-def _install(totals: _Totals) -> None:
-    """Time the write transactions after the first (the store's opening: its schema)."""
-    in_transaction = sqlite_store._in_transaction
-    opened = False
-
-    def timed_transaction(connection: Any, path: Path, work: Any, *, write: bool) -> Any:
-        nonlocal opened
-        if write and opened:
-            connection = _TimedConnection(connection, totals)
-        opened = opened or write
-        return in_transaction(connection, path, work, write=write)
-
-    sqlite_store._in_transaction = timed_transaction  # type: ignore[assignment]
+    A short run first finds the writer (the busiest thread besides the event loop); the full
+    run is then sampled for how often the two ran at once. Per-intent figures cover both runs.
+    """
+    if not (usage.available() and usage.schedstat_available()):
+        return WriterSplit("The writer's statements were not measured: no `/proc` here.", None)
+    timings, warm = scratch / "statements.json", max(batch, count // 20)
+    command = effector_command(database, concurrency=CONCURRENCY, statements_file=timings)
+    with server_processes([command], EFFECTOR_READY, scratch) as processes:
+        pid, targets = processes[0].pid, [process.address for process in processes]
+        before = usage.on_cpu_now(pid)
+        asyncio.run(sustained(targets, warm, batch))
+        writer = usage.busiest_other(pid, before)
+        if writer is None:
+            return WriterSplit("The writer's statements were not measured: no writer.", None)
+        with OverlapSampler(pid, pid, writer) as sampler:
+            asyncio.run(sustained(targets, count, batch))
+        writer_cpu_s = (usage.on_cpu_ns(pid, writer) - before.get(writer, 0)) / 1e9
+    if not timings.exists():
+        return WriterSplit("The writer's statements were not measured: no timings written.", None)
+    text = split_line(read(timings), warm + count, writer_cpu_s)
+    overlap = sampler.overlap
+    if overlap is not None:
+        text += (
+            f"; through that run the event loop was running (or ready to run) in "
+            f"{overlap.first_running:.0%} of the samples and the writer in "
+            f"{overlap.second_running:.0%}, both at once in {overlap.both_running:.0%} (their "
+            f"scheduler states read from `/proc` every {overlap.interval_s * 1000:.1f} ms, "
+            f"{overlap.samples:,} samples)"
+        )
+    return WriterSplit(text, overlap)
 
 
 def read(path: Path) -> list[StatementCost]:
@@ -116,32 +98,98 @@ def read(path: Path) -> list[StatementCost]:
 def split_line(
     costs: Sequence[StatementCost], intents: int, writer_cpu_s: float, top: int = 8
 ) -> str:
-    """The writer's statements as µs per intent (CPU, then wall), largest first."""
+    """The writer's statements as µs per intent (CPU, then wall), largest CPU first."""
     if not costs or intents < 1:
         return "The writer's time by statement was not measured in this run."
     per_intent = 1e6 / intents
-    shown = list(costs[:top])
     parts = [
-        f"`{cost.text}` {cost.cpu_s * per_intent:.1f} µs of CPU ({cost.wall_s * per_intent:.1f} "
-        "wall)"
-        for cost in shown
+        f"`{sql_shapes.shortened(cost.text)}` {cost.cpu_s * per_intent:.1f} µs of CPU "
+        f"({cost.wall_s * per_intent:.1f} wall)"
+        for cost in costs[:top]
     ]
-    rest = costs[top:]
     cpu = sum(cost.cpu_s for cost in costs)
     wall = sum(cost.wall_s for cost in costs)
+    waited = sum(cost.wall_s - cost.cpu_s for cost in costs if cost.text != "COMMIT")
     line = (
         "the writer's statements (timed in an extra sustained run, thread CPU and wall time "
         f"per intent, largest CPU first): {'; '.join(parts)}; every other statement "
-        f"{sum(cost.cpu_s for cost in rest) * per_intent:.1f} µs of CPU; all together "
+        f"{sum(cost.cpu_s for cost in costs[top:]) * per_intent:.1f} µs of CPU; all together "
         f"{cpu * per_intent:.1f} µs of CPU and {wall * per_intent:.1f} of wall time"
     )
     if writer_cpu_s > 0:
         line += (
             f", against the writer thread's {writer_cpu_s * per_intent:.0f} µs of CPU in that "
-            f"run: {max(writer_cpu_s - cpu, 0.0) * per_intent:.0f} µs of it is the Python around "
-            "the statements (building their parameters, encoding results and envelopes)"
+            f"run: the other {max(writer_cpu_s - cpu, 0.0) * per_intent:.0f} µs are the rest of "
+            "its work (fetching rows, building parameters, encoding results and envelopes)"
         )
+    line += (
+        "; the statements other than COMMIT, which wait on no fsync (in WAL mode only a commit "
+        f"syncs), took {waited * per_intent:.1f} µs of wall time beyond their CPU: mostly the "
+        "writer waiting to take the GIL back after SQLite's work"
+    )
     return line
+
+
+class _Totals:
+    """Calls, CPU and wall time by statement shape, on the writer's connection only."""
+
+    def __init__(self) -> None:
+        self.by_shape: dict[str, StatementCost] = {}
+        self._shapes: dict[str, str] = {}
+
+    def timed(self, call: Callable[..., Any], sql: str, *args: Any) -> Any:
+        cpu, wall = time.thread_time(), time.perf_counter()
+        try:
+            return call(sql, *args)
+        finally:
+            cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
+            text = self._shapes.get(sql)
+            if text is None:
+                text = self._shapes[sql] = sql_shapes.shape(sql, sql_shapes.SQLITE_PARAMETER)
+            cost = self.by_shape.setdefault(text, StatementCost(text))
+            cost.calls += 1
+            cost.cpu_s += cpu
+            cost.wall_s += wall
+
+    def write(self, path: Path) -> None:
+        path.write_text(json.dumps([asdict(cost) for cost in self.by_shape.values()]))
+
+
+class _TimedConnection:
+    """The writer's connection as ``_in_transaction`` uses it, each ``execute`` timed."""
+
+    def __init__(self, connection: sqlite3.Connection, totals: _Totals) -> None:
+        self._connection, self._totals = connection, totals
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        return self._totals.timed(self._connection.execute, sql, *args)
+
+    def executemany(self, sql: str, *args: Any) -> Any:
+        return self._totals.timed(self._connection.executemany, sql, *args)
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._connection.in_transaction
+
+
+def _install(totals: _Totals) -> None:
+    """Time the write transactions after the first (the store's opening: its schema)."""
+    in_transaction = sqlite_store._in_transaction
+    opened = False
+
+    def timed_transaction(
+        connection: sqlite3.Connection,
+        path: Path,
+        work: Callable[[Tx], _T],
+        *,
+        write: bool,
+    ) -> _T:
+        nonlocal opened
+        timed: Any = _TimedConnection(connection, totals) if write and opened else connection
+        opened = opened or write
+        return in_transaction(timed, path, work, write=write)
+
+    sqlite_store._in_transaction = timed_transaction
 
 
 def main() -> int:

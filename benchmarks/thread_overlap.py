@@ -1,21 +1,25 @@
 """How often two threads of one process ran at the same time, sampled from Linux's ``/proc``.
 
-Every millisecond, a thread of the sampling process reads both threads' scheduler state (``R``:
-on a CPU or waiting for one; ``S`` or ``D``: asleep, on a lock, the GIL or the disk). The share of
-samples that find both running estimates how much they overlap; CPU-time counters would not do,
-since the kernel brings a running thread's up to date only at its ticks. Benchmark 6 samples an
-effector's event loop and its store writer this way.
+A sampler process of its own (``python -m benchmarks.thread_overlap PID TID TID``, so no other
+Python competes with it for a GIL) reads both threads' scheduler states every millisecond until
+its stdin closes: ``R`` is on a CPU or ready for one, ``S`` or ``D`` asleep (on a lock, the GIL
+or the disk). The share of samples that find both running estimates how much they overlap;
+CPU-time counters would not do, since the kernel brings a running thread's up to date only at
+its ticks. Benchmark 6 samples an effector's event loop and its store writer this way.
 """
 
 from __future__ import annotations
 
-import threading
+import selectors
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from types import TracebackType
 
-_PROC = Path("/proc")
+from benchmarks.usage import thread_state
+
+INTERVAL_S = 0.001
 
 
 @dataclass(frozen=True)
@@ -26,62 +30,32 @@ class Overlap:
     second_running: float
     both_running: float
     samples: int
-
-
-def _state(pid: int, tid: int) -> str:
-    return (_PROC / str(pid) / "task" / str(tid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
-
-
-def on_cpu_ns(pid: int, tid: int) -> int:
-    """The thread's time on a CPU so far, in nanoseconds (up to date at its last tick)."""
-    return int((_PROC / str(pid) / "task" / str(tid) / "schedstat").read_text().split()[0])
-
-
-def on_cpu_now(pid: int) -> dict[int, int]:
-    """Every thread's on-CPU ns now (threads ending meanwhile are left out)."""
-    found = {}
-    for task in (_PROC / str(pid) / "task").iterdir():
-        try:
-            found[int(task.name)] = on_cpu_ns(pid, int(task.name))
-        except FileNotFoundError:
-            continue
-    return found
-
-
-def busiest_other(pid: int, before: dict[int, int]) -> int | None:
-    """The thread, other than the main one, that ran longest since ``before`` (on-CPU ns)."""
-    spent = []
-    for tid, then in before.items():
-        if tid == pid:
-            continue
-        try:
-            spent.append((on_cpu_ns(pid, tid) - then, tid))
-        except FileNotFoundError:
-            continue  # the thread has ended
-    return max(spent)[1] if spent else None
+    interval_s: float
+    """The mean time between samples (a little over the sampler's sleep)."""
 
 
 class OverlapSampler:
-    """Samples two threads' states every ``interval_s`` while the ``with`` block runs."""
+    """Samples two threads of ``pid`` while the ``with`` block runs; :attr:`overlap` after it.
 
-    def __init__(self, pid: int, first: int, second: int, interval_s: float = 0.001) -> None:
-        self._pid, self._tids, self._interval_s = pid, (first, second), interval_s
-        self._counts = [0, 0, 0, 0]  # samples; first running; second running; both
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, name="overlap-sampler", daemon=True)
+    Raises :class:`RuntimeError` on leaving the block if the sampler failed (a thread ended).
+    """
 
-    def _sample(self) -> None:
-        first, second = self._tids
-        while not self._stop.is_set():
-            running = (_state(self._pid, first) == "R", _state(self._pid, second) == "R")
-            self._counts[0] += 1
-            self._counts[1] += running[0]
-            self._counts[2] += running[1]
-            self._counts[3] += running[0] and running[1]
-            time.sleep(self._interval_s)
+    def __init__(self, pid: int, first: int, second: int) -> None:
+        self._command = [sys.executable, "-m", __name__, str(pid), str(first), str(second)]
+        self._process: subprocess.Popen[str] | None = None
+        self.overlap: Overlap | None = None
 
     def __enter__(self) -> OverlapSampler:
-        self._thread.start()
+        self._process = subprocess.Popen(
+            self._command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert self._process.stdout is not None
+        if self._process.stdout.readline().strip() != "sampling":
+            raise RuntimeError(f"the overlap sampler did not start: {self._finish()}")
         return self
 
     def __exit__(
@@ -90,12 +64,41 @@ class OverlapSampler:
         error: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def overlap(self) -> Overlap:
-        """The shares so far (all zero before the first sample)."""
-        samples, first, second, both = self._counts
+        counts = self._finish()
+        if kind is not None:
+            return
+        try:
+            samples, first, second, both, seconds = (float(part) for part in counts.split())
+        except ValueError:
+            raise RuntimeError(f"the overlap sampler failed: {counts}") from None
         if not samples:
-            return Overlap(0.0, 0.0, 0.0, 0)
-        return Overlap(first / samples, second / samples, both / samples, samples)
+            raise RuntimeError("the overlap sampler took no sample")
+        self.overlap = Overlap(
+            first / samples, second / samples, both / samples, int(samples), seconds / samples
+        )
+
+    def _finish(self) -> str:
+        assert self._process is not None
+        out, err = self._process.communicate("", timeout=30)
+        return out.strip() if self._process.returncode == 0 else err.strip()[-500:]
+
+
+def _sample(pid: int, first: int, second: int) -> None:
+    """Count states until stdin closes, then print the counts and the seconds sampled."""
+    samples = first_running = second_running = both = 0
+    waiting = selectors.DefaultSelector()
+    waiting.register(sys.stdin, selectors.EVENT_READ)
+    print("sampling", flush=True)
+    start = time.perf_counter()
+    while not waiting.select(timeout=INTERVAL_S):
+        running = (thread_state(pid, first) == "R", thread_state(pid, second) == "R")
+        samples += 1
+        first_running += running[0]
+        second_running += running[1]
+        both += running[0] and running[1]
+    elapsed = time.perf_counter() - start
+    print(samples, first_running, second_running, both, f"{elapsed:.6f}", flush=True)
+
+
+if __name__ == "__main__":
+    _sample(*(int(argument) for argument in sys.argv[1:4]))

@@ -126,11 +126,55 @@ def _thread_times(pid: int) -> dict[int, tuple[float, float]]:
     times = {}
     for task in (_PROC / str(pid) / "task").iterdir():
         try:
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            fields = _stat_fields(task)
         except FileNotFoundError:
             continue  # the thread ended while the directory was read
         times[int(task.name)] = (int(fields[11]) / _TICKS_PER_S, int(fields[12]) / _TICKS_PER_S)
     return times
+
+
+def _stat_fields(task: Path) -> list[str]:
+    """A thread's ``stat`` fields after its name: the state first."""
+    return (task / "stat").read_text().rsplit(")", 1)[1].split()
+
+
+def thread_state(pid: int, tid: int) -> str:
+    """The thread's scheduler state: ``R`` on a CPU or ready for one, ``S``/``D`` asleep."""
+    return _stat_fields(_PROC / str(pid) / "task" / str(tid))[0]
+
+
+def schedstat_available() -> bool:
+    """Whether threads' CPU time can be read in nanoseconds (``schedstat``)."""
+    return (_PROC / "self" / "schedstat").is_file()
+
+
+def on_cpu_ns(pid: int, tid: int) -> int:
+    """The thread's time on a CPU so far, in nanoseconds (up to date at its last tick)."""
+    return int((_PROC / str(pid) / "task" / str(tid) / "schedstat").read_text().split()[0])
+
+
+def on_cpu_now(pid: int) -> dict[int, int]:
+    """Every thread's on-CPU nanoseconds now (threads ending meanwhile are left out)."""
+    found = {}
+    for task in (_PROC / str(pid) / "task").iterdir():
+        try:
+            found[int(task.name)] = on_cpu_ns(pid, int(task.name))
+        except FileNotFoundError:
+            continue
+    return found
+
+
+def busiest_other(pid: int, before: dict[int, int]) -> int | None:
+    """The thread, other than the main one, that ran longest since ``before`` (on-CPU ns)."""
+    spent = []
+    for tid, then in before.items():
+        if tid == pid:
+            continue
+        try:
+            spent.append((on_cpu_ns(pid, tid) - then, tid))
+        except FileNotFoundError:
+            continue  # the thread has ended
+    return max(spent)[1] if spent else None
 
 
 def _io_counters(pid: int) -> dict[str, int]:

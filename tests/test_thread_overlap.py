@@ -1,7 +1,7 @@
 """Benchmark 6's overlap sampler, on a child process whose two threads behave as we choose.
 
-The sampler reads the child's threads from ``/proc`` in this process, as the benchmark does with
-an effector, so its own Python never competes with the sampled threads for their GIL.
+The sampler runs in a process of its own, as it does beside an effector, so its Python never
+competes with the sampled threads for their GIL.
 """
 
 from __future__ import annotations
@@ -12,7 +12,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from benchmarks.thread_overlap import Overlap, OverlapSampler, busiest_other, on_cpu_now
+import pytest
+
+from benchmarks.thread_overlap import Overlap, OverlapSampler
+from benchmarks.usage import busiest_other, on_cpu_now, schedstat_available
 
 _CHILD = """
 import hashlib, sys, threading, time
@@ -59,12 +62,14 @@ def _sample(first: str, second: str) -> Overlap:
         sampler = OverlapSampler(pid, first_id, second_id)
         with sampler:
             time.sleep(0.8)
-    return sampler.overlap()
+    assert sampler.overlap is not None
+    return sampler.overlap
 
 
 def test_a_spinning_thread_beside_a_dozing_one_never_overlaps() -> None:
     overlap = _sample("spin", "doze")
-    assert overlap.samples > 300
+    assert overlap.samples > 100
+    assert 0.0009 < overlap.interval_s < 0.01
     assert overlap.first_running > 0.3
     assert overlap.second_running < 0.05
     assert overlap.both_running < 0.05
@@ -80,6 +85,15 @@ def test_python_spinners_overlap_far_less_than_threads_outside_the_gil() -> None
     assert apart.both_running < together.both_running - 0.3
 
 
+def test_a_sampler_whose_thread_is_gone_fails_loudly() -> None:
+    with _child("doze", "doze") as (pid, dozing, _):
+        sampler = OverlapSampler(pid, dozing, 2**22 + 1)  # above Linux's largest thread id
+        with pytest.raises(RuntimeError, match="the overlap sampler failed"), sampler:
+            time.sleep(0.05)
+    assert sampler.overlap is None
+
+
+@pytest.mark.skipif(not schedstat_available(), reason="needs Linux's /proc schedstat")
 def test_busiest_other_finds_the_thread_that_ran() -> None:
     with _child("doze", "spin") as (pid, dozing, spinning):
         before = on_cpu_now(pid)

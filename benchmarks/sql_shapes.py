@@ -1,0 +1,25 @@
+"""A SQL statement's shape: one line, its lists of parameters folded, for counting by statement.
+
+A statement run over batches of different sizes is one shape, not one per size. Shapes are kept
+whole for grouping and shortened only to be shown, so two statements that begin alike stay apart.
+"""
+
+from __future__ import annotations
+
+import re
+
+POSTGRES_PARAMETER = r"\$\d+"
+SQLITE_PARAMETER = r"\?"
+
+
+def shape(sql: str, parameter: str) -> str:
+    """``sql`` on one line with its lists of ``parameter`` (a regular expression) folded."""
+    row = rf"\({parameter}(?:, {parameter})*\)"
+    text = re.sub(r"\s+", " ", sql).strip()
+    text = re.sub(rf"{row}(?:, {row})*", "(...)", text)
+    return re.sub(rf"{parameter}(?:, {parameter})+", "...", text)
+
+
+def shortened(text: str, width: int = 70) -> str:
+    """``text`` cut to ``width`` characters, an ellipsis marking the cut."""
+    return text if len(text) <= width else text[: width - 3] + "..."
