@@ -189,25 +189,24 @@ its entries in the by-state and by-tool indexes, and the key-ordered indexes (th
 by-key and the queue index) take a leaf page per intent because a batch's keys are spread over them.
 Earlier side measurements, not of this run, sized those parts: recorded at cdcec1b (schema 6; the
 store's transactions alone, 3 x 20,000 intents in batches of 500, results in groups of 128) the
-fsynced COMMITs took half the writer's wall time and wrote 2.7 WAL pages per intent (one at Submit,
-1.7 at its result and the claim after it); when the sustained rate was about 3,300/s (recorded at
-2caff7c), dropping the by-key, by-state, by-tool and completed indexes (which the console's queries
-need) reached 3,600-4,100 intents/s, 10-25% of the rate, each of the first three costing 4-6 KiB
-written and 15-35 µs of the writer's CPU per intent; recorded at 9774df3, moving SQLite's
-checkpoints onto a thread of their own cut the store's transactions alone by about a tenth but did
-not move the sustained rate measurably, and a GIL switch interval of 0.2 ms instead of 5 did not
-shorten the writer's waits inside its transactions. The event loop's share is spread over gRPC,
-Submit's validation and digest, and the worker's path per intent (a task, the timeout, the
-pooled-thread hop of the sync `noop` tool, validating the arguments again to build the call). Next,
-for the writer (none measured yet): write each intent row twice instead of three times (keep the
-running claim and its attempt on the key row, which already holds the claim's token and intent id: a
-store schema change, which cuts the claim's UPDATE of the intent rows), take the state out of the
-by-tool and by-state indexes (which cuts what the UPDATE recording each result moves), and on
-PostgreSQL stop counting pending intents on the key row that Submits and results both lock.
-Validating the arguments again before execution is not worth a cache: outside the profiler,
-`prepare_call` for the `noop` tool (the tool's lookup, the JSON parse and `validate_arguments`,
-which alone took 2.2 µs) took 3.7 µs (a side measurement recorded at 6fe19ef, timeit).
-{_outlook(sqlite)}"""
+fsynced COMMITs wrote 2.7 WAL pages per intent (one at Submit, 1.7 at its result and the claim after
+it); when the sustained rate was about 3,300/s (recorded at 2caff7c), dropping the by-key, by-state,
+by-tool and completed indexes (which the console's queries need) reached 3,600-4,100 intents/s,
+10-25% of the rate, each of the first three costing 4-6 KiB written and 15-35 µs of the writer's CPU
+per intent; recorded at 9774df3, moving SQLite's checkpoints onto a thread of their own cut the
+store's transactions alone by about a tenth but did not move the sustained rate measurably, and a
+GIL switch interval of 0.2 ms instead of 5 did not shorten the writer's waits inside its
+transactions. The event loop's share is spread over gRPC, Submit's validation and digest, and the
+worker's path per intent (a task, the timeout, the pooled-thread hop of the sync `noop` tool,
+validating the arguments again to build the call). Next, for the writer (none measured yet): write
+each intent row twice instead of three times (keep the running claim and its attempt on the key row,
+which already holds the claim's token and intent id: a store schema change, which cuts the claim's
+UPDATE of the intent rows), take the state out of the by-tool and by-state indexes (which cuts what
+the UPDATE recording each result moves), and on PostgreSQL stop counting pending intents on the key
+row that Submits and results both lock. Validating the arguments again before execution is not worth
+a cache: outside the profiler, `prepare_call` for the `noop` tool (the tool's lookup, the JSON parse
+and `validate_arguments`, which alone took 2.2 µs) took 3.7 µs (a side measurement recorded at
+6fe19ef, timeit). {_outlook(sqlite)}"""
 
 
 def _writer_split(sqlite: IntentCost | None) -> str:
@@ -342,9 +341,9 @@ so with 500 intents per call the store's own insert rate bounds the call rate (e
 insert-and-commit floor reaches only the fraction of the no-op rate shown above). With one
 intent per call on SQLite, every caller waits for the fsync of the group commit its intent
 joined, and the 64 callers wait rather than send more: the `synchronous=NORMAL` row is the same
-effector without that wait, and the machine's disk sets how long it is. On PostgreSQL with one
-intent per call, two replicas, the PostgreSQL server and the client share the machine's cores,
-and each group commit is four round trips through psycopg (BEGIN, the intents' INSERT ...
+effector without that wait (what it changes in this run is in "what is left"). On PostgreSQL
+with one intent per call, two replicas, the PostgreSQL server and the client share the machine's
+cores, and each group commit is four round trips through psycopg (BEGIN, the intents' INSERT ...
 RETURNING, the key rows' upsert, COMMIT) whose Python work holds the GIL the gRPC handlers need."""
 
 EXECUTION_PATH = """\

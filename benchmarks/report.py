@@ -13,6 +13,7 @@ import math
 import os
 import platform
 import sqlite3
+import subprocess
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -187,6 +188,23 @@ def load_average() -> str:
     return ", ".join(f"{value:.2f}" for value in os.getloadavg())
 
 
+def revision() -> str:
+    """The commit the suite runs from, and whether the tracked files differ from it."""
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*arguments: str) -> str:
+        return subprocess.run(
+            ["git", *arguments], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "--short=12", "HEAD")
+        changed = git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (not a git checkout)"
+    return commit + (" with uncommitted changes" if changed else ", clean")
+
+
 def machine_info() -> dict[str, str]:
     """What the run ran on, for the report's header."""
     return {
@@ -200,6 +218,7 @@ def machine_info() -> dict[str, str]:
         "SQLite": sqlite3.sqlite_version,
         "Load average at start (1, 5, 15 min)": load_average(),
         "Date (UTC)": datetime.now(UTC).strftime("%Y-%m-%d %H:%M"),
+        "Revision": revision(),
     }
 
 

@@ -8,6 +8,7 @@ numbers, sample counts, floors where the benchmark has one. Nothing here asserts
 from __future__ import annotations
 
 import math
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -127,6 +128,10 @@ def test_suite_writes_the_report(tmp_path: Path) -> None:
     text = report.read_text()
     assert text.startswith("# Benchmarks")
     assert "## Machine" in text and "| CPU |" in text and "| Apache Beam |" in text
+    head = subprocess.run(
+        ["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    assert f"| Revision | {head}" in text  # the commit the numbers belong to
     assert "## Results" in text and "| 1 | no-op activation, 100 keys |" in text
     assert "### 1. No-op and model-call activations" in text
 
