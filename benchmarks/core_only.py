@@ -12,18 +12,27 @@ import time
 from beam_agents import AgentConfig
 from beam_agents.core.agent import AgentFn
 from beam_agents.core.dofn import AgentDoFn
-from benchmarks.pipelines import keyed_events
+from benchmarks.pipelines import Element, keyed_events
 from tests.core.harness import InMemoryKeyState
 
 
 def core_microseconds(
-    agent: AgentFn, config: AgentConfig, *, keys: int, activations: int, rounds: int = 5
+    agent: AgentFn,
+    config: AgentConfig,
+    *,
+    keys: int,
+    activations: int,
+    rounds: int = 5,
+    elements: list[Element] | None = None,
 ) -> float:
-    """Best thread CPU time per activation of ``agent`` over ``keys`` keys, in microseconds."""
+    """Best thread CPU time per activation of ``agent`` over ``keys`` keys, in microseconds.
+
+    ``elements`` replaces the events (``activations`` of them) where they must carry more.
+    """
     dofn = AgentDoFn(agent, config)
     dofn.setup()
     cells: dict[bytes, InMemoryKeyState] = {}
-    elements = keyed_events(activations, keys)
+    elements = keyed_events(activations, keys) if elements is None else elements
 
     def run_all() -> None:
         for key, envelope in elements:

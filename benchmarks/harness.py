@@ -159,6 +159,27 @@ def cumulative(stats: pstats.Stats, path: str, function: str) -> tuple[float, in
     return seconds, calls
 
 
+def grown_functions(
+    small: tuple[pstats.Stats, int], large: tuple[pstats.Stats, int], top: int = 6
+) -> list[tuple[str, float]]:
+    """The functions whose own time per unit grew most from ``small`` to ``large`` (µs).
+
+    Each is a profile and the units it covered; the growth is self time, so a function is
+    charged only for its own work, not its callees'.
+    """
+
+    def per_unit(stats: pstats.Stats, units: int) -> dict[str, float]:
+        own: dict[str, float] = {}
+        for (filename, line, function), entry in _entries(stats).items():
+            where = f"{_short_path(filename)}:{line}({function})"
+            own[where] = own.get(where, 0.0) + entry[2] * 1e6 / units
+        return own
+
+    before, after = per_unit(*small), per_unit(*large)
+    grown = sorted(((after[k] - before.get(k, 0.0), k) for k in after), reverse=True)[:top]
+    return [(where, growth) for growth, where in grown]
+
+
 def findings(
     stats: pstats.Stats, hotspots: Sequence[Hotspot], *, busy_s: float, unit: str, units: int
 ) -> list[str]:

@@ -13,9 +13,11 @@ from beam_agents import AgentConfig, RunAgent
 from beam_agents.core.agent import AgentFn, Complete
 from beam_agents.core.context import ActivationContext
 from beam_agents.core.memory import MEMORY_CAP_BYTES
+from benchmarks import commit_placement, in_pipeline
 from benchmarks.harness import (
     Hotspot,
     findings,
+    grown_functions,
     profile_call,
     seconds_per_call,
     summarize_profile,
@@ -264,6 +266,18 @@ def run(quick: bool) -> BenchmarkResult:
     details = _split(figures)
     if notes:
         details.append("Sizes that took extra rounds: " + " ".join(notes))
+    ends = (SIZES[0], SIZES[-1])
+    placement = commit_placement.place(
+        ends,
+        _events,
+        (_activations(ends[0], quick), _activations(ends[1], quick)),
+        rewrite_memory,
+        in_pipeline.TimedMemoryFloor,
+    )
+    placed = commit_placement.account(
+        placement, figures[0], figures[len(SIZES) - 1], (_label(ends[0]), _label(ends[1]))
+    )
+    details.append(placed)
     changed, untouched = BESIDE
     count = _activations(changed + untouched, quick)
     floor, _ = _seconds_per_activation(changed, count, _floor(changed + untouched), quick=quick)
@@ -285,12 +299,15 @@ def run(quick: bool) -> BenchmarkResult:
         definition=DEFINITION,
         figures=figures,
         details=details,
-        remaining=_remaining(figures),
+        remaining=_remaining(figures, placed),
     )
 
 
-def _remaining(figures: list[Figure]) -> str:
-    """Each missed size's distance to 2x, split into the fixed cost and what grows with S."""
+def _remaining(figures: list[Figure], placed: str) -> str:
+    """Each missed size's distance to 2x, split into the fixed cost and what grows with S.
+
+    ``placed`` is the in-pipeline account of the growth (:mod:`benchmarks.commit_placement`).
+    """
     by_size = {size: figure for size, figure in zip(SIZES, figures, strict=False)}
     smallest = by_size[SIZES[0]]
     assert smallest.floor is not None
@@ -309,27 +326,23 @@ def _remaining(figures: list[Figure]) -> str:
             + (
                 f"; cutting {over:.1f} of the fixed cost's {fixed:.0f} µs would meet 2x here."
                 if fixed >= over
-                else "."
+                else f"; even with none of the fixed cost it would be {over - fixed:.1f} µs "
+                "over: the growth must be cut too."
             )
         )
         unplaced = unplaced or grows > UNPLACED_US
     if not parts:
         return ""
-    growth = (
-        f"Our code copies no large value, so growth beyond the floor's of over {UNPLACED_US:.0f} "
-        "µs is not placed by this run's figures: the profile below is taken at the largest size "
-        "to place it. "
-        if unplaced
-        else ""
-    )
+    growth = f"{placed} " if placed and unplaced else ""
     return (
         " ".join(parts)
         + f" {growth}Next: the fixed cost of an activation (benchmark 1, the same work at every "
-        "size), then what Beam does with the size: a commit clears the bag and adds every "
-        "element again, so Beam re-encodes the untouched slots into its state stream; a bag of "
-        "slot records appended as slots change, the newest record of a key winning and the bag "
-        "compacted when its dead bytes pass its live ones (a layout change, versioned), would "
-        "hand Beam only the slots a commit changed."
+        "size), then the growth where the account above places it, the largest part first (the "
+        "profile below compares the two sizes function by function). A bag of slot records "
+        "appended as slots change (the newest record of a key winning, the bag compacted when "
+        "its dead bytes pass its live ones; a versioned layout change) would hand Beam only the "
+        "slots a commit changed: that moves the row with an untouched slot beside the changed "
+        "one, not these rows, whose memory is the one slot each commit changes."
     )
 
 
@@ -378,16 +391,25 @@ HOTSPOTS = (
 
 
 def profile(quick: bool) -> ProfileOutput:
-    """cProfile the agent pipeline at the largest size, where the ratio is furthest from 2x."""
-    size = QUICK_SIZES[-1] if quick else SIZES[-1]
-    count = _activations(size, quick)
-    elements = _events(count, size)
-    stats = profile_call(lambda: run_pipeline(elements, _agent(rewrite_memory)))
+    """cProfile the agent pipeline at the largest size, and at the smallest to compare."""
+    sizes = QUICK_SIZES if quick else SIZES
+    runs = []
+    count = _activations(sizes[-1], quick)  # the same at both sizes: start-up cancels out
+    for size in (sizes[0], sizes[-1]):
+        elements = _events(count, size)
+        pipeline = functools.partial(run_pipeline, elements, _agent(rewrite_memory))
+        runs.append((profile_call(pipeline), count))
+    stats = runs[1][0]
+    grown = grown_functions(runs[0], runs[1])
     return ProfileOutput(
         findings=[
-            f"Profiled: the agent pipeline over {count:,} activations of {_label(size)}; shares "
-            "are of all profiled time, start-up included.",
+            f"Profiled: the agent pipeline over {count:,} activations of {_label(sizes[-1])}; "
+            "shares are of all profiled time, start-up included.",
             *findings(stats, HOTSPOTS, busy_s=total_seconds(stats), unit="activation", units=count),
+            f"What grew most from {_label(sizes[0])} (as many activations, profiled the same "
+            f"way) to {_label(sizes[-1])}, own time per activation under the profiler: "
+            + "; ".join(f"`{where}` {growth:+.1f} µs" for where, growth in grown)
+            + ".",
         ],
         raw=summarize_profile(stats),
     )
