@@ -337,7 +337,7 @@ def _remaining(figures: list[Figure], placed: str) -> str:
     return (
         " ".join(parts)
         + f" {growth}Next: the fixed cost of an activation (benchmark 1, the same work at every "
-        "size), then the growth where the account above places it, the largest part first (the "
+        "size), then the growth, in the part the placement in the details puts most of it (the "
         "profile below compares the two sizes function by function). A bag of slot records "
         "appended as slots change (the newest record of a key winning, the bag compacted when "
         "its dead bytes pass its live ones; a versioned layout change) would hand Beam only the "
