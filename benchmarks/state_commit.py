@@ -51,6 +51,14 @@ changes a 1 KiB slot beside a 255 KiB slot the agent never touches, against the 
 same 256 KiB. (The `--quick` smoke run times N activations once, start-up included, and skips the
 last row.) Target, from the issue, for a changed slot of 64 KiB and up: at most 2x the floor.
 
+What the marginal cost leaves out. `FnApiRunner` runs each of these inputs as one bundle (a side
+measurement recorded at 862b21b: one bundle for 400, 800, 8,000 and 16,000 events), and Beam
+commits a key's state to the runner once per bundle, at its end: each run commits every key
+once, so the commits cancel out of (2N - N) / N. The figures are each activation's work with the
+memory in Beam's state cache and in our code, not the write to the runner; a streaming runner's
+small bundles would add a commit per key and bundle to both sides. Measuring that (one bundle per
+activation, or an activation per key) is the next change to this benchmark.
+
 How a commit encodes memory. When this was changed, profiling the 256 KiB pipeline (cProfile,
 1,600 activations) found
 the runtime copying the memory four times an activation where the floor copies it once (making
