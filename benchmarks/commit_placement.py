@@ -44,13 +44,10 @@ def place(
     ours = timed_agent(agent, AgentConfig())
 
     def timed(make: Callable[[], beam.DoFn], size: int, count: int) -> InPipeline:
-        # The events carry their keys: ``keys`` only shapes events in_pipeline makes itself.
-        return in_pipeline(make, keys=0, activations=count, elements=events(count, size))
+        return in_pipeline(make, events(count, size))
 
     def alone(size: int, count: int) -> float:
-        return core_microseconds(
-            agent, AgentConfig(), keys=0, activations=count, elements=events(count, size)
-        )
+        return core_microseconds(agent, AgentConfig(), events(count, size))
 
     pairs = list(zip(sizes, counts, strict=True))
     return Placement(

@@ -12,27 +12,17 @@ import time
 from beam_agents import AgentConfig
 from beam_agents.core.agent import AgentFn
 from beam_agents.core.dofn import AgentDoFn
-from benchmarks.pipelines import Element, keyed_events
+from benchmarks.pipelines import Element
 from tests.core.harness import InMemoryKeyState
 
 
 def core_microseconds(
-    agent: AgentFn,
-    config: AgentConfig,
-    *,
-    keys: int,
-    activations: int,
-    rounds: int = 5,
-    elements: list[Element] | None = None,
+    agent: AgentFn, config: AgentConfig, elements: list[Element], *, rounds: int = 5
 ) -> float:
-    """Best thread CPU time per activation of ``agent`` over ``keys`` keys, in microseconds.
-
-    ``elements`` replaces the events (``activations`` of them) where they must carry more.
-    """
+    """Best thread CPU time per activation of ``agent`` over the keyed ``elements``, in µs."""
     dofn = AgentDoFn(agent, config)
     dofn.setup()
     cells: dict[bytes, InMemoryKeyState] = {}
-    elements = keyed_events(activations, keys) if elements is None else elements
 
     def run_all() -> None:
         for key, envelope in elements:
@@ -50,4 +40,4 @@ def core_microseconds(
             best = min(best, time.thread_time() - started)
     finally:
         dofn.teardown()
-    return best / activations * 1e6
+    return best / len(elements) * 1e6

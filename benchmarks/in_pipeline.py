@@ -33,7 +33,6 @@ from benchmarks.pipelines import (
     BareMemoryDoFn,
     BareStatefulDoFn,
     Element,
-    keyed_events,
     run_pipeline,
 )
 
@@ -115,24 +114,15 @@ class InPipeline:
         return self.process_us - self.state_us
 
 
-def in_pipeline(
-    make: Callable[[], beam.DoFn],
-    *,
-    keys: int,
-    activations: int,
-    elements: list[Element] | None = None,
-) -> InPipeline:
-    """Run the DoFn ``make`` gives over ``activations`` events on ``keys`` keys, after a warm-up.
-
-    ``elements`` replaces the events (``activations`` of them) where they must carry more.
-    """
+def in_pipeline(make: Callable[[], beam.DoFn], elements: list[Element]) -> InPipeline:
+    """Run the DoFn ``make`` gives over the keyed ``elements``, after a warm-up on a twentieth."""
 
     def stage(keyed: PCollection[Element]) -> None:
         keyed | "Timed" >> beam.ParDo(make()).with_outputs(
             INTENTS_TAG, TRACES_TAG, ERRORS_TAG, RECORDS_TAG, main=OUTPUT_TAG
         )
 
-    elements = keyed_events(activations, keys) if elements is None else elements
+    activations = len(elements)
     run_pipeline(elements[: activations // 20], stage)
     _Clock.process_ns = _Clock.state_ns = _Clock.calls = 0
     run_pipeline(elements, stage)

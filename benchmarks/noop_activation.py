@@ -161,10 +161,11 @@ def _splits(quick: bool, keys: int) -> tuple[list[str], list[Split]]:
     ]
     lines, splits = [], []
     for name, agent_fn, config, floor in cases:
+        events = keyed_events(activations, keys)
         split = Split(
-            core_microseconds(agent_fn, config, keys=keys, activations=activations, rounds=3),
-            in_pipeline(timed_agent(agent_fn, config), keys=keys, activations=activations),
-            in_pipeline(floor, keys=keys, activations=activations),
+            core_microseconds(agent_fn, config, events, rounds=3),
+            in_pipeline(timed_agent(agent_fn, config), events),
+            in_pipeline(floor, events),
         )
         splits.append(split)
         lines.append(

@@ -170,10 +170,9 @@ CORE_ACTIVATIONS = 4_000
 def _recording_python_us(quick: bool, keys: int) -> float:
     """What recording adds to our own Python per activation, measured without Beam."""
     activations, rounds = (400, 1) if quick else (CORE_ACTIVATIONS, CORE_ROUNDS)
-    measure = functools.partial(
-        core_microseconds, keys=keys, activations=activations, rounds=rounds
-    )
-    return measure(screen, make_config(record=True)) - measure(screen, make_config(record=False))
+    events = keyed_events(activations, keys)
+    measure = functools.partial(core_microseconds, screen, elements=events, rounds=rounds)
+    return measure(make_config(record=True)) - measure(make_config(record=False))
 
 
 def _remaining(figures: list[Figure], own_us: float) -> str:
