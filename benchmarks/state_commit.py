@@ -6,32 +6,32 @@ from __future__ import annotations
 
 import functools
 
-import apache_beam as beam
-from apache_beam.pvalue import PCollection
-
-from beam_agents import AgentConfig, RunAgent
-from beam_agents.core.agent import AgentFn, Complete
-from beam_agents.core.context import ActivationContext
-from beam_agents.core.memory import MEMORY_CAP_BYTES
-from benchmarks import commit_placement, in_pipeline
+from beam_agents import AgentConfig
+from benchmarks import commit_placement, memory_runs
+from benchmarks.core_only import core_microseconds
 from benchmarks.harness import (
     Hotspot,
     findings,
     grown_functions,
     profile_call,
-    seconds_per_call,
     summarize_profile,
     total_seconds,
 )
+from benchmarks.in_pipeline import InPipeline
+from benchmarks.memory_runs import (
+    BESIDE,
+    KEYS,
+    QUICK_SIZES,
+    SIZES,
+    label,
+    rewrite_beside_untouched,
+    rewrite_memory,
+)
 from benchmarks.pipelines import (
-    BareMemoryDoFn,
-    Element,
-    Stage,
-    keyed_events,
-    memory_value,
     run_pipeline,
 )
 from benchmarks.report import BenchmarkResult, Figure, Goal, ProfileOutput, Target
+from benchmarks.runner_commit import timing_commits
 
 TITLE = "State commit cost against working-memory size"
 
@@ -39,25 +39,37 @@ DEFINITION = """\
 An agent that, on every activation, sets one working-memory slot to a fresh value of S bytes (the
 value changes every time, so every commit writes the memory cell) and completes. The floor is a bare
 stateful `DoFn` that does the no-op state traffic and also reads the memory cell and writes a fresh
-value of the same S bytes. Both run on `FnApiRunner` over 10 keys. To keep pipeline start-up out of
-the figure, each is run over N and over 2N activations, three times each in turn (up to four while
-load from elsewhere leaves the best 2N run no slower than the best N run, or a size's cost under 0.9
-times the same pipeline's at 1 KiB, which writing more bytes cannot be; re-running only low figures
-leans them high, so the details list the sizes that needed it, and a size still under after four is
-not judged against the target), and the cost per activation is the difference of the best times
-divided by N (the marginal cost), with N from 8,000 at 1 KiB down to 400 at the largest size. The
-largest size is 1 MiB less 1 KiB, because working memory is capped at 1 MiB serialized. The last row
-changes a 1 KiB slot beside a 255 KiB slot the agent never touches, against the floor writing the
-same 256 KiB. (The `--quick` smoke run times N activations once, start-up included, and skips the
-last row.) Target, from the issue, for a changed slot of 64 KiB and up: at most 2x the floor.
+value of the same S bytes. Both run on `FnApiRunner` over 10 keys. Two figures per size:
 
-What the marginal cost leaves out. `FnApiRunner` runs each of these inputs as one bundle (a side
-measurement recorded at 862b21b: one bundle for 400, 800, 8,000 and 16,000 events), and Beam
-commits a key's state to the runner once per bundle, at its end: each run commits every key
-once, so the commits cancel out of (2N - N) / N. The figures are each activation's work with the
-memory in Beam's state cache and in our code, not the write to the runner; a streaming runner's
-small bundles would add a commit per key and bundle to both sides. Measuring that (one bundle per
-activation, or an activation per key) is the next change to this benchmark.
+- **An activation** (rows "activation, memory value of S"): `FnApiRunner` runs each of these
+  inputs as one bundle, and Beam commits a key's state to the runner once per bundle, at its end.
+  Each pipeline runs over N and over 2N activations, in five rounds, and the cost per activation
+  is the median of the rounds' (process CPU of 2N - process CPU of N) / N, with N of 8,000 (2,050
+  at the largest size). The embedded runner does all its work in this process, so its CPU
+  time is the pipeline's work and load from other processes does not count; the commits cancel
+  out, so this is each activation's work with the memory in Beam's state cache and in our code.
+  A cost below the same DoFn's own thread CPU inside `process` at that size (timed over 2,000
+  activations first, `benchmarks/in_pipeline.py`), or below 0.9 times the same pipeline's cost at
+  1 KiB (writing more bytes cannot cost less), cannot be right: the size gets up to two more
+  rounds, and a size still under is not judged against the target.
+- **Beam's commit of a key's state** (rows "Beam's commit of a key's state, memory value of S"):
+  the thread CPU of Beam's user-state commit at the bundle's end (which encodes every cell the
+  bundle changed, hands it to the runner, and puts it in the SDK's state cache, which weighs it),
+  per key, timed in the same runs (`benchmarks/runner_commit.py`), median of the runs. A runner
+  that commits after every activation (a streaming runner's small bundles) adds this to every
+  activation on both sides; the details add the two.
+
+One activation per key would commit every activation, but on this runner it measures Beam's cost
+per key instead: a side measurement recorded at f4328f8 (8,000 and 16,000 activations, each on a
+key of its own) gave the floor about 1,700 µs per activation at 1 KiB, against about 35 µs with
+10 keys, because Beam's state cache weighs each cell it loads or commits with `objsize`, which
+walks every loaded module's globals on each call (about 0.6 ms a weighing under cProfile).
+
+The largest size is 1 MiB less 1 KiB, because working memory is capped at 1 MiB serialized. The
+last row changes a 1 KiB slot beside a 255 KiB slot the agent never touches, against the floor
+writing the same 256 KiB. (The `--quick` smoke run times N activations once, start-up included,
+and skips the last row.) Target, from the issue, for a changed slot of 64 KiB and up: at most 2x
+the floor, for both figures.
 
 How a commit encodes memory. When this was changed, profiling the 256 KiB pipeline (cProfile,
 1,600 activations) found
@@ -99,115 +111,8 @@ TARGET = Target(Goal.RATIO_AT_MOST, 2.0)
 TARGET_FROM = 1 << 16
 """The issue's target covers changed slots of 64 KiB and up."""
 
-KEYS = 10
-SIZES = (1 << 10, 1 << 16, 1 << 18, MEMORY_CAP_BYTES - (1 << 10))
-QUICK_SIZES = (1 << 10, 1 << 16)
-BESIDE = (1 << 10, (1 << 18) - (1 << 10))
-"""The variant row: a slot of this many bytes changes beside an untouched one of that many."""
-BYTES_PER_RUN = 400 << 20
-"""How many bytes of memory the N-activation run writes (bounds N at large sizes)."""
-MAX_ACTIVATIONS = 8_000
-"""N at the small sizes (8,000 rather than 10,000 since the last row was added: same run time)."""
-ROUNDS = 3
-"""Runs of N and of 2N activations each, alternating; the best of each counts."""
-MAX_ROUNDS = 4
-"""Rounds allowed when noise leaves the best 2N run no slower than the best N run."""
 UNPLACED_US = 10.0
 """Growth beyond the floor's, in µs, that the account calls unplaced (we copy no large value)."""
-PLAUSIBLE = 0.9
-"""A larger size's cost below this share of the same pipeline's at the smallest is noise."""
-
-
-async def rewrite_memory(ctx: ActivationContext) -> Complete:
-    """Set the slot ``blob`` to a fresh value of the size the event names."""
-    ctx.memory.set("blob", memory_value(ctx.seq, int(ctx.event)))
-    return Complete()
-
-
-async def rewrite_beside_untouched(ctx: ActivationContext) -> Complete:
-    """Set ``blob`` as :func:`rewrite_memory` does, beside a slot ``base`` it never changes."""
-    memory = ctx.memory
-    if "base" not in memory.slot_sizes:
-        memory.set("base", bytes(BESIDE[1]))
-    memory.set("blob", memory_value(ctx.seq, int(ctx.event)))
-    return Complete()
-
-
-def _events(count: int, size: int) -> list[Element]:
-    elements = keyed_events(count, KEYS)
-    for _, envelope in elements:
-        envelope.external_event = b"%d" % size
-    return elements
-
-
-def _agent(agent: AgentFn) -> Stage:
-    def stage(keyed: PCollection[Element]) -> None:
-        keyed | "Agent" >> RunAgent(agent, config=AgentConfig())
-
-    return stage
-
-
-def _floor(memory_bytes: int) -> Stage:
-    def stage(keyed: PCollection[Element]) -> None:
-        keyed | "Floor" >> beam.ParDo(BareMemoryDoFn(memory_bytes))
-
-    return stage
-
-
-def _seconds_per_activation(
-    size: int,
-    count: int,
-    stage: Stage,
-    *,
-    quick: bool,
-    at_least: float = 0.0,
-    notes: list[str] | None = None,
-    name: str = "",
-) -> tuple[float, bool]:
-    """(best time of 2N activations - best time of N) / N; in a quick run, time of N / N.
-
-    Rounds continue (up to :data:`MAX_ROUNDS`) while a burst of load elsewhere on the machine
-    leaves 2N no slower than N, or the cost below ``at_least`` (the same pipeline's at the
-    smallest size, a little less: writing more bytes cannot cost less). Then the last positive
-    cost is reported, and ``notes`` says what the extra rounds did (re-running only low figures
-    leans them high).
-    """
-    if quick:
-        return seconds_per_call(lambda: run_pipeline(_events(count, size), stage)) / count, True
-    best = {count: float("inf"), 2 * count: float("inf")}
-    marginal = kept = 0.0
-    for round_ in range(MAX_ROUNDS):
-        for activations in best:
-            elements = _events(activations, size)
-            seconds = seconds_per_call(functools.partial(run_pipeline, elements, stage))
-            best[activations] = min(best[activations], seconds)
-        marginal = (best[2 * count] - best[count]) / count
-        kept = marginal if marginal > 0 else kept
-        if round_ + 1 >= ROUNDS and marginal > 0 and marginal >= at_least:
-            break
-    if not kept:
-        raise RuntimeError(
-            f"{2 * count} activations ran no slower than {count} in {MAX_ROUNDS} rounds: too noisy"
-        )
-    settled = marginal > 0 and marginal >= at_least
-    if notes is not None and round_ + 1 > ROUNDS:
-        outcome = "reached" if settled else "still under"
-        notes.append(
-            f"{name} at {_label(size)}: {round_ + 1} rounds, {outcome} 0.9x its cost at "
-            f"{_label(SIZES[0])} ({at_least * 1e6:.1f} µs), {kept * 1e6:.1f} µs reported"
-            + ("." if settled else ", not judged against the target.")
-        )
-    return kept, settled
-
-
-def _activations(size: int, quick: bool) -> int:
-    if quick:
-        return 20
-    return max(100, min(MAX_ACTIVATIONS, BYTES_PER_RUN // size))
-
-
-def _label(size: int) -> str:
-    return f"{size >> 10} KiB"
 
 
 def _split(figures: list[Figure]) -> list[str]:
@@ -217,104 +122,179 @@ def _split(figures: list[Figure]) -> list[str]:
     assert smallest.floor is not None
     fixed, floor_fixed = smallest.ours - smallest.floor, smallest.floor
     lines = [
-        f"Fixed cost of an activation over the floor (the {_label(SIZES[0])} row, ours less the "
+        f"Fixed cost of an activation over the floor (the {label(SIZES[0])} row, ours less the "
         f"floor): {fixed:.0f} µs, against the floor's own {floor_fixed:.0f} µs."
     ]
     for size, figure in by_size.items():
         if size >= TARGET_FROM and figure.floor is not None:
             excess = figure.ours - figure.floor
             lines.append(
-                f"{_label(size)}: ours less the floor {round(excess)} µs, of which "
+                f"{label(size)}: ours less the floor {round(excess)} µs, of which "
                 f"{round(excess - fixed)} µs beyond the fixed cost (what ours grew from "
-                f"{_label(SIZES[0])} beyond the floor's growth); the floor itself grew "
-                f"{round(figure.floor - floor_fixed)} µs from {_label(SIZES[0])}."
+                f"{label(SIZES[0])} beyond the floor's growth); the floor itself grew "
+                f"{round(figure.floor - floor_fixed)} µs from {label(SIZES[0])}."
             )
     return lines
 
 
 def run(quick: bool) -> BenchmarkResult:
-    """Measure every size, ours then the floor; then the variant with an untouched slot."""
-    figures = []
-    smallest: dict[str, float] = {}
+    """Measure every size, the floor then ours; then the variant with an untouched slot."""
+    sizes = QUICK_SIZES if quick else SIZES
+    inside = (
+        {}
+        if quick
+        else {size: memory_runs.inside(size, memory_runs.inside_count(size)) for size in sizes}
+    )
+    work: list[Figure] = []
+    commits: list[Figure] = []
+    weighed: list[str] = []
     notes: list[str] = []
-    for size in QUICK_SIZES if quick else SIZES:
-        count = _activations(size, quick)
-        stages = {"the floor": _floor(size), "ours": _agent(rewrite_memory)}
-        measured = {
-            name: _seconds_per_activation(
-                size,
-                count,
-                stage,
-                quick=quick,
-                at_least=PLAUSIBLE * smallest.get(name, 0.0),
-                notes=notes,
-                name=name,
+    smallest: dict[str, float] = {}
+    with timing_commits() as clock:
+        for size in sizes:
+            count = memory_runs.activations(size, quick)
+            stages = {
+                "the floor": memory_runs.floor_stage(size),
+                "ours": memory_runs.agent_stage(rewrite_memory),
+            }
+            measured = {
+                name: memory_runs.measure(
+                    size,
+                    count,
+                    stage,
+                    clock,
+                    quick=quick,
+                    at_least=(
+                        memory_runs.lower_bound(inside[size][name], smallest.get(name, 0.0))
+                        if inside
+                        else 0.0
+                    ),
+                    notes=notes,
+                    name=name,
+                )
+                for name, stage in stages.items()
+            }
+            floor, ours = measured["the floor"], measured["ours"]
+            smallest = smallest or {name: m.seconds for name, m in measured.items()}
+            targeted = size >= TARGET_FROM
+            work.append(
+                Figure(
+                    name=f"activation, memory value of {label(size)}",
+                    unit="µs/activation",
+                    ours=ours.seconds * 1e6,
+                    samples=count,
+                    floor=floor.seconds * 1e6,
+                    floor_label=FLOOR_LABEL,
+                    target=TARGET if targeted and floor.settled and ours.settled else None,
+                )
             )
-            for name, stage in stages.items()
+            commits.append(
+                Figure(
+                    name=f"Beam's commit of a key's state, memory value of {label(size)}",
+                    unit="µs/key",
+                    ours=ours.commit.commit_us,
+                    samples=KEYS * ours.runs,
+                    floor=floor.commit.commit_us,
+                    floor_label=FLOOR_LABEL,
+                    target=TARGET if targeted else None,
+                )
+            )
+            weighed.append(
+                f"{label(size)}: {ours.commit.weigh_us:.0f} of ours' "
+                f"{ours.commit.commit_us:.0f} µs, {floor.commit.weigh_us:.0f} of the floor's "
+                f"{floor.commit.commit_us:.0f}"
+            )
+        if quick:
+            return BenchmarkResult(
+                name="state_commit", title=TITLE, definition=DEFINITION, figures=work + commits
+            )
+        changed, untouched = BESIDE
+        count = memory_runs.activations(changed + untouched, quick)
+        beside = {
+            name: memory_runs.measure(changed, count, stage, clock, quick=quick)
+            for name, stage in (
+                ("the floor", memory_runs.floor_stage(changed + untouched)),
+                ("ours", memory_runs.agent_stage(rewrite_beside_untouched)),
+            )
         }
-        cost = {name: seconds for name, (seconds, _) in measured.items()}
-        settled = all(ok for _, ok in measured.values())
-        smallest = smallest or cost
-        floor, ours = cost["the floor"] * 1e6, cost["ours"] * 1e6
-        figures.append(
-            Figure(
-                name=f"commit, memory value of {_label(size)}",
-                unit="µs/activation",
-                ours=ours,
-                samples=count,
-                floor=floor,
-                floor_label=FLOOR_LABEL,
-                target=TARGET if size >= TARGET_FROM and settled else None,
-            )
-        )
-    if quick:
-        return BenchmarkResult(
-            name="state_commit", title=TITLE, definition=DEFINITION, figures=figures
-        )
-    details = _split(figures)
+    details = [*_split(work), _commit_account(work, commits, weighed)]
     if notes:
         details.append("Sizes that took extra rounds: " + " ".join(notes))
-    ends = (SIZES[0], SIZES[-1])
-    placement = commit_placement.place(
-        ends,
-        _events,
-        (_activations(ends[0], quick), _activations(ends[1], quick)),
-        rewrite_memory,
-        in_pipeline.TimedMemoryFloor,
-    )
     placed = commit_placement.account(
-        placement, figures[0], figures[len(SIZES) - 1], (_label(ends[0]), _label(ends[1]))
+        _placement(inside),
+        work[0],
+        work[-1],
+        (label(SIZES[0]), label(SIZES[-1])),
     )
     details.append(placed)
-    changed, untouched = BESIDE
-    count = _activations(changed + untouched, quick)
-    floor, _ = _seconds_per_activation(changed, count, _floor(changed + untouched), quick=quick)
-    ours, _ = _seconds_per_activation(changed, count, _agent(rewrite_beside_untouched), quick=quick)
-    figures.append(
+    figures = [
+        *work,
+        *commits,
         Figure(
-            name=f"commit, {_label(changed)} slot changed beside an untouched "
-            f"{_label(untouched)} slot",
+            name=f"activation, {label(changed)} slot changed beside an untouched "
+            f"{label(untouched)} slot",
             unit="µs/activation",
-            ours=ours * 1e6,
+            ours=beside["ours"].seconds * 1e6,
             samples=count,
-            floor=floor * 1e6,
+            floor=beside["the floor"].seconds * 1e6,
             floor_label=FLOOR_LABEL,
-        )
-    )
+        ),
+    ]
     return BenchmarkResult(
         name="state_commit",
         title=TITLE,
         definition=DEFINITION,
         figures=figures,
         details=details,
-        remaining=_remaining(figures, placed),
+        remaining=_remaining(work, commits, placed),
     )
 
 
-def _remaining(figures: list[Figure], placed: str) -> str:
+def _placement(inside: dict[int, dict[str, InPipeline]]) -> commit_placement.Placement:
+    """The in-pipeline split at the smallest and the largest size, and our code without Beam."""
+    ends = (SIZES[0], SIZES[-1])
+    return commit_placement.Placement(
+        ours=(inside[ends[0]]["ours"], inside[ends[1]]["ours"]),
+        floor=(inside[ends[0]]["the floor"], inside[ends[1]]["the floor"]),
+        alone=(
+            core_microseconds(
+                rewrite_memory,
+                AgentConfig(),
+                memory_runs.events(memory_runs.inside_count(ends[0]), ends[0]),
+            ),
+            core_microseconds(
+                rewrite_memory,
+                AgentConfig(),
+                memory_runs.events(memory_runs.inside_count(ends[1]), ends[1]),
+            ),
+        ),
+    )
+
+
+def _commit_account(work: list[Figure], commits: list[Figure], weighed: list[str]) -> str:
+    """Beam's commit per key beside the activation's cost, and what a commit per activation adds."""
+    largest_work, largest_commit = work[-1], commits[-1]
+    assert largest_work.floor is not None and largest_commit.floor is not None
+    ours = largest_work.ours + largest_commit.ours
+    floor = largest_work.floor + largest_commit.floor
+    return (
+        "Beam's commit of a key's state at the bundle's end (thread CPU of the user-state "
+        "context's commit over the run's keys, per key, median of the runs), of which Beam's state "
+        "cache weighing the committed cells: "
+        + "; ".join(weighed)
+        + f". A runner that committed after every activation (a bundle per activation) would add "
+        f"a key's commit to every activation on both sides: at {label(SIZES[-1])} ours "
+        f"{largest_work.ours:.0f} + {largest_commit.ours:.0f} = {ours:.0f} µs against the "
+        f"floor's {largest_work.floor:.0f} + {largest_commit.floor:.0f} = {floor:.0f}, "
+        f"{ours / floor:.2f}x."
+    )
+
+
+def _remaining(figures: list[Figure], commits: list[Figure], placed: str) -> str:
     """Each missed size's distance to 2x, split into the fixed cost and what grows with S.
 
-    ``placed`` is the in-pipeline account of the growth (:mod:`benchmarks.commit_placement`).
+    ``placed`` is the in-pipeline account of the growth (:mod:`benchmarks.commit_placement`);
+    a missed commit row is named with its figures (the details split off the cache's weighing).
     """
     by_size = {size: figure for size, figure in zip(SIZES, figures, strict=False)}
     smallest = by_size[SIZES[0]]
@@ -327,9 +307,9 @@ def _remaining(figures: list[Figure], placed: str) -> str:
         over = figure.ours - TARGET.bound * figure.floor
         grows = figure.ours - figure.floor - fixed
         parts.append(
-            f"At {_label(size)} ours is {over:.1f} µs above 2x the floor; of ours less the floor, "
+            f"At {label(size)} ours is {over:.1f} µs above 2x the floor; of ours less the floor, "
             f"{round(fixed)} µs is the fixed cost and {round(grows)} µs is what ours grew from "
-            f"{_label(SIZES[0])} beyond the floor's own growth of "
+            f"{label(SIZES[0])} beyond the floor's own growth of "
             f"{round(figure.floor - floor_fixed)} µs"
             + (
                 f"; cutting {over:.1f} of the fixed cost's {fixed:.0f} µs would meet 2x here."
@@ -339,14 +319,25 @@ def _remaining(figures: list[Figure], placed: str) -> str:
             )
         )
         unplaced = unplaced or grows > UNPLACED_US
+    missed_commits = [
+        f"{figure.name} is {figure.ratio:.2f}x the floor's ({figure.ours:.0f} against "
+        f"{figure.floor:.0f} µs per key; the details split off Beam's weighing of the cells)."
+        for figure in commits
+        if figure.met is False and figure.ratio is not None
+    ]
     if not parts:
-        return ""
-    growth = f"{placed} " if placed and unplaced else ""
+        return " ".join(missed_commits)
+    growth = (
+        f"{placed} Next: the fixed cost of an activation (benchmark 1, the same work at every "
+        "size), then the growth, in the part the placement puts most of it (the profile below "
+        "compares the two sizes function by function)."
+        if unplaced
+        else f"What ours grows with the size beyond the floor is under {UNPLACED_US:.0f} µs at "
+        "each missed size, so the next change is the fixed cost of an activation: benchmark 1's "
+        "no-op activation, the same work at every size (its entry says where that time goes)."
+    )
     return (
-        " ".join(parts)
-        + f" {growth}Next: the fixed cost of an activation (benchmark 1, the same work at every "
-        "size), then the growth, in the part the placement in the details puts most of it (the "
-        "profile below compares the two sizes function by function). A bag of slot records "
+        " ".join(missed_commits + parts) + f" {growth} A bag of slot records "
         "appended as slots change (the newest record of a key winning, the bag compacted when "
         "its dead bytes pass its live ones; a versioned layout change) would hand Beam only the "
         "slots a commit changed: that moves the row with an untouched slot beside the changed "
@@ -401,21 +392,25 @@ HOTSPOTS = (
 def profile(quick: bool) -> ProfileOutput:
     """cProfile the agent pipeline at the largest size, and at the smallest to compare."""
     sizes = QUICK_SIZES if quick else SIZES
-    runs = []
-    count = _activations(sizes[-1], quick)  # the same at both sizes: start-up cancels out
+    profiled = []
+    count = memory_runs.activations(
+        sizes[-1], quick
+    )  # the same at both sizes: start-up cancels out
     for size in (sizes[0], sizes[-1]):
-        elements = _events(count, size)
-        pipeline = functools.partial(run_pipeline, elements, _agent(rewrite_memory))
-        runs.append((profile_call(pipeline), count))
-    stats = runs[1][0]
-    grown = grown_functions(runs[0], runs[1])
+        elements = memory_runs.events(count, size)
+        pipeline = functools.partial(
+            run_pipeline, elements, memory_runs.agent_stage(rewrite_memory)
+        )
+        profiled.append((profile_call(pipeline), count))
+    stats = profiled[1][0]
+    grown = grown_functions(profiled[0], profiled[1])
     return ProfileOutput(
         findings=[
-            f"Profiled: the agent pipeline over {count:,} activations of {_label(sizes[-1])}; "
+            f"Profiled: the agent pipeline over {count:,} activations of {label(sizes[-1])}; "
             "shares are of all profiled time, start-up included.",
             *findings(stats, HOTSPOTS, busy_s=total_seconds(stats), unit="activation", units=count),
-            f"What grew most from {_label(sizes[0])} (as many activations, profiled the same "
-            f"way) to {_label(sizes[-1])}, own time per activation under the profiler: "
+            f"What grew most from {label(sizes[0])} (as many activations, profiled the same "
+            f"way) to {label(sizes[-1])}, own time per activation under the profiler: "
             + "; ".join(f"`{where}` {growth:+.1f} µs" for where, growth in grown)
             + ".",
         ],

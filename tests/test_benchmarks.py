@@ -32,7 +32,12 @@ EXPECTED_ROWS = {
         "a key's first activation in its bundle, overhead p99, L = 50 ms",
     ],
     "run_inference": ["per element, 100 keys"],
-    "state_commit": ["commit, memory value of 1 KiB", "commit, memory value of 64 KiB"],
+    "state_commit": [
+        "activation, memory value of 1 KiB",
+        "activation, memory value of 64 KiB",
+        "Beam's commit of a key's state, memory value of 1 KiB",
+        "Beam's commit of a key's state, memory value of 64 KiB",
+    ],
     "suspend_resume": ["round trip p50", "round trip p99"],
     "effector_throughput": [
         "sustained intents/s, SQLite",
