@@ -8,11 +8,9 @@ the end tell what earlier changes did, from the profiles that led to them.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from benchmarks.pg_statements import StatementTime
-from benchmarks.report import Figure
 from benchmarks.usage import Usage
 
 TARGET_PER_S = 9_000
@@ -385,37 +383,3 @@ three times (keep the running claim and its attempt on the key row, which alread
 claim's token and intent id), take the state out of the by-tool and by-state indexes' leading
 columns, validate arguments once at Submit and keep the validated form, and on PostgreSQL stop
 counting pending intents on the key row that Submits and results both lock."""
-
-
-def submit_account(figures: Sequence[Figure]) -> str:
-    """For each missed Submit-rate row: the wall time per call beyond the no-op server's."""
-    relaxed = next((f for f in figures if "synchronous=NORMAL" in f.name), None)
-    parts = []
-    for figure in figures:
-        if not figure.name.startswith("Submit calls/s") or figure.met is not False:
-            continue
-        assert figure.floor is not None
-        extra = 1e6 / figure.ours - 1e6 / figure.floor
-        text = (
-            f"{figure.name}: {figure.ours:,.0f} calls/s against the no-op gRPC server's "
-            f"{figure.floor:,.0f} in the same run, so the effector spends {extra:.0f} µs more per "
-            "call (one over the rate) than a server that does nothing: validating and digesting "
-            "the intent, its group "
-            "commit on the store's writer and the answer, with the sustained runs' per-intent "
-            "split above"
-        )
-        if relaxed is not None and "SQLite" in figure.name:
-            synced = 1e6 / figure.ours - 1e6 / relaxed.ours
-            text += (
-                f"; with `synchronous=NORMAL` (no fsync per commit) the effector served "
-                f"{relaxed.ours:,.0f} calls/s, so the fsync is {max(synced, 0.0):.0f} µs of that"
-            )
-        parts.append(text)
-    if not parts:
-        return ""
-    return (
-        "\n\n"
-        + "; ".join(parts)
-        + ". Next: the same cuts to the store's statements per intent as above (Submit writes "
-        "the intent row, its key row and, on PostgreSQL, the key-row upsert measured above)."
-    )

@@ -14,14 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import pg_statements, usage
+from benchmarks import pg_statements, submit_split, usage
 from benchmarks.effector_findings import (
     EXECUTION_PATH,
     PLANS_AND_QUEUE,
     WHAT_REMAINS,
     IntentCost,
     remaining,
-    submit_account,
 )
 from benchmarks.effector_load import (
     CONCURRENCY,
@@ -54,6 +53,7 @@ from benchmarks.noop_grpc import READY as NOOP_READY
 from benchmarks.pg_statements import StatementTimes, split_line
 from benchmarks.report import BenchmarkResult, Figure, Goal, ProfileOutput, Target
 from benchmarks.sqlite_statements import measure_writer
+from benchmarks.submit_split import SubmitSplit, submit_account
 from tests.pg import postgres_server
 
 TITLE = "Effector throughput: SQLite, and PostgreSQL with two replicas"
@@ -80,7 +80,11 @@ side and take turns, three rounds each after a warm-up, and the best round of ea
 SQLite the one-intent shape is measured once more, against the floor again, on an effector
 whose store runs with `synchronous=NORMAL` (its commits are not fsynced: durable against a
 crash of the effector, not of the machine); that row has no target and shows how much of the
-gap to the floor is the sync each group commit waits for.
+gap to the floor is the sync each group commit waits for. Right after the one-intent rounds,
+one more round of the same calls at each side reads every server thread's CPU time from
+`/proc` (`benchmarks/submit_split.py`), to split a call's cost by thread; on a single effector
+a third samples how often its event loop and its busiest other thread run at once. These
+rounds do not count toward the figures.
 
 Floors, measured in the same run: (a) the no-op gRPC server (`benchmarks/noop_grpc.py`: the
 same `Effector` service on the same `grpc.aio` server settings, in its own process, whose
@@ -145,10 +149,11 @@ def _shapes(quick: bool, size: tuple[int, int, int]) -> list[tuple[int, int, int
 
 def measure_store(
     store: StoreUnderTest, size: tuple[int, int, int], quick: bool, scratch: Path
-) -> tuple[list[Figure], list[str], IntentCost | None]:
+) -> tuple[list[Figure], list[str], IntentCost | None, dict[str, SubmitSplit | None]]:
     """Figures for one store: sustained intents/s and Submit calls/s, beside their floors.
 
-    Also where the sustained runs' CPU and bytes went, where ``/proc`` tells.
+    Also where the sustained runs' CPU and bytes went, where ``/proc`` tells, and the one-intent
+    Submit row's split by thread (:mod:`benchmarks.submit_split`), by the row's name.
     """
     count, batch, runs = size
     replicas = store.replicas
@@ -164,12 +169,15 @@ def measure_store(
     ingest = effector_command(store.database("ingest"), concurrency=0)
     relaxed: list[tuple[str, tuple[float, float]]] = []
     with (
-        servers([noop_command()] * replicas, NOOP_READY, scratch) as floor_targets,
-        servers([ingest] * replicas, EFFECTOR_READY, scratch) as our_targets,
+        server_processes([noop_command()] * replicas, NOOP_READY, scratch) as floor_servers,
+        server_processes([ingest] * replicas, EFFECTOR_READY, scratch) as our_servers,
     ):
+        floor_targets = [process.address for process in floor_servers]
+        our_targets = [process.address for process in our_servers]
         compared = [
             asyncio.run(compare_calls_per_s(floor_targets, our_targets, shape)) for shape in shapes
         ]
+        split = submit_split.measure(floor_servers, our_servers, shapes[0], store.server_pids)
         if store.relaxed is not None:
             relaxed_label, relaxed_database = store.relaxed
             relaxed_ingest = effector_command(relaxed_database("relaxed"), concurrency=0)
@@ -247,7 +255,7 @@ def measure_store(
     for (per_call, callers, intents), (noop_rate, our_rate), label, target in submit_rows:
         figures.append(
             Figure(
-                name=f"Submit calls/s ({_intents(per_call)} each, {callers} callers), {label}",
+                name=_submit_row(per_call, callers, label),
                 unit="calls/s",
                 ours=our_rate,
                 samples=intents // per_call,
@@ -270,14 +278,20 @@ def measure_store(
         f"p50 {percentile(best.ack_s, 0.5) * 1000:.1f} ms, "
         f"p99 {percentile(best.ack_s, 0.99) * 1000:.1f} ms.",
     ]
+    splits = {_submit_row(single, single_callers, store.label): split}
     if not usage.available():
-        return figures, details, None
-    return figures, [*details, cost.line()], cost
+        return figures, details, None, splits
+    return figures, [*details, cost.line()], cost, splits
 
 
 def _client_cpu_s() -> float:
     used = resource.getrusage(resource.RUSAGE_SELF)
     return used.ru_utime + used.ru_stime
+
+
+def _submit_row(per_call: int, callers: int, label: str) -> str:
+    """The name of a Submit calls/s row."""
+    return f"Submit calls/s ({_intents(per_call)} each, {callers} callers), {label}"
 
 
 def _intents(count: int) -> str:
@@ -304,7 +318,7 @@ def run(quick: bool) -> BenchmarkResult:
                 lambda name: f"sqlite:///{scratch / name}.db?synchronous=normal",
             ),
         )
-        measured, notes, sqlite_cost = measure_store(sqlite, size, quick, scratch)
+        measured, notes, sqlite_cost, splits = measure_store(sqlite, size, quick, scratch)
         postgres_cost: IntentCost | None = None
         figures += measured
         details += notes
@@ -319,8 +333,9 @@ def run(quick: bool) -> BenchmarkResult:
                     server_pids=functools.partial(usage.listening_postgres, server.port),
                     statements=StatementTimes(server.url()),
                 )
-                measured, notes, postgres_cost = measure_store(postgres, size, quick, scratch)
+                measured, notes, postgres_cost, more = measure_store(postgres, size, quick, scratch)
             figures += measured
+            splits.update(more)
             details += notes
         except pytest.skip.Exception as skipped:
             details.append(f"PostgreSQL rows not measured: {skipped}")
@@ -331,7 +346,7 @@ def run(quick: bool) -> BenchmarkResult:
         definition=DEFINITION,
         figures=figures,
         details=details,
-        remaining=remaining(sqlite_cost, postgres_cost) + submit_account(figures),
+        remaining=remaining(sqlite_cost, postgres_cost) + submit_account(figures, splits),
     )
 
 

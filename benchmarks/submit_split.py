@@ -1,0 +1,298 @@
+"""Where an ingest-only effector's time per one-intent Submit call goes, beside the no-op's.
+
+Benchmark 6 compares the Submit calls/s of ingest-only effectors with a no-op gRPC server's.
+Right after the figure's rounds, :func:`measure` drives one more round of the same calls at each
+side (the same processes, the same callers), reading every thread's CPU time from ``/proc``
+(:func:`benchmarks.usage.between`) around it, then one more at a single effector with its event
+loop and its busiest other thread sampled for running at once (:mod:`benchmarks.thread_overlap`).
+:func:`submit_account` says per call what the split shows, for benchmark 6's "what is left".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from benchmarks import usage
+from benchmarks.effector_findings import CORES, TURNS_BELOW
+from benchmarks.effector_load import chunks, make_intents, submit_all
+from benchmarks.report import Figure
+from benchmarks.thread_overlap import Overlap, OverlapSampler
+from effector.client import AsyncEffectorClient
+from effector.launch import EffectorProcess
+
+
+@dataclass(frozen=True)
+class Side:
+    """One round of Submit calls against one side's servers, and what it cost them."""
+
+    calls: int
+    elapsed_s: float
+    servers: usage.Usage
+    """The servers' processes: main threads (the event loop), busiest other threads, the rest."""
+    client_s: float = 0.0
+    """The benchmark process, whose callers drive the round."""
+    store_server_s: float = 0.0
+    """The store's own server (PostgreSQL) over the round; nothing for SQLite or the no-op."""
+
+    def us(self, seconds: float) -> float:
+        """``seconds`` per call, in microseconds."""
+        return seconds / self.calls * 1e6
+
+    @property
+    def wall_us(self) -> float:
+        """Wall time per call (one over the round's rate), in microseconds."""
+        return self.us(self.elapsed_s)
+
+    @property
+    def cores(self) -> float:
+        """Cores the servers (and the store's server) kept busy on average over the round."""
+        return (self.servers.cpu_s + self.store_server_s) / self.elapsed_s
+
+    def busy(self, seconds: float) -> float:
+        """The share of the round that ``seconds`` of one thread's CPU fills."""
+        return seconds / self.elapsed_s
+
+
+@dataclass(frozen=True)
+class SubmitSplit:
+    """The no-op servers' round and the effectors' round, with a single effector's overlap."""
+
+    replicas: int
+    noop: Side
+    ours: Side
+    overlap: Overlap | None = None
+    """How often a single effector's event loop and busiest other thread ran at once."""
+
+
+def measure(
+    floor: Sequence[EffectorProcess],
+    ours: Sequence[EffectorProcess],
+    shape: tuple[int, int, int],
+    store_server_pids: Callable[[], list[int]] = list,
+) -> SubmitSplit | None:
+    """One round of ``shape`` (intents per call, callers, intents) at each side, split by thread.
+
+    With a single effector, a third round samples its event loop and busiest other thread
+    (where ``/proc`` has ``schedstat``). ``None`` where ``/proc`` cannot tell threads' CPU time.
+    """
+    if not usage.available():
+        return None
+    noop = asyncio.run(_round(floor, shape, list))
+    sampled = len(ours) == 1 and usage.schedstat_available()
+    before = usage.on_cpu_now(ours[0].pid) if sampled else {}
+    effector = asyncio.run(_round(ours, shape, store_server_pids))
+    writer = usage.busiest_other(ours[0].pid, before) if sampled else None
+    if writer is None:
+        return SubmitSplit(len(ours), noop, effector)
+    with OverlapSampler(ours[0].pid, ours[0].pid, writer) as sampler:
+        asyncio.run(_round(ours, shape, list))
+    return SubmitSplit(1, noop, effector, sampler.overlap)
+
+
+async def _round(
+    processes: Sequence[EffectorProcess],
+    shape: tuple[int, int, int],
+    store_server_pids: Callable[[], list[int]],
+) -> Side:
+    """Submit fresh intents in ``shape`` to ``processes``; what their threads used meanwhile."""
+    per_call, callers, intents = shape
+    clients = [AsyncEffectorClient(process.address) for process in processes]
+    pids = [process.pid for process in processes]
+    try:
+        # The new channels connect on their first calls, outside the measured interval.
+        await submit_all(clients, chunks(make_intents(callers * per_call), per_call), callers)
+        calls = chunks(make_intents(intents), per_call)
+        before = usage.sample(pids), usage.sample(store_server_pids())
+        client_before, started = time.process_time(), time.perf_counter()
+        await submit_all(clients, calls, callers)
+        elapsed_s = time.perf_counter() - started
+        client_s = time.process_time() - client_before
+        after = usage.sample(pids), usage.sample(store_server_pids())
+    finally:
+        for client in clients:
+            await client.close()
+    servers = usage.between(before[0], after[0])
+    store_server = usage.between(before[1], after[1]).cpu_s if after[1] else 0.0
+    return Side(len(calls), elapsed_s, servers, client_s, store_server)
+
+
+def submit_account(figures: Sequence[Figure], splits: Mapping[str, SubmitSplit | None]) -> str:
+    """For each missed Submit-rate row: its time per call beyond the no-op server's, split.
+
+    ``splits`` maps a row's name to what :func:`measure` found for it (``None``: no ``/proc``).
+    """
+    relaxed = next((f for f in figures if "synchronous=NORMAL" in f.name), None)
+    parts = []
+    for figure in figures:
+        if not figure.name.startswith("Submit calls/s") or figure.met is not False:
+            continue
+        assert figure.floor is not None
+        extra = 1e6 / figure.ours - 1e6 / figure.floor
+        split = splits.get(figure.name)
+        text = (
+            f"{figure.name}: {figure.ours:,.0f} calls/s against the no-op gRPC server's "
+            f"{figure.floor:,.0f} in the same run, so the effector spends {extra:.0f} µs more per "
+            "call (one over the rate) than a server that does nothing. "
+            + ("Its split by thread was not measured here." if split is None else split_text(split))
+        )
+        if relaxed is not None and "SQLite" in figure.name:
+            synced = 1e6 / figure.ours - 1e6 / relaxed.ours
+            text += (
+                f" With `synchronous=NORMAL` (no fsync per commit) the effector served "
+                f"{relaxed.ours:,.0f} calls/s, so the fsync is {max(synced, 0.0):.0f} µs of the "
+                f"{extra:.0f}."
+            )
+        parts.append(f"{text} {next_change(figure, split)}")
+    return "".join(f"\n\n{part}" for part in parts)
+
+
+def split_text(split: SubmitSplit) -> str:
+    """Where a call's CPU went on each side, the difference, and how busy the effector was."""
+    ours, noop, single = split.ours, split.noop, split.replicas == 1
+    effector, its, servers = (
+        ("the effector", "its", "server") if single else ("the effectors", "their", "servers")
+    )
+    postgres = f", and the PostgreSQL server {ours.us(ours.store_server_s):.0f}"
+    loop, busiest, rest, kernel = _deltas(split)
+    text = (
+        f"Split by thread in one more round of {ours.calls:,} such calls at each, right after "
+        f"the figure's rounds on the same servers (CPU time from `/proc`; "
+        f"{1e6 / ours.wall_us:,.0f} and {1e6 / noop.wall_us:,.0f} calls/s in that round): per "
+        f"call {effector} used {_threads(ours, its, EFFECTOR_THREADS[single])}"
+        f"{postgres if ours.store_server_s else ''}; the no-op {servers} used "
+        f"{_threads(noop, its, NOOP_THREADS[single])}. The difference, "
+        f"{ours.us(ours.servers.cpu_s) - noop.us(noop.servers.cpu_s):.0f} µs of CPU per call"
+        f"{' besides the PostgreSQL server' if ours.store_server_s else ''} (in wall time a "
+        f"call took {ours.wall_us - noop.wall_us:.0f} µs longer in that round), is {loop:.0f} "
+        f"on the event loop{'' if single else 's'}, {busiest:.0f} on the busiest other "
+        f"thread{'' if single else 's'} and {rest:.0f} on the other threads, {kernel:.0f} of it "
+        f"in the kernel. {effector.capitalize()}"
+        f"{' and the PostgreSQL server' if ours.store_server_s else ''} kept {ours.cores:.2f} of "
+        f"{CORES} cores busy, the no-op {servers} {noop.cores:.2f}. "
+    )
+    return text + _turns(split)
+
+
+EFFECTOR_THREADS = {
+    True: (
+        "event loop (gRPC, Submit's checks and argument validation, handing the intent to the "
+        "group commit, the acknowledgement)",
+        "busiest other thread (presumably the store's writer: the intents' INSERT, the key "
+        "rows' upsert, the COMMIT)",
+    ),
+    False: (
+        "event loops (gRPC, Submit's checks and argument validation, handing the intent to the "
+        "group commit, the acknowledgement)",
+        "busiest other threads",
+    ),
+}
+"""What an effector's event loop and busiest other thread do, for one effector and for two."""
+NOOP_THREADS = {
+    True: ("event loop", "busiest other thread"),
+    False: ("event loops", "busiest other threads"),
+}
+
+
+def _deltas(split: SubmitSplit) -> tuple[float, float, float, float]:
+    """The effectors' CPU per call beyond the no-op's: loop, busiest other, rest, kernel."""
+    ours, noop = split.ours, split.noop
+    return (
+        ours.us(ours.servers.main_thread_s) - noop.us(noop.servers.main_thread_s),
+        ours.us(ours.servers.busiest_thread_s) - noop.us(noop.servers.busiest_thread_s),
+        ours.us(ours.servers.other_threads_s) - noop.us(noop.servers.other_threads_s),
+        ours.us(ours.servers.system_s) - noop.us(noop.servers.system_s),
+    )
+
+
+def _threads(side: Side, its: str, names: tuple[str, str]) -> str:
+    """A side's CPU per call: every thread, its event loop, its busiest other thread, the rest."""
+    used = side.servers
+    loop, busiest = names
+    return (
+        f"{side.us(used.cpu_s):.0f} µs of CPU: {side.us(used.main_thread_s):.0f} on {its} "
+        f"{loop}, {side.us(used.busiest_thread_s):.0f} on {its} {busiest} and "
+        f"{side.us(used.other_threads_s):.0f} on {its} other threads, "
+        f"{side.us(used.system_s):.0f} of it in the kernel"
+    )
+
+
+def _turns(split: SubmitSplit) -> str:
+    """How busy the event loop and the writer were, and whether they took turns."""
+    ours, overlap = split.ours, split.overlap
+    used = ours.servers
+    if overlap is None:
+        share, several = ours.busy(used.main_thread_s) / split.replicas, split.replicas > 1
+        return (
+            f"The event loop{'s were' if several else ' was'} on a CPU {share:.0%} of the round"
+            f"{', each on average' if several else ''}."
+        )
+    loop, writer = ours.us(used.main_thread_s), ours.us(used.busiest_thread_s)
+    text = (
+        f"Its event loop was on a CPU {ours.busy(used.main_thread_s):.0%} of the round and its "
+        f"writer {ours.busy(used.busiest_thread_s):.0%}; in a third round the two were running "
+        f"(or ready to run) at once in {overlap.both_running:.0%} of {overlap.samples:,} samples"
+    )
+    if overlap.both_running < TURNS_BELOW:
+        return text + (
+            f": they take turns more than they overlap (one GIL), so the {loop + writer:.0f} µs "
+            f"they used per call together, against the round's {ours.wall_us:.0f} µs per call, "
+            "bound the rate."
+        )
+    return text + (
+        ": they overlap part of the time, and neither was busy all the round: the calls also "
+        "wait on the group commits (each with its fsync) and on the GIL the two share."
+    )
+
+
+def next_change(figure: Figure, split: SubmitSplit | None) -> str:
+    """What the row must lose to meet its target, and the change the split points to."""
+    assert figure.floor is not None and figure.target is not None
+    budget = 1e6 / (figure.target.bound * figure.floor)
+    text = (
+        f"Next for this row: at {figure.target.bound:g}x the no-op server's rate a call may take "
+        f"{budget:.0f} µs, {1e6 / figure.ours - budget:.0f} fewer than now; "
+    )
+    if split is None:
+        return text + "without the split, the store's statements per Submit come first."
+    loop, busiest, rest, _ = _deltas(split)
+    parts = {
+        "loop": loop,
+        "writer": busiest,
+        "rest": rest,
+        "server": split.ours.us(split.ours.store_server_s),
+    }
+    largest = max(parts, key=lambda part: parts[part])
+    return text + POINTERS[largest].format(**{part: f"{us:.0f}" for part, us in parts.items()})
+
+
+POINTERS = {
+    "loop": (
+        "the split puts most of the difference on the event loop ({loop} µs per call beyond the "
+        "no-op server's, against {writer} on the busiest other thread), not in the store's "
+        "statements: the next change is cutting what Submit runs on the loop per call that the "
+        "no-op's handler does not (the intent's checks and argument validation, the record and "
+        "the future handed to the group commit, the acknowledgement built from the store's "
+        "answer), then the store's share with the store cuts above."
+    ),
+    "writer": (
+        "the split puts most of the difference on the busiest other thread, presumably the "
+        "store's ({writer} µs per call beyond the no-op server's, against {loop} on the event "
+        "loop): the next change is the store's work per Submit (the intents' INSERT and the key "
+        "rows' upsert), with the store cuts above."
+    ),
+    "rest": (
+        "the split puts most of the difference on the effector's other threads ({rest} µs per "
+        "call, against {loop} on the event loop and {writer} on the busiest other one): the "
+        "next change is finding which of them it is."
+    ),
+    "server": (
+        "the split puts most of the difference in the PostgreSQL server ({server} µs per call, "
+        "against {loop} on the event loops and {rest} on their other threads): the next change "
+        "is the server's statements per Submit (the key rows' upsert and the intents' INSERT, "
+        "timed above), with the PostgreSQL cuts above."
+    ),
+}
+"""The change the largest part of the difference points to, by part."""
