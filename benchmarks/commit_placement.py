@@ -11,7 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from beam_agents import AgentConfig
+from benchmarks import memory_runs
+from benchmarks.core_only import core_microseconds
 from benchmarks.in_pipeline import InPipeline
+from benchmarks.memory_runs import FLOOR, OURS, SIZES, rewrite_memory
 from benchmarks.report import Figure
 
 
@@ -57,4 +61,20 @@ def account(
         f"with the value; the other {code - own:+.0f} µs our code grew beyond the floor's in "
         "the pipeline come from running between Beam's code at this size (the allocator and "
         "the caches they share)."
+    )
+
+
+def at_the_ends(inside: dict[int, dict[str, InPipeline]]) -> Placement:
+    """The in-pipeline split at the smallest and the largest size, and our code without Beam."""
+    small, large = SIZES[0], SIZES[-1]
+    alone = [
+        core_microseconds(
+            rewrite_memory, AgentConfig(), memory_runs.events(memory_runs.inside_count(size), size)
+        )
+        for size in (small, large)
+    ]
+    return Placement(
+        ours=(inside[small][OURS], inside[large][OURS]),
+        floor=(inside[small][FLOOR], inside[large][FLOOR]),
+        alone=(alone[0], alone[1]),
     )

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 
 from benchmarks.pg_statements import StatementTime
-from benchmarks.usage import Usage
+from benchmarks.usage import Usage, resolution
 
 TARGET_PER_S = 9_000
 CORES = os.cpu_count() or 1
@@ -67,7 +67,7 @@ class IntentCost:
         calls = used.write_calls + (server.write_calls if server else 0)
         text = (
             f"{self.label}: where an intent's cost went over the sustained runs (per intent, "
-            f"{self.intents:,} intents, from `/proc`): the effector processes used "
+            f"{self.intents:,} intents; {resolution()}): the effector processes used "
             f"{self.us(used.cpu_s):.0f} µs of CPU, {self.us(used.main_thread_s):.0f} on their "
             f"main threads (the event loop: gRPC, Submit, the worker), "
             f"{self.us(used.busiest_thread_s):.0f} on the busiest other thread of each"
@@ -303,8 +303,9 @@ def _split(sqlite: IntentCost | None) -> str:
 
 
 PLANS_AND_QUEUE = """\
-Two changes from measuring the store's statements one by one (issue 23, second pass). (1) A
-claim marks the intents it takes RUNNING with one UPDATE over their ids; with 128 ids or more
+Two changes from measuring the store's statements one by one (issue 23, second pass; side
+measurements recorded at cdcec1b, not of this run). (1) A claim marks the intents it takes
+RUNNING with one UPDATE over their ids; with 128 ids or more
 SQLite's planner preferred walking the by-state index through every queued intent (`EXPLAIN
 QUERY PLAN`: a search of `effector_intents_by_state`), so a claim's cost grew with the backlog:
 105 µs a row with 60,000 intents queued, against 10 µs once the state is checked on the row the
@@ -332,7 +333,8 @@ over an order of magnitude faster with many intents queued per key, which lifted
 rate on both stores. The same profile showed `Read` long-polls queued behind the writes on that
 thread; SQLite reads now run on a read-only connection on a thread of their own (in WAL mode
 they see the last commit without waiting for the writer), which keeps reads answering while a
-write is in progress but did not move the sustained rate measurably in alternating runs. What
+write is in progress but did not move the sustained rate measurably in alternating runs
+(recorded at 637ae6c). What
 remains: per intent, a Submit checks the id, validates the arguments against the tool's Pydantic
 model, digests and stores the intent and upserts its key's row, which the no-op floor does not;
 so with 500 intents per call the store's own insert rate bounds the call rate (even the bare
@@ -345,8 +347,9 @@ cores, and each group commit is four round trips through psycopg (BEGIN, the int
 RETURNING, the key rows' upsert, COMMIT) whose Python work holds the GIL the gRPC handlers need."""
 
 EXECUTION_PATH = """\
-The execution path (issue 23), from cProfile of every thread of one SQLite effector through a
-sustained run of 20,000 intents, the effector's CPU time (rusage), and runs alternating the
+The execution path (issue 23; side measurements recorded at 58e1e8d, not of this run), from
+cProfile of every thread of one SQLite effector through a sustained run of 20,000 intents, the
+effector's CPU time (rusage), and runs alternating the
 previous revision with this one on the same machine. Before, the store's one writer thread was
 busy nearly all the run, in 519 write transactions per 20,000 intents: for every step of every
 key a claim transaction and a result transaction (245 and 242, of ~82 intents each), besides 20

@@ -21,20 +21,22 @@ import psycopg
 
 from beam_agents._protos import AgentEnvelope, SubmitAck, ToolIntent, ToolResult
 from benchmarks.harness import server_process
+from benchmarks.paired_rounds import Batch
 from effector.client import AsyncEffectorClient
 from effector.launch import EffectorProcess
 
 KEYS = 1_000
 SUBMITTERS = 4
 CONCURRENCY = 256
-FULL = (20_000, 500, 2)
+FULL = (20_000, 500, 3)
 QUICK = (1_000, 100, 1)
 """(intents per run, intents per Submit, runs per store)."""
 SINGLE_CALLERS = 64
 SINGLE_CALLS = 4_000
 QUICK_SINGLE_CALLS = 200
 """One-intent Submit calls per round."""
-RATE_ROUNDS = 3
+RATE_ROUNDS = {False: 5, True: 3}
+"""Paired rounds of Submit calls, full and quick."""
 READ_TIMEOUT_S = 120.0
 
 
@@ -145,37 +147,57 @@ async def sustained(targets: Sequence[str], count: int, batch: int) -> Sustained
     return Sustained(count, len(ack_s), elapsed_s, submit_s, ack_s)
 
 
-async def compare_calls_per_s(
-    floor_targets: Sequence[str], our_targets: Sequence[str], shape: tuple[int, int, int]
-) -> tuple[float, float]:
-    """Submit calls/s of the floor's servers and of ours, in one ``shape`` (best round each).
+async def paired_calls(
+    sides: Sequence[Sequence[str]], shape: tuple[int, int, int], rounds: int
+) -> list[list[Batch]]:
+    """Per side (its servers' targets), one batch of Submit calls of ``shape`` per round.
 
-    The two take turns round by round, each after a warm-up, so load from elsewhere on the
-    machine hits them alike. Every round submits fresh intents, so an effector records each.
+    Each side is warmed up first; then in every round each side runs one batch, the order
+    rotating from round to round, so load from elsewhere on the machine hits them alike. Every
+    batch submits fresh intents, so an effector records each.
     """
-    per_call, callers, intents = shape
-    sides = [
-        [AsyncEffectorClient(target) for target in targets]
-        for targets in (floor_targets, our_targets)
-    ]
-    rates: list[list[float]] = [[], []]
+    clients = [[AsyncEffectorClient(target) for target in targets] for targets in sides]
+    batches: list[list[Batch]] = [[] for _ in sides]
     try:
-        for clients in sides:
-            await submit_all(
-                clients, chunks(make_intents(callers * 2 * per_call), per_call), callers
-            )
-        for _ in range(RATE_ROUNDS):
-            for clients, side_rates in zip(sides, rates, strict=True):
-                calls = chunks(make_intents(intents), per_call)
-                started = time.perf_counter()
-                await submit_all(clients, calls, callers)
-                side_rates.append(len(calls) / (time.perf_counter() - started))
+        for side in clients:
+            await _calls(side, shape, warm=True)
+        for index in range(rounds):
+            turn = index % len(sides)
+            for side in [*range(turn, len(sides)), *range(turn)]:
+                batches[side].append(await _calls(clients[side], shape))
     finally:
-        for clients in sides:
-            for client in clients:
+        for side in clients:
+            for client in side:
                 await client.close()
-    floor_rates, our_rates = rates
-    return max(floor_rates), max(our_rates)
+    return batches
+
+
+async def calls_round(
+    targets: Sequence[str], shape: tuple[int, int, int], *, warm: bool = True
+) -> Batch:
+    """One batch of Submit calls of ``shape`` at ``targets``, after a warm-up if ``warm``.
+
+    Without one, the channels connect on the first calls, inside the batch.
+    """
+    if warm:
+        return (await paired_calls([targets], shape, 1))[0][0]
+    clients = [AsyncEffectorClient(target) for target in targets]
+    try:
+        return await _calls(clients, shape)
+    finally:
+        for client in clients:
+            await client.close()
+
+
+async def _calls(
+    clients: Sequence[AsyncEffectorClient], shape: tuple[int, int, int], *, warm: bool = False
+) -> Batch:
+    """Submit fresh intents in ``shape`` (a warm-up: two calls per caller); time them."""
+    per_call, callers, intents = shape
+    calls = chunks(make_intents(callers * 2 * per_call if warm else intents), per_call)
+    started = time.perf_counter()
+    latencies = await submit_all(clients, calls, callers)
+    return Batch(len(calls), time.perf_counter() - started, tuple(latencies))
 
 
 def _floor_schema(blob: str) -> list[str]:

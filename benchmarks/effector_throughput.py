@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import functools
 import os
-import pstats
 import resource
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from benchmarks import pg_statements, submit_split, usage
+from benchmarks import group_commits, named_threads, pg_statements, submit_split, usage
 from benchmarks.effector_findings import (
     EXECUTION_PATH,
     PLANS_AND_QUEUE,
@@ -27,38 +28,34 @@ from benchmarks.effector_load import (
     FULL,
     QUICK,
     QUICK_SINGLE_CALLS,
+    RATE_ROUNDS,
     SINGLE_CALLERS,
     SINGLE_CALLS,
     SUBMITTERS,
+    Sustained,
     bare_postgres_rate,
     bare_sqlite_rate,
-    compare_calls_per_s,
+    calls_round,
     noop_command,
+    paired_calls,
     server_processes,
-    servers,
     sustained,
 )
-from benchmarks.harness import (
-    EFFECTOR_READY,
-    Hotspot,
-    cumulative,
-    effector_command,
-    findings,
-    idle_seconds,
-    percentile,
-    summarize_profile,
-    total_seconds,
-)
+from benchmarks.effector_profile import profile
+from benchmarks.harness import EFFECTOR_READY, effector_command, percentile
 from benchmarks.noop_grpc import READY as NOOP_READY
+from benchmarks.paired_rounds import Batch, Pairs, paired_figure
 from benchmarks.pg_statements import StatementTimes, split_line
-from benchmarks.report import BenchmarkResult, Figure, Goal, ProfileOutput, Target
+from benchmarks.report import BenchmarkResult, Figure, Goal, Target
 from benchmarks.sqlite_statements import measure_writer
-from benchmarks.submit_split import SubmitSplit, submit_account
+from benchmarks.submit_account import SubmitRow, submit_account
 from tests.pg import postgres_server
+
+__all__ = ["profile", "run"]
 
 TITLE = "Effector throughput: SQLite, and PostgreSQL with two replicas"
 
-DEFINITION = """\
+DEFINITION = f"""\
 **Sustained intents/s**: intents for the no-op side-effecting tool `noop`, over 1,000 keys,
 are submitted in batches of 500 by 4 concurrent submitters (one `AsyncEffectorClient` channel
 per effector; with two replicas, submitters alternate between them) while a reader long-polls
@@ -67,7 +64,8 @@ intent's OK result). Each counted intent was recorded, claimed, executed, its re
 and then published, and read back. The effectors are real subprocesses (`python -m effector
 serve --concurrency 256`); the SQLite store uses its default `synchronous=FULL`, so every
 intent and every result is fsynced before it is acknowledged or published. Each store is
-measured twice; the better run is shown.
+measured in {FULL[2]} runs ({QUICK[2]} with `--quick`), each beside a round of the no-op floor's
+one-intent calls (the order alternating).
 
 **Submit calls/s**: the request rate of Submit itself, every intent validated and durably
 recorded before its acknowledgement, on effectors serving ingest-only (`--concurrency 0`:
@@ -75,42 +73,55 @@ they record but leave execution to other replicas, so execution does not share t
 the requests being measured; the rate while the same process also executes is in the details
 below). Two shapes of request: one intent per call from 64 concurrent callers (the effector
 batches the intents of concurrent calls into one transaction, a group commit), and 500
-intents per call from 4 callers (the caller batches). The no-op floor and ours run side by
-side and take turns, three rounds each after a warm-up, and the best round of each counts. On
-SQLite the one-intent shape is measured once more, against the floor again, on an effector
+intents per call from 4 callers (the caller batches). After a warm-up, the no-op floor and ours
+run in {RATE_ROUNDS[False]} paired rounds ({RATE_ROUNDS[True]} with `--quick`): in each, one
+batch of the same calls at each side, the order rotating from round to round. On SQLite the
+one-intent rounds take a third side, an effector
 whose store runs with `synchronous=NORMAL` (its commits are not fsynced: durable against a
-crash of the effector, not of the machine); that row has no target and shows how much of the
-gap to the floor is the sync each group commit waits for. Right after the one-intent rounds,
-one more round of the same calls at each side reads every server thread's CPU time from
-`/proc` (`benchmarks/submit_split.py`), to split a call's cost by thread; on a single effector
-a third samples how often its event loop and its busiest other thread run at once. These
-rounds do not count toward the figures.
+crash of the effector, not of the machine); that row has no target, and the fsynced and the
+relaxed effector's rates in the same rounds say whether the fsync's cost stands out of the
+rounds' spread. The ingest-only effectors and the no-op servers run through
+`benchmarks/named_threads.py`, which only gives each Python thread its name in the kernel when
+it starts, so `/proc` can name them. Right after the rounds, one more round at each side reads
+every server thread's CPU time from `/proc` (`benchmarks/submit_split.py`), to split a call's
+cost by thread and by thread name; on a single
+effector a third samples how often its event loop and its busiest other thread run at once; and
+one more round times the store's group commits (on SQLite at a copy of the effector with its
+write statements timed, on PostgreSQL with the server's statements counted), to set where a call
+waits beside its latency (`benchmarks/group_commits.py`). These rounds do not count toward the
+figures.
+
+**Rows and verdicts**: every row with a floor shows the round (or run) whose ratio to the floor
+is the median, with the least and the most ratio over all rounds after it. A ratio target is
+met only if every round meets it (as in benchmark 4); a row whose rounds straddle its target is
+not met in this run, and "what is left" says it straddles. The 9,000 intents/s target is judged
+on the median run.
 
 Floors, measured in the same run: (a) the no-op gRPC server (`benchmarks/noop_grpc.py`: the
 same `Effector` service on the same `grpc.aio` server settings, in its own process, whose
 Submit acknowledges every intent without validating or storing anything), driven by the same
 client with the same calls and the same concurrent callers, over as many server processes as
 there are effector replicas: its calls/s is the request-rate floor. (b) A bare
-insert-and-commit of the same records into the same kind of store, on one connection: per
-batch, one transaction inserting the 500 intent rows and one inserting the 500 result rows and
-their log envelopes (the two durable writes an effector must make before acknowledging and
-before publishing), with SQLite in WAL mode and `synchronous=FULL`. The throwaway PostgreSQL
-cluster (`tests/pg.py`) runs with `fsync=off`, so its figures compare to its floor only.
+insert-and-commit of the same records into the same kind of store, on one connection, measured
+once per store: per batch, one transaction inserting the 500 intent rows and one inserting the
+500 result rows and their log envelopes (the two durable writes an effector must make before
+acknowledging and before publishing), with SQLite in WAL mode and `synchronous=FULL`. The
+throwaway PostgreSQL cluster (`tests/pg.py`) runs with `fsync=off`, so its figures compare to
+its floor only.
 
 Targets: at least 9,000 sustained intents/s on SQLite (every commit fsynced) and on
 PostgreSQL with two replicas (issue 23), each shown beside its store's bare insert-and-commit
 floor (the ratio says how much of the store's own write rate the whole loop keeps); and, with
 intents batched, at least 60% of the no-op gRPC floor's request rate. That second target is
-checked twice. (1) In intents:
-the sustained rate, with intents submitted 500 to a call, over the highest request rate the
-no-op floor reached in the run (one intent per call, 64 callers): batching must make a whole
-intent (recorded, claimed, executed, its result recorded, published and read back) cost less
-than 1/0.6 of a no-op request. (2) In calls: one-intent Submits from 64 callers, which the
-effector batches itself (group commit), over the no-op floor's calls/s of the same calls.
-Submit calls of 500 intents over no-op calls of 500 intents carry no target: 0.6x would mean
-recording intents faster than the bare insert-and-commit floor of the same store does (both
-rates are in the details below), so that ratio only shows how much of such a call is the
-store."""
+checked twice. (1) In intents: the sustained rate, with intents submitted 500 to a call, over
+the no-op floor's request rate (one intent per call, 64 callers) in the round beside each run:
+batching must make a whole intent (recorded, claimed, executed, its result recorded, published
+and read back) cost less than 1/0.6 of a no-op request. (2) In calls: one-intent Submits from
+64 callers, which the effector batches itself (group commit), over the no-op floor's calls/s of
+the same calls in the same round. Submit calls of 500 intents over no-op calls of 500 intents
+carry no target: 0.6x would mean recording intents faster than the bare insert-and-commit
+floor of the same store does (both rates are in the details below), so that ratio only shows
+how much of such a call is the store."""
 
 THROUGHPUT_TARGET = Target(Goal.AT_LEAST, 9_000.0)
 """Issue 23: sustained intents/s on SQLite and on PostgreSQL with two replicas."""
@@ -140,6 +151,16 @@ class StoreUnderTest:
     """The server's time by statement, where it can be read (PostgreSQL)."""
 
 
+@dataclass(frozen=True)
+class Measured:
+    """What one store's measurement gives the report."""
+
+    figures: list[Figure]
+    details: list[str]
+    cost: IntentCost | None
+    row: SubmitRow
+
+
 def _shapes(quick: bool, size: tuple[int, int, int]) -> list[tuple[int, int, int]]:
     """(intents per call, concurrent callers, intents per round) of each Submit figure."""
     count, batch, _ = size
@@ -147,15 +168,25 @@ def _shapes(quick: bool, size: tuple[int, int, int]) -> list[tuple[int, int, int
     return [(1, SINGLE_CALLERS, single_calls), (batch, SUBMITTERS, count)]
 
 
+def _ingest(database: str) -> list[str]:
+    """An ingest-only effector on ``database``, its threads named (:mod:`named_threads`)."""
+    return named_threads.command(effector_command(database, concurrency=0))
+
+
+def _noop() -> list[str]:
+    """The no-op gRPC server, its threads named like the ingest effectors'."""
+    return named_threads.command(noop_command())
+
+
 def measure_store(
     store: StoreUnderTest, size: tuple[int, int, int], quick: bool, scratch: Path
-) -> tuple[list[Figure], list[str], IntentCost | None, dict[str, SubmitSplit | None]]:
+) -> Measured:
     """Figures for one store: sustained intents/s and Submit calls/s, beside their floors.
 
-    Also where the sustained runs' CPU and bytes went, where ``/proc`` tells, and the one-intent
-    Submit row's split by thread (:mod:`benchmarks.submit_split`), by the row's name.
+    Also where the sustained runs' CPU and bytes went, where ``/proc`` tells, and what the
+    one-intent Submit row's account needs (its rounds, latencies, split and group commits).
     """
-    count, batch, runs = size
+    count = size[0]
     replicas = store.replicas
     before_floor = usage.sample([os.getpid()])
     bare = store.floor_rate()
@@ -165,34 +196,118 @@ def measure_store(
         if store.replicas > 1 or not before_floor
         else usage.between(before_floor, usage.sample([os.getpid()])).written / count
     )
-    shapes = _shapes(quick, size)
-    ingest = effector_command(store.database("ingest"), concurrency=0)
-    relaxed: list[tuple[str, tuple[float, float]]] = []
-    with (
-        server_processes([noop_command()] * replicas, NOOP_READY, scratch) as floor_servers,
-        server_processes([ingest] * replicas, EFFECTOR_READY, scratch) as our_servers,
-    ):
+    shapes, rounds = _shapes(quick, size), RATE_ROUNDS[quick]
+    with server_processes([_noop()] * replicas, NOOP_READY, scratch) as floor_servers:
         floor_targets = [process.address for process in floor_servers]
-        our_targets = [process.address for process in our_servers]
-        compared = [
-            asyncio.run(compare_calls_per_s(floor_targets, our_targets, shape)) for shape in shapes
-        ]
-        split = submit_split.measure(floor_servers, our_servers, shapes[0], store.server_pids)
-        if store.relaxed is not None:
-            relaxed_label, relaxed_database = store.relaxed
-            relaxed_ingest = effector_command(relaxed_database("relaxed"), concurrency=0)
-            with servers([relaxed_ingest] * replicas, EFFECTOR_READY, scratch) as relaxed_targets:
-                rates = asyncio.run(compare_calls_per_s(floor_targets, relaxed_targets, shapes[0]))
-            relaxed.append((relaxed_label, rates))
+        with contextlib.ExitStack() as stack:
+            ours = stack.enter_context(
+                server_processes(
+                    [_ingest(store.database("ingest"))] * replicas, EFFECTOR_READY, scratch
+                )
+            )
+            sides = [floor_targets, [process.address for process in ours]]
+            if store.relaxed is not None:
+                relaxed = [_ingest(store.relaxed[1]("relaxed"))] * replicas
+                started = stack.enter_context(server_processes(relaxed, EFFECTOR_READY, scratch))
+                sides.append([process.address for process in started])
+            single = asyncio.run(paired_calls(sides, shapes[0], rounds))
+            batched = asyncio.run(paired_calls(sides[:2], shapes[1], rounds))
+            split = submit_split.measure(floor_servers, ours, shapes[0], store.server_pids)
+            commits = (
+                None
+                if store.statements is None
+                else group_commits.postgres_round(sides[1], shapes[0], store.statements)
+            )
+        if store.times_writer:
+            commits = group_commits.sqlite_round(store.database("commits"), shapes[0], scratch)
+        measured, noop_rounds, cost = _sustained(store, size, scratch, floor_targets, shapes[0])
+    cost = cost if floor_written is None else dataclasses.replace(cost, floor_written=floor_written)
+    server_count = f"{replicas} server{'s' if replicas > 1 else ''}"
+    noop_label = f"no-op gRPC Submit, {server_count}"
+    runs_pairs = Pairs(tuple(r.rate for r in noop_rounds), tuple(r.intents_per_s for r in measured))
+    bare_pairs = Pairs((bare,) * len(measured), runs_pairs.ours)
+    figures = [
+        paired_figure(
+            f"sustained intents/s, {store.label}",
+            "intents/s",
+            bare_pairs,
+            count,
+            store.floor_label,
+            THROUGHPUT_TARGET,
+            rounds="run",
+        ),
+        paired_figure(
+            f"sustained intents/s against the no-op request rate, {store.label}",
+            "/s",
+            runs_pairs,
+            count,
+            f"no-op gRPC Submit requests of 1 intent, {SINGLE_CALLERS} callers, {server_count}",
+            REQUEST_RATE_TARGET,
+        ),
+    ]
+    single_pairs = Pairs.of(single[0], single[1])
+    rows: list[tuple[str, Pairs, tuple[int, int, int], Target | None]] = [
+        (store.label, single_pairs, shapes[0], REQUEST_RATE_TARGET)
+    ]
+    if store.relaxed is not None:
+        rows.append((store.relaxed[0], Pairs.of(single[0], single[2]), shapes[0], None))
+    rows.append((store.label, Pairs.of(batched[0], batched[1]), shapes[1], None))
+    for label, pairs, (per_call, callers, intents), target in rows:
+        name = _submit_row(per_call, callers, label)
+        figures.append(
+            paired_figure(name, "calls/s", pairs, intents // per_call, noop_label, target)
+        )
+    median = single_pairs.median
+    row = SubmitRow(
+        figures[2],
+        REQUEST_RATE_TARGET,
+        single_pairs,
+        SINGLE_CALLERS,
+        (single[0][median].latencies_s, single[1][median].latencies_s),
+        split,
+        commits,
+        Pairs.of(single[1], single[2]) if store.relaxed is not None else None,
+    )
+    details = _details(store, size, bare, sides_named(store), single, batched, measured)
+    if usage.available():
+        details.append(cost.line())
+    return Measured(figures, details, cost if usage.available() else None, row)
+
+
+def sides_named(store: StoreUnderTest) -> list[str]:
+    """The sides of the one-intent rounds, as the details name them."""
+    named = ["no-op gRPC Submit", "effector"]
+    return named if store.relaxed is None else [*named, store.relaxed[0].split(" with ")[-1]]
+
+
+def _sustained(
+    store: StoreUnderTest,
+    size: tuple[int, int, int],
+    scratch: Path,
+    floor_targets: Sequence[str],
+    shape: tuple[int, int, int],
+) -> tuple[list[Sustained], list[Batch], IntentCost]:
+    """The sustained runs, each beside a round of the no-op floor's calls (order alternating)."""
+    count, batch, runs = size
     command = effector_command(store.database("effector"), concurrency=CONCURRENCY)
-    with server_processes([command] * replicas, EFFECTOR_READY, scratch) as processes:
+    measured: list[Sustained] = []
+    noop: list[Batch] = []
+    client_s = 0.0
+    with server_processes([command] * store.replicas, EFFECTOR_READY, scratch) as processes:
         targets = [process.address for process in processes]
         pids = [process.pid for process in processes]
         if store.statements is not None:
             store.statements.reset()
-        before = (usage.sample(pids), usage.sample(store.server_pids()), _client_cpu_s())
-        measured = [asyncio.run(sustained(targets, count, batch)) for _ in range(runs)]
-        after = (usage.sample(pids), usage.sample(store.server_pids()), _client_cpu_s())
+        before = usage.sample(pids), usage.sample(store.server_pids())
+        for index in range(runs):
+            if index % 2 == 0:
+                noop.append(asyncio.run(calls_round(floor_targets, shape)))
+            started = _client_cpu_s()
+            measured.append(asyncio.run(sustained(targets, count, batch)))
+            client_s += _client_cpu_s() - started
+            if index % 2 == 1:
+                noop.append(asyncio.run(calls_round(floor_targets, shape)))
+        after = usage.sample(pids), usage.sample(store.server_pids())
     top, total_ms = ([], 0.0) if store.statements is None else store.statements.read()
     statements = split_line(top, total_ms, count * runs) if top else ""
     both_running = None
@@ -205,83 +320,48 @@ def measure_store(
         count * runs,
         sum(run.elapsed_s for run in measured),
         usage.between(before[0], after[0]),
-        after[2] - before[2],
+        client_s,
         usage.between(before[1], after[1]) if store.server_pids() else None,
-        floor_written,
+        None,
         statements,
         tuple(top),
         both_running,
     )
-    best = max(measured, key=lambda run: run.intents_per_s)
-    server_count = f"{replicas} server{'s' if replicas > 1 else ''}"
-    noop_label = f"no-op gRPC Submit, {server_count}"
-    (single, single_callers, _), (single_noop_rate, _) = shapes[0], compared[0]
-    # The sustained rate beside each of its floors: (name, unit, floor, floor label, target).
-    sustained_beside = [
-        (
-            f"sustained intents/s, {store.label}",
-            "intents/s",
-            bare,
-            store.floor_label,
-            THROUGHPUT_TARGET,
-        ),
-        (
-            f"sustained intents/s against the no-op request rate, {store.label}",
-            "/s",
-            single_noop_rate,
-            f"no-op gRPC Submit requests of {_intents(single)}, {single_callers} callers, "
-            f"{server_count}",
-            REQUEST_RATE_TARGET,
-        ),
-    ]
-    figures = [
-        Figure(
-            name=name,
-            unit=unit,
-            ours=best.intents_per_s,
-            samples=best.intents,
-            floor=floor,
-            floor_label=floor_label,
-            target=target,
-        )
-        for name, unit, floor, floor_label, target in sustained_beside
-    ]
-    (single_shape, batch_shape), (single_rates, batch_rates) = shapes, compared
-    submit_rows = [
-        (single_shape, single_rates, store.label, REQUEST_RATE_TARGET),
-        *((single_shape, rates, label, None) for label, rates in relaxed),
-        (batch_shape, batch_rates, store.label, None),
-    ]
-    for (per_call, callers, intents), (noop_rate, our_rate), label, target in submit_rows:
-        figures.append(
-            Figure(
-                name=_submit_row(per_call, callers, label),
-                unit="calls/s",
-                ours=our_rate,
-                samples=intents // per_call,
-                floor=noop_rate,
-                floor_label=noop_label,
-                target=target,
-            )
-        )
+    return measured, noop, cost
+
+
+def _details(
+    store: StoreUnderTest,
+    size: tuple[int, int, int],
+    bare: float,
+    names: Sequence[str],
+    single: Sequence[Sequence[Batch]],
+    batched: Sequence[Sequence[Batch]],
+    measured: Sequence[Sustained],
+) -> list[str]:
+    """The rounds behind the rows, and what the sustained runs' Submits did."""
+    count, batch, _ = size
     durable_calls = bare / batch
-    details = [
+    noop_batch = sorted(b.rate for b in batched[0])[len(batched[0]) // 2]
+    fastest = max(measured, key=lambda run: run.intents_per_s)
+    rounds = "; ".join(
+        f"{name} " + ", ".join(f"{b.rate:,.0f}" for b in side)
+        for name, side in zip(names, single, strict=True)
+    )
+    return [
+        f"{store.label}: the one-intent Submit rounds, calls/s round by round: {rounds}.",
         f"{store.label}: even the bare insert-and-commit floor makes only {durable_calls:,.0f} "
-        f"batches of {batch} durable per second, {durable_calls / compared[-1][0]:.2f}x the "
-        f"no-op gRPC floor's calls/s of that size: a Submit that records {batch} intents before "
-        "acknowledging them is bound by the store, not by gRPC.",
+        f"batches of {batch} durable per second, {durable_calls / noop_batch:.2f}x the no-op "
+        "gRPC floor's median calls/s of that size: a Submit that records "
+        f"{batch} intents before acknowledging them is bound by the store, not by gRPC.",
         f"{store.label}: sustained runs of {count:,} intents: "
         + ", ".join(f"{run.intents_per_s:,.0f}" for run in measured)
-        + f" intents/s; in the best, while the same processes executed, Submit took "
-        f"{best.calls_per_s:,.0f} calls/s ({count / best.submit_s:,.0f} intents/s, "
-        f"{count / best.submit_s / bare:.2f}x the bare insert-and-commit floor), one call "
-        f"p50 {percentile(best.ack_s, 0.5) * 1000:.1f} ms, "
-        f"p99 {percentile(best.ack_s, 0.99) * 1000:.1f} ms.",
+        + " intents/s; in the fastest, while the same processes executed, Submit took "
+        f"{fastest.calls_per_s:,.0f} calls/s ({count / fastest.submit_s:,.0f} intents/s, "
+        f"{count / fastest.submit_s / bare:.2f}x the bare insert-and-commit floor), one call "
+        f"p50 {percentile(fastest.ack_s, 0.5) * 1000:.1f} ms, "
+        f"p99 {percentile(fastest.ack_s, 0.99) * 1000:.1f} ms.",
     ]
-    splits = {_submit_row(single, single_callers, store.label): split}
-    if not usage.available():
-        return figures, details, None, splits
-    return figures, [*details, cost.line()], cost, splits
 
 
 def _client_cpu_s() -> float:
@@ -304,6 +384,8 @@ def run(quick: bool) -> BenchmarkResult:
     count, batch, _ = size
     figures: list[Figure] = []
     details: list[str] = []
+    rows: list[SubmitRow] = []
+    costs: dict[str, IntentCost | None] = {"sqlite": None, "postgres": None}
     with tempfile.TemporaryDirectory(prefix="beam-agents-bench-") as scratch_dir:
         scratch = Path(scratch_dir)
         sqlite = StoreUnderTest(
@@ -318,10 +400,11 @@ def run(quick: bool) -> BenchmarkResult:
                 lambda name: f"sqlite:///{scratch / name}.db?synchronous=normal",
             ),
         )
-        measured, notes, sqlite_cost, splits = measure_store(sqlite, size, quick, scratch)
-        postgres_cost: IntentCost | None = None
-        figures += measured
-        details += notes
+        measured = measure_store(sqlite, size, quick, scratch)
+        costs["sqlite"] = measured.cost
+        figures += measured.figures
+        details += measured.details
+        rows.append(measured.row)
         try:
             with postgres_server(pg_statements.SETTINGS) as server:
                 postgres = StoreUnderTest(
@@ -333,10 +416,11 @@ def run(quick: bool) -> BenchmarkResult:
                     server_pids=functools.partial(usage.listening_postgres, server.port),
                     statements=StatementTimes(server.url()),
                 )
-                measured, notes, postgres_cost, more = measure_store(postgres, size, quick, scratch)
-            figures += measured
-            splits.update(more)
-            details += notes
+                measured = measure_store(postgres, size, quick, scratch)
+            costs["postgres"] = measured.cost
+            figures += measured.figures
+            details += measured.details
+            rows.append(measured.row)
         except pytest.skip.Exception as skipped:
             details.append(f"PostgreSQL rows not measured: {skipped}")
     details += [WHAT_REMAINS, EXECUTION_PATH, PLANS_AND_QUEUE]
@@ -346,127 +430,5 @@ def run(quick: bool) -> BenchmarkResult:
         definition=DEFINITION,
         figures=figures,
         details=details,
-        remaining=remaining(sqlite_cost, postgres_cost) + submit_account(figures, splits),
+        remaining=remaining(costs["sqlite"], costs["postgres"]) + submit_account(rows),
     )
-
-
-WRITER_THREAD = "effector-sqlite_"
-"""The name of the SQLite store's writer thread, less its number."""
-_SQLITE_EXECUTE = "<method 'execute' of 'sqlite3.Connection' objects>"
-_TRANSACTION = ("effector/store/sqlite.py", "_in_transaction")
-STORE_HOTSPOTS = (
-    Hotspot(
-        *_TRANSACTION,
-        "Every write to the store; all run one at a time on this one thread (reads run on "
-        "a read-only connection on a thread of their own).",
-        "",
-    ),
-    Hotspot(
-        "effector/store/_execution.py",
-        "record_completions",
-        "Recording results (a group commit of every result waiting): the key rows locked in key "
-        "order, then set-based UPDATEs releasing them, recording the results (conditional, so "
-        "the first result wins a race) and counting them down, then one log insert.",
-        "",
-    ),
-    Hotspot(
-        "effector/store/_execution.py",
-        "claim_work",
-        "Claiming, mostly in the transaction that recorded results (for the slots they "
-        "freed): picking idle keys with work, then set-based UPDATEs marking their head "
-        "intents RUNNING and the keys claimed.",
-        "",
-    ),
-    Hotspot(
-        "effector/store/_intake.py",
-        "submit",
-        "Recording Submits (a group commit of every Submit waiting): multi-row INSERTs of the "
-        "intents, then one upsert of their key rows.",
-        "",
-    ),
-)
-LOOP_HOTSPOTS = (
-    Hotspot(
-        "effector/service.py",
-        "Submit",
-        "The Submit handler on the event loop, validation included; the rest of a Submit's "
-        "latency is waiting for the store thread.",
-        "",
-    ),
-    Hotspot(
-        "beam_agents/tools/_tool.py",
-        "validate_arguments",
-        "Validating an intent's arguments with its tool's Pydantic model: twice per intent, "
-        "at Submit and again before execution (outside the profiler 2.2 µs a call for the "
-        "`noop` tool, a side measurement at 6fe19ef: the profiler inflates it).",
-        "",
-    ),
-    Hotspot(
-        "effector/worker.py",
-        "_execute",
-        "The worker's path per intent: run the tool (a sync one on a pooled thread), queue the "
-        "result for the group commit, which claims the next work.",
-        "",
-    ),
-)
-PROFILE_MIN_BUSY_SHARE = 0.1
-"""Threads busy for less than this share of the run are left out of the profile."""
-
-
-def profile(quick: bool) -> ProfileOutput:
-    """Profile every thread of one SQLite effector through a sustained run."""
-    count, batch, _ = QUICK if quick else FULL
-    with tempfile.TemporaryDirectory(prefix="beam-agents-bench-") as scratch_dir:
-        scratch = Path(scratch_dir)
-        command = effector_command(
-            f"sqlite:///{scratch / 'effector.db'}",
-            concurrency=CONCURRENCY,
-            profile_dir=scratch / "profiles",
-        )
-        with servers([command], EFFECTOR_READY, scratch) as targets:
-            run = asyncio.run(sustained(targets, count, batch))
-        threads = {
-            path.stem: pstats.Stats(str(path)) for path in (scratch / "profiles").glob("*.prof")
-        }
-    output = ProfileOutput(
-        findings=[
-            f"Profiled: one SQLite effector through one sustained run of {count:,} intents "
-            f"({run.elapsed_s:.2f} s), every thread; shares are of each thread's busy time (its "
-            "profiled time less its waits for work)."
-        ],
-        raw=[],
-    )
-    quiet = 0
-    for name, stats in sorted(threads.items()):
-        busy_s = total_seconds(stats) - idle_seconds(stats)
-        if busy_s < PROFILE_MIN_BUSY_SHARE * run.elapsed_s:
-            quiet += 1
-            continue
-        heading = f"thread {name}: busy {busy_s:.2f} s, {busy_s / run.elapsed_s:.0%} of the run"
-        output.findings.append(f"{heading}.")
-        if name.startswith(WRITER_THREAD):
-            output.findings.extend(_store_findings(stats, busy_s, count))
-        elif name == "MainThread":
-            output.findings.extend(
-                findings(stats, LOOP_HOTSPOTS, busy_s=busy_s, unit="intent", units=count)
-            )
-        output.raw.extend(["", f"{heading}:", *summarize_profile(stats, top=8)])
-    output.raw.append(
-        f"({quiet} more threads were busy less than {PROFILE_MIN_BUSY_SHARE:.0%} of the run.)"
-    )
-    return output
-
-
-def _store_findings(stats: pstats.Stats, busy_s: float, intents: int) -> list[str]:
-    _, statements = cumulative(stats, "~", _SQLITE_EXECUTE)
-    transactions_s, _ = cumulative(stats, *_TRANSACTION)
-    named_s = sum(cumulative(stats, spot.path, spot.function)[0] for spot in STORE_HOTSPOTS[1:])
-    return [
-        f"`sqlite3.Connection.execute` was called {statements:,} times, "
-        f"{statements / intents:.1f} per intent; each call lets go of the GIL and has to win it "
-        "back from the busy event-loop thread.",
-        *findings(stats, STORE_HOTSPOTS, busy_s=busy_s, unit="intent", units=intents),
-        f"The rest of `_in_transaction`, {(transactions_s - named_s) / busy_s:.0%}: BEGIN and "
-        "COMMIT (each COMMIT an fsync, with `synchronous=FULL`) and the housekeeping "
-        "transactions.",
-    ]

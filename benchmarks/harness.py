@@ -150,12 +150,22 @@ def _entries(stats: pstats.Stats) -> dict[tuple[str, int, str], tuple[int, int, 
 
 
 def cumulative(stats: pstats.Stats, path: str, function: str) -> tuple[float, int]:
-    """Cumulative seconds and calls of the functions named ``function`` in files ending ``path``."""
+    """Cumulative seconds and calls of the functions named ``function`` in files ending ``path``.
+
+    A match called by another match (an override calling ``super().process``) is counted once:
+    the calls and time that reach it through the other are already in the other's.
+    """
+    entries = _entries(stats)
+    matched = {key for key in entries if key[2] == function and key[0].endswith(path)}
     seconds, calls = 0.0, 0
-    for (filename, _, name), (_, count, _, cumulative_s, _) in _entries(stats).items():
-        if name == function and filename.endswith(path):
-            seconds += cumulative_s
-            calls += count
+    for key in matched:
+        _, count, _, cumulative_s, callers = entries[key]
+        seconds += cumulative_s
+        calls += count
+        for caller, (_, edge_calls, _, edge_cumulative_s) in callers.items():
+            if caller in matched and caller != key:
+                seconds -= edge_cumulative_s
+                calls -= edge_calls
     return seconds, calls
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import statistics
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import apache_beam as beam
@@ -38,13 +39,13 @@ BYTES_PER_RUN = 2 << 30
 MAX_ACTIVATIONS = 8_000
 """N at the small sizes (at 4,000 the medians still swung by a third under load)."""
 ROUNDS = 5
-"""Rounds of a run of N activations and one of 2N; the median of the rounds' costs counts."""
-MAX_ROUNDS = 7
-"""Rounds allowed while the median stays below the DoFn's own CPU inside ``process``."""
+"""Paired rounds at each size, a fixed number (odd, so that the median round is one round)."""
 PLAUSIBLE = 0.9
 """A larger size's cost below this share of the same pipeline's at the smallest is noise."""
 INSIDE_ACTIVATIONS = 2_000
 """Activations over which ``process`` is timed inside the pipeline, at each size."""
+FLOOR, OURS = "the floor", "ours"
+"""The two pipelines' names."""
 
 
 async def rewrite_memory(ctx: ActivationContext) -> Complete:
@@ -84,71 +85,112 @@ def floor_stage(memory_bytes: int) -> Stage:
 
 
 @dataclass(frozen=True)
-class Measured:
-    """One pipeline at one size: its cost per activation, and Beam's commit per key."""
+class Round:
+    """One paired round: each pipeline's marginal process CPU per activation, in seconds."""
+
+    floor: float
+    ours: float
+
+    @property
+    def ratio(self) -> float:
+        """Ours over the floor in this round."""
+        return self.ours / self.floor
+
+
+@dataclass(frozen=True)
+class Side:
+    """One pipeline over a size's rounds: its median cost and Beam's commit per key."""
 
     seconds: float
-    """Marginal process CPU per activation, the median of the rounds'."""
+    """The median of its rounds' marginal process CPU per activation."""
     commit: KeyCommit
-    """Beam's commit of a key's state at the bundle's end (median over the runs)."""
+    """Beam's commit of a key's state at the bundle's end, and the weighing within (medians)."""
+    net_us: float
+    """The median over its runs of the commit less the weighing, µs per key."""
     runs: int
     """Pipeline runs timed (each commits every key once)."""
-    settled: bool
-    """Whether the cost reached the pipeline's own CPU inside ``process`` at this size."""
+
+
+@dataclass(frozen=True)
+class Paired:
+    """The floor and ours at one size, timed in interleaved rounds."""
+
+    rounds: tuple[Round, ...]
+    floor: Side
+    ours: Side
+
+    @property
+    def sides(self) -> dict[str, Side]:
+        """The two pipelines by name."""
+        return {FLOOR: self.floor, OURS: self.ours}
+
+    @property
+    def median(self) -> Round:
+        """The round whose ratio is the median of the rounds' (their number is odd)."""
+        ordered = sorted(self.rounds, key=lambda round_: round_.ratio)
+        return ordered[len(ordered) // 2]
+
+    @property
+    def spread(self) -> tuple[float, float]:
+        """The least and the most ratio over the rounds."""
+        ratios = [round_.ratio for round_ in self.rounds]
+        return min(ratios), max(ratios)
+
+    def worst_excess(self, bound: float) -> float:
+        """The most by which a round's ours exceeded ``bound`` times its floor, in seconds."""
+        return max(round_.ours - bound * round_.floor for round_ in self.rounds)
 
 
 def measure(
-    size: int,
-    count: int,
-    stage: Stage,
-    clock: CommitClock,
-    *,
-    quick: bool,
-    at_least: float = 0.0,
-    notes: list[str] | None = None,
-    name: str = "",
-) -> Measured:
-    """Median over rounds of (process CPU of 2N activations - of N) / N; quick: one run of N.
+    size: int, count: int, stages: Mapping[str, Stage], clock: CommitClock, *, quick: bool
+) -> Paired:
+    """Time the floor and ours (``stages`` by :data:`FLOOR` and :data:`OURS`) in paired rounds.
 
-    Rounds continue (up to :data:`MAX_ROUNDS`) while the median stays below ``at_least``, a
-    cost the pipeline cannot come in under (see :func:`lower_bound`); ``notes`` says what the
-    extra rounds did. Every run's user-state commit is timed too.
+    Each of :data:`ROUNDS` rounds runs each pipeline over N activations, then each over 2N, the
+    floor first in even rounds and ours first in odd ones, and pairs their marginal costs,
+    (process CPU of 2N - of N) / N; the number of rounds is fixed, whatever the costs come out.
+    Quick: one run of N each, start-up included. Every run's user-state commit is timed too.
     """
-    commits: list[KeyCommit] = []
+    commits: dict[str, list[KeyCommit]] = {FLOOR: [], OURS: []}
 
-    def timed(activations: int) -> float:
+    def timed(name: str, activations: int) -> float:
         elements = events(activations, size)
         clock.reset()
         started = time.process_time()
-        run_pipeline(elements, stage)
+        run_pipeline(elements, stages[name])
         seconds = time.process_time() - started
-        commits.append(per_key(clock, KEYS))
+        commits[name].append(per_key(clock, KEYS))
         return seconds
 
-    if quick:
-        return Measured(timed(count) / count, commits[0], 1, True)
-    marginals: list[float] = []
-    for round_ in range(MAX_ROUNDS):
-        single = timed(count)
-        marginals.append((timed(2 * count) - single) / count)
-        middle = statistics.median(marginals)
-        if round_ + 1 >= ROUNDS and middle >= at_least:
-            break
-    if middle <= 0:
-        raise RuntimeError(f"{2 * count} activations cost no more than {count}: too noisy")
-    settled = middle >= at_least
-    if notes is not None and round_ + 1 > ROUNDS:
-        notes.append(
-            f"{name} at {label(size)}: {round_ + 1} rounds, "
-            + ("reached" if settled else "still under")
-            + f" its lower bound ({at_least * 1e6:.1f} µs), {middle * 1e6:.1f} µs "
-            + ("reported." if settled else "reported, not judged against the target.")
-        )
-    commit = KeyCommit(
-        statistics.median(c.commit_us for c in commits),
-        statistics.median(c.weigh_us for c in commits),
+    rounds: list[Round] = []
+    for index in range(1 if quick else ROUNDS):
+        order = (FLOOR, OURS) if index % 2 == 0 else (OURS, FLOOR)
+        single = {name: timed(name, count) for name in order}
+        if quick:
+            marginal = {name: seconds / count for name, seconds in single.items()}
+        else:
+            double = {name: timed(name, 2 * count) for name in order}
+            marginal = {name: (double[name] - single[name]) / count for name in order}
+        if min(marginal.values()) <= 0:
+            raise RuntimeError(f"{2 * count} activations cost no more than {count}: too noisy")
+        rounds.append(Round(marginal[FLOOR], marginal[OURS]))
+    return Paired(
+        tuple(rounds),
+        _side([round_.floor for round_ in rounds], commits[FLOOR]),
+        _side([round_.ours for round_ in rounds], commits[OURS]),
     )
-    return Measured(middle, commit, len(commits), settled)
+
+
+def _side(marginals: list[float], commits: list[KeyCommit]) -> Side:
+    return Side(
+        seconds=statistics.median(marginals),
+        commit=KeyCommit(
+            statistics.median(c.commit_us for c in commits),
+            statistics.median(c.weigh_us for c in commits),
+        ),
+        net_us=statistics.median(c.commit_us - c.weigh_us for c in commits),
+        runs=len(commits),
+    )
 
 
 def lower_bound(inside: InPipeline, smallest: float) -> float:
@@ -178,8 +220,8 @@ def inside(size: int, count: int) -> dict[str, InPipeline]:
     """Thread CPU of ``process`` per activation at ``size``: ours and the floor's."""
     elements = events(count, size)
     return {
-        "the floor": in_pipeline.in_pipeline(
+        FLOOR: in_pipeline.in_pipeline(
             functools.partial(in_pipeline.TimedMemoryFloor, size), elements
         ),
-        "ours": in_pipeline.in_pipeline(in_pipeline.agent(rewrite_memory, AgentConfig()), elements),
+        OURS: in_pipeline.in_pipeline(in_pipeline.agent(rewrite_memory, AgentConfig()), elements),
     }

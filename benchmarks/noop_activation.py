@@ -5,16 +5,13 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
-from dataclasses import dataclass
+import statistics
 
-import apache_beam as beam
 from apache_beam.pvalue import PCollection
 
 from beam_agents import AgentConfig, RunAgent
-from beam_agents.core.agent import AgentFn, Complete
+from beam_agents.core.agent import Complete
 from beam_agents.core.context import ActivationContext
-from benchmarks.core_only import core_microseconds
 from benchmarks.harness import (
     Hotspot,
     cumulative,
@@ -23,13 +20,7 @@ from benchmarks.harness import (
     summarize_profile,
     total_seconds,
 )
-from benchmarks.in_pipeline import (
-    InPipeline,
-    TimedMemoryFloor,
-    TimedStatefulFloor,
-    in_pipeline,
-)
-from benchmarks.in_pipeline import agent as timed_agent
+from benchmarks.in_pipeline import TimedMemoryFloor, TimedStatefulFloor
 from benchmarks.model_call import (
     make_config,
     memory_bytes,
@@ -38,11 +29,29 @@ from benchmarks.model_call import (
     model_call_stage,
 )
 from benchmarks.noop_profile import (
+    NAMED,
     Ranking,
+    named_us,
     next_changes,
     rank_without_beam,
     ranking_lines,
     ranking_of,
+)
+from benchmarks.noop_split import (
+    OWN_EVENTS,
+    PARAMETER_EVENTS,
+    PARAMETER_ROUNDS,
+    PER_KEY,
+    SPLIT_KEYS,
+    SPLIT_ROUNDS,
+    Case,
+    Parameters,
+    Split,
+    measure,
+    parameters_cost,
+    parameters_estimate,
+    span,
+    split_line,
 )
 from benchmarks.pipelines import (
     Element,
@@ -50,7 +59,6 @@ from benchmarks.pipelines import (
     bare_stateful,
     keyed_events,
     run_pipeline,
-    runagent_parameters,
     seconds_per_element,
     source_only,
 )
@@ -58,7 +66,7 @@ from benchmarks.report import BenchmarkResult, Figure, Goal, ProfileOutput, Targ
 
 TITLE = "No-op and model-call activations: RunAgent vs a bare stateful DoFn"
 
-DEFINITION = """\
+DEFINITION = f"""\
 Wall time of a whole pipeline `Create(elements) | stage` on a fresh `FnApiRunner` object, divided by
 the element count: 100,000 external events spread round-robin over 1,000 keys (both activations) and
 over 10,000 keys (the model-call activation), as the issue measured them. The no-op agent returns
@@ -69,19 +77,26 @@ completes; its floor is a bare stateful `DoFn` that reads the header and memory 
 both back, the memory cell with as many bytes as the agent's commit writes. All run on the same
 runner and input and include the source (`Create`), whose cost alone is given below so the overhead
 can also be read net of it. After a warm-up run of each, the pipelines take turns (source, floors,
-ours), one round at each key count to keep the suite within ten minutes. The details split our cost
-(at 1,000 keys): our code's thread CPU per activation without Beam, the thread CPU of `process`
-inside the pipeline for ours and for the floor (10,000 events each, with Beam's state calls within
-it timed apart), and what Beam charges for binding RunAgent's five state and timer parameters,
-measured on the no-op floor declaring the same parameters, the two taking turns over 20,000 events
-for three rounds. Targets: the no-op activation at most 1.25x its floor; the model-call activation
-at most 1.8x its floor at 1,000 keys and 1.6x at 10,000. At 10,000 keys every key's first element in
-a bundle makes Beam's state cache weigh the cells it reads (see benchmark 12's details), a cost per
-key that both pipelines pay, so fewer events a key would narrow the ratio: the row keeps the issue's
-10 a key. (It takes about as long as 30,000 events did, since those fixed costs are most of it.)
-Our code's functions are ranked by cProfile, for both activations, without Beam (`AgentDoFn.process`
-on in-memory cells, `benchmarks/noop_profile.py`) and in the pipeline (the profile findings), at 100
-events per key as measured, where Beam's weighing of each key's cells cannot dominate."""
+ours), one round at each key count to keep the suite within ten minutes. The details split the gap
+of each row at 1,000 keys, at its {PER_KEY} events per key: our code's thread CPU per activation
+without Beam ({OWN_EVENTS:,} events), the thread CPU of `process` inside the pipeline for ours and
+for the floor ({SPLIT_KEYS} keys, half the row's to fit the suite's time, {SPLIT_ROUNDS} rounds
+taking turns), with Beam's state calls within it timed apart and the timing's own cost, measured on
+stubs, taken off; and what Beam charges for binding RunAgent's five state and timer parameters,
+measured on the no-op floor declaring the same parameters, the two taking turns over
+{PARAMETER_EVENTS:,} events ({PARAMETER_EVENTS // PER_KEY} keys) for {PARAMETER_ROUNDS} rounds. Half
+the row's keys at its events per key moves the split less than its rounds differ (a side measurement
+recorded at 6333804, with that revision's timing, 100 events per key, two rounds at each: the
+no-op's `process` took 29.3 and 34.6 µs per activation at 500 keys, 31.7 and 31.4 at 1,000; the
+model-call's 92.9 and 95.6 against 105.3 and 94.5). Targets: the no-op activation at most 1.25x its
+floor; the model-call activation at most 1.8x its floor at 1,000 keys and 1.6x at 10,000. At 10,000
+keys every key's first element in a bundle makes Beam's state cache weigh the cells it reads (see
+benchmark 12's details), a cost per key that both pipelines pay, so fewer events a key would narrow
+the ratio: the row keeps the issue's 10 a key. (It takes about as long as 30,000 events did, since
+those fixed costs are most of it.) Our code's functions are ranked by cProfile, for both
+activations, without Beam (`AgentDoFn.process` on in-memory cells, `benchmarks/noop_profile.py`) and
+in the pipeline (the profile findings), at 100 events per key as measured, where Beam's weighing of
+each key's cells cannot dominate."""
 
 TARGET = Target(Goal.RATIO_AT_MOST, 1.25)
 MODEL_TARGETS = {
@@ -105,7 +120,7 @@ def run(quick: bool) -> BenchmarkResult:
     """Measure both activations at 1,000 keys, the model-call one at 10,000 (tiny when quick)."""
     sizes = [(2_000, 100, 1)] if quick else [(100_000, 1_000, 1), (100_000, 10_000, 1)]
     figures, details = [], []
-    parameters_us = 0.0
+    floor_net: list[float | None] = [None, None]
     for count, keys, rounds in sizes:
         elements = keyed_events(count, keys)
         first = keys == sizes[0][1]
@@ -131,16 +146,16 @@ def run(quick: bool) -> BenchmarkResult:
             )
         if "source" in us:
             source = us["source"]
+            floor_net = [us["floor"] - source, us["model floor"] - source]
             details.append(
                 f"{keys:,} keys, {count:,} events: the source alone costs {source:.1f} "
                 f"µs/element; net of it the no-op activation costs {us['ours'] - source:.1f} µs "
-                f"against its floor's {us['floor'] - source:.1f}, the model-call activation "
-                f"{us['model'] - source:.1f} against its floor's {us['model floor'] - source:.1f}."
+                f"against its floor's {floor_net[0]:.1f}, the model-call activation "
+                f"{us['model'] - source:.1f} against its floor's {floor_net[1]:.1f}."
             )
-        if first:
-            parameters_us, note = _parameters_cost(quick, keys)
-            details.append(note)
-    lines, splits = _splits(quick, sizes[0][1])
+    parameters, note = parameters_cost(quick)
+    details.append(note)
+    lines, splits = _splits(quick, floor_net)
     details += lines
     rankings = _rankings(quick)
     for ranking in rankings:
@@ -151,23 +166,11 @@ def run(quick: bool) -> BenchmarkResult:
         definition=DEFINITION,
         figures=figures,
         details=details,
-        remaining=_remaining(figures, splits, parameters_us, rankings),
+        remaining=_remaining(figures, splits, parameters, rankings),
     )
 
 
-@dataclass(frozen=True)
-class Split:
-    """One activation's cost taken apart in this run (µs per activation, thread CPU)."""
-
-    own_us: float
-    """Our code without Beam (``core_only``)."""
-    ours: InPipeline
-    """RunAgent's ``process`` in the pipeline, and Beam's state calls within it."""
-    floor: InPipeline
-    """The floor's ``process`` in the pipeline, and its state calls."""
-
-
-def _cases() -> list[tuple[str, AgentFn, AgentConfig, Callable[[], beam.DoFn]]]:
+def _cases() -> list[Case]:
     """Both activations: name, agent, config and the floor timed in the pipeline."""
     return [
         ("no-op", noop_agent, AgentConfig(), TimedStatefulFloor),
@@ -180,10 +183,10 @@ def _cases() -> list[tuple[str, AgentFn, AgentConfig, Callable[[], beam.DoFn]]]:
     ]
 
 
-PER_KEY = 100
-"""Events per key in the profiles, as in the measurement at 1,000 keys."""
 RANKED = 8
 """Functions each ranking names in the details."""
+SAME = 1.1
+"""Our code in the pipeline within this factor of its time without Beam runs as fast there."""
 
 
 def _rankings(quick: bool) -> list[Ranking]:
@@ -197,66 +200,74 @@ def _rankings(quick: bool) -> list[Ranking]:
     ]
 
 
-def _splits(quick: bool, keys: int) -> tuple[list[str], list[Split]]:
+def _splits(quick: bool, floor_net: list[float | None]) -> tuple[list[str], list[Split]]:
     """Our code without Beam and inside the pipeline, beside the floor's: lines and figures."""
-    activations = 2_000 if quick else 10_000
-    lines, splits = [], []
-    for name, agent_fn, config, floor in _cases():
-        events = keyed_events(activations, keys)
-        split = Split(
-            core_microseconds(agent_fn, config, events, rounds=3),
-            in_pipeline(timed_agent(agent_fn, config), events),
-            in_pipeline(floor, events),
-        )
-        splits.append(split)
-        lines.append(
-            f"The {name} activation, thread CPU per activation ({keys:,} keys, {activations:,} "
-            f"activations): without Beam (`AgentDoFn.process` on plain in-memory cells, best of "
-            f"three rounds, `benchmarks/core_only.py`) our code took {split.own_us:.1f} µs; in the "
-            f"pipeline (`benchmarks/in_pipeline.py`: `process` on FnApiRunner, with the state "
-            f"objects Beam passes wrapped so their calls, a bag's lazy read included, are "
-            f"timed) `process` took "
-            f"{split.ours.process_us:.1f} µs, {split.ours.state_us:.1f} of it in Beam's state "
-            f"calls, so our code took {split.ours.code_us:.1f} "
-            f"({split.ours.code_us / split.own_us:.1f}x its time without Beam); the floor's "
-            f"`process` took {split.floor.process_us:.1f}, {split.floor.state_us:.1f} of it in "
-            "state calls."
-        )
+    keys, rounds, splits = measure(_cases(), quick)
+    lines = [
+        split_line(name, split, keys, rounds, net)
+        for (name, *_), split, net in zip(_cases(), splits, floor_net, strict=True)
+    ]
     return lines, splits
 
 
-PARAMETER_ROUNDS = 3
-PARAMETER_EVENTS = 20_000
-"""The parameters' cost is a difference of two close figures: smaller runs, in more rounds."""
+def _rest(rest: list[float], parameters: Parameters) -> str:
+    """A note on the rest when it comes out below zero, though it holds Beam's binding."""
+    if max(rest) >= 0:
+        return ""
+    return (
+        f" (below zero, though the rest holds Beam's binding of the parameters, estimated at "
+        f"{parameters.best:.1f}: {parameters.best - max(rest):.1f} µs or more apart, which is "
+        "the noise between the row's run and the split's, the terms being differences of close "
+        "figures)"
+    )
 
 
-def _parameters_cost(quick: bool, keys: int) -> tuple[float, str]:
-    """What Beam charges for binding the four parameters beyond the floor's, and its detail line.
-
-    The no-op floor and the same floor declaring RunAgent's five state and timer parameters
-    take turns, :data:`PARAMETER_ROUNDS` rounds; each figure is its best round.
-    """
-    count, rounds = (2_000, 1) if quick else (PARAMETER_EVENTS, PARAMETER_ROUNDS)
-    stages = {"floor": bare_stateful, "runagent parameters": runagent_parameters}
-    us = {
-        name: seconds * 1e6
-        for name, seconds in seconds_per_element(
-            keyed_events(count, keys), stages, rounds=rounds
-        ).items()
-    }
-    cost = us["runagent parameters"] - us["floor"]
-    return cost, (
-        f"{keys:,} keys, {count:,} events, {rounds} interleaved rounds (best of each): the no-op "
-        f"floor declaring RunAgent's five state and timer parameters (touching only the header, "
-        f"as the floor does) costs {us['runagent parameters']:.1f} µs/element against the "
-        f"floor's {us['floor']:.1f}: {cost:.1f} µs/element is Beam binding the other four "
-        "parameters, "
-        "before our code runs."
+def _bound(figure: Figure, split: Split, ranking: Ranking, needed: float) -> str:
+    """What the missed row ``figure`` must lose, set against our code and the parts named."""
+    code = statistics.fmean(split.code)
+    if code <= 0:
+        return f"the {figure.name} must lose {needed:.1f} µs"
+    if needed >= code:
+        return (
+            f"the {figure.name} must lose {needed:.1f} µs, more than all {code:.1f} µs of our "
+            "code in the pipeline: no cut to our code alone meets it, the rest must come from "
+            "what Beam does for RunAgent beyond the floor (binding the parameters, handing over "
+            "the outputs)"
+        )
+    slower = statistics.fmean(split.slower)
+    if min(split.slower) > SAME:
+        pace = (
+            f"runs at {span(split.slower, 2)}x its time without Beam with the timing's own cost "
+            f"taken off ({span(split.slower_timed, 2)}x with it left in)"
+        )
+    else:
+        pace = (
+            f"runs at about its time without Beam once the timing's own cost is taken off "
+            f"({span(split.slower, 2)}x; {span(split.slower_timed, 2)}x with it left in: the "
+            "timing explained the slowdown)"
+        )
+    own = needed / slower
+    named = named_us(ranking)
+    if named >= own:
+        cover = (
+            f"the {NAMED} parts named below take {named:.1f} µs of it (their ~ figures), so "
+            f"the changes would have to remove {own / named:.0%} of those parts' time between "
+            "them: that share of each part, were all cut alike"
+        )
+    else:
+        cover = (
+            f"the {NAMED} parts named below take {named:.1f} µs of it (their ~ figures): even "
+            f"removed entirely they cover {named / own:.0%} of it"
+        )
+    return (
+        f"the {figure.name} must lose {needed:.1f} µs, {needed / code:.0%} of our code in the "
+        f"pipeline (beyond the floor's), which {pace}, so about {own:.1f} µs measured without "
+        f"Beam; {cover}"
     )
 
 
 def _remaining(
-    figures: list[Figure], splits: list[Split], parameters_us: float, rankings: list[Ranking]
+    figures: list[Figure], splits: list[Split], parameters: Parameters, rankings: list[Ranking]
 ) -> str:
     """What is left, from this run's split (our code in the pipeline, state calls, the rest)
     and the ranking of our code: the next changes for each missed row."""
@@ -264,45 +275,29 @@ def _remaining(
     for figure, split, ranking in zip(figures[:2], splits, rankings, strict=True):
         assert figure.target is not None and figure.floor
         gap = figure.ours - figure.floor
-        code = split.ours.code_us - split.floor.code_us
-        state = split.ours.state_us - split.floor.state_us
-        rest = gap - code - state
+        rest = split.rest(gap)
         parts.append(
-            f"the {figure.name} is {gap:.1f} µs above its floor: {code:.1f} µs of our code as it "
-            f"runs in the pipeline (beyond the floor's own), {state:+.1f} of Beam's state calls "
-            f"beyond the floor's, and {rest:.1f} of the rest"
+            f"the {figure.name} is {gap:.1f} µs above its floor: {span(split.code)} µs of our "
+            f"code as it runs in the pipeline (beyond the floor's own), "
+            f"{span(split.state, sign='+')} of Beam's state calls beyond the floor's, and "
+            f"{span(rest)} of the rest{_rest(rest, parameters)}"
         )
         needed = figure.ours - figure.target.bound * figure.floor
         if needed > 0:
             changes.append(f"for the {figure.name}, {next_changes(ranking)}")
-            slower = split.ours.code_us / split.own_us
-            if code <= 0:
-                bounds.append(f"the {figure.name} must lose {needed:.1f} µs")
-            elif needed >= code:
-                bounds.append(
-                    f"the {figure.name} must lose {needed:.1f} µs, more than all {code:.1f} µs "
-                    "of our code in the pipeline: no cut to our code alone meets it, the rest "
-                    "must come from what Beam does for RunAgent beyond the floor (binding the "
-                    "parameters, handing over the outputs)"
-                )
-            else:
-                bounds.append(
-                    f"the {figure.name} must lose {needed:.1f} µs, {needed / code:.0%} of our "
-                    f"code in the pipeline, which runs at {slower:.1f}x its time without Beam, "
-                    f"so about {needed / slower:.1f} µs of it measured without Beam"
-                )
+            bounds.append(_bound(figure, split, ranking, needed))
     return f"""\
-Where the time above each floor goes in this run: {"; ".join(parts)}. Our code and the state
-calls are thread CPU inside `process` (details); the rest is outside it: Beam binding the
-parameters ({parameters_us:.1f} µs/element measured on their own), handing over the element
-and our tagged outputs, and the noise between the figure's run and the timed runs (it can come
-out negative). To meet the targets, {"; ".join(bounds) or "nothing"}. Our code runs slower
-between Beam's code than alone (caches, allocation), so no one change does it. Next, by the
-profile of our code without Beam at {rankings[0].per_key} events per key (details: µs per
-activation under cProfile, then ~ its share of the time without the profiler and the part's
-largest functions), the largest parts first, each change kept only if the pipeline figure moves:
+Where the time above each floor goes in this run (ranges over the split's rounds): \
+{"; ".join(parts)}. Our code and the state calls are thread CPU inside `process`, net of the \
+timing's own cost (details); the rest is outside it: Beam binding the parameters \
+({parameters.best:.1f} µs/element measured on their own, {span(parameters.rounds, sign="+")} \
+round by round), handing over the element and our tagged outputs, and the noise between the \
+row's run and the split's. To meet the targets, {"; ".join(bounds) or "nothing"}. Next, by the \
+profile of our code without Beam at {rankings[0].per_key} events per key (details: µs per \
+activation under cProfile, then ~ its share of the time without the profiler and the part's \
+largest functions), the largest parts first, each change kept only if the pipeline figure moves: \
 {". Then, ".join(changes) or "nothing"}. {_more_keys(figures)}
-{_parameters(figures[0], parameters_us)} Not worth doing, measured: one tagged output per
+{_parameters(figures[0], parameters)} Not worth doing, measured: one tagged output per
 activation for its trace events (dropping the no-op's two trace outputs altogether, a side
 measurement recorded at 8627abd of 100,000 events on 1,000 keys in 5 interleaved rounds, moved
 the median round from 111.6 to 111.3 µs/element against a floor of 63.0 to 76.1)."""
@@ -323,24 +318,13 @@ def _more_keys(figures: list[Figure]) -> str:
     )
 
 
-def _parameters(no_op: Figure, parameters_us: float) -> str:
-    """What fewer ``process`` parameters would save by this run's figure, and what is done."""
+def _parameters(no_op: Figure, parameters: Parameters) -> str:
+    """What fewer ``process`` parameters would save by this run's figures, and what is done."""
     gap = no_op.ours - (no_op.floor or 0.0)
-    if gap <= 0 or parameters_us <= 0:
-        measured = (
-            f"Fewer `process` parameters: this run measured {parameters_us:.1f} µs/element for "
-            "all four beyond the floor's, nothing to save (committed reports have shown this "
-            "difference of two close figures anywhere from -8 to 23 µs)."
-        )
-    else:
-        without = (no_op.ours - parameters_us) / (no_op.floor or 1.0)
-        measured = (
-            f"Fewer `process` parameters would save at most the {parameters_us:.1f} µs/element "
-            f"Beam charges for all four beyond the floor's ({parameters_us / gap:.0%} of the "
-            f"no-op activation's gap; the no-op would be at {without:.2f}x with none of them; "
-            "committed reports have shown this difference of two close figures anywhere from -8 "
-            "to 23 µs)."
-        )
+    measured = parameters_estimate(gap, parameters)
+    if gap > 0 and parameters.best > 0:
+        without = (no_op.ours - parameters.best) / (no_op.floor or 1.0)
+        measured += f" By the estimate the no-op would be at about {without:.2f}x without them."
     return (
         measured + " The issue names two changes for them; both are done. `process` binds the "
         "idle timer only where a TTL is set (a TTL adds it back as a sixth), and no longer "

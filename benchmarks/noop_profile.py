@@ -379,15 +379,29 @@ def part_costs(ranking: Ranking) -> list[PartCost]:
     return sorted(costs, key=lambda cost: -cost.us)
 
 
-def next_changes(ranking: Ranking, count: int = 5) -> str:
+NAMED = 5
+"""Parts the next changes name, for each missed row."""
+
+
+def named_parts(ranking: Ranking, count: int = NAMED) -> list[PartCost]:
+    """The ``count`` most charged parts of ``ranking``, the fake model aside."""
+    return [cost for cost in part_costs(ranking) if cost.part.label != FAKE][:count]
+
+
+def named_us(ranking: Ranking, count: int = NAMED) -> float:
+    """Those parts' µs per activation without the profiler (profiled, if it was not timed)."""
+    total = sum(cost.us for cost in named_parts(ranking, count))
+    return ranking.unprofiled(total) if ranking.plain_us else total
+
+
+def next_changes(ranking: Ranking, count: int = NAMED) -> str:
     """The ``count`` most charged parts of ``ranking``, the fake model aside, as clauses.
 
     Each names the part, its µs per activation, its largest functions and its next change.
     """
-    costs = part_costs(ranking)
-    fake = sum(cost.us for cost in costs if cost.part.label == FAKE)
+    fake = sum(cost.us for cost in part_costs(ranking) if cost.part.label == FAKE)
     clauses = []
-    for number, cost in enumerate([c for c in costs if c.part.label != FAKE][:count], 1):
+    for number, cost in enumerate(named_parts(ranking, count), 1):
         functions = ", ".join(f"{row.name} {row.charged_us:.1f}" for row in cost.rows[:3])
         if ranking.plain_us:
             functions = f"~{ranking.unprofiled(cost.us):.1f}; {functions}"

@@ -80,6 +80,8 @@ class Figure:
     floor: float | None = None
     floor_label: str = ""
     target: Target | None = None
+    spread: tuple[float, float] | None = None
+    """The least and the most ratio over paired rounds; a target is met only if both meet it."""
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.ours) and self.ours > 0):
@@ -88,6 +90,8 @@ class Figure:
             raise ValueError(f"{self.name}: a floor must be positive, got {self.floor}")
         if self.samples < 1:
             raise ValueError(f"{self.name}: a figure needs at least one sample")
+        if self.spread is not None and not 0 < self.spread[0] <= self.spread[1]:
+            raise ValueError(f"{self.name}: a spread must be positive and ordered")
 
     @property
     def ratio(self) -> float | None:
@@ -97,7 +101,10 @@ class Figure:
     @property
     def met(self) -> bool | None:
         """Whether the target is met; ``None`` when the figure has no target."""
-        return None if self.target is None else self.target.is_met(self.ours, self.ratio)
+        if self.target is None:
+            return None
+        ratios = [self.ratio] if self.spread is None else list(self.spread)
+        return all(self.target.is_met(self.ours, ratio) for ratio in ratios)
 
 
 class ProfileOutput(NamedTuple):
@@ -134,13 +141,14 @@ class BenchmarkResult:
         raw = json.loads(text)
         figures = []
         for figure in raw.pop("figures"):
-            target = figure.pop("target")
+            target, spread = figure.pop("target"), figure.pop("spread", None)
             figures.append(
                 Figure(
                     **figure,
                     target=None
                     if target is None
                     else Target(Goal(target["goal"]), target["bound"]),
+                    spread=None if spread is None else (spread[0], spread[1]),
                 )
             )
         return cls(figures=figures, **raw)
@@ -241,6 +249,9 @@ def figure_row(number: int, figure: Figure) -> str:
         else f"{format_number(figure.floor)} {figure.unit} ({figure.floor_label})"
     )
     ratio = "—" if figure.ratio is None else _ratio_text(figure.ratio, figure.target)
+    if figure.spread is not None:
+        low, high = (_ratio_text(end, figure.target) for end in figure.spread)
+        ratio += f" ({low} to {high})"
     target = "—" if figure.target is None else figure.target.describe(figure.unit)
     return (
         f"| {number} | {figure.name} | {format_number(figure.ours)} {figure.unit} | "
@@ -278,6 +289,7 @@ def render_markdown(
         "",
         "Ratio is ours divided by the floor measured in the same run: above 1 is slower for times,",
         "below 1 is slower for rates. Met is checked against the issue's target for that figure.",
+        "A range after a ratio is its least and most over paired rounds; Met then needs both.",
         "",
         *RESULTS_HEADER,
         *(figure_row(number, figure) for number, result in numbered for figure in result.figures),

@@ -5,20 +5,21 @@ Right after the figure's rounds, :func:`measure` drives one more round of the sa
 side (the same processes, the same callers), reading every thread's CPU time from ``/proc``
 (:func:`benchmarks.usage.between`) around it, then one more at a single effector with its event
 loop and its busiest other thread sampled for running at once (:mod:`benchmarks.thread_overlap`).
-:func:`submit_account` says per call what the split shows, for benchmark 6's "what is left".
+Thread CPU comes from :mod:`benchmarks.usage` (``schedstat`` nanoseconds where the kernel has
+them); the effectors run under :mod:`benchmarks.named_threads`, so their threads have names.
+:func:`split_text` says per call what the split shows, for benchmark 6's "what is left".
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from benchmarks import usage
 from benchmarks.effector_findings import CORES, TURNS_BELOW
 from benchmarks.effector_load import chunks, make_intents, submit_all
-from benchmarks.report import Figure
 from benchmarks.thread_overlap import Overlap, OverlapSampler
 from effector.client import AsyncEffectorClient
 from effector.launch import EffectorProcess
@@ -119,36 +120,6 @@ async def _round(
     return Side(len(calls), elapsed_s, servers, client_s, store_server)
 
 
-def submit_account(figures: Sequence[Figure], splits: Mapping[str, SubmitSplit | None]) -> str:
-    """For each missed Submit-rate row: its time per call beyond the no-op server's, split.
-
-    ``splits`` maps a row's name to what :func:`measure` found for it (``None``: no ``/proc``).
-    """
-    relaxed = next((f for f in figures if "synchronous=NORMAL" in f.name), None)
-    parts = []
-    for figure in figures:
-        if not figure.name.startswith("Submit calls/s") or figure.met is not False:
-            continue
-        assert figure.floor is not None
-        extra = 1e6 / figure.ours - 1e6 / figure.floor
-        split = splits.get(figure.name)
-        text = (
-            f"{figure.name}: {figure.ours:,.0f} calls/s against the no-op gRPC server's "
-            f"{figure.floor:,.0f} in the same run, so the effector spends {extra:.0f} µs more per "
-            "call (one over the rate) than a server that does nothing. "
-            + ("Its split by thread was not measured here." if split is None else split_text(split))
-        )
-        if relaxed is not None and "SQLite" in figure.name:
-            synced = 1e6 / figure.ours - 1e6 / relaxed.ours
-            text += (
-                f" With `synchronous=NORMAL` (no fsync per commit) the effector served "
-                f"{relaxed.ours:,.0f} calls/s, so the fsync is {max(synced, 0.0):.0f} µs of the "
-                f"{extra:.0f}."
-            )
-        parts.append(f"{text} {next_change(figure, split)}")
-    return "".join(f"\n\n{part}" for part in parts)
-
-
 def split_text(split: SubmitSplit) -> str:
     """Where a call's CPU went on each side, the difference, and how busy the effector was."""
     ours, noop, single = split.ours, split.noop, split.replicas == 1
@@ -156,14 +127,17 @@ def split_text(split: SubmitSplit) -> str:
         ("the effector", "its", "server") if single else ("the effectors", "their", "servers")
     )
     postgres = f", and the PostgreSQL server {ours.us(ours.store_server_s):.0f}"
-    loop, busiest, rest, kernel = _deltas(split)
+    loop, busiest, rest, kernel = deltas(split)
     text = (
-        f"Split by thread in one more round of {ours.calls:,} such calls at each, right after "
-        f"the figure's rounds on the same servers (CPU time from `/proc`; "
-        f"{1e6 / ours.wall_us:,.0f} and {1e6 / noop.wall_us:,.0f} calls/s in that round): per "
-        f"call {effector} used {_threads(ours, its, EFFECTOR_THREADS[single])}"
+        f"Split by thread (CPU accounting, not where a call waits) in one more round of "
+        f"{ours.calls:,} such calls at each, right after the paired rounds on the same servers "
+        f"({usage.resolution()}; {1e6 / ours.wall_us:,.0f} and {1e6 / noop.wall_us:,.0f} "
+        f"calls/s in that round): per call {effector} used "
+        f"{_threads(ours, its, EFFECTOR_THREADS[single])}"
         f"{postgres if ours.store_server_s else ''}; the no-op {servers} used "
-        f"{_threads(noop, its, NOOP_THREADS[single])}. The difference, "
+        f"{_threads(noop, its, NOOP_THREADS[single])}. By thread name, every thread but the "
+        f"event loop{'' if single else 's'}: {effector} {_names(ours)}; the no-op "
+        f"{servers} {_names(noop)}. The difference, "
         f"{ours.us(ours.servers.cpu_s) - noop.us(noop.servers.cpu_s):.0f} µs of CPU per call"
         f"{' besides the PostgreSQL server' if ours.store_server_s else ''} (in wall time a "
         f"call took {ours.wall_us - noop.wall_us:.0f} µs longer in that round), is {loop:.0f} "
@@ -196,7 +170,7 @@ NOOP_THREADS = {
 }
 
 
-def _deltas(split: SubmitSplit) -> tuple[float, float, float, float]:
+def deltas(split: SubmitSplit) -> tuple[float, float, float, float]:
     """The effectors' CPU per call beyond the no-op's: loop, busiest other, rest, kernel."""
     ours, noop = split.ours, split.noop
     return (
@@ -205,6 +179,47 @@ def _deltas(split: SubmitSplit) -> tuple[float, float, float, float]:
         ours.us(ours.servers.other_threads_s) - noop.us(noop.servers.other_threads_s),
         ours.us(ours.servers.system_s) - noop.us(noop.servers.system_s),
     )
+
+
+NAMES_SHOWN = 4
+"""Thread names shown per side, largest CPU first."""
+THREAD_NAMES = {
+    "pg": "the PostgreSQL store's connection threads",
+    "sqlite": "the SQLite store's writer",
+    "sqlite-read": "its reader",
+    "sqlite-checkpoi": "its checkpointer",
+    "_poll_wrapper": "grpc.aio's completion-queue poller",
+    "event_engine": "gRPC's C-core event engine",
+    "grpc_global_tim": "gRPC's timer",
+    "asyncio": "the event loop's default executor",
+}
+"""What the threads named in the split are, by name (:mod:`benchmarks.named_threads`)."""
+
+
+def _names(side: Side) -> str:
+    """A side's CPU per call by thread name, largest first (a pool's threads together)."""
+    named = [(name, side.us(cpu)) for name, cpu in side.servers.by_name]
+    shown = [(name, us) for name, us in named[:NAMES_SHOWN] if us >= 0.5]
+    if not shown:
+        return "not named"
+    rest = sum(us for _, us in named) - sum(us for _, us in shown)
+    parts = [f"{us:.0f} µs on `{name}`{_known(name)}" for name, us in shown]
+    return ", ".join(parts) + (f", {rest:.0f} on the rest" if rest >= 0.5 else "")
+
+
+def _known(name: str) -> str:
+    known = THREAD_NAMES.get(name)
+    return "" if known is None else f" ({known})"
+
+
+def largest_other(split: SubmitSplit) -> str | None:
+    """The effectors' thread name with the most CPU per call beyond the no-op's same name."""
+    noop = dict(split.noop.servers.by_name)
+    grown = {
+        name: split.ours.us(cpu) - split.noop.us(noop.get(name, 0.0))
+        for name, cpu in split.ours.servers.by_name
+    }
+    return max(grown, key=lambda name: grown[name]) if grown else None
 
 
 def _threads(side: Side, its: str, names: tuple[str, str]) -> str:
@@ -245,54 +260,3 @@ def _turns(split: SubmitSplit) -> str:
         ": they overlap part of the time, and neither was busy all the round: the calls also "
         "wait on the group commits (each with its fsync) and on the GIL the two share."
     )
-
-
-def next_change(figure: Figure, split: SubmitSplit | None) -> str:
-    """What the row must lose to meet its target, and the change the split points to."""
-    assert figure.floor is not None and figure.target is not None
-    budget = 1e6 / (figure.target.bound * figure.floor)
-    text = (
-        f"Next for this row: at {figure.target.bound:g}x the no-op server's rate a call may take "
-        f"{budget:.0f} µs, {1e6 / figure.ours - budget:.0f} fewer than now; "
-    )
-    if split is None:
-        return text + "without the split, the store's statements per Submit come first."
-    loop, busiest, rest, _ = _deltas(split)
-    parts = {
-        "loop": loop,
-        "writer": busiest,
-        "rest": rest,
-        "server": split.ours.us(split.ours.store_server_s),
-    }
-    largest = max(parts, key=lambda part: parts[part])
-    return text + POINTERS[largest].format(**{part: f"{us:.0f}" for part, us in parts.items()})
-
-
-POINTERS = {
-    "loop": (
-        "the split puts most of the difference on the event loop ({loop} µs per call beyond the "
-        "no-op server's, against {writer} on the busiest other thread), not in the store's "
-        "statements: the next change is cutting what Submit runs on the loop per call that the "
-        "no-op's handler does not (the intent's checks and argument validation, the record and "
-        "the future handed to the group commit, the acknowledgement built from the store's "
-        "answer), then the store's share with the store cuts above."
-    ),
-    "writer": (
-        "the split puts most of the difference on the busiest other thread, presumably the "
-        "store's ({writer} µs per call beyond the no-op server's, against {loop} on the event "
-        "loop): the next change is the store's work per Submit (the intents' INSERT and the key "
-        "rows' upsert), with the store cuts above."
-    ),
-    "rest": (
-        "the split puts most of the difference on the effector's other threads ({rest} µs per "
-        "call, against {loop} on the event loop and {writer} on the busiest other one): the "
-        "next change is finding which of them it is."
-    ),
-    "server": (
-        "the split puts most of the difference in the PostgreSQL server ({server} µs per call, "
-        "against {loop} on the event loops and {rest} on their other threads): the next change "
-        "is the server's statements per Submit (the key rows' upsert and the intents' INSERT, "
-        "timed above), with the PostgreSQL cuts above."
-    ),
-}
-"""The change the largest part of the difference points to, by part."""

@@ -1,16 +1,20 @@
 """What processes used over a measured interval, read from Linux's ``/proc``.
 
-CPU time by thread (the main thread, the busiest other one, the rest; user and system), and
-what they wrote: bytes through write calls (``wchar``), bytes that reached the block layer
-(``write_bytes``) and write calls. Benchmark 6 divides these by the intents of its sustained
-runs to show where an intent's cost goes. Elsewhere (no ``/proc``) nothing is measured.
+CPU time by thread (the main thread, the busiest other one, the rest, and every thread but the
+main one by its name; of it, the kernel's share), and what they wrote: bytes through write calls
+(``wchar``), bytes that reached the block layer (``write_bytes``) and write calls. A thread's CPU
+time comes from ``schedstat`` in nanoseconds where the kernel has it, else from ``stat`` in clock
+ticks; the kernel's share always from ``stat`` (:func:`resolution` says which). Benchmark 6
+divides these by the intents of its sustained runs to show where an intent's cost goes.
+Elsewhere (no ``/proc``) nothing is measured.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 _PROC = Path("/proc")
@@ -20,11 +24,13 @@ _IO_FIELDS = ("wchar", "write_bytes", "syscw")
 
 @dataclass(frozen=True)
 class ProcessSample:
-    """One process at one moment: CPU seconds by thread id (user, system); write counters."""
+    """One process at one moment: CPU seconds by thread id (all, of it in the kernel); writes."""
 
     pid: int
     threads: dict[int, tuple[float, float]]
     io: dict[str, int]
+    names: dict[int, str] = field(default_factory=dict)
+    """Thread names by id (``comm``, a trailing number dropped)."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,8 @@ class Usage:
     disk_written: int
     """Bytes sent to the block layer (``write_bytes``)."""
     write_calls: int
+    by_name: tuple[tuple[str, float], ...] = ()
+    """Every thread but the main ones, CPU seconds summed by thread name, largest first."""
 
     @property
     def cpu_s(self) -> float:
@@ -60,7 +68,8 @@ def sample(pids: Iterable[int]) -> list[ProcessSample]:
     samples = []
     for pid in pids:
         try:
-            samples.append(ProcessSample(pid, _thread_times(pid), _io_counters(pid)))
+            times, names = _thread_times(pid)
+            samples.append(ProcessSample(pid, times, _io_counters(pid), names))
         except (FileNotFoundError, ProcessLookupError, PermissionError):
             continue
     return samples
@@ -71,6 +80,7 @@ def between(before: Sequence[ProcessSample], after: Sequence[ProcessSample]) -> 
     earlier = {process.pid: process for process in before}
     main = busiest = other = system = 0.0
     written = disk_written = write_calls = 0
+    by_name: dict[str, float] = {}
     for process in after:
         start = earlier.get(
             process.pid, ProcessSample(process.pid, {}, dict.fromkeys(_IO_FIELDS, 0))
@@ -78,15 +88,30 @@ def between(before: Sequence[ProcessSample], after: Sequence[ProcessSample]) -> 
         spent = {
             tid: _since(times, start.threads.get(tid)) for tid, times in process.threads.items()
         }
-        system += sum(sys for _, sys in spent.values())
-        main += sum(spent.pop(process.pid, (0.0, 0.0)))
-        totals = sorted((user + sys for user, sys in spent.values()), reverse=True)
+        system += sum(kernel for _, kernel in spent.values())
+        main += spent.pop(process.pid, (0.0, 0.0))[0]
+        for tid, (cpu, _) in spent.items():
+            name = process.names.get(tid, "?")
+            by_name[name] = by_name.get(name, 0.0) + cpu
+        totals = sorted((cpu for cpu, _ in spent.values()), reverse=True)
         busiest += sum(totals[:1])
         other += sum(totals[1:])
         written += process.io["wchar"] - start.io["wchar"]
         disk_written += process.io["write_bytes"] - start.io["write_bytes"]
         write_calls += process.io["syscw"] - start.io["syscw"]
-    return Usage(main, busiest, other, system, written, disk_written, write_calls)
+    named = tuple(sorted(by_name.items(), key=lambda pair: -pair[1]))
+    return Usage(main, busiest, other, system, written, disk_written, write_calls, named)
+
+
+def resolution() -> str:
+    """Where the CPU times come from, and how fine they are, for the report's text."""
+    tick_ms = 1000 / _TICKS_PER_S
+    if schedstat_available():
+        return (
+            "on-CPU time from `/proc`'s `schedstat`, in nanoseconds; the kernel's share from "
+            f"`stat`, in {tick_ms:g} ms clock ticks"
+        )
+    return f"CPU time from `/proc`'s `stat`, in {tick_ms:g} ms clock ticks"
 
 
 def _since(now: tuple[float, float], then: tuple[float, float] | None) -> tuple[float, float]:
@@ -122,15 +147,27 @@ def listening_postgres(port: int) -> list[int]:
     return []
 
 
-def _thread_times(pid: int) -> dict[int, tuple[float, float]]:
-    times = {}
+def _thread_times(pid: int) -> tuple[dict[int, tuple[float, float]], dict[int, str]]:
+    """Every thread's (CPU seconds, of them in the kernel), and its name."""
+    times, names = {}, {}
+    precise = schedstat_available()
     for task in (_PROC / str(pid) / "task").iterdir():
         try:
             fields = _stat_fields(task)
+            name = (task / "comm").read_text().strip()
+            cpu_ns = int((task / "schedstat").read_text().split()[0]) if precise else None
         except FileNotFoundError:
             continue  # the thread ended while the directory was read
-        times[int(task.name)] = (int(fields[11]) / _TICKS_PER_S, int(fields[12]) / _TICKS_PER_S)
-    return times
+        user, kernel = int(fields[11]) / _TICKS_PER_S, int(fields[12]) / _TICKS_PER_S
+        tid = int(task.name)
+        times[tid] = (user + kernel if cpu_ns is None else cpu_ns / 1e9, kernel)
+        names[tid] = thread_name(name)
+    return times, names
+
+
+def thread_name(comm: str) -> str:
+    """A thread's name without the number a pool gives each of its threads (``pg_3``: ``pg``)."""
+    return re.sub(r"[-_.]?\d+$", "", comm) or comm
 
 
 def _stat_fields(task: Path) -> list[str]:

@@ -19,6 +19,7 @@ from benchmarks.noop_profile import (
     FAKE,
     Ranked,
     Ranking,
+    named_us,
     next_changes,
     part_costs,
     part_of,
@@ -26,6 +27,7 @@ from benchmarks.noop_profile import (
     rank_without_beam,
     ranking_lines,
 )
+from benchmarks.noop_split import Parameters, Split
 from benchmarks.pipelines import keyed_events
 from benchmarks.report import Figure, Goal, Target
 
@@ -166,16 +168,27 @@ def test_the_next_changes_name_the_parts_with_their_figures_the_fake_aside() -> 
     assert text.endswith("(the fake model's own answer, 5.0 µs, stands in for a provider)")
 
 
+def test_the_named_parts_are_timed_without_the_profiler() -> None:
+    # The memory write (8.5) and trace events (6.0), the fake model aside: their share of the
+    # 50 profiled µs applied to the 25 without the profiler.
+    assert named_us(SMALL, 2) == pytest.approx((8.5 + 6.0) / 50 * 25)
+    untimed = Ranking("model-call", 1_000, 10, SMALL.rows, 50.0, 100)
+    assert named_us(untimed, 2) == pytest.approx(14.5)
+
+
 def test_what_is_left_gives_each_missed_row_its_next_changes() -> None:
     def figure(name: str, ours: float, bound: float) -> Figure:
         target = Target(Goal.RATIO_AT_MOST, bound)
         return Figure(name, "µs/element", ours, samples=100, floor=50.0, target=target)
 
     figures = [figure("no-op activation, 1,000 keys", 90.0, 1.25), figure("model", 60.0, 1.8)]
-    split = noop_activation.Split(10.0, InPipeline(40.0, 20.0), InPipeline(25.0, 20.0))
+    split = Split(10.0, [InPipeline(40.0, 20.0)], [InPipeline(25.0, 20.0)])
     noop = Ranking("no-op", 1_000, 10, SMALL.rows[2:3], 20.0, 50, 10.0)
-    text = noop_activation._remaining(figures, [split, split], 5.0, [noop, SMALL])
+    parameters = Parameters(best=5.0, rounds=[4.0, 6.0], keys=200, events=20_000)
+    text = noop_activation._remaining(figures, [split, split], parameters, [noop, SMALL])
     assert "at 100 events per key" in text
     assert "for the no-op activation, 1,000 keys, (1) trace events, 4.0 µs (~2.0;" in text
     assert "the memory write" not in text  # the model-call row met its target
     assert "the profile's largest first" not in text
+    assert "at most" not in text
+    assert "estimated at 5.0 µs/element between the best rounds" in text

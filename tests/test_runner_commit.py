@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from apache_beam.runners.worker import bundle_processor, statecache
 
@@ -45,29 +47,44 @@ def test_per_key_divides_by_the_keys() -> None:
     assert (commit.commit_us, commit.weigh_us) == (4.0, 1.0)
 
 
-def test_a_cost_below_the_lower_bound_takes_every_round_and_is_not_settled() -> None:
-    notes: list[str] = []
-    stage = memory_runs.floor_stage(1 << 10)
+def test_measure_runs_a_fixed_number_of_interleaved_rounds_alternating_the_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    stages = {memory_runs.FLOOR: source_only, memory_runs.OURS: bare_stateful}
+    names = {id(stage): name for name, stage in stages.items()}
+    runs: list[tuple[str, int]] = []
+    cpu = [0.0]  # the fake process clock: the floor costs 1 s and ours 3 s per 100 activations
+
+    def fake_run(elements: list[object], stage: object) -> None:
+        runs.append((names[id(stage)], len(elements)))
+        cpu[0] += (3.0 if runs[-1][0] == memory_runs.OURS else 1.0) * len(elements) / 100
+        clock.commits, clock.commit_ns = 1, 10_000
+
+    monkeypatch.setattr(memory_runs, "run_pipeline", fake_run)
+    monkeypatch.setattr(time, "process_time", lambda: cpu[0])
     with timing_commits() as clock:
-        measured = memory_runs.measure(
-            1 << 10, 1_000, stage, clock, quick=False, at_least=10.0, notes=notes, name="the floor"
-        )
-    assert not measured.settled
-    assert measured.runs == 2 * memory_runs.MAX_ROUNDS
-    assert measured.commit.commit_us > 0
-    assert len(notes) == 1 and "still under" in notes[0] and "not judged" in notes[0]
+        paired = memory_runs.measure(1 << 10, 100, stages, clock, quick=False)
+    floor, ours = memory_runs.FLOOR, memory_runs.OURS
+    first = [(floor, 100), (ours, 100), (floor, 200), (ours, 200)]
+    second = [(ours, 100), (floor, 100), (ours, 200), (floor, 200)]
+    order = [first if index % 2 == 0 else second for index in range(memory_runs.ROUNDS)]
+    assert runs == [run for round_ in order for run in round_]
+    assert len(paired.rounds) == memory_runs.ROUNDS
+    assert all(round_.ratio == pytest.approx(3.0) for round_ in paired.rounds)
+    assert paired.ours.runs == paired.floor.runs == 2 * memory_runs.ROUNDS
+    assert paired.ours.commit.commit_us == pytest.approx(1.0)
 
 
-def test_a_plausible_cost_stops_after_the_usual_rounds() -> None:
-    notes: list[str] = []
-    stage = memory_runs.floor_stage(1 << 10)
+def test_measure_on_real_pipelines_pairs_the_floor_and_ours() -> None:
+    stages = {
+        memory_runs.FLOOR: memory_runs.floor_stage(1 << 10),
+        memory_runs.OURS: memory_runs.agent_stage(memory_runs.rewrite_memory),
+    }
     with timing_commits() as clock:
-        measured = memory_runs.measure(
-            1 << 10, 2_000, stage, clock, quick=False, at_least=0.0, notes=notes, name="the floor"
-        )
-    assert measured.settled and measured.seconds > 0
-    assert measured.runs == 2 * memory_runs.ROUNDS
-    assert notes == []
+        paired = memory_runs.measure(1 << 10, 20, stages, clock, quick=True)
+    assert len(paired.rounds) == 1 and paired.rounds[0].ratio > 0
+    assert paired.floor.commit.commit_us > 0 and paired.ours.commit.commit_us > 0
+    assert paired.ours.net_us < paired.ours.commit.commit_us
 
 
 def test_the_lower_bound_is_the_larger_of_the_cpu_inside_process_and_the_smallest_cost() -> None:

@@ -1,0 +1,169 @@
+"""Where a one-intent Submit call waits: in the store's group commits, or outside them.
+
+No hook in the effector times a Submit's steps, so this measures from outside: one round of
+calls at effectors whose store's statements are timed (SQLite: a copy of the effector run by
+:mod:`benchmarks.sqlite_statements`; PostgreSQL: the same effectors, the server's statements
+counted by :mod:`benchmarks.pg_statements`), and the calls' latencies at the client. How many
+calls shared each commit, how long a commit took, and how much of the round the store was
+inside one, set beside a call's latency, say whether the store's commits are the calls' critical
+path. :func:`where` classifies; :func:`wait_text` says it for benchmark 6's "what is left".
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+from benchmarks import sqlite_statements
+from benchmarks.effector_load import calls_round, server_processes
+from benchmarks.harness import EFFECTOR_READY, effector_command, percentile
+from benchmarks.paired_rounds import Batch
+from benchmarks.pg_statements import StatementTimes
+
+BACK_TO_BACK = 0.8
+"""A store inside its commits at least this share of the round has them back to back."""
+MOSTLY_OUTSIDE = 0.5
+"""A call whose two commits' time is at most this share of its p50 waits mostly outside them."""
+
+
+class Wait(Enum):
+    """Where the round puts a call's wait."""
+
+    STORE = "store"
+    """The commits ran back to back: the store is on every call's critical path."""
+    OUTSIDE = "outside"
+    """The store idled with calls outstanding, and a call's wait is mostly outside its commits."""
+    BOTH = "both"
+    UNRESOLVED = "unresolved"
+    """The store's side of a commit was only partly timed (PostgreSQL: the server's)."""
+
+
+@dataclass(frozen=True)
+class GroupCommits:
+    """One round of calls and the store's commits in it."""
+
+    batch: Batch
+    commits: int
+    statements_s: float
+    """Wall time inside the commits' statements (SQLite: the writer's, BEGIN and COMMIT included,
+    waits for the GIL too; PostgreSQL: the server's execution, summed over its connections)."""
+    commit_s: float
+    """Of it, the COMMITs' (on SQLite with ``synchronous=FULL``, each an fsync)."""
+    whole: bool
+    """Whether ``statements_s`` is the whole commit (SQLite), not the server's part only."""
+
+    @property
+    def calls_per_commit(self) -> float:
+        return self.batch.calls / self.commits
+
+    @property
+    def commit_ms(self) -> float:
+        """A commit's statements, on average, in ms."""
+        return self.statements_s / self.commits * 1000
+
+    @property
+    def busy(self) -> float:
+        """The share of the round the store spent inside the commits' statements."""
+        return self.statements_s / self.batch.elapsed_s
+
+    @property
+    def p50_ms(self) -> float:
+        return percentile(self.batch.latencies_s, 0.5) * 1000
+
+
+def where(commits: GroupCommits) -> Wait:
+    """Whether a call's wait is in the store's commits, outside them, or both (module doc)."""
+    if commits.busy >= BACK_TO_BACK:
+        return Wait.STORE
+    if not commits.whole:
+        return Wait.UNRESOLVED
+    if 2 * commits.commit_ms <= MOSTLY_OUTSIDE * commits.p50_ms:
+        return Wait.OUTSIDE
+    return Wait.BOTH
+
+
+def sqlite_round(database: str, shape: tuple[int, int, int], scratch: Path) -> GroupCommits | None:
+    """One round at a fresh ingest-only effector with its write statements timed."""
+    timings = scratch / "group-commits.json"
+    command = effector_command(database, concurrency=0, statements_file=timings)
+    with server_processes([command], EFFECTOR_READY, scratch) as processes:
+        batch = asyncio.run(calls_round([p.address for p in processes], shape, warm=False))
+    if not timings.exists():
+        return None
+    costs = sqlite_statements.read(timings)
+    commit = [cost for cost in costs if cost.text == "COMMIT"]
+    count = sum(cost.calls for cost in commit)
+    if not count:
+        return None
+    wall = sum(cost.wall_s for cost in costs)
+    return GroupCommits(batch, count, wall, sum(cost.wall_s for cost in commit), whole=True)
+
+
+def postgres_round(
+    targets: Sequence[str], shape: tuple[int, int, int], statements: StatementTimes
+) -> GroupCommits | None:
+    """One round at the running effectors, the server's statements counted around it."""
+    statements.reset()
+    batch = asyncio.run(calls_round(targets, shape, warm=False))
+    ranked, total_ms = statements.read(limit=1_000)
+    commit = [statement for statement in ranked if statement.text == "COMMIT"]
+    count = sum(statement.calls for statement in commit)
+    if not count:
+        return None
+    commit_ms = sum(statement.exec_ms for statement in commit)
+    return GroupCommits(batch, count, total_ms / 1000, commit_ms / 1000, whole=False)
+
+
+def wait_text(commits: GroupCommits, callers: int) -> str:
+    """What the round says about where a call waits, as far as it was measured."""
+    p50, commit_ms, twice = commits.p50_ms, commits.commit_ms, 2 * commits.commit_ms
+    common = (
+        f"{commits.calls_per_commit:.1f} calls shared each of its {commits.commits:,} group "
+        f"commits on average"
+    )
+    if commits.whole:
+        text = (
+            f"In one more round of {commits.batch.calls:,} such calls at a copy of the effector "
+            f"whose store times its write statements (`benchmarks/sqlite_statements.py`), "
+            f"{common}; a commit's statements took {commit_ms:.2f} ms of wall time (waits for "
+            f"the GIL included), {commits.commit_s / commits.commits * 1000:.2f} of it the "
+            f"COMMIT with its fsync, and the store's writer was inside them {commits.busy:.0%} "
+            f"of the round. A call took p50 {p50:.1f} ms there; the commit in progress when it "
+            f"arrived and its own take about {twice:.1f} ms on average, so about "
+            f"{max(p50 - twice, 0.0):.1f} ms of its p50 it waits outside the store's "
+            "statements (for gRPC and the event loop to take it in, run its handler and send "
+            "its answer, and for the GIL)."
+        )
+    else:
+        text = (
+            f"In one more round of {commits.batch.calls:,} such calls at the effectors, the "
+            f"server's statements counted (`pg_stat_statements`), {common}; the server executed "
+            f"a commit's statements in {commit_ms:.2f} ms on average and was executing "
+            f"statements {commits.busy:.0%} of the round (both replicas' connections summed). A "
+            f"call took p50 {p50:.1f} ms there, {twice / p50:.0%} of it the server's execution "
+            "even counted twice (the commit in progress and its own); each commit's round "
+            "trips and psycopg's work between them were not timed, so this round does not tell "
+            "how much of the rest is the commit's client side and how much gRPC and the event "
+            "loop."
+        )
+    return (
+        text
+        + " "
+        + CONCLUSIONS[where(commits)].format(idle=f"{1 - commits.busy:.0%}", callers=callers)
+    )
+
+
+CONCLUSIONS = {
+    Wait.STORE: "The commits ran nearly back to back: the store's group commit is on every "
+    "call's critical path.",
+    Wait.OUTSIDE: "The store had no commit running {idle} of the round although {callers} "
+    "calls were outstanding, and a call's wait is mostly outside the commits: the path outside "
+    "the store (gRPC and the handler on the event loop, and the GIL it shares with the writer) "
+    "sets the rate.",
+    Wait.BOTH: "Neither side dominates: both the store's commits and the path outside them "
+    "take a large share of a call's wait.",
+    Wait.UNRESOLVED: "The server itself idled {idle} of the round.",
+}
