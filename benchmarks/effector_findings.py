@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 
 from benchmarks.pg_statements import StatementTime
-from benchmarks.usage import Usage, resolution
+from benchmarks.usage import Usage, kernel_known, resolution
 
 TARGET_PER_S = 9_000
 CORES = os.cpu_count() or 1
@@ -71,13 +71,13 @@ class IntentCost:
             f"{self.us(used.cpu_s):.0f} µs of CPU, {self.us(used.main_thread_s):.0f} on their "
             f"main threads (the event loop: gRPC, Submit, the worker), "
             f"{self.us(used.busiest_thread_s):.0f} on the busiest other thread of each"
+            + top_name(used)
+            + f" and {self.us(used.other_threads_s):.0f} on the rest"
             + (
-                " (presumably the store's writer: Python does not name its OS threads)"
-                if server is None
+                f", {self.us(used.system_s):.0f} of it in the kernel"
+                if kernel_known(used.system_s)
                 else ""
             )
-            + f" and {self.us(used.other_threads_s):.0f} on the rest, "
-            f"{self.us(used.system_s):.0f} of it in the kernel"
         )
         if server is not None:
             text += f"; the PostgreSQL server used {self.us(server.cpu_s):.0f} µs"
@@ -96,6 +96,13 @@ class IntentCost:
             f"({self.kib(disk):.1f} KiB reached the disk, in {calls / self.intents:.1f} calls); "
             f"{floor}."
         )
+
+
+def top_name(used: Usage) -> str:
+    """The thread name with the most CPU besides the main threads', as a clause, if named."""
+    if not used.by_name or used.by_name[0][0] == "python":
+        return ""
+    return f" (the most CPU by thread name: `{used.by_name[0][0]}`)"
 
 
 def remaining(sqlite: IntentCost | None, postgres: IntentCost | None) -> str:
@@ -219,10 +226,10 @@ TAKING_TURNS = (
     "intents, alternating): a GIL switch interval of 0.5 ms instead of 5 did not move the rate "
     "(5,524-6,054 against 5,543-6,131 intents/s), so handing the GIL over sooner does not help, "
     "and 1,024 intents in flight instead of 256 gained about 8% (6,361-6,928 against "
-    "5,872-6,335), so more work in flight does not either. The structural change is the writer "
-    "in a process of its own, where its Python and SQLite's work would run beside the loop's "
-    "without waiting to take the loop's GIL back after each statement (the statements' wait "
-    "beyond their CPU is above); short of it, the store changes above cut the writer's share."
+    "5,872-6,335), so more work in flight does not either. What the writer's statements wait "
+    "on beyond their CPU (above) is not attributed by this run, so a writer in a process of its "
+    "own (its Python under a GIL of its own) is a candidate, not a measured fix; the store "
+    "changes above cut the writer's share whatever the wait is."
 )
 """What the taking-turns account measured besides the run (GIL interval, work in flight)."""
 
@@ -295,8 +302,8 @@ def _split(sqlite: IntentCost | None) -> str:
         f"On SQLite the effector and its client used {total:.0f} µs of CPU per intent in this "
         f"run (the details split it by thread, from `/proc`), {verdict}. One thread can give an "
         f"intent at most {allowed:.0f} µs at {TARGET_PER_S:,}/s: the effector's main thread used "
-        f"{main:.0f} ({main / allowed:.1f}x that) and its busiest other thread, presumably the "
-        f"store's writer, {writer:.0f} ({writer / allowed:.1f}x), and their Python shares one "
+        f"{main:.0f} ({main / allowed:.1f}x that) and its busiest other thread{top_name(used)}, "
+        f"{writer:.0f} ({writer / allowed:.1f}x), and their Python shares one "
         f"GIL. The effector passed {sqlite.kib(sqlite.written):.1f} KiB per intent to write "
         f"calls, WAL frames and checkpoints{floor}."
     )

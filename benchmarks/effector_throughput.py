@@ -289,7 +289,9 @@ def _sustained(
 ) -> tuple[list[Sustained], list[Batch], IntentCost]:
     """The sustained runs, each beside a round of the no-op floor's calls (order alternating)."""
     count, batch, runs = size
-    command = effector_command(store.database("effector"), concurrency=CONCURRENCY)
+    command = named_threads.command(
+        effector_command(store.database("effector"), concurrency=CONCURRENCY)
+    )
     measured: list[Sustained] = []
     noop: list[Batch] = []
     client_s = 0.0

@@ -128,14 +128,15 @@ def wait_text(commits: GroupCommits, callers: int) -> str:
         text = (
             f"In one more round of {commits.batch.calls:,} such calls at a copy of the effector "
             f"whose store times its write statements (`benchmarks/sqlite_statements.py`), "
-            f"{common}; a commit's statements took {commit_ms:.2f} ms of wall time (waits for "
-            f"the GIL included), {commits.commit_s / commits.commits * 1000:.2f} of it the "
+            f"{common}; a commit's statements took {commit_ms:.2f} ms of wall time (the "
+            f"writer's waits beyond its CPU included), "
+            f"{commits.commit_s / commits.commits * 1000:.2f} of it the "
             f"COMMIT with its fsync, and the store's writer was inside them {commits.busy:.0%} "
             f"of the round. A call took p50 {p50:.1f} ms there; the commit in progress when it "
             f"arrived and its own take about {twice:.1f} ms on average, so about "
             f"{max(p50 - twice, 0.0):.1f} ms of its p50 it waits outside the store's "
-            "statements (for gRPC and the event loop to take it in, run its handler and send "
-            "its answer, and for the GIL)."
+            "statements (gRPC, the handler on the event loop, the hand-offs to the writer and "
+            "back: this round does not split it)."
         )
     else:
         text = (
@@ -160,9 +161,7 @@ CONCLUSIONS = {
     Wait.STORE: "The commits ran nearly back to back: the store's group commit is on every "
     "call's critical path.",
     Wait.OUTSIDE: "The store had no commit running {idle} of the round although {callers} "
-    "calls were outstanding, and a call's wait is mostly outside the commits: the path outside "
-    "the store (gRPC and the handler on the event loop, and the GIL it shares with the writer) "
-    "sets the rate.",
+    "calls were outstanding, and a call's wait is mostly outside the commits.",
     Wait.BOTH: "Neither side dominates: both the store's commits and the path outside them "
     "take a large share of a call's wait.",
     Wait.UNRESOLVED: "The server itself idled {idle} of the round.",

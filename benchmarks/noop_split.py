@@ -11,6 +11,7 @@ parameters (interleaved rounds of two pipelines).
 from __future__ import annotations
 
 import functools
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -165,12 +166,19 @@ def _per_call(runs: Sequence[InPipeline]) -> str:
 class Parameters:
     """What Beam charges for binding RunAgent's parameters beyond the floor's, µs/element."""
 
-    best: float
-    """The best round of the one less the best round of the other."""
     rounds: list[float]
-    """Each round's difference."""
+    """Each round's difference, declared less the floor in the same round."""
     keys: int
     events: int
+
+    @property
+    def median(self) -> float:
+        """The median of the rounds' paired differences: the estimate."""
+        return statistics.median(self.rounds)
+
+    def without(self, ours: float, floor: float) -> list[float]:
+        """The ratio ``ours`` over ``floor`` would be without the binding, each round's."""
+        return [(ours - cost) / floor for cost in self.rounds]
 
 
 def rounds_per_element(
@@ -202,7 +210,6 @@ def parameters_cost(quick: bool) -> tuple[Parameters, str]:
     us = rounds_per_element(keyed_events(count, keys), stages, rounds)
     floor, declared = us["floor"], us["runagent parameters"]
     cost = Parameters(
-        best=min(declared) - min(floor),
         rounds=[d - f for d, f in zip(declared, floor, strict=True)],
         keys=keys,
         events=count,
@@ -213,8 +220,8 @@ def parameters_cost(quick: bool) -> tuple[Parameters, str]:
         f"timer parameters (touching only the header, as the floor does) costs {span(declared)} "
         "µs/element against the "
         f"floor's {span(floor)}: Beam binding the other four parameters, before our code runs, "
-        f"comes to {cost.best:.1f} µs/element between the best rounds and "
-        f"{span(cost.rounds, sign='+')} round by round."
+        f"comes to {span(cost.rounds, sign='+')} µs/element round by round (declared less the "
+        f"floor in the same round), median {cost.median:.1f}."
     )
 
 
@@ -226,9 +233,12 @@ def parameters_estimate(no_op_gap: float, cost: Parameters) -> str:
             f"Fewer `process` parameters: this run measured {spread} µs/element for all four "
             "beyond the floor's, round by round: nothing measurable to save."
         )
-    share = f" ({cost.best / no_op_gap:.0%} of the no-op activation's gap)" if no_op_gap > 0 else ""
+    share = (
+        f" ({cost.median / no_op_gap:.0%} of the no-op activation's gap)" if no_op_gap > 0 else ""
+    )
     return (
         f"Fewer `process` parameters: Beam's binding of the four beyond the floor's is estimated "
-        f"at {cost.best:.1f} µs/element between the best rounds{share}, {spread} round by round "
+        f"at {cost.median:.1f} µs/element, the median of the rounds' paired differences{share}, "
+        f"{spread} round by round "
         f"({cost.events:,} events on {cost.keys:,} keys, a difference of two close figures)."
     )

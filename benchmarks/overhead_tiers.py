@@ -49,7 +49,8 @@ any sample.
 The fake's latency is `beam_agents.model.fake.simulate_latency`: it yields to the event loop
 for L and ends on time. (A plain `asyncio.sleep(L)` fires late: `epoll_wait` counts whole
 milliseconds, rounded up, and the kernel lets it overrun by 0.1% of its timeout, so it ended
-0.3 ms late at 50 ms and 0.8 ms late at 500 ms; a real provider's answer wakes the loop
+0.3 ms late at 50 ms and 0.8 ms late at 500 ms, a side measurement recorded at cf7d8f2; a
+real provider's answer wakes the loop
 through its socket, with no timer.) How late the wait really ended is in the details below.
 
 The floor is a bare stateful `DoFn` on the same runner, with the same concurrency (at 50 ms at

@@ -124,8 +124,8 @@ def split_line(
         )
     line += (
         "; the statements other than COMMIT, which wait on no fsync (in WAL mode only a commit "
-        f"syncs), took {waited * per_intent:.1f} µs of wall time beyond their CPU: mostly the "
-        "writer waiting to take the GIL back after SQLite's work"
+        f"syncs), took {waited * per_intent:.1f} µs of wall time beyond their CPU, a wait "
+        "this run does not attribute (the GIL, a core, or the disk)"
     )
     return line
 

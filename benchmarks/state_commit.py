@@ -5,9 +5,11 @@
 from __future__ import annotations
 
 import functools
+import statistics
 
 from beam_agents.core.agent import AgentFn
 from benchmarks import commit_placement, memory_runs
+from benchmarks.commit_placement import grew, growth, whole
 from benchmarks.harness import (
     Hotspot,
     findings,
@@ -31,6 +33,8 @@ from benchmarks.memory_runs import (
     rewrite_beside_untouched,
     rewrite_memory,
 )
+from benchmarks.noop_profile import Ranking
+from benchmarks.noop_split import rounds_of
 from benchmarks.pipelines import Stage, run_pipeline
 from benchmarks.report import BenchmarkResult, Figure, Goal, ProfileOutput, Target
 from benchmarks.runner_commit import timing_commits
@@ -190,9 +194,10 @@ def run(quick: bool) -> BenchmarkResult:
     placed = commit_placement.account(
         commit_placement.at_the_ends(inside), work[0], work[-1], (label(SIZES[0]), label(SIZES[-1]))
     )
+    ranking = commit_placement.memory_ranking(quick)
     details = [
         _rounds({**{label(size): p for size, p in measured.items()}, variant: beside}),
-        *_split(work),
+        *_split(measured),
         _commit_account(work, commits, [*measured.values(), beside], [*map(label, SIZES), variant]),
         *(note for notes in unjudged.values() for note in notes),
         placed,
@@ -208,7 +213,7 @@ def run(quick: bool) -> BenchmarkResult:
             _commit(variant, beside, None),
         ],
         details=details,
-        remaining=_remaining(work, measured, commits, placed),
+        remaining=_remaining(work, measured, commits, placed, ranking),
     )
 
 
@@ -277,30 +282,27 @@ def _rounds(measured: dict[str, Paired]) -> str:
     )
 
 
-def _split(figures: list[Figure]) -> list[str]:
-    """Each targeted row's excess over the floor: the fixed cost (the 1 KiB row's) and the rest."""
-    fixed, floor_fixed = _fixed(figures)
+def _split(measured: dict[int, Paired]) -> list[str]:
+    """Each targeted size's excess over the floor, round by round: the fixed cost and the rest."""
+    small = measured[SIZES[0]]
+    fixed = growth(small, small).fixed
     lines = [
-        f"Fixed cost of an activation over the floor (the {label(SIZES[0])} row's median round, "
-        f"ours less the floor): {fixed:.0f} µs, against the floor's own {floor_fixed:.0f} µs."
+        f"Fixed cost of an activation over the floor (ours less the floor at {label(SIZES[0])}): "
+        f"{whole(fixed)} µs over {rounds_of(len(fixed))}, against the floor's own "
+        f"{whole([r.floor * 1e6 for r in small.rounds])} µs."
     ]
-    for size, figure in zip(SIZES, figures, strict=True):
-        if size >= TARGET_FROM and figure.floor is not None:
-            excess = figure.ours - figure.floor
+    for size, paired in measured.items():
+        if size >= TARGET_FROM:
+            grown = growth(small, paired)
             lines.append(
-                f"{label(size)} (median round): ours less the floor {round(excess)} µs, of which "
-                f"{round(excess - fixed)} µs beyond the fixed cost (what ours grew from "
-                f"{label(SIZES[0])} beyond the floor's growth); the floor itself grew "
-                f"{round(figure.floor - floor_fixed)} µs from {label(SIZES[0])}."
+                f"{label(size)} against {label(SIZES[0])}, round by round: ours less the floor "
+                f"{whole([(r.ours - r.floor) * 1e6 for r in paired.rounds])} µs; "
+                + grew(grown.beyond, "what ours grew beyond the floor's growth")
+                + "; "
+                + grew(grown.floor, "the floor's own growth")
+                + "."
             )
     return lines
-
-
-def _fixed(figures: list[Figure]) -> tuple[float, float]:
-    """Ours less the floor at the smallest size, and the floor there (µs)."""
-    smallest = figures[0]
-    assert smallest.floor is not None
-    return smallest.ours - smallest.floor, smallest.floor
 
 
 def _commit_account(
@@ -332,21 +334,28 @@ def _commit_account(
 
 
 def _remaining(
-    figures: list[Figure], measured: dict[int, Paired], commits: list[Figure], placed: str
+    figures: list[Figure],
+    measured: dict[int, Paired],
+    commits: list[Figure],
+    placed: str,
+    ranking: Ranking,
 ) -> str:
     """Each size not met: its rounds against 2x, the fixed cost and the growth, the next change.
 
-    ``placed`` is the in-pipeline account of the growth (:mod:`benchmarks.commit_placement`).
+    ``placed`` is the in-pipeline account of the growth (:mod:`benchmarks.commit_placement`);
+    ``ranking`` profiles this agent's activation without Beam, to size benchmark 1's changes.
     """
-    fixed, floor_fixed = _fixed(figures)
-    parts, unplaced = [], False
+    small = measured[SIZES[0]]
+    parts, unplaced, cuts = [], False, {}
     for size, figure in zip(SIZES, figures, strict=True):
         if figure.met is not False or figure.floor is None or figure.ratio is None:
             continue
         paired = measured[size]
+        grown = growth(small, paired)
+        fixed = statistics.median(grown.fixed)
         low, high = paired.spread
         over = paired.worst_excess(TARGET.bound) * 1e6
-        grows = figure.ours - figure.floor - fixed
+        cuts[label(size)] = over
         parts.append(
             f"At {label(size)} the {len(paired.rounds)} paired rounds' ratios ran from {low:.2f}x "
             f"to {high:.2f}x (median {figure.ratio:.2f}x): "
@@ -356,20 +365,23 @@ def _remaining(
                 else "over 2x in every round"
             )
             + f". To be within 2x in every round ours must cost {over:.1f} µs an activation "
-            f"less (the worst round's excess over twice its floor). Of ours less the floor in the "
-            f"median "
-            f"round, {round(figure.ours - figure.floor)} µs, {round(fixed)} µs is the fixed cost "
-            f"of an activation over the floor (measured at {label(SIZES[0])} in this run) and "
-            f"{round(grows)} µs is what ours grew from {label(SIZES[0])} beyond the floor's own "
-            f"growth of {round(figure.floor - floor_fixed)} µs"
+            f"less (the worst round's excess over twice its floor). Ours less the floor ran "
+            f"{whole([(r.ours - r.floor) * 1e6 for r in paired.rounds])} µs over the rounds; "
+            f"the fixed cost of an activation over the floor (ours less the floor at "
+            f"{label(SIZES[0])}) ran {whole(grown.fixed)} µs (median {fixed:.0f}); round by "
+            f"round (each round at {label(size)} against the same round at {label(SIZES[0])}), "
+            + grew(grown.beyond, "what ours grew beyond the floor's growth")
+            + ", and "
+            + grew(grown.floor, "the floor's own growth")
             + (
-                f"; cutting {over:.1f} of the fixed cost's {fixed:.0f} µs would clear 2x here."
+                f"; cutting {over:.1f} µs of the fixed cost (median {fixed:.0f}) would clear 2x "
+                "here."
                 if fixed >= over
-                else f"; even with none of the fixed cost it would be {over - fixed:.1f} µs "
-                "over: the growth must be cut too."
+                else f"; even with none of the fixed cost (median {fixed:.0f}) it would be "
+                f"{over - fixed:.1f} µs over: the growth must be cut too."
             )
         )
-        unplaced = unplaced or grows > UNPLACED_US
+        unplaced = unplaced or statistics.median(grown.beyond) > UNPLACED_US
     missed_commits = [
         f"{figure.name} is {figure.ratio:.2f}x the floor's ({figure.ours:.0f} against "
         f"{figure.floor:.0f} µs per key; the details split off Beam's weighing of the cells)."
@@ -378,21 +390,23 @@ def _remaining(
     ]
     if not parts:
         return " ".join(missed_commits)
-    low, high = measured[SIZES[0]].spread
+    low, high = small.spread
     parts.insert(
         0,
         f"The rounds' ratios move with the machine's load: at {label(SIZES[0])} (untargeted, the "
         f"same code in every round) they ran from {low:.2f}x to {high:.2f}x in this run.",
     )
-    growth = (
-        f"{placed} {NEXT_CHANGE} Then the growth, in the part the placement puts most of it "
+    next_change = f"{NEXT_CHANGE} {commit_placement.named_saving(ranking, cuts)}"
+    growth_ = (
+        f"{placed} {next_change} Then the growth, in the part the placement puts most of it "
         "(the profile below compares the two sizes function by function)."
         if unplaced
         else f"What ours grows with the size beyond the floor is under {UNPLACED_US:.0f} µs at "
-        f"each size not met, so the time above the floor is the fixed cost. {NEXT_CHANGE}"
+        f"each size not met (median of the rounds), so the time above the floor is the fixed "
+        f"cost. {next_change}"
     )
     return (
-        " ".join(missed_commits + parts) + f" {growth} A bag of slot records "
+        " ".join(missed_commits + parts) + f" {growth_} A bag of slot records "
         "appended as slots change (the newest record of a key winning, the bag compacted when "
         "its dead bytes pass its live ones; a versioned layout change) would hand Beam only the "
         "slots a commit changed: that moves the rows with an untouched slot beside the changed "

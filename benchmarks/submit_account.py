@@ -12,11 +12,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from benchmarks.effector_findings import CORES
 from benchmarks.group_commits import GroupCommits, Wait, wait_text, where
 from benchmarks.harness import percentile
 from benchmarks.paired_rounds import Pairs, range_text, straddles
 from benchmarks.report import Figure, Target
-from benchmarks.submit_split import SubmitSplit, deltas, largest_other, split_text
+from benchmarks.submit_split import (
+    SubmitSplit,
+    deltas,
+    largest_other,
+    loop_occupied,
+    saturated,
+    split_text,
+)
 
 
 @dataclass(frozen=True)
@@ -110,48 +118,92 @@ def _fsync(relaxed: Pairs) -> str:
     )
 
 
-def next_change(row: SubmitRow) -> str:
-    """What the row must lose to meet its target, and the change where a call waits points to."""
-    figure, bound = row.figure, row.target.bound
-    assert figure.floor is not None
-    budget = 1e6 / (bound * figure.floor)
-    over = 1e6 / figure.ours - budget
+def budget_text(row: SubmitRow) -> str:
+    """The time a call may take at the target, from the worst round, then the median one."""
+    bound, pairs = row.target.bound, row.pairs
+    budgets = [1e6 / (bound * floor) for floor in pairs.floor]
+    overs = [1e6 / ours - budget for ours, budget in zip(pairs.ours, budgets, strict=True)]
+    worst, median = max(range(len(overs)), key=lambda index: overs[index]), pairs.median
     text = (
-        f"Next for this row: at {bound:g}x the no-op server's rate of the median round a call "
-        f"may take {budget:.0f} µs, "
-        + (f"{over:.0f} fewer than now; " if over > 0 else "which that round already met; ")
+        f"Next for this row: at {bound:g}x the no-op server's rate a call may take "
+        f"{budgets[worst]:.0f} µs in the worst round, where it took {1e6 / pairs.ours[worst]:.0f}"
+        + (
+            f": to meet it in every round a call must take {overs[worst]:.0f} µs less"
+            if overs[worst] > 0
+            else ": every round met it"
+        )
     )
+    if median != worst:
+        text += f" (in the median round it may take {budgets[median]:.0f} µs, " + (
+            f"{overs[median]:.0f} fewer than then)" if overs[median] > 0 else "as it did)"
+        )
+    return text + "; "
+
+
+def next_change(row: SubmitRow) -> str:
+    """What the row must lose to meet its target, and what the measured facts point to."""
+    text = budget_text(row)
     wait = None if row.commits is None else where(row.commits)
     split = row.split
     if wait is Wait.STORE:
         return text + STORE_POINTER
     if split is None:
-        return text + "without the split, the store's statements per Submit come first."
+        return text + "this run split neither the wait nor the CPU: " + MEASURE
     loop, busiest, rest, _ = deltas(split)
     if wait is Wait.OUTSIDE:
-        return text + LOOP_POINTER.format(loop=f"{loop:.0f}", writer=f"{busiest:.0f}")
+        occupied = loop_occupied(split)
+        if occupied >= LOOP_BOUND:
+            return text + LOOP_POINTER.format(
+                occupied=f"{occupied:.0%}", loop=f"{loop:.0f}", writer=f"{busiest:.0f}"
+            )
+        seen = (
+            "its time waiting for a core was not read"
+            if split.queued is None
+            else f"it was neither running nor waiting for a core {1 - occupied:.0%} of the "
+            "split round"
+        )
+        return text + (
+            "a call waits mostly outside the store's commits (above), but the event loop is not "
+            f"shown to be the bottleneck ({seen}), so " + MEASURE
+        )
+    ours = split.ours
+    if not saturated(ours):
+        return text + (
+            f"this run does not settle where a call waits, and CPU is not the bound either (the "
+            f"processes, the client included, kept {ours.cores_with_client:.2f} of {CORES} "
+            "cores busy in the split round), so " + MEASURE
+        )
     parts = {
         "loop": loop,
         "writer": busiest,
         "rest": rest,
-        "server": split.ours.us(split.ours.store_server_s),
+        "server": ours.us(ours.store_server_s),
     }
     largest = max(parts, key=lambda part: parts[part])
+    total = sum(max(us, 0.0) for us in parts.values())
     named = {part: f"{us:.0f}" for part, us in parts.items()}
+    most = "most" if total > 0 and parts[largest] > 0.5 * total else "the largest part"
     return (
         text
-        + CPU_ONLY
-        + CPU_POINTERS[largest].format(**named, name=largest_other(split) or "unnamed")
+        + CPU_ONLY.format(cores=f"{ours.cores_with_client:.2f}", all=CORES)
+        + CPU_POINTERS[largest].format(**named, most=most, name=largest_other(split) or "unnamed")
     )
 
 
+LOOP_BOUND = 0.8
+"""A loop running or waiting for a core this share of the round is taken as the bottleneck."""
+MEASURE = (
+    "this run does not place the wait: the next step is measuring it inside the effector, per "
+    "call the time from its arrival to its hand-off to the group commit, in the commit, and "
+    "from the commit to its response."
+)
 LOOP_POINTER = (
-    "a call waits mostly outside the store's commits (above), and of the effector's CPU per "
-    "call beyond the no-op server's {loop} µs is on the event loop (against {writer} on the "
-    "busiest other thread): the next change is cutting what Submit runs on the loop per call "
-    "that the no-op's handler does not (the intent's checks and argument validation, the "
-    "record and the future handed to the group commit, the acknowledgement built from the "
-    "store's answer)."
+    "a call waits mostly outside the store's commits (above), and the event loop was running or "
+    "waiting for a core {occupied} of the split round; of the effector's CPU per call beyond "
+    "the no-op server's {loop} µs is on the loop (against {writer} on the busiest other "
+    "thread): the next change is cutting what Submit runs on the loop per call that the "
+    "no-op's handler does not (the intent's checks and argument validation, the record and the "
+    "future handed to the group commit, the acknowledgement built from the store's answer)."
 )
 STORE_POINTER = (
     "the store's commits ran back to back (above), so they are on every call's critical path: "
@@ -159,19 +211,20 @@ STORE_POINTER = (
     "upsert), with the store cuts above."
 )
 CPU_ONLY = (
-    "this run does not settle where a call waits, so the pointer rests on CPU accounting only: "
+    "this run does not settle where a call waits, but the processes, the client included, kept "
+    "{cores} of {all} cores busy in the split round, so CPU is the bound: "
 )
 CPU_POINTERS = {
-    "loop": "the split puts most of the effector's extra CPU on the event loop ({loop} µs per "
+    "loop": "the split puts {most} of the effector's extra CPU on the event loop ({loop} µs per "
     "call, against {writer} on the busiest other thread); cutting what Submit runs on the loop "
     "per call that the no-op's handler does not comes first.",
-    "writer": "the split puts most of the effector's extra CPU on the busiest other thread "
+    "writer": "the split puts {most} of the effector's extra CPU on the busiest other thread "
     "({writer} µs per call, against {loop} on the event loop); the store's work per Submit (the "
     "intents' INSERT and the key rows' upsert) comes first.",
-    "rest": "the split puts most of the effector's extra CPU on its other threads ({rest} µs "
+    "rest": "the split puts {most} of the effector's extra CPU on its other threads ({rest} µs "
     "per call, the most on `{name}`, against {loop} on the event loop); what those threads do "
     "per Submit comes first.",
-    "server": "the split puts most of the CPU beyond the no-op's in the PostgreSQL server "
+    "server": "the split puts {most} of the CPU beyond the no-op's in the PostgreSQL server "
     "({server} µs per call, against {loop} on the event loops and {rest} on their other "
     "threads); the server's statements per Submit (the key rows' upsert and the intents' "
     "INSERT, timed above) come first.",

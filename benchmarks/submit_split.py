@@ -52,6 +52,11 @@ class Side:
         """Cores the servers (and the store's server) kept busy on average over the round."""
         return (self.servers.cpu_s + self.store_server_s) / self.elapsed_s
 
+    @property
+    def cores_with_client(self) -> float:
+        """Cores the servers, the store's server and the benchmark's client kept busy."""
+        return self.cores + self.client_s / self.elapsed_s
+
     def busy(self, seconds: float) -> float:
         """The share of the round that ``seconds`` of one thread's CPU fills."""
         return seconds / self.elapsed_s
@@ -66,6 +71,9 @@ class SubmitSplit:
     ours: Side
     overlap: Overlap | None = None
     """How often a single effector's event loop and busiest other thread ran at once."""
+    queued: tuple[tuple[float, float], tuple[float, float]] | None = None
+    """A single effector's event loop, then its busiest other thread, in the split round:
+    seconds on a CPU and seconds ready but waiting on a run queue (``schedstat``)."""
 
 
 def measure(
@@ -83,14 +91,29 @@ def measure(
         return None
     noop = asyncio.run(_round(floor, shape, list))
     sampled = len(ours) == 1 and usage.schedstat_available()
-    before = usage.on_cpu_now(ours[0].pid) if sampled else {}
+    pid = ours[0].pid
+    before = usage.on_cpu_now(pid) if sampled else {}
+    queued_before = usage.run_queue_now(pid, before)
     effector = asyncio.run(_round(ours, shape, store_server_pids))
-    writer = usage.busiest_other(ours[0].pid, before) if sampled else None
+    writer = usage.busiest_other(pid, before) if sampled else None
     if writer is None:
         return SubmitSplit(len(ours), noop, effector)
-    with OverlapSampler(ours[0].pid, ours[0].pid, writer) as sampler:
+    queued = _queued(queued_before, usage.run_queue_now(pid, [pid, writer]), (pid, writer))
+    with OverlapSampler(pid, pid, writer) as sampler:
         asyncio.run(_round(ours, shape, list))
-    return SubmitSplit(1, noop, effector, sampler.overlap)
+    return SubmitSplit(1, noop, effector, sampler.overlap, queued)
+
+
+def _queued(
+    before: dict[int, tuple[int, int]], after: dict[int, tuple[int, int]], tids: tuple[int, int]
+) -> tuple[tuple[float, float], tuple[float, float]] | None:
+    """Seconds on a CPU and waiting on a run queue, per thread of ``tids``, between readings."""
+    if not all(tid in before and tid in after for tid in tids):
+        return None
+    loop, writer = (
+        tuple((a - b) / 1e9 for a, b in zip(after[tid], before[tid], strict=True)) for tid in tids
+    )
+    return (loop[0], loop[1]), (writer[0], writer[1])
 
 
 async def _round(
@@ -142,20 +165,47 @@ def split_text(split: SubmitSplit) -> str:
         f"{' besides the PostgreSQL server' if ours.store_server_s else ''} (in wall time a "
         f"call took {ours.wall_us - noop.wall_us:.0f} µs longer in that round), is {loop:.0f} "
         f"on the event loop{'' if single else 's'}, {busiest:.0f} on the busiest other "
-        f"thread{'' if single else 's'} and {rest:.0f} on the other threads, {kernel:.0f} of it "
-        f"in the kernel. {effector.capitalize()}"
-        f"{' and the PostgreSQL server' if ours.store_server_s else ''} kept {ours.cores:.2f} of "
-        f"{CORES} cores busy, the no-op {servers} {noop.cores:.2f}. "
+        f"thread{'' if single else 's'} and {rest:.0f} on the other threads"
+        + (
+            f", {kernel:.0f} of it in the kernel"
+            if usage.kernel_known(ours.servers.system_s, noop.servers.system_s)
+            else ""
+        )
+        + f". {_cores(split, effector, servers)} "
     )
     return text + _turns(split)
+
+
+SATURATED = 0.9
+"""A round whose processes kept at least this share of the machine's cores busy saturated it."""
+
+
+def saturated(side: Side) -> bool:
+    """Whether the servers, the store's server and the client kept the machine's CPU busy."""
+    return side.cores_with_client >= SATURATED * CORES
+
+
+def _cores(split: SubmitSplit, effector: str, servers: str) -> str:
+    """The client's CPU per call, and the cores each side kept busy, the client included."""
+    ours, noop = split.ours, split.noop
+    postgres = ", the PostgreSQL server" if ours.store_server_s else ""
+    text = (
+        f"The benchmark's client (the callers) used {ours.us(ours.client_s):.0f} µs of CPU per "
+        f"call against {effector}, {noop.us(noop.client_s):.0f} against the no-op {servers}. "
+        f"{effector.capitalize()}{postgres} and the client kept {ours.cores_with_client:.2f} of "
+        f"{CORES} cores busy ({ours.cores:.2f} without the client), the no-op {servers} and "
+        f"the client {noop.cores_with_client:.2f}"
+    )
+    if saturated(ours):
+        return text + ": the machine's CPU was saturated in that round."
+    return text + "."
 
 
 EFFECTOR_THREADS = {
     True: (
         "event loop (gRPC, Submit's checks and argument validation, handing the intent to the "
         "group commit, the acknowledgement)",
-        "busiest other thread (presumably the store's writer: the intents' INSERT, the key "
-        "rows' upsert, the COMMIT)",
+        "busiest other thread",
     ),
     False: (
         "event loops (gRPC, Submit's checks and argument validation, handing the intent to the "
@@ -226,16 +276,20 @@ def _threads(side: Side, its: str, names: tuple[str, str]) -> str:
     """A side's CPU per call: every thread, its event loop, its busiest other thread, the rest."""
     used = side.servers
     loop, busiest = names
+    kernel = (
+        f", {side.us(used.system_s):.0f} of it in the kernel"
+        if usage.kernel_known(used.system_s)
+        else ""
+    )
     return (
         f"{side.us(used.cpu_s):.0f} µs of CPU: {side.us(used.main_thread_s):.0f} on {its} "
         f"{loop}, {side.us(used.busiest_thread_s):.0f} on {its} {busiest} and "
-        f"{side.us(used.other_threads_s):.0f} on {its} other threads, "
-        f"{side.us(used.system_s):.0f} of it in the kernel"
+        f"{side.us(used.other_threads_s):.0f} on {its} other threads{kernel}"
     )
 
 
 def _turns(split: SubmitSplit) -> str:
-    """How busy the event loop and the writer were, and whether they took turns."""
+    """How busy the event loop and the busiest other thread were, and whether they overlapped."""
     ours, overlap = split.ours, split.overlap
     used = ours.servers
     if overlap is None:
@@ -244,19 +298,47 @@ def _turns(split: SubmitSplit) -> str:
             f"The event loop{'s were' if several else ' was'} on a CPU {share:.0%} of the round"
             f"{', each on average' if several else ''}."
         )
-    loop, writer = ours.us(used.main_thread_s), ours.us(used.busiest_thread_s)
+    other = _writer(ours)
     text = (
         f"Its event loop was on a CPU {ours.busy(used.main_thread_s):.0%} of the round and its "
-        f"writer {ours.busy(used.busiest_thread_s):.0%}; in a third round the two were running "
-        f"(or ready to run) at once in {overlap.both_running:.0%} of {overlap.samples:,} samples"
+        f"{other} {ours.busy(used.busiest_thread_s):.0%}"
+        f"{_queued_text(split, other)}; in a third round the two were running (or ready to run) "
+        f"at once in {overlap.both_running:.0%} of {overlap.samples:,} samples"
     )
     if overlap.both_running < TURNS_BELOW:
+        loop, writer = ours.us(used.main_thread_s), ours.us(used.busiest_thread_s)
         return text + (
             f": they take turns more than they overlap (one GIL), so the {loop + writer:.0f} µs "
             f"they used per call together, against the round's {ours.wall_us:.0f} µs per call, "
             "bound the rate."
         )
-    return text + (
-        ": they overlap part of the time, and neither was busy all the round: the calls also "
-        "wait on the group commits (each with its fsync) and on the GIL the two share."
+    return text + ": they overlap part of the time."
+
+
+def _writer(side: Side) -> str:
+    """The busiest other thread, by its name where the SQLite writer's is the top one."""
+    named = side.servers.by_name
+    return "writer (`sqlite`)" if named and named[0][0] == "sqlite" else "busiest other thread"
+
+
+def _queued_text(split: SubmitSplit, other: str) -> str:
+    """Per call, the loop's and the other thread's time on a CPU and waiting for one."""
+    if split.queued is None:
+        return ""
+    ours = split.ours
+    (loop_cpu, loop_wait), (other_cpu, other_wait) = split.queued
+    return (
+        f"; per call in that round (`schedstat`) the event loop ran {ours.us(loop_cpu):.0f} µs "
+        f"and waited {ours.us(loop_wait):.0f} µs ready on a run queue for a core, its {other} "
+        f"ran {ours.us(other_cpu):.0f} and waited {ours.us(other_wait):.0f}, so the loop was "
+        f"neither running nor waiting for a core {1 - loop_occupied(split):.0%} of the round"
     )
+
+
+def loop_occupied(split: SubmitSplit) -> float:
+    """The share of the split round a single effector's loop ran or waited for a core (0 if
+    not read)."""
+    if split.queued is None:
+        return 0.0
+    loop_cpu, loop_wait = split.queued[0]
+    return min((loop_cpu + loop_wait) / split.ours.elapsed_s, 1.0)

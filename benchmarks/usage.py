@@ -201,6 +201,27 @@ def on_cpu_now(pid: int) -> dict[int, int]:
     return found
 
 
+def run_queue_now(pid: int, tids: Iterable[int]) -> dict[int, tuple[int, int]]:
+    """Per thread, nanoseconds on a CPU and waiting on a run queue (ready, not running) so far."""
+    found = {}
+    for tid in tids:
+        try:
+            fields = (_PROC / str(pid) / "task" / str(tid) / "schedstat").read_text().split()
+        except FileNotFoundError:
+            continue  # the thread has ended
+        found[tid] = int(fields[0]), int(fields[1])
+    return found
+
+
+KERNEL_TICKS_S = 1.0
+"""Kernel CPU (from 10 ms ticks) below this, over a round, is too coarse to print per call."""
+
+
+def kernel_known(*system_s: float) -> bool:
+    """Whether every kernel total given spans enough clock ticks to be printed per call."""
+    return all(seconds >= KERNEL_TICKS_S for seconds in system_s)
+
+
 def busiest_other(pid: int, before: dict[int, int]) -> int | None:
     """The thread, other than the main one, that ran longest since ``before`` (on-CPU ns)."""
     spent = []

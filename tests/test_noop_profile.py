@@ -184,11 +184,14 @@ def test_what_is_left_gives_each_missed_row_its_next_changes() -> None:
     figures = [figure("no-op activation, 1,000 keys", 90.0, 1.25), figure("model", 60.0, 1.8)]
     split = Split(10.0, [InPipeline(40.0, 20.0)], [InPipeline(25.0, 20.0)])
     noop = Ranking("no-op", 1_000, 10, SMALL.rows[2:3], 20.0, 50, 10.0)
-    parameters = Parameters(best=5.0, rounds=[4.0, 6.0], keys=200, events=20_000)
+    parameters = Parameters(rounds=[4.0, 6.0, 5.0], keys=200, events=20_000)
     text = noop_activation._remaining(figures, [split, split], parameters, [noop, SMALL])
     assert "at 100 events per key" in text
     assert "for the no-op activation, 1,000 keys, (1) trace events, 4.0 µs (~2.0;" in text
     assert "the memory write" not in text  # the model-call row met its target
     assert "the profile's largest first" not in text
     assert "at most" not in text
-    assert "estimated at 5.0 µs/element between the best rounds" in text
+    assert "estimated at 5.0 µs/element, the median of the rounds' paired differences" in text
+    # The no-op at 90 against 50 without the binding: (90 - 5) / 50, and by each round.
+    assert "about 1.70x without them (1.68 to 1.72x by the rounds)" in text
+    assert "not confirmed the estimate" in text

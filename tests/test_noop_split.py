@@ -79,38 +79,52 @@ RANKING = Ranking(
 )
 """One named part, trace events: 8.0 µs profiled, ~4.0 without the profiler."""
 
-PARAMETERS = Parameters(best=9.0, rounds=[7.0, 12.0], keys=200, events=20_000)
+PARAMETERS = Parameters(rounds=[7.0, 12.0, 9.0], keys=200, events=20_000)
+"""The binding: the median of the rounds' paired differences is 9.0."""
 
 
 def test_the_bound_says_how_much_of_the_named_parts_the_changes_must_remove() -> None:
     # 90 against 60 at 1.25x: 15 µs to lose, of 26.5 µs of our code (3.1x its time without
     # Beam), so about 4.8 µs without Beam, of the 4.0 the one named part takes: more than all.
-    text = noop_activation._bound(_figure(90.0, 60.0), _split(), RANKING, 15.0)
+    text = noop_activation._bound(_figure(90.0, 60.0), _split(), RANKING, 15.0, PARAMETERS)
     assert "must lose 15.0 µs, 57% of our code in the pipeline" in text
     assert "runs at 3.00 to 3.20x its time without Beam" in text
     assert "even removed entirely they cover 83% of it" in text
-    slight = noop_activation._bound(_figure(90.0, 60.0), _split(), RANKING, 10.0)
+    # What remains after all of them: 15 / 3.1 - 4.0 µs without Beam, beyond any change named.
+    assert f"and {15.0 / 3.1 - 4.0:.1f} µs without Beam would remain" in text
+    assert "out of reach of the changes named" in text
+    assert "estimated below at 9.0 µs/element" in text
+    slight = noop_activation._bound(_figure(90.0, 60.0), _split(), RANKING, 10.0, PARAMETERS)
     assert "would have to remove 81% of those parts' time" in slight
+    assert "out of reach" not in slight
 
 
 def test_the_bound_says_when_the_timing_explained_the_slowdown() -> None:
-    text = noop_activation._bound(_figure(90.0, 60.0), _split(own=31.0), RANKING, 10.0)
+    text = noop_activation._bound(_figure(90.0, 60.0), _split(own=31.0), RANKING, 10.0, PARAMETERS)
     assert "the timing explained the slowdown" in text
 
 
-def test_a_negative_rest_is_set_against_the_binding_it_holds() -> None:
+def test_a_rest_below_the_binding_it_holds_is_flagged() -> None:
     split = _split()
-    assert noop_activation._rest(split.rest(40.0), PARAMETERS) == ""
+    assert noop_activation._rest(split.rest(40.0), PARAMETERS) == ""  # 12.0 and 9.0: not below
+    # 36 µs: rests of 8.0 and 5.0, below the binding's 9.0 but within its rounds' 7 to 12.
+    above_zero = noop_activation._rest(split.rest(36.0), PARAMETERS)
+    assert "below zero" not in above_zero
+    assert "the two disagree by 1.0 µs or more and their ranges overlap" in above_zero
+    assert "+7.0 to +12.0 round by round" in above_zero
+    # 25 µs: rests of -3.0 and -6.0, 12.0 µs or more below the binding's 9.0.
     note = noop_activation._rest(split.rest(25.0), PARAMETERS)
-    # The rests are -3.0 and -6.0: 12.0 µs or more below the binding's 9.0.
-    assert "below zero" in note
-    assert "12.0 µs or more apart" in note
+    assert "below zero, below Beam's binding" in note
+    assert "disagree by 12.0 µs or more and their ranges do not overlap" in note
 
 
 def test_the_parameters_are_an_estimate_with_their_spread() -> None:
     text = parameters_estimate(30.0, PARAMETERS)
-    assert "estimated at 9.0 µs/element between the best rounds (30% of" in text
+    assert (
+        "estimated at 9.0 µs/element, the median of the rounds' paired differences (30% of" in text
+    )
     assert "+7.0 to +12.0 round by round" in text
     assert "at most" not in text
-    none = parameters_estimate(30.0, Parameters(-1.0, [-2.0, -0.5], 200, 20_000))
+    assert PARAMETERS.without(90.0, 60.0) == pytest.approx([83 / 60, 78 / 60, 81 / 60])
+    none = parameters_estimate(30.0, Parameters([-2.0, -0.5], 200, 20_000))
     assert "nothing measurable to save" in none

@@ -56,6 +56,8 @@ def test_the_split_line_divides_by_intents_and_names_what_is_not_statements() ->
     # Beyond their CPU, outside COMMIT: 10 µs (UPDATE a) and 0 (INSERT b).
     assert "other than COMMIT, which wait on no fsync" in line
     assert "took 10.0 µs of wall time beyond their CPU" in line
+    # The run does not say what that wait is: no GIL claim.
+    assert "a wait this run does not attribute" in line and "GIL back" not in line
     assert "against the writer thread's 45 µs of CPU in that run: the other 10 µs" in line
     assert sqlite_statements.split_line([], 100, 1.0).endswith("not measured in this run.")
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import named_threads, submit_split, usage
+from benchmarks import submit_account as submit_account_module
 from benchmarks.effector_load import noop_command, server_processes
 from benchmarks.group_commits import GroupCommits
 from benchmarks.harness import EFFECTOR_READY, effector_command
@@ -61,8 +62,16 @@ def _commits(busy: float, fsync_ms: float, p50_ms: float, whole: bool = True) ->
     return GroupCommits(batch, 100, busy * 1.0, fsync_ms / 1000 * 100, whole)
 
 
+@pytest.fixture(autouse=True)
+def _two_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(submit_split, "CORES", 2)
+    monkeypatch.setattr(submit_account_module, "CORES", 2)
+
+
 def test_a_missed_row_gives_its_rounds_latencies_and_split() -> None:
-    split = SubmitSplit(1, NOOP, OURS, _overlap(0.2))
+    # The client's 0.17 s over the 0.2 s round: 1.05 + 0.85 = 1.90 of 2 cores, saturated.
+    busy = Side(OURS.calls, OURS.elapsed_s, OURS.servers, 0.17)
+    split = SubmitSplit(1, NOOP, busy, _overlap(0.2))
     text = submit_account([_row(split=split)])
     assert text.startswith(f"\n\n{ROW}: in 5 paired rounds the effector's calls/s were 0.40-0.58x")
     assert "(median 0.50x: 5,000 against 10,000 calls/s in that round), below the 0.6x" in text
@@ -71,7 +80,11 @@ def test_a_missed_row_gives_its_rounds_latencies_and_split() -> None:
     assert "a call took p50 10.0 ms, p90 18.0, p99 20.0 at the effector against p50 5.0" in text
     assert "Split by thread (CPU accounting, not where a call waits)" in text
     assert "per call the effector used 210 µs of CPU: 140 on its event loop (gRPC" in text
-    assert "and 20 on its other threads, 60 of it in the kernel;" in text
+    # Kernel totals of 0.06 and 0.03 s are a few 10 ms ticks: not printed per call.
+    assert "and 20 on its other threads;" in text and "in the kernel" not in text
+    assert "The benchmark's client (the callers) used 170 µs of CPU per call" in text
+    assert "kept 1.90 of 2 cores busy (1.05 without the client)" in text
+    assert "the machine's CPU was saturated in that round" in text
     assert "the no-op server used 110 µs of CPU: 80 on its event loop, 20 on its busiest" in text
     assert (
         "the effector 50 µs on `sqlite` (the SQLite store's writer), 20 µs on `event_engine`"
@@ -79,13 +92,13 @@ def test_a_missed_row_gives_its_rounds_latencies_and_split() -> None:
     )
     assert "is 60 on the event loop, 30 on the busiest other thread and 10 on the other" in text
     assert "at once in 20% of 500 samples: they take turns" in text
-    # 0.6 x 10,000/s leaves 167 µs a call, 33 fewer than the 200 now.
-    assert "a call may take 167 µs, 33 fewer than now" in text
-    # Without a measurement of where a call waits, the pointer says it rests on CPU only.
-    assert (
-        "rests on CPU accounting only: the split puts most of the effector's extra CPU on the"
-        in text
-    )
+    # 0.6 x 10,000/s leaves 167 µs a call; the worst round took 250, the median 200.
+    assert "a call may take 167 µs in the worst round, where it took 250: to meet it in" in text
+    assert "every round a call must take 83 µs less (in the median round it may take 167" in text
+    assert "33 fewer than then)" in text
+    # Where a call waits is not measured, but the CPU is saturated: the CPU split points.
+    assert "kept 1.90 of 2 cores busy in the split round, so CPU is the bound: the split" in text
+    assert "puts most of the effector's extra CPU on the" in text
     assert "event loop (60 µs per call, against 30 on the busiest other thread)" in text
 
 
@@ -132,7 +145,15 @@ def test_where_a_call_waits_picks_the_next_change() -> None:
     assert "about 6.0 ms on average, so about 14.0 ms of its p50 it waits outside" in text
     assert "had no commit running 70% of the round although 64 calls were outstanding" in text
     assert "a call waits mostly outside the store's commits (above)" in text
-    assert "rests on CPU accounting only" not in text
+    assert "the event loop is not shown to be the bottleneck (its time waiting" in text
+    assert "the next step is measuring it inside the effector" in text
+    # With the loop running or queued for a core 90% of the round, the loop comes first.
+    queued = SubmitSplit(1, NOOP, OURS, _overlap(0.2), ((0.14, 0.04), (0.05, 0.01)))
+    text = submit_account([_row(split=queued, commits=_commits(0.3, 1.0, 20.0))])
+    assert "the event loop ran 140 µs and waited 40 µs ready on a run queue" in text
+    assert "its writer (`sqlite`) ran 50 and waited 10" in text
+    assert "running or waiting for a core 90% of the split round" in text
+    assert "the next change is cutting what Submit runs on the loop" in text
     # Back to back: the store is the critical path.
     text = submit_account([_row(split=split, commits=_commits(0.9, 1.0, 20.0))])
     assert "The commits ran nearly back to back" in text
@@ -146,9 +167,10 @@ def test_where_a_call_waits_picks_the_next_change() -> None:
     assert "the server executed a commit's statements in 1.00 ms" in text
     assert "were not timed, so this round does not tell" in text
     assert "The server itself idled 90% of the round." in text
-    assert (
-        "rests on CPU accounting only: the split puts most of the CPU beyond the no-op's in" in text
-    )
+    # 1.20 of 2 cores and the server idle: no pointer, the next step is measuring the wait.
+    assert "CPU is not the bound either (the processes, the client included, kept 1.20" in text
+    assert "the next step is measuring it inside the effector" in text
+    assert "CPU is the bound" not in text
     assert "per call the effectors used 150 µs of CPU: 100 on their event loops" in text
     assert ", and the PostgreSQL server 90; the no-op servers used 110 µs" in text
     assert "The event loops were on a CPU 25% of the round, each on average." in text
@@ -158,7 +180,8 @@ def test_the_largest_other_thread_is_named() -> None:
     grown = Side(1_000, 0.2, _usage(0.09, 0.03, 0.08, 0.0, {"pg": 0.06, "event_engine": 0.05}))
     split = SubmitSplit(2, NOOP, grown)
     assert submit_split.largest_other(split) == "pg"
-    text = submit_account([_row(split=split, name=PG_ROW)])
+    saturated = Side(grown.calls, grown.elapsed_s, grown.servers, 0.2)
+    text = submit_account([_row(split=SubmitSplit(2, NOOP, saturated), name=PG_ROW)])
     assert "on its other threads (" in text or "on their other threads (" in text
     assert "the most on `pg`" in text
 
@@ -188,3 +211,13 @@ def test_a_real_ingest_only_effector_is_split_beside_the_noop_server(tmp_path: P
     text = submit_split.split_text(split)
     assert f"{split.ours.us(split.ours.servers.main_thread_s):.0f} on its event loop" in text
     assert "`sqlite` (the SQLite store's writer)" in text
+
+
+def test_most_only_when_over_half() -> None:
+    # The server's 90 µs of 60 + 0 + 40 + 90 = 190: the largest part, not most.
+    postgres = Side(1_000, 0.2, _usage(0.140, 0.020, 0.050, 0.0), 0.2, 0.090)
+    text = submit_account([_row(split=SubmitSplit(2, NOOP, postgres), name=PG_ROW)])
+    assert "the split puts the largest part of the CPU beyond the no-op's in the PostgreSQL" in text
+    heavy = Side(1_000, 0.2, _usage(0.090, 0.020, 0.010, 0.0), 0.2, 0.3)
+    text = submit_account([_row(split=SubmitSplit(2, NOOP, heavy), name=PG_ROW)])
+    assert "the split puts most of the CPU beyond the no-op's in the PostgreSQL" in text
