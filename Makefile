@@ -22,11 +22,11 @@ test: $(READY)
 proto: $(READY)
 	$(BIN)/python protos/generate.py
 
-## lint: ruff over everything, mypy over the packages
+## lint: ruff over everything, mypy over the packages and the benchmarks
 lint: $(READY)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy beam_agents effector
+	$(BIN)/mypy beam_agents effector benchmarks
 
 ## bench: the performance suite (under 10 minutes); writes BENCHMARKS.md
 bench: $(READY)

@@ -117,10 +117,13 @@ def run(quick: bool) -> BenchmarkResult:
         live = seconds_per_element(elements, {"plain": plain, "recorded": recorded}, rounds=rounds)
         backtest = float("inf")
         for round_number in range(rounds + 1):  # the first is the warm-up
-            out = str(Path(scratch) / f"report-{round_number}")
             seconds = seconds_per_call(
-                lambda out=out, source=records if round_number else warm_up: run_backtest(
-                    [source], f"{__name__}:screen", f"{__name__}:make_config", out=out
+                functools.partial(
+                    run_backtest,
+                    [records if round_number else warm_up],
+                    f"{__name__}:screen",
+                    f"{__name__}:make_config",
+                    out=str(Path(scratch) / f"report-{round_number}"),
                 )
             )
             if round_number:
