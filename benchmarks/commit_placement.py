@@ -1,7 +1,8 @@
 """Where benchmark 4's activation grows with the memory's size: our code, state calls, or Beam.
 
-Also its paired rounds' arithmetic (the fixed cost and the growth, round by round) and what
-benchmark 1's named changes could save this agent's activation.
+Also its paired rounds' arithmetic (the fixed cost and the growth, round by round), one rule
+for when a round-by-round range is noise, and the profile of this agent without Beam at both
+end sizes that :mod:`benchmarks.commit_findings` reads.
 
 The timed DoFns of :mod:`benchmarks.in_pipeline` run RunAgent and the floor at the smallest
 and the largest size; what each grew inside ``process`` (thread CPU), split into the DoFn's own
@@ -21,13 +22,10 @@ from benchmarks import memory_runs
 from benchmarks.core_only import core_microseconds
 from benchmarks.in_pipeline import InPipeline
 from benchmarks.memory_runs import FLOOR, KEYS, OURS, SIZES, Paired, rewrite_memory
-from benchmarks.noop_profile import Ranking, part_costs, rank_without_beam
-from benchmarks.report import Figure
+from benchmarks.noop_profile import Ranking, rank_without_beam
 
-MEMORY_PARTS = ("the memory write", "the activation's path")
-"""Benchmark 1's named parts for its model-call activation, which writes memory as this one."""
 RANKED_EVENTS = 4_000
-"""Activations (at the smallest size) profiled to size those parts here: well under a second."""
+"""Activations profiled without Beam at each end size: about two seconds for both."""
 
 
 def signed(us: float) -> str:
@@ -65,43 +63,60 @@ def growth(smallest: Paired, size: Paired) -> Growth:
     )
 
 
+def measurable(values: Sequence[float]) -> bool:
+    """Whether ``values`` (µs, round by round) are all above zero once rounded as printed."""
+    return round(min(values)) > 0
+
+
 def grew(values: list[float], what: str) -> str:
-    """``what`` grew by ``values`` round by round; below the rounds' noise if its median is not
-    above zero (writing more bytes cannot cost less)."""
-    if statistics.median(values) <= 0:
+    """``what`` grew by ``values`` round by round; not measurable if their range holds zero.
+
+    One rule everywhere: a round-by-round range (rounded as printed) that contains zero is
+    noise, a range above zero is growth, and one below zero fell in every round.
+    """
+    middle = statistics.median(values)
+    if measurable(values):
+        return f"{what} ran {whole(values)} µs round by round (median {middle:.0f})"
+    if round(max(values)) < 0:
         return (
-            f"{what} is below the rounds' noise (no growth measurable: {whole(values)} µs round "
-            "by round)"
+            f"{what} fell in every round ({whole(values)} µs round by round, median {middle:.0f})"
         )
-    return f"{what} ran {whole(values)} µs round by round (median {statistics.median(values):.0f})"
+    return f"{what} is not measurable (noise: {whole(values)} µs round by round)"
 
 
-def memory_ranking(quick: bool) -> Ranking:
-    """Benchmark 1's profile of our code without Beam, for this agent at the smallest size."""
+def memory_rankings(quick: bool) -> tuple[Ranking, Ranking]:
+    """Benchmark 1's profile of our code without Beam, for this agent at both end sizes."""
     count = 400 if quick else RANKED_EVENTS
-    events = memory_runs.events(count, SIZES[0])
-    return rank_without_beam("memory", rewrite_memory, AgentConfig(), events, KEYS)
+    return tuple(  # type: ignore[return-value]
+        rank_without_beam(
+            "memory", rewrite_memory, AgentConfig(), memory_runs.events(count, size), KEYS
+        )
+        for size in (SIZES[0], SIZES[-1])
+    )
 
 
-def named_saving(ranking: Ranking, cuts: dict[str, float]) -> str:
-    """What benchmark 1's named changes to :data:`MEMORY_PARTS` could save, against ``cuts``
-    (the µs each size's worst round must lose)."""
-    costs = {cost.part.label: ranking.unprofiled(cost.us) for cost in part_costs(ranking)}
-    parts = {label: costs.get(label, 0.0) for label in MEMORY_PARTS}
-    most = sum(parts.values())
-    against = ", ".join(
-        f"{over:.1f} µs at {size} ({'within' if most >= over else 'more than'} that)"
-        for size, over in cuts.items()
-    )
-    return (
-        "Benchmark 1's named changes for an activation that writes memory, to "
-        + " and ".join(f"{label} (~{us:.1f} µs)" for label, us in parts.items())
-        + f", take ~{most:.1f} µs of this agent's activation at {memory_runs.label(SIZES[0])} "
-        f"without Beam (profiled here, {ranking.activations:,} activations on "
-        f"{ranking.keys} keys; ~ is a part's share of the time without the profiler): removed "
-        f"entirely they would remove at most that, against the cut the worst round needs: "
-        f"{against}."
-    )
+def tenth(us: float) -> float:
+    """``us`` rounded to 0.1, a rounded zero as ``0.0`` (so it never prints as ``-0.0``)."""
+    return round(us, 1) + 0.0
+
+
+def tenths(total: float, *parts: float) -> tuple[float, ...]:
+    """``parts`` rounded to 0.1 and the rest of ``total`` (itself rounded) after them, last.
+
+    The printed parts then add up to the printed total exactly.
+    """
+    rounded = [tenth(part) for part in parts]
+    return (*rounded, tenth(tenth(total) - sum(rounded)))
+
+
+def shown(inside: InPipeline) -> tuple[float, float, float]:
+    """``process``, its state calls and our code (the difference) as printed, to 0.1 µs.
+
+    Every difference the text prints is taken from these, so the reader's arithmetic on the
+    printed figures gives the printed results.
+    """
+    process, state = tenth(inside.process_us), tenth(inside.state_us)
+    return process, state, tenth(process - state)
 
 
 @dataclass(frozen=True)
@@ -114,37 +129,40 @@ class Placement:
     """Our code at both sizes without Beam (:mod:`benchmarks.core_only`)."""
 
 
-def account(
-    placement: Placement, smallest: Figure, largest: Figure, labels: tuple[str, str]
-) -> str:
-    """A sentence placing the growth ours shows beyond the floor's, from the figures and splits."""
-    assert smallest.floor is not None and largest.floor is not None
-    beyond = (largest.ours - largest.floor) - (smallest.ours - smallest.floor)
-    (ours_small, ours_large), (floor_small, floor_large) = placement.ours, placement.floor
-    code = (ours_large.code_us - ours_small.code_us) - (floor_large.code_us - floor_small.code_us)
-    state = (ours_large.state_us - ours_small.state_us) - (
-        floor_large.state_us - floor_small.state_us
+def account(placement: Placement, beyond: Sequence[float], labels: tuple[str, str]) -> str:
+    """A sentence placing the growth ours shows beyond the floor's (``beyond``, µs round by
+    round) in our code, Beam's state calls and outside ``process``; its parts add up."""
+    middle = statistics.median(beyond)
+    (ours_small, ours_large), (floor_small, floor_large) = (
+        tuple(map(shown, placement.ours)),
+        tuple(map(shown, placement.floor)),
     )
-    outside = beyond - code - state
-    alone = placement.alone[1] - placement.alone[0]
-    own = alone - (floor_large.code_us - floor_small.code_us)
+    floor_code = tenth(floor_large[2] - floor_small[2])
+    code, state, outside = tenths(
+        middle,
+        (ours_large[2] - ours_small[2]) - floor_code,
+        (ours_large[1] - ours_small[1]) - (floor_large[1] - floor_small[1]),
+    )
+    alone = tenth(placement.alone[1] - placement.alone[0])
+    own, rest = tenths(code, alone - floor_code)
     small, large = labels
     return (
-        f"From {small} to {large} ours grew {beyond:.0f} µs beyond the floor's growth; placed in "
-        f"the pipeline (thread CPU of `process`, `benchmarks/in_pipeline.py`, at both sizes): "
-        f"{signed(code)} µs in our code beyond the floor's own code (which makes the same value), "
-        f"{signed(state)} in Beam's state calls beyond the floor's, and {signed(outside)} outside "
-        "`process` (Beam handing over the element and our outputs; the commit at the bundle's "
-        f"end cancels out of the figures; noise lands here too). Inside `process` ours took "
-        f"{ours_small.process_us:.0f} and {ours_large.process_us:.0f} µs "
-        f"({ours_small.state_us:.0f} and {ours_large.state_us:.0f} in state calls), the floor "
-        f"{floor_small.process_us:.0f} "
-        f"and {floor_large.process_us:.0f} ({floor_small.state_us:.0f} and "
-        f"{floor_large.state_us:.0f}). Without Beam (`benchmarks/core_only.py`, the same events) "
-        f"our code grew {alone:.0f} µs, {signed(own)} beyond the growth of the floor's code in "
-        "the pipeline (the floor makes the same value and little else): that much is our own "
-        f"work with the value; the other {signed(code - own)} µs our code grew beyond the "
-        "floor's in the pipeline are not placed by this run."
+        f"From {small} to {large} "
+        + grew(list(beyond), "what ours grew beyond the floor's growth")
+        + f"; its median, {middle:+.1f} µs, placed in the pipeline (thread CPU of `process`, "
+        f"`benchmarks/in_pipeline.py`, one run at each size): {code:+.1f} µs in our code beyond "
+        f"the floor's own code (which makes the same value), {state:+.1f} in Beam's state calls "
+        f"beyond the floor's, and the rest, {outside:+.1f}, outside `process` (Beam handing over "
+        "the element and our outputs; the commit at the bundle's end cancels out of the "
+        f"figures; noise lands here too). Inside `process` ours took {ours_small[0]:.1f} and "
+        f"{ours_large[0]:.1f} µs ({ours_small[1]:.1f} and {ours_large[1]:.1f} in state calls), "
+        f"the floor {floor_small[0]:.1f} and {floor_large[0]:.1f} ({floor_small[1]:.1f} and "
+        f"{floor_large[1]:.1f}). Without Beam "
+        f"(`benchmarks/core_only.py`, the same events) our code grew {alone:.1f} µs, "
+        f"{own:+.1f} beyond the {floor_code:.1f} the floor's code grew in the pipeline (the "
+        "floor makes the same value and little else): that much is our own work with the "
+        f"value; the rest of our code's {code:+.1f}, {rest:+.1f} µs, is what it grew more in "
+        "the pipeline than without Beam, not placed by this run."
     )
 
 

@@ -133,10 +133,10 @@ def wait_text(commits: GroupCommits, callers: int) -> str:
             f"{commits.commit_s / commits.commits * 1000:.2f} of it the "
             f"COMMIT with its fsync, and the store's writer was inside them {commits.busy:.0%} "
             f"of the round. A call took p50 {p50:.1f} ms there; the commit in progress when it "
-            f"arrived and its own take about {twice:.1f} ms on average, so about "
-            f"{max(p50 - twice, 0.0):.1f} ms of its p50 it waits outside the store's "
-            "statements (gRPC, the handler on the event loop, the hand-offs to the writer and "
-            "back: this round does not split it)."
+            f"arrived (part of it already run) and its own take at most about {twice:.1f} ms on "
+            f"average, so at least about {max(round(p50, 1) - round(twice, 1), 0.0):.1f} ms of "
+            "its p50 it waits outside the store's statements (gRPC, the handler on the event "
+            "loop, the hand-offs to the writer and back: this round does not split it)."
         )
     else:
         text = (
@@ -164,5 +164,5 @@ CONCLUSIONS = {
     "calls were outstanding, and a call's wait is mostly outside the commits.",
     Wait.BOTH: "Neither side dominates: both the store's commits and the path outside them "
     "take a large share of a call's wait.",
-    Wait.UNRESOLVED: "The server itself idled {idle} of the round.",
+    Wait.UNRESOLVED: "The server was not executing statements {idle} of the round.",
 }

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import functools
-import statistics
 
 from apache_beam.pvalue import PCollection
 
@@ -28,10 +27,9 @@ from benchmarks.model_call import (
     model_call_floor,
     model_call_stage,
 )
+from benchmarks.noop_findings import bound, parameters_text, rest_note
 from benchmarks.noop_profile import (
-    NAMED,
     Ranking,
-    named_us,
     next_changes,
     rank_without_beam,
     ranking_lines,
@@ -49,7 +47,6 @@ from benchmarks.noop_split import (
     Split,
     measure,
     parameters_cost,
-    parameters_estimate,
     span,
     split_line,
 )
@@ -106,6 +103,10 @@ MODEL_TARGETS = {
 """The model-call activation's targets by key count (100 is the quick run's)."""
 
 
+ROUNDS = 1
+"""Rounds of the rows at each key count (the best counts), to keep the suite within its time."""
+
+
 async def noop_agent(ctx: ActivationContext) -> Complete:
     """Finish at once: what remains is the runtime's own cost per activation."""
     return Complete()
@@ -118,7 +119,9 @@ def run_agent(keyed: PCollection[Element]) -> None:
 
 def run(quick: bool) -> BenchmarkResult:
     """Measure both activations at 1,000 keys, the model-call one at 10,000 (tiny when quick)."""
-    sizes = [(2_000, 100, 1)] if quick else [(100_000, 1_000, 1), (100_000, 10_000, 1)]
+    sizes = (
+        [(2_000, 100, ROUNDS)] if quick else [(100_000, keys, ROUNDS) for keys in (1_000, 10_000)]
+    )
     figures, details = [], []
     floor_net: list[float | None] = [None, None]
     for count, keys, rounds in sizes:
@@ -185,8 +188,6 @@ def _cases() -> list[Case]:
 
 RANKED = 8
 """Functions each ranking names in the details."""
-SAME = 1.1
-"""Our code in the pipeline within this factor of its time without Beam runs as fast there."""
 
 
 def _rankings(quick: bool) -> list[Ranking]:
@@ -210,76 +211,6 @@ def _splits(quick: bool, floor_net: list[float | None]) -> tuple[list[str], list
     return lines, splits
 
 
-def _rest(rest: list[float], parameters: Parameters) -> str:
-    """A note on the rest when it comes out below Beam's binding of the parameters it holds."""
-    binding = parameters.median
-    if max(rest) >= binding:
-        return ""
-    where = "below zero, " if max(rest) < 0 else ""
-    overlap = (
-        "their ranges overlap"
-        if max(rest) >= min(parameters.rounds)
-        else "their ranges do not overlap"
-    )
-    return (
-        f" ({where}below Beam's binding of the parameters it holds, estimated at {binding:.1f} "
-        f"({span(parameters.rounds, sign='+')} round by round): the two disagree by "
-        f"{binding - max(rest):.1f} µs or more and {overlap}, each a difference of close "
-        "figures from other runs, so the disagreement is the noise between the row's run, the "
-        "split's and the binding's)"
-    )
-
-
-def _bound(
-    figure: Figure, split: Split, ranking: Ranking, needed: float, parameters: Parameters
-) -> str:
-    """What the missed row ``figure`` must lose, set against our code and the parts named."""
-    code = statistics.fmean(split.code)
-    if code <= 0:
-        return f"the {figure.name} must lose {needed:.1f} µs"
-    if needed >= code:
-        return (
-            f"the {figure.name} must lose {needed:.1f} µs, more than all {code:.1f} µs of our "
-            "code in the pipeline: no cut to our code alone meets it, the rest must come from "
-            "what Beam does for RunAgent beyond the floor (binding the parameters, handing over "
-            "the outputs)"
-        )
-    slower = statistics.fmean(split.slower)
-    if min(split.slower) > SAME:
-        pace = (
-            f"runs at {span(split.slower, 2)}x its time without Beam with the timing's own cost "
-            f"taken off ({span(split.slower_timed, 2)}x with it left in)"
-        )
-    else:
-        pace = (
-            f"runs at about its time without Beam once the timing's own cost is taken off "
-            f"({span(split.slower, 2)}x; {span(split.slower_timed, 2)}x with it left in: the "
-            "timing explained the slowdown)"
-        )
-    own = needed / slower
-    named = named_us(ranking)
-    if named >= own:
-        cover = (
-            f"the {NAMED} parts named below take {named:.1f} µs of it (their ~ figures), so "
-            f"the changes would have to remove {own / named:.0%} of those parts' time between "
-            "them: that share of each part, were all cut alike"
-        )
-    else:
-        cover = (
-            f"the {NAMED} parts named below take {named:.1f} µs of it (their ~ figures): even "
-            f"removed entirely they cover {named / own:.0%} of it, and {own - named:.1f} µs "
-            "without Beam would remain: no change to our code named here reaches the target; "
-            "the remainder would have to come from Beam's side (its binding of our parameters, "
-            f"estimated below at {parameters.median:.1f} µs/element, and handing over our "
-            "outputs), so the target is out of reach of the changes named"
-        )
-    return (
-        f"the {figure.name} must lose {needed:.1f} µs, {needed / code:.0%} of our code in the "
-        f"pipeline (beyond the floor's), which {pace}, so about {own:.1f} µs measured without "
-        f"Beam; {cover}"
-    )
-
-
 def _remaining(
     figures: list[Figure], splits: list[Split], parameters: Parameters, rankings: list[Ranking]
 ) -> str:
@@ -294,25 +225,26 @@ def _remaining(
             f"the {figure.name} is {gap:.1f} µs above its floor: {span(split.code)} µs of our "
             f"code as it runs in the pipeline (beyond the floor's own), "
             f"{span(split.state, sign='+')} of Beam's state calls beyond the floor's, and "
-            f"{span(rest)} of the rest{_rest(rest, parameters)}"
+            f"{span(rest)} of the rest{rest_note(rest, parameters, ROUNDS)}"
         )
         needed = figure.ours - figure.target.bound * figure.floor
         if needed > 0:
             changes.append(f"for the {figure.name}, {next_changes(ranking)}")
-            bounds.append(_bound(figure, split, ranking, needed, parameters))
+            bounds.append(bound(figure, split, ranking, needed, parameters))
+    meet = " ".join(f"{line}." for line in bounds) or "Every target is met."
     return f"""\
 Where the time above each floor goes in this run (ranges over the split's rounds): \
 {"; ".join(parts)}. Our code and the state calls are thread CPU inside `process`, net of the \
 timing's own cost (details); the rest is outside it: Beam binding the parameters \
 (measured on their own at {span(parameters.rounds, sign="+")} µs/element round by round, \
 median {parameters.median:.1f}), handing over the element and our tagged outputs, and the \
-noise between the row's run and the split's. To meet the targets, \
-{"; ".join(bounds) or "nothing"}. Next, by the profile of our code without Beam at \
+noise between the row's run and the split's. \
+{meet} Next, by the profile of our code without Beam at \
 {rankings[0].per_key} events per key (details: µs per activation under cProfile, then ~ its \
 share of the time without the profiler and the part's largest functions), the largest parts \
 first, each change kept only if the pipeline figure moves: \
 {". Then, ".join(changes) or "nothing"}. {_more_keys(figures)}
-{_parameters(figures[0], parameters)} Not worth doing, measured: one tagged output per
+{parameters_text(figures[0], parameters)} Not worth doing, measured: one tagged output per
 activation for its trace events (dropping the no-op's two trace outputs altogether, a side
 measurement recorded at 8627abd of 100,000 events on 1,000 keys in 5 interleaved rounds, moved
 the median round from 111.6 to 111.3 µs/element against a floor of 63.0 to 76.1)."""
@@ -330,35 +262,6 @@ def _more_keys(figures: list[Figure]) -> str:
         f"{few.floor:.0f} at {fewer} (Beam weighs each key's state in its cache, for ours and "
         f"the floor alike), which dilutes the ratio: ours is {many.ours - many.floor:.0f} µs "
         f"above the floor there, against {few.ours - few.floor:.0f} at {fewer}."
-    )
-
-
-def _parameters(no_op: Figure, parameters: Parameters) -> str:
-    """What fewer ``process`` parameters would save by this run's figures, and what is done."""
-    gap = no_op.ours - (no_op.floor or 0.0)
-    measured = parameters_estimate(gap, parameters)
-    if gap > 0 and parameters.median > 0:
-        floor = no_op.floor or 1.0
-        without = (no_op.ours - parameters.median) / floor
-        measured += (
-            f" By the estimate the no-op would be at about {without:.2f}x without them "
-            f"({span(parameters.without(no_op.ours, floor), 2)}x by the rounds)."
-        )
-    return (
-        measured + " The issue names two changes for them; both are done. `process` binds the "
-        "idle timer only where a TTL is set (a TTL adds it back as a sixth), and no longer "
-        "binds the replay cache's cell: the cache is part of the continuation (continuation "
-        "version 2, golden bytes in `tests/core/test_cache_in_continuation.py`); an answer to a "
-        "run suspended by an earlier release waits for the deadline timer, whose callback binds "
-        "the old cell and moves the cache. Both stay declared by the timer callbacks, so the "
-        "layout is the same. The deadline timer stays: any agent may suspend with a timeout. "
-        "What the cache move bought, measured (a side measurement recorded at 8585647: the "
-        "no-op pipeline of the revisions before and at 9952e31, 100,000 events on 1,000 keys, "
-        "five alternating rounds): medians of 75.3 µs/element before and 75.3 after, so one "
-        "state parameter fewer moved nothing measurable here. The estimate above covers the "
-        "four parameters declared together on the floor, while that measurement removed one "
-        "from RunAgent: the two agree only if the cost is not per parameter, and removing a "
-        "parameter has not confirmed the estimate."
     )
 
 

@@ -224,6 +224,8 @@ class Part:
     """``path`` (every function of the file) or ``path function`` (that one)."""
     change: str
     """The next change to it, or why none (unmeasured: the saving is at most its figure)."""
+    proposed: bool = True
+    """Whether ``change`` proposes one (not so for a part left as it is, or not examined)."""
 
 
 PARTS = (
@@ -331,6 +333,7 @@ PARTS = (
         ("beam_agents/core/bridge.py",),
         "none proposed: its library part is handing asyncio the running loop around the first "
         "step, which agents may rely on",
+        proposed=False,
     ),
     Part(
         "the fake model",
@@ -340,6 +343,7 @@ PARTS = (
             "beam_agents/model/fake_wire.py",
         ),
         "",
+        proposed=False,
     ),
 )
 """The parts the next changes are named by; a function no part covers is a part of its own."""
@@ -364,7 +368,7 @@ def part_of(row: Ranked, parts: Iterable[Part] = PARTS) -> Part:
         for part in parts:
             if wanted in part.members:
                 return part
-    return Part(row.name, (exact,), "not examined yet")
+    return Part(row.name, (exact,), "not examined yet", proposed=False)
 
 
 def part_costs(ranking: Ranking) -> list[PartCost]:
@@ -383,15 +387,34 @@ NAMED = 5
 """Parts the next changes name, for each missed row."""
 
 
+def shown(ranking: Ranking, us: float) -> float:
+    """``us`` profiled as the text shows it: its ~ figure (or the profiled one), to 0.1 µs."""
+    return round(ranking.unprofiled(us) if ranking.plain_us else us, 1)
+
+
 def named_parts(ranking: Ranking, count: int = NAMED) -> list[PartCost]:
     """The ``count`` most charged parts of ``ranking``, the fake model aside."""
     return [cost for cost in part_costs(ranking) if cost.part.label != FAKE][:count]
 
 
+def other_parts(ranking: Ranking, count: int = NAMED) -> list[PartCost]:
+    """The parts of ``ranking`` past the ``count`` named, the fake model aside."""
+    return [cost for cost in part_costs(ranking) if cost.part.label != FAKE][count:]
+
+
+def shown_sum(ranking: Ranking, costs: Iterable[PartCost]) -> float:
+    """The parts' figures as shown, added up: the sum the reader gets from the shown figures."""
+    return round(sum(shown(ranking, cost.us) for cost in costs), 1)
+
+
 def named_us(ranking: Ranking, count: int = NAMED) -> float:
-    """Those parts' µs per activation without the profiler (profiled, if it was not timed)."""
-    total = sum(cost.us for cost in named_parts(ranking, count))
-    return ranking.unprofiled(total) if ranking.plain_us else total
+    """The named parts' shown figures added up (µs per activation without the profiler)."""
+    return shown_sum(ranking, named_parts(ranking, count))
+
+
+def fake_us(ranking: Ranking) -> float:
+    """The fake model's own answer as shown: in none of the parts, and not a change to make."""
+    return shown_sum(ranking, (cost for cost in part_costs(ranking) if cost.part.label == FAKE))
 
 
 def next_changes(ranking: Ranking, count: int = NAMED) -> str:
@@ -404,11 +427,15 @@ def next_changes(ranking: Ranking, count: int = NAMED) -> str:
     for number, cost in enumerate(named_parts(ranking, count), 1):
         functions = ", ".join(f"{row.name} {row.charged_us:.1f}" for row in cost.rows[:3])
         if ranking.plain_us:
-            functions = f"~{ranking.unprofiled(cost.us):.1f}; {functions}"
+            functions = f"~{shown(ranking, cost.us):.1f}; {functions}"
         clauses.append(
             f"({number}) {cost.part.label}, {cost.us:.1f} µs ({functions}): {cost.part.change}"
         )
+    approx = f" (~{fake_us(ranking):.1f})" if ranking.plain_us else ""
     aside = (
-        f" (the fake model's own answer, {fake:.1f} µs, stands in for a provider)" if fake else ""
+        f" (the fake model's own answer, {fake:.1f} µs{approx}, stands in for a provider: it is "
+        "in none of these parts)"
+        if fake
+        else ""
     )
     return "; ".join(clauses) + aside

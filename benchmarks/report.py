@@ -248,9 +248,9 @@ def figure_row(number: int, figure: Figure) -> str:
         if figure.floor is None
         else f"{format_number(figure.floor)} {figure.unit} ({figure.floor_label})"
     )
-    ratio = "—" if figure.ratio is None else _ratio_text(figure.ratio, figure.target)
+    ratio = "—" if figure.ratio is None else ratio_text(figure.ratio, figure.target)
     if figure.spread is not None:
-        low, high = (_ratio_text(end, figure.target) for end in figure.spread)
+        low, high = (ratio_text(end, figure.target) for end in figure.spread)
         ratio += f" ({low} to {high})"
     target = "—" if figure.target is None else figure.target.describe(figure.unit)
     return (
@@ -345,7 +345,7 @@ def _what_is_left(numbered: list[tuple[int, BenchmarkResult]]) -> list[str]:
     return [*lines, ""]
 
 
-def _ratio_text(ratio: float, target: Target | None) -> str:
+def ratio_text(ratio: float, target: Target | None) -> str:
     """The ratio to two decimals, or three where two would round it across its target's bound."""
     text = f"{ratio:.2f}x"
     if target is not None and target.goal in (Goal.RATIO_AT_MOST, Goal.RATIO_AT_LEAST):

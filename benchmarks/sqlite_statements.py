@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import json
+import re
 import sqlite3
 import sys
 import time
@@ -48,10 +49,25 @@ class StatementCost:
 
 @dataclass(frozen=True)
 class WriterSplit:
-    """What :func:`measure_writer` found: the text for "what is left", and the overlap."""
+    """What :func:`measure_writer` found: the text for "what is left", and its figures."""
 
     text: str
     overlap: Overlap | None
+    costs: tuple[StatementCost, ...] = ()
+    """The statements' totals, largest CPU first."""
+    intents: int = 0
+    """The intents the totals cover (both runs)."""
+    sampled_wall_us: float | None = None
+    """Wall time per intent of the run the overlap was sampled in."""
+
+    def per_intent(self, pattern: str) -> tuple[float, float]:
+        """CPU and wall µs per intent of the statements whose shape matches ``pattern``."""
+        found = [cost for cost in self.costs if re.match(pattern, cost.text)]
+        scale = 1e6 / max(self.intents, 1)
+        return (
+            sum(cost.cpu_s for cost in found) * scale,
+            sum(cost.wall_s for cost in found) * scale,
+        )
 
 
 def measure_writer(database: str, count: int, batch: int, scratch: Path) -> WriterSplit:
@@ -72,11 +88,12 @@ def measure_writer(database: str, count: int, batch: int, scratch: Path) -> Writ
         if writer is None:
             return WriterSplit("The writer's statements were not measured: no writer.", None)
         with OverlapSampler(pid, pid, writer) as sampler:
-            asyncio.run(sustained(targets, count, batch))
+            sampled = asyncio.run(sustained(targets, count, batch))
         writer_cpu_s = (usage.on_cpu_ns(pid, writer) - before.get(writer, 0)) / 1e9
     if not timings.exists():
         return WriterSplit("The writer's statements were not measured: no timings written.", None)
-    text = split_line(read(timings), warm + count, writer_cpu_s)
+    costs = read(timings)
+    text = split_line(costs, warm + count, writer_cpu_s)
     overlap = sampler.overlap
     if overlap is not None:
         text += (
@@ -86,7 +103,8 @@ def measure_writer(database: str, count: int, batch: int, scratch: Path) -> Writ
             f"scheduler states read from `/proc` every {overlap.interval_s * 1000:.1f} ms, "
             f"{overlap.samples:,} samples)"
         )
-    return WriterSplit(text, overlap)
+    wall_us = sampled.elapsed_s / count * 1e6
+    return WriterSplit(text, overlap, tuple(costs), warm + count, wall_us)
 
 
 def read(path: Path) -> list[StatementCost]:

@@ -5,10 +5,9 @@
 from __future__ import annotations
 
 import functools
-import statistics
 
 from beam_agents.core.agent import AgentFn
-from benchmarks import commit_placement, memory_runs
+from benchmarks import commit_findings, commit_placement, memory_runs
 from benchmarks.commit_placement import grew, growth, whole
 from benchmarks.harness import (
     Hotspot,
@@ -33,7 +32,6 @@ from benchmarks.memory_runs import (
     rewrite_beside_untouched,
     rewrite_memory,
 )
-from benchmarks.noop_profile import Ranking
 from benchmarks.noop_split import rounds_of
 from benchmarks.pipelines import Stage, run_pipeline
 from benchmarks.report import BenchmarkResult, Figure, Goal, ProfileOutput, Target
@@ -41,7 +39,7 @@ from benchmarks.runner_commit import timing_commits
 
 TITLE = "State commit cost against working-memory size"
 
-TARGET = Target(Goal.RATIO_AT_MOST, 2.0)
+TARGET = Target(Goal.RATIO_AT_MOST, commit_findings.BOUND)
 TARGET_FROM = 1 << 16
 """The issue's target covers changed slots of 64 KiB and up."""
 
@@ -135,18 +133,6 @@ and "What is left" reads it for each size not met."""
 
 FLOOR_LABEL = "bare DoFn writing the same bytes"
 
-UNPLACED_US = 10.0
-"""Growth beyond the floor's, in µs, that the account calls unplaced (we copy no large value)."""
-
-NEXT_CHANGE = (
-    "Next: the fixed cost of an activation, the same work at every size. Benchmark 1's \"What "
-    'is left" ranks its parts by profile for its model-call activation, which writes working '
-    "memory as this agent does; they include the memory write (splicing the changed slot into "
-    "the committed bytes in one pass at commit, instead of scanning them into slot views, sizing "
-    "them and encoding them again) and the activation's path (a new run's path flattened to read "
-    "the state once)."
-)
-
 
 def run(quick: bool) -> BenchmarkResult:
     """Measure every size, the floor and ours in paired rounds; then the untouched-slot variant."""
@@ -191,10 +177,12 @@ def run(quick: bool) -> BenchmarkResult:
             name="state_commit", title=TITLE, definition=DEFINITION, figures=work + commits
         )
     variant = f"{label(changed)} slot changed beside an untouched {label(untouched)} slot"
+    placement = commit_placement.at_the_ends(inside)
     placed = commit_placement.account(
-        commit_placement.at_the_ends(inside), work[0], work[-1], (label(SIZES[0]), label(SIZES[-1]))
+        placement,
+        growth(measured[SIZES[0]], measured[SIZES[-1]]).beyond,
+        (label(SIZES[0]), label(SIZES[-1])),
     )
-    ranking = commit_placement.memory_ranking(quick)
     details = [
         _rounds({**{label(size): p for size, p in measured.items()}, variant: beside}),
         *_split(measured),
@@ -213,7 +201,14 @@ def run(quick: bool) -> BenchmarkResult:
             _commit(variant, beside, None),
         ],
         details=details,
-        remaining=_remaining(work, measured, commits, placed, ranking),
+        remaining=commit_findings.remaining(
+            work,
+            measured,
+            commits,
+            placement,
+            placed,
+            commit_placement.memory_rankings(quick),
+        ),
     )
 
 
@@ -330,87 +325,6 @@ def _commit_account(
         f"{largest_commit.ours:.0f} = {ours:.0f} µs against the floor's "
         f"{largest_work.floor:.0f} + {largest_commit.floor:.0f} = {floor:.0f}, "
         f"{ours / floor:.2f}x."
-    )
-
-
-def _remaining(
-    figures: list[Figure],
-    measured: dict[int, Paired],
-    commits: list[Figure],
-    placed: str,
-    ranking: Ranking,
-) -> str:
-    """Each size not met: its rounds against 2x, the fixed cost and the growth, the next change.
-
-    ``placed`` is the in-pipeline account of the growth (:mod:`benchmarks.commit_placement`);
-    ``ranking`` profiles this agent's activation without Beam, to size benchmark 1's changes.
-    """
-    small = measured[SIZES[0]]
-    parts, unplaced, cuts = [], False, {}
-    for size, figure in zip(SIZES, figures, strict=True):
-        if figure.met is not False or figure.floor is None or figure.ratio is None:
-            continue
-        paired = measured[size]
-        grown = growth(small, paired)
-        fixed = statistics.median(grown.fixed)
-        low, high = paired.spread
-        over = paired.worst_excess(TARGET.bound) * 1e6
-        cuts[label(size)] = over
-        parts.append(
-            f"At {label(size)} the {len(paired.rounds)} paired rounds' ratios ran from {low:.2f}x "
-            f"to {high:.2f}x (median {figure.ratio:.2f}x): "
-            + (
-                "within 2x in some rounds and not in others, so not met in this run"
-                if low <= TARGET.bound
-                else "over 2x in every round"
-            )
-            + f". To be within 2x in every round ours must cost {over:.1f} µs an activation "
-            f"less (the worst round's excess over twice its floor). Ours less the floor ran "
-            f"{whole([(r.ours - r.floor) * 1e6 for r in paired.rounds])} µs over the rounds; "
-            f"the fixed cost of an activation over the floor (ours less the floor at "
-            f"{label(SIZES[0])}) ran {whole(grown.fixed)} µs (median {fixed:.0f}); round by "
-            f"round (each round at {label(size)} against the same round at {label(SIZES[0])}), "
-            + grew(grown.beyond, "what ours grew beyond the floor's growth")
-            + ", and "
-            + grew(grown.floor, "the floor's own growth")
-            + (
-                f"; cutting {over:.1f} µs of the fixed cost (median {fixed:.0f}) would clear 2x "
-                "here."
-                if fixed >= over
-                else f"; even with none of the fixed cost (median {fixed:.0f}) it would be "
-                f"{over - fixed:.1f} µs over: the growth must be cut too."
-            )
-        )
-        unplaced = unplaced or statistics.median(grown.beyond) > UNPLACED_US
-    missed_commits = [
-        f"{figure.name} is {figure.ratio:.2f}x the floor's ({figure.ours:.0f} against "
-        f"{figure.floor:.0f} µs per key; the details split off Beam's weighing of the cells)."
-        for figure in commits
-        if figure.met is False and figure.ratio is not None
-    ]
-    if not parts:
-        return " ".join(missed_commits)
-    low, high = small.spread
-    parts.insert(
-        0,
-        f"The rounds' ratios move with the machine's load: at {label(SIZES[0])} (untargeted, the "
-        f"same code in every round) they ran from {low:.2f}x to {high:.2f}x in this run.",
-    )
-    next_change = f"{NEXT_CHANGE} {commit_placement.named_saving(ranking, cuts)}"
-    growth_ = (
-        f"{placed} {next_change} Then the growth, in the part the placement puts most of it "
-        "(the profile below compares the two sizes function by function)."
-        if unplaced
-        else f"What ours grows with the size beyond the floor is under {UNPLACED_US:.0f} µs at "
-        f"each size not met (median of the rounds), so the time above the floor is the fixed "
-        f"cost. {next_change}"
-    )
-    return (
-        " ".join(missed_commits + parts) + f" {growth_} A bag of slot records "
-        "appended as slots change (the newest record of a key winning, the bag compacted when "
-        "its dead bytes pass its live ones; a versioned layout change) would hand Beam only the "
-        "slots a commit changed: that moves the rows with an untouched slot beside the changed "
-        "one, not these rows, whose memory is the one slot each commit changes."
     )
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from benchmarks import usage
-from benchmarks.effector_findings import CORES, TURNS_BELOW
+from benchmarks.effector_findings import CORES
 from benchmarks.effector_load import chunks, make_intents, submit_all
 from benchmarks.thread_overlap import Overlap, OverlapSampler
 from effector.client import AsyncEffectorClient
@@ -150,7 +150,9 @@ def split_text(split: SubmitSplit) -> str:
         ("the effector", "its", "server") if single else ("the effectors", "their", "servers")
     )
     postgres = f", and the PostgreSQL server {ours.us(ours.store_server_s):.0f}"
-    loop, busiest, rest, kernel = deltas(split)
+    loop, _, _, kernel = deltas(split)
+    others = sum(_parts(ours)[1:]) - sum(_parts(noop)[1:])
+    loops = "" if single else "s"
     text = (
         f"Split by thread (CPU accounting, not where a call waits) in one more round of "
         f"{ours.calls:,} such calls at each, right after the paired rounds on the same servers "
@@ -159,21 +161,34 @@ def split_text(split: SubmitSplit) -> str:
         f"{_threads(ours, its, EFFECTOR_THREADS[single])}"
         f"{postgres if ours.store_server_s else ''}; the no-op {servers} used "
         f"{_threads(noop, its, NOOP_THREADS[single])}. By thread name, every thread but the "
-        f"event loop{'' if single else 's'}: {effector} {_names(ours)}; the no-op "
-        f"{servers} {_names(noop)}. The difference, "
-        f"{ours.us(ours.servers.cpu_s) - noop.us(noop.servers.cpu_s):.0f} µs of CPU per call"
+        f"event loop{loops}: {effector} {_names(ours)}; the no-op "
+        f"{servers} {_names(noop)}. The difference, {loop + others} µs of CPU per call"
         f"{' besides the PostgreSQL server' if ours.store_server_s else ''} (in wall time a "
-        f"call took {ours.wall_us - noop.wall_us:.0f} µs longer in that round), is {loop:.0f} "
-        f"on the event loop{'' if single else 's'}, {busiest:.0f} on the busiest other "
-        f"thread{'' if single else 's'} and {rest:.0f} on the other threads"
+        f"call took {abs(ours.wall_us - noop.wall_us):.0f} µs "
+        f"{'longer' if ours.wall_us >= noop.wall_us else 'shorter'} in that round), is {loop} "
+        f"on the event loop{loops} and {others} on the other threads{_grown(split, others)}"
         + (
-            f", {kernel:.0f} of it in the kernel"
+            f", {kernel} of it in the kernel"
             if usage.kernel_known(ours.servers.system_s, noop.servers.system_s)
             else ""
         )
         + f". {_cores(split, effector, servers)} "
     )
     return text + _turns(split)
+
+
+def _grown(split: SubmitSplit, others: int) -> str:
+    """The other threads' difference by thread name (like with like), as a clause."""
+    named = sorted(
+        ((name, us) for name, us in name_deltas(split) if us), key=lambda pair: -abs(pair[1])
+    )[:NAMES_SHOWN]
+    if not named:
+        return ""
+    rest = others - sum(us for _, us in named)
+    parts = [f"{us:+d} on `{name}`" for name, us in named]
+    return (
+        " (by thread name: " + ", ".join(parts) + (f", {rest:+d} on the rest" if rest else "") + ")"
+    )
 
 
 SATURATED = 0.9
@@ -220,15 +235,39 @@ NOOP_THREADS = {
 }
 
 
-def deltas(split: SubmitSplit) -> tuple[float, float, float, float]:
-    """The effectors' CPU per call beyond the no-op's: loop, busiest other, rest, kernel."""
-    ours, noop = split.ours, split.noop
+def _parts(side: Side) -> tuple[int, int, int]:
+    """A side's µs of CPU per call as printed: its event loop, busiest other thread, the rest."""
+    used = side.servers
     return (
-        ours.us(ours.servers.main_thread_s) - noop.us(noop.servers.main_thread_s),
-        ours.us(ours.servers.busiest_thread_s) - noop.us(noop.servers.busiest_thread_s),
-        ours.us(ours.servers.other_threads_s) - noop.us(noop.servers.other_threads_s),
-        ours.us(ours.servers.system_s) - noop.us(noop.servers.system_s),
+        round(side.us(used.main_thread_s)),
+        round(side.us(used.busiest_thread_s)),
+        round(side.us(used.other_threads_s)),
     )
+
+
+def deltas(split: SubmitSplit) -> tuple[int, int, int, int]:
+    """The effectors' CPU per call beyond the no-op's, as printed: the event loop, the thread
+    name that grew most (against the no-op's threads of that name), the other threads' rest,
+    the kernel."""
+    ours, noop = _parts(split.ours), _parts(split.noop)
+    others = sum(ours[1:]) - sum(noop[1:])
+    named = name_deltas(split)
+    top = named[0][1] if named else 0
+    kernel = round(split.ours.us(split.ours.servers.system_s)) - round(
+        split.noop.us(split.noop.servers.system_s)
+    )
+    return ours[0] - noop[0], top, others - top, kernel
+
+
+def name_deltas(split: SubmitSplit) -> list[tuple[str, int]]:
+    """Per thread name, the effectors' µs of CPU per call beyond the no-op's threads of that
+    name (as the sides' lists print them), the largest growth first."""
+    ours, noop = dict(split.ours.servers.by_name), dict(split.noop.servers.by_name)
+    grown = {
+        name: round(split.ours.us(ours.get(name, 0.0))) - round(split.noop.us(noop.get(name, 0.0)))
+        for name in ours.keys() | noop.keys()
+    }
+    return sorted(grown.items(), key=lambda pair: (-pair[1], pair[0]))
 
 
 NAMES_SHOWN = 4
@@ -264,12 +303,8 @@ def _known(name: str) -> str:
 
 def largest_other(split: SubmitSplit) -> str | None:
     """The effectors' thread name with the most CPU per call beyond the no-op's same name."""
-    noop = dict(split.noop.servers.by_name)
-    grown = {
-        name: split.ours.us(cpu) - split.noop.us(noop.get(name, 0.0))
-        for name, cpu in split.ours.servers.by_name
-    }
-    return max(grown, key=lambda name: grown[name]) if grown else None
+    named = name_deltas(split)
+    return named[0][0] if named else None
 
 
 def _threads(side: Side, its: str, names: tuple[str, str]) -> str:
@@ -281,10 +316,10 @@ def _threads(side: Side, its: str, names: tuple[str, str]) -> str:
         if usage.kernel_known(used.system_s)
         else ""
     )
+    main, most, rest = _parts(side)
     return (
-        f"{side.us(used.cpu_s):.0f} µs of CPU: {side.us(used.main_thread_s):.0f} on {its} "
-        f"{loop}, {side.us(used.busiest_thread_s):.0f} on {its} {busiest} and "
-        f"{side.us(used.other_threads_s):.0f} on {its} other threads{kernel}"
+        f"{main + most + rest} µs of CPU: {main} on {its} {loop}, {most} on {its} {busiest} and "
+        f"{rest} on {its} other threads{kernel}"
     )
 
 
@@ -299,20 +334,14 @@ def _turns(split: SubmitSplit) -> str:
             f"{', each on average' if several else ''}."
         )
     other = _writer(ours)
-    text = (
+    first, second, both, either = overlap.shares()
+    return (
         f"Its event loop was on a CPU {ours.busy(used.main_thread_s):.0%} of the round and its "
         f"{other} {ours.busy(used.busiest_thread_s):.0%}"
         f"{_queued_text(split, other)}; in a third round the two were running (or ready to run) "
-        f"at once in {overlap.both_running:.0%} of {overlap.samples:,} samples"
+        f"at once in {both}% of {overlap.samples:,} samples, and at least one of them in "
+        f"{either}% ({first}% and {second}%, less the {both}% both at once)."
     )
-    if overlap.both_running < TURNS_BELOW:
-        loop, writer = ours.us(used.main_thread_s), ours.us(used.busiest_thread_s)
-        return text + (
-            f": they take turns more than they overlap (one GIL), so the {loop + writer:.0f} µs "
-            f"they used per call together, against the round's {ours.wall_us:.0f} µs per call, "
-            "bound the rate."
-        )
-    return text + ": they overlap part of the time."
 
 
 def _writer(side: Side) -> str:

@@ -33,6 +33,15 @@ class Overlap:
     interval_s: float
     """The mean time between samples (a little over the sampler's sleep)."""
 
+    def shares(self) -> tuple[int, int, int, int]:
+        """The first's, the second's, both's and either's shares in whole percent, as printed:
+        either is the first plus the second less both, from the rounded figures."""
+        first, second, both = (
+            round(share * 100)
+            for share in (self.first_running, self.second_running, self.both_running)
+        )
+        return first, second, both, first + second - both
+
 
 class OverlapSampler:
     """Samples two threads of ``pid`` while the ``with`` block runs; :attr:`overlap` after it.

@@ -1,18 +1,16 @@
 """Benchmark 1's split of a row's gap (``benchmarks/noop_split.py``) and its report text.
 
 Synthetic figures only: the arithmetic of the split, the timing's calibration taken off, and
-what the "What is left" text says about the rest, the parameters and the named parts.
+what the text says about the parameters' cost (the rest of the text: ``test_noop_findings``).
 """
 
 from __future__ import annotations
 
 import pytest
 
-from benchmarks import in_pipeline, noop_activation
+from benchmarks import in_pipeline
 from benchmarks.in_pipeline import Calibration, InPipeline, _Clock, _measured, calibrate
-from benchmarks.noop_profile import Ranked, Ranking
 from benchmarks.noop_split import Parameters, Split, parameters_estimate, span
-from benchmarks.report import Figure, Goal, Target
 
 
 def test_a_span_shows_one_value_or_the_range() -> None:
@@ -63,59 +61,8 @@ def test_the_calibration_books_a_state_call_partly_inside_its_own_clock() -> Non
     assert in_pipeline._Clock.calls == in_pipeline._Clock.state_calls == 0
 
 
-def _figure(ours: float, floor: float, bound: float = 1.25) -> Figure:
-    target = Target(Goal.RATIO_AT_MOST, bound)
-    return Figure("no-op activation, 1,000 keys", "µs/element", ours, 100, floor, target=target)
-
-
-RANKING = Ranking(
-    "no-op",
-    1_000,
-    10,
-    [Ranked("beam_agents/core/tracing.py", "_event", 8.0, 4.0, 2)],
-    profiled_us=40.0,
-    calls=100,
-    plain_us=20.0,
-)
-"""One named part, trace events: 8.0 µs profiled, ~4.0 without the profiler."""
-
 PARAMETERS = Parameters(rounds=[7.0, 12.0, 9.0], keys=200, events=20_000)
 """The binding: the median of the rounds' paired differences is 9.0."""
-
-
-def test_the_bound_says_how_much_of_the_named_parts_the_changes_must_remove() -> None:
-    # 90 against 60 at 1.25x: 15 µs to lose, of 26.5 µs of our code (3.1x its time without
-    # Beam), so about 4.8 µs without Beam, of the 4.0 the one named part takes: more than all.
-    text = noop_activation._bound(_figure(90.0, 60.0), _split(), RANKING, 15.0, PARAMETERS)
-    assert "must lose 15.0 µs, 57% of our code in the pipeline" in text
-    assert "runs at 3.00 to 3.20x its time without Beam" in text
-    assert "even removed entirely they cover 83% of it" in text
-    # What remains after all of them: 15 / 3.1 - 4.0 µs without Beam, beyond any change named.
-    assert f"and {15.0 / 3.1 - 4.0:.1f} µs without Beam would remain" in text
-    assert "out of reach of the changes named" in text
-    assert "estimated below at 9.0 µs/element" in text
-    slight = noop_activation._bound(_figure(90.0, 60.0), _split(), RANKING, 10.0, PARAMETERS)
-    assert "would have to remove 81% of those parts' time" in slight
-    assert "out of reach" not in slight
-
-
-def test_the_bound_says_when_the_timing_explained_the_slowdown() -> None:
-    text = noop_activation._bound(_figure(90.0, 60.0), _split(own=31.0), RANKING, 10.0, PARAMETERS)
-    assert "the timing explained the slowdown" in text
-
-
-def test_a_rest_below_the_binding_it_holds_is_flagged() -> None:
-    split = _split()
-    assert noop_activation._rest(split.rest(40.0), PARAMETERS) == ""  # 12.0 and 9.0: not below
-    # 36 µs: rests of 8.0 and 5.0, below the binding's 9.0 but within its rounds' 7 to 12.
-    above_zero = noop_activation._rest(split.rest(36.0), PARAMETERS)
-    assert "below zero" not in above_zero
-    assert "the two disagree by 1.0 µs or more and their ranges overlap" in above_zero
-    assert "+7.0 to +12.0 round by round" in above_zero
-    # 25 µs: rests of -3.0 and -6.0, 12.0 µs or more below the binding's 9.0.
-    note = noop_activation._rest(split.rest(25.0), PARAMETERS)
-    assert "below zero, below Beam's binding" in note
-    assert "disagree by 12.0 µs or more and their ranges do not overlap" in note
 
 
 def test_the_parameters_are_an_estimate_with_their_spread() -> None:

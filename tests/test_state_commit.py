@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks import commit_placement, state_commit
+from benchmarks import commit_findings, commit_placement, state_commit
 from benchmarks.commit_placement import Placement, grew, growth, signed, whole
 from benchmarks.in_pipeline import InPipeline
 from benchmarks.memory_runs import FLOOR, OURS, SIZES, Paired, Round, Side
@@ -66,7 +66,12 @@ def test_a_range_across_2x_is_not_met_and_the_account_splits_the_excess() -> Non
     }
     figures = _figures(measured)
     assert [figure.met for figure in figures] == [None, False, True, True]
-    text = state_commit._remaining(figures, measured, [], "PLACED.", MEMORY)
+    placement = Placement(
+        ours=(InPipeline(26, 6), InPipeline(30, 6)),
+        floor=(InPipeline(7, 5), InPipeline(9, 5)),
+        alone=(16.0, 18.0),
+    )
+    text = commit_findings.remaining(figures, measured, [], placement, "PLACED.", (MEMORY, MEMORY))
     assert "At 64 KiB the 5 paired rounds' ratios ran from 1.90x to 2.10x (median 1.98x)" in text
     assert "within 2x in some rounds and not in others, so not met in this run" in text
     assert "ours must cost 4.0 µs an activation less" in text
@@ -74,19 +79,23 @@ def test_a_range_across_2x_is_not_met_and_the_account_splits_the_excess() -> Non
         "at 1 KiB (untargeted, the same code in every round) they ran from 2.67x to 2.67x" in text
     )
     # Round by round at 64 KiB: ours less the floor 38, 44, 39, 36 and 39 µs against the fixed
-    # cost of 50 at 1 KiB, so growths of -12 to -6: below the noise, not printed as growth.
+    # cost of 50 at 1 KiB, so growths of -14 to -6: below zero in every round, not growth.
     assert "Ours less the floor ran 36 to 44 µs over the rounds" in text
     assert "ran 50 µs (median 50)" in text
-    assert "what ours grew beyond the floor's growth is below the rounds' noise" in text
-    assert "(no growth measurable: -14 to -6 µs round by round)" in text
+    assert (
+        "what ours grew beyond the floor's growth fell in every round (-14 to -6 µs round by "
+        "round, median -11)" in text
+    )
     assert "the floor's own growth ran 10 µs round by round (median 10)" in text
     assert "cutting 4.0 µs of the fixed cost (median 50) would clear 2x here" in text
-    assert 'Benchmark 1\'s "What is left"' in text and "the memory write" in text
-    # The two parts' ~ figures: 10 and 6 of 40 profiled µs applied to 20 without the profiler.
-    assert "the memory write (~5.0 µs) and the activation's path (~3.0 µs), take ~8.0" in text
-    assert "4.0 µs at 64 KiB (within that)" in text
-    assert "PLACED." not in text  # the growth is under the unplaced bound: the fixed cost first
-    assert "256 KiB" not in text and "1023 KiB" not in text
+    # The named two: 10 and 6 of 40 profiled µs applied to our code's 20 µs in the pipeline.
+    assert "(1) the memory write, ~5.0 µs" in text and "(2) the activation's path, ~3.0" in text
+    assert "take ~8.0 µs in the pipeline (~6.4 without Beam)" in text
+    assert "4.0 µs at 64 KiB (within it)" in text
+    # No measurable growth: the placement is given as where it would be, were it real.
+    assert "is not measurable at any size not met" in text
+    assert "where it would be, were it real, follows. PLACED." in text
+    assert "At 256 KiB" not in text and "At 1023 KiB" not in text  # both met
 
 
 MEMORY = Ranking(
@@ -116,20 +125,28 @@ def test_growth_pairs_round_i_at_a_size_with_round_i_at_the_smallest() -> None:
     assert grown.beyond == pytest.approx([10, 2, 20])
     assert grown.floor == pytest.approx([10, 3, 20])
     assert grew(grown.beyond, "x") == "x ran 2 to 20 µs round by round (median 10)"
-    assert "below the rounds' noise" in grew([-3.0, -1.0, 2.0], "x")
+    assert grew([-3.0, -1.0, 2.0], "x") == "x is not measurable (noise: -3 to 2 µs round by round)"
+    # One rule for every range: zero inside it (as printed) is noise, wherever the median is.
+    assert "not measurable" in grew([0.3, 5.0, 9.0], "x")
+    assert "not measurable" in grew([-5.0, 3.0, 8.0], "x")
+    assert grew([-9.0, -4.0, -2.0], "x") == (
+        "x fell in every round (-9 to -2 µs round by round, median -4)"
+    )
 
 
 def test_the_placement_leaves_unmeasured_growth_unplaced() -> None:
-    def figure(ours: float, floor: float) -> Figure:
-        return Figure("x", "µs", ours=ours, samples=5, floor=floor)
-
     placement = Placement(
         ours=(InPipeline(40, 6), InPipeline(140, 8)),
         floor=(InPipeline(10, 5.6), InPipeline(85, 7.9)),
         alone=(20.0, 100.0),
     )
-    text = commit_placement.account(placement, figure(80, 40), figure(200, 120), ("a", "b"))
-    assert "-0" not in text and "+0 in Beam's state calls" in text
+    text = commit_placement.account(placement, [38.0, 40.0, 44.0], ("a", "b"))
+    # Our code grew 132 - 34 = 98, the floor's 77.1 - 4.4 = 72.7: +25.3; state calls +2
+    # against +2.3: -0.3; the rest of the median 40, +15.0, outside process.
+    assert "-0.3 in Beam's state calls" in text
+    assert "+25.3 µs in our code" in text and "the rest, +15.0, outside `process`" in text
+    # Without Beam +80, +7.3 beyond the floor's code; the other +18.0 of the +25.3 unplaced.
+    assert "+7.3 beyond the 72.7 the floor's code grew" in text
     assert "not placed by this run" in text and "allocator" not in text
 
 

@@ -1,0 +1,182 @@
+"""Benchmark 4's "What is left" text (``benchmarks/commit_findings.py``) on synthetic numbers.
+
+The fixed cost placed and split by part at the pipeline's scale, the named changes against each
+size's cut, the growth by function, and which sections appear. Nothing here asserts on speed.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import commit_findings
+from benchmarks.commit_findings import fixed_cost, grown_functions, ordered_parts, remaining
+from benchmarks.commit_placement import Placement
+from benchmarks.in_pipeline import InPipeline
+from benchmarks.memory_runs import SIZES, Paired, Round, Side
+from benchmarks.noop_profile import Ranked, Ranking
+from benchmarks.report import Figure, Goal, Target
+from benchmarks.runner_commit import KeyCommit
+
+TARGET = Target(Goal.RATIO_AT_MOST, commit_findings.BOUND)
+
+
+def _ranking(scan: float, path: float, commit: float, *, profiled: float) -> Ranking:
+    rows = [
+        Ranked("beam_agents/core/activation.py", "_new_run", path, path / 2, 1),
+        Ranked("beam_agents/core/_memory_wire.py", "scan", scan, scan / 2, 1),
+        Ranked("beam_agents/core/activation.py", "_commit", commit, commit / 2, 1),
+    ]
+    return Ranking("memory", 4_000, 10, rows, profiled_us=profiled, calls=100, plain_us=20.0)
+
+
+SMALL = _ranking(10.0, 6.0, 14.0, profiled=40.0)
+"""Scaled to the pipeline's 20 µs of our code: scan 5.0, the path 3.0, the commit 7.0."""
+LARGE = Ranking(
+    "memory",
+    4_000,
+    10,
+    [
+        *_ranking(13.0, 6.5, 14.0, profiled=100.0).rows,
+        Ranked("beam_agents/core/new.py", "fresh", 1.0, 1.0, 1),
+    ],
+    profiled_us=100.0,
+    calls=100,
+)
+PLACEMENT = Placement(
+    # Our code in `process` at 1 KiB: 26 - 6 = 20 µs; the floor's 7 - 5 = 2. Without Beam: 16.
+    ours=(InPipeline(process_us=26, state_us=6), InPipeline(process_us=130, state_us=8)),
+    floor=(InPipeline(process_us=7, state_us=5), InPipeline(process_us=70, state_us=7)),
+    alone=(16.0, 96.0),
+)
+
+
+def test_the_named_parts_come_first_then_the_rest_by_size() -> None:
+    labels = [cost.part.label for cost in ordered_parts(SMALL)]
+    assert labels == ["the memory write", "the activation's path", "the commit"]
+
+
+def test_the_fixed_cost_is_placed_and_its_parts_add_up() -> None:
+    text = fixed_cost(25.0, PLACEMENT, SMALL, {"64 KiB": 7.0, "1023 KiB": 9.0})
+    # 25 = +18 in our code (20 - 2), +1 in state calls (6 - 5), and the rest +6 outside.
+    assert "+18.0 µs in our code beyond the floor's own code, +1.0 in Beam's state calls" in text
+    assert "and the rest, +6.0, outside `process`" in text
+    # Our code runs at 20 / 16 = 1.25x its time without Beam; each part's share of the 40
+    # profiled µs is applied to the 20 µs in the pipeline.
+    assert "it ran at 1.25x its time without Beam" in text
+    assert "(1) the memory write, ~5.0 µs (`core/_memory_wire.py scan` 10.0)" in text
+    assert "(2) the activation's path, ~3.0 µs" in text and "(3) the commit, ~7.0 µs" in text
+    assert "They take ~15.0 of our code's +18.0 beyond the floor's; the other +3.0" in text
+    # The named two: 8.0 in the pipeline, 8.0 / 1.25 = 6.4 without Beam, against each cut.
+    assert "Benchmark 1's named changes, (1) and (2), take ~8.0 µs in the pipeline" in text
+    assert "(~6.4 without Beam)" in text
+    assert "7.0 µs at 64 KiB (within it), 9.0 µs at 1023 KiB (short of it by 1.0)" in text
+    # 25 - 8 = 17 = 7.0 (the commit) + 3.0 (the rest of our code) + 7.0 (state and outside).
+    assert "The rest of the fixed cost, 17.0 µs, is the parts after them (~7.0 together)" in text
+    assert "the other +3.0 of our code, and the +7.0 in state calls and outside" in text
+    assert "~15.0, cover the largest cut (9.0 µs at 1023 KiB)" in text
+
+
+@pytest.mark.parametrize(("cut", "growth"), [(16.0, False), (30.0, True)])
+def test_a_cut_beyond_all_our_parts_points_at_beams_side(cut: float, growth: bool) -> None:
+    text = fixed_cost(25.0, PLACEMENT, SMALL, {"1023 KiB": cut})
+    assert f"{cut:.1f} µs at 1023 KiB (short of it by {cut - 8:.1f})" in text
+    assert f"fall short of the largest cut ({cut:.1f} µs at 1023 KiB) even removed" in text
+    assert "Beam's side of the activation" in text
+    # Only a cut beyond the fixed cost's 25 µs points at the growth too.
+    assert ("the growth (below) or Beam's side" in text) is growth
+
+
+def test_the_growth_names_the_functions_that_grew_most_with_their_parts() -> None:
+    text = grown_functions(SMALL, LARGE, ordered_parts(SMALL))
+    # All profiled time grew 60 µs; ours 30 -> 34.5 (+4.5); outside ours +55.5.
+    assert "grew +60.0 µs under the profiler: +4.5 in our functions and +55.5 outside" in text
+    assert "together +4.5 of our +4.5" in text
+    assert "`core/_memory_wire.py scan` +3.0 (its own lines +1.5; part (1))" in text
+    assert "`core/new.py fresh` +1.0 (its own lines +1.0; not examined yet)" in text
+    assert "`core/activation.py _new_run` +0.5 (its own lines +0.2; part (2))" in text
+    assert "No change aimed at" not in text and "no change aimed at the value's size" in text
+    assert "16 KiB or more" in text
+
+
+def _paired(*rounds_us: tuple[float, float]) -> Paired:
+    rounds = tuple(Round(floor / 1e6, ours / 1e6) for floor, ours in rounds_us)
+    side = Side(0.0, KeyCommit(1_300.0, 1_260.0), 40.0, 10)
+    return Paired(rounds, side, side)
+
+
+def _figures(measured: dict[int, Paired]) -> list[Figure]:
+    figures = []
+    for size, paired in measured.items():
+        middle = paired.median
+        figures.append(
+            Figure(
+                f"activation, {size}",
+                "µs/activation",
+                ours=middle.ours * 1e6,
+                samples=len(paired.rounds),
+                floor=middle.floor * 1e6,
+                target=TARGET if size > SIZES[0] else None,
+                spread=paired.spread,
+            )
+        )
+    return figures
+
+
+def _measured(largest: tuple[tuple[float, float], ...]) -> dict[int, Paired]:
+    steady = ((30, 55), (30, 55), (30, 55))
+    return {
+        SIZES[0]: _paired(*steady),
+        SIZES[1]: _paired((31, 55), (30, 56), (31, 57)),  # within 2x: met
+        SIZES[2]: _paired((40, 65), (40, 66), (40, 64)),
+        SIZES[3]: _paired(*largest),
+    }
+
+
+@pytest.mark.parametrize(
+    ("largest", "grows"),
+    [
+        (((40, 95), (40, 90), (40, 100)), True),  # beyond the floor's: +30, +25, +35
+        (((40, 60), (40, 70), (40, 90)), False),  # +-5, +5, +25: the range holds zero
+    ],
+)
+def test_the_growth_section_appears_only_when_the_growth_is_measurable(
+    largest: tuple[tuple[float, float], ...], grows: bool
+) -> None:
+    measured = _measured(largest)
+    figures = _figures(measured)
+    assert [figure.met for figure in figures] == [None, True, True, False]
+    text = remaining(figures, measured, [], PLACEMENT, "PLACED.", (SMALL, LARGE))
+    assert "At 1023 KiB" in text and "At 64 KiB" not in text and "At 256 KiB" not in text
+    assert "The fixed cost of an activation, 25.0 µs at 1 KiB" in text
+    assert ("Then the growth. PLACED." in text) is grows
+    assert ("is not measurable at any size not met" in text) is not grows
+    assert ("where it would be, were it real, follows. PLACED." in text) is not grows
+    assert "Our functions that grew most" in text  # the profile's growth, measured either way
+    # The worst round at 1023 KiB is 20 or 10 µs over twice its floor, under the fixed 25.
+    assert "would clear 2x here" in text
+    assert text.endswith("whose memory is the one slot each commit changes.")
+
+
+def test_nothing_missed_leaves_only_the_missed_commits() -> None:
+    measured = _measured(((40, 70), (40, 70), (40, 70)))
+    figures = _figures(measured)
+    assert remaining(figures, measured, [], PLACEMENT, "PLACED.", (SMALL, LARGE)) == ""
+
+
+@pytest.mark.parametrize(
+    ("largest", "ending"),
+    [
+        (((40, 130), (40, 120), (40, 125)), "the growth must be cut too."),
+        (
+            ((40, 60), (40, 70), (40, 130)),
+            "that rest is in a growth this run cannot tell from noise (below).",
+        ),
+    ],
+)
+def test_a_cut_past_the_fixed_cost_blames_the_growth_only_if_it_is_measurable(
+    largest: tuple[tuple[float, float], ...], ending: str
+) -> None:
+    measured = _measured(largest)
+    text = remaining(_figures(measured), measured, [], PLACEMENT, "PLACED.", (SMALL, LARGE))
+    # The worst round: 130 against twice 40, 50 µs over; the fixed cost is 25.
+    assert f"it would be 25.0 µs over: {ending}" in text

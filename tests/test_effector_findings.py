@@ -1,0 +1,177 @@
+"""Benchmark 6's "what is left" for the sustained rows: every figure from the run's numbers."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from benchmarks import effector_findings, effector_throughput
+from benchmarks.effector_findings import IntentCost, remaining
+from benchmarks.paired_rounds import Pairs, paired_figure
+from benchmarks.pg_statements import StatementTime
+from benchmarks.sqlite_statements import StatementCost, WriterSplit
+from benchmarks.thread_overlap import Overlap
+from benchmarks.usage import Usage
+
+INTENTS = 60_000
+CLAIM = "UPDATE effector_intents SET state = ?, attempts = attempts + 1, started_at_ms = ? WHERE x"
+RESULTS = "WITH finished (intent_id, result, envelope) AS (VALUES (...)) UPDATE effector_intents"
+FINISH = "UPDATE effector_intents SET state = ?, result = ?, completed_at_ms = ? WHERE y"
+
+
+def _seconds(us: float, intents: int = INTENTS) -> float:
+    return us * intents / 1e6
+
+
+def _usage(main: float, busiest: float, other: float, name: str) -> Usage:
+    """Per-intent µs by thread, as seconds over the runs' intents."""
+    return Usage(
+        _seconds(main),
+        _seconds(busiest),
+        _seconds(other),
+        _seconds(30),
+        2**30,
+        2**29,
+        INTENTS,
+        ((name, _seconds(busiest)),),
+    )
+
+
+# 10,000 timed intents: the claim's UPDATE 5.7 µs of CPU (6.4 wall), the results' 13.1 (16.6).
+WRITER = WriterSplit(
+    "the writer's statements (timed)",
+    Overlap(0.50, 0.56, 0.16, samples=2_275, interval_s=0.0012),
+    (
+        StatementCost(RESULTS, 80, _seconds(13.1, 10_000), _seconds(16.6, 10_000)),
+        StatementCost(CLAIM, 80, _seconds(5.7, 10_000), _seconds(6.4, 10_000)),
+        StatementCost(FINISH, 5, _seconds(3.0, 10_000), _seconds(3.5, 10_000)),
+    ),
+    10_000,
+    132.0,
+)
+# 132 µs of wall time per intent; 56 + 65 + 18 in the effector, 11 in the client: 150.
+SQLITE = IntentCost(
+    "SQLite",
+    INTENTS,
+    _seconds(132),
+    _usage(56, 65, 18, "sqlite"),
+    _seconds(11),
+    None,
+    3_500,
+    WRITER.text,
+    writer=WRITER,
+)
+# 275 µs of CPU per intent (160 + 56 + 12 + 29 + 18) at 6,573 intents/s.
+POSTGRES = IntentCost(
+    "PostgreSQL, 2 replicas",
+    INTENTS,
+    INTENTS / 6_573,
+    _usage(55.6, 12.4, 29.4, "pg"),
+    _seconds(18),
+    _usage(160, 0, 0, "postgres"),
+    None,
+    "the server's execution time by statement",
+    (
+        StatementTime("INSERT INTO effector_keys (entity_key) VALUES (...)", 40, 3_378.0, 1),
+        StatementTime(RESULTS.replace("?", "$"), 40, 2_226.0, 1),
+        StatementTime(CLAIM.replace("?", "$").replace("+ 1", "+ $"), 40, 2_034.0, 1),
+        StatementTime(FINISH.replace("?", "$"), 40, 300.0, 1),
+    ),
+)
+
+
+@pytest.fixture(autouse=True)
+def _two_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(effector_findings, "CORES", 2)
+
+
+def test_sqlite_sizes_the_named_changes_against_the_cut_the_target_needs() -> None:
+    text = remaining(SQLITE, None)
+    assert "used 150 µs of CPU per intent in this run" in text
+    assert "within the 222 µs that 9,000/s on 2 cores leaves" in text
+    # 9.0 s of CPU over 7.92 s: 1.14 cores, at 7,576 intents/s.
+    assert "kept only 1.14 of 2 cores busy on average (at the runs' 7,576 intents/s" in text
+    assert "so the machine's CPU is not what sets the rate" in text
+    assert "one GIL, the writer's fsynced commits" not in text
+    assert "main thread used 56 (0.5x that) and its busiest other thread (the most CPU by " in text
+    assert "`sqlite`), 65 (0.6x): neither alone uses it up" in text
+    # The two statements the changes cut, and their sum against 132 - 111 = 21 µs.
+    assert "the claim's UPDATE of the intent rows, 5.7 µs of CPU (6.4 wall) per intent" in text
+    assert "the UPDATE recording the results, 13.1 µs of CPU (16.6 wall) per intent" in text
+    assert "together at most 18.8 µs of the writer's CPU and 23.0 of its wall time" in text
+    assert "against the 21 µs of wall time per intent the sustained runs must lose (132 at" in text
+    assert "only their whole wall time, waits included, would cover it, not their CPU" in text
+    assert "on PostgreSQL stop counting" not in text
+
+
+def test_sqlite_bounds_the_wall_time_by_the_union_of_the_two_threads() -> None:
+    text = remaining(SQLITE, None)
+    assert "used 121 µs of CPU per intent together in the sustained runs, against 132" in text
+    assert "that sum does not bound the wall time from below" in text
+    assert "so their sum bounds the rate" not in text and "their Python holds one GIL" not in text
+    # 50 + 56 - 16 = 90% of 132 µs: 119 running, 13 neither; 119 - 111 = 8, 132 - 111 = 21.
+    assert "in 90% of the samples (50% and 56%, less the 16% both at once): about 119 µs" in text
+    assert "of that run's 132 µs of wall time per intent, neither in the other 13." in text
+    assert "must shrink by at least 8 µs per intent, and by 21 if the 13 µs" in text
+    # 8-9% more in flight, against the 19% that 9,000 needs over 7,576.
+    assert "1,024 intents in flight instead of 256 gained 8%-9% (6,361-6,928 against" in text
+    assert "short of the 19% more that 9,000/s needs over this run's 7,576 intents/s" in text
+    assert "whatever the wait is" not in text
+    assert "cut them by about a tenth and did not (recorded at 9774df3, above)" in text
+
+
+def test_sqlite_branches_on_what_was_measured() -> None:
+    unmeasured = dataclasses.replace(SQLITE, writer=None, statements="")
+    text = remaining(unmeasured, None)
+    assert "This run did not time the statements they cut." in text
+    assert "This run did not sample how often they ran at once." in text
+    # A union already within 111 µs: the time neither ran keeps the wall time above it.
+    idle = dataclasses.replace(WRITER, overlap=Overlap(0.40, 0.45, 0.10, 1_000, 0.0012))
+    text = remaining(dataclasses.replace(SQLITE, writer=idle), None)
+    assert "in 75% of the samples" in text and "about 99 µs of that run's 132" in text
+    assert "That is within the 111 µs an intent has at 9,000/s: the 33 µs per intent" in text
+    # Statements far smaller than the cut: even removed they would not cover it.
+    small = dataclasses.replace(WRITER, intents=100_000)
+    text = remaining(dataclasses.replace(SQLITE, writer=small), None)
+    assert "even removed entirely those statements would not cover it" in text
+
+
+def test_postgres_sets_the_changes_upper_bounds_against_the_cpu_to_cut() -> None:
+    text = remaining(None, POSTGRES)
+    # The parts add up to the printed total: 160 + (56 + 12 + 29) + 18 = 275.
+    assert "the processes used 275 µs of CPU per intent in this run" in text
+    assert "The PostgreSQL server used 160 µs of it, the two effectors 97 (56 on" in text
+    assert "and the benchmark's client 18." in text
+    assert "kept 1.81 of 2 cores busy over the runs (at their 6,573 intents/s" in text
+    assert "(56 µs); take the state out" in text and "(37 µs); keep the running claim" in text
+    assert "schema change) (34 µs)." in text
+    assert "Together those statements took 127 µs per intent, against the 53 µs of CPU" in text
+    assert "their upper bounds together reach it" in text
+    line = POSTGRES.line()
+    assert "the effector processes used 97 µs of CPU, 56 on their main threads" in line
+    assert "these processes used 275, 1.81 cores on average over the runs (6,573 intents/s" in line
+    few = dataclasses.replace(
+        POSTGRES, statement_times=tuple(s for s in POSTGRES.statement_times[1:])
+    )
+    text = remaining(None, few)
+    assert "(its statement is not among the longest read)" in text
+    assert "took 71 µs per intent" in text
+    assert "even their upper bounds together do not reach it" not in text
+    fewer = dataclasses.replace(POSTGRES, statement_times=POSTGRES.statement_times[3:])
+    assert "even their upper bounds together do not reach it" in remaining(None, fewer)
+
+
+def test_a_missed_sustained_ratio_row_gets_its_own_paragraph() -> None:
+    name = f"{effector_throughput.RATIO_ROW}, PostgreSQL, 2 replicas"
+    # Three runs at 0.598x, 0.76x and 0.87x the no-op rounds beside them.
+    pairs = Pairs((6_000.0, 6_000.0, 6_000.0), (3_588.0, 4_560.0, 5_220.0))
+    target = effector_throughput.REQUEST_RATE_TARGET
+    straddling = paired_figure(name, "/s", pairs, 20_000, "no-op", target)
+    text = effector_throughput.ratio_account([straddling])
+    assert text.startswith(f"\n\n{name}: the sustained runs' intents/s were 0.598-0.87x the")
+    assert "(median 0.76x: 4,560 against 6,000), which straddles the 0.6x target" in text
+    below = paired_figure(name, "/s", Pairs((6_000.0,), (3_000.0,)), 20_000, "no-op", target)
+    assert "below the 0.6x target in every run" in effector_throughput.ratio_account([below])
+    met = paired_figure(name, "/s", Pairs((6_000.0,), (4_000.0,)), 20_000, "no-op", target)
+    assert effector_throughput.ratio_account([met]) == ""

@@ -1,0 +1,144 @@
+"""Benchmark 1's "What is left" sentences (``benchmarks/noop_findings.py``), on synthetic figures.
+
+What a missed row must lose set against the named parts, what of our code lies outside them,
+whether any change this run identifies reaches the target, and the note on the rest.
+"""
+
+from __future__ import annotations
+
+import re
+
+from benchmarks.in_pipeline import InPipeline
+from benchmarks.noop_findings import beam_side, bound, rest_note
+from benchmarks.noop_profile import Ranked, Ranking, named_us, next_changes
+from benchmarks.noop_split import Parameters, Split
+from benchmarks.report import Figure, Goal, Target
+
+PARAMETERS = Parameters(rounds=[7.0, 12.0, 9.0], keys=200, events=20_000)
+"""The binding: the median of the rounds' paired differences is 9.0."""
+
+
+def _row(path: str, function: str, us: float) -> Ranked:
+    return Ranked(f"beam_agents/{path}", function, us, us / 2, 1)
+
+
+ROWS = [
+    _row("core/activation.py", "_new_run", 6.0),  # the activation's path, ~3.0
+    _row("core/activation.py", "_commit", 5.0),  # the commit, ~2.5
+    _row("core/tracing.py", "_event", 4.0),  # trace events, ~2.0
+    _row("model/fake.py", "complete", 3.0),  # the fake model, ~1.5: never named
+    _row("core/context.py", "__init__", 3.0),  # the activation's objects, ~1.5
+    _row("core/ids.py", "uuid5_hex", 2.0),  # the trace id, ~1.0
+    _row("core/admission.py", "element_problem", 1.6),  # admitting the element, ~0.8
+    _row("core/bridge.py", "run", 1.0),  # stepping the coroutine, ~0.5: no change proposed
+]
+RANKING = Ranking("no-op", 1_000, 10, ROWS, profiled_us=60.0, calls=100, plain_us=30.0)
+"""Five named parts of ~10.0 µs together, the fake model's ~1.5 aside, then ~0.8 and ~0.5."""
+
+
+def _figure(ours: float = 90.0, floor: float = 60.0) -> Figure:
+    target = Target(Goal.RATIO_AT_MOST, 1.25)
+    return Figure("no-op activation, 1,000 keys", "µs/element", ours, 100, floor, target=target)
+
+
+def _split(own: float) -> Split:
+    """Our code beyond the floor's: 26 and 27 µs; at ``own`` µs without Beam, 30/own and 32/own."""
+    return Split(
+        own,
+        ours=[InPipeline(40.0, 10.0), InPipeline(44.0, 12.0)],
+        floor=[InPipeline(12.0, 8.0), InPipeline(13.0, 8.0)],
+    )
+
+
+def test_the_share_to_remove_is_over_the_named_parts_the_fake_model_aside() -> None:
+    # 10 µs to lose of 26.5 in the pipeline at 3.1x: about 3.2 µs without Beam, of the 10.0.
+    text = bound(_figure(), _split(10.0), RANKING, 10.0, PARAMETERS)
+    assert text.startswith("To meet its target, the no-op activation, 1,000 keys must lose 10.0 µs")
+    assert "38% of our code in the pipeline (beyond the floor's)" in text
+    assert "so about 3.2 µs measured without Beam" in text
+    assert (
+        "the 5 parts named below take 10.0 µs of it (their ~ figures added up; the fake "
+        "model's own answer, ~1.5 µs, is in none of them), so the changes would have to "
+        "remove 32% of those parts' time" in text
+    )
+    assert "out of reach" not in text
+
+
+def test_short_of_the_target_the_text_lists_our_code_outside_the_named_parts() -> None:
+    # 16.5 µs at 1.55x: 10.6 without Beam, 0.6 past the named 10.0; our code beyond the
+    # floor's is 26.5 / 1.55 = 17.1, so 7.1 outside them: ~0.8 and ~0.5 ranked, 5.8 in none.
+    text = bound(_figure(), _split(20.0), RANKING, 16.5, PARAMETERS)
+    assert "removed entirely they would not reach the target: 0.6 µs without Beam" in text
+    assert "about 17.1 µs without Beam at that pace, 7.1 µs is outside the named parts" in text
+    assert "admitting the element (~0.8; change: read the payload kind once" in text
+    assert "stepping the coroutine (~0.5; none proposed:" in text
+    assert "the other 5.8 µs is in none of our functions as the profile times them" in text
+    # Admitting the element's change is one too: 10.8 µs of parts with a change, 98% of it.
+    assert "With admitting the element added, the parts with a change proposed take 10.8" in text
+    assert "only by removing 98% of that time between them would those changes reach" in text
+    assert "no Beam-side change is identified" in text
+    assert "recorded at 8585647" in text
+    assert "out of reach" not in text
+
+
+def test_out_of_reach_only_when_every_part_with_a_change_falls_short() -> None:
+    # 17 µs: 11.0 without Beam, more than the 10.8 of every part with a change proposed.
+    text = bound(_figure(), _split(20.0), RANKING, 17.0, PARAMETERS)
+    assert "take 10.8 µs: removed entirely they would not reach it either" in text
+    assert "estimated at 9.0 µs/element (below), but removing one of them moved nothing" in text
+    assert text.endswith(". The target is out of reach of every change this run identifies")
+    named = Ranking("no-op", 1_000, 10, ROWS[:6], profiled_us=60.0, calls=100, plain_us=30.0)
+    alone = bound(_figure(), _split(20.0), named, 17.0, PARAMETERS)
+    assert "No other part of ours has a change proposed; no Beam-side change" in alone
+    assert alone.endswith("out of reach of every change this run identifies")
+
+
+def test_parts_past_the_listed_are_added_up_and_an_excess_is_said() -> None:
+    extra = [
+        _row("core/a.py", "one", 0.4),
+        _row("core/b.py", "two", 0.4),
+        _row("core/c.py", "three", 0.2),
+    ]
+    ranking = Ranking("no-op", 1_000, 10, ROWS + extra, 60.0, 100, 30.0)
+    # 26.3 µs at 2.48x: 10.6 without Beam; 26.5 / 2.48 = 10.7, so 0.7 outside the named
+    # parts, less than the ~1.8 the profile ranks there.
+    text = bound(_figure(), _split(12.5), ranking, 26.3, PARAMETERS)
+    assert "`core/a.py one` (~0.2; not examined yet)" in text
+    assert "and 2 smaller parts (~0.3 together)" in text
+    assert ", ~1.8 in all, 1.1 more than that (the remainder" in text
+
+
+def test_more_than_all_our_code_leaves_no_change_identified() -> None:
+    text = bound(_figure(), _split(10.0), RANKING, 30.0, PARAMETERS)
+    assert "more than all 26.5 µs of our code in the pipeline" in text
+    assert text.endswith(". The target is out of reach of every change this run identifies")
+    nothing = beam_side(Parameters([-2.0, -0.5], 200, 20_000))
+    assert nothing.startswith("no Beam-side change is identified: this run measured nothing")
+
+
+def test_the_shown_sum_is_the_sum_of_the_shown_figures() -> None:
+    # Four parts of ~1.26 each: shown as 1.3, so 5.2 added up (5.04 unrounded would show 5.0).
+    paths = ("core/activation.py", "core/tracing.py", "core/ids.py", "core/admission.py")
+    rows = [_row(path, "f", 2.52) for path in paths]
+    ranking = Ranking("no-op", 1_000, 10, rows, profiled_us=20.0, calls=100, plain_us=10.0)
+    shown = re.findall(r"\(~(\d+\.\d)", next_changes(ranking))
+    assert shown == ["1.3"] * 4
+    assert f"{named_us(ranking):.1f}" == "5.2"
+
+
+def test_a_rest_below_the_binding_it_holds_is_flagged_and_not_called_noise() -> None:
+    split = _split(10.0)
+    assert rest_note(split.rest(40.0), PARAMETERS, 1) == ""  # 12.0 and 9.0: not below
+    # 36 µs: rests of 8.0 and 5.0, below the binding's 9.0 but within its rounds' 7 to 12.
+    within = rest_note(split.rest(36.0), PARAMETERS, 1)
+    assert "below zero" not in within
+    assert "disagree by 1.0 µs or more, within the spread of the binding's own rounds" in within
+    assert "+7.0 to +12.0 round by round" in within
+    # 25 µs: rests of -3.0 and -6.0, 12.0 µs or more below the binding's 9.0.
+    note = rest_note(split.rest(25.0), PARAMETERS, 1)
+    assert "below zero, below Beam's binding" in note
+    assert "disagree by 12.0 µs or more, beyond the spread of the binding's own rounds" in note
+    assert "the row's gap is one round, so its own spread is not measured" in note
+    assert "leaves the disagreement unexplained" in note
+    assert "noise" not in note
+    assert "the best of 3 rounds" in rest_note(split.rest(25.0), PARAMETERS, 3)
