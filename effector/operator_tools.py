@@ -216,7 +216,7 @@ class OperatorTools:
         oldest = await store.list_intents(IntentState.AWAITING_DECISION, arguments.limit)
         records = await asyncio.gather(*(store.get_intent(i.intent_id) for i in oldest))
         waiting = [r for r in records if r is not None and r.state == IntentState.AWAITING_DECISION]
-        pending = (await store.counts()).awaiting_decision
+        pending = (await store.counts(done=False)).awaiting_decision
         approvals = [
             PendingApproval(
                 intent_id=r.intent.intent_id,

@@ -396,7 +396,7 @@ class Worker:
                     last_prune = now
                     await self._store.prune(now, settings.result_retention_ms)
                     await self._store.prune_telemetry(now, self._telemetry_retention_ms)
-                counts = await self._store.counts()
+                counts = await self._store.counts(done=False)
                 self._metrics.queue_depth.set(
                     counts.pending + counts.running + counts.in_doubt + counts.awaiting_decision
                 )

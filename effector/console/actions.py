@@ -50,7 +50,7 @@ async def approvals(request: Request) -> Response:
     oldest = await store.list_intents(IntentState.AWAITING_DECISION, INBOX_LIMIT)
     records = await asyncio.gather(*(store.get_intent(intent.intent_id) for intent in oldest))
     waiting = [r for r in records if r is not None and r.state == IntentState.AWAITING_DECISION]
-    pending = (await store.counts()).awaiting_decision
+    pending = (await store.counts(done=False)).awaiting_decision
     decided_id = request.query_params.get("decided", "")
     decided = None
     if decided_id and intent_id_problem(decided_id) is None:

@@ -289,9 +289,9 @@ class SqlStore(EffectorStore):
         """See :meth:`EffectorStore.list_failed`."""
         return await self._run(lambda tx: reads.list_failed(tx, limit), write=False)
 
-    async def counts(self) -> StoreCounts:
+    async def counts(self, *, done: bool = True) -> StoreCounts:
         """See :meth:`EffectorStore.counts`."""
-        counts = await self._run(reads.counts, write=False)
+        counts = await self._run(lambda tx: reads.counts(tx, done=done), write=False)
         self._announce(counts.head_offset)
         return counts
 

@@ -376,8 +376,12 @@ class EffectorStore(abc.ABC):
         """At most ``limit`` DONE intents whose result is not OK, each with it, oldest first."""
 
     @abc.abstractmethod
-    async def counts(self) -> StoreCounts:
-        """How many intents are in each state, and the head offset."""
+    async def counts(self, *, done: bool = True) -> StoreCounts:
+        """How many intents are in each state, and the head offset.
+
+        ``done=False`` does not count DONE intents (``done`` reads 0), so its cost follows the
+        intents in flight, not the retained ones: for callers that poll.
+        """
 
     @abc.abstractmethod
     async def prune(self, now_ms: int, retention_ms: int) -> int:

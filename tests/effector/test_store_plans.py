@@ -157,6 +157,17 @@ def test_recording_and_pruning_traces_probe_indexes(planned: Any) -> None:
     assert "effector_traces_age (recorded_at_ms<?)" in forgotten
 
 
+def test_polling_the_counts_seeks_the_states_in_flight_not_the_done_ones(planned: Any) -> None:
+    every = " ".join(planned(reads.counts).plan_of("GROUP BY state"))
+    polled = " ".join(planned(lambda tx: reads.counts(tx, done=False)).plan_of("state IN"))
+    # Counting everything walks the whole by-state index; polling seeks the states in flight.
+    assert "SCAN effector_intents USING COVERING INDEX effector_intents_by_state" in every
+    assert "SEARCH effector_intents USING COVERING INDEX effector_intents_by_state (state=?)" in (
+        polled
+    )
+    assert "SCAN effector_intents" not in polled
+
+
 def test_pruning_done_intents_range_scans_them_by_completion(planned: Any) -> None:
     tx = planned(lambda tx: reads.prune(tx, T0 + 100, 50))
     old = tx.plan_of("DELETE FROM effector_intents")
