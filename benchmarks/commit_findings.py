@@ -9,6 +9,8 @@ inside ``process`` at the smallest size against the same agent's without Beam
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from beam_agents.core._memory_wire import LARGE_CONTENT_BYTES
 from benchmarks.commit_placement import (
@@ -21,12 +23,11 @@ from benchmarks.commit_placement import (
     tenths,
     whole,
 )
-from benchmarks.memory_runs import SIZES, Paired, label
+from benchmarks.in_pipeline import InPipeline
+from benchmarks.memory_runs import FLOOR, OURS, SIZES, Paired, label
 from benchmarks.noop_profile import FAKE, PartCost, Ranking, part_costs, part_of
 from benchmarks.report import Figure
 
-MEMORY_PARTS = ("the memory write", "the activation's path")
-"""Benchmark 1's named parts for its model-call activation, which writes memory as this one."""
 LISTED = 8
 """Parts of our code the fixed cost lists by name (the rest are summed)."""
 GROWN = 5
@@ -36,21 +37,106 @@ BOUND = 2.0
 
 
 def ordered_parts(ranking: Ranking) -> list[PartCost]:
-    """Our code's parts in ``ranking``: benchmark 1's :data:`MEMORY_PARTS` first, then by size."""
-    costs = [cost for cost in part_costs(ranking) if cost.part.label != FAKE]
-    named = [cost for cost in costs if cost.part.label in MEMORY_PARTS]
-    return named + [cost for cost in costs if cost.part.label not in MEMORY_PARTS]
+    """Our code's parts in ``ranking``, the largest first (the fake model aside)."""
+    return [cost for cost in part_costs(ranking) if cost.part.label != FAKE]
 
 
 def _functions(cost: PartCost) -> str:
     return ", ".join(f"{row.name} {row.charged_us:.1f}" for row in cost.rows[:3])
 
 
-def fixed_cost(
-    fixed_us: float, placement: Placement, ranking: Ranking, cuts: dict[str, float]
-) -> str:
+def _numbers(numbers: list[int]) -> str:
+    """``[1, 2, 3]`` as "(1) to (3)", ``[1, 3]`` as "(1) and (3)"."""
+    marks = [f"({number})" for number in numbers]
+    if len(marks) > 2 and numbers == list(range(numbers[0], numbers[-1] + 1)):
+        return f"{marks[0]} to {marks[-1]}"
+    return marks[0] if len(marks) == 1 else ", ".join(marks[:-1]) + " and " + marks[-1]
+
+
+@dataclass(frozen=True)
+class Miss:
+    """A size not met: the cut its worst round needs and ``process`` there, ours and the floor's."""
+
+    size: str
+    cut: float
+    """µs an activation, as printed (0.1 µs)."""
+    ours: InPipeline
+    floor: InPipeline
+    rounds: int
+
+
+@dataclass(frozen=True)
+class Listed:
+    """A part as the fixed cost lists it: its number there and its ~ figure in the pipeline."""
+
+    number: int
+    cost: PartCost
+    us: float
+
+
+def bottom_line(miss: Miss, listed: list[Listed]) -> str:
+    """Whether the parts with a change proposed cover ``miss``'s cut, or all our code does."""
+    (ours, ours_state, ours_code), (floor, floor_state, floor_code) = map(
+        shown, (miss.ours, miss.floor)
+    )
+    code, cut = tenth(ours_code - floor_code), miss.cut
+    head = (
+        f"At {miss.size} the worst round needs {cut:.1f} µs cut, and our code beyond the "
+        f"floor's own inside `process` there (one run) is ({ours:.1f} - {ours_state:.1f}) - "
+        f"({floor:.1f} - {floor_state:.1f}) = {code:.1f} µs"
+    )
+    beam = (
+        "Beam's side of the activation (its state calls, "
+        f"{tenth(ours_state - floor_state):+.1f} µs for ours beyond the floor's inside `process` "
+        "there, and outside `process`) or be noise (the cut is the worst of "
+        f"{miss.rounds} rounds; our code's figure is one run)"
+    )
+    out_of_reach = f"at {miss.size} the target is out of reach of every change this run identifies"
+    if cut > code:
+        short = tenth(cut - code)
+        return (
+            f"{head}, {short:.1f} short of it: even deleting all of our code would not clear "
+            f"it, so {out_of_reach}; the other {short:.1f} µs could only come from {beam}."
+        )
+    proposed = [part for part in listed if part.cost.part.proposed]
+    total = tenth(sum(part.us for part in proposed))
+    every = (
+        f"all {len(proposed)} parts with a change proposed, "
+        f"{_numbers([part.number for part in proposed])}, ~{total:.1f} together"
+        if proposed
+        else "no part with a change proposed, ~0.0"
+    )
+    if total < cut:
+        return (
+            f"{head}, which covers it; but {every}, fall short of it by "
+            f"{tenth(cut - total):.1f} even removed entirely: that would have to come from our "
+            f"code outside them ({tenth(code - total):.1f} µs of it there, its growth with the "
+            f"size included), for which this run names no change, or from {beam}, so "
+            f"{out_of_reach}."
+        )
+    count, fewest = 0, 0.0
+    while fewest < cut:
+        fewest = tenth(fewest + proposed[count].us)
+        count += 1
+    largest = _numbers([part.number for part in proposed[:count]])
+    if count == len(proposed):
+        share = f"{cut / total:.0%} of {every}"
+    elif count == 1:
+        share = f"{cut / fewest:.0%} of the largest part with a change proposed, {largest}, "
+        share += f"~{fewest:.1f}, and {cut / total:.0%} of {every}"
+    else:
+        share = f"{cut / fewest:.0%} of the largest {count} parts with a change proposed, "
+        share += f"{largest}, ~{fewest:.1f} together, and {cut / total:.0%} of {every}"
+    return (
+        f"{head}, which covers it: the cut is {share}, the share of those parts' time their "
+        "changes would have to remove between them (that share of each part, were all cut "
+        "alike)."
+    )
+
+
+def fixed_cost(fixed_us: float, placement: Placement, ranking: Ranking, misses: list[Miss]) -> str:
     """The fixed cost placed in the pipeline, our code's part of it by part (scaled to the
-    pipeline), and what benchmark 1's named changes could remove against ``cuts``."""
+    pipeline), and, for each size in ``misses``, whether those parts or our code cover its cut."""
     (_, ours_state, pipeline), (_, floor_state, floor_code) = map(
         shown, (placement.ours[0], placement.floor[0])
     )
@@ -59,29 +145,21 @@ def fixed_cost(
     code, state, outside = tenths(fixed_us, pipeline - floor_code, ours_state - floor_state)
     parts = ordered_parts(ranking)
     scaled = [tenth(cost.us / ranking.profiled_us * pipeline) for cost in parts]
-    listed = list(zip(parts[:LISTED], scaled[:LISTED], strict=True))
+    listed = [
+        Listed(number, cost, us)
+        for number, (cost, us) in enumerate(zip(parts[:LISTED], scaled[:LISTED], strict=True), 1)
+    ]
     others, total = tenth(sum(scaled[LISTED:])), tenth(sum(scaled))
-    rest = tenth(code - total)
-    named = tenth(sum(us for cost, us in listed if cost.part.label in MEMORY_PARTS))
-    fixed = tenth(fixed_us)
-    count = sum(1 for cost, _ in listed if cost.part.label in MEMORY_PARTS)
-    numbered = {1: "(1)", 2: "(1) and (2)"}.get(count, f"(1) to ({count})")
     smallest = label(SIZES[0])
     clauses = [
-        f"({number}) {cost.part.label}, ~{us:.1f} µs ({_functions(cost)}): {cost.part.change}"
-        for number, (cost, us) in enumerate(listed, 1)
+        f"({part.number}) {part.cost.part.label}, ~{part.us:.1f} µs ({_functions(part.cost)}): "
+        f"{part.cost.part.change}"
+        for part in listed
     ]
     if others:
         clauses.append(f"every other function of ours, ~{others:.1f}")
-    against = ", ".join(
-        f"{over:.1f} µs at {size} ("
-        + ("within it" if named >= over else f"short of it by {tenth(over - named):.1f}")
-        + ")"
-        for size, over in cuts.items()
-    )
-    size, largest = max(cuts.items(), key=lambda item: item[1])
     return (
-        f"The fixed cost of an activation, {fixed:.1f} µs at {smallest} (ours less "
+        f"The fixed cost of an activation, {tenth(fixed_us):.1f} µs at {smallest} (ours less "
         "the floor, median of the rounds), placed in the pipeline (thread CPU of `process` at "
         f"{smallest}, one run each): {code:+.1f} µs in our code beyond the floor's own code, "
         f"{state:+.1f} in Beam's state calls beyond the floor's, and the rest, {outside:+.1f}, "
@@ -96,28 +174,15 @@ def fixed_cost(
         "a function's figure is its µs per activation under the profiler, charged with the "
         "library code it calls; ~ is a part's share of all the profiled time times the "
         f"{pipeline:.1f} µs in the pipeline, i.e. its share of the {alone:.1f} without Beam "
-        f"times {factor:.2f}), our code's parts, first those of benchmark 1's "
-        "named changes for an activation that writes memory, then the rest largest first: "
+        f"times {factor:.2f}), our code's parts, largest first, each with benchmark 1's next "
+        "change to it (or why none): "
         + "; ".join(clauses)
         + f". They take ~{total:.1f} of our code's {code:+.1f} beyond the floor's; the other "
-        f"{rest:+.1f} is the profile's time outside our functions (the agent, the in-memory "
-        "cells standing in for Beam's state, the driver loop) scaled alike, less the floor's "
-        f"own code. Benchmark 1's named changes, {numbered}, take ~{named:.1f} µs in the "
-        f"pipeline (~{named / factor:.1f} without Beam): removed entirely they would remove at "
-        f"most that, against the cut the worst round needs: {against}. The rest of the fixed "
-        f"cost, {tenth(fixed - named):.1f} µs, is the parts after them "
-        f"(~{tenth(total - named):.1f} together), the other {rest:+.1f} of our code, and the "
-        f"{tenth(state + outside):+.1f} in state calls and outside `process`. All our code's parts "
-        f"together, ~{total:.1f}, "
-        + (
-            f"cover the largest cut ({largest:.1f} µs at {size}) if removed entirely; the parts "
-            "come in their order, each change kept only if the rows move."
-            if total >= largest
-            else f"fall short of the largest cut ({largest:.1f} µs at {size}) even removed "
-            "entirely: the rest would have to come from "
-            + ("the growth (below) or " if largest > fixed else "")
-            + "Beam's side of the activation (state calls and outside `process`)."
-        )
+        f"{tenth(code - total):+.1f} is the profile's time outside our functions (the agent, the "
+        "in-memory cells standing in for Beam's state, the driver loop) scaled alike, less the "
+        f"floor's own code. The bottom line for each size not met, against these parts as "
+        f"profiled at {smallest} and our code in `process` at that size. "
+        + " ".join(bottom_line(miss, listed) for miss in misses)
     )
 
 
@@ -152,16 +217,15 @@ def grown_functions(small: Ranking, large: Ranking, parts: list[PartCost]) -> st
         "making its value, as the floor's code does, and the in-memory cells). Our functions "
         "that grew most: "
         + "; ".join(clauses)
-        + f"; together {top:+.1f} of our {ours:+.1f}. None of our code works on the value "
-        "byte by byte (`core/_memory_wire.py`): `scan` reads the slot headers and makes views "
+        + f"; together {top:+.1f} of our {ours:+.1f}. By the code (`core/_memory_wire.py`), none "
+        "of ours works on the value byte by byte: `scan` reads the slot headers and makes views "
         f"into the elements, the commit hands a content of {LARGE_CONTENT_BYTES >> 10} KiB or "
         "more to Beam as an element of its own (the agent's `bytes`, not copied), and slot "
-        "sizes come from `len`; so there is no copy, encode or scan of the value's bytes to "
-        "remove, and the growth is the same per-activation work running slower beside a large "
-        "value, for a reason the profile cannot see (it times functions, not the processor's "
-        "caches or the allocator). Each function's share goes with its part's change above; "
-        "what grew outside `process` (above) is Beam's and this run does not profile it; no "
-        "change aimed at the value's size is indicated by this run."
+        "sizes come from `len`; so our code has no copy, encode or scan of the value's bytes "
+        "to remove. What moves our functions' profiled time with the value's size (the "
+        f"{ours:+.1f} above) is not identified by this run. Each function's share goes with its "
+        "part's change above; what grew outside `process` (above) is Beam's and this run does not "
+        "profile it; no change aimed at the value's size is indicated by this run."
     )
 
 
@@ -169,9 +233,9 @@ def _size_paragraph(size: int, figure: Figure, small: Paired, paired: Paired) ->
     """One size not met: its rounds against 2x, the fixed cost and the growth."""
     assert figure.ratio is not None
     grown = growth(small, paired)
-    fixed = statistics.median(grown.fixed)
+    fixed = tenth(statistics.median(grown.fixed))
     low, high = paired.spread
-    over = paired.worst_excess(BOUND) * 1e6
+    over = tenth(paired.worst_excess(BOUND) * 1e6)
     return (
         f"At {label(size)} the {len(paired.rounds)} paired rounds' ratios ran from {low:.2f}x "
         f"to {high:.2f}x (median {figure.ratio:.2f}x): "
@@ -184,16 +248,16 @@ def _size_paragraph(size: int, figure: Figure, small: Paired, paired: Paired) ->
         f"less (the worst round's excess over twice its floor). Ours less the floor ran "
         f"{whole([(r.ours - r.floor) * 1e6 for r in paired.rounds])} µs over the rounds; "
         f"the fixed cost of an activation over the floor (ours less the floor at "
-        f"{label(SIZES[0])}) ran {whole(grown.fixed)} µs (median {fixed:.0f}); round by "
+        f"{label(SIZES[0])}) ran {whole(grown.fixed)} µs (median {fixed:.1f}); round by "
         f"round (each round at {label(size)} against the same round at {label(SIZES[0])}), "
         + grew(grown.beyond, "what ours grew beyond the floor's growth")
         + ", and "
         + grew(grown.floor, "the floor's own growth")
         + (
-            f"; cutting {over:.1f} µs of the fixed cost (median {fixed:.0f}) would clear 2x here."
+            f"; cutting {over:.1f} µs of the fixed cost (median {fixed:.1f}) would clear 2x here."
             if fixed >= over
-            else f"; even with none of the fixed cost (median {fixed:.0f}) it would be "
-            f"{over - fixed:.1f} µs over: "
+            else f"; even with none of the fixed cost (median {fixed:.1f}) it would be "
+            f"{tenth(over - fixed):.1f} µs over: "
             + (
                 "the growth must be cut too."
                 if measurable(grown.beyond)
@@ -210,20 +274,32 @@ def remaining(
     placement: Placement,
     placed: str,
     rankings: tuple[Ranking, Ranking],
+    inside: Mapping[int, Mapping[str, InPipeline]],
 ) -> str:
     """Each size not met, then the fixed cost by part and the growth (noise if not measurable).
 
     ``placed`` is the in-pipeline account of the growth (:func:`commit_placement.account`);
-    ``rankings`` profile this agent's activation without Beam at the smallest and largest size.
+    ``rankings`` profile this agent's activation without Beam at the smallest and largest size;
+    ``inside`` is ``process`` at every size, ours and the floor's (:mod:`benchmarks.in_pipeline`).
     """
     small = measured[SIZES[0]]
-    parts, cuts, grows = [], {}, False
+    parts: list[str] = []
+    misses: list[Miss] = []
+    grows = False
     for size, figure in zip(SIZES, figures, strict=True):
         if figure.met is not False or figure.floor is None or figure.ratio is None:
             continue
         paired = measured[size]
         parts.append(_size_paragraph(size, figure, small, paired))
-        cuts[label(size)] = paired.worst_excess(BOUND) * 1e6
+        misses.append(
+            Miss(
+                label(size),
+                tenth(paired.worst_excess(BOUND) * 1e6),
+                inside[size][OURS],
+                inside[size][FLOOR],
+                len(paired.rounds),
+            )
+        )
         grows = grows or measurable(growth(small, paired).beyond)
     missed_commits = [
         f"{figure.name} is {figure.ratio:.2f}x the floor's ({figure.ours:.0f} against "
@@ -240,7 +316,7 @@ def remaining(
         f"same code in every round) they ran from {low:.2f}x to {high:.2f}x in this run.",
     )
     fixed = statistics.median(growth(small, small).fixed)
-    parts.append(fixed_cost(fixed, placement, rankings[0], cuts))
+    parts.append(fixed_cost(fixed, placement, rankings[0], misses))
     parts.append(
         "Then the growth."
         if grows

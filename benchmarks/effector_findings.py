@@ -8,9 +8,16 @@ the end tell what earlier changes did, from the profiles that led to them.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 
+from benchmarks.effector_history import SQLITE_SCHEMA, VALIDATION_TIMED
+from benchmarks.effector_loop import PartShare, loop_next
+from benchmarks.effector_postgres import (
+    CLAIM_UPDATE,
+    RESULTS_UPDATE,
+    cpu_verdict,
+    postgres_remaining,
+)
 from benchmarks.pg_statements import StatementTime
 from benchmarks.sqlite_statements import WriterSplit
 from benchmarks.usage import Usage, kernel_known, resolution
@@ -41,6 +48,10 @@ class IntentCost:
     """The same, as figures: the statements that took longest."""
     writer: WriterSplit | None = None
     """The SQLite writer's timed statements and its overlap with the event loop, if measured."""
+    statements_total_ms: float = 0.0
+    """Every statement's execution time in the store's server, summed (PostgreSQL only)."""
+    loop: tuple[PartShare, ...] = ()
+    """The event loop's parts as shares of its busy time, from the profile, if it ran."""
 
     @property
     def rate(self) -> float:
@@ -141,134 +152,18 @@ def top_name(used: Usage) -> str:
 
 def remaining(sqlite: IntentCost | None, postgres: IntentCost | None) -> str:
     """The "what is left" text, with this run's split for SQLite, then for PostgreSQL."""
-    return f"{_sqlite_remaining(sqlite)}\n\n{_postgres_remaining(postgres)}"
-
-
-def _postgres_remaining(postgres: IntentCost | None) -> str:
-    """Where PostgreSQL's intents went in this run, and the change aimed at its bound."""
-    if postgres is None or postgres.store_server is None or not postgres.effectors.cpu_s:
-        return "PostgreSQL: this run did not measure its split by process, so it is not read here."
-    effectors = postgres.effectors
-    total, budget = sum(postgres.cpu_parts()), round(CORES / TARGET_PER_S * 1e6)
-    cores_busy = postgres.cpu_s / postgres.elapsed_s
-    bound = (
-        "CPU is the bound, and cutting it is the way to the target"
-        if cores_busy >= 0.8 * CORES
-        else "CPU is not saturated, so cutting it alone may not be enough"
-    )
-    parts = postgres.cpu_parts()
-    return (
-        f"On PostgreSQL with two replicas the processes used {total} µs of CPU per intent "
-        f"in this run, against the {budget} µs that {TARGET_PER_S:,}/s on {CORES} cores "
-        f"leaves for all of it, and kept {cores_busy:.2f} of {CORES} cores busy over the runs "
-        f"(at their {postgres.rate:,.0f} intents/s: their intents over their summed time, not "
-        f"the median run's rate in the table): {bound}. The PostgreSQL server used {parts[0]} "
-        f"µs of it, the two effectors {parts[1]} ({postgres.us(effectors.main_thread_s):.0f} on "
-        f"their event loops) and the benchmark's client {parts[2]}. "
-        "(The throwaway cluster runs with fsync off: these are CPU figures, not the disk's.) "
-        + (
-            f"Where the server's time went, {postgres.statements}. "
-            if postgres.statements
-            else "The server's time was not split by statement in this run. "
-        )
-        + "An intent row is inserted, then updated at its claim and at its result, and "
-        "neither update can be heap-only, because the state it changes is in the keys or the "
-        "conditions of the intents' indexes (the schema), so each makes a new row version "
-        "with new entries in every index whose condition the row meets. "
-        + _postgres_next(postgres.statement_times, postgres.intents, total - budget)
-    )
-
-
-CLAIM_UPDATE = r"UPDATE effector_intents SET state = [?$], attempts = attempts \+"
-"""The claim's UPDATE of the intent rows (either store's parameter marks)."""
-RESULTS_UPDATE = r"WITH finished \(intent_id"
-"""The UPDATE recording a group of results on the intent rows."""
-ONE_ROW_FEWER = (
-    "keep the running claim on the key row, so a claim writes no intent row (a store schema change)"
-)
-FEWER_ENTRIES = (
-    "take the state out of the by-tool and by-state indexes, so recording a result moves "
-    "fewer index entries"
-)
-POSTGRES_CHANGES = (
-    (
-        r"INSERT INTO effector_keys",
-        "stop counting pending intents on the key row, which every Submit upserts and every "
-        "result updates, so concurrent Submits and results of a key wait on one row",
-    ),
-    (CLAIM_UPDATE, ONE_ROW_FEWER),
-    (RESULTS_UPDATE, FEWER_ENTRIES),
-)
-"""The statement each named change cuts (a pattern of its start) and the change."""
-
-
-def _postgres_next(statements: tuple[StatementTime, ...], intents: int, cut: int) -> str:
-    """The changes for PostgreSQL, ordered by the time of the statements they cut, and sized
-    against the ``cut`` of CPU per intent (µs) the target needs."""
-    if not statements:
-        return (
-            "Next for PostgreSQL (not ordered: the statements were not measured): "
-            + "; ".join(change for _, change in POSTGRES_CHANGES)
-            + "."
-        )
-    read = {
-        start: [s.exec_ms for s in statements if re.match(start, s.text)]
-        for start, _ in POSTGRES_CHANGES
-    }
-    spent = {start: round(sum(times) * 1000 / intents) for start, times in read.items()}
-    ordered = sorted(POSTGRES_CHANGES, key=lambda pair: -spent[pair[0]])
-    together = sum(spent.values())
-    text = (
-        "Next for PostgreSQL, ordered by the time of the statement each cuts in this run (its "
-        "whole time, waits included: an upper bound on what the change saves): "
-        + "; ".join(
-            f"{change} ({spent[start]} µs)"
-            if read[start]
-            else f"{change} (its statement is not among the longest read)"
-            for start, change in ordered
-        )
-        + "."
-    )
-    if cut <= 0:
-        return text
-    said = (
-        f" Together those statements took {together} µs per intent, against the {cut} µs of "
-        "CPU per intent the processes must lose to fit the budget above; a statement's time "
-        "is wall time in the server, lock waits included, so the server's CPU a change saves is "
-        "at most that time: "
-    )
-    if together < cut:
-        return text + said + "even their upper bounds together do not reach it."
-    return (
-        text
-        + said
-        + ("their upper bounds together reach it, but what each change saves is not measured.")
-    )
+    return f"{_sqlite_remaining(sqlite)}\n\n{postgres_remaining(postgres, CORES, TARGET_PER_S)}"
 
 
 def _sqlite_remaining(sqlite: IntentCost | None) -> str:
     """The SQLite part of the "what is left" text, with this run's split."""
-    return f"""\
-{_split(sqlite)}{_writer_split(sqlite)} The writer's share is split by transaction in the profile
-below (this run's code, under the profiler); what it does per intent follows from the schema: each
-intent row is written three times (at Submit, at its claim, at its result), each state change moves
-its entries in the by-state and by-tool indexes, and the key-ordered indexes (the primary key, the
-by-key and the queue index) take a leaf page per intent because a batch's keys are spread over them.
-Earlier side measurements, not of this run, sized those parts: recorded at cdcec1b (schema 6; the
-store's transactions alone, 3 x 20,000 intents in batches of 500, results in groups of 128) the
-fsynced COMMITs wrote 2.7 WAL pages per intent (one at Submit, 1.7 at its result and the claim after
-it); when the sustained rate was about 3,300/s (recorded at 2caff7c), dropping the by-key, by-state,
-by-tool and completed indexes (which the console's queries need) reached 3,600-4,100 intents/s,
-10-25% of the rate, each of the first three costing 4-6 KiB written and 15-35 µs of the writer's CPU
-per intent; recorded at 9774df3, moving SQLite's checkpoints onto a thread of their own cut the
-store's transactions alone by about a tenth but did not move the sustained rate measurably, and a
-GIL switch interval of 0.2 ms instead of 5 did not shorten the writer's waits inside its
-transactions. The event loop's share is spread over gRPC, Submit's validation and digest, and the
-worker's path per intent (a task, the timeout, the pooled-thread hop of the sync `noop` tool,
-validating the arguments again to build the call). {_writer_next(sqlite)} Validating the arguments
-again before execution is not worth a cache: outside the profiler, `prepare_call` for the `noop`
-tool (the tool's lookup, the JSON parse and `validate_arguments`, which alone took 2.2 µs) took 3.7
-µs (a side measurement recorded at 6fe19ef, timeit). {_outlook(sqlite)}"""
+    measured = sqlite is not None and bool(sqlite.effectors.cpu_s)
+    main_us = sqlite.us(sqlite.effectors.main_thread_s) if sqlite and measured else 0.0
+    loop, loop_bound = loop_next(sqlite.loop if sqlite and measured else (), main_us)
+    return (
+        f"{_split(sqlite)}{_writer_split(sqlite)} {SQLITE_SCHEMA} {loop}{VALIDATION_TIMED} "
+        f"{_writer_next(sqlite)} {_outlook(sqlite, loop_bound)}"
+    )
 
 
 def _writer_split(sqlite: IntentCost | None) -> str:
@@ -296,6 +191,13 @@ SQLITE_CHANGES = (
 """Each named change for the SQLite writer: the statement it cuts, the change, that statement."""
 
 
+def _writer_sizes(writer: WriterSplit) -> list[tuple[float, ...]]:
+    """CPU and wall µs per intent, rounded as printed, of each statement a change cuts."""
+    return [
+        tuple(round(us, 1) for us in writer.per_intent(pattern)) for pattern, _, _ in SQLITE_CHANGES
+    ]
+
+
 def _writer_next(sqlite: IntentCost | None) -> str:
     """The writer's named changes, each sized by its statement's time in the timed run."""
     text = "Next, for the writer (none measured yet): " + "; ".join(
@@ -304,9 +206,7 @@ def _writer_next(sqlite: IntentCost | None) -> str:
     writer = None if sqlite is None else sqlite.writer
     if sqlite is None or writer is None or not writer.costs:
         return text + ". This run did not time the statements they cut."
-    sizes = [
-        tuple(round(us, 1) for us in writer.per_intent(pattern)) for pattern, _, _ in SQLITE_CHANGES
-    ]
+    sizes = _writer_sizes(writer)
     cpu, wall = (round(sum(size[index] for size in sizes), 1) for index in (0, 1))
     text += (
         ". Sized by the timed statements above (a statement's whole time bounds what a change "
@@ -369,8 +269,9 @@ def _side_measurements(sqlite: IntentCost) -> str:
     )
 
 
-def _outlook(sqlite: IntentCost | None) -> str:
-    """How the two busy threads' running time adds up, by this run's samples of them."""
+def _outlook(sqlite: IntentCost | None, loop_bound: float) -> str:
+    """How the two busy threads' running time adds up, by this run's samples of them, and
+    whether the named changes' upper bounds reach the cut that 9,000/s needs."""
     if sqlite is None or not sqlite.effectors.cpu_s:
         return ""
     main, writer, _ = sqlite.thread_parts()
@@ -401,18 +302,72 @@ def _outlook(sqlite: IntentCost | None) -> str:
     )
     if sampled <= allowed:
         return text + _side_measurements(sqlite)
-    if running > allowed:
-        text += (
-            f"At {TARGET_PER_S:,}/s an intent has {allowed} µs, so the time at least one of "
-            f"them runs must shrink by at least {running - allowed} µs per intent, and by "
-            f"{sampled - allowed} if the {neither} µs when neither ran stays. "
-        )
-    else:
-        text += (
+    text += _neither(timed, neither)
+    if running <= allowed:
+        return text + (
             f"That is within the {allowed} µs an intent has at {TARGET_PER_S:,}/s: the {neither} "
             "µs per intent when neither ran keeps the wall time above it. "
+            + _side_measurements(sqlite)
         )
-    return text + _side_measurements(sqlite)
+    text += (
+        f"At {TARGET_PER_S:,}/s an intent has {allowed} µs, so the time at least one of "
+        f"them runs must shrink by at least {running - allowed} µs per intent, and by "
+        f"{sampled - allowed} if the {neither} µs when neither ran stays. "
+    )
+    return (
+        text
+        + _side_measurements(sqlite)
+        + " "
+        + _bottom_line(_writer_bound(timed), loop_bound, running - allowed, sampled - allowed)
+    )
+
+
+def _writer_bound(writer: WriterSplit) -> float:
+    """The writer's named changes' upper bound: their statements' wall µs per intent."""
+    return round(sum(size[1] for size in _writer_sizes(writer)), 1) if writer.costs else 0.0
+
+
+def _neither(writer: WriterSplit, neither: int) -> str:
+    """What the time when neither thread ran may be: COMMIT's wait beyond its CPU (the fsync)."""
+    if neither <= 0 or not writer.costs:
+        return ""
+    cpu, wall = (round(us, 1) for us in writer.per_intent(r"COMMIT$"))
+    wait = round(wall - cpu, 1)
+    if wait <= 0:
+        return f"What happened in the {neither} µs when neither ran is not attributed by this run. "
+    rest = (
+        "it could cover all of it"
+        if wait >= neither
+        else f"the other {neither - wait:.1f} µs are not attributed by this run"
+    )
+    return (
+        f"Of the {neither} µs when neither ran, COMMIT's wall time beyond its CPU in the timed "
+        f"run, {wall:.1f} - {cpu:.1f} = {wait:.1f} µs per intent (the fsync, while the writer "
+        f"sleeps), is a measured candidate, if the loop idled meanwhile; {rest}. "
+    )
+
+
+def _bottom_line(writer: float, loop: float, cut: int, cut_all: int) -> str:
+    """Whether the named changes' upper bounds together reach the cut of the running time."""
+    together = round(writer + loop, 1)
+    text = (
+        f"Bottom line for SQLite: the named changes' upper bounds, the writer's {writer:.1f} µs "
+        f"of wall time per intent and the loop's ~{loop:.1f} µs of CPU, add up to {together:.1f} "
+        f"µs, against the {cut} µs the running time must lose ({cut_all} if the time when "
+        "neither ran stays): "
+    )
+    if together < cut:
+        return text + f"no change this run identifies reaches {TARGET_PER_S:,}/s."
+    if together < cut_all:
+        return text + (
+            "they reach the first only if each change removes its part entirely, and not the "
+            "second: unless the time when neither ran shrinks too, no change this run identifies "
+            f"is shown to reach {TARGET_PER_S:,}/s."
+        )
+    return text + (
+        "they reach both only if each change removes its part entirely; what each saves is not "
+        "measured."
+    )
 
 
 def _split(sqlite: IntentCost | None) -> str:
@@ -425,18 +380,12 @@ def _split(sqlite: IntentCost | None) -> str:
     main, writer, _ = sqlite.thread_parts()
     total = sum(sqlite.cpu_parts())
     cores_busy = sqlite.cpu_s / sqlite.elapsed_s
-    budget_said = (
-        f"more than the {budget} µs that {TARGET_PER_S:,}/s on {CORES} cores leaves for "
-        f"all of it (CPU alone caps the rate at {CORES / total * 1e6:,.0f}/s)"
-        if total > budget
-        else f"within the {budget} µs that {TARGET_PER_S:,}/s on {CORES} cores leaves for all of it"
-    )
+    side = "more than" if total > budget else "within"
     verdict = (
-        f"{budget_said}, and they kept {cores_busy:.2f} of {CORES} cores busy: CPU is the bound"
-        if cores_busy >= 0.8 * CORES
-        else f"{budget_said}; yet they kept only {cores_busy:.2f} of {CORES} cores busy on "
-        f"average (at the runs' {sqlite.rate:,.0f} intents/s: their intents over their summed "
-        "time), so the machine's CPU is not what sets the rate"
+        f"{side} the {budget} µs that {TARGET_PER_S:,}/s on {CORES} cores leaves for all of it: "
+        f"{cpu_verdict(total, budget)} (they kept {cores_busy:.2f} of {CORES} cores busy on "
+        f"average, at the runs' {sqlite.rate:,.0f} intents/s: their intents over their summed "
+        "time)"
     )
     floor = (
         ""

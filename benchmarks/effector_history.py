@@ -20,32 +20,31 @@ three runs alternating with the revision before), an intent's store work went fr
 
 
 WHAT_REMAINS = """\
-What was changed, from profiles of the effector's threads (cProfile, every thread; the store
-thread was busy all the time while the event loop idled): each Submit used to be its own fsynced
+History (recorded at ca7b2eb and c6ad08d, not of this run): what was changed first, from
+profiles of the effector's threads (cProfile, every thread, recorded at ca7b2eb, which then
+found the store thread busy all the time while the event loop idled; superseded: this run's
+figures of both threads are in "what is left"): each Submit used to be its own fsynced
 transaction, so concurrent one-intent Submits queued for the disk. Submits now group-commit:
 those that arrive while a transaction runs share the next one, answering as if recorded one
 after another. The effector's RPCs no longer pass through a server interceptor on every call
 (the tolerant request parsers are installed once, at registration). A sampling profile (py-spy)
-of a sustained run then showed the store thread spending most of its time in claims, in the
-query that finds each claimed key's next intent: it numbered every queued intent of those keys
-with a window function, reading each row and its blob, to keep the first per key. It now probes
-the queue index once per key (a correlated subquery on SQLite, a LATERAL join on PostgreSQL),
-over an order of magnitude faster with many intents queued per key, which lifted the sustained
-rate on both stores. The same profile showed `Read` long-polls queued behind the writes on that
-thread; SQLite reads now run on a read-only connection on a thread of their own (in WAL mode
-they see the last commit without waiting for the writer), which keeps reads answering while a
-write is in progress but did not move the sustained rate measurably in alternating runs
-(recorded at 637ae6c). What
-remains: per intent, a Submit checks the id, validates the arguments against the tool's Pydantic
-model, digests and stores the intent and upserts its key's row, which the no-op floor does not;
-so with 500 intents per call the store's own insert rate bounds the call rate (even the bare
-insert-and-commit floor reaches only the fraction of the no-op rate shown above). With one
-intent per call on SQLite, every caller waits for the fsync of the group commit its intent
-joined, and the 64 callers wait rather than send more: the `synchronous=NORMAL` row is the same
-effector without that wait (what it changes in this run is in "what is left"). On PostgreSQL
-with one intent per call, two replicas, the PostgreSQL server and the client share the machine's
-cores, and each group commit is four round trips through psycopg (BEGIN, the intents' INSERT ...
-RETURNING, the key rows' upsert, COMMIT) whose Python work holds the GIL the gRPC handlers need."""
+of a sustained run then (recorded at c6ad08d) showed the store thread spending most of its time
+in claims, in the query that finds each claimed key's next intent: it numbered every queued
+intent of those keys with a window function, reading each row and its blob, to keep the first
+per key. It now probes the queue index once per key (a correlated subquery on SQLite, a LATERAL
+join on PostgreSQL), over an order of magnitude faster with many intents queued per key, which
+lifted the sustained rate on both stores then. The same profile showed `Read` long-polls queued
+behind the writes on that thread; SQLite reads now run on a read-only connection on a thread of
+their own (in WAL mode they see the last commit without waiting for the writer), which keeps
+reads answering while a write is in progress but did not move the sustained rate measurably in
+alternating runs (recorded at 637ae6c). What the code does that the no-op floor does not: per
+intent, a Submit checks the id, validates the arguments against the tool's Pydantic model,
+digests and stores the intent and upserts its key's row, so with 500 intents per call the
+store's own insert rate bounds the call rate (this run's bare insert-and-commit floor, above,
+reaches only the fraction of the no-op rate shown there); on PostgreSQL each group commit is
+four round trips through psycopg (BEGIN, the intents' INSERT ... RETURNING, the key rows'
+upsert, COMMIT). Where a one-intent call waits in this run, and what the `synchronous=NORMAL`
+row changes, is in "what is left"."""
 
 EXECUTION_PATH = """\
 The execution path (issue 23; side measurements recorded at 58e1e8d, not of this run), from
@@ -87,3 +86,28 @@ three times (keep the running claim and its attempt on the key row, which alread
 claim's token and intent id), take the state out of the by-tool and by-state indexes' leading
 columns, validate arguments once at Submit and keep the validated form, and on PostgreSQL stop
 counting pending intents on the key row that Submits and results both lock."""
+
+
+SQLITE_SCHEMA = """\
+The writer's share is split by transaction in the profile findings (this run's code, under the
+profiler); what it does per intent follows from the schema: each intent row is written three
+times (at Submit, at its claim, at its result), each state change moves its entries in the
+by-state and by-tool indexes, and the key-ordered indexes (the primary key, the by-key and the
+queue index) take a leaf page per intent because a batch's keys are spread over them. Earlier
+side measurements, not of this run, sized those parts: recorded at cdcec1b (schema 6; the
+store's transactions alone, 3 x 20,000 intents in batches of 500, results in groups of 128) the
+fsynced COMMITs wrote 2.7 WAL pages per intent (one at Submit, 1.7 at its result and the claim
+after it); when the sustained rate was about 3,300/s (recorded at 2caff7c), dropping the by-key,
+by-state, by-tool and completed indexes (which the console's queries need) reached 3,600-4,100
+intents/s, 10-25% of the rate, each of the first three costing 4-6 KiB written and 15-35 µs of
+the writer's CPU per intent; recorded at 9774df3, moving SQLite's checkpoints onto a thread of
+their own cut the store's transactions alone by about a tenth but did not move the sustained
+rate measurably, and a GIL switch interval of 0.2 ms instead of 5 did not shorten the writer's
+waits inside its transactions."""
+"""What the SQLite writer does per intent, and the side measurements that sized it."""
+
+VALIDATION_TIMED = """\
+Outside the profiler, `prepare_call` for the `noop` tool (the tool's lookup, the JSON parse and
+`validate_arguments`, which alone took 2.2 µs) took 3.7 µs (a side measurement recorded at
+6fe19ef, timeit): the profile's share for validating again may overstate what keeping the
+validated arguments saves."""

@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.effector_load import CONCURRENCY, FULL, QUICK, servers, sustained
+from benchmarks.effector_loop import PartShare, loop_shares, shares_line
 from benchmarks.harness import (
     EFFECTOR_READY,
     Hotspot,
@@ -63,8 +64,7 @@ LOOP_HOTSPOTS = (
     Hotspot(
         "effector/service.py",
         "Submit",
-        "The Submit handler on the event loop, validation included; the rest of a Submit's "
-        "latency is waiting for the store thread.",
+        "The Submit handler on the event loop, validation included.",
         "",
     ),
     Hotspot(
@@ -72,7 +72,7 @@ LOOP_HOTSPOTS = (
         "validate_arguments",
         "Validating an intent's arguments with its tool's Pydantic model: twice per intent, "
         "at Submit and again before execution (outside the profiler 2.2 µs a call for the "
-        "`noop` tool, a side measurement at 6fe19ef: the profiler inflates it).",
+        "`noop` tool, a side measurement recorded at 6fe19ef: the profiler inflates it).",
         "",
     ),
     Hotspot(
@@ -89,6 +89,11 @@ PROFILE_MIN_BUSY_SHARE = 0.1
 
 def profile(quick: bool) -> ProfileOutput:
     """Profile every thread of one SQLite effector through a sustained run."""
+    return profile_with_shares(quick)[0]
+
+
+def profile_with_shares(quick: bool) -> tuple[ProfileOutput, tuple[PartShare, ...]]:
+    """The profile, and the event loop's parts as shares of its busy time (none if idle)."""
     count, batch, _ = QUICK if quick else FULL
     with tempfile.TemporaryDirectory(prefix="beam-agents-bench-") as scratch_dir:
         scratch = Path(scratch_dir)
@@ -111,6 +116,7 @@ def profile(quick: bool) -> ProfileOutput:
         raw=[],
     )
     quiet = 0
+    shares: tuple[PartShare, ...] = ()
     for name, stats in sorted(threads.items()):
         busy_s = total_seconds(stats) - idle_seconds(stats)
         if busy_s < PROFILE_MIN_BUSY_SHARE * run.elapsed_s:
@@ -124,11 +130,13 @@ def profile(quick: bool) -> ProfileOutput:
             output.findings.extend(
                 findings(stats, LOOP_HOTSPOTS, busy_s=busy_s, unit="intent", units=count)
             )
+            shares = loop_shares(stats, busy_s)
+            output.findings.append(shares_line(shares))
         output.raw.extend(["", f"{heading}:", *summarize_profile(stats, top=8)])
     output.raw.append(
         f"({quiet} more threads were busy less than {PROFILE_MIN_BUSY_SHARE:.0%} of the run.)"
     )
-    return output
+    return output, shares
 
 
 def _store_findings(stats: pstats.Stats, busy_s: float, intents: int) -> list[str]:
@@ -137,8 +145,7 @@ def _store_findings(stats: pstats.Stats, busy_s: float, intents: int) -> list[st
     named_s = sum(cumulative(stats, spot.path, spot.function)[0] for spot in STORE_HOTSPOTS[1:])
     return [
         f"`sqlite3.Connection.execute` was called {statements:,} times, "
-        f"{statements / intents:.1f} per intent; each call lets go of the GIL and has to win it "
-        "back from the busy event-loop thread.",
+        f"{statements / intents:.2f} per intent.",
         *findings(stats, STORE_HOTSPOTS, busy_s=busy_s, unit="intent", units=intents),
         f"The rest of `_in_transaction`, {(transactions_s - named_s) / busy_s:.0%}: BEGIN and "
         "COMMIT (each COMMIT an fsync, with `synchronous=FULL`) and the housekeeping "

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from benchmarks import sqlite_statements
+from benchmarks import sql_shapes, sqlite_statements
 from benchmarks.effector_load import calls_round, server_processes
 from benchmarks.harness import EFFECTOR_READY, effector_command, percentile
 from benchmarks.paired_rounds import Batch
-from benchmarks.pg_statements import StatementTimes
+from benchmarks.pg_statements import StatementTime, StatementTimes
 
 BACK_TO_BACK = 0.8
 """A store inside its commits at least this share of the round has them back to back."""
@@ -54,6 +54,8 @@ class GroupCommits:
     """Of it, the COMMITs' (on SQLite with ``synchronous=FULL``, each an fsync)."""
     whole: bool
     """Whether ``statements_s`` is the whole commit (SQLite), not the server's part only."""
+    statements: tuple[StatementTime, ...] = ()
+    """The server's statements over the round, longest first (PostgreSQL)."""
 
     @property
     def calls_per_commit(self) -> float:
@@ -63,6 +65,16 @@ class GroupCommits:
     def commit_ms(self) -> float:
         """A commit's statements, on average, in ms."""
         return self.statements_s / self.commits * 1000
+
+    @property
+    def per_call_us(self) -> int:
+        """The statements' time per call, in whole µs (as printed)."""
+        return round(self.statements_s / self.batch.calls * 1e6)
+
+    def statement_us(self, prefix: str) -> int:
+        """The time per call, in whole µs, of the statements whose shape starts ``prefix``."""
+        ms = sum(s.exec_ms for s in self.statements if s.text.startswith(prefix))
+        return round(ms / self.batch.calls * 1000)
 
     @property
     def busy(self) -> float:
@@ -114,7 +126,32 @@ def postgres_round(
     if not count:
         return None
     commit_ms = sum(statement.exec_ms for statement in commit)
-    return GroupCommits(batch, count, total_ms / 1000, commit_ms / 1000, whole=False)
+    return GroupCommits(
+        batch, count, total_ms / 1000, commit_ms / 1000, whole=False, statements=tuple(ranked)
+    )
+
+
+def statements_text(commits: GroupCommits) -> str:
+    """The server's statements per call, largest first, adding up to their printed total."""
+    calls, total = commits.batch.calls, commits.per_call_us
+    merged: dict[str, float] = {}
+    for statement in commits.statements:
+        text = sql_shapes.shortened(statement.text)
+        merged[text] = merged.get(text, 0.0) + statement.exec_ms
+    ranked = sorted(merged.items(), key=lambda pair: -pair[1])[:STATEMENTS_SHOWN]
+    shown = [(text, round(ms / calls * 1000)) for text, ms in ranked]
+    if not shown:
+        return ""
+    rest = total - sum(us for _, us in shown)
+    parts = [f"`{text}` {us}" for text, us in shown]
+    return (
+        f" By statement, the server's execution took {total} µs of wall time per call (lock "
+        f"waits included): {'; '.join(parts)}; every other statement {rest}."
+    )
+
+
+STATEMENTS_SHOWN = 4
+"""The server's statements named per call, longest first."""
 
 
 def wait_text(commits: GroupCommits, callers: int) -> str:
@@ -149,7 +186,7 @@ def wait_text(commits: GroupCommits, callers: int) -> str:
             "trips and psycopg's work between them were not timed, so this round does not tell "
             "how much of the rest is the commit's client side and how much gRPC and the event "
             "loop."
-        )
+        ) + statements_text(commits)
     return (
         text
         + " "

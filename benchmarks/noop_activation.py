@@ -27,7 +27,7 @@ from benchmarks.model_call import (
     model_call_floor,
     model_call_stage,
 )
-from benchmarks.noop_findings import bound, parameters_text, rest_note
+from benchmarks.noop_findings import HISTORY, bound, parameters_text, rest_note
 from benchmarks.noop_profile import (
     Ranking,
     next_changes,
@@ -89,11 +89,12 @@ model-call's 92.9 and 95.6 against 105.3 and 94.5). Targets: the no-op activatio
 floor; the model-call activation at most 1.8x its floor at 1,000 keys and 1.6x at 10,000. At 10,000
 keys every key's first element in a bundle makes Beam's state cache weigh the cells it reads (see
 benchmark 12's details), a cost per key that both pipelines pay, so fewer events a key would narrow
-the ratio: the row keeps the issue's 10 a key. (It takes about as long as 30,000 events did, since
-those fixed costs are most of it.) Our code's functions are ranked by cProfile, for both
-activations, without Beam (`AgentDoFn.process` on in-memory cells, `benchmarks/noop_profile.py`) and
-in the pipeline (the profile findings), at 100 events per key as measured, where Beam's weighing of
-each key's cells cannot dominate."""
+the ratio: the row keeps the issue's 10 a key (a side measurement recorded at 29c3951, one run each:
+ours and the floor together took about 87 s at 100,000 events against 82 s at 30,000, so the row
+costs the suite about as much as the smaller one did). Our code's functions are ranked by cProfile,
+for both activations, without Beam (`AgentDoFn.process` on in-memory cells,
+`benchmarks/noop_profile.py`) and in the pipeline (the profile findings), at 100 events per key as
+measured, where Beam's weighing of each key's cells cannot dominate."""
 
 TARGET = Target(Goal.RATIO_AT_MOST, 1.25)
 MODEL_TARGETS = {
@@ -235,10 +236,10 @@ def _remaining(
     return f"""\
 Where the time above each floor goes in this run (ranges over the split's rounds): \
 {"; ".join(parts)}. Our code and the state calls are thread CPU inside `process`, net of the \
-timing's own cost (details); the rest is outside it: Beam binding the parameters \
-(measured on their own at {span(parameters.rounds, sign="+")} µs/element round by round, \
-median {parameters.median:.1f}), handing over the element and our tagged outputs, and the \
-noise between the row's run and the split's. \
+timing's own cost (details); the rest is the row's gap less those two, outside `process`: \
+Beam binding the parameters (measured on their own at {span(parameters.rounds, sign="+")} \
+µs/element round by round, median {parameters.median:.1f}) and Beam handing over the element \
+and our tagged outputs (not measured apart). \
 {meet} Next, by the profile of our code without Beam at \
 {rankings[0].per_key} events per key (details: µs per activation under cProfile, then ~ its \
 share of the time without the profiler and the part's largest functions), the largest parts \
@@ -247,7 +248,7 @@ first, each change kept only if the pipeline figure moves: \
 {parameters_text(figures[0], parameters)} Not worth doing, measured: one tagged output per
 activation for its trace events (dropping the no-op's two trace outputs altogether, a side
 measurement recorded at 8627abd of 100,000 events on 1,000 keys in 5 interleaved rounds, moved
-the median round from 111.6 to 111.3 µs/element against a floor of 63.0 to 76.1)."""
+the median round from 111.6 to 111.3 µs/element against a floor of 63.0 to 76.1). {HISTORY}"""
 
 
 def _more_keys(figures: list[Figure]) -> str:
@@ -329,7 +330,8 @@ HOTSPOTS = (
         "record",
         "Building the two TraceEvent protos every activation emits (ACTIVATION_START and "
         "ACTIVATION_END). Their tagged outputs cost Beam little when nothing reads `.traces` "
-        "(dropping both moved the no-op activation by under 5 µs: the remaining text above).",
+        "(a side measurement recorded at 8627abd: dropping both moved the no-op pipeline's "
+        "median of 5 interleaved rounds from 111.6 to 111.3 µs/element).",
         "one span per activation instead of the pair (a trace format change), or none built "
         "when `.traces` is not read.",
     ),
@@ -361,7 +363,9 @@ HOTSPOTS = (
     Hotspot(
         "beam_agents/core/bridge.py",
         "run",
-        "Stepping the agent's coroutine (it finishes without waiting, so no event loop runs).",
+        "Stepping the agent's coroutine: one `send` on the calling thread with the driver's own "
+        "event loop installed as asyncio's running loop for that step, the previous one restored "
+        "after; the loop itself runs only if the agent waits, and these agents do not.",
         "",
     ),
 )

@@ -331,8 +331,9 @@ PARTS = (
     Part(
         "stepping the coroutine",
         ("beam_agents/core/bridge.py",),
-        "none proposed: its library part is handing asyncio the running loop around the first "
-        "step, which agents may rely on",
+        "none proposed: its library part is installing the driver's own event loop as "
+        "asyncio's running loop for the inline first step and restoring the previous one "
+        "(agents may rely on finding a running loop; the loop itself runs only if they wait)",
         proposed=False,
     ),
     Part(

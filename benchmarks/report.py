@@ -123,6 +123,8 @@ class BenchmarkResult:
     definition: str
     figures: list[Figure]
     details: list[str] = field(default_factory=list)
+    history: list[str] = field(default_factory=list)
+    """Side measurements of earlier revisions, each labelled with its commit: not this run's."""
     findings: list[str] = field(default_factory=list)
     """From profiling, when a target was missed."""
     profile: list[str] = field(default_factory=list)
@@ -314,6 +316,10 @@ def render_markdown(
         if result.details:
             lines += ["Measured in this run:", ""]
             lines += [f"- {detail}" for detail in result.details]
+            lines.append("")
+        if result.history:
+            lines += ["Recorded earlier, not in this run (each at the commit it names):", ""]
+            lines += [f"- {entry}" for entry in result.history]
             lines.append("")
         if result.findings:
             lines += ["Profile findings (cProfile, in a separate run after the measurement):", ""]

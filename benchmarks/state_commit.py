@@ -208,6 +208,7 @@ def run(quick: bool) -> BenchmarkResult:
             placement,
             placed,
             commit_placement.memory_rankings(quick),
+            inside,
         ),
     )
 

@@ -3,8 +3,9 @@
 For each such row (missed in every paired round, or in some of them) it says
 what the rounds found (:mod:`benchmarks.paired_rounds`), how long a call took at each side in the
 median round, where the effector's CPU went (:mod:`benchmarks.submit_split`), where a call
-waits (:mod:`benchmarks.group_commits`), what the fsync changed (SQLite), and the next change,
-resting on where a call waits where the run measured it, on the CPU split only where it did not.
+waits (:mod:`benchmarks.group_commits`), what the fsync changed (SQLite), whether the machine's
+CPU alone forbids the target (:mod:`benchmarks.submit_cpu`), and the next change: the named
+changes, each bounded by the part of the CPU it cuts, set against what a call must lose.
 """
 
 from __future__ import annotations
@@ -12,20 +13,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from benchmarks.effector_findings import CORES
 from benchmarks.group_commits import GroupCommits, Wait, wait_text, where
 from benchmarks.harness import percentile
 from benchmarks.paired_rounds import Pairs, range_text, straddles
 from benchmarks.report import Figure, Target
 from benchmarks.report import ratio_text as shown
-from benchmarks.submit_split import (
-    SubmitSplit,
-    deltas,
-    largest_other,
-    loop_occupied,
-    saturated,
-    split_text,
+from benchmarks.submit_cpu import (
+    LOOP_SHORT,
+    Change,
+    bounds_text,
+    changes,
+    extra_parts,
+    need,
+    need_text,
 )
+from benchmarks.submit_split import SubmitSplit, split_text
 
 
 @dataclass(frozen=True)
@@ -193,125 +195,84 @@ def next_change(row: SubmitRow) -> str:
     if wait is Wait.STORE:
         return text + STORE_POINTER
     if split is None:
-        return text + "this run split neither the wait nor the CPU: " + MEASURE
-    loop, grown, rest, _ = deltas(split)
-    name = largest_other(split) or "unnamed"
-    if wait is Wait.OUTSIDE:
-        occupied = loop_occupied(split)
-        if occupied >= LOOP_BOUND and loop > 0:
-            return text + LOOP_POINTER.format(
-                occupied=f"{occupied:.0%}", loop=loop, named=grown, name=name
-            )
-        seen = (
-            "its time waiting for a core was not read"
-            if split.queued is None
-            else f"it was running or waiting for a core {occupied:.0%} of the split round but "
-            f"used {loop} µs of CPU per call beyond the no-op's loop"
-            if occupied >= LOOP_BOUND
-            else f"it was neither running nor waiting for a core {1 - occupied:.0%} of the "
-            "split round"
+        return text + "this run split neither the wait nor the CPU: " + MEASURE + DECIDES
+    budget, _, cut, worst = worst_round(row)
+    cpu = need(split, row.target.bound * row.pairs.floor[worst], budget)
+    found = changes(split, row.commits)
+    text = text[:-2] + ". " + need_text(cpu, split.replicas == 1, extra_parts(split))
+    if cpu.cut > 0:
+        return (
+            text
+            + bounds_text(found, cpu.cut, "of CPU per call")
+            + _cpu_verdict(found, cpu.cut)
+            + f" That is necessary, not sufficient: a call must also take {cut} µs less. "
+            + _wall_verdict(split, found, cut, wait)
         )
-        return text + (
-            "a call waits mostly outside the store's commits (above), but the event loop is not "
-            f"shown to be the bottleneck ({seen}), so " + MEASURE
-        )
-    ours = split.ours
-    if not saturated(ours):
-        return text + (
-            f"this run does not settle where a call waits, and CPU is not the bound either (the "
-            f"processes, the client included, kept {ours.cores_with_client:.2f} of {CORES} "
-            "cores busy in the split round), so " + MEASURE
-        )
-    parts = {
-        "loop": loop,
-        "named": grown,
-        "rest": rest,
-        "server": round(ours.us(ours.store_server_s)),
-    }
-    largest = max(parts, key=lambda part: parts[part])
-    total = sum(max(us, 0) for us in parts.values())
-    most = "most" if total > 0 and parts[largest] > 0.5 * total else "the largest part"
-    pointer = CPU_POINTERS[largest].format(
-        **parts,
-        most=most,
-        name=name,
-        then=STORE_FIRST if name in STORE_THREADS else OTHERS_FIRST,
-    )
     return (
         text
-        + CPU_ONLY.format(cores=f"{ours.cores_with_client:.2f}", all=CORES)
-        + pointer
-        + _server_statements(row, ours.cores_with_client)
+        + bounds_text(found, cut, "of wall time a call must lose")
+        + _wall_verdict(split, found, cut, wait)
     )
 
 
-def _server_statements(row: SubmitRow, cores: float) -> str:
-    """The server's statement time per call (PostgreSQL) against the CPU a call must lose."""
-    commits, cut = row.commits, worst_round(row)[2]
-    if commits is None or commits.whole or cut <= 0:
-        return ""
-    commit_ms, shared, busy = (
-        round(commits.commit_ms, 2),
-        round(commits.calls_per_commit, 1),
-        round(cores, 2),
-    )
-    per_call = round(commit_ms * 1000 / shared)
-    needed = round(cut * busy)
+def _cpu_verdict(found: list[Change], cut: int) -> str:
+    """The change whose part could cover the CPU cut, the largest first, or that none does."""
+    reach = [change for change in found if change.bound >= cut]
+    if reach:
+        first = reach[0]
+        return (
+            f"Next: {first.short}, which must remove at least {cut} of its {first.bound} µs per "
+            f"call ({cut / first.bound:.0%}) to lift the CPU bound alone; what it saves is not "
+            "measured in this run."
+        )
+    together = sum(max(change.bound, 0) for change in found)
     return (
-        f" In the counted round above the server's statements took {per_call} µs of wall time "
-        f"per call ({commit_ms:.2f} ms a commit over {shared:.1f} calls), lock waits included, "
-        f"so their CPU is at most that; with {busy:.2f} of {CORES} cores busy, a call "
-        f"{cut} µs shorter needs about {needed} µs less CPU per call ({cut} x {busy:.2f}): "
+        f"None reaches the {cut} µs even removed entirely (together at most {together}): no "
+        "change this run identifies reaches the target."
+    )
+
+
+def _wall_verdict(split: SubmitSplit, found: list[Change], cut: int, wait: Wait | None) -> str:
+    """Whether removing the loop's extra CPU could cover the wall-time cut, and what is next."""
+    loop = next(change for change in found if change.short == LOOP_SHORT)
+    occupied = ""
+    if split.queued is not None:
+        ran, waited = (round(split.ours.us(seconds)) for seconds in split.queued[0])
+        occupied = (
+            f" (in the split round the event loop ran {ran} µs per call and waited {waited} "
+            f"for a core, {ran + waited} of the {round(split.ours.wall_us)} µs a call took)"
+        )
+    reaches = loop.bound >= cut
+    text = (
+        "Cutting a thread's CPU shortens a call as much only if a call's time falls one for one "
+        f"with that thread's CPU{occupied}: removing all of the loop's extra, {loop.bound} µs, "
         + (
-            "removing all of the server's statement time would not reach it."
-            if per_call < needed
-            else "removing all of the server's statement time could reach it only if it were "
-            "all CPU."
+            f"would cover the {cut} µs only if it did, and a change on the loop must remove at "
+            f"least {cut} of it ({cut / loop.bound:.0%})"
+            if reaches
+            else f"would not cover the {cut} µs even if it did ({cut - loop.bound} short)"
         )
     )
+    if reaches and wait is Wait.OUTSIDE:
+        return (
+            text + "; a call waits mostly outside the store's commits (above), where the "
+            "writer's statements run, so the next change is Submit's work on the loop (above)."
+        )
+    return text + "; no change this run identifies is shown to reach it, so " + MEASURE + DECIDES
 
 
-LOOP_BOUND = 0.8
-"""A loop running or waiting for a core this share of the round is taken as the bottleneck."""
 MEASURE = (
-    "this run does not place the wait: the next step is measuring it inside the effector, per "
-    "call the time from its arrival to its hand-off to the group commit, in the commit, and "
-    "from the commit to its response."
+    "the next step is measuring where a call waits inside the effector: per call the time from "
+    "its arrival to its hand-off to the group commit, in the commit, and from the commit to its "
+    "response."
 )
-LOOP_POINTER = (
-    "a call waits mostly outside the store's commits (above), and the event loop was running or "
-    "waiting for a core {occupied} of the split round; of the effector's CPU per call beyond "
-    "the no-op server's {loop} µs is on the loop (against {named} on `{name}`, the thread name "
-    "that grew most): the next change is cutting what Submit runs on the loop per call that the "
-    "no-op's handler does not (the intent's checks and argument validation, the record and the "
-    "future handed to the group commit, the acknowledgement built from the store's answer)."
+DECIDES = (
+    " That decides between Submit's work on the loop (if a call waits before the hand-off or "
+    "after the commit) and the store's commit path (the store's threads and, on PostgreSQL, the "
+    "server's statements: if it waits in the commit)."
 )
 STORE_POINTER = (
     "the store's commits ran back to back (above), so they are on every call's critical path: "
     "the next change is the store's work per Submit (the intents' INSERT and the key rows' "
     "upsert), with the store cuts above."
 )
-CPU_ONLY = (
-    "this run does not settle where a call waits, but the processes, the client included, kept "
-    "{cores} of {all} cores busy in the split round, so CPU is the bound: "
-)
-STORE_THREADS = ("sqlite", "pg")
-"""Thread names of the stores' writers (:mod:`benchmarks.submit_split`)."""
-STORE_FIRST = "the store's work per Submit (the intents' INSERT and the key rows' upsert)"
-OTHERS_FIRST = "what those threads do per Submit"
-CPU_POINTERS = {
-    "loop": "the split puts {most} of the effector's extra CPU on the event loop ({loop} µs per "
-    "call, against {named} on `{name}`, the thread name that grew most); cutting what Submit "
-    "runs on the loop per call that the no-op's handler does not comes first.",
-    "named": "the split puts {most} of the effector's extra CPU on `{name}` ({named} µs per "
-    "call beyond the no-op's threads of that name, against {loop} on the event loop); {then} "
-    "comes first.",
-    "rest": "the split puts {most} of the effector's extra CPU on its other threads besides "
-    "`{name}` ({rest} µs per call, against {loop} on the event loop); what those threads do "
-    "per Submit comes first.",
-    "server": "the split puts {most} of the CPU beyond the no-op's in the PostgreSQL server "
-    "({server} µs per call, against {loop} on the event loops, {named} on `{name}` and {rest} "
-    "on their other threads); the server's statements per Submit (the key rows' upsert and "
-    "the intents' INSERT, timed above) come first.",
-}
-"""The change the largest part of the CPU difference points to, by part."""

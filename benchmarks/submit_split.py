@@ -179,41 +179,35 @@ def split_text(split: SubmitSplit) -> str:
 
 def _grown(split: SubmitSplit, others: int) -> str:
     """The other threads' difference by thread name (like with like), as a clause."""
+    parts = other_parts(split, others)
+    if not parts:
+        return ""
+    return " (by thread name: " + ", ".join(f"{us:+d} on {label}" for label, us in parts) + ")"
+
+
+def other_parts(split: SubmitSplit, others: int) -> list[tuple[str, int]]:
+    """The other threads' ``others`` µs per call beyond the no-op's, by thread name (the
+    largest changes first, whichever their sign), then the rest: adding up to ``others``."""
     named = sorted(
         ((name, us) for name, us in name_deltas(split) if us), key=lambda pair: -abs(pair[1])
     )[:NAMES_SHOWN]
     if not named:
-        return ""
+        return []
     rest = others - sum(us for _, us in named)
-    parts = [f"{us:+d} on `{name}`" for name, us in named]
-    return (
-        " (by thread name: " + ", ".join(parts) + (f", {rest:+d} on the rest" if rest else "") + ")"
-    )
-
-
-SATURATED = 0.9
-"""A round whose processes kept at least this share of the machine's cores busy saturated it."""
-
-
-def saturated(side: Side) -> bool:
-    """Whether the servers, the store's server and the client kept the machine's CPU busy."""
-    return side.cores_with_client >= SATURATED * CORES
+    return [(f"`{name}`", us) for name, us in named] + ([("the rest", rest)] if rest else [])
 
 
 def _cores(split: SubmitSplit, effector: str, servers: str) -> str:
     """The client's CPU per call, and the cores each side kept busy, the client included."""
     ours, noop = split.ours, split.noop
     postgres = ", the PostgreSQL server" if ours.store_server_s else ""
-    text = (
+    return (
         f"The benchmark's client (the callers) used {ours.us(ours.client_s):.0f} µs of CPU per "
         f"call against {effector}, {noop.us(noop.client_s):.0f} against the no-op {servers}. "
         f"{effector.capitalize()}{postgres} and the client kept {ours.cores_with_client:.2f} of "
         f"{CORES} cores busy ({ours.cores:.2f} without the client), the no-op {servers} and "
-        f"the client {noop.cores_with_client:.2f}"
+        f"the client {noop.cores_with_client:.2f}."
     )
-    if saturated(ours):
-        return text + ": the machine's CPU was saturated in that round."
-    return text + "."
 
 
 EFFECTOR_THREADS = {
@@ -299,12 +293,6 @@ def _names(side: Side) -> str:
 def _known(name: str) -> str:
     known = THREAD_NAMES.get(name)
     return "" if known is None else f" ({known})"
-
-
-def largest_other(split: SubmitSplit) -> str | None:
-    """The effectors' thread name with the most CPU per call beyond the no-op's same name."""
-    named = name_deltas(split)
-    return named[0][0] if named else None
 
 
 def _threads(side: Side, its: str, names: tuple[str, str]) -> str:

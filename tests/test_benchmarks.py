@@ -225,6 +225,7 @@ def test_results_survive_the_trip_through_json() -> None:
             )
         ],
         details=["detail"],
+        history=["an earlier side measurement (recorded at abc1234)"],
         remaining="Where it goes;\n the next change.",
         elapsed_s=1.0,
     )
@@ -237,6 +238,10 @@ def test_results_survive_the_trip_through_json() -> None:
     assert "| 2 | f | 2.00 ms | 1.00 ms (floor) | 2.00x | 3 | ≤ 1.50x floor | **no** |" in text
     assert "### 2. t" in text
     assert "Missed: f." in text
+    # This run's details and earlier side measurements sit under headings of their own.
+    measured, earlier = text.split("Measured in this run:", 1)[1].split("Recorded earlier", 1)
+    assert "- detail" in measured and "abc1234" not in measured
+    assert "- an earlier side measurement (recorded at abc1234)" in earlier
     left = text.split("## What is left", 1)[1].split("## Notes", 1)[0]
     assert "- **2. t**: missed f.\n  Where it goes; the next change." in left
 

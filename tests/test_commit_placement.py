@@ -20,9 +20,13 @@ def test_the_growth_beyond_the_floor_is_split_into_code_state_calls_and_the_rest
     # 115 - 55 - 5 = 55, outside process: the three add up to the median.
     assert "+55.0 µs in our code beyond the floor's own code" in text
     assert "+5.0 in Beam's state calls beyond the floor's, and the rest, +55.0, outside" in text
-    # Alone our code grew 80, +10 beyond the floor's code (70); the other +45 of the +55.
-    assert "our code grew 80.0 µs, +10.0 beyond the 70.0 the floor's code grew" in text
-    assert "the rest of our code's +55.0, +45.0 µs, is what it grew more" in text
+    # In `process` our code grew 145 - 20 = 125, the floor's 76 - 6 = 70; without Beam our
+    # code grew 80, and the floor's code is not timed there: no split of the +55 is printed.
+    assert "our code grew 125.0 µs there, the floor's 70.0" in text
+    assert "Without Beam (`benchmarks/core_only.py`, the same events) our code grew 80.0" in text
+    assert "this run does not time the floor's code without Beam" in text
+    assert "how much of our code's +55.0 beyond the floor's is work with the value" in text
+    assert "our own work with the value" not in text and "+10.0" not in text
 
 
 def test_a_growth_whose_range_holds_zero_is_placed_as_noise() -> None:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import cProfile
 import dataclasses
+import pstats
 
 import pytest
 
-from benchmarks import effector_findings, effector_throughput
+from benchmarks import effector_findings, effector_loop, effector_throughput
 from benchmarks.effector_findings import IntentCost, remaining
+from benchmarks.effector_loop import PartShare
 from benchmarks.paired_rounds import Pairs, paired_figure
 from benchmarks.pg_statements import StatementTime
 from benchmarks.sqlite_statements import StatementCost, WriterSplit
@@ -91,8 +94,9 @@ def test_sqlite_sizes_the_named_changes_against_the_cut_the_target_needs() -> No
     assert "used 150 µs of CPU per intent in this run" in text
     assert "within the 222 µs that 9,000/s on 2 cores leaves" in text
     # 9.0 s of CPU over 7.92 s: 1.14 cores, at 7,576 intents/s.
-    assert "kept only 1.14 of 2 cores busy on average (at the runs' 7,576 intents/s" in text
-    assert "so the machine's CPU is not what sets the rate" in text
+    assert "CPU alone does not forbid the target (they kept 1.14 of 2 cores busy on " in text
+    assert "average, at the runs' 7,576 intents/s" in text
+    assert "CPU is the bound" not in text
     assert "one GIL, the writer's fsynced commits" not in text
     assert "main thread used 56 (0.5x that) and its busiest other thread (the most CPU by " in text
     assert "`sqlite`), 65 (0.6x): neither alone uses it up" in text
@@ -144,6 +148,9 @@ def test_postgres_sets_the_changes_upper_bounds_against_the_cpu_to_cut() -> None
     assert "The PostgreSQL server used 160 µs of it, the two effectors 97 (56 on" in text
     assert "and the benchmark's client 18." in text
     assert "kept 1.81 of 2 cores busy over the runs (at their 6,573 intents/s" in text
+    # 275 - 222: the necessary cut, with no cores-busy threshold.
+    assert "CPU alone forbids the target: it must drop by at least 53 µs per intent" in text
+    assert "CPU is the bound" not in text
     assert "(56 µs); take the state out" in text and "(37 µs); keep the running claim" in text
     assert "schema change) (34 µs)." in text
     assert "Together those statements took 127 µs per intent, against the 53 µs of CPU" in text
@@ -175,3 +182,114 @@ def test_a_missed_sustained_ratio_row_gets_its_own_paragraph() -> None:
     assert "below the 0.6x target in every run" in effector_throughput.ratio_account([below])
     met = paired_figure(name, "/s", Pairs((6_000.0,), (4_000.0,)), 20_000, "no-op", target)
     assert effector_throughput.ratio_account([met]) == ""
+
+
+def _with_loop(writer: WriterSplit = WRITER) -> IntentCost:
+    """SQLITE with the profile's loop shares and a timed COMMIT (9.2 µs of CPU, 19.0 wall)."""
+    commit = StatementCost("COMMIT", 80, _seconds(9.2, 10_000), _seconds(19.0, 10_000))
+    timed = dataclasses.replace(writer, costs=(*writer.costs, commit))
+    shares = tuple(
+        PartShare(part, share)
+        for part, share in zip(
+            (effector_loop.SUBMIT, effector_loop.WORKER, *effector_loop.PARTS),
+            (0.20, 0.50, 0.10, 0.05, 0.05, 0.05),
+            strict=True,
+        )
+    )
+    return dataclasses.replace(SQLITE, writer=timed, loop=shares)
+
+
+def test_sqlite_sizes_the_loop_by_the_profile_and_says_whether_the_bounds_reach_the_cut() -> None:
+    text = remaining(_with_loop(), None)
+    # Shares of the main thread's 56 µs: 20% is 11.2, 10% is 5.6; the four parts 25%, 14.0.
+    assert "Where the event loop's 56 µs of CPU per intent went, by this run's profile" in text
+    assert "a profile share, an estimate" in text
+    assert "Submit (the handler, its validation included) 20% (~11.2 µs)" in text
+    assert "(`prepare_call` from `execute`) 10% (~5.6 µs): keep the arguments" in text
+    assert "together at most ~14.0 µs of the loop's CPU per intent" in text
+    # Of the 13 µs when neither ran, 19.0 - 9.2 = 9.8 is the COMMIT's wait; 3.2 are left.
+    assert "19.0 - 9.2 = 9.8 µs per intent (the fsync, while the writer sleeps)" in text
+    assert "the other 3.2 µs are not attributed by this run" in text
+    # Writer 23.0 + loop 14.0 = 37.0 against 8 (21 with the neither time): both reached.
+    assert "add up to 37.0 µs, against the 8 µs the running time must lose (21 if" in text
+    assert "they reach both only if each change removes its part entirely" in text
+
+
+def test_sqlite_bottom_line_branches() -> None:
+    # The writer's statements over 100,000 intents: 2.3 µs of wall, + 14.0 = 16.3 < 21.
+    small = dataclasses.replace(WRITER, intents=100_000)
+    text = remaining(_with_loop(small), None)
+    assert "add up to 16.3 µs, against the 8 µs" in text
+    assert "not the second: unless the time when neither ran shrinks too, no change" in text
+    # No loop split (no profile), and always one running: 0 + 2.3 < 132 - 111 = 21 µs.
+    busy = dataclasses.replace(small, overlap=Overlap(0.60, 0.50, 0.10, 2_000, 0.0012))
+    text = remaining(dataclasses.replace(_with_loop(busy), loop=()), None)
+    assert "was not split by the profile in this run" in text
+    assert "the loop's ~0.0 µs of CPU, add up to 2.3 µs, against the 21 µs" in text
+    assert text.count("no change this run identifies reaches 9,000/s.") == 1
+    assert "when neither ran, COMMIT" not in text
+    # 95% running: 125 µs, neither 7, within the COMMIT's 9.8 µs wait.
+    seven = dataclasses.replace(WRITER, overlap=Overlap(0.55, 0.50, 0.10, 2_000, 0.0012))
+    assert (
+        "9.8 µs per intent (the fsync, while the writer sleeps), is a measured candidate, if "
+        in (text := remaining(_with_loop(seven), None))
+    )
+    assert "could cover all of it" in text
+
+
+def test_postgres_sets_the_statements_waits_apart_from_their_bound() -> None:
+    # 175 µs of statements against 160 of server CPU: at least 15 waited; 127 - 15 = 112 > 53.
+    text = remaining(None, dataclasses.replace(POSTGRES, statements_total_ms=175 * 60.0))
+    assert "All statements together took 175 µs of wall time per intent in the server, " in text
+    assert "more than its 160 µs of CPU, so at least 15 µs of that was waiting" in text
+    assert "even with those waits taken off (112 µs) their upper bounds reach it" in text
+    # 250 µs: 90 waited, 127 - 90 = 37 < 53.
+    text = remaining(None, dataclasses.replace(POSTGRES, statements_total_ms=250 * 60.0))
+    assert "the named statements' bound is 37 µs, which does not reach the cut" in text
+    assert "the CPU these changes save is not shown to reach it." in text
+    # Within the budget: no cut, no sizing against it.
+    cheap = dataclasses.replace(POSTGRES, store_server=_usage(80, 0, 0, "postgres"))
+    text = remaining(None, cheap)
+    assert "CPU alone does not forbid the target" in text and "Together those" not in text
+
+
+def test_sqlite_over_the_cpu_budget_names_the_necessary_cut() -> None:
+    # 56 + 65 + 118 + 11 = 250 µs of CPU per intent against 222.
+    heavy = dataclasses.replace(SQLITE, effectors=_usage(56, 65, 118, "sqlite"))
+    text = remaining(heavy, None)
+    assert "more than the 222 µs that 9,000/s on 2 cores leaves for all of it: CPU alone " in text
+    assert "forbids the target: it must drop by at least 28 µs per intent (necessary" in text
+
+
+def test_loop_shares_read_parts_by_caller_from_a_profile() -> None:
+    stats = pstats.Stats(cProfile.Profile().runctx("pass", {}, {}))
+    runner, worker = "/x/effector/runner.py", "/x/effector/worker.py"
+    # prepare_call: 0.3 s from execute, 0.5 s from rejection_reason (Submit's check).
+    stats.stats = {  # type: ignore[attr-defined]
+        (runner, 40, "prepare_call"): (
+            2,
+            2,
+            0.1,
+            0.8,
+            {
+                (runner, 130, "execute"): (1, 1, 0.0, 0.3),
+                (runner, 71, "rejection_reason"): (1, 1, 0.0, 0.5),
+            },
+        ),
+        (worker, 227, "_execute"): (3, 3, 0.1, 2.0, {}),
+        (worker, 220, "_start"): (1, 1, 0.1, 0.4, {}),
+    }
+    shares = {share.part.name: share.share for share in effector_loop.loop_shares(stats, 4.0)}
+    assert shares[effector_loop.PARTS[0].name] == pytest.approx(0.075)
+    assert shares[effector_loop.WORKER.name] == pytest.approx(0.5)
+    assert shares[effector_loop.PARTS[3].name] == pytest.approx(0.1)
+    assert shares[effector_loop.SUBMIT.name] == 0.0
+    line = effector_loop.shares_line(effector_loop.loop_shares(stats, 4.0))
+    assert "the worker's path (`_execute`) 50%" in line
+
+
+def test_postgres_waits_larger_than_the_named_statements_leave_no_bound() -> None:
+    # 300 µs of statements against 160 of CPU: 140 waited, more than the named 127.
+    text = remaining(None, dataclasses.replace(POSTGRES, statements_total_ms=300 * 60.0))
+    assert "the waits could be all of the named statements' time, which does not reach" in text
+    assert "-13 µs" not in text

@@ -15,8 +15,10 @@ import pytest
 from beam_agents import AgentConfig
 from benchmarks import noop_activation
 from benchmarks.in_pipeline import InPipeline
+from benchmarks.noop_findings import HISTORY
 from benchmarks.noop_profile import (
     FAKE,
+    PARTS,
     Ranked,
     Ranking,
     named_us,
@@ -203,3 +205,15 @@ def test_what_is_left_gives_each_missed_row_its_next_changes() -> None:
     # The no-op at 90 against 50 without the binding: (90 - 5) / 50, and by each round.
     assert "about 1.70x without them (1.68 to 1.72x by the rounds)" in text
     assert "not confirmed the estimate" in text
+    # The rest, 25 µs (gap 40 less our code's 15), against the binding's 5.0: 20.0 unattributed.
+    assert "+20.0 µs of the rest is beyond that estimate, +19.0 to +21.0 against" in text
+    assert "noise" not in text
+    assert text.endswith(HISTORY)
+
+
+def test_the_coroutine_step_is_described_as_the_driver_runs_it() -> None:
+    hotspot = next(h for h in noop_activation.HOTSPOTS if h.path.endswith("bridge.py"))
+    part = next(p for p in PARTS if p.label == "stepping the coroutine")
+    for text in (hotspot.what, part.change):
+        assert "event loop" in text and "running loop" in text
+        assert "runs only if" in text

@@ -71,7 +71,10 @@ def test_a_range_across_2x_is_not_met_and_the_account_splits_the_excess() -> Non
         floor=(InPipeline(7, 5), InPipeline(9, 5)),
         alone=(16.0, 18.0),
     )
-    text = commit_findings.remaining(figures, measured, [], placement, "PLACED.", (MEMORY, MEMORY))
+    inside = {size: {OURS: InPipeline(30, 6), FLOOR: InPipeline(9, 5)} for size in SIZES}
+    text = commit_findings.remaining(
+        figures, measured, [], placement, "PLACED.", (MEMORY, MEMORY), inside
+    )
     assert "At 64 KiB the 5 paired rounds' ratios ran from 1.90x to 2.10x (median 1.98x)" in text
     assert "within 2x in some rounds and not in others, so not met in this run" in text
     assert "ours must cost 4.0 µs an activation less" in text
@@ -81,17 +84,22 @@ def test_a_range_across_2x_is_not_met_and_the_account_splits_the_excess() -> Non
     # Round by round at 64 KiB: ours less the floor 38, 44, 39, 36 and 39 µs against the fixed
     # cost of 50 at 1 KiB, so growths of -14 to -6: below zero in every round, not growth.
     assert "Ours less the floor ran 36 to 44 µs over the rounds" in text
-    assert "ran 50 µs (median 50)" in text
+    assert "ran 50 µs (median 50.0)" in text
     assert (
         "what ours grew beyond the floor's growth fell in every round (-14 to -6 µs round by "
         "round, median -11)" in text
     )
     assert "the floor's own growth ran 10 µs round by round (median 10)" in text
-    assert "cutting 4.0 µs of the fixed cost (median 50) would clear 2x here" in text
-    # The named two: 10 and 6 of 40 profiled µs applied to our code's 20 µs in the pipeline.
+    assert "cutting 4.0 µs of the fixed cost (median 50.0) would clear 2x here" in text
+    # The parts: 10 and 6 of 40 profiled µs applied to our code's 20 µs in the pipeline.
     assert "(1) the memory write, ~5.0 µs" in text and "(2) the activation's path, ~3.0" in text
-    assert "take ~8.0 µs in the pipeline (~6.4 without Beam)" in text
-    assert "4.0 µs at 64 KiB (within it)" in text
+    # At 64 KiB our code is (30 - 6) - (9 - 5) = 20.0 µs; the cut, 4.0, is 80% of part (1).
+    assert "At 64 KiB the worst round needs 4.0 µs cut" in text
+    assert "(30.0 - 6.0) - (9.0 - 5.0) = 20.0 µs, which covers it" in text
+    assert (
+        "the cut is 80% of the largest part with a change proposed, (1), ~5.0, and 50% of all "
+        "2 parts with a change proposed, (1) and (2), ~8.0 together" in text
+    )
     # No measurable growth: the placement is given as where it would be, were it real.
     assert "is not measurable at any size not met" in text
     assert "where it would be, were it real, follows. PLACED." in text
@@ -145,9 +153,10 @@ def test_the_placement_leaves_unmeasured_growth_unplaced() -> None:
     # against +2.3: -0.3; the rest of the median 40, +15.0, outside process.
     assert "-0.3 in Beam's state calls" in text
     assert "+25.3 µs in our code" in text and "the rest, +15.0, outside `process`" in text
-    # Without Beam +80, +7.3 beyond the floor's code; the other +18.0 of the +25.3 unplaced.
-    assert "+7.3 beyond the 72.7 the floor's code grew" in text
-    assert "not placed by this run" in text and "allocator" not in text
+    # Without Beam our code grew +80; the floor's code is not timed there, so no split.
+    assert "our code grew 98.0 µs there, the floor's 72.7" in text
+    assert "our code grew 80.0 µs; this run does not time the floor's code without Beam" in text
+    assert "is not identified by this run" in text and "allocator" not in text
 
 
 def test_the_commit_account_gives_the_ratio_net_of_the_weighing() -> None:

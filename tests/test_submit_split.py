@@ -6,13 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import named_threads, submit_split, usage
+from benchmarks import named_threads, submit_cpu, submit_split, usage
 from benchmarks import submit_account as submit_account_module
 from benchmarks.effector_load import noop_command, server_processes
 from benchmarks.group_commits import GroupCommits
 from benchmarks.harness import EFFECTOR_READY, effector_command
 from benchmarks.noop_grpc import READY as NOOP_READY
 from benchmarks.paired_rounds import Batch, Pairs, paired_figure
+from benchmarks.pg_statements import StatementTime
 from benchmarks.report import Goal, Target
 from benchmarks.submit_account import SubmitRow, submit_account
 from benchmarks.submit_split import Side, SubmitSplit
@@ -65,11 +66,11 @@ def _commits(busy: float, fsync_ms: float, p50_ms: float, whole: bool = True) ->
 @pytest.fixture(autouse=True)
 def _two_cores(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(submit_split, "CORES", 2)
-    monkeypatch.setattr(submit_account_module, "CORES", 2)
+    monkeypatch.setattr(submit_cpu, "CORES", 2)
 
 
 def test_a_missed_row_gives_its_rounds_latencies_and_split() -> None:
-    # The client's 0.17 s over the 0.2 s round: 1.05 + 0.85 = 1.90 of 2 cores, saturated.
+    # The client's 0.17 s over the 0.2 s round: 1.05 + 0.85 = 1.90 of 2 cores busy.
     busy = Side(OURS.calls, OURS.elapsed_s, OURS.servers, 0.17)
     split = SubmitSplit(1, NOOP, busy, _overlap(0.2))
     text = submit_account([_row(split=split)])
@@ -84,7 +85,7 @@ def test_a_missed_row_gives_its_rounds_latencies_and_split() -> None:
     assert "and 20 on its other threads;" in text and "in the kernel" not in text
     assert "The benchmark's client (the callers) used 170 µs of CPU per call" in text
     assert "kept 1.90 of 2 cores busy (1.05 without the client)" in text
-    assert "the machine's CPU was saturated in that round" in text
+    assert "saturated" not in text
     assert "the no-op server used 110 µs of CPU: 80 on its event loop, 20 on its busiest" in text
     assert (
         "the effector 50 µs on `sqlite` (the SQLite store's writer), 20 µs on `event_engine`"
@@ -104,13 +105,19 @@ def test_a_missed_row_gives_its_rounds_latencies_and_split() -> None:
     assert "a call may take 167 µs in the worst round, where it took 250: to meet it in" in text
     assert "every round a call must take 83 µs less (in the median round it may take 167" in text
     assert "and took 200: 33 µs too many)" in text
-    # Where a call waits is not measured, but the CPU is saturated: the CPU split points.
-    assert "kept 1.90 of 2 cores busy in the split round, so CPU is the bound: the split" in text
-    assert "puts most of the effector's extra CPU on the" in text
-    assert (
-        "event loop (60 µs per call, against 50 on `sqlite`, the thread name that grew most)"
-        in text
-    )
+    # 210 + 170 µs of CPU a call at 6,000 calls/s (167 µs a call) needs 380 / 167 cores.
+    assert "CPU alone forbids the target: at 6,000 calls/s (167 µs a call), the CPU" in text
+    assert "380 µs (210 in the effector and 170 in the client), needs 2.28 of 2 cores" in text
+    assert "must drop by at least 46 µs per call (380 less 2 x 167; necessary, not" in text
+    # Like with like, adding up: 60 + 50 - 10 + 170 (the no-op's client used nothing).
+    assert "it was 270 µs per call more: +60 on the event loop, +50 on `sqlite`, -10 on" in text
+    assert "`event_engine`, +170 in the client." in text
+    assert "against the 46 µs of CPU per call: Submit's work on the event loop that" in text
+    assert "at most 60 µs (the event loop); the writer's work per commit" in text
+    assert "Next: Submit's work on the loop, which must remove at least 46 of its 60 µs" in text
+    assert "(77%) to lift the CPU bound alone" in text
+    assert "That is necessary, not sufficient: a call must also take 83 µs less." in text
+    assert "the loop's extra, 60 µs, would not cover the 83 µs even if it did (23 short)" in text
 
 
 def test_a_straddling_row_is_not_met_and_accounted_for() -> None:
@@ -155,16 +162,32 @@ def test_where_a_call_waits_picks_the_next_change() -> None:
     )
     assert "at most about 6.0 ms on average, so at least about 14.0 ms of its p50 it waits" in text
     assert "had no commit running 70% of the round although 64 calls were outstanding" in text
-    assert "a call waits mostly outside the store's commits (above)" in text
-    assert "the event loop is not shown to be the bottleneck (its time waiting" in text
-    assert "the next step is measuring it inside the effector" in text
-    # With the loop running or queued for a core 90% of the round, the loop comes first.
+    # 210 µs of CPU a call fits 2 x 167: what a call must lose, 83 µs, is wall time.
+    assert "CPU alone does not forbid the target: at 6,000 calls/s (167 µs a call)" in text
+    assert "210 µs (210 in the effector and 0 in the client), needs 1.26 of 2 cores." in text
+    assert "against the 83 µs of wall time a call must lose" in text
+    # The loop's extra, 60 µs, falls short of 83 even one for one: the wait is measured next.
+    assert (
+        "removing all of the loop's extra, 60 µs, would not cover the 83 µs even if it did" in text
+    )
+    assert (
+        "(23 short); no change this run identifies is shown to reach it, so the next step" in text
+    )
+    assert "That decides between Submit's work on the loop" in text
+    # A cut of 15 µs is within the loop's extra; the call waits outside the commits: the loop.
     queued = SubmitSplit(1, NOOP, OURS, _overlap(0.2), ((0.14, 0.04), (0.05, 0.01)))
-    text = submit_account([_row(split=queued, commits=_commits(0.3, 1.0, 20.0))])
+    near = Pairs((10_000.0,) * 3, (5_500.0, 5_800.0, 6_500.0))
+    text = submit_account([_row(near, split=queued, commits=_commits(0.3, 1.0, 20.0))])
     assert "the event loop ran 140 µs and waited 40 µs ready on a run queue" in text
     assert "its writer (`sqlite`) ran 50 and waited 10" in text
-    assert "running or waiting for a core 90% of the split round" in text
-    assert "the next change is cutting what Submit runs on the loop" in text
+    assert (
+        "(in the split round the event loop ran 140 µs per call and waited 40 for a core," in text
+    )
+    assert "180 of the 200 µs a call took): removing all of the loop's extra, 60 µs, would" in text
+    assert (
+        "cover the 15 µs only if it did, and a change on the loop must remove at least 15" in text
+    )
+    assert "so the next change is Submit's work on the loop (above)." in text
     # Back to back: the store is the critical path.
     text = submit_account([_row(split=split, commits=_commits(0.9, 1.0, 20.0))])
     assert "The commits ran nearly back to back" in text
@@ -178,24 +201,36 @@ def test_where_a_call_waits_picks_the_next_change() -> None:
     assert "the server executed a commit's statements in 1.00 ms" in text
     assert "were not timed, so this round does not tell" in text
     assert "The server was not executing statements 90% of the round." in text
-    # 1.20 of 2 cores and the server idle: no pointer, the next step is measuring the wait.
-    assert "CPU is not the bound either (the processes, the client included, kept 1.20" in text
-    assert "the next step is measuring it inside the effector" in text
-    assert "CPU is the bound" not in text
+    # 150 + 90 µs a call needs 1.44 of 2 cores: the wait is not placed, so it is measured next.
+    assert (
+        "the CPU per call of everything on the machine in the split round, 240 µs (150 in" in text
+    )
+    assert (
+        "the effectors, 90 in the PostgreSQL server and 0 in the client), needs 1.44 of 2" in text
+    )
+    assert "the next step is measuring where a call waits inside the effector" in text
+    assert "That decides between Submit's work on the loop" in text
     assert "per call the effectors used 150 µs of CPU: 100 on their event loops" in text
     assert ", and the PostgreSQL server 90; the no-op servers used 110 µs" in text
     assert "The event loops were on a CPU 25% of the round, each on average." in text
 
 
-def test_the_largest_other_thread_is_named() -> None:
+def test_no_change_reaches_a_cpu_cut_larger_than_every_part() -> None:
     grown = Side(1_000, 0.2, _usage(0.09, 0.03, 0.08, 0.0, {"pg": 0.06, "event_engine": 0.05}))
     split = SubmitSplit(2, NOOP, grown)
-    assert submit_split.largest_other(split) == "pg"
-    saturated = Side(grown.calls, grown.elapsed_s, grown.servers, 0.2)
-    text = submit_account([_row(split=SubmitSplit(2, NOOP, saturated), name=PG_ROW)])
-    # pg grew 60 µs a call beyond the no-op's (none of that name): the store's work comes first.
-    assert "the split puts most of the effector's extra CPU on `pg` (60 µs per call beyond" in text
-    assert "the store's work per Submit (the intents' INSERT and the key rows' upsert)" in text
+    assert submit_split.name_deltas(split)[0] == ("pg", 60)
+    # 200 + 200 µs a call against 2 x 167: 66 µs over, beyond the loops' 10 and `pg`'s 60.
+    busy = Side(grown.calls, grown.elapsed_s, grown.servers, 0.2)
+    text = submit_account([_row(split=SubmitSplit(2, NOOP, busy), name=PG_ROW)])
+    assert "needs 2.40 of 2 cores, so it must drop by at least 66 µs per call" in text
+    assert "at most 60 µs (`pg`); Submit's work on the event loop" in text
+    assert "None reaches the 66 µs even removed entirely (together at most 70): no change" in text
+    # With the client at 150 µs a call the cut is 16: `pg`'s part, the largest, could cover it.
+    lighter = Side(grown.calls, grown.elapsed_s, grown.servers, 0.15)
+    text = submit_account([_row(split=SubmitSplit(2, NOOP, lighter), name=PG_ROW)])
+    assert (
+        "Next: the `pg` threads' work per commit, which must remove at least 16 of its 60" in text
+    )
 
 
 @pytest.mark.skipif(
@@ -223,16 +258,6 @@ def test_a_real_ingest_only_effector_is_split_beside_the_noop_server(tmp_path: P
     text = submit_split.split_text(split)
     assert f"{split.ours.us(split.ours.servers.main_thread_s):.0f} on its event loop" in text
     assert "`sqlite` (the SQLite store's writer)" in text
-
-
-def test_most_only_when_over_half() -> None:
-    # The server's 90 µs of 60 + 0 + 40 + 90 = 190: the largest part, not most.
-    postgres = Side(1_000, 0.2, _usage(0.140, 0.020, 0.050, 0.0), 0.2, 0.090)
-    text = submit_account([_row(split=SubmitSplit(2, NOOP, postgres), name=PG_ROW)])
-    assert "the split puts the largest part of the CPU beyond the no-op's in the PostgreSQL" in text
-    heavy = Side(1_000, 0.2, _usage(0.090, 0.020, 0.010, 0.0), 0.2, 0.3)
-    text = submit_account([_row(split=SubmitSplit(2, NOOP, heavy), name=PG_ROW)])
-    assert "the split puts most of the CPU beyond the no-op's in the PostgreSQL" in text
 
 
 def test_the_fsync_is_not_the_lever_when_the_relaxed_effector_also_misses() -> None:
@@ -263,30 +288,36 @@ def test_the_cut_is_the_difference_of_the_printed_figures() -> None:
     assert "round a call must take 13 µs less" in text
 
 
-def test_the_servers_statements_are_set_against_the_cpu_a_call_must_lose() -> None:
-    # 1.85 of 2 cores busy: (0.15 + 0.09 + 0.13) / 0.2 s; the worst round needs 83 µs less.
+def test_the_servers_statements_are_printed_per_call_and_set_against_the_cut() -> None:
+    # 1,000 calls; the server's statements 60 ms in all (60 µs a call), 3 named, the rest 12.
+    statements = (
+        StatementTime("INSERT INTO effector_keys (entity_key, pending) VALUES ($)", 100, 20.4, 1),
+        StatementTime("INSERT INTO effector_intents (intent_id) VALUES ($)", 100, 18.3, 1),
+        StatementTime("COMMIT", 100, 9.6, 0),
+        StatementTime("BEGIN", 100, 2.0, 0),
+        StatementTime("SELECT 1", 100, 1.7, 0),
+    )
+    commits = GroupCommits(Batch(1_000, 1.0, (0.011,) * 9), 100, 0.060, 0.0096, False, statements)
     postgres = Side(1_000, 0.2, _usage(0.100, 0.030, 0.020, 0.040, {"pg": 0.03}), 0.13, 0.090)
-    split = SubmitSplit(2, NOOP, postgres)
-    # 1.00 ms a commit over 10 calls: 100 µs a call, short of 83 x 1.85 = 154 µs of CPU.
-    text = submit_account([_row(split=split, commits=_commits(0.1, 1, 11, False), name=PG_ROW)])
-    assert (
-        "the server's statements took 100 µs of wall time per call (1.00 ms a commit over" in text
+    text = submit_account(
+        [_row(split=SubmitSplit(2, NOOP, postgres), commits=commits, name=PG_ROW)]
     )
-    assert "10.0 calls), lock waits included, so their CPU is at most that; with 1.85 of 2" in text
-    assert "a call 83 µs shorter needs about 154 µs less CPU per call (83 x 1.85)" in text
-    assert "removing all of the server's statement time would not reach it." in text
-    # Like parts: the loop, the thread name that grew most, the other threads' rest.
-    assert (
-        "in the PostgreSQL server (90 µs per call, against 20 on the event loops, 30 on `pg`"
-        in text
-    )
-    assert "and -10 on their other threads)" in text
-    # 3.00 ms a commit: 300 µs a call, over 154, but its time is wall time, locks included.
-    text = submit_account([_row(split=split, commits=_commits(0.3, 1, 11, False), name=PG_ROW)])
-    assert "could reach it only if it were all CPU." in text
-    # SQLite's commits are the writer's whole commit: no such sentence.
-    text = submit_account([_row(split=split, commits=_commits(0.3, 1, 11, True), name=PG_ROW)])
-    assert "less CPU per call" not in text
+    # Printed in every run where the round ran, adding up to the printed total.
+    assert "the server's execution took 60 µs of wall time per call (lock waits included):" in text
+    assert "`INSERT INTO effector_keys (entity_key, pending) VALUES ($)` 20; `INSERT INTO" in text
+    assert "VALUES ($)` 18; `COMMIT` 10; `BEGIN` 2; every other statement 10." in text
+    # 150 + 90 + 130 = 370 µs a call against 2 x 167: at least 36 µs of CPU to lose.
+    assert "370 µs (150 in the effectors, 90 in the PostgreSQL server and 130 in the" in text
+    assert "must drop by at least 36 µs per call (370 less 2 x 167" in text
+    assert "it was 260 µs per call more: +20 on the event loops, +30 on `pg`, -30 on" in text
+    assert "`event_engine`, +20 on the rest of the threads," in text
+    assert "+90 in the PostgreSQL server, +130 in the client." in text
+    assert "not counting pending intents on the key row, which every Submit upserts" in text
+    assert "at most 20 µs (the key rows' upsert, of the server's 60 µs of statements)" in text
+    # The loops' 20, `pg`'s 30 and the key rows' upsert's 20: none reaches 36 alone.
+    assert "None reaches the 36 µs even removed entirely (together at most 70)" in text
+    # Without the split the statements are printed all the same.
+    assert "took 60 µs of wall time per call" in submit_account([_row(commits=commits)])
 
 
 def test_a_noisy_split_round_is_said_as_measured() -> None:
@@ -298,8 +329,10 @@ def test_a_noisy_split_round_is_said_as_measured() -> None:
     assert "(in wall time a call took 20 µs shorter in that round)" in text
     # By thread name, the largest changes first, whichever their sign.
     assert "(by thread name: +50 on `sqlite`, -30 on `event_engine`, +10 on the rest)" in text
-    assert "the next change is cutting what Submit runs on the loop" not in text
-    assert "running or waiting for a core 90% of the split round but used -10 µs of CPU" in text
+    assert "the next change is Submit's work on the loop" not in text
+    assert (
+        "removing all of the loop's extra, -10 µs, would not cover the 83 µs even if it did" in text
+    )
     # A ratio that two decimals would round onto the target is shown with three.
     close = Pairs((10_000.0,) * 3, (5_970.0, 6_500.0, 7_000.0))
     assert "were 0.597-0.70x the no-op gRPC server's" in submit_account([_row(close)])

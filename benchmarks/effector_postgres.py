@@ -1,0 +1,166 @@
+"""Benchmark 6's "what is left" for PostgreSQL's sustained rate: CPU, and the statements.
+
+The changes named for PostgreSQL are sized by the server's time by statement
+(:mod:`benchmarks.pg_statements`), an upper bound whose waits this module sets apart.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from benchmarks.effector_findings import IntentCost
+
+
+def postgres_remaining(postgres: IntentCost | None, cores: int, target: int) -> str:
+    """Where PostgreSQL's intents went in this run, and the change aimed at its bound."""
+    if postgres is None or postgres.store_server is None or not postgres.effectors.cpu_s:
+        return "PostgreSQL: this run did not measure its split by process, so it is not read here."
+    effectors = postgres.effectors
+    total, budget = sum(postgres.cpu_parts()), round(cores / target * 1e6)
+    cores_busy = postgres.cpu_s / postgres.elapsed_s
+    parts = postgres.cpu_parts()
+    return (
+        f"On PostgreSQL with two replicas the processes used {total} µs of CPU per intent "
+        f"in this run, against the {budget} µs that {target:,}/s on {cores} cores "
+        f"leaves for all of it, and kept {cores_busy:.2f} of {cores} cores busy over the runs "
+        f"(at their {postgres.rate:,.0f} intents/s: their intents over their summed time, not "
+        f"the median run's rate in the table): {cpu_verdict(total, budget)}. The PostgreSQL "
+        f"server used {parts[0]} "
+        f"µs of it, the two effectors {parts[1]} ({postgres.us(effectors.main_thread_s):.0f} on "
+        f"their event loops) and the benchmark's client {parts[2]}. "
+        "(The throwaway cluster runs with fsync off: these are CPU figures, not the disk's.) "
+        + (
+            f"Where the server's time went, {postgres.statements}. "
+            if postgres.statements
+            else "The server's time was not split by statement in this run. "
+        )
+        + "An intent row is inserted, then updated at its claim and at its result, and "
+        "neither update can be heap-only, because the state it changes is in the keys or the "
+        "conditions of the intents' indexes (the schema), so each makes a new row version "
+        "with new entries in every index whose condition the row meets. "
+        + _postgres_next(postgres, total - budget)
+    )
+
+
+def cpu_verdict(total: int, budget: int) -> str:
+    """Whether CPU alone forbids the target: the necessary condition, not a sufficient one."""
+    if total > budget:
+        return (
+            f"CPU alone forbids the target: it must drop by at least {total - budget} µs per "
+            "intent (necessary, not sufficient)"
+        )
+    return "CPU alone does not forbid the target"
+
+
+CLAIM_UPDATE = r"UPDATE effector_intents SET state = [?$], attempts = attempts \+"
+"""The claim's UPDATE of the intent rows (either store's parameter marks)."""
+RESULTS_UPDATE = r"WITH finished \(intent_id"
+"""The UPDATE recording a group of results on the intent rows."""
+ONE_ROW_FEWER = (
+    "keep the running claim on the key row, so a claim writes no intent row (a store schema change)"
+)
+FEWER_ENTRIES = (
+    "take the state out of the by-tool and by-state indexes, so recording a result moves "
+    "fewer index entries"
+)
+POSTGRES_CHANGES = (
+    (
+        r"INSERT INTO effector_keys",
+        "stop counting pending intents on the key row, which every Submit upserts and every "
+        "result updates, so concurrent Submits and results of a key wait on one row",
+    ),
+    (CLAIM_UPDATE, ONE_ROW_FEWER),
+    (RESULTS_UPDATE, FEWER_ENTRIES),
+)
+"""The statement each named change cuts (a pattern of its start) and the change."""
+
+
+def _postgres_next(postgres: IntentCost, cut: int) -> str:
+    """The changes for PostgreSQL, ordered by the time of the statements they cut, and sized
+    against the ``cut`` of CPU per intent (µs) the target needs."""
+    statements, intents = postgres.statement_times, postgres.intents
+    if not statements:
+        return (
+            "Next for PostgreSQL (not ordered: the statements were not measured): "
+            + "; ".join(change for _, change in POSTGRES_CHANGES)
+            + "."
+        )
+    read = {
+        start: [s.exec_ms for s in statements if re.match(start, s.text)]
+        for start, _ in POSTGRES_CHANGES
+    }
+    spent = {start: round(sum(times) * 1000 / intents) for start, times in read.items()}
+    ordered = sorted(POSTGRES_CHANGES, key=lambda pair: -spent[pair[0]])
+    together = sum(spent.values())
+    text = (
+        "Next for PostgreSQL, ordered by the time of the statement each cuts in this run (its "
+        "whole time, waits included: an upper bound on what the change saves): "
+        + "; ".join(
+            f"{change} ({spent[start]} µs)"
+            if read[start]
+            else f"{change} (its statement is not among the longest read)"
+            for start, change in ordered
+        )
+        + "."
+    )
+    if cut <= 0:
+        return text
+    said = (
+        f" Together those statements took {together} µs per intent, against the {cut} µs of "
+        "CPU per intent the processes must lose to fit the budget above; a statement's time "
+        "is wall time in the server, lock waits included, so the server's CPU a change saves is "
+        "at most that time"
+    )
+    if together < cut:
+        return text + said + ": even their upper bounds together do not reach it."
+    waits = _server_waits(postgres)
+    if waits is None:
+        return (
+            text
+            + said
+            + (
+                ": their upper bounds together reach it, but what each change saves is not "
+                "measured."
+            )
+        )
+    statements_us, server_us = waits
+    waited = statements_us - server_us
+    said += (
+        f". All statements together took {statements_us} µs of wall time per intent in the "
+        f"server, more than its {server_us} µs of CPU, so at least {waited} µs of that was "
+        "waiting (on locks and I/O), in statements this run does not tell apart"
+    )
+    if together - waited < cut:
+        left = (
+            f"the named statements' bound is {together - waited} µs"
+            if together > waited
+            else "the waits could be all of the named statements' time"
+        )
+        return (
+            text
+            + said
+            + (
+                f": with those waits taken off, {left}, which does not reach the cut, so the CPU "
+                "these changes save is not shown to reach it."
+            )
+        )
+    return (
+        text
+        + said
+        + (
+            f": even with those waits taken off ({together - waited} µs) their upper bounds reach "
+            "it, but what each change saves is not measured."
+        )
+    )
+
+
+def _server_waits(postgres: IntentCost) -> tuple[int, int] | None:
+    """The statements' wall µs and the server's CPU µs per intent, if the first is larger."""
+    server = postgres.store_server
+    if server is None or not postgres.statements_total_ms:
+        return None
+    statements_us = round(postgres.us(postgres.statements_total_ms / 1000))
+    server_us = round(postgres.us(server.cpu_s))
+    return (statements_us, server_us) if statements_us > server_us else None
