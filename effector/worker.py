@@ -39,6 +39,11 @@ DEFAULT_TELEMETRY_RETENTION_MS = 7 * 24 * 3_600_000
 """How long stored trace events and error records are kept unless told otherwise."""
 
 
+GAUGE_COUNT_SHARE = 0.02
+"""The most of the time the queue-depth gauge's count may take: after a count that took T,
+the next waits T / this (a backlog of 100,000 intents is counted every few seconds, not each)."""
+
+
 @dataclass(frozen=True, slots=True)
 class WorkerSettings:
     """How the worker paces itself; every duration is in milliseconds."""
@@ -56,7 +61,8 @@ class WorkerSettings:
     poll_interval_ms: int = 100
     """The longest the worker sleeps before looking for work it was not told about."""
     housekeeping_interval_ms: int = 1_000
-    """How often approvals are expired, leases renewed and gauges refreshed."""
+    """How often approvals are expired, leases renewed and gauges refreshed (the gauges less
+    often while counting the intents in flight is slow: see ``GAUGE_COUNT_SHARE``)."""
 
     def __post_init__(self) -> None:
         if self.concurrency < 0:
@@ -118,6 +124,8 @@ class Worker:
         self._outage = StoreOutage()
         self._recorder: GroupCommit[Completion, bool] = GroupCommit(self._record)
         self._loops: list[asyncio.Task[None]] = []
+        self._next_count_ms = 0
+        """When the gauges may next count the intents in flight (see ``GAUGE_COUNT_SHARE``)."""
 
     @property
     def owner(self) -> str:
@@ -396,15 +404,24 @@ class Worker:
                     last_prune = now
                     await self._store.prune(now, settings.result_retention_ms)
                     await self._store.prune_telemetry(now, self._telemetry_retention_ms)
-                counts = await self._store.counts(done=False)
-                self._metrics.queue_depth.set(
-                    counts.pending + counts.running + counts.in_doubt + counts.awaiting_decision
-                )
-                self._metrics.in_doubt.set(counts.in_doubt)
+                await self._refresh_gauges(now)
             except StoreError as exc:
                 wait_s = max(interval_s, self._outage.failed("housekeeping", exc))
             else:
                 self._outage.succeeded("housekeeping")
+
+    async def _refresh_gauges(self, now: int) -> None:
+        """Set the queue-depth and in-doubt gauges, as often as their count's cost allows."""
+        if now < self._next_count_ms:
+            return
+        started = time.perf_counter()
+        counts = await self._store.counts(done=False)
+        took_ms = (time.perf_counter() - started) * 1_000
+        self._next_count_ms = now + int(took_ms / GAUGE_COUNT_SHARE)
+        self._metrics.queue_depth.set(
+            counts.pending + counts.running + counts.in_doubt + counts.awaiting_decision
+        )
+        self._metrics.in_doubt.set(counts.in_doubt)
 
     async def _renew(self, now: int) -> None:
         claims = list(self._claims.values())
