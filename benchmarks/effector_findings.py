@@ -117,7 +117,8 @@ class IntentCost:
             + top_name(used)
             + f" and {rest} on the rest"
             + (
-                f", {self.us(used.system_s):.0f} of it in the kernel"
+                f"; of the effectors' {effectors_us} µs, {self.us(used.system_s):.0f} were in "
+                "the kernel (every thread's)"
                 if kernel_known(used.system_s)
                 else ""
             )
@@ -152,13 +153,17 @@ def top_name(used: Usage) -> str:
 
 def remaining(sqlite: IntentCost | None, postgres: IntentCost | None) -> str:
     """The "what is left" text, with this run's split for SQLite, then for PostgreSQL."""
-    return f"{_sqlite_remaining(sqlite)}\n\n{postgres_remaining(postgres, CORES, TARGET_PER_S)}"
+    shares = sqlite.loop if sqlite is not None else ()
+    return (
+        f"{_sqlite_remaining(sqlite)}\n\n"
+        f"{postgres_remaining(postgres, CORES, TARGET_PER_S, shares)}"
+    )
 
 
 def _sqlite_remaining(sqlite: IntentCost | None) -> str:
     """The SQLite part of the "what is left" text, with this run's split."""
     measured = sqlite is not None and bool(sqlite.effectors.cpu_s)
-    main_us = sqlite.us(sqlite.effectors.main_thread_s) if sqlite and measured else 0.0
+    main_us = sqlite.thread_parts()[0] if sqlite and measured else 0
     loop, loop_bound = loop_next(sqlite.loop if sqlite and measured else (), main_us)
     return (
         f"{_split(sqlite)}{_writer_split(sqlite)} {SQLITE_SCHEMA} {loop}{VALIDATION_TIMED} "
@@ -231,8 +236,9 @@ def _writer_next(sqlite: IntentCost | None) -> str:
         "not measured"
     )
     return text + (
-        f", against the {cut} µs of wall time per intent the sustained runs must lose ({took} "
-        f"at their {sqlite.rate:,.0f} intents/s, {allowed} at {TARGET_PER_S:,}/s): {verdict}; "
+        f", against the {cut} µs of wall time per intent the table's sustained runs must lose "
+        f"({took} at their {sqlite.rate:,.0f} intents/s, {allowed} at {TARGET_PER_S:,}/s): "
+        f"{verdict}; "
         "and the writer's time comes off the wall time only where the event loop is not running "
         "meanwhile (below)."
     )
@@ -278,7 +284,8 @@ def _outlook(sqlite: IntentCost | None, loop_bound: float) -> str:
     took, allowed = round(sqlite.wall_us), round(1e6 / TARGET_PER_S)
     text = (
         f"The main thread and the writer used {main + writer} µs of CPU per intent together "
-        f"in the sustained runs, against {took} µs of wall time per intent; as they can run at "
+        f"in the table's sustained runs, against {took} µs of wall time per intent; as they can "
+        "run at "
         "once, that sum does not bound the wall time from below: the time at least one of them "
         "runs does. "
     )
@@ -295,7 +302,8 @@ def _outlook(sqlite: IntentCost | None, loop_bound: float) -> str:
     running = round(either / 100 * sampled)
     neither = sampled - running
     text += (
-        f"In the sampled run above, at least one of them was running (or ready to run) in "
+        f"In the sampled run above (the run that timed the statements, not one of the table's), "
+        "at least one of them was running (or ready to run) in "
         f"{either}% of the samples ({first}% and {second}%, less the {both}% both at once): "
         f"about {running} µs of that run's {sampled} µs of wall time per intent, neither in the "
         f"other {neither}. "
@@ -310,15 +318,15 @@ def _outlook(sqlite: IntentCost | None, loop_bound: float) -> str:
             + _side_measurements(sqlite)
         )
     text += (
-        f"At {TARGET_PER_S:,}/s an intent has {allowed} µs, so the time at least one of "
-        f"them runs must shrink by at least {running - allowed} µs per intent, and by "
+        f"At {TARGET_PER_S:,}/s an intent has {allowed} µs, so in the sampled run the time at "
+        f"least one of them runs must shrink by at least {running - allowed} µs per intent, and by "
         f"{sampled - allowed} if the {neither} µs when neither ran stays. "
     )
     return (
         text
         + _side_measurements(sqlite)
         + " "
-        + _bottom_line(_writer_bound(timed), loop_bound, running - allowed, sampled - allowed)
+        + _bottom_line(_writer_bound(timed), loop_bound, (running, sampled, allowed))
     )
 
 
@@ -347,14 +355,18 @@ def _neither(writer: WriterSplit, neither: int) -> str:
     )
 
 
-def _bottom_line(writer: float, loop: float, cut: int, cut_all: int) -> str:
-    """Whether the named changes' upper bounds together reach the cut of the running time."""
+def _bottom_line(writer: float, loop: float, sampled: tuple[int, int, int]) -> str:
+    """Whether the named changes' upper bounds together reach the cut of the running time;
+    ``sampled`` is the sampled run's µs per intent with a thread running, in all, and allowed."""
+    running, wall, allowed = sampled
+    cut, cut_all = running - allowed, wall - allowed
     together = round(writer + loop, 1)
     text = (
         f"Bottom line for SQLite: the named changes' upper bounds, the writer's {writer:.1f} µs "
         f"of wall time per intent and the loop's ~{loop:.1f} µs of CPU, add up to {together:.1f} "
-        f"µs, against the {cut} µs the running time must lose ({cut_all} if the time when "
-        "neither ran stays): "
+        f"µs, against the {cut} µs the sampled run's running time must lose ({running} - "
+        f"{allowed}; {cut_all} if the time when neither ran stays: {wall} - {allowed}, its wall "
+        "time per intent): "
     )
     if together < cut:
         return text + f"no change this run identifies reaches {TARGET_PER_S:,}/s."

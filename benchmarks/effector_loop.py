@@ -97,6 +97,23 @@ def shares_line(shares: tuple[PartShare, ...]) -> str:
     )
 
 
+def sized_parts(shares: tuple[PartShare, ...], loop_us: float) -> list[tuple[PartShare, float]]:
+    """The parts with a change, largest first, each with its share of ``loop_us`` rounded as
+    printed (to 0.1 µs), so that their printed sum is the sum of the printed parts."""
+    named = sorted((share for share in shares if share.part.change), key=lambda s: -s.share)
+    return [(share, round(share.share * loop_us, 1)) for share in named]
+
+
+def named_bound(shares: tuple[PartShare, ...], loop_us: float) -> float:
+    """The parts with a change, removed entirely: µs per intent of ``loop_us``, as printed."""
+    return round(sum(us for _, us in sized_parts(shares, loop_us)), 1)
+
+
+def named_share(shares: tuple[PartShare, ...]) -> float:
+    """The parts with a change, together, as a share of the loop's busy time."""
+    return sum(share.share for share in shares if share.part.change)
+
+
 def loop_next(shares: tuple[PartShare, ...], loop_us: float) -> tuple[str, float]:
     """The loop's account for "what is left", and the named changes' upper bound in µs."""
     if not shares:
@@ -109,8 +126,7 @@ def loop_next(shares: tuple[PartShare, ...], loop_us: float) -> tuple[str, float
     def sized(share: PartShare) -> str:
         return f"{share.part.name} {share.share:.0%} (~{share.share * loop_us:.1f} µs)"
 
-    named = [share for share in shares if share.part.change]
-    bound = sum(share.share for share in named) * loop_us
+    bound = named_bound(shares, loop_us)
     text = (
         f"Where the event loop's {loop_us:.0f} µs of CPU per intent went, by this run's profile "
         "(details; each part's share of the main thread's busy time under cProfile, times the "
@@ -120,8 +136,7 @@ def loop_next(shares: tuple[PartShare, ...], loop_us: float) -> tuple[str, float
         + ". Next, for the loop (none measured yet), the parts of the worker's path with a change, "
         "largest first, each bounded by removing the part entirely: "
         + "; ".join(
-            f"{sized(share)}: {share.part.change}"
-            for share in sorted(named, key=lambda share: -share.share)
+            f"{sized(share)}: {share.part.change}" for share, _ in sized_parts(shares, loop_us)
         )
         + f"; together at most ~{bound:.1f} µs of the loop's CPU per intent. "
     )

@@ -9,12 +9,17 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from benchmarks.effector_loop import PartShare, named_share
+
 if TYPE_CHECKING:
     from benchmarks.effector_findings import IntentCost
 
 
-def postgres_remaining(postgres: IntentCost | None, cores: int, target: int) -> str:
-    """Where PostgreSQL's intents went in this run, and the change aimed at its bound."""
+def postgres_remaining(
+    postgres: IntentCost | None, cores: int, target: int, loop: tuple[PartShare, ...] = ()
+) -> str:
+    """Where PostgreSQL's intents went in this run, and the changes aimed at its bound; ``loop``
+    is the SQLite run's profile of its event loop, which sizes the loop changes here too."""
     if postgres is None or postgres.store_server is None or not postgres.effectors.cpu_s:
         return "PostgreSQL: this run did not measure its split by process, so it is not read here."
     effectors = postgres.effectors
@@ -40,7 +45,7 @@ def postgres_remaining(postgres: IntentCost | None, cores: int, target: int) -> 
         "neither update can be heap-only, because the state it changes is in the keys or the "
         "conditions of the intents' indexes (the schema), so each makes a new row version "
         "with new entries in every index whose condition the row meets. "
-        + _postgres_next(postgres, total - budget)
+        + _postgres_next(postgres, total - budget, loop)
     )
 
 
@@ -77,9 +82,10 @@ POSTGRES_CHANGES = (
 """The statement each named change cuts (a pattern of its start) and the change."""
 
 
-def _postgres_next(postgres: IntentCost, cut: int) -> str:
+def _postgres_next(postgres: IntentCost, cut: int, loop: tuple[PartShare, ...]) -> str:
     """The changes for PostgreSQL, ordered by the time of the statements they cut, and sized
-    against the ``cut`` of CPU per intent (µs) the target needs."""
+    (with the loop changes, if ``loop`` sizes them) against the ``cut`` of CPU per intent (µs)
+    the target needs."""
     statements, intents = postgres.statement_times, postgres.intents
     if not statements:
         return (
@@ -107,52 +113,83 @@ def _postgres_next(postgres: IntentCost, cut: int) -> str:
     )
     if cut <= 0:
         return text
-    said = (
+    text += (
         f" Together those statements took {together} µs per intent, against the {cut} µs of "
-        "CPU per intent the processes must lose to fit the budget above; a statement's time "
-        "is wall time in the server, lock waits included, so the server's CPU a change saves is "
-        "at most that time"
+        "CPU per intent the processes must lose to fit the budget above; a statement's time is "
+        "wall time in the server, lock waits included, so the server's CPU a change saves is at "
+        "most that time"
     )
-    if together < cut:
-        return text + said + ": even their upper bounds together do not reach it."
+    least = None
     waits = _server_waits(postgres)
-    if waits is None:
-        return (
-            text
-            + said
+    if waits is not None:
+        statements_us, server_us = waits
+        waited = statements_us - server_us
+        least = max(together - waited, 0)
+        text += (
+            f". All statements together took {statements_us} µs of wall time per intent in the "
+            f"server, more than its {server_us} µs of CPU, so at least {waited} µs of that was "
+            "waiting (on locks and I/O), in statements this run does not tell apart: the named "
+            f"statements hold at most {together} µs of the server's CPU per intent and at least "
             + (
-                ": their upper bounds together reach it, but what each change saves is not "
-                "measured."
+                f"{least} ({together} - {waited}: all of that waiting in them, if the server's "
+                "CPU all went to its statements)"
+                if least
+                else "none (that waiting could be all of their time)"
             )
         )
-    statements_us, server_us = waits
-    waited = statements_us - server_us
-    said += (
-        f". All statements together took {statements_us} µs of wall time per intent in the "
-        f"server, more than its {server_us} µs of CPU, so at least {waited} µs of that was "
-        "waiting (on locks and I/O), in statements this run does not tell apart"
+    text += f"; removed entirely, against the {cut} µs: {_reach(least, together, cut)}. "
+    sentence, loop_us = _loop_estimate(postgres, loop)
+    if not loop_us:
+        return text + sentence + "."
+    most = round(together + loop_us, 1)
+    return text + (
+        f"{sentence}. With that estimate, the parts named here and for the loop, removed "
+        "entirely, would save "
+        + (f"between {least + loop_us:.1f} and " if least is not None else "at most ")
+        + f"{most:.1f} µs of CPU per intent, against the {cut} µs: "
+        f"{_reach(None if least is None else least + loop_us, most, cut, ESTIMATED)}."
     )
-    if together - waited < cut:
-        left = (
-            f"the named statements' bound is {together - waited} µs"
-            if together > waited
-            else "the waits could be all of the named statements' time"
-        )
+
+
+ESTIMATED = ", the loop's share by its estimate"
+"""The caveat of a sizing that includes the loop's estimate."""
+
+
+def _reach(least: float | None, most: float, cut: int, caveat: str = "") -> str:
+    """Whether changes that would save between ``least`` (None: unknown) and ``most`` µs per
+    intent, removed entirely, reach the ``cut`` (a necessary cut, not a sufficient one)."""
+    if most < cut:
+        return "even the most does not reach it"
+    if least is None:
+        return "the most reaches it, but how much of that time is CPU is not measured"
+    if least >= cut:
         return (
-            text
-            + said
-            + (
-                f": with those waits taken off, {left}, which does not reach the cut, so the CPU "
-                "these changes save is not shown to reach it."
-            )
+            f"even the least reaches it, but only if each change removes its part entirely{caveat}"
+            " (what each saves is not measured), and reaching it is necessary for the target, "
+            "not sufficient"
         )
+    return "the cut lies inside that range, so this run cannot decide whether they reach it"
+
+
+def _loop_estimate(postgres: IntentCost, shares: tuple[PartShare, ...]) -> tuple[str, float]:
+    """The loop changes named for SQLite, sized for PostgreSQL's effectors by the SQLite run's
+    profile shares (an estimate), as a sentence and µs per intent (0 if not sized)."""
+    if not shares:
+        return (
+            "The event-loop changes named for SQLite (above) run in the same code here but are "
+            "not sized for PostgreSQL: this run did not profile the loop",
+            0.0,
+        )
+    loop_us = round(postgres.us(postgres.effectors.main_thread_s))
+    share = named_share(shares)
+    estimate = round(share * loop_us, 1)
     return (
-        text
-        + said
-        + (
-            f": even with those waits taken off ({together - waited} µs) their upper bounds reach "
-            "it, but what each change saves is not measured."
-        )
+        "The event-loop changes named for SQLite (above) run in the same code here: their parts' "
+        f"share of the SQLite run's loop time in its profile, {share:.1%}, applied to the "
+        f"PostgreSQL effectors' {loop_us} µs of event-loop CPU per intent measured here, sizes "
+        f"them at ~{estimate:.1f} µs (an estimate: this run did not profile PostgreSQL's loop, "
+        "whose work around the store differs)",
+        estimate,
     )
 
 

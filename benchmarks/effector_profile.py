@@ -142,12 +142,16 @@ def profile_with_shares(quick: bool) -> tuple[ProfileOutput, tuple[PartShare, ..
 def _store_findings(stats: pstats.Stats, busy_s: float, intents: int) -> list[str]:
     _, statements = cumulative(stats, "~", _SQLITE_EXECUTE)
     transactions_s, _ = cumulative(stats, *_TRANSACTION)
-    named_s = sum(cumulative(stats, spot.path, spot.function)[0] for spot in STORE_HOTSPOTS[1:])
+    # In whole percent as printed, so that the rest is the printed total less the printed parts.
+    named = sum(
+        round(100 * cumulative(stats, spot.path, spot.function)[0] / busy_s)
+        for spot in STORE_HOTSPOTS[1:]
+    )
     return [
         f"`sqlite3.Connection.execute` was called {statements:,} times, "
         f"{statements / intents:.2f} per intent.",
         *findings(stats, STORE_HOTSPOTS, busy_s=busy_s, unit="intent", units=intents),
-        f"The rest of `_in_transaction`, {(transactions_s - named_s) / busy_s:.0%}: BEGIN and "
-        "COMMIT (each COMMIT an fsync, with `synchronous=FULL`) and the housekeeping "
+        f"The rest of `_in_transaction`, {round(100 * transactions_s / busy_s) - named}%: BEGIN "
+        "and COMMIT (each COMMIT an fsync, with `synchronous=FULL`) and the housekeeping "
         "transactions.",
     ]

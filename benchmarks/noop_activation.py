@@ -150,12 +150,14 @@ def run(quick: bool) -> BenchmarkResult:
             )
         if "source" in us:
             source = us["source"]
-            floor_net = [us["floor"] - source, us["model floor"] - source]
+            source = round(source, 1)
+            net = {name: round(us[name], 1) - source for name in us if name != "source"}
+            floor_net = [net["floor"], net["model floor"]]
             details.append(
                 f"{keys:,} keys, {count:,} events: the source alone costs {source:.1f} "
-                f"µs/element; net of it the no-op activation costs {us['ours'] - source:.1f} µs "
+                f"µs/element; net of it the no-op activation costs {net['ours']:.1f} µs "
                 f"against its floor's {floor_net[0]:.1f}, the model-call activation "
-                f"{us['model'] - source:.1f} against its floor's {floor_net[1]:.1f}."
+                f"{net['model']:.1f} against its floor's {floor_net[1]:.1f}."
             )
     parameters, note = parameters_cost(quick)
     details.append(note)
@@ -220,15 +222,17 @@ def _remaining(
     parts, bounds, changes = [], [], []
     for figure, split, ranking in zip(figures[:2], splits, rankings, strict=True):
         assert figure.target is not None and figure.floor
-        gap = figure.ours - figure.floor
+        ours, floor = round(figure.ours, 1), round(figure.floor, 1)
+        gap = ours - floor
         rest = split.rest(gap)
         parts.append(
-            f"the {figure.name} is {gap:.1f} µs above its floor: {span(split.code)} µs of our "
+            f"the {figure.name} ({ours:.1f} µs/element against its floor's {floor:.1f}) is "
+            f"{gap:.1f} µs above its floor: {span(split.code)} µs of our "
             f"code as it runs in the pipeline (beyond the floor's own), "
             f"{span(split.state, sign='+')} of Beam's state calls beyond the floor's, and "
             f"{span(rest)} of the rest{rest_note(rest, parameters, ROUNDS)}"
         )
-        needed = figure.ours - figure.target.bound * figure.floor
+        needed = ours - figure.target.bound * floor
         if needed > 0:
             changes.append(f"for the {figure.name}, {next_changes(ranking)}")
             bounds.append(bound(figure, split, ranking, needed, parameters))
@@ -258,11 +262,13 @@ def _more_keys(figures: list[Figure]) -> str:
     few, many = figures[1], figures[2]
     assert few.floor is not None and many.floor is not None
     fewer, more = few.name.split(", ")[-1], many.name.split(", ")[-1]
+    ours, floor = round(many.ours, 1), round(many.floor, 1)
     return (
-        f"At {more} the floor itself costs {many.floor:.0f} µs/element against "
-        f"{few.floor:.0f} at {fewer} (Beam weighs each key's state in its cache, for ours and "
-        f"the floor alike), which dilutes the ratio: ours is {many.ours - many.floor:.0f} µs "
-        f"above the floor there, against {few.ours - few.floor:.0f} at {fewer}."
+        f"At {more} the floor itself costs {floor:.1f} µs/element against "
+        f"{few.floor:.1f} at {fewer} (Beam weighs each key's state in its cache, for ours and "
+        f"the floor alike), which dilutes the ratio: ours is {ours - floor:.1f} µs above the "
+        f"floor there ({ours:.1f} against {floor:.1f}), against "
+        f"{round(few.ours, 1) - round(few.floor, 1):.1f} at {fewer}."
     )
 
 

@@ -1,7 +1,7 @@
 """Benchmark 1's "What is left" sentences on what a missed row must lose, and where from.
 
 Pure text from this run's figures: the split of a row's gap, the binding's estimate and the
-ranking of our code. Every sum printed is the sum of the figures printed beside it.
+ranking of our code. Every sum or difference printed is taken between the figures as printed.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ SAME = 1.1
 LISTED = 3
 """Parts past the named ones listed by name; the smaller ones are added up."""
 OUT_OF_REACH = "The target is out of reach of every change this run identifies"
+NOT_SHOWN = "No change this run identifies is shown to reach the target"
 CACHE_MOVE = "8585647"
 """The commit recording the side measurement of removing one state parameter."""
 
@@ -34,30 +35,33 @@ def rest_note(rest: list[float], parameters: Parameters, row_rounds: int) -> str
     """A note setting the rest against Beam's binding of the parameters it holds.
 
     Below the binding the two disagree; wholly above it, what exceeds the binding is not
-    attributed; a rest spanning it is given as its distance from the estimate.
+    attributed; a rest spanning it is given as its distance from the estimate. Every
+    difference is taken between the figures as shown (to 0.1 µs).
     """
-    binding = parameters.median
+    rest = [round(value, 1) for value in rest]
+    binding = round(parameters.median, 1)
+    rounds = [round(value, 1) for value in parameters.rounds]
     row = "one round" if row_rounds == 1 else f"the best of {rounds_of(row_rounds)}"
     unmeasured = f"the row's gap is {row}, so its own spread is not measured"
     estimate = (
         f"Beam's binding of the parameters, estimated at {binding:.1f} "
-        f"({span(parameters.rounds, sign='+')} round by round)"
+        f"({span(rounds, sign='+')} round by round)"
     )
     apart = "Beam handing over the element and our outputs is not measured apart"
-    beyond = [value - binding for value in rest]
+    beyond = [round(value - binding, 1) for value in rest]
     if min(rest) < binding <= max(rest):
         return (
             f" (it holds {estimate}: the rest is {span(beyond, sign='+')} µs from that estimate; "
             f"{apart})"
         )
-    if min(rest) >= binding and max(parameters.rounds) <= 0:
+    if min(rest) >= binding and max(rounds) <= 0:
         return (
-            f" (Beam's binding of the parameters measured {span(parameters.rounds, sign='+')} "
+            f" (Beam's binding of the parameters measured {span(rounds, sign='+')} "
             f"µs/element round by round, nothing measurable, so none of the rest is attributed: "
             f"{apart}, and {unmeasured}; it is unexplained by this run)"
         )
     if min(rest) >= binding:
-        against = [min(rest) - max(parameters.rounds), max(rest) - min(parameters.rounds)]
+        against = [round(min(rest) - max(rounds), 1), round(max(rest) - min(rounds), 1)]
         return (
             f" (it holds {estimate}; {span(beyond, sign='+')} µs of the rest is beyond that "
             f"estimate, {span(against, sign='+')} against the binding's rounds, and is not "
@@ -68,7 +72,7 @@ def rest_note(rest: list[float], parameters: Parameters, row_rounds: int) -> str
         f" ({where}below {estimate}, which it holds: the two disagree by "
         f"{binding - max(rest):.1f} µs or more"
     )
-    if max(rest) >= min(parameters.rounds):
+    if max(rest) >= min(rounds):
         return f"{head}, within the spread of the binding's own rounds)"
     return (
         f"{head}, beyond the spread of the binding's own rounds; {unmeasured}, and this run "
@@ -123,6 +127,42 @@ def _and(items: list[str]) -> str:
     return ", ".join(items[:-1]) + (" and " if len(items) > 1 else "") + items[-1]
 
 
+def reach(ranking: Ranking, costs: list[PartCost], own: float, parameters: Parameters) -> str:
+    """Whether removing the parts of ``costs`` with a change proposed could cut ``own`` µs.
+
+    The largest first: how many removed entirely fall short, and the share of the fewest that
+    could reach it. This run measures no change's effect, so none is shown to reach it.
+    """
+    proposed = sorted(
+        (shown(ranking, cost.us) for cost in costs if cost.part.proposed), reverse=True
+    )
+    sums = [round(sum(proposed[:count]), 1) for count in range(1, len(proposed) + 1)]
+    beam = beam_side(parameters)
+    if not sums or sums[-1] < own:
+        return (
+            f"the {len(sums)} part{'' if len(sums) == 1 else 's'} with a change proposed, "
+            f"~{sums[-1] if sums else 0.0:.1f} µs together, would not reach the {own:.1f} µs "
+            f"needed even removed entirely; {beam}. {OUT_OF_REACH}"
+        )
+    fewest = next(count for count, total in enumerate(sums, 1) if total >= own)
+    kind = "" if len(sums) == len(costs) else " with a change proposed"
+    if fewest == 1:
+        text = (
+            f"removing the largest part{kind} entirely, ~{sums[0]:.1f} µs, would reach the "
+            f"{own:.1f} µs needed; it needs that part cut by {own / sums[0]:.0%}"
+        )
+    else:
+        largest = f"the largest part{kind}" if fewest == 2 else f"the {fewest - 1} largest parts"
+        text = (
+            f"removing {largest} entirely, ~{sums[fewest - 2]:.1f} µs, would not reach the "
+            f"{own:.1f} µs needed; it needs the {fewest} largest cut by "
+            f"{own / sums[fewest - 1]:.0%} on average"
+        )
+    if fewest < len(sums):
+        text += f", or all {len(sums)} by {own / sums[-1]:.0%}"
+    return f"{text}, and what any change removes is not measured by this run; {beam}. {NOT_SHOWN}"
+
+
 def _outside(ranking: Ranking, own: float, outside: float, parameters: Parameters) -> str:
     """When the named parts removed entirely fall short of ``own``: what else there is."""
     named = named_us(ranking)
@@ -148,20 +188,16 @@ def _outside(ranking: Ranking, own: float, outside: float, parameters: Parameter
                 "pipeline's figure at that pace, these the profile's)"
             )
     proposed = [cost for cost in others if cost.part.proposed]
-    total = round(named + shown_sum(ranking, proposed), 1)
+    costs = named_parts(ranking) + proposed
+    beam = beam_side(parameters)
     if not proposed:
-        reach = "No other part of ours has a change proposed"
-    else:
-        which = _and([cost.part.label for cost in proposed])
-        reach = f"With {which} added, the parts with a change proposed take {total:.1f} µs"
+        return f"{text}. No other part of ours has a change proposed; {beam}. {OUT_OF_REACH}"
+    total = shown_sum(ranking, (cost for cost in costs if cost.part.proposed))
+    which = _and([cost.part.label for cost in proposed])
+    text += f". With {which} added, the parts with a change proposed take {total:.1f} µs"
     if total < own:
-        if proposed:
-            reach += ": removed entirely they would not reach it either"
-        return f"{text}. {reach}; {beam_side(parameters)}. {OUT_OF_REACH}"
-    return (
-        f"{text}. {reach}: only by removing {own / total:.0%} of that time between them would "
-        f"those changes reach the target; {beam_side(parameters)}"
-    )
+        return f"{text}: removed entirely they would not reach it either; {beam}. {OUT_OF_REACH}"
+    return f"{text}: {reach(ranking, costs, own, parameters)}"
 
 
 def bound(
@@ -198,10 +234,10 @@ def bound(
         f"figures added up{aside})"
     )
     if named >= own:
-        cover = (
-            f"{taken}, so the changes would have to remove {own / named:.0%} of those parts' "
-            "time between them: that share of each part, were all cut alike"
-        )
+        costs = named_parts(ranking)
+        if shown_sum(ranking, (cost for cost in costs if cost.part.proposed)) < own:
+            costs += [cost for cost in other_parts(ranking) if cost.part.proposed]
+        cover = f"{taken}: {reach(ranking, costs, own, parameters)}"
     else:
         outside = round(code / slower, 1)
         cover = f"{taken}: {_outside(ranking, own, outside, parameters)}"
@@ -213,11 +249,11 @@ def bound(
 
 def parameters_text(no_op: Figure, parameters: Parameters) -> str:
     """What fewer ``process`` parameters would save by this run's figures, and what is done."""
-    gap = no_op.ours - (no_op.floor or 0.0)
+    gap = round(no_op.ours, 1) - round(no_op.floor or 0.0, 1)
     measured = parameters_estimate(gap, parameters)
     if gap > 0 and parameters.median > 0:
         floor = no_op.floor or 1.0
-        without = (no_op.ours - parameters.median) / floor
+        without = (round(no_op.ours, 1) - round(parameters.median, 1)) / round(floor, 1)
         measured += (
             f" By the estimate the no-op would be at about {without:.2f}x without them "
             f"({span(parameters.without(no_op.ours, floor), 2)}x by the rounds)."

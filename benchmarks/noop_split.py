@@ -79,8 +79,12 @@ class Split:
         return [o.state_us - f.state_us for o, f in zip(self.ours, self.floor, strict=True)]
 
     def rest(self, gap: float) -> list[float]:
-        """What of the row's ``gap`` is outside ``process``, each round."""
-        return [gap - code - state for code, state in zip(self.code, self.state, strict=True)]
+        """What of the row's ``gap`` is outside ``process``, each round, from the figures as
+        the text shows them (to 0.1 µs), so that the printed parts add up to the printed gap."""
+        return [
+            round(round(gap, 1) - round(code, 1) - round(state, 1), 1)
+            for code, state in zip(self.code, self.state, strict=True)
+        ]
 
     @property
     def slower(self) -> list[float]:
@@ -123,6 +127,7 @@ def split_line(name: str, split: Split, keys: int, rounds: int, floor_net: float
     """The detail line for one activation's split."""
     ours, floor = split.ours, split.floor
     timing = ours[0]
+    code = [_less(o.process_us, o.state_us) for o in ours]
     net = (
         f" (in the row the whole floor costs {floor_net:.1f} µs/element above the source alone)"
         if floor_net is not None
@@ -138,7 +143,7 @@ def split_line(name: str, split: Split, keys: int, rounds: int, floor_net: float
         "objects Beam passes wrapped so their calls, a bag's lazy read included, are timed) "
         f"`process` took {span([o.process_us for o in ours])} µs, "
         f"{span([o.state_us for o in ours])} of it in Beam's "
-        f"{timing.state_calls:g} state calls, so our code took {span([o.code_us for o in ours])} "
+        f"{timing.state_calls:g} state calls, so our code took {span(code)} "
         f"({span(split.slower, 2)}x its time without Beam); the floor's `process` took "
         f"{span([f.process_us for f in floor])}{net}, {span([f.state_us for f in floor])} of it "
         f"in its {floor[0].state_calls:g} state calls. These are net of the timing's own cost "
@@ -149,6 +154,11 @@ def split_line(name: str, split: Split, keys: int, rounds: int, floor_net: float
         f"{span([f.timing_us for f in floor])} for the floor; with it left in, our code ran at "
         f"{span(split.slower_timed, 2)}x its time without Beam."
     )
+
+
+def _less(whole: float, part: float) -> float:
+    """``whole`` less ``part`` as the text shows them, to 0.1."""
+    return round(round(whole, 1) - round(part, 1), 1)
 
 
 def _per_call(runs: Sequence[InPipeline]) -> str:
@@ -177,8 +187,9 @@ class Parameters:
         return statistics.median(self.rounds)
 
     def without(self, ours: float, floor: float) -> list[float]:
-        """The ratio ``ours`` over ``floor`` would be without the binding, each round's."""
-        return [(ours - cost) / floor for cost in self.rounds]
+        """The ratio ``ours`` over ``floor`` would be without the binding, each round's, from
+        the figures as the text shows them (to 0.1 µs)."""
+        return [(round(ours, 1) - round(cost, 1)) / round(floor, 1) for cost in self.rounds]
 
 
 def rounds_per_element(
@@ -210,7 +221,7 @@ def parameters_cost(quick: bool) -> tuple[Parameters, str]:
     us = rounds_per_element(keyed_events(count, keys), stages, rounds)
     floor, declared = us["floor"], us["runagent parameters"]
     cost = Parameters(
-        rounds=[d - f for d, f in zip(declared, floor, strict=True)],
+        rounds=[_less(d, f) for d, f in zip(declared, floor, strict=True)],
         keys=keys,
         events=count,
     )
@@ -234,7 +245,9 @@ def parameters_estimate(no_op_gap: float, cost: Parameters) -> str:
             "beyond the floor's, round by round: nothing measurable to save."
         )
     share = (
-        f" ({cost.median / no_op_gap:.0%} of the no-op activation's gap)" if no_op_gap > 0 else ""
+        f" ({round(cost.median, 1) / round(no_op_gap, 1):.0%} of the no-op activation's gap)"
+        if no_op_gap > 0
+        else ""
     )
     return (
         f"Fewer `process` parameters: Beam's binding of the four beyond the floor's is estimated "

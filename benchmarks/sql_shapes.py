@@ -23,3 +23,20 @@ def shape(sql: str, parameter: str) -> str:
 def shortened(text: str, width: int = 70) -> str:
     """``text`` cut to ``width`` characters, an ellipsis marking the cut."""
     return text if len(text) <= width else text[: width - 3] + "..."
+
+
+NOT_SUBMIT = {
+    "SELECT state, COUNT(*) FROM effector_intents WHERE state IN": (
+        "the worker's housekeeping count (once a second per effector; not run by Submit)"
+    ),
+    "SELECT state, COUNT(*) FROM effector_intents GROUP BY state": (
+        "the Status call's count (not run by Submit)"
+    ),
+}
+"""Statement shapes that no Submit runs, by prefix, and where they come from
+(``effector/worker.py`` and ``effector/service.py``, through ``store.counts``)."""
+
+
+def not_submit(text: str) -> str | None:
+    """Where a statement shape no Submit runs comes from; ``None`` for any other shape."""
+    return next((origin for prefix, origin in NOT_SUBMIT.items() if text.startswith(prefix)), None)

@@ -4,8 +4,9 @@ For each such row (missed in every paired round, or in some of them) it says
 what the rounds found (:mod:`benchmarks.paired_rounds`), how long a call took at each side in the
 median round, where the effector's CPU went (:mod:`benchmarks.submit_split`), where a call
 waits (:mod:`benchmarks.group_commits`), what the fsync changed (SQLite), whether the machine's
-CPU alone forbids the target (:mod:`benchmarks.submit_cpu`), and the next change: the named
-changes, each bounded by the part of the CPU it cuts, set against what a call must lose.
+CPU alone forbids the target (:mod:`benchmarks.submit_cpu`), and what is next: the named
+changes, each bounded by the part of the CPU it cuts, set against what a call must lose; with
+no change's saving measured against it, the measurement that would decide.
 """
 
 from __future__ import annotations
@@ -141,7 +142,8 @@ def _without_fsync(row: SubmitRow, relaxed: Pairs, saved: Sequence[float]) -> st
         )
     _, _, cut, worst = worst_round(row)
     share = (
-        f" In the worst round, where a call must take {cut} µs less (below), the fsync's share "
+        f" In the worst round, where a call must take {cut:.1f} µs less (below), the fsync's "
+        "share "
         f"was {range_text([saved[worst]], 'µs')} per call ({range_text(saved, 'µs')} over the "
         "rounds)."
         if min(saved) > 0 and cut > 0
@@ -154,14 +156,19 @@ def _without_fsync(row: SubmitRow, relaxed: Pairs, saved: Sequence[float]) -> st
     )
 
 
-def worst_round(row: SubmitRow) -> tuple[int, int, int, int]:
+def worst_round(row: SubmitRow) -> tuple[float, float, float, int]:
     """The round furthest from the target: the µs a call may take at the target and took
-    there (rounded, as printed), the cut (their difference), and the round's index."""
+    there (to 0.1 µs, as printed), the cut (their difference), and the round's index."""
     bound, pairs = row.target.bound, row.pairs
-    budgets = [round(1e6 / (bound * floor)) for floor in pairs.floor]
-    took = [round(1e6 / ours) for ours in pairs.ours]
+    budgets = [_tenth(1e6 / (bound * floor)) for floor in pairs.floor]
+    took = [_tenth(1e6 / ours) for ours in pairs.ours]
     worst = max(range(len(took)), key=lambda index: took[index] - budgets[index])
-    return budgets[worst], took[worst], took[worst] - budgets[worst], worst
+    return budgets[worst], took[worst], _tenth(took[worst] - budgets[worst]), worst
+
+
+def _tenth(us: float) -> float:
+    """``us`` to the 0.1 µs the text prints, so that printed differences add up."""
+    return round(us, 1)
 
 
 def budget_text(row: SubmitRow) -> str:
@@ -169,20 +176,20 @@ def budget_text(row: SubmitRow) -> str:
     bound, pairs = row.target.bound, row.pairs
     budget, took, cut, worst = worst_round(row)
     text = (
-        f"Next for this row: at {bound:g}x the no-op server's rate a call may take {budget} µs "
-        f"in the worst round, where it took {took}"
+        f"Next for this row: at {bound:g}x the no-op server's rate a call may take {budget:.1f} "
+        f"µs in the worst round, where it took {took:.1f}"
         + (
-            f": to meet it in every round a call must take {cut} µs less"
+            f": to meet it in every round a call must take {cut:.1f} µs less"
             if cut > 0
             else ": every round met it"
         )
     )
     median = pairs.median
     if median != worst:
-        allowed = round(1e6 / (bound * pairs.floor[median]))
-        spent = round(1e6 / pairs.ours[median])
-        text += f" (in the median round it may take {allowed} µs and took {spent}" + (
-            f": {spent - allowed} µs too many)" if spent > allowed else ")"
+        allowed = _tenth(1e6 / (bound * pairs.floor[median]))
+        spent = _tenth(1e6 / pairs.ours[median])
+        text += f" (in the median round it may take {allowed:.1f} µs and took {spent:.1f}" + (
+            f": {spent - allowed:.1f} µs too many)" if spent > allowed else ")"
         )
     return text + "; "
 
@@ -199,41 +206,43 @@ def next_change(row: SubmitRow) -> str:
     budget, _, cut, worst = worst_round(row)
     cpu = need(split, row.target.bound * row.pairs.floor[worst], budget)
     found = changes(split, row.commits)
-    text = text[:-2] + ". " + need_text(cpu, split.replicas == 1, extra_parts(split))
+    apart = 0 if row.commits is None else row.commits.apart_us
+    text = text[:-2] + ". " + need_text(cpu, split.replicas == 1, extra_parts(split), apart)
     if cpu.cut > 0:
         return (
             text
             + bounds_text(found, cpu.cut, "of CPU per call")
             + _cpu_verdict(found, cpu.cut)
-            + f" That is necessary, not sufficient: a call must also take {cut} µs less. "
-            + _wall_verdict(split, found, cut, wait)
+            + f" That is necessary, not sufficient: a call must also take {cut:.1f} µs less. "
+            + _wall_verdict(split, found, cut)
         )
     return (
         text
         + bounds_text(found, cut, "of wall time a call must lose")
-        + _wall_verdict(split, found, cut, wait)
+        + _wall_verdict(split, found, cut)
     )
 
 
-def _cpu_verdict(found: list[Change], cut: int) -> str:
+def _cpu_verdict(found: list[Change], cut: float) -> str:
     """The change whose part could cover the CPU cut, the largest first, or that none does."""
     reach = [change for change in found if change.bound >= cut]
     if reach:
         first = reach[0]
         return (
-            f"Next: {first.short}, which must remove at least {cut} of its {first.bound} µs per "
-            f"call ({cut / first.bound:.0%}) to lift the CPU bound alone; what it saves is not "
+            f"Next: {first.short}, which must remove at least {cut:.1f} of its {first.bound} µs "
+            f"per call ({cut / first.bound:.0%}) to lift the CPU bound alone; what it saves is not "
             "measured in this run."
         )
     together = sum(max(change.bound, 0) for change in found)
     return (
-        f"None reaches the {cut} µs even removed entirely (together at most {together}): no "
+        f"None reaches the {cut:.1f} µs even removed entirely (together at most {together}): no "
         "change this run identifies reaches the target."
     )
 
 
-def _wall_verdict(split: SubmitSplit, found: list[Change], cut: int, wait: Wait | None) -> str:
-    """Whether removing the loop's extra CPU could cover the wall-time cut, and what is next."""
+def _wall_verdict(split: SubmitSplit, found: list[Change], cut: float) -> str:
+    """Whether removing the loop's extra CPU could cover the wall-time cut; what to measure
+    next, as no change this run names has its saving measured against the cut."""
     loop = next(change for change in found if change.short == LOOP_SHORT)
     occupied = ""
     if split.queued is not None:
@@ -247,17 +256,12 @@ def _wall_verdict(split: SubmitSplit, found: list[Change], cut: int, wait: Wait 
         "Cutting a thread's CPU shortens a call as much only if a call's time falls one for one "
         f"with that thread's CPU{occupied}: removing all of the loop's extra, {loop.bound} µs, "
         + (
-            f"would cover the {cut} µs only if it did, and a change on the loop must remove at "
-            f"least {cut} of it ({cut / loop.bound:.0%})"
+            f"would cover the {cut:.1f} µs only if it did, and a change on the loop must remove "
+            f"at least {cut:.1f} of it ({cut / loop.bound:.0%})"
             if reaches
-            else f"would not cover the {cut} µs even if it did ({cut - loop.bound} short)"
+            else f"would not cover the {cut:.1f} µs even if it did ({cut - loop.bound:.1f} short)"
         )
     )
-    if reaches and wait is Wait.OUTSIDE:
-        return (
-            text + "; a call waits mostly outside the store's commits (above), where the "
-            "writer's statements run, so the next change is Submit's work on the loop (above)."
-        )
     return text + "; no change this run identifies is shown to reach it, so " + MEASURE + DECIDES
 
 

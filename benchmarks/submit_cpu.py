@@ -26,8 +26,8 @@ class Need:
     client: int
     rate: float
     """Calls/s the target needs in the worst round."""
-    budget: int
-    """µs a call may take at that rate (as printed)."""
+    budget: float
+    """µs a call may take at that rate (to 0.1 µs, as printed)."""
 
     @property
     def total(self) -> int:
@@ -39,9 +39,14 @@ class Need:
         return self.total / self.budget
 
     @property
-    def cut(self) -> int:
+    def cut(self) -> float:
         """µs of CPU per call beyond what the cores give a call at ``rate`` (<= 0: none)."""
-        return self.total - CORES * self.budget
+        return round(self.total - CORES * self.budget, 1)
+
+    @property
+    def margin(self) -> float:
+        """The share of the cores left over at ``rate``, from ``needed`` as printed."""
+        return (CORES - round(self.needed, 2)) / CORES
 
 
 @dataclass(frozen=True)
@@ -55,7 +60,7 @@ class Change:
     """The change in a few words, once ``what`` has been said."""
 
 
-def need(split: SubmitSplit, rate: float, budget: int) -> Need:
+def need(split: SubmitSplit, rate: float, budget: float) -> Need:
     """The split round's CPU per call, rounded as :func:`benchmarks.submit_split.split_text`
     prints it, at the worst round's target ``rate``."""
     ours = split.ours
@@ -101,30 +106,36 @@ def changes(split: SubmitSplit, commits: GroupCommits | None) -> list[Change]:
     ]
     if commits is not None and commits.statements:
         upsert = commits.statement_us(KEY_UPSERT)
-        part = f"the key rows' upsert, of the server's {commits.per_call_us} µs of statements"
+        part = (
+            f"the key rows' upsert, of the {commits.own_us} µs per call of Submit's own statements "
+            "in the server"
+        )
         found.append(Change(part, upsert, KEY_ROW, "the key-row count"))
     return sorted(found, key=lambda change: -change.bound)
 
 
-def need_text(cpu: Need, single: bool, parts: list[tuple[str, int]]) -> str:
-    """The necessary condition, and the CPU beyond the no-op's by part."""
+def need_text(cpu: Need, single: bool, parts: list[tuple[str, int]], apart: int = 0) -> str:
+    """The necessary condition, and the CPU beyond the no-op's by part; ``apart``: the µs per
+    call of the server's statements no Submit runs, which its CPU includes."""
     effectors = "the effector" if single else "the effectors"
     server = f", {cpu.server} in the PostgreSQL server" if cpu.server else ""
     forbids = cpu.cut > 0
     extra = sum(us for _, us in parts)
     return (
         f"CPU alone {'forbids' if forbids else 'does not forbid'} the target: at "
-        f"{cpu.rate:,.0f} calls/s ({cpu.budget} µs a call), the CPU per call of everything on "
-        f"the machine in the split round, {cpu.total} µs ({cpu.effectors} in {effectors}{server} "
-        f"and {cpu.client} in the client), needs {cpu.needed:.2f} of {CORES} cores"
+        f"{cpu.rate:,.0f} calls/s ({cpu.budget:.1f} µs a call), the CPU per call of everything "
+        f"on the machine in the split round, {cpu.total} µs ({cpu.effectors} in {effectors}"
+        f"{server} and {cpu.client} in the client), needs {cpu.needed:.2f} of {CORES} cores"
         + (
-            f", so it must drop by at least {cpu.cut} µs per call ({cpu.total} less {CORES} x "
-            f"{cpu.budget}; necessary, not sufficient, with a call's CPU as measured in the split "
-            "round)"
+            f", so it must drop by at least {cpu.cut:.1f} µs per call ({cpu.total} less {CORES} x "
+            f"{cpu.budget:.1f}; necessary, not sufficient, with a call's CPU as measured in the "
+            "split round)"
             if forbids
-            else ""
+            else _margin(cpu)
         )
-        + f". Against the no-op {'server' if single else 'servers'}' and the client's in their "
+        + "."
+        + _apart(cpu, apart)
+        + f" Against the no-op {NOOP_OWNERS[single]} and the client's in their "
         + "round, it was "
         + f"{extra} µs per call more: "
         + ", ".join(f"{us:+d} {label}" for label, us in parts)
@@ -132,13 +143,46 @@ def need_text(cpu: Need, single: bool, parts: list[tuple[str, int]]) -> str:
     )
 
 
-def bounds_text(found: list[Change], cut: int, unit: str) -> str:
+def _margin(cpu: Need) -> str:
+    """The cores left over, when they are under :data:`CLOSE` of the machine's."""
+    if cpu.margin >= CLOSE:
+        return ""
+    return f", a {cpu.margin:.0%} margin" if cpu.margin >= 0.005 else ", a margin under 1%"
+
+
+CLOSE = 0.1
+NOOP_OWNERS = {True: "server's", False: "servers'"}
+"""The no-op's side, possessive: one server, or several."""
+"""A margin of cores under this share of the machine's is stated."""
+
+
+def _apart(cpu: Need, apart: int) -> str:
+    """That the server's CPU includes statements no Submit runs, bounded by their time."""
+    if not (apart and cpu.server):
+        return ""
+    said = (
+        f" The PostgreSQL server's {cpu.server} µs include the statements no Submit runs "
+        "(above), counted here as the benchmark ran them: "
+    )
+    if apart < cpu.server:
+        return said + (
+            f"at most {apart} of them, by their time in the statements round (wall time in the "
+            "server, an upper bound on their CPU)."
+        )
+    return said + (
+        f"their time in the statements round, {apart} µs per call (wall time in the server, in "
+        "another round), is not below the server's CPU here, so this run does not bound their "
+        "share of it."
+    )
+
+
+def bounds_text(found: list[Change], cut: float, unit: str) -> str:
     """Each named change's bound against ``cut``, the largest first."""
     listed = "; ".join(
         f"{change.what}, at most {change.bound} µs ({change.part})" for change in found
     )
     return (
-        f"The changes this run names, each at most the part it cuts, against the {cut} µs "
+        f"The changes this run names, each at most the part it cuts, against the {cut:.1f} µs "
         f"{unit}: {listed}. "
     )
 

@@ -104,20 +104,30 @@ def test_sqlite_sizes_the_named_changes_against_the_cut_the_target_needs() -> No
     assert "the claim's UPDATE of the intent rows, 5.7 µs of CPU (6.4 wall) per intent" in text
     assert "the UPDATE recording the results, 13.1 µs of CPU (16.6 wall) per intent" in text
     assert "together at most 18.8 µs of the writer's CPU and 23.0 of its wall time" in text
-    assert "against the 21 µs of wall time per intent the sustained runs must lose (132 at" in text
+    assert (
+        "against the 21 µs of wall time per intent the table's sustained runs must lose (132 at"
+        in text
+    )
     assert "only their whole wall time, waits included, would cover it, not their CPU" in text
     assert "on PostgreSQL stop counting" not in text
 
 
 def test_sqlite_bounds_the_wall_time_by_the_union_of_the_two_threads() -> None:
     text = remaining(SQLITE, None)
-    assert "used 121 µs of CPU per intent together in the sustained runs, against 132" in text
+    assert (
+        "used 121 µs of CPU per intent together in the table's sustained runs, against 132" in text
+    )
     assert "that sum does not bound the wall time from below" in text
     assert "so their sum bounds the rate" not in text and "their Python holds one GIL" not in text
     # 50 + 56 - 16 = 90% of 132 µs: 119 running, 13 neither; 119 - 111 = 8, 132 - 111 = 21.
     assert "in 90% of the samples (50% and 56%, less the 16% both at once): about 119 µs" in text
     assert "of that run's 132 µs of wall time per intent, neither in the other 13." in text
-    assert "must shrink by at least 8 µs per intent, and by 21 if the 13 µs" in text
+    assert "In the sampled run above (the run that timed the statements, not one of the" in text
+    assert (
+        "so in the sampled run the time at least one of them runs must shrink by at least 8 µs"
+        in text
+    )
+    assert "per intent, and by 21 if the 13 µs" in text
     # 8-9% more in flight, against the 19% that 9,000 needs over 7,576.
     assert "1,024 intents in flight instead of 256 gained 8%-9% (6,361-6,928 against" in text
     assert "short of the 19% more that 9,000/s needs over this run's 7,576 intents/s" in text
@@ -154,7 +164,10 @@ def test_postgres_sets_the_changes_upper_bounds_against_the_cpu_to_cut() -> None
     assert "(56 µs); take the state out" in text and "(37 µs); keep the running claim" in text
     assert "schema change) (34 µs)." in text
     assert "Together those statements took 127 µs per intent, against the 53 µs of CPU" in text
-    assert "their upper bounds together reach it" in text
+    # No wait measured: only the most is known; no profile: the loop is not sized here.
+    assert "removed entirely, against the 53 µs: the most reaches it, but how much of" in text
+    assert "run in the same code here but are not sized for PostgreSQL" in text
+    assert "With that estimate" not in text
     line = POSTGRES.line()
     assert "the effector processes used 97 µs of CPU, 56 on their main threads" in line
     assert "these processes used 275, 1.81 cores on average over the runs (6,573 intents/s" in line
@@ -164,9 +177,10 @@ def test_postgres_sets_the_changes_upper_bounds_against_the_cpu_to_cut() -> None
     text = remaining(None, few)
     assert "(its statement is not among the longest read)" in text
     assert "took 71 µs per intent" in text
-    assert "even their upper bounds together do not reach it" not in text
+    assert "even the most does not reach it" not in text
     fewer = dataclasses.replace(POSTGRES, statement_times=POSTGRES.statement_times[3:])
-    assert "even their upper bounds together do not reach it" in remaining(None, fewer)
+    assert "took 0 µs per intent" in (text := remaining(None, fewer))
+    assert "removed entirely, against the 53 µs: even the most does not reach it." in text
 
 
 def test_a_missed_sustained_ratio_row_gets_its_own_paragraph() -> None:
@@ -211,7 +225,8 @@ def test_sqlite_sizes_the_loop_by_the_profile_and_says_whether_the_bounds_reach_
     assert "19.0 - 9.2 = 9.8 µs per intent (the fsync, while the writer sleeps)" in text
     assert "the other 3.2 µs are not attributed by this run" in text
     # Writer 23.0 + loop 14.0 = 37.0 against 8 (21 with the neither time): both reached.
-    assert "add up to 37.0 µs, against the 8 µs the running time must lose (21 if" in text
+    assert "add up to 37.0 µs, against the 8 µs the sampled run's running time must lose " in text
+    assert "(119 - 111; 21 if the time when neither ran stays: 132 - 111, its wall time" in text
     assert "they reach both only if each change removes its part entirely" in text
 
 
@@ -242,15 +257,64 @@ def test_postgres_sets_the_statements_waits_apart_from_their_bound() -> None:
     text = remaining(None, dataclasses.replace(POSTGRES, statements_total_ms=175 * 60.0))
     assert "All statements together took 175 µs of wall time per intent in the server, " in text
     assert "more than its 160 µs of CPU, so at least 15 µs of that was waiting" in text
-    assert "even with those waits taken off (112 µs) their upper bounds reach it" in text
-    # 250 µs: 90 waited, 127 - 90 = 37 < 53.
+    assert "hold at most 127 µs of the server's CPU per intent and at least 112 (127 - 15:" in text
+    assert "against the 53 µs: even the least reaches it, but only if each change" in text
+    assert "the loop's share by its estimate" not in text
+    # 250 µs: 90 waited, 127 - 90 = 37 < 53 <= 127: the run cannot decide.
     text = remaining(None, dataclasses.replace(POSTGRES, statements_total_ms=250 * 60.0))
-    assert "the named statements' bound is 37 µs, which does not reach the cut" in text
-    assert "the CPU these changes save is not shown to reach it." in text
+    assert "at most 127 µs of the server's CPU per intent and at least 37 (127 - 90: all" in text
+    assert "against the 53 µs: the cut lies inside that range, so this run cannot decide" in text
+    assert "bound is" not in text and "not shown to reach" not in text
     # Within the budget: no cut, no sizing against it.
     cheap = dataclasses.replace(POSTGRES, store_server=_usage(80, 0, 0, "postgres"))
     text = remaining(None, cheap)
     assert "CPU alone does not forbid the target" in text and "Together those" not in text
+
+
+def test_postgres_sizes_the_loop_changes_by_the_sqlite_profile_as_an_estimate() -> None:
+    # The named parts are 25.0% of SQLite's loop; PostgreSQL's loops used 56 µs: ~14.0.
+    sqlite = _with_loop()
+    text = remaining(sqlite, dataclasses.replace(POSTGRES, statements_total_ms=250 * 60.0))
+    assert (
+        "their parts' share of the SQLite run's loop time in its profile, 25.0%, applied to "
+        in text
+    )
+    assert (
+        "the PostgreSQL effectors' 56 µs of event-loop CPU per intent measured here, sizes " in text
+    )
+    assert "them at ~14.0 µs (an estimate: this run did not profile PostgreSQL's loop" in text
+    # 37 + 14.0 = 51.0 < 53 <= 127 + 14.0 = 141.0.
+    assert "would save between 51.0 and 141.0 µs of CPU per intent, against the 53 µs: the " in text
+    assert text.count("cut lies inside that range, so this run cannot decide") == 2
+    # 240 µs: 80 waited, 47 alone short of 53, 47 + 14.0 = 61.0 reaches it.
+    text = remaining(sqlite, dataclasses.replace(POSTGRES, statements_total_ms=240 * 60.0))
+    assert "between 61.0 and 141.0 µs of CPU per intent, against the 53 µs: even the least " in text
+    assert "entirely, the loop's share by its estimate (what each saves is not measured)" in text
+    # No wait measured: at most 141.0; no statement named: at most 14.0, short of 53.
+    assert "would save at most 141.0 µs of CPU per intent" in remaining(sqlite, POSTGRES)
+    fewer = dataclasses.replace(POSTGRES, statement_times=POSTGRES.statement_times[3:])
+    text = remaining(sqlite, fewer)
+    assert "would save at most 14.0 µs of CPU per intent, against the 53 µs: even the most " in text
+
+
+def test_printed_sums_are_sums_of_printed_parts() -> None:
+    shares = tuple(
+        PartShare(part, share)
+        for part, share in zip(effector_loop.PARTS, (0.0321, 0.0321, 0.0321, 0.0), strict=True)
+    )
+    text, bound = effector_loop.loop_next(shares, 70)
+    # 0.0321 x 70 = 2.247 -> 2.2 each: 6.6 printed, where the unrounded 6.741 would print 6.7.
+    assert text.count("(~2.2 µs)") == 3 and bound == 6.6
+    assert "together at most ~6.6 µs of the loop's CPU per intent" in text
+
+
+def test_the_kernel_time_is_the_effectors_whole_and_the_floor_says_it_ran_once() -> None:
+    line = SQLITE.line()
+    assert "and 18 on the rest; of the effectors' 139 µs, 30 were in the kernel" in line
+    assert "18 on the rest, 30 of it in the kernel" not in line
+    label = effector_throughput.once_label("bare SQLite insert+commit", 3)
+    assert label == "bare SQLite insert+commit; measured once, against our 3 runs"
+    assert effector_throughput.once_label("bare", 1) == "bare; measured once, against our 1 run"
 
 
 def test_sqlite_over_the_cpu_budget_names_the_necessary_cut() -> None:
@@ -291,5 +355,6 @@ def test_loop_shares_read_parts_by_caller_from_a_profile() -> None:
 def test_postgres_waits_larger_than_the_named_statements_leave_no_bound() -> None:
     # 300 µs of statements against 160 of CPU: 140 waited, more than the named 127.
     text = remaining(None, dataclasses.replace(POSTGRES, statements_total_ms=300 * 60.0))
-    assert "the waits could be all of the named statements' time, which does not reach" in text
-    assert "-13 µs" not in text
+    assert "hold at most 127 µs of the server's CPU per intent and at least none (that" in text
+    assert "the cut lies inside that range, so this run cannot decide" in text
+    assert "-13" not in text

@@ -56,12 +56,55 @@ def test_the_share_to_remove_is_over_the_named_parts_the_fake_model_aside() -> N
     assert text.startswith("To meet its target, the no-op activation, 1,000 keys must lose 10.0 µs")
     assert "38% of our code in the pipeline (beyond the floor's)" in text
     assert "so about 3.2 µs measured without Beam" in text
+    # The parts as shown, ~3.0, ~2.5, ~2.0, ~1.5 and ~1.0: the largest alone is short of 3.2,
+    # the two largest (5.5) would need 3.2 / 5.5 = 58% of their time removed, all five 32%.
     assert (
         "the 5 parts named below take 10.0 µs of it (their ~ figures added up; the fake "
-        "model's own answer, ~1.5 µs, is in none of them), so the changes would have to "
-        "remove 32% of those parts' time" in text
+        "model's own answer, ~1.5 µs, is in none of them): removing the largest part entirely, "
+        "~3.0 µs, would not reach the 3.2 µs needed; it needs the 2 largest cut by 58% on "
+        "average, or all 5 by 32%, and what any change removes is not measured by this run; "
+        "no Beam-side change is identified" in text
     )
+    assert text.endswith(". No change this run identifies is shown to reach the target")
     assert "out of reach" not in text
+
+
+def test_the_verdict_names_how_many_of_the_largest_parts_fall_short() -> None:
+    # 14 µs at 3.1x: 4.5 µs without Beam; the two largest (~5.5) reach it at 82%, all at 45%.
+    two = bound(_figure(), _split(10.0), RANKING, 14.0, PARAMETERS)
+    assert "the 2 largest cut by 82% on average, or all 5 by 45%" in two
+    # 25 µs: 8.1 without Beam; the 3 largest (~7.5) fall short, the 4 largest (~9.0) at 90%.
+    four = bound(_figure(), _split(10.0), RANKING, 25.0, PARAMETERS)
+    assert "removing the 3 largest parts entirely, ~7.5 µs, would not reach the 8.1 µs" in four
+    assert "it needs the 4 largest cut by 90% on average, or all 5 by 81%" in four
+    # 5 µs: 1.6 without Beam, within the largest part alone (~3.0): 53% of it.
+    one = bound(_figure(), _split(10.0), RANKING, 5.0, PARAMETERS)
+    assert "removing the largest part entirely, ~3.0 µs, would reach the 1.6 µs needed; it " in one
+    assert "it needs that part cut by 53%, or all 5 by 16%" in one
+    assert one.endswith("No change this run identifies is shown to reach the target")
+
+
+def test_a_named_part_without_a_change_is_left_out_of_the_verdict() -> None:
+    # The coroutine step made the largest part (~5.0, no change proposed): the verdict counts
+    # only the four named parts with one, ~3.0, ~2.5, ~2.0 and ~1.5.
+    rows = [_row("core/bridge.py", "run", 10.0), *ROWS[:3], ROWS[4]]
+    ranking = Ranking("no-op", 1_000, 10, rows, profiled_us=60.0, calls=100, plain_us=30.0)
+    text = bound(_figure(), _split(10.0), ranking, 14.0, PARAMETERS)
+    assert "the 5 parts named below take 14.0 µs" in text
+    assert "removing the largest part with a change proposed entirely, ~3.0 µs" in text
+    assert "the 2 largest cut by 82% on average, or all 4 by 50%" in text
+    # 16 µs at 1.55x: 10.3 without Beam, under the 14.0 named but over the 9.0 of the named
+    # parts with a change proposed, and no other part has one.
+    short = bound(_figure(), _split(20.0), ranking, 16.0, PARAMETERS)
+    assert (
+        "the 4 parts with a change proposed, ~9.0 µs together, would not reach the 10.3 µs "
+        "needed even removed entirely; no Beam-side change" in short
+    )
+    assert short.endswith(". The target is out of reach of every change this run identifies")
+    # A part past the named ones with a change proposed (admitting the element, ~0.8) counts.
+    ranked = Ranking("no-op", 1_000, 10, [*rows, ROWS[6]], 60.0, 100, 30.0)
+    more = bound(_figure(), _split(20.0), ranked, 16.0, PARAMETERS)
+    assert "the 5 parts with a change proposed, ~9.8 µs together, would not reach" in more
 
 
 def test_short_of_the_target_the_text_lists_our_code_outside_the_named_parts() -> None:
@@ -75,7 +118,11 @@ def test_short_of_the_target_the_text_lists_our_code_outside_the_named_parts() -
     assert "the other 5.8 µs is in none of our functions as the profile times them" in text
     # Admitting the element's change is one too: 10.8 µs of parts with a change, 98% of it.
     assert "With admitting the element added, the parts with a change proposed take 10.8" in text
-    assert "only by removing 98% of that time between them would those changes reach" in text
+    assert (
+        "take 10.8 µs: removing the 5 largest parts entirely, ~10.0 µs, would not reach the "
+        "10.6 µs needed; it needs the 6 largest cut by 98% on average, and what any change" in text
+    )
+    assert text.endswith(". No change this run identifies is shown to reach the target")
     assert "no Beam-side change is identified" in text
     assert "recorded at 8585647" in text
     assert "out of reach" not in text
@@ -158,6 +205,11 @@ def test_a_rest_above_the_binding_says_how_much_is_not_attributed() -> None:
     assert "noise" not in note and "disagree" not in note
     # Rests of 12.0 and 9.0: the lower one at the binding's estimate, nothing beyond it.
     assert "+0.0 to +3.0 µs of the rest is beyond" in rest_note(split.rest(40.0), PARAMETERS, 1)
+    # Differences of the figures as shown: 9.4 and 10.1 against 5.4 and 3.9 to 9.2, where the
+    # unrounded 9.36 and 10.06 against 5.44 and 3.94 to 9.24 would read +3.9 to +4.6 and +0.1.
+    shown = rest_note([9.36, 10.06], Parameters([3.94, 5.44, 9.24], 200, 20_000), 1)
+    assert "estimated at 5.4 (+3.9 to +9.2 round by round)" in shown
+    assert "+4.0 to +4.7 µs of the rest is beyond that estimate, +0.2 to +6.2 against" in shown
     assert "the best of 3 rounds" in rest_note(split.rest(44.0), PARAMETERS, 3)
     # Rests of 11.0 and 8.0 span the binding's 9.0: their distance from it, nothing claimed.
     spanning = rest_note(split.rest(39.0), PARAMETERS, 1)

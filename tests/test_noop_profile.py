@@ -201,6 +201,7 @@ def test_what_is_left_gives_each_missed_row_its_next_changes() -> None:
     assert "the profile's largest first" not in text
     assert "at most" not in text
     assert "To meet its target, the no-op activation, 1,000 keys must lose" in text
+    assert "keys (90.0 µs/element against its floor's 50.0) is 40.0 µs above its floor" in text
     assert "estimated at 5.0 µs/element, the median of the rounds' paired differences" in text
     # The no-op at 90 against 50 without the binding: (90 - 5) / 50, and by each round.
     assert "about 1.70x without them (1.68 to 1.72x by the rounds)" in text
@@ -217,3 +218,16 @@ def test_the_coroutine_step_is_described_as_the_driver_runs_it() -> None:
     for text in (hotspot.what, part.change):
         assert "event loop" in text and "running loop" in text
         assert "runs only if" in text
+
+
+def test_more_keys_sets_the_gaps_as_shown_side_by_side() -> None:
+    def figure(name: str, ours: float, floor: float) -> Figure:
+        return Figure(name, "µs/element", ours, samples=100, floor=floor)
+
+    few = figure("model-call activation, 1,000 keys", 144.24, 57.26)
+    many = figure("model-call activation, 10,000 keys", 337.16, 229.84)
+    text = noop_activation._more_keys([few, few, many])
+    # 337.2 - 229.8 and 144.2 - 57.3, where the unrounded gaps would read 107.3 and 87.0.
+    assert "At 10,000 keys the floor itself costs 229.8 µs/element against 57.3 at 1,000" in text
+    assert "ours is 107.4 µs above the floor there (337.2 against 229.8), against 86.9" in text
+    assert noop_activation._more_keys([few, few]) == ""

@@ -10,7 +10,7 @@ import pytest
 
 from benchmarks import in_pipeline
 from benchmarks.in_pipeline import Calibration, InPipeline, _Clock, _measured, calibrate
-from benchmarks.noop_split import Parameters, Split, parameters_estimate, span
+from benchmarks.noop_split import Parameters, Split, parameters_estimate, span, split_line
 
 
 def test_a_span_shows_one_value_or_the_range() -> None:
@@ -33,6 +33,10 @@ def test_a_split_takes_each_round_apart() -> None:
     assert split.code == [30.0 - 4.0, 32.0 - 5.0]
     assert split.state == [2.0, 4.0]
     assert split.rest(40.0) == [40.0 - 26.0 - 2.0, 40.0 - 27.0 - 4.0]
+    # From the figures as shown: 32.4 - 21.2 - 1.2 = 10.0, where 32.44 - 21.16 - 1.16 would
+    # show as 10.1.
+    shown = Split(10.0, [InPipeline(22.32, 1.16)], [InPipeline(0.0, 0.0)])
+    assert shown.rest(32.44) == [10.0]
     assert split.slower == [3.0, 3.2]
     # With the timing left in: our code plus what the timing booked outside the state calls.
     assert split.slower_timed == [(30.0 + 2.0 - 0.5) / 10.0, 3.2]
@@ -75,3 +79,12 @@ def test_the_parameters_are_an_estimate_with_their_spread() -> None:
     assert PARAMETERS.without(90.0, 60.0) == pytest.approx([83 / 60, 78 / 60, 81 / 60])
     none = parameters_estimate(30.0, Parameters([-2.0, -0.5], 200, 20_000))
     assert "nothing measurable to save" in none
+
+
+def test_the_split_line_gives_our_code_as_the_shown_figures_differ() -> None:
+    # 29.54 less 5.66 is 23.88, shown 23.9; the line shows 29.5 less 5.7, 23.8.
+    split = Split(17.0, [InPipeline(29.54, 5.66)], [InPipeline(6.1, 4.3)])
+    line = split_line("no-op", split, 500, 1, 15.1)
+    assert (
+        "`process` took 29.5 µs, 5.7 of it in Beam's 0 state calls, so our code took 23.8" in line
+    )

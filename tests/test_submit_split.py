@@ -101,23 +101,29 @@ def test_a_missed_row_gives_its_rounds_latencies_and_split() -> None:
         "at once in 20% of 500 samples, and at least one of them in 80% (70% and 30%, less" in text
     )
     assert "take turns" not in text and "bound the rate" not in text
-    # 0.6 x 10,000/s leaves 167 µs a call; the worst round took 250, the median 200.
-    assert "a call may take 167 µs in the worst round, where it took 250: to meet it in" in text
-    assert "every round a call must take 83 µs less (in the median round it may take 167" in text
-    assert "and took 200: 33 µs too many)" in text
-    # 210 + 170 µs of CPU a call at 6,000 calls/s (167 µs a call) needs 380 / 167 cores.
-    assert "CPU alone forbids the target: at 6,000 calls/s (167 µs a call), the CPU" in text
+    # 0.6 x 10,000/s leaves 166.7 µs a call; the worst round took 250, the median 200.
+    assert "a call may take 166.7 µs in the worst round, where it took 250.0: to meet it" in text
+    assert (
+        "every round a call must take 83.3 µs less (in the median round it may take 166.7" in text
+    )
+    assert "and took 200.0: 33.3 µs too many)" in text
+    # 210 + 170 µs of CPU a call at 6,000 calls/s (166.7 µs a call) needs 380 / 166.7 cores.
+    assert "CPU alone forbids the target: at 6,000 calls/s (166.7 µs a call), the CPU" in text
     assert "380 µs (210 in the effector and 170 in the client), needs 2.28 of 2 cores" in text
-    assert "must drop by at least 46 µs per call (380 less 2 x 167; necessary, not" in text
+    assert "must drop by at least 46.6 µs per call (380 less 2 x 166.7; necessary, not" in text
     # Like with like, adding up: 60 + 50 - 10 + 170 (the no-op's client used nothing).
     assert "it was 270 µs per call more: +60 on the event loop, +50 on `sqlite`, -10 on" in text
     assert "`event_engine`, +170 in the client." in text
-    assert "against the 46 µs of CPU per call: Submit's work on the event loop that" in text
+    assert "against the 46.6 µs of CPU per call: Submit's work on the event loop that" in text
     assert "at most 60 µs (the event loop); the writer's work per commit" in text
-    assert "Next: Submit's work on the loop, which must remove at least 46 of its 60 µs" in text
-    assert "(77%) to lift the CPU bound alone" in text
-    assert "That is necessary, not sufficient: a call must also take 83 µs less." in text
-    assert "the loop's extra, 60 µs, would not cover the 83 µs even if it did (23 short)" in text
+    assert "Next: Submit's work on the loop, which must remove at least 46.6 of its 60 µs" in text
+    assert "(78%) to lift the CPU bound alone" in text
+    assert "That is necessary, not sufficient: a call must also take 83.3 µs less." in text
+    assert (
+        "the loop's extra, 60 µs, would not cover the 83.3 µs even if it did (23.3 short)" in text
+    )
+    # Possessive: one no-op server.
+    assert "Against the no-op server's and the client's in their round" in text
 
 
 def test_a_straddling_row_is_not_met_and_accounted_for() -> None:
@@ -162,19 +168,22 @@ def test_where_a_call_waits_picks_the_next_change() -> None:
     )
     assert "at most about 6.0 ms on average, so at least about 14.0 ms of its p50 it waits" in text
     assert "had no commit running 70% of the round although 64 calls were outstanding" in text
-    # 210 µs of CPU a call fits 2 x 167: what a call must lose, 83 µs, is wall time.
-    assert "CPU alone does not forbid the target: at 6,000 calls/s (167 µs a call)" in text
+    # 210 µs of CPU a call fits 2 x 166.7: what a call must lose, 83.3 µs, is wall time; a
+    # margin of 37% of the cores goes unsaid.
+    assert "CPU alone does not forbid the target: at 6,000 calls/s (166.7 µs a call)" in text
     assert "210 µs (210 in the effector and 0 in the client), needs 1.26 of 2 cores." in text
-    assert "against the 83 µs of wall time a call must lose" in text
-    # The loop's extra, 60 µs, falls short of 83 even one for one: the wait is measured next.
+    assert "against the 83.3 µs of wall time a call must lose" in text
+    # The loop's extra, 60 µs, falls short of 83.3 even one for one: the wait is measured next.
     assert (
-        "removing all of the loop's extra, 60 µs, would not cover the 83 µs even if it did" in text
+        "removing all of the loop's extra, 60 µs, would not cover the 83.3 µs even if it did"
+        in text
     )
     assert (
-        "(23 short); no change this run identifies is shown to reach it, so the next step" in text
+        "(23.3 short); no change this run identifies is shown to reach it, so the next step" in text
     )
     assert "That decides between Submit's work on the loop" in text
-    # A cut of 15 µs is within the loop's extra; the call waits outside the commits: the loop.
+    # A cut of 15.1 µs is within the loop's extra and the call waits outside the commits, but no
+    # change's saving is measured against it: the wait inside the effector is measured next.
     queued = SubmitSplit(1, NOOP, OURS, _overlap(0.2), ((0.14, 0.04), (0.05, 0.01)))
     near = Pairs((10_000.0,) * 3, (5_500.0, 5_800.0, 6_500.0))
     text = submit_account([_row(near, split=queued, commits=_commits(0.3, 1.0, 20.0))])
@@ -185,9 +194,11 @@ def test_where_a_call_waits_picks_the_next_change() -> None:
     )
     assert "180 of the 200 µs a call took): removing all of the loop's extra, 60 µs, would" in text
     assert (
-        "cover the 15 µs only if it did, and a change on the loop must remove at least 15" in text
+        "cover the 15.1 µs only if it did, and a change on the loop must remove at least 15.1"
+        in text
     )
-    assert "so the next change is Submit's work on the loop (above)." in text
+    assert "the next change is Submit's work on the loop" not in text
+    assert "no change this run identifies is shown to reach it, so the next step is" in text
     # Back to back: the store is the critical path.
     text = submit_account([_row(split=split, commits=_commits(0.9, 1.0, 20.0))])
     assert "The commits ran nearly back to back" in text
@@ -200,7 +211,7 @@ def test_where_a_call_waits_picks_the_next_change() -> None:
     text = submit_account([row])
     assert "the server executed a commit's statements in 1.00 ms" in text
     assert "were not timed, so this round does not tell" in text
-    assert "The server was not executing statements 90% of the round." in text
+    assert "The server was not executing the commits' statements 90% of the round." in text
     # 150 + 90 µs a call needs 1.44 of 2 cores: the wait is not placed, so it is measured next.
     assert (
         "the CPU per call of everything on the machine in the split round, 240 µs (150 in" in text
@@ -222,14 +233,16 @@ def test_no_change_reaches_a_cpu_cut_larger_than_every_part() -> None:
     # 200 + 200 µs a call against 2 x 167: 66 µs over, beyond the loops' 10 and `pg`'s 60.
     busy = Side(grown.calls, grown.elapsed_s, grown.servers, 0.2)
     text = submit_account([_row(split=SubmitSplit(2, NOOP, busy), name=PG_ROW)])
-    assert "needs 2.40 of 2 cores, so it must drop by at least 66 µs per call" in text
+    assert "needs 2.40 of 2 cores, so it must drop by at least 66.6 µs per call" in text
     assert "at most 60 µs (`pg`); Submit's work on the event loop" in text
-    assert "None reaches the 66 µs even removed entirely (together at most 70): no change" in text
-    # With the client at 150 µs a call the cut is 16: `pg`'s part, the largest, could cover it.
+    assert "None reaches the 66.6 µs even removed entirely (together at most 70): no" in text
+    # Possessive: several no-op servers.
+    assert "Against the no-op servers' and the client's in their round" in text
+    # With the client at 150 µs a call the cut is 16.6: `pg`'s part, the largest, covers it.
     lighter = Side(grown.calls, grown.elapsed_s, grown.servers, 0.15)
     text = submit_account([_row(split=SubmitSplit(2, NOOP, lighter), name=PG_ROW)])
     assert (
-        "Next: the `pg` threads' work per commit, which must remove at least 16 of its 60" in text
+        "Next: the `pg` threads' work per commit, which must remove at least 16.6 of its 60" in text
     )
 
 
@@ -267,9 +280,9 @@ def test_the_fsync_is_not_the_lever_when_the_relaxed_effector_also_misses() -> N
     assert "took 11.1-18.2 µs less per call than the fsynced one in every round" in text
     assert "still missed 0.6x in 3 of 5 rounds (its least 0.42x of the no-op server's rate)" in text
     assert "the fsync is not the lever" in text
-    # The worst round (250 µs against 167 allowed) needs 83 µs; the fsync took 11.9 of it.
+    # The worst round (250 µs against 166.7 allowed) needs 83.3 µs; the fsync took 11.9 of it.
     assert (
-        "In the worst round, where a call must take 83 µs less (below), the fsync's share" in text
+        "In the worst round, where a call must take 83.3 µs less (below), the fsync's share" in text
     )
     assert "was 11.9 µs per call (11.1-18.2 µs over the rounds)" in text
     met = Pairs(MISSED.ours, (6_100.0, 6_200.0, 6_300.0, 6_400.0, 6_500.0))
@@ -279,13 +292,18 @@ def test_the_fsync_is_not_the_lever_when_the_relaxed_effector_also_misses() -> N
 
 
 def test_the_cut_is_the_difference_of_the_printed_figures() -> None:
-    # 213.6 µs allowed (printed 214) and 227.4 taken (227): the cut printed is 13, not 14.
-    pairs = Pairs((1e6 / (0.6 * 213.6),), (1e6 / 227.4,))
+    # 213.64 µs allowed (printed 213.6) and 227.36 taken (227.4): the cut printed is 13.8.
+    pairs = Pairs((1e6 / (0.6 * 213.64),), (1e6 / 227.36,))
     row = _row(pairs)
-    assert submit_account_module.worst_round(row) == (214, 227, 13, 0)
+    assert submit_account_module.worst_round(row) == (213.6, 227.4, 13.8, 0)
     text = submit_account([row])
-    assert "may take 214 µs in the worst round, where it took 227: to meet it in every" in text
-    assert "round a call must take 13 µs less" in text
+    assert "may take 213.6 µs in the worst round, where it took 227.4: to meet it in every" in text
+    assert "round a call must take 13.8 µs less" in text
+    # The median round's excess, too: 237.4 allowed and 256.6 taken print 19.2 too many.
+    floor = 1e6 / (0.6 * 237.4)
+    median = Pairs((floor, floor, floor), (1e6 / 256.6, 1e6 / 250.0, 1e6 / 270.0))
+    text = submit_account([_row(median)])
+    assert "(in the median round it may take 237.4 µs and took 256.6: 19.2 µs too many)" in text
 
 
 def test_the_servers_statements_are_printed_per_call_and_set_against_the_cut() -> None:
@@ -306,16 +324,21 @@ def test_the_servers_statements_are_printed_per_call_and_set_against_the_cut() -
     assert "the server's execution took 60 µs of wall time per call (lock waits included):" in text
     assert "`INSERT INTO effector_keys (entity_key, pending) VALUES ($)` 20; `INSERT INTO" in text
     assert "VALUES ($)` 18; `COMMIT` 10; `BEGIN` 2; every other statement 10." in text
-    # 150 + 90 + 130 = 370 µs a call against 2 x 167: at least 36 µs of CPU to lose.
+    # 150 + 90 + 130 = 370 µs a call against 2 x 166.7: at least 36.6 µs of CPU to lose.
     assert "370 µs (150 in the effectors, 90 in the PostgreSQL server and 130 in the" in text
-    assert "must drop by at least 36 µs per call (370 less 2 x 167" in text
+    assert "must drop by at least 36.6 µs per call (370 less 2 x 166.7" in text
     assert "it was 260 µs per call more: +20 on the event loops, +30 on `pg`, -30 on" in text
     assert "`event_engine`, +20 on the rest of the threads," in text
     assert "+90 in the PostgreSQL server, +130 in the client." in text
     assert "not counting pending intents on the key row, which every Submit upserts" in text
-    assert "at most 20 µs (the key rows' upsert, of the server's 60 µs of statements)" in text
-    # The loops' 20, `pg`'s 30 and the key rows' upsert's 20: none reaches 36 alone.
-    assert "None reaches the 36 µs even removed entirely (together at most 70)" in text
+    assert (
+        "at most 20 µs (the key rows' upsert, of the 60 µs per call of Submit's own statements"
+        in text
+    )
+    # The loops' 20, `pg`'s 30 and the key rows' upsert's 20: none reaches 36.6 alone.
+    assert "None reaches the 36.6 µs even removed entirely (together at most 70)" in text
+    # No statement here is one that no Submit runs: nothing is set apart.
+    assert "no Submit runs" not in text
     # Without the split the statements are printed all the same.
     assert "took 60 µs of wall time per call" in submit_account([_row(commits=commits)])
 
@@ -331,7 +354,8 @@ def test_a_noisy_split_round_is_said_as_measured() -> None:
     assert "(by thread name: +50 on `sqlite`, -30 on `event_engine`, +10 on the rest)" in text
     assert "the next change is Submit's work on the loop" not in text
     assert (
-        "removing all of the loop's extra, -10 µs, would not cover the 83 µs even if it did" in text
+        "removing all of the loop's extra, -10 µs, would not cover the 83.3 µs even if it did"
+        in text
     )
     # A ratio that two decimals would round onto the target is shown with three.
     close = Pairs((10_000.0,) * 3, (5_970.0, 6_500.0, 7_000.0))
