@@ -124,8 +124,8 @@ class Worker:
         self._outage = StoreOutage()
         self._recorder: GroupCommit[Completion, bool] = GroupCommit(self._record)
         self._loops: list[asyncio.Task[None]] = []
-        self._next_count_ms = 0
-        """When the gauges may next count the intents in flight (see ``GAUGE_COUNT_SHARE``)."""
+        self._next_count_at = 0.0
+        """When (``time.monotonic``) the gauges may next count the intents in flight."""
 
     @property
     def owner(self) -> str:
@@ -404,20 +404,19 @@ class Worker:
                     last_prune = now
                     await self._store.prune(now, settings.result_retention_ms)
                     await self._store.prune_telemetry(now, self._telemetry_retention_ms)
-                await self._refresh_gauges(now)
+                await self._refresh_gauges()
             except StoreError as exc:
                 wait_s = max(interval_s, self._outage.failed("housekeeping", exc))
             else:
                 self._outage.succeeded("housekeeping")
 
-    async def _refresh_gauges(self, now: int) -> None:
+    async def _refresh_gauges(self) -> None:
         """Set the queue-depth and in-doubt gauges, as often as their count's cost allows."""
-        if now < self._next_count_ms:
+        started = time.monotonic()
+        if started < self._next_count_at:
             return
-        started = time.perf_counter()
         counts = await self._store.counts(done=False)
-        took_ms = (time.perf_counter() - started) * 1_000
-        self._next_count_ms = now + int(took_ms / GAUGE_COUNT_SHARE)
+        self._next_count_at = started + (time.monotonic() - started) / GAUGE_COUNT_SHARE
         self._metrics.queue_depth.set(
             counts.pending + counts.running + counts.in_doubt + counts.awaiting_decision
         )

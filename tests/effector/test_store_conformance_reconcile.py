@@ -8,6 +8,8 @@ visible in the reads; a version 3 store is migrated to version 4 with its record
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from conftest import VERSION_4_ONLY, execute_sql
 from effector_harness import make_intent
@@ -72,7 +74,10 @@ async def test_an_intent_in_doubt_holds_its_key_until_its_retry_and_is_visible(
     assert record is not None
     assert (record.state, record.attempts, record.result) == (IntentState.IN_DOUBT, 2, None)
     assert (record.in_doubt_reason, record.retry_at_ms) == ("ConnectionError: down", retry_at)
-    assert (await store.counts()).in_doubt == 1
+    counts = await store.counts()
+    assert (counts.in_doubt, counts.pending, counts.done) == (1, 1, 1)
+    # The gauges' polled counts see it too (only the DONE one is left uncounted).
+    assert await store.counts(done=False) == dataclasses.replace(counts, done=0)
     assert await store.list_intents(IntentState.IN_DOUBT, 10) == [doubtful]
     found = await store.search_intents(state=None, tool_name="add", entity_key=None, limit=10)
     assert doubtful.intent_id in {r.intent.intent_id for r in found}
