@@ -206,14 +206,15 @@ def grown_functions(small: Ranking, large: Ranking, parts: list[PartCost]) -> st
     for charged, own, row in grown[:GROWN]:
         part = part_of(row)
         where = f"part ({numbers[part.label]})" if part.label in numbers else part.change
-        clauses.append(f"{row.name} {charged:+.1f} (its own lines {own:+.1f}; {where})")
-    everything = large.profiled_us - small.profiled_us
-    ours = large.ours_us - small.ours_us
-    top = sum(item[0] for item in grown[:GROWN])
+        clauses.append(f"{row.name} {tenth(charged):+.1f} (its own lines {own:+.1f}; {where})")
+    # Sums and differences of the printed (0.1 µs) figures, so the reader's arithmetic agrees.
+    everything = tenth(large.profiled_us - small.profiled_us)
+    ours, outside = tenths(everything, large.ours_us - small.ours_us)
+    top = tenth(sum(tenth(item[0]) for item in grown[:GROWN]))
     return (
         f"Profiled the same way at {label(SIZES[-1])} ({large.activations:,} activations), the "
         f"activation's profiled time grew {everything:+.1f} µs under the profiler: "
-        f"{ours:+.1f} in our functions and {tenth(everything - ours):+.1f} outside them (the agent "
+        f"{ours:+.1f} in our functions and {outside:+.1f} outside them (the agent "
         "making its value, as the floor's code does, and the in-memory cells). Our functions "
         "that grew most: "
         + "; ".join(clauses)

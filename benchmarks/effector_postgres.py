@@ -7,6 +7,7 @@ The changes named for PostgreSQL are sized by the server's time by statement
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from benchmarks.effector_loop import PartShare, named_share
@@ -45,7 +46,7 @@ def postgres_remaining(
         "neither update can be heap-only, because the state it changes is in the keys or the "
         "conditions of the intents' indexes (the schema), so each makes a new row version "
         "with new entries in every index whose condition the row meets. "
-        + _postgres_next(postgres, total - budget, loop)
+        + _postgres_next(postgres, total - budget, loop, target)
     )
 
 
@@ -82,16 +83,17 @@ POSTGRES_CHANGES = (
 """The statement each named change cuts (a pattern of its start) and the change."""
 
 
-def _postgres_next(postgres: IntentCost, cut: int, loop: tuple[PartShare, ...]) -> str:
+def _postgres_next(postgres: IntentCost, cut: int, loop: tuple[PartShare, ...], target: int) -> str:
     """The changes for PostgreSQL, ordered by the time of the statements they cut, and sized
     (with the loop changes, if ``loop`` sizes them) against the ``cut`` of CPU per intent (µs)
-    the target needs."""
+    the ``target`` needs, then the bottom line."""
     statements, intents = postgres.statement_times, postgres.intents
     if not statements:
         return (
             "Next for PostgreSQL (not ordered: the statements were not measured): "
             + "; ".join(change for _, change in POSTGRES_CHANGES)
-            + "."
+            + ". "
+            + bottom_line(cut, None, target)
         )
     read = {
         start: [s.exec_ms for s in statements if re.match(start, s.text)]
@@ -112,10 +114,11 @@ def _postgres_next(postgres: IntentCost, cut: int, loop: tuple[PartShare, ...]) 
         + "."
     )
     if cut <= 0:
-        return text
+        return f"{text} {bottom_line(cut, None, target)}"
     text += (
-        f" Together those statements took {together} µs per intent, against the {cut} µs of "
-        "CPU per intent the processes must lose to fit the budget above; a statement's time is "
+        f" Together those statements took {together} µs per intent ({REMOVABLE}), against the "
+        f"{cut} µs of CPU per intent the processes must lose to fit the budget above; a "
+        "statement's time is "
         "wall time in the server, lock waits included, so the server's CPU a change saves is at "
         "most that time"
     )
@@ -128,8 +131,9 @@ def _postgres_next(postgres: IntentCost, cut: int, loop: tuple[PartShare, ...]) 
         text += (
             f". All statements together took {statements_us} µs of wall time per intent in the "
             f"server, more than its {server_us} µs of CPU, so at least {waited} µs of that was "
-            "waiting (on locks and I/O), in statements this run does not tell apart: the named "
-            f"statements hold at most {together} µs of the server's CPU per intent and at least "
+            "waiting (on locks, I/O or a core), in statements this run does not tell apart: "
+            f"the named statements hold at most {together} µs of the server's CPU per intent and "
+            "at least "
             + (
                 f"{least} ({together} - {waited}: all of that waiting in them, if the server's "
                 "CPU all went to its statements)"
@@ -140,14 +144,72 @@ def _postgres_next(postgres: IntentCost, cut: int, loop: tuple[PartShare, ...]) 
     text += f"; removed entirely, against the {cut} µs: {_reach(least, together, cut)}. "
     sentence, loop_us = _loop_estimate(postgres, loop)
     if not loop_us:
-        return text + sentence + "."
+        bounds = Bounds(_range(least, together, "{}"), together, sized=False)
+        return f"{text}{sentence}. {bottom_line(cut, bounds, target)}"
     most = round(together + loop_us, 1)
+    lowest = None if least is None else round(least + loop_us, 1)
+    span = _range(lowest, most, "{:.1f}")
     return text + (
-        f"{sentence}. With that estimate, the parts named here and for the loop, removed "
-        "entirely, would save "
-        + (f"between {least + loop_us:.1f} and " if least is not None else "at most ")
-        + f"{most:.1f} µs of CPU per intent, against the {cut} µs: "
-        f"{_reach(None if least is None else least + loop_us, most, cut, ESTIMATED)}."
+        f"{sentence}. With that estimate, the parts named here and for the loop could save "
+        f"{span} µs of CPU per intent (upper bounds: removing each part entirely), against the "
+        f"{cut} µs: {_reach(lowest, most, cut, ESTIMATED)}. "
+        + bottom_line(cut, Bounds(span, most, sized=True), target)
+    )
+
+
+REMOVABLE = (
+    "of them only the claim's UPDATE can go outright: recording a result still needs an UPDATE "
+    "and a new key its row inserted, so those two can only shrink"
+)
+"""Which of the named statements a change can remove entirely."""
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """What the named changes could save at most, µs of CPU per intent, as printed."""
+
+    span: str
+    """As printed: at most M, or at most between L and M."""
+    most: float
+    sized: bool
+    """Whether every named change is sized (the loop's by its estimate)."""
+
+
+def _range(least: float | None, most: float, form: str) -> str:
+    """At most between ``least`` and ``most``, or at most ``most`` if ``least`` is None."""
+    if least is None:
+        return f"at most {form.format(most)}"
+    return f"at most between {form.format(least)} and {form.format(most)}"
+
+
+def bottom_line(cut: int, bounds: Bounds | None, target: int) -> str:
+    """The verdict for PostgreSQL: whether a named change is shown to reach ``target``/s, with
+    ``cut`` the CPU per intent (µs) the budget needs and ``bounds`` the changes' sizing."""
+    head = "Bottom line for PostgreSQL: "
+    shown = f"no change this run identifies is shown to reach {target:,}/s."
+    if cut <= 0:
+        return (
+            f"{head}CPU alone does not forbid the target, and this run sizes no change against "
+            f"what else holds the rate: {shown}"
+        )
+    if bounds is None:
+        return f"{head}the changes are not sized in this run: {shown}"
+    if bounds.most < cut and bounds.sized:
+        return (
+            f"{head}even removed entirely, the named changes would save {bounds.span} µs of "
+            f"CPU per intent, short of the {cut} µs the target needs: no change this run "
+            f"identifies reaches {target:,}/s."
+        )
+    if bounds.most < cut:
+        return (
+            f"{head}the named statements would save {bounds.span} µs of CPU per intent even "
+            f"removed entirely, short of the {cut} µs the target needs, and the loop changes "
+            f"are not sized here: {shown}"
+        )
+    return (
+        f"{head}what the named changes could save above are upper bounds (each part removed "
+        f"entirely; what each saves is not measured), and the {cut} µs is necessary for the "
+        f"target, not sufficient: {shown}"
     )
 
 
@@ -164,9 +226,9 @@ def _reach(least: float | None, most: float, cut: int, caveat: str = "") -> str:
         return "the most reaches it, but how much of that time is CPU is not measured"
     if least >= cut:
         return (
-            f"even the least reaches it, but only if each change removes its part entirely{caveat}"
-            " (what each saves is not measured), and reaching it is necessary for the target, "
-            "not sufficient"
+            "even the lower reaches it, but only were each part removed entirely (which of the "
+            f"statements only the claim's UPDATE can be){caveat}, and what each saves is not "
+            "measured; reaching it is necessary for the target, not sufficient"
         )
     return "the cut lies inside that range, so this run cannot decide whether they reach it"
 

@@ -76,15 +76,16 @@ def split_line(statements: list[StatementTime], total_ms: float, intents: int) -
     if not statements or intents < 1:
         return "The server's time by statement was not measured in this run."
     per_intent = 1000 / intents
+    shown = [round(statement.exec_ms * per_intent, 1) for statement in statements]
     parts = [
-        f"`{sql_shapes.shortened(statement.text)}` {statement.exec_ms * per_intent:.1f} µs "
+        f"`{sql_shapes.shortened(statement.text)}` {us:.1f} µs "
         f"({statement.rows / intents:.2f} rows)"
-        for statement in statements
+        for statement, us in zip(statements, shown, strict=True)
     ]
-    rest = total_ms - sum(statement.exec_ms for statement in statements)
+    rest = round((total_ms - sum(statement.exec_ms for statement in statements)) * per_intent, 1)
+    # The total printed is the sum of the figures printed, so the line adds up as read.
     return (
         f"the server's execution time by statement (`pg_stat_statements`, per intent, largest "
         f"first; wall time inside the server, so waits on locks count): {'; '.join(parts)}; "
-        f"every other statement {rest * per_intent:.1f} µs; all together "
-        f"{total_ms * per_intent:.1f} µs"
+        f"every other statement {rest:.1f} µs; all together {sum(shown) + rest:.1f} µs"
     )

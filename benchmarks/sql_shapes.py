@@ -27,7 +27,8 @@ def shortened(text: str, width: int = 70) -> str:
 
 NOT_SUBMIT = {
     "SELECT state, COUNT(*) FROM effector_intents WHERE state IN": (
-        "the worker's housekeeping count (once a second per effector; not run by Submit)"
+        "the worker's housekeeping count for its gauges (each housekeeping tick while cheap, "
+        "less often as it slows: `GAUGE_COUNT_SHARE`; not run by Submit)"
     ),
     "SELECT state, COUNT(*) FROM effector_intents GROUP BY state": (
         "the Status call's count (not run by Submit)"

@@ -116,36 +116,58 @@ def read(path: Path) -> list[StatementCost]:
 def split_line(
     costs: Sequence[StatementCost], intents: int, writer_cpu_s: float, top: int = 8
 ) -> str:
-    """The writer's statements as µs per intent (CPU, then wall), largest CPU first."""
+    """The writer's statements as µs per intent (CPU, then wall), largest CPU first.
+
+    The ``top`` statements are listed (COMMIT too, if not among them), then the rest as one;
+    every total and difference is taken from the printed (0.1 µs) figures, so they add up.
+    """
     if not costs or intents < 1:
         return "The writer's time by statement was not measured in this run."
-    per_intent = 1e6 / intents
+    shown = [index < top or cost.text == "COMMIT" for index, cost in enumerate(costs)]
+    listed = [cost for cost, show in zip(costs, shown, strict=True) if show]
+    rest = [cost for cost, show in zip(costs, shown, strict=True) if not show]
+    rows = [(cost.text, *_printed(intents, cost)) for cost in listed]
+    other_cpu, other_wall = _printed(intents, *rest)
+    cpu = round(sum(row[1] for row in rows) + other_cpu, 1)
+    wall = round(sum(row[2] for row in rows) + other_wall, 1)
+    commit = [(row_cpu, row_wall) for text, row_cpu, row_wall in rows if text == "COMMIT"]
+    commit_cpu, commit_wall = commit[0] if commit else (0.0, 0.0)
+    # Differences of printed figures, a rounded zero as 0.0 (never -0.0).
+    waited = round(round(wall - commit_wall, 1) - round(cpu - commit_cpu, 1), 1) + 0.0
     parts = [
-        f"`{sql_shapes.shortened(cost.text)}` {cost.cpu_s * per_intent:.1f} µs of CPU "
-        f"({cost.wall_s * per_intent:.1f} wall)"
-        for cost in costs[:top]
+        f"`{sql_shapes.shortened(text)}` {row_cpu:.1f} µs of CPU ({row_wall:.1f} wall)"
+        for text, row_cpu, row_wall in rows
     ]
-    cpu = sum(cost.cpu_s for cost in costs)
-    wall = sum(cost.wall_s for cost in costs)
-    waited = sum(cost.wall_s - cost.cpu_s for cost in costs if cost.text != "COMMIT")
+    if rest:
+        parts.append(f"every other statement {other_cpu:.1f} µs of CPU ({other_wall:.1f} wall)")
     line = (
         "the writer's statements (timed in an extra sustained run, thread CPU and wall time "
-        f"per intent, largest CPU first): {'; '.join(parts)}; every other statement "
-        f"{sum(cost.cpu_s for cost in costs[top:]) * per_intent:.1f} µs of CPU; all together "
-        f"{cpu * per_intent:.1f} µs of CPU and {wall * per_intent:.1f} of wall time"
+        f"per intent, largest CPU first): {'; '.join(parts)}; all together "
+        f"{cpu:.1f} µs of CPU and {wall:.1f} of wall time"
     )
     if writer_cpu_s > 0:
+        writer = round(writer_cpu_s * 1e6 / intents, 1)
         line += (
-            f", against the writer thread's {writer_cpu_s * per_intent:.0f} µs of CPU in that "
-            f"run: the other {max(writer_cpu_s - cpu, 0.0) * per_intent:.0f} µs are the rest of "
-            "its work (fetching rows, building parameters, encoding results and envelopes)"
+            f", against the writer thread's {writer:.1f} µs of CPU in that run: the other "
+            f"{round(max(writer - cpu, 0.0), 1):.1f} µs are the rest of its work (fetching rows, "
+            "building parameters, encoding results and envelopes)"
         )
     line += (
         "; the statements other than COMMIT, which wait on no fsync (in WAL mode only a commit "
-        f"syncs), took {waited * per_intent:.1f} µs of wall time beyond their CPU, a wait "
-        "this run does not attribute (the GIL, a core, or the disk)"
+        f"syncs), took {waited:.1f} µs of wall time beyond their CPU (all together less COMMIT: "
+        f"({wall:.1f} - {commit_wall:.1f}) - ({cpu:.1f} - {commit_cpu:.1f})), a wait this run "
+        "does not attribute (the GIL, a core, or the disk)"
     )
     return line
+
+
+def _printed(intents: int, *costs: StatementCost) -> tuple[float, float]:
+    """CPU and wall µs per intent of ``costs`` together, rounded as printed."""
+    scale = 1e6 / intents
+    return (
+        round(sum(cost.cpu_s for cost in costs) * scale, 1),
+        round(sum(cost.wall_s for cost in costs) * scale, 1),
+    )
 
 
 class _Totals:

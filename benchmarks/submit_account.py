@@ -4,9 +4,10 @@ For each such row (missed in every paired round, or in some of them) it says
 what the rounds found (:mod:`benchmarks.paired_rounds`), how long a call took at each side in the
 median round, where the effector's CPU went (:mod:`benchmarks.submit_split`), where a call
 waits (:mod:`benchmarks.group_commits`), what the fsync changed (SQLite), whether the machine's
-CPU alone forbids the target (:mod:`benchmarks.submit_cpu`), and what is next: the named
-changes, each bounded by the part of the CPU it cuts, set against what a call must lose; with
-no change's saving measured against it, the measurement that would decide.
+CPU alone forbids the target in the split round, judged against the cores the machine kept busy
+there (:mod:`benchmarks.submit_cpu`), and what is next: the parts of the work this run names,
+each bounded by the CPU it uses beyond the no-op's, set against the CPU cut when the round was
+CPU-bound, else against the wall time a call must lose (with the measurement that would decide).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from benchmarks.submit_cpu import (
     Change,
     bounds_text,
     changes,
+    cpu_verdict,
     extra_parts,
     need,
     need_text,
@@ -203,46 +205,36 @@ def next_change(row: SubmitRow) -> str:
         return text + STORE_POINTER
     if split is None:
         return text + "this run split neither the wait nor the CPU: " + MEASURE + DECIDES
-    budget, _, cut, worst = worst_round(row)
-    cpu = need(split, row.target.bound * row.pairs.floor[worst], budget)
+    cpu = need(split, row.target.bound)
     found = changes(split, row.commits)
     apart = 0 if row.commits is None else row.commits.apart_us
-    text = text[:-2] + ". " + need_text(cpu, split.replicas == 1, extra_parts(split), apart)
-    if cpu.cut > 0:
+    single = split.replicas == 1
+    text = text[:-2] + ". " + need_text(cpu, row.target.bound, single, extra_parts(split), apart)
+    if cpu.forbids:
+        text += bounds_text(found, cpu.cut, "of CPU per call") + cpu_verdict(found, cpu.cut)
+        if cpu.cpu_bound or cpu.wall_cut <= 0:
+            return text
         return (
             text
-            + bounds_text(found, cpu.cut, "of CPU per call")
-            + _cpu_verdict(found, cpu.cut)
-            + f" That is necessary, not sufficient: a call must also take {cut:.1f} µs less. "
-            + _wall_verdict(split, found, cut)
+            + " That is necessary, not sufficient: in the split round a call must also take "
+            + f"{cpu.wall_cut:.1f} µs less. "
+            + _wall_verdict(split, found, cpu.wall_cut)
+        )
+    if cpu.wall_cut <= 0:
+        return text + (
+            "The split round met the target, so it sizes no cut, and the worst round's was not "
+            "split by thread: " + MEASURE + DECIDES
         )
     return (
         text
-        + bounds_text(found, cut, "of wall time a call must lose")
-        + _wall_verdict(split, found, cut)
-    )
-
-
-def _cpu_verdict(found: list[Change], cut: float) -> str:
-    """The change whose part could cover the CPU cut, the largest first, or that none does."""
-    reach = [change for change in found if change.bound >= cut]
-    if reach:
-        first = reach[0]
-        return (
-            f"Next: {first.short}, which must remove at least {cut:.1f} of its {first.bound} µs "
-            f"per call ({cut / first.bound:.0%}) to lift the CPU bound alone; what it saves is not "
-            "measured in this run."
-        )
-    together = sum(max(change.bound, 0) for change in found)
-    return (
-        f"None reaches the {cut:.1f} µs even removed entirely (together at most {together}): no "
-        "change this run identifies reaches the target."
+        + bounds_text(found, cpu.wall_cut, "of wall time a call must lose in the split round")
+        + _wall_verdict(split, found, cpu.wall_cut)
     )
 
 
 def _wall_verdict(split: SubmitSplit, found: list[Change], cut: float) -> str:
-    """Whether removing the loop's extra CPU could cover the wall-time cut; what to measure
-    next, as no change this run names has its saving measured against the cut."""
+    """Whether removing the loop's extra CPU could cover the wall-time cut (only if a call's
+    time fell one for one with it); what to measure next, as no change's saving is measured."""
     loop = next(change for change in found if change.short == LOOP_SHORT)
     occupied = ""
     if split.queued is not None:
@@ -256,8 +248,8 @@ def _wall_verdict(split: SubmitSplit, found: list[Change], cut: float) -> str:
         "Cutting a thread's CPU shortens a call as much only if a call's time falls one for one "
         f"with that thread's CPU{occupied}: removing all of the loop's extra, {loop.bound} µs, "
         + (
-            f"would cover the {cut:.1f} µs only if it did, and a change on the loop must remove "
-            f"at least {cut:.1f} of it ({cut / loop.bound:.0%})"
+            f"would cover the {cut:.1f} µs only if it did, and only then would a change on the "
+            f"loop have to remove at least {cut:.1f} of it ({cut / loop.bound:.0%})"
             if reaches
             else f"would not cover the {cut:.1f} µs even if it did ({cut - loop.bound:.1f} short)"
         )

@@ -1,11 +1,14 @@
 """Whether the machine's CPU alone forbids a one-intent Submit row's target, and what could.
 
-A necessary condition, measured: at the rate the target needs in the worst paired round, the CPU
-per call of everything on the machine in the split round (:mod:`benchmarks.submit_split`: the
-effectors, the store's server, the benchmark's client) needs ``total / budget`` cores. Past the
-machine's cores, CPU alone forbids the target, and the CPU per call must drop by at least the
-excess (necessary, not sufficient). Either way the changes this run names are each bounded by
-the part of the CPU beyond the no-op's they cut, and set against what a call must lose.
+All in the split round (:mod:`benchmarks.submit_split`), the only round whose CPU is split: at
+the row's ratio of the no-op's rate there, the CPU per call of everything on the machine (the
+effectors, the store's server, the benchmark's client) needs ``total / budget`` cores. It is
+judged against the cores the machine actually kept busy in that round (the higher of the two
+sides'), not against all of its cores. Past that level, CPU alone forbids the target, and the
+CPU per call must drop by at least ``total - reached x budget``. When the effectors' side kept
+the machine at that level, the round was CPU-bound: a call waited for a core, and the parts this
+run names are sized in CPU per call against that cut. Otherwise they are set against the wall
+time a call must lose, which falls with a part's CPU only as far as a call waits on it.
 """
 
 from __future__ import annotations
@@ -19,34 +22,65 @@ from benchmarks.submit_split import SubmitSplit, deltas, name_deltas, other_part
 
 @dataclass(frozen=True)
 class Need:
-    """Everything's CPU per call in the split round (µs, as printed) against the target's rate."""
+    """Everything's CPU per call in the split round (µs, as printed) against the target's rate
+    there, and the cores each side kept busy (the client included, as printed)."""
 
     effectors: int
     server: int
     client: int
     rate: float
-    """Calls/s the target needs in the worst round."""
+    """Calls/s the target needs in the split round (the ratio of the no-op's rate there)."""
     budget: float
     """µs a call may take at that rate (to 0.1 µs, as printed)."""
+    busy: float
+    """Cores the effectors' side kept busy in the split round (to 0.01, as printed)."""
+    noop_busy: float
+    """Cores the no-op side kept busy in its split round (to 0.01, as printed)."""
+    wall: float = 0.0
+    """µs a call took at the effectors in the split round (to 0.1 µs)."""
 
     @property
     def total(self) -> int:
         return self.effectors + self.server + self.client
 
     @property
+    def reached(self) -> float:
+        """The busy level the machine reached in the split round: the higher side's."""
+        return max(self.busy, self.noop_busy)
+
+    @property
     def needed(self) -> float:
-        """Cores the machine would need at ``rate``."""
-        return self.total / self.budget
+        """Cores the machine would need at ``rate`` (to 0.01, as printed)."""
+        return round(self.total / self.budget, 2)
+
+    @property
+    def forbids(self) -> bool:
+        """Whether ``rate`` needs more cores than the machine kept busy."""
+        return self.needed > self.reached
 
     @property
     def cut(self) -> float:
-        """µs of CPU per call beyond what the cores give a call at ``rate`` (<= 0: none)."""
-        return round(self.total - CORES * self.budget, 1)
+        """µs of CPU per call beyond what the reached cores give a call at ``rate``."""
+        return round(self.total - self.reached * self.budget, 1)
+
+    @property
+    def wall_cut(self) -> float:
+        """µs a call must lose in the split round (<= 0: none)."""
+        return round(self.wall - self.budget, 1)
+
+    @property
+    def cpu_bound(self) -> bool:
+        """Whether the effectors' side was at the reached level (within :data:`NEAR`)."""
+        return self.busy >= self.reached * (1 - NEAR)
 
     @property
     def margin(self) -> float:
-        """The share of the cores left over at ``rate``, from ``needed`` as printed."""
-        return (CORES - round(self.needed, 2)) / CORES
+        """The share of the reached cores left over at ``rate``."""
+        return (self.reached - self.needed) / self.reached
+
+
+NEAR = 0.03
+"""A side within this share of the reached cores busy is at that level: CPU-bound."""
 
 
 @dataclass(frozen=True)
@@ -60,16 +94,24 @@ class Change:
     """The change in a few words, once ``what`` has been said."""
 
 
-def need(split: SubmitSplit, rate: float, budget: float) -> Need:
+def need(split: SubmitSplit, bound: float) -> Need:
     """The split round's CPU per call, rounded as :func:`benchmarks.submit_split.split_text`
-    prints it, at the worst round's target ``rate``."""
-    ours = split.ours
+    prints it, at ``bound`` times the no-op's rate in that round."""
+    ours, noop = split.ours, split.noop
     used = ours.servers
     effectors = sum(
         round(ours.us(s)) for s in (used.main_thread_s, used.busiest_thread_s, used.other_threads_s)
     )
+    rate = bound * 1e6 / noop.wall_us
     return Need(
-        effectors, round(ours.us(ours.store_server_s)), round(ours.us(ours.client_s)), rate, budget
+        effectors,
+        round(ours.us(ours.store_server_s)),
+        round(ours.us(ours.client_s)),
+        rate,
+        round(1e6 / rate, 1),
+        round(ours.cores_with_client, 2),
+        round(noop.cores_with_client, 2),
+        round(ours.wall_us, 1),
     )
 
 
@@ -114,26 +156,33 @@ def changes(split: SubmitSplit, commits: GroupCommits | None) -> list[Change]:
     return sorted(found, key=lambda change: -change.bound)
 
 
-def need_text(cpu: Need, single: bool, parts: list[tuple[str, int]], apart: int = 0) -> str:
-    """The necessary condition, and the CPU beyond the no-op's by part; ``apart``: the µs per
-    call of the server's statements no Submit runs, which its CPU includes."""
+def need_text(
+    cpu: Need, bound: float, single: bool, parts: list[tuple[str, int]], apart: int = 0
+) -> str:
+    """The necessary condition in the split round, judged against the cores reached there, and
+    the CPU beyond the no-op's by part; ``apart``: the µs per call of the server's statements
+    no Submit runs, which its CPU includes."""
     effectors = "the effector" if single else "the effectors"
     server = f", {cpu.server} in the PostgreSQL server" if cpu.server else ""
-    forbids = cpu.cut > 0
     extra = sum(us for _, us in parts)
+    took = f": {cpu.wall_cut:.1f} µs too many" if cpu.wall_cut > 0 else ": within it"
     return (
-        f"CPU alone {'forbids' if forbids else 'does not forbid'} the target: at "
-        f"{cpu.rate:,.0f} calls/s ({cpu.budget:.1f} µs a call), the CPU per call of everything "
-        f"on the machine in the split round, {cpu.total} µs ({cpu.effectors} in {effectors}"
-        f"{server} and {cpu.client} in the client), needs {cpu.needed:.2f} of {CORES} cores"
+        f"In the split round, the only one whose CPU is split, {bound:g}x the no-op "
+        f"{NOOP_OWNERS[single]} rate is {cpu.rate:,.0f} calls/s ({cpu.budget:.1f} µs a "
+        f"call), where a call took {cpu.wall:.1f}{took}. Judged against the {cpu.reached:.2f} "
+        f"cores the machine kept busy in that round (the higher of the two sides', the client "
+        f"included), not its {CORES}, CPU alone {'forbids' if cpu.forbids else 'does not forbid'}"
+        f" the target there: the CPU per call of everything on the machine, {cpu.total} µs "
+        f"({cpu.effectors} in {effectors}{server} and {cpu.client} in the client), needs "
+        f"{cpu.needed:.2f} cores at that rate"
         + (
-            f", so it must drop by at least {cpu.cut:.1f} µs per call ({cpu.total} less {CORES} x "
-            f"{cpu.budget:.1f}; necessary, not sufficient, with a call's CPU as measured in the "
-            "split round)"
-            if forbids
+            f", so it must drop by at least {cpu.cut:.1f} µs per call ({cpu.total} less "
+            f"{cpu.reached:.2f} x {cpu.budget:.1f})"
+            if cpu.forbids
             else _margin(cpu)
         )
-        + "."
+        + ". "
+        + bound_text(cpu, effectors)
         + _apart(cpu, apart)
         + f" Against the no-op {NOOP_OWNERS[single]} and the client's in their "
         + "round, it was "
@@ -143,17 +192,35 @@ def need_text(cpu: Need, single: bool, parts: list[tuple[str, int]], apart: int 
     )
 
 
+def bound_text(cpu: Need, effectors: str) -> str:
+    """Whether the effectors' side kept the machine at the reached level: CPU-bound or not."""
+    side = effectors.capitalize() + ("' side" if effectors.endswith("s") else "'s side")
+    if not cpu.cpu_bound:
+        return (
+            f"{side} kept {cpu.busy:.2f} cores busy, below that level (the no-op side's): the "
+            "round was not CPU-bound, so a call's time falls with a part's CPU only as far as a "
+            "call waits on that part."
+        )
+    return (
+        f"{side} kept {cpu.busy:.2f} cores busy, at that level (the no-op side "
+        f"{cpu.noop_busy:.2f}): the round was CPU-bound, a call waited for a core ({cpu.total} "
+        f"µs of CPU per call over {cpu.busy:.2f} cores is about {cpu.total / cpu.busy:.0f} µs a "
+        f"call, the {cpu.wall:.1f} it took), so cutting c µs of CPU per call shortens a call by "
+        f"about c / {cpu.busy:.2f}, not one for one."
+    )
+
+
 def _margin(cpu: Need) -> str:
-    """The cores left over, when they are under :data:`CLOSE` of the machine's."""
+    """The cores left over, when they are under :data:`CLOSE` of the reached level."""
     if cpu.margin >= CLOSE:
         return ""
     return f", a {cpu.margin:.0%} margin" if cpu.margin >= 0.005 else ", a margin under 1%"
 
 
 CLOSE = 0.1
+"""A margin of cores under this share of the reached level is stated."""
 NOOP_OWNERS = {True: "server's", False: "servers'"}
 """The no-op's side, possessive: one server, or several."""
-"""A margin of cores under this share of the machine's is stated."""
 
 
 def _apart(cpu: Need, apart: int) -> str:
@@ -177,13 +244,36 @@ def _apart(cpu: Need, apart: int) -> str:
 
 
 def bounds_text(found: list[Change], cut: float, unit: str) -> str:
-    """Each named change's bound against ``cut``, the largest first."""
+    """Each named part's bound against ``cut``, the largest first."""
     listed = "; ".join(
         f"{change.what}, at most {change.bound} µs ({change.part})" for change in found
     )
     return (
-        f"The changes this run names, each at most the part it cuts, against the {cut:.1f} µs "
-        f"{unit}: {listed}. "
+        f"The parts of the work this run names, each an upper bound on what a change to it can "
+        f"cut, against the {cut:.1f} µs {unit}: {listed}. "
+    )
+
+
+def cpu_verdict(found: list[Change], cut: float) -> str:
+    """Whether the parts' upper bounds reach the CPU cut: none is shown to, as no change's
+    saving is measured in this run."""
+    reach = [change for change in found if change.bound >= cut]
+    if reach:
+        each = "; ".join(
+            f"{change.short}, at least {cut:.1f} of its {change.bound} µs per call "
+            f"({cut / change.bound:.0%})"
+            for change in reach
+        )
+        return (
+            f"Upper bounds that reach the {cut:.1f} µs, and what a change must remove of each: "
+            f"{each}. What a change saves is not measured in this run: no change this run "
+            "identifies is shown to reach it."
+        )
+    together = sum(max(change.bound, 0) for change in found)
+    return f"No part's upper bound reaches the {cut:.1f} µs alone (together at most {together}" + (
+        "): no change this run identifies is shown to reach it."
+        if together >= cut
+        else "): no change this run identifies reaches the target."
     )
 
 

@@ -174,6 +174,33 @@ def test_the_growth_names_the_functions_that_grew_most_with_their_parts() -> Non
     assert "allocator" not in text and "cannot see" not in text
 
 
+def test_the_growths_sums_and_differences_are_of_its_printed_figures() -> None:
+    names = ("scan", "_slot_at", "_encode_slot", "_commit", "_event")
+    small = Ranking(
+        "memory",
+        4_000,
+        10,
+        [Ranked("beam_agents/core/x.py", name, 1.0, 0.5, 1) for name in names],
+        profiled_us=10.06,
+        calls=100,
+    )
+    # Each function grew +1.032 (printed +1.0): the printed five add to +5.0, not +5.2.
+    large = Ranking(
+        "memory",
+        4_000,
+        10,
+        [Ranked("beam_agents/core/x.py", name, 2.032, 0.5, 1) for name in names],
+        profiled_us=20.0,
+        calls=100,
+    )
+    text = grown_functions(small, large, ordered_parts(small))
+    assert text.count(" +1.0 (its own lines +0.0; ") == 5
+    assert "together +5.0 of our +5.2" in text
+    # Grew 20.0 - 10.06 = 9.94 (printed +9.9): +5.2 (5.16) in ours, so 9.9 - 5.2 = +4.7
+    # outside, where the unrounded 9.94 - 5.16 = 4.78 would print +4.8.
+    assert "grew +9.9 µs under the profiler: +5.2 in our functions and +4.7 outside" in text
+
+
 def _paired(*rounds_us: tuple[float, float]) -> Paired:
     rounds = tuple(Round(floor / 1e6, ours / 1e6) for floor, ours in rounds_us)
     side = Side(0.0, KeyCommit(1_300.0, 1_260.0), 40.0, 10)

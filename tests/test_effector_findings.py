@@ -163,11 +163,19 @@ def test_postgres_sets_the_changes_upper_bounds_against_the_cpu_to_cut() -> None
     assert "CPU is the bound" not in text
     assert "(56 µs); take the state out" in text and "(37 µs); keep the running claim" in text
     assert "schema change) (34 µs)." in text
-    assert "Together those statements took 127 µs per intent, against the 53 µs of CPU" in text
+    assert "Together those statements took 127 µs per intent (of them only the claim's " in text
+    assert "recording a result still needs an UPDATE and a new key its row inserted, so " in text
+    assert "those two can only shrink), against the 53 µs of CPU" in text
     # No wait measured: only the most is known; no profile: the loop is not sized here.
     assert "removed entirely, against the 53 µs: the most reaches it, but how much of" in text
     assert "run in the same code here but are not sized for PostgreSQL" in text
     assert "With that estimate" not in text
+    assert text.endswith(
+        "Bottom line for PostgreSQL: what the named changes could save above are upper bounds "
+        "(each part removed entirely; what each saves is not measured), and the 53 µs is "
+        "necessary for the target, not sufficient: no change this run identifies is shown to "
+        "reach 9,000/s."
+    )
     line = POSTGRES.line()
     assert "the effector processes used 97 µs of CPU, 56 on their main threads" in line
     assert "these processes used 275, 1.81 cores on average over the runs (6,573 intents/s" in line
@@ -181,6 +189,11 @@ def test_postgres_sets_the_changes_upper_bounds_against_the_cpu_to_cut() -> None
     fewer = dataclasses.replace(POSTGRES, statement_times=POSTGRES.statement_times[3:])
     assert "took 0 µs per intent" in (text := remaining(None, fewer))
     assert "removed entirely, against the 53 µs: even the most does not reach it." in text
+    # The loop unsized: short by the statements alone, yet not shown out of reach.
+    assert (
+        "Bottom line for PostgreSQL: the named statements would save at most 0 µs of CPU " in text
+    )
+    assert "the loop changes are not sized here: no change this run identifies is shown" in text
 
 
 def test_a_missed_sustained_ratio_row_gets_its_own_paragraph() -> None:
@@ -256,10 +269,15 @@ def test_postgres_sets_the_statements_waits_apart_from_their_bound() -> None:
     # 175 µs of statements against 160 of server CPU: at least 15 waited; 127 - 15 = 112 > 53.
     text = remaining(None, dataclasses.replace(POSTGRES, statements_total_ms=175 * 60.0))
     assert "All statements together took 175 µs of wall time per intent in the server, " in text
-    assert "more than its 160 µs of CPU, so at least 15 µs of that was waiting" in text
+    assert (
+        "more than its 160 µs of CPU, so at least 15 µs of that was waiting (on locks, I/O " in text
+    )
+    assert "or a core)" in text and "(on locks and I/O)" not in text
     assert "hold at most 127 µs of the server's CPU per intent and at least 112 (127 - 15:" in text
-    assert "against the 53 µs: even the least reaches it, but only if each change" in text
+    assert "against the 53 µs: even the lower reaches it, but only were each part removed " in text
+    assert "entirely (which of the statements only the claim's UPDATE can be), and what" in text
     assert "the loop's share by its estimate" not in text
+    assert text.endswith("no change this run identifies is shown to reach 9,000/s.")
     # 250 µs: 90 waited, 127 - 90 = 37 < 53 <= 127: the run cannot decide.
     text = remaining(None, dataclasses.replace(POSTGRES, statements_total_ms=250 * 60.0))
     assert "at most 127 µs of the server's CPU per intent and at least 37 (127 - 90: all" in text
@@ -269,6 +287,18 @@ def test_postgres_sets_the_statements_waits_apart_from_their_bound() -> None:
     cheap = dataclasses.replace(POSTGRES, store_server=_usage(80, 0, 0, "postgres"))
     text = remaining(None, cheap)
     assert "CPU alone does not forbid the target" in text and "Together those" not in text
+    assert text.endswith(
+        "Bottom line for PostgreSQL: CPU alone does not forbid the target, and this run sizes no "
+        "change against what else holds the rate: no change this run identifies is shown to "
+        "reach 9,000/s."
+    )
+    # The statements not read: the changes are listed, not sized.
+    text = remaining(None, dataclasses.replace(POSTGRES, statement_times=()))
+    assert "Next for PostgreSQL (not ordered: the statements were not measured): " in text
+    assert text.endswith(
+        "Bottom line for PostgreSQL: the changes are not sized in this run: no change this run "
+        "identifies is shown to reach 9,000/s."
+    )
 
 
 def test_postgres_sizes_the_loop_changes_by_the_sqlite_profile_as_an_estimate() -> None:
@@ -284,17 +314,35 @@ def test_postgres_sizes_the_loop_changes_by_the_sqlite_profile_as_an_estimate() 
     )
     assert "them at ~14.0 µs (an estimate: this run did not profile PostgreSQL's loop" in text
     # 37 + 14.0 = 51.0 < 53 <= 127 + 14.0 = 141.0.
-    assert "would save between 51.0 and 141.0 µs of CPU per intent, against the 53 µs: the " in text
+    assert (
+        "the parts named here and for the loop could save at most between 51.0 and 141.0 " in text
+    )
+    assert (
+        "µs of CPU per intent (upper bounds: removing each part entirely), against the 53 " in text
+    )
+    assert "µs: the cut lies inside" in text
+    assert "Bottom line for PostgreSQL: what the named changes could save above are upper" in text
     assert text.count("cut lies inside that range, so this run cannot decide") == 2
     # 240 µs: 80 waited, 47 alone short of 53, 47 + 14.0 = 61.0 reaches it.
     text = remaining(sqlite, dataclasses.replace(POSTGRES, statements_total_ms=240 * 60.0))
-    assert "between 61.0 and 141.0 µs of CPU per intent, against the 53 µs: even the least " in text
-    assert "entirely, the loop's share by its estimate (what each saves is not measured)" in text
+    assert "between 61.0 and 141.0 µs of CPU per intent (upper bounds: removing each part " in text
+    assert "entirely), against the 53 µs: even the lower reaches it, but only were" in text
+    assert "UPDATE can be), the loop's share by its estimate, and what each saves is not" in text
+    assert text.endswith("no change this run identifies is shown to reach 9,000/s.")
     # No wait measured: at most 141.0; no statement named: at most 14.0, short of 53.
-    assert "would save at most 141.0 µs of CPU per intent" in remaining(sqlite, POSTGRES)
+    assert "could save at most 141.0 µs of CPU per intent (upper bounds" in remaining(
+        sqlite, POSTGRES
+    )
     fewer = dataclasses.replace(POSTGRES, statement_times=POSTGRES.statement_times[3:])
     text = remaining(sqlite, fewer)
-    assert "would save at most 14.0 µs of CPU per intent, against the 53 µs: even the most " in text
+    assert "could save at most 14.0 µs of CPU per intent (upper bounds: removing each part " in text
+    assert "entirely), against the 53 µs: even the most does not reach it." in text
+    # Every change sized and all short of the CPU the target needs: out of reach.
+    assert text.endswith(
+        "Bottom line for PostgreSQL: even removed entirely, the named changes would save at most "
+        "14.0 µs of CPU per intent, short of the 53 µs the target needs: no change this run "
+        "identifies reaches 9,000/s."
+    )
 
 
 def test_printed_sums_are_sums_of_printed_parts() -> None:

@@ -47,16 +47,19 @@ def _commits(in_flight: int | None = 120_000) -> GroupCommits:
     return GroupCommits(batch, 100, 0.0793, 0.0096, False, STATEMENTS, in_flight)
 
 
-def _account(commits: GroupCommits, pairs: Pairs = MISSED, split: Side = POSTGRES) -> str:
+def _account(
+    commits: GroupCommits, pairs: Pairs = MISSED, split: Side = POSTGRES, noop: Side = NOOP
+) -> str:
     figure = paired_figure(PG_ROW, "calls/s", pairs, 4_000, "no-op", TARGET)
     latencies = (tuple(i / 1000 for i in range(1, 11)), tuple(i / 500 for i in range(1, 11)))
-    row = SubmitRow(figure, TARGET, pairs, 64, latencies, SubmitSplit(2, NOOP, split), commits)
+    row = SubmitRow(figure, TARGET, pairs, 64, latencies, SubmitSplit(2, noop, split), commits)
     return submit_account([row])
 
 
 def test_statement_shapes_no_submit_runs_are_named_by_origin() -> None:
     assert sql_shapes.not_submit(COUNT) == (
-        "the worker's housekeeping count (once a second per effector; not run by Submit)"
+        "the worker's housekeeping count for its gauges (each housekeeping tick while cheap, "
+        "less often as it slows: `GAUGE_COUNT_SHARE`; not run by Submit)"
     )
     status = "SELECT state, COUNT(*) FROM effector_intents GROUP BY state"
     assert sql_shapes.not_submit(status) == "the Status call's count (not run by Submit)"
@@ -82,7 +85,7 @@ def test_the_housekeeping_count_is_set_apart_from_submits_statements() -> None:
     assert (
         "`SELECT state, COUNT(*) FROM effector_intents WHERE state IN (...) G...` 31, the" in text
     )
-    assert "worker's housekeeping count (once a second per effector; not run by Submit): it" in text
+    assert "as it slows: `GAUGE_COUNT_SHARE`; not run by Submit): it" in text
     assert "ran 2 times in the round, 15.5 ms each on average, over the 120,000 intents in" in text
     assert "What it walks is the benchmark's never-drained backlog, an artifact of the" in text
     assert "The server was not executing the commits' statements 95% of the round." in text
@@ -103,18 +106,95 @@ def test_the_housekeeping_count_is_set_apart_from_submits_statements() -> None:
 
 
 def test_a_narrow_margin_of_cores_is_stated() -> None:
-    def said(total: int, budget: float) -> str:
-        return need_text(Need(total, 0, 0, 1e6 / budget, budget), True, [])
+    def said(total: int, budget: float, reached: float = 2.0) -> str:
+        cpu = Need(total, 0, 0, 1e6 / budget, budget, reached, 1.0, budget)
+        return need_text(cpu, 0.6, True, [])
 
-    # 1.92 of 2 cores: a 4% margin.
-    assert "needs 1.92 of 2 cores, a 4% margin." in said(480, 250.0)
-    # 1.60 of 2: a margin of 20% goes unsaid.
-    assert "needs 1.60 of 2 cores. Against" in said(400, 250.0)
+    # 1.92 of the 2.00 cores reached: a 4% margin.
+    assert "needs 1.92 cores at that rate, a 4% margin." in said(480, 250.0)
+    # 1.60 of 2.00: a margin of 20% goes unsaid.
+    assert "needs 1.60 cores at that rate. The effector's side" in said(400, 250.0)
     # 1.998 prints 2.00: under 1%.
-    assert "needs 2.00 of 2 cores, a margin under 1%." in said(4995, 2500.0)
-    # Past the cores: the cut, no margin.
+    assert "needs 2.00 cores at that rate, a margin under 1%." in said(4995, 2500.0)
+    # Past the level reached: the cut, no margin; 1.60 of 1.70 reached is a 6% margin.
     assert "margin" not in said(520, 250.0)
+    assert "needs 1.60 cores at that rate, a 6% margin." in said(400, 250.0, 1.70)
     assert "Against the no-op server's and the client's" in said(400, 250.0)
+
+
+def _side(rate: float, threads: tuple[int, int, int], client: int, server: int = 0) -> Side:
+    """4,000 calls at ``rate``; µs of CPU per call: threads (loop, busiest, rest), client."""
+    seconds = [us * 4_000 / 1e6 for us in (*threads, client, server)]
+    used = Usage(seconds[0], seconds[1], seconds[2], 0, 0, 0, 0, ())
+    return Side(4_000, 4_000 / rate, used, seconds[3], seconds[4])
+
+
+def test_the_committed_runs_postgres_row_is_cpu_bound_at_the_level_reached() -> None:
+    # Recorded at c031365: 481 µs of CPU a call at 3,899 calls/s kept 1.875 cores busy, the
+    # no-op side 1.87 at 6,943 calls/s; the worst round allowed 244.2 µs a call.
+    ours = _side(3_899, (190, 27, 89), 107, 68)
+    noop = _side(6_943, (118, 24, 24), 103)
+    assert round(ours.cores_with_client, 3) == 1.875 and round(noop.cores_with_client, 2) == 1.87
+    cpu = submit_cpu.need(SubmitSplit(2, noop, ours), 0.6)
+    assert (cpu.total, cpu.busy, cpu.noop_busy, cpu.reached) == (481, 1.88, 1.87, 1.88)
+    # 481 / 240.0 = 2.00 cores past the 1.88 reached: 481 - 1.88 x 240.0 = 29.8 µs of CPU.
+    assert (cpu.budget, cpu.wall, cpu.wall_cut, cpu.needed) == (240.0, 256.5, 16.5, 2.0)
+    assert cpu.forbids and cpu.cut == 29.8 and cpu.cpu_bound
+    # At the worst round's 244.2 µs too: 1.97 cores, past 1.88 though within 2.00.
+    worst = Need(306, 68, 107, 1e6 / 244.2, 244.2, 1.88, 1.87)
+    assert worst.needed == 1.97 and worst.forbids and worst.cut == 21.9
+    text = need_text(cpu, 0.6, False, [("on the event loops", 72)], 13)
+    assert "0.6x the no-op servers' rate is 4,166 calls/s (240.0 µs a call), where a call" in text
+    assert (
+        "took 256.5: 16.5 µs too many. Judged against the 1.88 cores the machine kept busy" in text
+    )
+    assert "not its 2, CPU alone forbids the target there" in text
+    assert (
+        "481 µs (306 in the effectors, 68 in the PostgreSQL server and 107 in the client)" in text
+    )
+    assert "needs 2.00 cores at that rate, so it must drop by at least 29.8 µs per call" in text
+    assert "(481 less 1.88 x 240.0). The effectors' side kept 1.88 cores busy, at that" in text
+    assert "level (the no-op side 1.87): the round was CPU-bound, a call waited for a core" in text
+    assert "(481 µs of CPU per call over 1.88 cores is about 256 µs a call, the 256.5 it" in text
+    assert "shortens a call by about c / 1.88, not one for one." in text
+    # The whole account: the parts in CPU against 29.8, no wait measurement.
+    text = _account(_commits(), Pairs((1e6 / (0.6 * 244.2),), (1e6 / 277.8,)), ours, noop)
+    assert "a call must take 33.6 µs less" in text
+    assert "cut, against the 29.8 µs of CPU per call:" in text
+    assert "Submit's work on the loop, at least 29.8 of its" in text
+    assert text.endswith("no change this run identifies is shown to reach it.")
+    assert "measuring where a call waits" not in text and "against the 33.6" not in text
+
+
+def test_the_committed_runs_sqlite_row_is_not_cpu_bound() -> None:
+    # Recorded at c031365: 295 + 91 µs of CPU a call at 3,687 calls/s kept 1.42 cores busy, the
+    # no-op side 1.89 at 6,773: CPU does not forbid 4,064 calls/s, and the side was below it.
+    ours = _side(3_687, (175, 66, 54), 91)
+    noop = _side(6_773, (100, 20, 29), 129)
+    cpu = submit_cpu.need(SubmitSplit(1, noop, ours), 0.6)
+    assert (cpu.total, cpu.busy, cpu.reached, cpu.budget, cpu.wall_cut) == (
+        386,
+        1.42,
+        1.88,
+        246.1,
+        25.1,
+    )
+    assert not cpu.forbids and not cpu.cpu_bound
+    text = need_text(cpu, 0.6, True, [("on the event loop", 75)])
+    assert "CPU alone does not forbid the target there" in text
+    assert "The effector's side kept 1.42 cores busy, below that level" in text
+    assert "round was not CPU-bound" in text
+
+
+def test_a_loop_short_of_the_wall_cut_would_not_cover_it_even_one_for_one() -> None:
+    # Not CPU-bound (1.20 cores against the no-op's 1.90): 200 µs a call against 166.7.
+    ours = _side(5_000, (110, 30, 20), 0, 80)
+    noop = _side(10_000, (100, 20, 10), 60)
+    text = _account(_commits(), MISSED, ours, noop)
+    assert "CPU alone does not forbid the target there" in text
+    assert "against the 33.3 µs of wall time a call must lose in the split round" in text
+    assert "removing all of the loop's extra, 10 µs, would not cover the 33.3 µs even if it" in text
+    assert "(23.3 short)" in text
 
 
 def test_a_real_effectors_backlog_is_read_from_its_status(tmp_path: Path) -> None:

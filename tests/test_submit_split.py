@@ -107,21 +107,27 @@ def test_a_missed_row_gives_its_rounds_latencies_and_split() -> None:
         "every round a call must take 83.3 µs less (in the median round it may take 166.7" in text
     )
     assert "and took 200.0: 33.3 µs too many)" in text
-    # 210 + 170 µs of CPU a call at 6,000 calls/s (166.7 µs a call) needs 380 / 166.7 cores.
-    assert "CPU alone forbids the target: at 6,000 calls/s (166.7 µs a call), the CPU" in text
-    assert "380 µs (210 in the effector and 170 in the client), needs 2.28 of 2 cores" in text
-    assert "must drop by at least 46.6 µs per call (380 less 2 x 166.7; necessary, not" in text
+    # In the split round (200 µs a call against 166.7 allowed at 0.6 x 10,000/s), 210 + 170 µs
+    # of CPU a call needs 380 / 166.7 = 2.28 cores, judged against the 1.90 the effector's side
+    # reached (the no-op's 1.10): at least 380 - 1.90 x 166.7 = 63.3 µs of CPU to lose.
+    assert "0.6x the no-op server's rate is 6,000 calls/s (166.7 µs a call), where a call" in text
+    assert "took 200.0: 33.3 µs too many. Judged against the 1.90 cores the machine kept" in text
+    assert "CPU alone forbids the target there: the CPU per call of everything" in text
+    assert "380 µs (210 in the effector and 170 in the client), needs 2.28 cores at that" in text
+    assert "must drop by at least 63.3 µs per call (380 less 1.90 x 166.7)." in text
+    # At the reached level: CPU-bound, so the parts are sized in CPU, not one for one in wall.
+    assert "The effector's side kept 1.90 cores busy, at that level (the no-op side 1.10)" in text
+    assert "the round was CPU-bound, a call waited for a core (380 µs of CPU per call over" in text
+    assert "shortens a call by about c / 1.90, not one for one." in text
     # Like with like, adding up: 60 + 50 - 10 + 170 (the no-op's client used nothing).
     assert "it was 270 µs per call more: +60 on the event loop, +50 on `sqlite`, -10 on" in text
     assert "`event_engine`, +170 in the client." in text
-    assert "against the 46.6 µs of CPU per call: Submit's work on the event loop that" in text
+    assert "can cut, against the 63.3 µs of CPU per call: Submit's work on the event loop" in text
     assert "at most 60 µs (the event loop); the writer's work per commit" in text
-    assert "Next: Submit's work on the loop, which must remove at least 46.6 of its 60 µs" in text
-    assert "(78%) to lift the CPU bound alone" in text
-    assert "That is necessary, not sufficient: a call must also take 83.3 µs less." in text
-    assert (
-        "the loop's extra, 60 µs, would not cover the 83.3 µs even if it did (23.3 short)" in text
-    )
+    assert "No part's upper bound reaches the 63.3 µs alone (together at most 110): no" in text
+    assert text.endswith("no change this run identifies is shown to reach it.")
+    # No wait measurement: the lever is CPU per call.
+    assert "where a call waits inside" not in text and "one for one with that" not in text
     # Possessive: one no-op server.
     assert "Against the no-op server's and the client's in their round" in text
 
@@ -168,37 +174,54 @@ def test_where_a_call_waits_picks_the_next_change() -> None:
     )
     assert "at most about 6.0 ms on average, so at least about 14.0 ms of its p50 it waits" in text
     assert "had no commit running 70% of the round although 64 calls were outstanding" in text
-    # 210 µs of CPU a call fits 2 x 166.7: what a call must lose, 83.3 µs, is wall time; a
-    # margin of 37% of the cores goes unsaid.
-    assert "CPU alone does not forbid the target: at 6,000 calls/s (166.7 µs a call)" in text
-    assert "210 µs (210 in the effector and 0 in the client), needs 1.26 of 2 cores." in text
-    assert "against the 83.3 µs of wall time a call must lose" in text
-    # The loop's extra, 60 µs, falls short of 83.3 even one for one: the wait is measured next.
+    # The no-op side kept only 1.10 cores busy, the effector's 1.05: against 1.10, 210 µs a call
+    # at 166.7 needs 1.26 cores, so CPU forbids (26.6 µs of CPU to lose), but the effector's
+    # side was below that level: not CPU-bound, so the wall time is set against the loop too.
+    assert "Judged against the 1.10 cores the machine kept busy in that round" in text
+    assert "210 µs (210 in the effector and 0 in the client), needs 1.26 cores at that" in text
+    assert "must drop by at least 26.6 µs per call (210 less 1.10 x 166.7)" in text
+    assert "The effector's side kept 1.05 cores busy, below that level" in text
+    assert "Submit's work on the loop, at least 26.6 of its 60 µs per call (44%)" in text
+    assert "That is necessary, not sufficient: in the split round a call must also take" in text
     assert (
-        "removing all of the loop's extra, 60 µs, would not cover the 83.3 µs even if it did"
-        in text
+        "removing all of the loop's extra, 60 µs, would cover the 33.3 µs only if it did, and"
+        " only then would a change on the loop have to remove at least 33.3 of it (55%)" in text
     )
-    assert (
-        "(23.3 short); no change this run identifies is shown to reach it, so the next step" in text
-    )
+    assert "no change this run identifies is shown to reach it, so the next step" in text
     assert "That decides between Submit's work on the loop" in text
-    # A cut of 15.1 µs is within the loop's extra and the call waits outside the commits, but no
-    # change's saving is measured against it: the wait inside the effector is measured next.
-    queued = SubmitSplit(1, NOOP, OURS, _overlap(0.2), ((0.14, 0.04), (0.05, 0.01)))
+    # With the no-op side at 1.90 cores, CPU does not forbid it: the wall time decides.
+    saturated = Side(NOOP.calls, NOOP.elapsed_s, NOOP.servers, 0.08)
+    split = SubmitSplit(1, saturated, OURS, _overlap(0.2))
+    text = submit_account([_row(split=split, commits=_commits(0.3, 1.0, 20.0))])
+    assert "Judged against the 1.90 cores the machine kept busy in that round" in text
+    assert "CPU alone does not forbid the target there" in text
+    # 1.26 of the 1.90 reached leaves 34%: the margin goes unsaid.
+    assert "needs 1.26 cores at that rate. The effector's side kept 1.05 cores busy" in text
+    assert "the round was not CPU-bound" in text
+    assert "against the 33.3 µs of wall time a call must lose in the split round" in text
+    assert "only then would a change on the loop have to remove at least 33.3" in text
+    assert "the next step is measuring where a call waits inside the effector" in text
+    # The worst paired round needs 15.1 µs less, the split round 33.3: the loop is set against
+    # the split round's, where its CPU was measured; no change's saving is measured against it.
+    queued = SubmitSplit(1, saturated, OURS, _overlap(0.2), ((0.14, 0.04), (0.05, 0.01)))
     near = Pairs((10_000.0,) * 3, (5_500.0, 5_800.0, 6_500.0))
     text = submit_account([_row(near, split=queued, commits=_commits(0.3, 1.0, 20.0))])
+    assert "to meet it in every round a call must take 15.1 µs less" in text
     assert "the event loop ran 140 µs and waited 40 µs ready on a run queue" in text
     assert "its writer (`sqlite`) ran 50 and waited 10" in text
     assert (
         "(in the split round the event loop ran 140 µs per call and waited 40 for a core," in text
     )
     assert "180 of the 200 µs a call took): removing all of the loop's extra, 60 µs, would" in text
-    assert (
-        "cover the 15.1 µs only if it did, and a change on the loop must remove at least 15.1"
-        in text
-    )
-    assert "the next change is Submit's work on the loop" not in text
+    assert "cover the 33.3 µs only if it did, and only then would a change on the loop" in text
+    assert "against the 15.1" not in text and "at least 15.1" not in text
     assert "no change this run identifies is shown to reach it, so the next step is" in text
+    # A split round that met the target sizes no cut: the wait is measured next.
+    quick = Side(1_000, 0.15, OURS.servers)
+    text = submit_account([_row(split=SubmitSplit(1, saturated, quick), commits=None)])
+    assert "where a call took 150.0: within it." in text
+    assert "The split round met the target, so it sizes no cut, and the worst round's was" in text
+    assert "the next step is measuring where a call waits inside the effector" in text
     # Back to back: the store is the critical path.
     text = submit_account([_row(split=split, commits=_commits(0.9, 1.0, 20.0))])
     assert "The commits ran nearly back to back" in text
@@ -206,19 +229,17 @@ def test_where_a_call_waits_picks_the_next_change() -> None:
     # PostgreSQL: the server's part only, so the rest is not placed; the CPU split decides.
     postgres = Side(1_000, 0.2, _usage(0.100, 0.030, 0.020, 0.040, {"pg": 0.03}), 0.0, 0.090)
     row = _row(
-        split=SubmitSplit(2, NOOP, postgres), commits=_commits(0.1, 1, 11, False), name=PG_ROW
+        split=SubmitSplit(2, saturated, postgres), commits=_commits(0.1, 1, 11, False), name=PG_ROW
     )
     text = submit_account([row])
     assert "the server executed a commit's statements in 1.00 ms" in text
     assert "were not timed, so this round does not tell" in text
     assert "The server was not executing the commits' statements 90% of the round." in text
-    # 150 + 90 µs a call needs 1.44 of 2 cores: the wait is not placed, so it is measured next.
-    assert (
-        "the CPU per call of everything on the machine in the split round, 240 µs (150 in" in text
-    )
-    assert (
-        "the effectors, 90 in the PostgreSQL server and 0 in the client), needs 1.44 of 2" in text
-    )
+    # 150 + 90 µs a call needs 1.44 of the 1.90 cores reached, the effectors' side at 1.20: not
+    # CPU-bound, and the wait is not placed, so it is measured next.
+    assert "the CPU per call of everything on the machine, 240 µs (150 in the effectors, 90" in text
+    assert "in the PostgreSQL server and 0 in the client), needs 1.44 cores at that rate" in text
+    assert "The effectors' side kept 1.20 cores busy, below that level" in text
     assert "the next step is measuring where a call waits inside the effector" in text
     assert "That decides between Submit's work on the loop" in text
     assert "per call the effectors used 150 µs of CPU: 100 on their event loops" in text
@@ -230,20 +251,30 @@ def test_no_change_reaches_a_cpu_cut_larger_than_every_part() -> None:
     grown = Side(1_000, 0.2, _usage(0.09, 0.03, 0.08, 0.0, {"pg": 0.06, "event_engine": 0.05}))
     split = SubmitSplit(2, NOOP, grown)
     assert submit_split.name_deltas(split)[0] == ("pg", 60)
-    # 200 + 200 µs a call against 2 x 167: 66 µs over, beyond the loops' 10 and `pg`'s 60.
+    # 200 + 200 µs a call against the 2.00 cores reached x 166.7: 66.6 µs over, beyond the
+    # loops' 10 and `pg`'s 60 alone, within them together.
     busy = Side(grown.calls, grown.elapsed_s, grown.servers, 0.2)
     text = submit_account([_row(split=SubmitSplit(2, NOOP, busy), name=PG_ROW)])
-    assert "needs 2.40 of 2 cores, so it must drop by at least 66.6 µs per call" in text
+    assert "needs 2.40 cores at that rate, so it must drop by at least 66.6 µs per call" in text
     assert "at most 60 µs (`pg`); Submit's work on the event loop" in text
-    assert "None reaches the 66.6 µs even removed entirely (together at most 70): no" in text
+    assert "No part's upper bound reaches the 66.6 µs alone (together at most 70): no" in text
+    assert text.endswith("no change this run identifies is shown to reach it.")
+    # With the client at 250 µs a call (2.25 cores) the cut, 450 - 2.25 x 166.7 = 74.9, is
+    # beyond them even together.
+    heavy = Side(grown.calls, grown.elapsed_s, grown.servers, 0.25)
+    text = submit_account([_row(split=SubmitSplit(2, NOOP, heavy), name=PG_ROW)])
+    assert "No part's upper bound reaches the 74.9 µs alone (together at most 70)" in text
+    assert text.endswith("no change this run identifies reaches the target.")
     # Possessive: several no-op servers.
     assert "Against the no-op servers' and the client's in their round" in text
-    # With the client at 150 µs a call the cut is 16.6: `pg`'s part, the largest, covers it.
+    # With the client at 150 µs a call, 1.75 cores reached: the cut is 350 - 1.75 x 166.7 =
+    # 58.3, and `pg`'s part alone, the largest, reaches it; its saving is not measured.
     lighter = Side(grown.calls, grown.elapsed_s, grown.servers, 0.15)
     text = submit_account([_row(split=SubmitSplit(2, NOOP, lighter), name=PG_ROW)])
-    assert (
-        "Next: the `pg` threads' work per commit, which must remove at least 16.6 of its 60" in text
-    )
+    assert "must drop by at least 58.3 µs per call (350 less 1.75 x 166.7)" in text
+    assert "Upper bounds that reach the 58.3 µs, and what a change must remove of each: the" in text
+    assert "`pg` threads' work per commit, at least 58.3 of its 60 µs per call (97%)." in text
+    assert text.endswith("no change this run identifies is shown to reach it.")
 
 
 @pytest.mark.skipif(
@@ -324,9 +355,10 @@ def test_the_servers_statements_are_printed_per_call_and_set_against_the_cut() -
     assert "the server's execution took 60 µs of wall time per call (lock waits included):" in text
     assert "`INSERT INTO effector_keys (entity_key, pending) VALUES ($)` 20; `INSERT INTO" in text
     assert "VALUES ($)` 18; `COMMIT` 10; `BEGIN` 2; every other statement 10." in text
-    # 150 + 90 + 130 = 370 µs a call against 2 x 166.7: at least 36.6 µs of CPU to lose.
+    # 150 + 90 + 130 = 370 µs a call against the 1.85 cores reached x 166.7: at least 61.6 µs
+    # of CPU to lose.
     assert "370 µs (150 in the effectors, 90 in the PostgreSQL server and 130 in the" in text
-    assert "must drop by at least 36.6 µs per call (370 less 2 x 166.7" in text
+    assert "must drop by at least 61.6 µs per call (370 less 1.85 x 166.7)" in text
     assert "it was 260 µs per call more: +20 on the event loops, +30 on `pg`, -30 on" in text
     assert "`event_engine`, +20 on the rest of the threads," in text
     assert "+90 in the PostgreSQL server, +130 in the client." in text
@@ -335,8 +367,8 @@ def test_the_servers_statements_are_printed_per_call_and_set_against_the_cut() -
         "at most 20 µs (the key rows' upsert, of the 60 µs per call of Submit's own statements"
         in text
     )
-    # The loops' 20, `pg`'s 30 and the key rows' upsert's 20: none reaches 36.6 alone.
-    assert "None reaches the 36.6 µs even removed entirely (together at most 70)" in text
+    # The loops' 20, `pg`'s 30 and the key rows' upsert's 20: none reaches 61.6 alone.
+    assert "No part's upper bound reaches the 61.6 µs alone (together at most 70)" in text
     # No statement here is one that no Submit runs: nothing is set apart.
     assert "no Submit runs" not in text
     # Without the split the statements are printed all the same.
@@ -353,10 +385,9 @@ def test_a_noisy_split_round_is_said_as_measured() -> None:
     # By thread name, the largest changes first, whichever their sign.
     assert "(by thread name: +50 on `sqlite`, -30 on `event_engine`, +10 on the rest)" in text
     assert "the next change is Submit's work on the loop" not in text
-    assert (
-        "removing all of the loop's extra, -10 µs, would not cover the 83.3 µs even if it did"
-        in text
-    )
+    # The split round itself met the target (80 µs a call against 166.7): no cut to size.
+    assert "where a call took 80.0: within it." in text
+    assert "The split round met the target, so it sizes no cut" in text
     # A ratio that two decimals would round onto the target is shown with three.
     close = Pairs((10_000.0,) * 3, (5_970.0, 6_500.0, 7_000.0))
     assert "were 0.597-0.70x the no-op gRPC server's" in submit_account([_row(close)])
