@@ -221,6 +221,18 @@ def next_change(row: SubmitRow) -> str:
             + _wall_verdict(split, found, cpu.wall_cut)
         )
     if cpu.wall_cut <= 0:
+        worst_cut = worst_round(row)[2]
+        if cpu.cpu_bound and worst_cut > 0:
+            # The worst round was not split; were it bound like the split one, a call's time
+            # falls by a CPU cut over the cores busy, so its wall cut is that many µs of CPU.
+            cut = _tenth(worst_cut * cpu.reached)
+            return text + (
+                f"The split round met the target; the worst round was not split by thread. Were "
+                f"it CPU-bound like the split round, its {worst_cut:.1f} µs a call would take "
+                f"about {cut:.1f} µs less CPU per call ({worst_cut:.1f} x {cpu.reached:.2f}). "
+                + bounds_text(found, cut, "of CPU per call")
+                + _were_bound(found, cut)
+            )
         return text + (
             "The split round met the target, so it sizes no cut, and the worst round's was not "
             "split by thread: " + MEASURE + DECIDES
@@ -229,6 +241,18 @@ def next_change(row: SubmitRow) -> str:
         text
         + bounds_text(found, cpu.wall_cut, "of wall time a call must lose in the split round")
         + _wall_verdict(split, found, cpu.wall_cut)
+    )
+
+
+def _were_bound(found: list[Change], cut: float) -> str:
+    """The CPU verdict on the worst round's cut, which holds only were that round CPU-bound."""
+    together = sum(max(change.bound, 0) for change in found)
+    if together >= cut:
+        return cpu_verdict(found, cut)
+    return (
+        f"No part's upper bound reaches the {cut:.1f} µs alone (together at most {together}): "
+        "were the worst round CPU-bound like the split one, no change this run identifies would "
+        "reach the target; it was not split, so this run does not show that it was."
     )
 
 

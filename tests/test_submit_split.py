@@ -385,9 +385,14 @@ def test_a_noisy_split_round_is_said_as_measured() -> None:
     # By thread name, the largest changes first, whichever their sign.
     assert "(by thread name: +50 on `sqlite`, -30 on `event_engine`, +10 on the rest)" in text
     assert "the next change is Submit's work on the loop" not in text
-    # The split round itself met the target (80 µs a call against 166.7): no cut to size.
+    # The split round itself met the target (80 µs a call against 166.7) at the level the
+    # machine reached: the worst round's 83.3 µs is sized as CPU, were that round bound alike.
     assert "where a call took 80.0: within it." in text
-    assert "The split round met the target, so it sizes no cut" in text
+    assert "The split round met the target; the worst round was not split by thread." in text
+    assert "its 83.3 µs a call would take about 134.9 µs less CPU per call (83.3 x 1.62)" in text
+    assert "No part's upper bound reaches the 134.9 µs alone (together at most 50): were" in text
+    assert "it was not split, so this run does not show that it was." in text
+    assert "no change this run identifies reaches the target" not in text
     # A ratio that two decimals would round onto the target is shown with three.
     close = Pairs((10_000.0,) * 3, (5_970.0, 6_500.0, 7_000.0))
     assert "were 0.597-0.70x the no-op gRPC server's" in submit_account([_row(close)])
