@@ -209,9 +209,12 @@ def bound(
     if code <= 0:
         return head
     if needed >= code:
+        # Against the rounds' mean; a round whose code ran above the cut is said so.
+        more = "more than all" if needed >= max(split.code) else "about all (more than the mean)"
         return (
-            f"{head}, more than all {code:.1f} µs of our code in the pipeline (beyond the "
-            f"floor's): no cut to our code alone meets it; {beam_side(parameters)}. {OUT_OF_REACH}"
+            f"{head}, {more} {code:.1f} µs of our code in the pipeline (beyond the floor's; "
+            f"{span(split.code)} over the split's rounds): no cut to our code alone meets it; "
+            f"{beam_side(parameters)}. {OUT_OF_REACH}"
         )
     slower = statistics.fmean(split.slower)
     if min(split.slower) > SAME:

@@ -222,20 +222,25 @@ def next_change(row: SubmitRow) -> str:
         )
     if cpu.wall_cut <= 0:
         worst_cut = worst_round(row)[2]
-        if cpu.cpu_bound and worst_cut > 0:
+        if cpu.cpu_bound:
             # The worst round was not split; were it bound like the split one, a call's time
             # falls by a CPU cut over the cores busy, so its wall cut is that many µs of CPU.
             cut = _tenth(worst_cut * cpu.reached)
             return text + (
                 f"The split round met the target; the worst round was not split by thread. Were "
                 f"it CPU-bound like the split round, its {worst_cut:.1f} µs a call would take "
-                f"about {cut:.1f} µs less CPU per call ({worst_cut:.1f} x {cpu.reached:.2f}). "
+                f"about {cut:.1f} µs less CPU per call ({worst_cut:.1f} x {cpu.reached:.2f}; "
+                "the worst round's cores busy were not measured, and at a higher level the same "
+                "cut is less CPU). "
                 + bounds_text(found, cut, "of CPU per call")
                 + _were_bound(found, cut)
             )
+        # Not bound (a missed row has a worst round to cut): its wall cut against the parts.
         return text + (
-            "The split round met the target, so it sizes no cut, and the worst round's was not "
-            "split by thread: " + MEASURE + DECIDES
+            "The split round met the target; the worst round was not split by thread, so its "
+            "cut is set against the split round's parts. "
+            + bounds_text(found, worst_cut, "of wall time a call must lose in the worst round")
+            + _wall_verdict(split, found, worst_cut)
         )
     return (
         text

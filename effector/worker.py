@@ -42,6 +42,8 @@ DEFAULT_TELEMETRY_RETENTION_MS = 7 * 24 * 3_600_000
 GAUGE_COUNT_SHARE = 0.02
 """The most of the time the queue-depth gauge's count may take: after a count that took T,
 the next waits T / this (a backlog of 100,000 intents is counted every few seconds, not each)."""
+GAUGE_COUNT_WAIT_MAX_S = 30.0
+"""The longest the gauges go uncounted, however slow one count was (a stall, not the count)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -416,7 +418,8 @@ class Worker:
         if started < self._next_count_at:
             return
         counts = await self._store.counts(done=False)
-        self._next_count_at = started + (time.monotonic() - started) / GAUGE_COUNT_SHARE
+        took_s = time.monotonic() - started
+        self._next_count_at = started + min(took_s / GAUGE_COUNT_SHARE, GAUGE_COUNT_WAIT_MAX_S)
         self._metrics.queue_depth.set(
             counts.pending + counts.running + counts.in_doubt + counts.awaiting_decision
         )

@@ -216,12 +216,18 @@ def test_where_a_call_waits_picks_the_next_change() -> None:
     assert "cover the 33.3 µs only if it did, and only then would a change on the loop" in text
     assert "against the 15.1" not in text and "at least 15.1" not in text
     assert "no change this run identifies is shown to reach it, so the next step is" in text
-    # A split round that met the target sizes no cut: the wait is measured next.
+    # A split round that met the target, not CPU-bound: the worst round's wall cut is set
+    # against the split round's parts as upper bounds, then the wait is measured next.
     quick = Side(1_000, 0.15, OURS.servers)
     text = submit_account([_row(split=SubmitSplit(1, saturated, quick), commits=None)])
     assert "where a call took 150.0: within it." in text
-    assert "The split round met the target, so it sizes no cut, and the worst round's was" in text
+    assert "its cut is set against the split round's parts." in text
+    assert "against the 83.3 µs of wall time a call must lose in the worst round" in text
+    assert "removing all of the loop's extra, 60 µs, would not cover the 83.3 µs" in text
     assert "the next step is measuring where a call waits inside the effector" in text
+    # Every round met: the row has no account to give.
+    met = Pairs((10_000.0,) * 3, (7_000.0, 7_500.0, 8_000.0))
+    assert submit_account([_row(met, split=SubmitSplit(1, saturated, quick))]) == ""
     # Back to back: the store is the critical path.
     text = submit_account([_row(split=split, commits=_commits(0.9, 1.0, 20.0))])
     assert "The commits ran nearly back to back" in text
@@ -389,7 +395,7 @@ def test_a_noisy_split_round_is_said_as_measured() -> None:
     # machine reached: the worst round's 83.3 µs is sized as CPU, were that round bound alike.
     assert "where a call took 80.0: within it." in text
     assert "The split round met the target; the worst round was not split by thread." in text
-    assert "its 83.3 µs a call would take about 134.9 µs less CPU per call (83.3 x 1.62)" in text
+    assert "its 83.3 µs a call would take about 134.9 µs less CPU per call (83.3 x 1.62;" in text
     assert "No part's upper bound reaches the 134.9 µs alone (together at most 50): were" in text
     assert "it was not split, so this run does not show that it was." in text
     assert "no change this run identifies reaches the target" not in text

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from effector_harness import make_intent
 
+import effector.worker as worker_module
 from beam_agents.tools import ToolRegistry
 from effector.metrics import EffectorMetrics
 from effector.runner import EffectorToolRunner
@@ -69,3 +70,18 @@ async def test_a_count_waits_in_proportion_to_its_cost_then_runs_again(tmp_path:
     assert slow[0] == 1
     # One taking 10 ms waits at least 0.5 s, then runs again: 2 to 4 times in 2 s.
     assert 2 <= slower_again[0] <= 1 + 2.0 / (0.01 / GAUGE_COUNT_SHARE)
+
+
+@pytest.mark.asyncio
+async def test_a_stalled_count_does_not_freeze_the_gauges_past_the_cap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A 50 ms count would wait 2.5 s; capped at 0.3 s it runs again within the 1 s watched.
+    monkeypatch.setattr(worker_module, "GAUGE_COUNT_WAIT_MAX_S", 0.3)
+    store = await open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    try:
+        calls, depth = await counts_while_working(store, 0.05, watch_s=1.0)
+    finally:
+        await store.close()
+    assert depth == 0
+    assert 2 <= calls <= 1 + 1.0 / 0.3
