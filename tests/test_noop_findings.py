@@ -226,3 +226,14 @@ def test_the_history_names_only_commits_and_the_machines() -> None:
     assert "the issue was filed at 1.49x (recorded at 5ec951c" in HISTORY
     assert "git does not settle" in HISTORY
     assert re.findall(r"\d+\.\d+x", HISTORY) == ["1.49x", "1.40x", "1.68x", "1.61x", "1.78x"]
+
+
+def test_a_cut_above_our_code_says_whether_it_is_above_every_round() -> None:
+    # Our code beyond the floor's ran 26 and 27 µs (mean 26.5) over the split's rounds.
+    above_all = bound(_figure(), _split(10.0), RANKING, 27.5, PARAMETERS)
+    assert "must lose 27.5 µs, more than all 26.5 µs of our code in the pipeline" in above_all
+    assert "(beyond the floor's; 26.0 to 27.0 over the split's rounds)" in above_all
+    between = bound(_figure(), _split(10.0), RANKING, 26.7, PARAMETERS)
+    assert "must lose 26.7 µs, about all (more than the mean) 26.5 µs of our code" in between
+    for text in (above_all, between):
+        assert text.endswith("The target is out of reach of every change this run identifies")
