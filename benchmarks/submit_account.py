@@ -218,7 +218,7 @@ def next_change(row: SubmitRow) -> str:
             text
             + " That is necessary, not sufficient: in the split round a call must also take "
             + f"{cpu.wall_cut:.1f} µs less. "
-            + _wall_verdict(split, found, cpu.wall_cut)
+            + _wall_verdict(split, found, cpu.wall_cut, wait)
         )
     if cpu.wall_cut <= 0:
         worst_cut = worst_round(row)[2]
@@ -240,12 +240,12 @@ def next_change(row: SubmitRow) -> str:
             "The split round met the target; the worst round was not split by thread, so its "
             "cut is set against the split round's parts. "
             + bounds_text(found, worst_cut, "of wall time a call must lose in the worst round")
-            + _wall_verdict(split, found, worst_cut)
+            + _wall_verdict(split, found, worst_cut, wait)
         )
     return (
         text
         + bounds_text(found, cpu.wall_cut, "of wall time a call must lose in the split round")
-        + _wall_verdict(split, found, cpu.wall_cut)
+        + _wall_verdict(split, found, cpu.wall_cut, wait)
     )
 
 
@@ -261,7 +261,9 @@ def _were_bound(found: list[Change], cut: float) -> str:
     )
 
 
-def _wall_verdict(split: SubmitSplit, found: list[Change], cut: float) -> str:
+def _wall_verdict(
+    split: SubmitSplit, found: list[Change], cut: float, wait: Wait | None = None
+) -> str:
     """Whether removing the loop's extra CPU could cover the wall-time cut (only if a call's
     time fell one for one with it); what to measure next, as no change's saving is measured."""
     loop = next(change for change in found if change.short == LOOP_SHORT)
@@ -283,6 +285,8 @@ def _wall_verdict(split: SubmitSplit, found: list[Change], cut: float) -> str:
             else f"would not cover the {cut:.1f} µs even if it did ({cut - loop.bound:.1f} short)"
         )
     )
+    if wait is Wait.OUTSIDE:
+        return text + OUTSIDE_NEXT
     return text + "; no change this run identifies is shown to reach it, so " + MEASURE + DECIDES
 
 
@@ -295,6 +299,13 @@ DECIDES = (
     " That decides between Submit's work on the loop (if a call waits before the hand-off or "
     "after the commit) and the store's commit path (the store's threads and, on PostgreSQL, the "
     "server's statements: if it waits in the commit)."
+)
+OUTSIDE_NEXT = (
+    ". The store's commits are ruled out as a call's main wait (above: it waits mostly outside "
+    "them), so the wait is on Submit's side of the hand-off, where the loop's extra is the "
+    "part named; no change this run identifies is shown to reach the cut, and the next step is "
+    "splitting the wait outside the commits: per call the time from its arrival to its "
+    "hand-off to the group commit, and from the commit's answer to its response."
 )
 STORE_POINTER = (
     "the store's commits ran back to back (above), so they are on every call's critical path: "

@@ -187,8 +187,12 @@ def test_where_a_call_waits_picks_the_next_change() -> None:
         "removing all of the loop's extra, 60 µs, would cover the 33.3 µs only if it did, and"
         " only then would a change on the loop have to remove at least 33.3 of it (55%)" in text
     )
-    assert "no change this run identifies is shown to reach it, so the next step" in text
-    assert "That decides between Submit's work on the loop" in text
+    # The commits (0.3 busy, p50 20 ms) leave a call waiting mostly outside them: the store
+    # is ruled out, and what is measured next is the wait on Submit's side of the hand-off.
+    assert "The store's commits are ruled out as a call's main wait" in text
+    assert "no change this run identifies is shown to reach the cut, and the next step is" in text
+    assert "splitting the wait outside the commits" in text
+    assert "That decides between" not in text
     # With the no-op side at 1.90 cores, CPU does not forbid it: the wall time decides.
     saturated = Side(NOOP.calls, NOOP.elapsed_s, NOOP.servers, 0.08)
     split = SubmitSplit(1, saturated, OURS, _overlap(0.2))
@@ -200,7 +204,7 @@ def test_where_a_call_waits_picks_the_next_change() -> None:
     assert "the round was not CPU-bound" in text
     assert "against the 33.3 µs of wall time a call must lose in the split round" in text
     assert "only then would a change on the loop have to remove at least 33.3" in text
-    assert "the next step is measuring where a call waits inside the effector" in text
+    assert "splitting the wait outside the commits" in text
     # The worst paired round needs 15.1 µs less, the split round 33.3: the loop is set against
     # the split round's, where its CPU was measured; no change's saving is measured against it.
     queued = SubmitSplit(1, saturated, OURS, _overlap(0.2), ((0.14, 0.04), (0.05, 0.01)))
@@ -215,7 +219,7 @@ def test_where_a_call_waits_picks_the_next_change() -> None:
     assert "180 of the 200 µs a call took): removing all of the loop's extra, 60 µs, would" in text
     assert "cover the 33.3 µs only if it did, and only then would a change on the loop" in text
     assert "against the 15.1" not in text and "at least 15.1" not in text
-    assert "no change this run identifies is shown to reach it, so the next step is" in text
+    assert "no change this run identifies is shown to reach the cut, and the next step is" in text
     # A split round that met the target, not CPU-bound: the worst round's wall cut is set
     # against the split round's parts as upper bounds, then the wait is measured next.
     quick = Side(1_000, 0.15, OURS.servers)
