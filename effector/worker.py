@@ -40,8 +40,9 @@ DEFAULT_TELEMETRY_RETENTION_MS = 7 * 24 * 3_600_000
 
 
 GAUGE_COUNT_SHARE = 0.02
-"""The most of the time the queue-depth gauge's count may take: after a count that took T,
-the next waits T / this (a backlog of 100,000 intents is counted every few seconds, not each)."""
+"""The most of the time the queue-depth gauge's count may take, up to the cap below: after a
+count that took T, the next waits T / this (a backlog of 100,000 intents is counted every few
+seconds, not each), but never longer than ``GAUGE_COUNT_WAIT_MAX_S``."""
 GAUGE_COUNT_WAIT_MAX_S = 30.0
 """The longest the gauges go uncounted, however slow one count was (a stall, not the count)."""
 

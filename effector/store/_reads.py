@@ -174,8 +174,8 @@ def counts(tx: Tx, *, done: bool = True) -> StoreCounts:
         rows = tx.execute("SELECT state, COUNT(*) FROM effector_intents GROUP BY state")
     else:
         rows = tx.execute(
-            "SELECT state, COUNT(*) FROM effector_intents WHERE state IN (?, ?, ?, ?)"
-            " GROUP BY state",
+            "SELECT state, COUNT(*) FROM effector_intents"
+            f" WHERE state IN ({', '.join('?' * len(_IN_FLIGHT))}) GROUP BY state",
             _IN_FLIGHT,
         )
     by_state = dict(rows.fetchall())
