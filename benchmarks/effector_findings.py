@@ -370,15 +370,17 @@ def _bottom_line(writer: float, loop: float, sampled: tuple[int, int, int]) -> s
     )
     if together < cut:
         return text + f"no change this run identifies reaches {TARGET_PER_S:,}/s."
+    first = f"they reach the first only if the changes remove {cut / together:.0%} of their parts"
     if together < cut_all:
         return text + (
-            "they reach the first only if each change removes its part entirely, and not the "
-            "second: unless the time when neither ran shrinks too, no change this run identifies "
-            f"is shown to reach {TARGET_PER_S:,}/s."
+            f"{first} (that share of each, were all cut alike), and not the second: unless the "
+            "time when neither ran shrinks too, no change this run identifies is shown to reach "
+            f"{TARGET_PER_S:,}/s."
         )
     return text + (
-        "they reach both only if each change removes its part entirely; what each saves is not "
-        "measured."
+        f"{first} and the second only if they remove {cut_all / together:.0%} (that share of "
+        "each, were all cut alike); what each saves is not measured, so no change this run "
+        f"identifies is shown to reach {TARGET_PER_S:,}/s."
     )
 
 

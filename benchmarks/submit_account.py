@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from benchmarks.effector_findings import CORES
 from benchmarks.group_commits import GroupCommits, Wait, wait_text, where
 from benchmarks.harness import percentile
 from benchmarks.paired_rounds import Pairs, range_text, straddles
@@ -30,6 +31,7 @@ from benchmarks.submit_cpu import (
     need,
     need_text,
 )
+from benchmarks.submit_profile import LoopProfile, parts_text
 from benchmarks.submit_split import SubmitSplit, split_text
 
 
@@ -49,6 +51,8 @@ class SubmitRow:
     relaxed: Pairs | None = None
     """Per round, the fsynced effector's rate (as the floor) and the ``synchronous=NORMAL``
     one's (SQLite)."""
+    loop: LoopProfile | None = None
+    """The event loop's parts in a profiled round of the same calls (a single effector)."""
 
 
 def submit_account(rows: Sequence[SubmitRow]) -> str:
@@ -209,7 +213,18 @@ def next_change(row: SubmitRow) -> str:
     found = changes(split, row.commits)
     apart = 0 if row.commits is None else row.commits.apart_us
     single = split.replicas == 1
-    text = text[:-2] + ". " + need_text(cpu, row.target.bound, single, extra_parts(split), apart)
+    text = (
+        text[:-2]
+        + ". "
+        + need_text(
+            cpu,
+            row.target.bound,
+            single,
+            extra_parts(split),
+            apart,
+            queued=split.queued is not None,
+        )
+    )
     if cpu.forbids:
         text += bounds_text(found, cpu.cut, "of CPU per call") + cpu_verdict(found, cpu.cut)
         if cpu.cpu_bound or cpu.wall_cut <= 0:
@@ -218,20 +233,23 @@ def next_change(row: SubmitRow) -> str:
             text
             + " That is necessary, not sufficient: in the split round a call must also take "
             + f"{cpu.wall_cut:.1f} µs less. "
-            + _wall_verdict(split, found, cpu.wall_cut, wait)
+            + _wall_verdict(split, found, cpu.wall_cut, wait, row.loop)
         )
     if cpu.wall_cut <= 0:
         worst_cut = worst_round(row)[2]
         if cpu.cpu_bound:
             # The worst round was not split; were it bound like the split one, a call's time
             # falls by a CPU cut over the cores busy, so its wall cut is that many µs of CPU.
-            cut = _tenth(worst_cut * cpu.reached)
+            cut = _tenth(worst_cut * cpu.busy)
+            most = _tenth(worst_cut * CORES)
+            beyond = ", beyond every part's bound" if all(c.bound < most for c in found) else ""
             return text + (
                 f"The split round met the target; the worst round was not split by thread. Were "
                 f"it CPU-bound like the split round, its {worst_cut:.1f} µs a call would take "
-                f"about {cut:.1f} µs less CPU per call ({worst_cut:.1f} x {cpu.reached:.2f}; "
-                "the worst round's cores busy were not measured, and at a higher level the same "
-                "cut is less CPU). "
+                f"about {cut:.1f} µs less CPU per call ({worst_cut:.1f} x {cpu.busy:.2f}, the "
+                f"cores {SIDES[single]} kept busy in the split round; the worst round's were not "
+                f"measured, and at a higher level the same cut is more CPU: {most:.1f} µs at "
+                f"{CORES} cores{beyond}). "
                 + bounds_text(found, cut, "of CPU per call")
                 + _were_bound(found, cut)
             )
@@ -240,13 +258,17 @@ def next_change(row: SubmitRow) -> str:
             "The split round met the target; the worst round was not split by thread, so its "
             "cut is set against the split round's parts. "
             + bounds_text(found, worst_cut, "of wall time a call must lose in the worst round")
-            + _wall_verdict(split, found, worst_cut, wait)
+            + _wall_verdict(split, found, worst_cut, wait, row.loop)
         )
     return (
         text
         + bounds_text(found, cpu.wall_cut, "of wall time a call must lose in the split round")
-        + _wall_verdict(split, found, cpu.wall_cut, wait)
+        + _wall_verdict(split, found, cpu.wall_cut, wait, row.loop)
     )
+
+
+SIDES = {True: "the effector's side", False: "the effectors' side"}
+"""The effectors' side, by whether there is a single effector."""
 
 
 def _were_bound(found: list[Change], cut: float) -> str:
@@ -262,10 +284,15 @@ def _were_bound(found: list[Change], cut: float) -> str:
 
 
 def _wall_verdict(
-    split: SubmitSplit, found: list[Change], cut: float, wait: Wait | None = None
+    split: SubmitSplit,
+    found: list[Change],
+    cut: float,
+    wait: Wait | None = None,
+    loop_profile: LoopProfile | None = None,
 ) -> str:
     """Whether removing the loop's extra CPU could cover the wall-time cut (only if a call's
-    time fell one for one with it); what to measure next, as no change's saving is measured."""
+    time fell one for one with it); with the wait outside the commits, the loop's parts by
+    ``loop_profile`` and the next change, else what to measure next."""
     loop = next(change for change in found if change.short == LOOP_SHORT)
     occupied = ""
     if split.queued is not None:
@@ -285,8 +312,11 @@ def _wall_verdict(
             else f"would not cover the {cut:.1f} µs even if it did ({cut - loop.bound:.1f} short)"
         )
     )
+    if wait is Wait.OUTSIDE and loop_profile is not None:
+        ours, noop = (round(s.us(s.servers.main_thread_s)) for s in (split.ours, split.noop))
+        return text + RULED_OUT + " " + parts_text(loop_profile, ours, cut, noop)
     if wait is Wait.OUTSIDE:
-        return text + OUTSIDE_NEXT
+        return text + RULED_OUT + OUTSIDE_NEXT
     return text + "; no change this run identifies is shown to reach it, so " + MEASURE + DECIDES
 
 
@@ -300,10 +330,13 @@ DECIDES = (
     "after the commit) and the store's commit path (the store's threads and, on PostgreSQL, the "
     "server's statements: if it waits in the commit)."
 )
-OUTSIDE_NEXT = (
+RULED_OUT = (
     ". The store's commits are ruled out as a call's main wait (above: it waits mostly outside "
     "them), so the wait is on Submit's side of the hand-off, where the loop's extra is the "
-    "part named; no change this run identifies is shown to reach the cut, and the next step is "
+    "part named."
+)
+OUTSIDE_NEXT = (
+    " No change this run identifies is shown to reach the cut, and the next step is "
     "splitting the wait outside the commits: per call the time from its arrival to its "
     "hand-off to the group commit, and from the commit's answer to its response."
 )

@@ -157,11 +157,18 @@ def changes(split: SubmitSplit, commits: GroupCommits | None) -> list[Change]:
 
 
 def need_text(
-    cpu: Need, bound: float, single: bool, parts: list[tuple[str, int]], apart: int = 0
+    cpu: Need,
+    bound: float,
+    single: bool,
+    parts: list[tuple[str, int]],
+    apart: int = 0,
+    *,
+    queued: bool = False,
 ) -> str:
     """The necessary condition in the split round, judged against the cores reached there, and
     the CPU beyond the no-op's by part; ``apart``: the µs per call of the server's statements
-    no Submit runs, which its CPU includes."""
+    no Submit runs, which its CPU includes; ``queued``: whether the loop's run-queue wait was
+    read (it is printed with the split)."""
     effectors = "the effector" if single else "the effectors"
     server = f", {cpu.server} in the PostgreSQL server" if cpu.server else ""
     extra = sum(us for _, us in parts)
@@ -177,12 +184,12 @@ def need_text(
         f"{cpu.needed:.2f} cores at that rate"
         + (
             f", so it must drop by at least {cpu.cut:.1f} µs per call ({cpu.total} less "
-            f"{cpu.reached:.2f} x {cpu.budget:.1f})"
+            f"{cpu.reached:.2f} x {cpu.budget:.1f}){_past(cpu)}"
             if cpu.forbids
             else _margin(cpu)
         )
         + ". "
-        + bound_text(cpu, effectors)
+        + bound_text(cpu, effectors, queued=queued)
         + _apart(cpu, apart)
         + f" Against the no-op {NOOP_OWNERS[single]} and the client's in their "
         + "round, it was "
@@ -192,22 +199,52 @@ def need_text(
     )
 
 
-def bound_text(cpu: Need, effectors: str) -> str:
-    """Whether the effectors' side kept the machine at the reached level: CPU-bound or not."""
+def bound_text(cpu: Need, effectors: str, *, queued: bool = False) -> str:
+    """Whether the effectors' side kept the machine at the reached level: CPU-bound or not.
+
+    Judged on the cores busy alone: a call's time is always its CPU over the cores kept busy,
+    so that identity is no evidence; the run-queue wait is, where it was read (``queued``)."""
     side = effectors.capitalize() + ("' side" if effectors.endswith("s") else "'s side")
     if not cpu.cpu_bound:
         return (
-            f"{side} kept {cpu.busy:.2f} cores busy, below that level (the no-op side's): the "
-            "round was not CPU-bound, so a call's time falls with a part's CPU only as far as a "
+            f"{side} kept {cpu.busy:.2f} cores busy, below that level ({_short_of(cpu)}): the "
+            "round was not CPU-bound"
+            + (" as a whole (its event loop's wait for a core is given above)" if queued else "")
+            + ", so a call's time falls with a part's CPU only as far as a "
             "call waits on that part."
         )
     return (
-        f"{side} kept {cpu.busy:.2f} cores busy, at that level (the no-op side "
-        f"{cpu.noop_busy:.2f}): the round was CPU-bound, a call waited for a core ({cpu.total} "
-        f"µs of CPU per call over {cpu.busy:.2f} cores is about {cpu.total / cpu.busy:.0f} µs a "
-        f"call, the {cpu.wall:.1f} it took), so cutting c µs of CPU per call shortens a call by "
-        f"about c / {cpu.busy:.2f}, not one for one."
+        f"{side} kept {cpu.busy:.2f} cores busy, at that level ({_short_of(cpu)}): CPU-bound "
+        "by that measure alone ("
+        + (
+            "its event loop's wait for a core is given with the split above"
+            if queued
+            else "how long a call waited for a core was not read"
+            + ("" if effectors == "the effector" else ": that is read with one effector only")
+        )
+        + "). A call's time is the CPU per call over the cores kept busy, so while they stay "
+        f"that busy, cutting c µs of CPU per call shortens a call by about c / {cpu.busy:.2f}, "
+        "not one for one."
     )
+
+
+def _short_of(cpu: Need) -> str:
+    """How far the effectors' side was from the no-op side's cores busy, against :data:`NEAR`."""
+    if cpu.busy >= cpu.noop_busy:
+        return f"the no-op side {cpu.noop_busy:.2f}"
+    short = (cpu.noop_busy - cpu.busy) / cpu.noop_busy
+    said = (
+        f"{short:.1%} under the no-op side's {cpu.noop_busy:.2f}; within {NEAR:.0%} counts as at it"
+    )
+    if abs(short - NEAR) < NEAR / 3:
+        said += ", so this is close to the line and the next round may fall on its other side"
+    return said
+
+
+def _past(cpu: Need) -> str:
+    """How far past the reached level the need is, when under :data:`CLOSE` of it."""
+    past = -cpu.margin
+    return f", {past:.1%} past that level" if past < CLOSE else ""
 
 
 def _margin(cpu: Need) -> str:

@@ -344,8 +344,17 @@ def _queued_text(split: SubmitSplit, other: str) -> str:
         return ""
     ours = split.ours
     (loop_cpu, loop_wait), (other_cpu, other_wait) = split.queued
+    ran, split_ran = round(ours.us(loop_cpu)), round(ours.us(ours.servers.main_thread_s))
+    window = (
+        ""
+        if ran == split_ran
+        else (
+            ", read around the whole round with its connections' first calls, a wider window "
+            f"than the split's, hence {ran} µs here for the loop against {split_ran} above"
+        )
+    )
     return (
-        f"; per call in that round (`schedstat`) the event loop ran {ours.us(loop_cpu):.0f} µs "
+        f"; per call in that round (`schedstat`{window}) the event loop ran {ran} µs "
         f"and waited {ours.us(loop_wait):.0f} µs ready on a run queue for a core, its {other} "
         f"ran {ours.us(other_cpu):.0f} and waited {ours.us(other_wait):.0f}, so the loop was "
         f"neither running nor waiting for a core {1 - loop_occupied(split):.0%} of the round"

@@ -132,6 +132,10 @@ def test_a_cut_the_proposed_parts_cover_prints_the_share_they_must_lose(
     assert f"At 1023 KiB the worst round needs {cut:.1f} µs cut" in text
     assert "(one run) is (40.0 - 6.0) - (10.0 - 5.0) = 29.0 µs, which covers it:" in text
     assert share in text and "out of reach" not in text
+    assert text.endswith(
+        "What those changes save is not measured in this run: at 1023 KiB no change this run "
+        "identifies is shown to reach the target."
+    )
 
 
 def test_a_cut_past_the_proposed_parts_but_within_our_code_is_out_of_reach() -> None:
@@ -294,3 +298,27 @@ def test_a_cut_past_the_fixed_cost_blames_the_growth_only_if_it_is_measurable(
     text = remaining(_figures(measured), measured, [], PLACEMENT, "PLACED.", (SMALL, LARGE), INSIDE)
     # The worst round: 130 against twice 40, 50 µs over; the fixed cost is 25.
     assert f"it would be 25.0 µs over: {ending}" in text
+
+
+def test_a_worst_round_whose_floor_is_below_the_smallest_sizes_is_called_noise() -> None:
+    # At 1023 KiB one round's floor, 25 µs, is below every 1 KiB round's (30): it sets the
+    # 50 µs cut (100 against twice 25), but writing more bytes cannot cost less.
+    measured = _measured(((40, 70), (40, 75), (25, 100)))
+    text = remaining(_figures(measured), measured, [], PLACEMENT, "PLACED.", (SMALL, LARGE), INSIDE)
+    assert (
+        "ours must cost 50.0 µs an activation less (the worst round's excess over twice its" in text
+    )
+    assert (
+        "floor); but that round's floor, 25.0 µs, is below every round's floor at 1 KiB (the "
+        "least 30.0): writing more bytes cannot cost less, so that round's figures are noise and "
+        "the cut it sets overstates what our code must lose; the median round is within 2x. "
+        in text
+    )
+    # A plausible worst round (its floor 40, above 1 KiB's 30) is not called noise.
+    measured = _measured(((40, 70), (40, 75), (40, 130)))
+    text = remaining(_figures(measured), measured, [], PLACEMENT, "PLACED.", (SMALL, LARGE), INSIDE)
+    assert "figures are noise" not in text
+    # The median round over 2x: what it needs is said.
+    measured = _measured(((40, 85), (40, 90), (25, 100)))
+    text = remaining(_figures(measured), measured, [], PLACEMENT, "PLACED.", (SMALL, LARGE), INSIDE)
+    assert "the median round needs 10.0 µs cut. " in text  # 90 against twice 40

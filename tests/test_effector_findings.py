@@ -240,7 +240,12 @@ def test_sqlite_sizes_the_loop_by_the_profile_and_says_whether_the_bounds_reach_
     # Writer 23.0 + loop 14.0 = 37.0 against 8 (21 with the neither time): both reached.
     assert "add up to 37.0 µs, against the 8 µs the sampled run's running time must lose " in text
     assert "(119 - 111; 21 if the time when neither ran stays: 132 - 111, its wall time" in text
-    assert "they reach both only if each change removes its part entirely" in text
+    # 8 of 37.0 is 22%, 21 of it 57%: the share the changes must remove, were all cut alike.
+    assert (
+        "they reach the first only if the changes remove 22% of their parts and the second" in text
+    )
+    assert "only if they remove 57% (that share of each, were all cut alike)" in text
+    assert text.count("no change this run identifies is shown to reach 9,000/s") >= 1
 
 
 def test_sqlite_bottom_line_branches() -> None:

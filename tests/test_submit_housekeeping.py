@@ -153,9 +153,11 @@ def test_the_committed_runs_postgres_row_is_cpu_bound_at_the_level_reached() -> 
         "481 µs (306 in the effectors, 68 in the PostgreSQL server and 107 in the client)" in text
     )
     assert "needs 2.00 cores at that rate, so it must drop by at least 29.8 µs per call" in text
-    assert "(481 less 1.88 x 240.0). The effectors' side kept 1.88 cores busy, at that" in text
-    assert "level (the no-op side 1.87): the round was CPU-bound, a call waited for a core" in text
-    assert "(481 µs of CPU per call over 1.88 cores is about 256 µs a call, the 256.5 it" in text
+    # 2.00 cores needed is 6.4% past the 1.88 reached: how far past is said.
+    assert "(481 less 1.88 x 240.0), 6.4% past that level. The effectors' side kept 1.88" in text
+    assert "level (the no-op side 1.87): CPU-bound by that measure alone (how long a call" in text
+    assert "waited for a core was not read: that is read with one effector only)." in text
+    assert "is about 256 µs a call" not in text  # the identity is not offered as evidence
     assert "shortens a call by about c / 1.88, not one for one." in text
     # The whole account: the parts in CPU against 29.8, no wait measurement.
     text = _account(_commits(), Pairs((1e6 / (0.6 * 244.2),), (1e6 / 277.8,)), ours, noop)
@@ -204,3 +206,28 @@ def test_a_real_effectors_backlog_is_read_from_its_status(tmp_path: Path) -> Non
         asyncio.run(calls_round([target], (1, 4, 40), warm=False))
         assert asyncio.run(group_commits._in_flight(target)) == 40
     assert asyncio.run(group_commits._in_flight("127.0.0.1:1")) is None
+
+
+def test_how_close_the_cpu_bound_call_was_is_stated() -> None:
+    def said(busy: float, noop_busy: float) -> str:
+        return submit_cpu.bound_text(
+            Need(400, 0, 0, 4_000, 250.0, busy, noop_busy, 250.0), "the effectors"
+        )
+
+    # 1.86 against 1.88 is 1.1% under, within the 3% counted as at that level: CPU-bound.
+    text = said(1.86, 1.88)
+    assert "1.86 cores busy, at that level (1.1% under the no-op side's 1.88; within 3%" in text
+    assert "close to the line" not in text
+    # 1.83 against 1.88 is 2.7% under: still at that level, and said to be near the line.
+    text = said(1.83, 1.88)
+    assert "at that level (2.7% under the no-op side's 1.88" in text and "close to the line" in text
+    # 1.81 against 1.88 is 3.7% under: below that level, near the line too.
+    text = said(1.81, 1.88)
+    assert (
+        "below that level (3.7% under the no-op side's 1.88" in text and "close to the line" in text
+    )
+    # Far below: the distance stated, no warning.
+    text = said(1.40, 1.88)
+    assert "below that level (25.5% under" in text and "close to the line" not in text
+    # Above the no-op side: it sets the level.
+    assert "at that level (the no-op side 1.70)" in said(1.90, 1.70)

@@ -117,7 +117,13 @@ def test_a_missed_row_gives_its_rounds_latencies_and_split() -> None:
     assert "must drop by at least 63.3 µs per call (380 less 1.90 x 166.7)." in text
     # At the reached level: CPU-bound, so the parts are sized in CPU, not one for one in wall.
     assert "The effector's side kept 1.90 cores busy, at that level (the no-op side 1.10)" in text
-    assert "the round was CPU-bound, a call waited for a core (380 µs of CPU per call over" in text
+    # Judged on the cores busy alone: the CPU over the cores busy is the call's time in any
+    # round, so it is not offered as evidence; the run-queue wait was not read in this split.
+    assert (
+        "CPU-bound by that measure alone (how long a call waited for a core was not read)." in text
+    )
+    assert "A call's time is the CPU per call over the cores kept busy, so while they" in text
+    assert "a call waited for a core (" not in text
     assert "shortens a call by about c / 1.90, not one for one." in text
     # Like with like, adding up: 60 + 50 - 10 + 170 (the no-op's client used nothing).
     assert "it was 270 µs per call more: +60 on the event loop, +50 on `sqlite`, -10 on" in text
@@ -190,7 +196,7 @@ def test_where_a_call_waits_picks_the_next_change() -> None:
     # The commits (0.3 busy, p50 20 ms) leave a call waiting mostly outside them: the store
     # is ruled out, and what is measured next is the wait on Submit's side of the hand-off.
     assert "The store's commits are ruled out as a call's main wait" in text
-    assert "no change this run identifies is shown to reach the cut, and the next step is" in text
+    assert "No change this run identifies is shown to reach the cut, and the next step is" in text
     assert "splitting the wait outside the commits" in text
     assert "That decides between" not in text
     # With the no-op side at 1.90 cores, CPU does not forbid it: the wall time decides.
@@ -212,6 +218,16 @@ def test_where_a_call_waits_picks_the_next_change() -> None:
     text = submit_account([_row(near, split=queued, commits=_commits(0.3, 1.0, 20.0))])
     assert "to meet it in every round a call must take 15.1 µs less" in text
     assert "the event loop ran 140 µs and waited 40 µs ready on a run queue" in text
+    assert "(`schedstat`) the event loop ran 140" in text  # one figure: no window to explain
+    # Read around the whole round (its first calls included), the loop ran 143 µs a call there
+    # against the split's 140: both are printed, so the wider window is said.
+    wider = SubmitSplit(1, saturated, OURS, _overlap(0.2), ((0.143, 0.04), (0.05, 0.01)))
+    widened = submit_account([_row(near, split=wider, commits=_commits(0.3, 1.0, 20.0))])
+    assert (
+        "(`schedstat`, read around the whole round with its connections' first calls, a wider "
+        "window than the split's, hence 143 µs here for the loop against 140 above) the event "
+        "loop ran 143 µs" in widened
+    )
     assert "its writer (`sqlite`) ran 50 and waited 10" in text
     assert (
         "(in the split round the event loop ran 140 µs per call and waited 40 for a core," in text
@@ -219,7 +235,7 @@ def test_where_a_call_waits_picks_the_next_change() -> None:
     assert "180 of the 200 µs a call took): removing all of the loop's extra, 60 µs, would" in text
     assert "cover the 33.3 µs only if it did, and only then would a change on the loop" in text
     assert "against the 15.1" not in text and "at least 15.1" not in text
-    assert "no change this run identifies is shown to reach the cut, and the next step is" in text
+    assert "No change this run identifies is shown to reach the cut, and the next step is" in text
     # A split round that met the target, not CPU-bound: the worst round's wall cut is set
     # against the split round's parts as upper bounds, then the wait is measured next.
     quick = Side(1_000, 0.15, OURS.servers)
@@ -399,7 +415,14 @@ def test_a_noisy_split_round_is_said_as_measured() -> None:
     # machine reached: the worst round's 83.3 µs is sized as CPU, were that round bound alike.
     assert "where a call took 80.0: within it." in text
     assert "The split round met the target; the worst round was not split by thread." in text
-    assert "its 83.3 µs a call would take about 134.9 µs less CPU per call (83.3 x 1.62;" in text
+    assert (
+        "its 83.3 µs a call would take about 134.9 µs less CPU per call (83.3 x 1.62, the" in text
+    )
+    assert "the cores the effector's side kept busy in the split round;" in text
+    # A busier worst round would need more CPU cut, not less: at 2 cores, 166.6 µs.
+    assert "the same cut is more CPU: 166.6 µs at 2 cores, beyond every part's bound)." in text
+    # The loop's run-queue wait was read in this split: it is the evidence pointed to.
+    assert "CPU-bound by that measure alone (its event loop's wait for a core is given" in text
     assert "No part's upper bound reaches the 134.9 µs alone (together at most 50): were" in text
     assert "it was not split, so this run does not show that it was." in text
     assert "no change this run identifies reaches the target" not in text
