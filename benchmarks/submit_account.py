@@ -30,6 +30,7 @@ from benchmarks.submit_cpu import (
     extra_parts,
     need,
     need_text,
+    next_text,
 )
 from benchmarks.submit_profile import LoopProfile, parts_text
 from benchmarks.submit_split import SubmitSplit, split_text
@@ -228,7 +229,7 @@ def next_change(row: SubmitRow) -> str:
     if cpu.forbids:
         text += bounds_text(found, cpu.cut, "of CPU per call") + cpu_verdict(found, cpu.cut)
         if cpu.cpu_bound or cpu.wall_cut <= 0:
-            return text
+            return text + next_text(found)
         return (
             text
             + " That is necessary, not sufficient: in the split round a call must also take "
@@ -252,6 +253,7 @@ def next_change(row: SubmitRow) -> str:
                 f"{CORES} cores{beyond}). "
                 + bounds_text(found, cut, "of CPU per call")
                 + _were_bound(found, cut)
+                + next_text(found)
             )
         # Not bound (a missed row has a worst round to cut): its wall cut against the parts.
         return text + (
@@ -298,7 +300,8 @@ def _wall_verdict(
     if split.queued is not None:
         ran, waited = (round(split.ours.us(seconds)) for seconds in split.queued[0])
         occupied = (
-            f" (in the split round the event loop ran {ran} µs per call and waited {waited} "
+            f" (by the run-queue reading around the split round, the event loop ran {ran} µs "
+            f"per call and waited {waited} "
             f"for a core, {ran + waited} of the {round(split.ours.wall_us)} µs a call took)"
         )
     reaches = loop.bound >= cut
@@ -316,8 +319,14 @@ def _wall_verdict(
         ours, noop = (round(s.us(s.servers.main_thread_s)) for s in (split.ours, split.noop))
         return text + RULED_OUT + " " + parts_text(loop_profile, ours, cut, noop)
     if wait is Wait.OUTSIDE:
-        return text + RULED_OUT + OUTSIDE_NEXT
-    return text + "; no change this run identifies is shown to reach it, so " + MEASURE + DECIDES
+        return text + RULED_OUT + OUTSIDE_NEXT + next_text(found)
+    return (
+        text
+        + "; no change this run identifies is shown to reach it, so "
+        + MEASURE
+        + DECIDES
+        + next_text(found)
+    )
 
 
 MEASURE = (

@@ -92,6 +92,10 @@ class Change:
     what: str
     short: str
     """The change in a few words, once ``what`` has been said."""
+    next: str = ""
+    """The change to make to the part, or why none (``named`` says which)."""
+    named: bool = True
+    """Whether ``next`` names a change."""
 
 
 def need(split: SubmitSplit, bound: float) -> Need:
@@ -139,10 +143,10 @@ def changes(split: SubmitSplit, commits: GroupCommits | None) -> list[Change]:
     """The changes this run names, the largest bound first."""
     loop = deltas(split)[0]
     loops = "event loop" if split.replicas == 1 else "event loops"
-    found = [Change(f"the {loops}", loop, LOOP_WORK, LOOP_SHORT)]
+    found = [Change(f"the {loops}", loop, LOOP_WORK, LOOP_SHORT, LOOP_NEXT)]
     grown = dict(name_deltas(split))
     found += [
-        Change(f"`{name}`", grown[name], what, STORE_SHORT[name])
+        Change(f"`{name}`", grown[name], what, STORE_SHORT[name], STORE_NEXT, named=False)
         for name, what in STORE_WORK.items()
         if name in grown
     ]
@@ -152,7 +156,7 @@ def changes(split: SubmitSplit, commits: GroupCommits | None) -> list[Change]:
             f"the key rows' upsert, of the {commits.own_us} µs per call of Submit's own statements "
             "in the server"
         )
-        found.append(Change(part, upsert, KEY_ROW, "the key-row count"))
+        found.append(Change(part, upsert, KEY_ROW, "the key-row count", KEY_ROW_NEXT))
     return sorted(found, key=lambda change: -change.bound)
 
 
@@ -231,7 +235,10 @@ def bound_text(cpu: Need, effectors: str, *, queued: bool = False) -> str:
 def _short_of(cpu: Need) -> str:
     """How far the effectors' side was from the no-op side's cores busy, against :data:`NEAR`."""
     if cpu.busy >= cpu.noop_busy:
-        return f"the no-op side {cpu.noop_busy:.2f}"
+        return (
+            f"the higher side, so at it by definition: {cpu.busy / CORES:.0%} of the machine's "
+            f"{CORES} cores; the no-op side {cpu.noop_busy:.2f}"
+        )
     short = (cpu.noop_busy - cpu.busy) / cpu.noop_busy
     said = (
         f"{short:.1%} under the no-op side's {cpu.noop_busy:.2f}; within {NEAR:.0%} counts as at it"
@@ -291,6 +298,18 @@ def bounds_text(found: list[Change], cut: float, unit: str) -> str:
     )
 
 
+def next_text(found: list[Change]) -> str:
+    """The change to each part, and the next one: the largest part with a change named."""
+    if not any(change.named for change in found):
+        return ""
+    each = "; ".join(f"{change.short}, {change.next}" for change in found)
+    first = next(change for change in found if change.named)
+    return (
+        f" By part, what to change: {each}. The next change is to {first.short}, whose part's "
+        f"bound above is {first.bound} µs per call (the part's, not the change's)."
+    )
+
+
 def cpu_verdict(found: list[Change], cut: float) -> str:
     """Whether the parts' upper bounds reach the CPU cut: none is shown to, as no change's
     saving is measured in this run."""
@@ -331,6 +350,18 @@ STORE_WORK = {
 }
 """What the store's threads do per Submit, by thread name (the digest runs there, not on the
 loop)."""
+LOOP_NEXT = (
+    "validate at intake for the verdict only (without the null-pruning walk when `args_json` "
+    "holds no `null`, and without building the keyword arguments) and await the commit's "
+    "answer without `asyncio.shield`, the changes the profiled round on SQLite's row names for "
+    "this code"
+)
+STORE_NEXT = (
+    "none named by this run: a Submit commit runs two statements (one multi-row INSERT of the "
+    "intents, one upsert of their key rows) and the COMMIT, and the thread's Python is not "
+    "profiled on this row"
+)
+KEY_ROW_NEXT = "stop counting pending intents on the key row (a store schema change)"
 KEY_UPSERT = "INSERT INTO effector_keys"
 KEY_ROW = (
     "not counting pending intents on the key row, which every Submit upserts (its statement's "

@@ -116,7 +116,10 @@ def test_a_missed_row_gives_its_rounds_latencies_and_split() -> None:
     assert "380 µs (210 in the effector and 170 in the client), needs 2.28 cores at that" in text
     assert "must drop by at least 63.3 µs per call (380 less 1.90 x 166.7)." in text
     # At the reached level: CPU-bound, so the parts are sized in CPU, not one for one in wall.
-    assert "The effector's side kept 1.90 cores busy, at that level (the no-op side 1.10)" in text
+    assert (
+        "The effector's side kept 1.90 cores busy, at that level (the higher side, so at it by "
+        "definition: 95% of the machine's 2 cores; the no-op side 1.10)" in text
+    )
     # Judged on the cores busy alone: the CPU over the cores busy is the call's time in any
     # round, so it is not offered as evidence; the run-queue wait was not read in this split.
     assert (
@@ -131,7 +134,7 @@ def test_a_missed_row_gives_its_rounds_latencies_and_split() -> None:
     assert "can cut, against the 63.3 µs of CPU per call: Submit's work on the event loop" in text
     assert "at most 60 µs (the event loop); the writer's work per commit" in text
     assert "No part's upper bound reaches the 63.3 µs alone (together at most 110): no" in text
-    assert text.endswith("no change this run identifies is shown to reach it.")
+    assert "no change this run identifies is shown to reach it. By part, what to change: " in text
     # No wait measurement: the lever is CPU per call.
     assert "where a call waits inside" not in text and "one for one with that" not in text
     # Possessive: one no-op server.
@@ -230,7 +233,8 @@ def test_where_a_call_waits_picks_the_next_change() -> None:
     )
     assert "its writer (`sqlite`) ran 50 and waited 10" in text
     assert (
-        "(in the split round the event loop ran 140 µs per call and waited 40 for a core," in text
+        "(by the run-queue reading around the split round, the event loop ran 140 µs per call and "
+        "waited 40 for a core," in text
     )
     assert "180 of the 200 µs a call took): removing all of the loop's extra, 60 µs, would" in text
     assert "cover the 33.3 µs only if it did, and only then would a change on the loop" in text
@@ -284,13 +288,20 @@ def test_no_change_reaches_a_cpu_cut_larger_than_every_part() -> None:
     assert "needs 2.40 cores at that rate, so it must drop by at least 66.6 µs per call" in text
     assert "at most 60 µs (`pg`); Submit's work on the event loop" in text
     assert "No part's upper bound reaches the 66.6 µs alone (together at most 70): no" in text
-    assert text.endswith("no change this run identifies is shown to reach it.")
+    assert "no change this run identifies is shown to reach it. By part, what to change: " in text
+    # Each part's change, or why none; the next is the largest part with a change named.
+    assert "the `pg` threads' work per commit, none named by this run: a Submit commit" in text
+    assert "Submit's work on the loop, validate at intake for the verdict only" in text
+    assert text.endswith(
+        "The next change is to Submit's work on the loop, whose part's bound above is 10 µs per "
+        "call (the part's, not the change's)."
+    )
     # With the client at 250 µs a call (2.25 cores) the cut, 450 - 2.25 x 166.7 = 74.9, is
     # beyond them even together.
     heavy = Side(grown.calls, grown.elapsed_s, grown.servers, 0.25)
     text = submit_account([_row(split=SubmitSplit(2, NOOP, heavy), name=PG_ROW)])
     assert "No part's upper bound reaches the 74.9 µs alone (together at most 70)" in text
-    assert text.endswith("no change this run identifies reaches the target.")
+    assert "no change this run identifies reaches the target. By part, what to change:" in text
     # Possessive: several no-op servers.
     assert "Against the no-op servers' and the client's in their round" in text
     # With the client at 150 µs a call, 1.75 cores reached: the cut is 350 - 1.75 x 166.7 =
@@ -300,7 +311,7 @@ def test_no_change_reaches_a_cpu_cut_larger_than_every_part() -> None:
     assert "must drop by at least 58.3 µs per call (350 less 1.75 x 166.7)" in text
     assert "Upper bounds that reach the 58.3 µs, and what a change must remove of each: the" in text
     assert "`pg` threads' work per commit, at least 58.3 of its 60 µs per call (97%)." in text
-    assert text.endswith("no change this run identifies is shown to reach it.")
+    assert "no change this run identifies is shown to reach it. By part, what to change: " in text
 
 
 @pytest.mark.skipif(
