@@ -325,7 +325,7 @@ def _wall_verdict(
         + "; no change this run identifies is shown to reach it, so "
         + MEASURE
         + DECIDES
-        + next_text(found)
+        + next_text(found, undecided=True)
     )
 
 

@@ -298,16 +298,31 @@ def bounds_text(found: list[Change], cut: float, unit: str) -> str:
     )
 
 
-def next_text(found: list[Change]) -> str:
-    """The change to each part, and the next one: the largest part with a change named."""
+def next_text(found: list[Change], *, undecided: bool = False) -> str:
+    """The change to each part, and the next one: the largest part with a change named, or,
+    while where a call waits is ``undecided``, the one on the side the measurement finds."""
     if not any(change.named for change in found):
         return ""
     each = "; ".join(f"{change.short}, {change.next}" for change in found)
+    text = f" By part, what to change: {each}. "
+    if undecided:
+        loop = [change.short for change in found if change.named and change.short == LOOP_SHORT]
+        store = [change.short for change in found if change.named and change.short != LOOP_SHORT]
+        return text + (
+            "Which comes next follows from that measurement: if a call waits before the "
+            f"hand-off or after the commit, {_to(loop)}; if it waits in the commit, "
+            f"{_to(store)}."
+        )
     first = next(change for change in found if change.named)
-    return (
-        f" By part, what to change: {each}. The next change is to {first.short}, whose part's "
-        f"bound above is {first.bound} µs per call (the part's, not the change's)."
+    return text + (
+        f"The next change is to {first.short}, whose part's bound above is {first.bound} µs "
+        "per call (the part's, not the change's)."
     )
+
+
+def _to(shorts: list[str]) -> str:
+    """The next change on one side of the hand-off, or that none is named there."""
+    return f"the change to {shorts[0]}" if shorts else "no change this run names on that side"
 
 
 def cpu_verdict(found: list[Change], cut: float) -> str:
@@ -358,8 +373,8 @@ LOOP_NEXT = (
 )
 STORE_NEXT = (
     "none named by this run: a Submit commit runs two statements (one multi-row INSERT of the "
-    "intents, one upsert of their key rows) and the COMMIT, and the thread's Python is not "
-    "profiled on this row"
+    "intents, one upsert of their key rows) between BEGIN and COMMIT, and the thread's Python "
+    "is not profiled on this row"
 )
 KEY_ROW_NEXT = "stop counting pending intents on the key row (a store schema change)"
 KEY_UPSERT = "INSERT INTO effector_keys"

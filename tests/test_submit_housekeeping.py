@@ -237,3 +237,23 @@ def test_how_close_the_cpu_bound_call_was_is_stated() -> None:
     assert "at that level (the higher side, so at it by definition: 95% of the machine's 2" in (
         said(1.90, 1.70)
     )
+
+
+def test_the_next_change_follows_where_a_call_waits_when_that_is_undecided() -> None:
+    loop = submit_cpu.Change("the loops", 40, "loop work", submit_cpu.LOOP_SHORT, "do X")
+    threads = submit_cpu.Change("`pg`", 57, "pg work", "pg", "none named", named=False)
+    key = submit_cpu.Change("the key rows", 12, "key", "the key-row count", "stop counting")
+    found = [threads, loop, key]
+    decided = submit_cpu.next_text(found)
+    assert "By part, what to change: pg, none named; Submit's work on the loop, do X;" in decided
+    # The largest part with a change named, not the largest part.
+    assert decided.endswith(
+        "The next change is to Submit's work on the loop, whose part's bound above is 40 µs per "
+        "call (the part's, not the change's)."
+    )
+    undecided = submit_cpu.next_text(found, undecided=True)
+    assert undecided.endswith(
+        "if a call waits before the hand-off or after the commit, the change to Submit's work "
+        "on the loop; if it waits in the commit, the change to the key-row count."
+    )
+    assert submit_cpu.next_text([threads]) == ""

@@ -272,6 +272,11 @@ def test_where_a_call_waits_picks_the_next_change() -> None:
     assert "The effectors' side kept 1.20 cores busy, below that level" in text
     assert "the next step is measuring where a call waits inside the effector" in text
     assert "That decides between Submit's work on the loop" in text
+    # The next change depends on that measurement, so it is not named flatly.
+    assert "Which comes next follows from that measurement: if a call waits before the" in text
+    assert "hand-off or after the commit, the change to Submit's work on the loop; if it" in text
+    assert "waits in the commit, no change this run names on that side." in text
+    assert "The next change is to" not in text
     assert "per call the effectors used 150 µs of CPU: 100 on their event loops" in text
     assert ", and the PostgreSQL server 90; the no-op servers used 110 µs" in text
     assert "The event loops were on a CPU 25% of the round, each on average." in text
