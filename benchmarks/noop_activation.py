@@ -27,7 +27,7 @@ from benchmarks.model_call import (
     model_call_floor,
     model_call_stage,
 )
-from benchmarks.noop_findings import HISTORY, bound, parameters_text, rest_note, this_run
+from benchmarks.noop_findings import HISTORY, bound, parameters_text, rest_note
 from benchmarks.noop_profile import (
     Ranking,
     next_changes,
@@ -252,8 +252,7 @@ first, each change kept only if the pipeline figure moves: \
 {parameters_text(figures[0], parameters)} Not worth doing, measured: one tagged output per
 activation for its trace events (dropping the no-op's two trace outputs altogether, a side
 measurement recorded at 8627abd of 100,000 events on 1,000 keys in 5 interleaved rounds, moved
-the median round from 111.6 to 111.3 µs/element against a floor of 63.0 to 76.1). {HISTORY}\
-{this_run(figures[0])}"""
+the median round from 111.6 to 111.3 µs/element against a floor of 63.0 to 76.1). {HISTORY}"""
 
 
 def _more_keys(figures: list[Figure]) -> str:

@@ -95,24 +95,6 @@ HISTORY = (
     "75.6-83.6), so the higher ratio came with the machine, not with our code."
 )
 """Where the no-op ratio has been since the issue was filed (side facts from committed runs)."""
-SIDE_RUN_US = (75.6, 83.6)
-"""The side run's range for today's code (recorded at 6cc5cf9, in :data:`HISTORY`)."""
-
-
-def this_run(noop: Figure) -> str:
-    """This run's no-op figure set beside the side run's range for today's code."""
-    if noop.ratio is None or noop.floor is None:
-        return ""
-    ours, floor = round(noop.ours, 1), round(noop.floor, 1)
-    low, high = SIDE_RUN_US
-    where = (
-        f"inside the side run's {low}-{high} for today's code, so the ratio moved with the "
-        f"floor ({floor:.1f} µs/element in this run)"
-        if low <= ours <= high
-        else f"outside the side run's {low}-{high} for today's code, which this run does not "
-        "explain"
-    )
-    return f" This run reads {noop.ratio:.2f}x, ours at {ours:.1f} µs/element, {where}."
 
 
 def beam_side(parameters: Parameters) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from benchmarks.in_pipeline import InPipeline
-from benchmarks.noop_findings import HISTORY, beam_side, bound, rest_note, this_run
+from benchmarks.noop_findings import HISTORY, beam_side, bound, rest_note
 from benchmarks.noop_profile import Ranked, Ranking, named_us, next_changes
 from benchmarks.noop_split import Parameters, Split
 from benchmarks.report import Figure, Goal, Target
@@ -240,14 +240,3 @@ def test_a_cut_above_our_code_says_whether_it_is_above_every_round() -> None:
     assert "must lose 26.7 µs, about all (more than the mean) 26.5 µs of our code" in between
     for text in (above_all, between):
         assert text.endswith("The target is out of reach of every change this run identifies")
-
-
-def test_this_runs_no_op_is_set_beside_the_side_runs_range() -> None:
-    inside = Figure("no-op", "µs/element", ours=80.1, samples=1, floor=42.8)
-    assert this_run(inside) == (
-        " This run reads 1.87x, ours at 80.1 µs/element, inside the side run's 75.6-83.6 for "
-        "today's code, so the ratio moved with the floor (42.8 µs/element in this run)."
-    )
-    outside = Figure("no-op", "µs/element", ours=90.0, samples=1, floor=45.0)
-    assert "outside the side run's 75.6-83.6" in this_run(outside)
-    assert this_run(Figure("no-op", "µs/element", ours=80.0, samples=1)) == ""
