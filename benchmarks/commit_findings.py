@@ -19,14 +19,13 @@ from benchmarks.commit_placement import (
     growth,
     measurable,
     shown,
-    tenth,
     tenths,
     whole,
 )
 from benchmarks.in_pipeline import InPipeline
 from benchmarks.memory_runs import FLOOR, OURS, SIZES, Paired, label
 from benchmarks.noop_profile import FAKE, PartCost, Ranking, part_costs, part_of
-from benchmarks.report import Figure
+from benchmarks.report import Figure, tenth
 
 LISTED = 8
 """Parts of our code the fixed cost lists by name (the rest are summed)."""

@@ -23,6 +23,7 @@ from benchmarks.core_only import core_microseconds
 from benchmarks.in_pipeline import InPipeline
 from benchmarks.memory_runs import FLOOR, KEYS, OURS, SIZES, Paired, rewrite_memory
 from benchmarks.noop_profile import Ranking, rank_without_beam
+from benchmarks.report import tenth
 
 RANKED_EVENTS = 4_000
 """Activations profiled without Beam at each end size: about two seconds for both."""
@@ -93,11 +94,6 @@ def memory_rankings(quick: bool) -> tuple[Ranking, Ranking]:
         )
         for size in (SIZES[0], SIZES[-1])
     )
-
-
-def tenth(us: float) -> float:
-    """``us`` rounded to 0.1, a rounded zero as ``0.0`` (so it never prints as ``-0.0``)."""
-    return round(us, 1) + 0.0
 
 
 def tenths(total: float, *parts: float) -> tuple[float, ...]:

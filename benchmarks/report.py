@@ -176,6 +176,12 @@ def format_number(value: float) -> str:
     return f"{value:.3g}"
 
 
+def tenth(us: float) -> float:
+    """``us`` rounded to 0.1, as the reports print it, a rounded zero as ``0.0`` (never
+    ``-0.0``), so that printed differences add up."""
+    return round(us, 1) + 0.0
+
+
 def _cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

@@ -19,7 +19,7 @@ from benchmarks.effector_findings import CORES
 from benchmarks.group_commits import GroupCommits, Wait, wait_text, where
 from benchmarks.harness import percentile
 from benchmarks.paired_rounds import Pairs, range_text, straddles
-from benchmarks.report import Figure, Target
+from benchmarks.report import Figure, Target, tenth
 from benchmarks.report import ratio_text as shown
 from benchmarks.submit_cpu import (
     LOOP_SHORT,
@@ -167,15 +167,10 @@ def worst_round(row: SubmitRow) -> tuple[float, float, float, int]:
     """The round furthest from the target: the µs a call may take at the target and took
     there (to 0.1 µs, as printed), the cut (their difference), and the round's index."""
     bound, pairs = row.target.bound, row.pairs
-    budgets = [_tenth(1e6 / (bound * floor)) for floor in pairs.floor]
-    took = [_tenth(1e6 / ours) for ours in pairs.ours]
+    budgets = [tenth(1e6 / (bound * floor)) for floor in pairs.floor]
+    took = [tenth(1e6 / ours) for ours in pairs.ours]
     worst = max(range(len(took)), key=lambda index: took[index] - budgets[index])
-    return budgets[worst], took[worst], _tenth(took[worst] - budgets[worst]), worst
-
-
-def _tenth(us: float) -> float:
-    """``us`` to the 0.1 µs the text prints, so that printed differences add up."""
-    return round(us, 1)
+    return budgets[worst], took[worst], tenth(took[worst] - budgets[worst]), worst
 
 
 def budget_text(row: SubmitRow) -> str:
@@ -193,8 +188,8 @@ def budget_text(row: SubmitRow) -> str:
     )
     median = pairs.median
     if median != worst:
-        allowed = _tenth(1e6 / (bound * pairs.floor[median]))
-        spent = _tenth(1e6 / pairs.ours[median])
+        allowed = tenth(1e6 / (bound * pairs.floor[median]))
+        spent = tenth(1e6 / pairs.ours[median])
         text += f" (in the median round it may take {allowed:.1f} µs and took {spent:.1f}" + (
             f": {spent - allowed:.1f} µs too many)" if spent > allowed else ")"
         )
@@ -241,8 +236,8 @@ def next_change(row: SubmitRow) -> str:
         if cpu.cpu_bound:
             # The worst round was not split; were it bound like the split one, a call's time
             # falls by a CPU cut over the cores busy, so its wall cut is that many µs of CPU.
-            cut = _tenth(worst_cut * cpu.busy)
-            most = _tenth(worst_cut * CORES)
+            cut = tenth(worst_cut * cpu.busy)
+            most = tenth(worst_cut * CORES)
             beyond = ", beyond every part's bound" if all(c.bound < most for c in found) else ""
             return text + (
                 f"The split round met the target; the worst round was not split by thread. Were "

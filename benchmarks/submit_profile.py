@@ -17,6 +17,7 @@ from pathlib import Path
 
 from benchmarks.effector_load import SINGLE_CALLERS, calls_round, servers
 from benchmarks.harness import EFFECTOR_READY, cumulative, effector_command, idle_seconds
+from benchmarks.report import tenth
 
 _Function = tuple[str, str]
 _RUN_ONCE: _Function = ("asyncio/base_events.py", "_run_once")
@@ -174,8 +175,3 @@ def _beyond_noop(around_us: float, noop_loop_us: int) -> str:
         f"server's whole event loop in its split round ({noop_loop_us} µs a call): work it does "
         "not do, the suspension and the resumption among it (an estimate, by the profile share)."
     )
-
-
-def tenth(value: float) -> float:
-    """``value`` to a tenth, as printed."""
-    return round(value, 1)
