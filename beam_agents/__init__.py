@@ -13,8 +13,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from beam_agents._json import canonical_json, canonical_json_bytes
-    from beam_agents._protos import AgentEnvelope, Approval, ToolIntent, ToolResult
+    from beam_agents._protos import (
+        AgentEnvelope,
+        Approval,
+        ToolIntent,
+        ToolResult,
+        canonical_json,
+        canonical_json_bytes,
+    )
     from beam_agents.core.agent import Complete, Suspend
     from beam_agents.core.config import AgentConfig
     from beam_agents.core.context import ActivationContext
@@ -69,8 +75,8 @@ _LAZY_EXPORTS = {
     "WriteRecords": "beam_agents.io",
     "WriteRecordsToEffector": "beam_agents.io",
     "WriteTraces": "beam_agents.io",
-    "canonical_json": "beam_agents._json",
-    "canonical_json_bytes": "beam_agents._json",
+    "canonical_json": "beam_agents._protos",
+    "canonical_json_bytes": "beam_agents._protos",
     "intent_id_for": "beam_agents.core.ids",
     "tool": "beam_agents.tools",
 }

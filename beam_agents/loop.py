@@ -14,8 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from beam_agents._json import canonical_json, canonical_json_bytes
-from beam_agents._protos import ToolResult
+from beam_agents._protos import ToolResult, canonical_json, canonical_json_bytes
 from beam_agents.core.agent import Complete, Suspend
 from beam_agents.core.context import ActivationContext
 from beam_agents.model.client import LlmRequest, LlmResponse, ToolCall

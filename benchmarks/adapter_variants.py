@@ -45,7 +45,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from beam_agents import AgentConfig
-from beam_agents._json import canonical_json
+from beam_agents._protos import canonical_json
 from beam_agents.adapters import adk as adk_adapter
 from beam_agents.adapters import langgraph as langgraph_adapter
 from beam_agents.adapters.adk import AdkAgent

@@ -13,8 +13,13 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiRunner
 
 from beam_agents import AgentConfig, RunAgent
-from beam_agents._json import canonical_json_bytes
-from beam_agents._protos import AgentEnvelope, AgentError, IntentDeadLetter, ToolResult
+from beam_agents._protos import (
+    AgentEnvelope,
+    AgentError,
+    IntentDeadLetter,
+    ToolResult,
+    canonical_json_bytes,
+)
 from beam_agents.core.agent import Complete, Suspend
 from beam_agents.core.context import ActivationContext
 from beam_agents.io import ReadEnvelopes, SubmitIntents

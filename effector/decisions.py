@@ -12,9 +12,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from beam_agents._json import canonical_json
-from beam_agents._protos import GetIntentResponse, IntentState, ToolIntent
-from beam_agents.core.ids import approval_digest
+from beam_agents._protos import (
+    GetIntentResponse,
+    IntentState,
+    ToolIntent,
+    approval_digest,
+    canonical_json,
+)
 from beam_agents.tools import ToolRegistry
 from beam_agents.tools.errors import ToolArgumentError
 from effector.identities import Approver, Tokens

@@ -13,7 +13,6 @@ import time
 import uuid
 from typing import Any
 
-from beam_agents._json import canonical_json_bytes
 from beam_agents._protos import (
     ActivationRecord,
     AgentEnvelope,
@@ -22,6 +21,7 @@ from beam_agents._protos import (
     ToolIntent,
     ToolResult,
     TraceEvent,
+    canonical_json_bytes,
 )
 
 MAX_ENTITY_KEY_BYTES = 4_096

@@ -20,9 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 import effector.decisions as decisions
-from beam_agents._json import canonical_json
-from beam_agents._protos import IntentState, ToolIntent, ToolResult
-from beam_agents.core.ids import approval_digest
+from beam_agents._protos import IntentState, ToolIntent, ToolResult, approval_digest, canonical_json
 from effector.commands import payload_text
 from effector.identities import Approver
 from effector.intents import display_key, expiry_deadline_ms, intent_id_problem

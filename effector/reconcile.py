@@ -15,8 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import effector.audit as audit
-from beam_agents._json import canonical_json_bytes
-from beam_agents._protos import ToolResult
+from beam_agents._protos import ToolResult, canonical_json_bytes
 from beam_agents.tools import IntentInfo, ToolRegistry
 from effector.intents import expired_result, new_result
 from effector.runner import (

@@ -20,8 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import effector.audit as audit
-from beam_agents._json import canonical_json_bytes
-from beam_agents._protos import ToolIntent, ToolResult
+from beam_agents._protos import ToolIntent, ToolResult, canonical_json_bytes
 from beam_agents.tools import IntentInfo, Reconciled, Tool, ToolRegistry
 from beam_agents.tools.errors import ToolArgumentError, ToolNotFoundError
 from effector.errors import ToolRefusedError, ToolTimeoutError

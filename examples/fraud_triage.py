@@ -28,8 +28,7 @@ import apache_beam as beam
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
 from beam_agents import AgentConfig, RunAgent
-from beam_agents._json import canonical_json, canonical_json_bytes
-from beam_agents._protos import AgentEnvelope, ToolResult
+from beam_agents._protos import AgentEnvelope, ToolResult, canonical_json, canonical_json_bytes
 from beam_agents.core.agent import Complete, Suspend
 from beam_agents.core.context import ActivationContext
 from beam_agents.io import ReadEnvelopes, SubmitIntents, WriteErrors, WriteRecords, WriteTraces

@@ -23,8 +23,7 @@ import apache_beam as beam
 from apache_beam.testing.util import assert_that, equal_to
 
 from beam_agents import AgentConfig, RunAgent
-from beam_agents._json import canonical_json_bytes
-from beam_agents._protos import ToolResult
+from beam_agents._protos import ToolResult, canonical_json_bytes
 from beam_agents.core.agent import Complete, Suspend, intent_id_for
 from beam_agents.core.context import ActivationContext
 from beam_agents.testing import EnvelopeStream, streaming_pipeline

@@ -19,7 +19,6 @@ GENERATED = "beam_agents/_protos/"
 
 # Lower layers never import higher ones. A module's layer is that of its longest listed prefix.
 LAYERS: dict[str, int] = {
-    "beam_agents._json": 0,
     "beam_agents._protos": 0,
     "beam_agents.tools": 1,
     "beam_agents.model": 1,

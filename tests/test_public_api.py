@@ -63,8 +63,7 @@ def test_every_required_name_is_exported_and_resolves() -> None:
 
 
 def test_the_exports_are_the_objects_of_their_older_import_paths() -> None:
-    from beam_agents._json import canonical_json
-    from beam_agents._protos import AgentEnvelope
+    from beam_agents._protos import AgentEnvelope, canonical_json
     from beam_agents.core.context import ActivationContext
     from beam_agents.core.transform import RunAgent
     from beam_agents.io import SubmitIntents

@@ -1,9 +1,14 @@
-"""Generated protobuf messages and gRPC stubs (package ``beam_agents.v1``), re-exported.
+"""The wire contract: protobuf messages, gRPC stubs and the canonical encodings both sides share.
 
-The modules beside this file are generated from ``protos/`` by ``make proto`` and committed;
-a test fails when regenerating would change them. Import messages from here, not from the
-``*_pb2`` modules, so that their layout stays private.
+The ``*_pb2`` modules beside this file are generated from ``protos/`` by ``make proto`` and
+committed; a test fails when regenerating would change them. Import messages from here, not from
+the ``*_pb2`` modules, so that their layout stays private. The pipeline and the effector import
+this module and ``beam_agents.tools``, and nothing else of each other.
 """
+
+import hashlib
+import json
+from typing import Any
 
 from beam_agents._protos.effector_pb2 import (
     DecideRequest,
@@ -65,6 +70,38 @@ from beam_agents._protos.state_pb2 import (
     RingItems,
 )
 
+# Built once: ``json.dumps`` with any non-default option builds a new encoder on every call.
+_ENCODER = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
+
+def canonical_json(value: Any) -> str:
+    """Encode ``value`` as canonical JSON text: sorted keys, compact, UTF-8 as is, no NaN.
+
+    Equal values always encode to equal text on both sides of the pipeline/effector boundary.
+    Raises ``TypeError`` or ``ValueError`` for a value JSON cannot hold.
+    """
+    return _ENCODER.encode(value)
+
+
+def canonical_json_bytes(value: Any) -> bytes:
+    """Encode ``value`` as canonical JSON, UTF-8 bytes."""
+    return canonical_json(value).encode("utf-8")
+
+
+def approval_digest(args_json: str) -> str:
+    """The digest an approval decision carries: which arguments it was made on (64 hex digits).
+
+    ``sha256("2|approval|" + args_json)`` of the approval intent's canonical ``args_json``,
+    which is also the digest its run records for the approval's step (``StepRecord.digest``,
+    kind and tool name fixed), so the runtime checks a decision against its own record. The
+    effector shows it (``GetIntentResponse.args_digest``) and refuses a ``Decide`` carrying
+    another one: the approver's screen was stale.
+    """
+    return hashlib.sha256(f"2|approval|{args_json}".encode()).hexdigest()
+
+
 __all__ = [
     "ActivationRecord",
     "AgentEnvelope",
@@ -115,4 +152,7 @@ __all__ = [
     "ToolResult",
     "TraceEvent",
     "add_EffectorServicer_to_server",
+    "approval_digest",
+    "canonical_json",
+    "canonical_json_bytes",
 ]

@@ -18,7 +18,7 @@ from google.adk.models.llm_response import LlmResponse as AdkLlmResponse
 from google.genai import types
 from pydantic import BaseModel, Field
 
-from beam_agents._json import canonical_json
+from beam_agents._protos import canonical_json
 from beam_agents.adapters._bridge import current_bridge
 from beam_agents.model.client import LlmRequest, LlmResponse, TokenUsage
 

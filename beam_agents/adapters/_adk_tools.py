@@ -20,7 +20,7 @@ from google.adk.tools.tool_context import ToolContext
 from google.genai import types
 from pydantic import BaseModel
 
-from beam_agents._json import canonical_json
+from beam_agents._protos import canonical_json
 from beam_agents.adapters._adk_model import function_declaration
 from beam_agents.adapters._bridge import IntentFailedError, Pending, current_bridge
 from beam_agents.tools import Tool, ToolRegistry

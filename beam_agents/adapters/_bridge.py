@@ -21,8 +21,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel
 
-from beam_agents._json import canonical_json_bytes
-from beam_agents._protos import Approval, ToolResult
+from beam_agents._protos import Approval, ToolResult, canonical_json_bytes
 from beam_agents.core.agent import Complete, Suspend
 from beam_agents.core.bridge import enter_task
 from beam_agents.core.context import ActivationContext

@@ -27,7 +27,7 @@ from langchain_core.tools import BaseTool, ToolException
 from langgraph.config import get_config
 from langgraph.types import interrupt
 
-from beam_agents._json import canonical_json
+from beam_agents._protos import canonical_json
 from beam_agents.adapters._bridge import (
     ActivationBridge,
     AdapterUsageError,

@@ -32,7 +32,7 @@ from google.adk.tools.base_toolset import BaseToolset
 from google.adk.tools.tool_confirmation import ToolConfirmation
 from google.genai import types
 
-from beam_agents._json import canonical_json
+from beam_agents._protos import canonical_json
 from beam_agents.adapters._adk_model import (
     AdkTranslationError,
     BeamLlm,

@@ -1,7 +1,7 @@
 """Approvals bound to their arguments: the stale-decision check and approve-with-edit.
 
 A decision carries the digest of the arguments it was made on (``Approval.args_digest``,
-:func:`~beam_agents.core.ids.approval_digest`). :func:`stale_approval` compares it with the
+:func:`~beam_agents._protos.approval_digest`). :func:`stale_approval` compares it with the
 digest the run recorded for the approval's step, so an approval decided on other arguments
 never resumes the run. :func:`approved_call` turns an approved decision into the arguments an
 agent stages (the approver's edit applied) and, for an edit, its lineage (``ApprovalEdit``).
@@ -13,10 +13,15 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from beam_agents._json import canonical_json
-from beam_agents._protos import Approval, ApprovalEdit, Continuation
+from beam_agents._protos import (
+    Approval,
+    ApprovalEdit,
+    Continuation,
+    approval_digest,
+    canonical_json,
+)
 from beam_agents.core.cursor import StepRecord
-from beam_agents.core.ids import approval_digest, intent_id_for
+from beam_agents.core.ids import intent_id_for
 
 __all__ = ["approved_call", "edit_diff", "stale_approval"]
 

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from beam_agents._json import canonical_json
+from beam_agents._protos import canonical_json
 from beam_agents.core.errors import ReadOnlyIntentError
 from beam_agents.tools import ToolRegistry
 from beam_agents.tools.errors import ToolArgumentError, ToolNotFoundError

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from beam_agents._json import canonical_json
 from beam_agents._protos import (
     Approval,
     CompensationLink,
@@ -19,6 +18,7 @@ from beam_agents._protos import (
     ToolIntent,
     ToolResult,
     TraceEvent,
+    canonical_json,
 )
 from beam_agents.core.cursor import ReplayCursor, StepRecord
 from beam_agents.core.staging import APPROVAL_TOOL_NAME, Staged

@@ -66,15 +66,3 @@ def intent_id_for(
     """
     space = INTENT_NAMESPACE if namespace is None else namespace_uuid(namespace)
     return hyphenated(uuid5_hex(space, f"{entity_key.hex()}|{seq}|{step_index}"))
-
-
-def approval_digest(args_json: str) -> str:
-    """The digest an approval decision carries: which arguments it was made on (64 hex digits).
-
-    ``sha256("2|approval|" + args_json)`` of the approval intent's canonical ``args_json``,
-    which is also the digest its run records for the approval's step (``StepRecord.digest``,
-    kind and tool name fixed), so the runtime checks a decision against its own record. The
-    effector shows it (``GetIntentResponse.args_digest``) and refuses a ``Decide`` carrying
-    another one: the approver's screen was stale.
-    """
-    return hashlib.sha256(f"2|approval|{args_json}".encode()).hexdigest()

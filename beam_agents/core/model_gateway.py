@@ -13,8 +13,7 @@ import random
 from dataclasses import dataclass
 from typing import Protocol
 
-from beam_agents._json import canonical_json
-from beam_agents._protos import ModelCacheEntry
+from beam_agents._protos import ModelCacheEntry, canonical_json
 from beam_agents.core.bridge import enter_task
 from beam_agents.core.retry_memo import AnswerMemo
 from beam_agents.model.cache import replayed_response

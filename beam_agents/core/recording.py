@@ -16,7 +16,6 @@ from typing import Any, Protocol
 
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from beam_agents._json import canonical_json
 from beam_agents._protos import (
     ActivationRecord,
     AgentEnvelope,
@@ -26,6 +25,7 @@ from beam_agents._protos import (
     RecordedSlot,
     RecordedToolCall,
     ToolIntent,
+    canonical_json,
 )
 from beam_agents.core.memory import WorkingMemory
 from beam_agents.core.state import CACHE_CELL_VERSION, KeyState

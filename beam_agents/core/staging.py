@@ -13,8 +13,13 @@ import hashlib
 import logging
 from collections.abc import Sequence
 
-from beam_agents._json import canonical_json
-from beam_agents._protos import ApprovalEdit, CompensationLink, ToolIntent, TraceEvent
+from beam_agents._protos import (
+    ApprovalEdit,
+    CompensationLink,
+    ToolIntent,
+    TraceEvent,
+    canonical_json,
+)
 from beam_agents.core.cursor import ReplayCursor, StepRecord
 from beam_agents.core.errors import BudgetExceededError
 from beam_agents.core.ids import intent_id_for

@@ -13,7 +13,7 @@ from typing import Any, Literal, TypeAlias, get_args
 
 import beam_agents.model.anthropic_wire as anthropic_wire
 import beam_agents.model.openai_wire as openai_wire
-from beam_agents._json import canonical_json_bytes
+from beam_agents._protos import canonical_json_bytes
 from beam_agents.model._wire import WireFormat
 from beam_agents.model.client import LlmRequest, LlmResponse, TokenUsage, ToolCall
 

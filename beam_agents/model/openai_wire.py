@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import beam_agents.model._wire as _wire
-from beam_agents._json import canonical_json, canonical_json_bytes
+from beam_agents._protos import canonical_json, canonical_json_bytes
 from beam_agents.model.client import LlmResponse, TokenUsage, ToolCall
 from beam_agents.model.messages import SystemTurn, ToolResultTurn, ToolSpec, Turn, UserTurn
 

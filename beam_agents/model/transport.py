@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Self, TypedDict
 
 import httpx
 
-from beam_agents._json import canonical_json_bytes
+from beam_agents._protos import canonical_json_bytes
 from beam_agents.model._wire import WireFormat, error_excerpt, redact
 from beam_agents.model.client import LlmRequest, LlmResponse, ModelClient
 from beam_agents.model.errors import (

@@ -21,8 +21,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_agents._json import canonical_json
-from beam_agents._protos import ActivationRecord, AgentEnvelope
+from beam_agents._protos import ActivationRecord, AgentEnvelope, canonical_json
 from beam_agents.core.config import AgentConfig
 from beam_agents.core.recording import PLAIN_DECODER, decoder_name
 from beam_agents.replay.answers import PooledModel, PooledTools, Progress, Usage, check_records

@@ -20,8 +20,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from beam_agents._protos import AgentEnvelope, IntentState
-from beam_agents.core.ids import approval_digest
+from beam_agents._protos import AgentEnvelope, IntentState, approval_digest
 from effector.console.pages import LIST_LIMIT, checked_intent_id
 from effector.console.rendering import render, service_of
 from effector.console.security import (

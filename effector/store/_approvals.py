@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import effector.store._execution as execution
 import effector.store._tx as sql
-from beam_agents._protos import Approval, IntentState, ToolIntent
-from beam_agents.core.ids import approval_digest
+from beam_agents._protos import Approval, IntentState, ToolIntent, approval_digest
 from effector.store.base import Decision
 
 

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import json
 
-from beam_agents._json import canonical_json
-from beam_agents._protos import AgentEnvelope, Approval, ToolIntent, ToolResult
+from beam_agents._protos import AgentEnvelope, Approval, ToolIntent, ToolResult, canonical_json
 from effector.errors import StoreSchemaError
 from effector.intents import approval_envelope, result_envelope
 from effector.store._approvals import approval_statements

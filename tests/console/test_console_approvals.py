@@ -6,8 +6,7 @@ import html
 import re
 from pathlib import Path
 
-from beam_agents._protos import IntentState
-from beam_agents.core.ids import approval_digest
+from beam_agents._protos import IntentState, approval_digest
 from beam_agents.tools import ToolRegistry, tool
 from effector.identities import parse_tokens
 from tests.console.harness import KEY, client_for, csrf_of, intent, log_envelopes, start_effector

@@ -10,12 +10,17 @@ import pytest
 from apache_beam.pvalue import TaggedOutput
 
 from beam_agents import AgentConfig, Complete, Suspend, intent_id_for
-from beam_agents._json import canonical_json
-from beam_agents._protos import AgentEnvelope, AgentError, Approval, ToolIntent
+from beam_agents._protos import (
+    AgentEnvelope,
+    AgentError,
+    Approval,
+    ToolIntent,
+    approval_digest,
+    canonical_json,
+)
 from beam_agents.core.approvals import approved_call, edit_diff
 from beam_agents.core.context import ActivationContext
 from beam_agents.core.dofn import AgentDoFn
-from beam_agents.core.ids import approval_digest
 from beam_agents.core.staging import APPROVAL_TOOL_NAME, intent_step_digest
 from beam_agents.hitl import HitlPolicy
 from tests.core.harness import InMemoryKeyState, make_registry

@@ -22,8 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from effector_test_tools import make_registry
 
-from beam_agents._json import canonical_json
-from beam_agents._protos import GetIntentResponse, IntentState, ToolIntent
+from beam_agents._protos import GetIntentResponse, IntentState, ToolIntent, canonical_json
 from beam_agents.tools import ToolRegistry
 from effector import launch
 from effector.client import AsyncEffectorClient

@@ -17,9 +17,14 @@ from effector_harness import (
     running_effector,
 )
 
-from beam_agents._json import canonical_json
-from beam_agents._protos import AgentEnvelope, Approval, IntentState, ToolIntent
-from beam_agents.core.ids import approval_digest
+from beam_agents._protos import (
+    AgentEnvelope,
+    Approval,
+    IntentState,
+    ToolIntent,
+    approval_digest,
+    canonical_json,
+)
 from effector.client import AsyncEffectorClient, EffectorClient
 from effector.errors import ConfigurationError
 from effector.identities import Tokens, parse_tokens

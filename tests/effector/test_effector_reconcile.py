@@ -16,13 +16,13 @@ from typing import Any, ClassVar
 import pytest
 from effector_harness import make_intent, running_effector
 
-from beam_agents._json import canonical_json_bytes
 from beam_agents._protos import (
     GetIntentResponse,
     IntentState,
     StatusResponse,
     ToolIntent,
     ToolResult,
+    canonical_json_bytes,
 )
 from beam_agents.tools import IntentInfo, Reconciled, ToolRegistry, tool
 from effector.client import AsyncEffectorClient

@@ -9,8 +9,7 @@ from conftest import sqlite_url
 from effector_harness import FAST_WORKER, make_intent, running_effector
 from test_operator_mcp import call, mcp_client, refused
 
-from beam_agents._protos import ToolIntent
-from beam_agents.core.ids import approval_digest
+from beam_agents._protos import ToolIntent, approval_digest
 from effector.identities import parse_tokens
 from effector.server import ServerSettings
 

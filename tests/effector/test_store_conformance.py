@@ -14,8 +14,7 @@ from conftest import VERSION_3_ONLY, execute_sql
 from effector_harness import make_intent
 
 import effector.store._reads as reads
-from beam_agents._protos import AgentEnvelope, IntentState, ToolIntent, ToolResult
-from beam_agents.core.ids import approval_digest
+from beam_agents._protos import AgentEnvelope, IntentState, ToolIntent, ToolResult, approval_digest
 from effector.intents import expiry_deadline_ms, new_result
 from effector.store import EffectorStore, open_store
 from effector.store.base import Claim, Completion, NewIntent, SubmitOutcome, SubmitResult

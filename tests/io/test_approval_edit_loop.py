@@ -16,8 +16,7 @@ from pathlib import Path
 import apache_beam as beam
 
 from beam_agents import AgentConfig, Complete, Deny, HitlPolicy, RunAgent, Suspend
-from beam_agents._json import canonical_json_bytes
-from beam_agents._protos import AgentEnvelope, IntentState
+from beam_agents._protos import AgentEnvelope, IntentState, canonical_json_bytes
 from beam_agents.core.context import ActivationContext
 from beam_agents.hitl import FallbackContext
 from beam_agents.io import ReadEnvelopes, SubmitIntents

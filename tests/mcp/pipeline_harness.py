@@ -30,8 +30,11 @@ if _EFFECTOR_TESTS not in sys.path:  # tests.semantics.loop imports the effector
     sys.path.insert(0, _EFFECTOR_TESTS)
 
 from beam_agents import AgentConfig, Complete, Suspend  # noqa: E402
-from beam_agents._json import canonical_json_bytes  # noqa: E402
-from beam_agents._protos import AgentEnvelope, ToolResult  # noqa: E402
+from beam_agents._protos import (  # noqa: E402
+    AgentEnvelope,
+    ToolResult,
+    canonical_json_bytes,
+)
 from beam_agents.core.context import ActivationContext  # noqa: E402
 from beam_agents.tools import ToolRegistry  # noqa: E402
 from beam_agents.tools.mcp import load_mcp_tools  # noqa: E402

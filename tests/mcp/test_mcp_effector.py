@@ -19,8 +19,13 @@ from typing import Any
 import pytest
 
 from beam_agents import intent_id_for
-from beam_agents._json import canonical_json
-from beam_agents._protos import GetIntentResponse, IntentState, ToolIntent, ToolResult
+from beam_agents._protos import (
+    GetIntentResponse,
+    IntentState,
+    ToolIntent,
+    ToolResult,
+    canonical_json,
+)
 from beam_agents.tools import ToolRegistry
 from beam_agents.tools.mcp import McpServer, load_mcp_tools
 from beam_agents.tools.mcp._pool import session_pool

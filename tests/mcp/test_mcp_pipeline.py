@@ -36,8 +36,7 @@ import pytest  # noqa: E402
 pytest.register_assert_rewrite("tests.mcp.pipeline_harness")
 
 from beam_agents import AgentConfig  # noqa: E402
-from beam_agents._json import canonical_json_bytes  # noqa: E402
-from beam_agents._protos import TraceEvent  # noqa: E402
+from beam_agents._protos import TraceEvent, canonical_json_bytes  # noqa: E402
 from tests.adapters.conformance import CaseRun, logged_envelopes  # noqa: E402
 from tests.core.harness import created, event, run_agent  # noqa: E402
 from tests.mcp.pipeline_harness import (  # noqa: E402

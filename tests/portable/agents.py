@@ -18,7 +18,7 @@ from typing import Any
 import apache_beam as beam
 
 from beam_agents import Complete
-from beam_agents._json import canonical_json_bytes
+from beam_agents._protos import canonical_json_bytes
 from beam_agents.core.context import ActivationContext
 from beam_agents.model.client import LlmRequest
 from beam_agents.model.fake import FakeLLM, match_any, match_contains, respond_with

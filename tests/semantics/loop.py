@@ -33,13 +33,14 @@ import apache_beam as beam
 from effector_harness import EffectorProcess, cli_environment
 
 from beam_agents import AgentConfig, RunAgent
-from beam_agents._json import canonical_json, canonical_json_bytes
 from beam_agents._protos import (
     AgentEnvelope,
     AgentError,
     IntentDeadLetter,
     SubmitAck,
     ToolResult,
+    canonical_json,
+    canonical_json_bytes,
 )
 from beam_agents.core.agent import Complete, Suspend, intent_id_for
 from beam_agents.core.context import ActivationContext

@@ -48,8 +48,7 @@ from hypothesis import strategies as st
 
 import beam_agents._protos as pb
 from beam_agents import AgentConfig, Complete
-from beam_agents._json import canonical_json
-from beam_agents._protos import AgentEnvelope, Approval, ToolIntent, ToolResult
+from beam_agents._protos import AgentEnvelope, Approval, ToolIntent, ToolResult, canonical_json
 from beam_agents.core.context import ActivationContext
 from beam_agents.core.errors import ErrorReason
 from beam_agents.io import ReadEnvelopes

@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from beam_agents import ActivationContext, Complete, LlmRequest, Suspend
-from beam_agents._json import canonical_json
+from beam_agents._protos import canonical_json
 from beam_agents.loop import assistant_message, result_reply
 from tests.adapters.scenario import MODEL_ID, SYSTEM_PROMPT, user_prompt
 
