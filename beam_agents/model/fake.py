@@ -2,17 +2,25 @@
 
 A ``FakeLLM`` answers each request from the first rule ``(matcher, behavior)`` that matches it
 and records every request. Its ``shape`` picks the raw bodies it answers with: its own
-(``"fake"``), or a real provider's (``"openai"``, ``"anthropic"``), encoded and decoded by that
-provider's wire module. Details in ``beam_agents/model/README.md``.
+(``"fake"``: canonical JSON starting with ``{"fake_llm":``, any other bytes being plain text),
+or a real provider's (``"openai"``, ``"anthropic"``), made and read by that provider's wire
+format. Details in ``beam_agents/model/README.md``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import copy
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+import json
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any, Literal, Protocol, TypeAlias, get_args
 
+from beam_agents._protos import canonical_json_bytes
+from beam_agents.model import anthropic, openai
 from beam_agents.model.client import (
     LlmRequest,
     LlmResponse,
@@ -21,26 +29,7 @@ from beam_agents.model.client import (
     TokenUsage,
     ToolCall,
 )
-from beam_agents.model.fake_behaviors import (
-    Behavior,
-    FailThenSucceed,
-    RaiseError,
-    Responder,
-    RespondWith,
-    RespondWithFn,
-    Scripted,
-    simulate_latency,
-)
-from beam_agents.model.fake_wire import (
-    FAKE_BODY_PREFIX,
-    Shape,
-    check_shape,
-    decode_body,
-    request_texts,
-    scripted_answer,
-    wire_body,
-    word_count_usage,
-)
+from beam_agents.model.transport import WireFormat
 
 __all__ = [
     "Behavior",
@@ -62,6 +51,272 @@ __all__ = [
     "word_count_usage",
 ]
 
+# -- the raw bodies of each shape ----------------------------------------------------------
+
+Shape: TypeAlias = Literal["fake", "openai", "anthropic"]
+"""The wire format of a ``FakeLLM``'s raw bodies."""
+
+SHAPES: tuple[Shape, ...] = get_args(Shape)
+"""Every :data:`Shape`."""
+
+FAKE_BODY_PREFIX = b'{"fake_llm":'
+"""How a scripted ``"fake"`` body starts; other bytes are a plain-text answer."""
+
+
+def check_shape(shape: Shape) -> Shape:
+    """``shape``, if it is one of :data:`SHAPES`; else ``ValueError``."""
+    if shape not in SHAPES:
+        raise ValueError(f"shape must be one of {SHAPES}, got {shape!r}")
+    return shape
+
+
+def wire_body(
+    shape: Shape,
+    *,
+    text: str = "",
+    tool_calls: Sequence[ToolCall] = (),
+    usage: TokenUsage | None = None,
+    model: str = "",
+) -> bytes:
+    """A raw response body in ``shape`` carrying ``text``, ``tool_calls`` and ``usage``.
+
+    For ``"openai"`` and ``"anthropic"`` this is the body the real API answers with (what a
+    local test server can send to ``OpenAIChatProvider`` / ``AnthropicMessagesProvider``).
+    """
+    encode = _FORMATS[check_shape(shape)].encode_response
+    return encode(text=text, tool_calls=tool_calls, usage=usage or TokenUsage(), model=model)
+
+
+def scripted_answer(
+    shape: Shape, request: LlmRequest, answer: tuple[str, Sequence[ToolCall], TokenUsage | None]
+) -> bytes:
+    """The body of the scripted ``(text, tool_calls, usage)`` answer to ``request``.
+
+    Usage defaults to :func:`word_count_usage`; the model is the request's.
+    """
+    text, tool_calls, usage = answer
+    return wire_body(
+        shape,
+        text=text,
+        tool_calls=tool_calls,
+        usage=usage or word_count_usage(request, text),
+        model=request.model_id,
+    )
+
+
+def decode_body(shape: Shape, raw: bytes) -> LlmResponse:
+    """Rebuild the response for a raw body in ``shape``."""
+    return _FORMATS[shape].decode_response(raw)
+
+
+def word_count_usage(request: LlmRequest, answer_text: str) -> TokenUsage:
+    """The fake's default token usage: words in the request's messages and in the answer."""
+    words = 0
+    for message in request.messages:
+        content = message.get("content", "")
+        if isinstance(content, str):  # the common case, without a generator per message
+            words += len(content.split())
+        else:
+            words += sum(len(text.split()) for text in _message_text(message))
+    return TokenUsage(input_tokens=words, output_tokens=len(answer_text.split()))
+
+
+def request_texts(request: LlmRequest) -> Iterable[str]:
+    """The text of each message of ``request``: its string ``content``, or its parts' text."""
+    for message in request.messages:
+        yield from _message_text(message)
+
+
+def _message_text(message: Mapping[str, Any]) -> Iterable[str]:
+    content = message.get("content", "")
+    if isinstance(content, str):
+        yield content
+    elif isinstance(content, Sequence):
+        for part in content:
+            if isinstance(part, Mapping) and isinstance(part.get("text"), str):
+                yield part["text"]
+
+
+def _encode_fake(
+    *, text: str, tool_calls: Sequence[ToolCall], usage: TokenUsage, model: str
+) -> bytes:
+    calls = [{"id": c.id, "name": c.name, "arguments": dict(c.arguments)} for c in tool_calls]
+    counted = {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens}
+    return canonical_json_bytes(
+        {"fake_llm": {"model": model, "text": text, "tool_calls": calls, "usage": counted}}
+    )
+
+
+def _decode_fake(raw: bytes) -> LlmResponse:
+    if not raw.startswith(FAKE_BODY_PREFIX):
+        text = raw.decode("utf-8", errors="replace")
+        return LlmResponse(
+            response=raw, text=text, stop_reason="end_turn", usage=TokenUsage(0, len(text.split()))
+        )
+    scripted = json.loads(raw)["fake_llm"]
+    calls = tuple(
+        ToolCall(id=call["id"], name=call["name"], arguments=call["arguments"])
+        for call in scripted["tool_calls"]
+    )
+    usage = scripted.get("usage", {})
+    return LlmResponse(
+        response=raw,
+        text=scripted["text"],
+        tool_calls=calls,
+        stop_reason="tool_use" if calls else "end_turn",
+        usage=TokenUsage(usage.get("input_tokens", 0), usage.get("output_tokens", 0)),
+        model=scripted.get("model", ""),
+    )
+
+
+_FORMATS: dict[str, WireFormat] = {
+    "fake": WireFormat("FakeLLM", "fake", _decode_fake, _encode_fake),
+    "openai": openai.FORMAT,
+    "anthropic": anthropic.FORMAT,
+}
+
+
+# -- behaviors ----------------------------------------------------------------------------
+Responder: TypeAlias = Callable[[LlmRequest], "bytes | LlmResponse"]
+"""What :func:`respond_with_fn` calls: a raw body (decoded in the fake's shape) or a response."""
+
+
+class ScriptedClient(Protocol):
+    """What a behavior may use of the fake it answers for (a ``FakeLLM``)."""
+
+    shape: Shape
+
+    def decode(self, raw: bytes) -> LlmResponse:
+        """Rebuild the response for a raw body in the fake's shape."""
+        ...
+
+
+class Behavior(ABC):
+    """How a rule answers a request it matched."""
+
+    @abstractmethod
+    async def respond(
+        self, fake: ScriptedClient, request: LlmRequest, earlier_matches: int
+    ) -> bytes | LlmResponse:
+        """A raw body (decoded in the fake's shape) or a finished response for ``request``.
+
+        ``earlier_matches`` counts this rule's earlier uses.
+        """
+
+
+_TIMER_LATENESS_S = 0.0015
+"""How late an asyncio timer may fire beyond the kernel's slack: epoll counts whole ms."""
+_TIMER_SLACK = 0.002
+"""The kernel lets a wait of T overrun by T / 1000; twice that, to be safe."""
+
+
+async def simulate_latency(latency_ms: int) -> None:
+    """Yield to the event loop for ``latency_ms``, ending on time to within microseconds.
+
+    A plain ``asyncio.sleep`` wakes up to ~1 ms late plus 0.1% of the wait (see the constants),
+    which a benchmark would count as the caller's overhead; a real provider's answer wakes the
+    loop through its socket, with no timer. So the bulk of the wait is a timer that ends just
+    early, and the last millisecond or two yields to the loop until the deadline.
+    """
+    if not latency_ms:
+        return
+    latency_s = latency_ms / 1000
+    deadline = time.perf_counter() + latency_s
+    coarse_s = latency_s - _TIMER_LATENESS_S - latency_s * _TIMER_SLACK
+    if coarse_s > 0:
+        await asyncio.sleep(coarse_s)
+    while time.perf_counter() < deadline:
+        await asyncio.sleep(0)
+
+
+@dataclass(frozen=True, slots=True)
+class RespondWith(Behavior):
+    """Answers with a fixed raw body (its usage replaced when ``usage`` is set)."""
+
+    payload: bytes
+    latency_ms: int
+    usage: TokenUsage | None
+
+    async def respond(
+        self, fake: ScriptedClient, request: LlmRequest, earlier_matches: int
+    ) -> bytes | LlmResponse:
+        """``payload`` after the latency, or its decoding with ``usage`` when that is set."""
+        await simulate_latency(self.latency_ms)
+        if self.usage is None:
+            return self.payload
+        return dataclasses.replace(fake.decode(self.payload), usage=self.usage)
+
+
+@dataclass(frozen=True, slots=True)
+class Scripted(Behavior):
+    """Answers with scripted text and tool calls, as a body in the fake's shape."""
+
+    text: str
+    tool_calls: tuple[ToolCall, ...]
+    usage: TokenUsage | None
+    latency_ms: int
+
+    async def respond(
+        self, fake: ScriptedClient, request: LlmRequest, earlier_matches: int
+    ) -> bytes | LlmResponse:
+        """The scripted answer's body in the fake's shape, after the latency."""
+        await simulate_latency(self.latency_ms)
+        return scripted_answer(fake.shape, request, (self.text, self.tool_calls, self.usage))
+
+
+@dataclass(frozen=True, slots=True)
+class RespondWithFn(Behavior):
+    """Answers with whatever a responder function returns for the request."""
+
+    responder: Responder
+    latency_ms: int
+
+    async def respond(
+        self, fake: ScriptedClient, request: LlmRequest, earlier_matches: int
+    ) -> bytes | LlmResponse:
+        """What the responder returns for ``request``, after the latency."""
+        await simulate_latency(self.latency_ms)
+        answer = self.responder(request)
+        if not isinstance(answer, bytes | LlmResponse):
+            raise TypeError(
+                f"the respond_with_fn function {self.responder!r} must return bytes or an "
+                f"LlmResponse, got {type(answer).__name__}"
+            )
+        return answer
+
+
+@dataclass(frozen=True, slots=True)
+class RaiseError(Behavior):
+    """Raises (a copy of) an error on every matching request."""
+
+    error: Exception
+
+    async def respond(
+        self, fake: ScriptedClient, request: LlmRequest, earlier_matches: int
+    ) -> bytes | LlmResponse:
+        """Raise a fresh copy of the error."""
+        # A fresh copy each time, so repeated raises do not pile tracebacks onto one instance.
+        raise copy.copy(self.error).with_traceback(None)
+
+
+@dataclass(frozen=True, slots=True)
+class FailThenSucceed(Behavior):
+    """Raises an error for the first ``times`` matches, then answers ``payload``."""
+
+    error: Exception
+    times: int
+    payload: bytes
+
+    async def respond(
+        self, fake: ScriptedClient, request: LlmRequest, earlier_matches: int
+    ) -> bytes | LlmResponse:
+        """Raise while ``earlier_matches < times``, then answer ``payload``."""
+        if earlier_matches < self.times:
+            raise copy.copy(self.error).with_traceback(None)
+        return self.payload
+
+
+# -- matchers, behavior builders and the fake ---------------------------------------------
 Matcher: TypeAlias = Callable[[LlmRequest], bool]
 """Decides whether a rule applies to a request."""
 

@@ -13,7 +13,7 @@ from beam_agents import ActivationContext, AgentConfig, Complete, Suspend, inten
 from beam_agents._protos import TraceEvent
 from beam_agents.model import FakeLLM, LlmRequest, match_contains, respond_with_text
 from beam_agents.model.cache import replay_cache_key
-from beam_agents.model.messages import UserTurn, parse_messages
+from beam_agents.model.client import UserTurn, parse_messages
 from beam_agents.testing import EnvelopeStream
 from tests.core.harness import SharedProvider, run_agent, streamed
 
