@@ -11,11 +11,7 @@ ending with its slot's header, and joins the small rest: a large value is writte
 is decoded only when read. It accepts only the canonical form (version 1 first, slots sorted by
 key, each slot exactly ``key`` then ``value`` or ``ring``, minimal varints, a content either
 inside its header's element or exactly the next element); for anything else it returns ``None``
-and the caller parses the joined elements with the generated proto class. Versioned: a memory
-without large contents is one element, the whole blob with ``schema_version`` 1, as releases
-before the bag wrote the cell and read it; a split memory starts with an element holding only
-``schema_version`` 2, so such a release (it reads one element) refuses it as newer state rather
-than misreading a slot cut in two.
+and the caller parses the joined elements with the generated proto class.
 """
 
 from __future__ import annotations
@@ -24,17 +20,11 @@ from collections.abc import Sequence
 
 from beam_agents._protos import RingItems
 
-WHOLE_VERSION = 1
-"""``MemoryState.schema_version`` of a memory in one element: the whole blob."""
-SPLIT_VERSION = 2
-"""``schema_version`` of a memory over several elements (the first holds only the version)."""
-MEMORY_SCHEMA_VERSION = SPLIT_VERSION
-"""The newest ``MemoryState.schema_version`` this code reads."""
+MEMORY_SCHEMA_VERSION = 1
+"""The ``MemoryState.schema_version`` this code writes and the newest it reads."""
 
-VERSION_FIELD = bytes((0x08, WHOLE_VERSION))
-"""``schema_version`` 1 (field 1, varint): how a whole memory's one element starts."""
-SPLIT_FIELD = bytes((0x08, SPLIT_VERSION))
-"""A split memory's first element: ``schema_version`` 2 alone (as long as version 1's field)."""
+VERSION_FIELD = bytes((0x08, MEMORY_SCHEMA_VERSION))
+"""``schema_version`` (field 1, varint): how a memory's first element starts."""
 
 _SLOTS_TAG = 0x12  # MemoryState.slots: field 2, length-delimited
 _KEY_TAG = 0x0A  # MemorySlot.key: field 1
@@ -179,7 +169,7 @@ def scan(elements: Sequence[bytes]) -> dict[str, RawSlot] | None:
     if not elements or any(type(element) is not bytes for element in elements):
         return None  # the views below must point into immutable buffers
     first = elements[0]
-    if not (first[:2] == VERSION_FIELD or (first == SPLIT_FIELD and len(elements) > 1)):
+    if first[:2] != VERSION_FIELD or first == VERSION_FIELD:
         return None
     slots: dict[str, RawSlot] = {}
     previous = ""
@@ -259,7 +249,7 @@ def encode_memory(slots: dict[str, Slot | RawSlot]) -> list[bytes]:
     if not slots:
         return []
     elements: list[bytes] = []
-    pending: list[bytes | memoryview] = []
+    pending: list[bytes | memoryview] = [VERSION_FIELD]
     for key in sorted(slots):
         slot = slots[key]
         head: bytes | memoryview
@@ -275,8 +265,6 @@ def encode_memory(slots: dict[str, Slot | RawSlot]) -> list[bytes]:
         elements.append(b"".join(pending))
         elements.append(content if type(content) is bytes else bytes(content))
         pending = []
-    if not elements:
-        return [b"".join([VERSION_FIELD, *pending])]
     if pending:
         elements.append(b"".join(pending))
-    return [SPLIT_FIELD, *elements]
+    return elements

@@ -35,7 +35,6 @@ from beam_agents.core.config import (
 )
 from beam_agents.core.context import ActivationContext, ActivationServices, staged
 from beam_agents.core.continuation import admit, resumption, suspend
-from beam_agents.core.deferral import arrived_in_time, deferred_answers, events_waiting
 from beam_agents.core.errors import (
     ActivationTimeoutError,
     BudgetExceededError,
@@ -127,7 +126,7 @@ class Activator:
         suspended = state.continuation
         assert suspended is not None
         limit = self._config.max_buffered_events
-        if events_waiting(state) >= limit:
+        if len(state.buffered()) >= limit:
             plan.errors.append(
                 error_record(
                     key,
@@ -144,38 +143,17 @@ class Activator:
         state.buffer(envelope.SerializeToString())
         self._write_header(plan, state.header.next_seq, envelope.event_time_ms)
 
-    def _resume_with(
-        self,
-        plan: Plan,
-        key: bytes,
-        envelope: AgentEnvelope,
-        processing_ms: Callable[[], int] | None = None,
-    ) -> None:
-        """:meth:`_resume` with the envelope's approval or tool result."""
+    def _resume_with(self, plan: Plan, key: bytes, envelope: AgentEnvelope) -> None:
+        """Resume the run with the envelope's approval or tool result, or refuse it."""
         answer: ToolResult | Approval
         if envelope.HasField("approval"):
             answer, trigger = envelope.approval, TRIGGER_APPROVAL
         else:
             answer, trigger = envelope.tool_result, TRIGGER_TOOL_RESULT
-        self._resume(plan, key, envelope, answer, trigger, processing_ms)
-
-    def _resume(
-        self,
-        plan: Plan,
-        key: bytes,
-        envelope: AgentEnvelope,
-        answer: ToolResult | Approval,
-        trigger: str,
-        processing_ms: Callable[[], int] | None = None,
-    ) -> None:
-        """Resume the run with ``answer``, defer it, or refuse it.
-
-        ``processing_ms``: the clock the run's deadline is checked on (this one's by default).
-        """
         state = plan.state
         suspended = state.continuation
         reason = ErrorReason.ORPHANED_RESULT
-        refusal = answer_refusal(key, suspended, answer, processing_ms or self.processing_ms)
+        refusal = answer_refusal(key, suspended, answer, self.processing_ms)
         if refusal is None and suspended is not None and isinstance(answer, Approval):
             reason, refusal = ErrorReason.STALE_APPROVAL, stale_approval(key, suspended, answer)
         if refusal is not None:
@@ -189,9 +167,6 @@ class Activator:
                     state.header.next_seq if suspended is None else suspended.seq,
                 )
             )
-            return
-        if state.cache_in_cell:
-            self._defer(plan, envelope)
             return
         assert suspended is not None
         admitted = admit(suspended, answer)
@@ -214,29 +189,6 @@ class Activator:
         outcome = self._activate(plan, ctx, record, trigger, envelope, None)
         if outcome is not None:
             self._commit(plan, ctx, record, outcome, trigger, admitted)
-
-    def _defer(self, plan: Plan, envelope: AgentEnvelope) -> None:
-        """Keep an admitted answer to a run whose replay cache is in the old ``cache`` cell.
-
-        ``process`` does not bind that cell; the deadline timer, set for now, does: its
-        callback moves the cache into the continuation and resumes (:meth:`_resume_deferred`).
-        """
-        state = plan.state
-        state.buffer(envelope.SerializeToString())
-        self._write_header(plan, state.header.next_seq, envelope.event_time_ms)
-        plan.deadline_ms = max(self.processing_ms(), 1)
-
-    def _resume_deferred(self, plan: Plan, key: bytes, answers: list[AgentEnvelope]) -> None:
-        """Resume (or refuse) the deferred answers in arrival order; keep the run's deadline.
-
-        Each was checked when it arrived, so the run's deadline is not checked again; every
-        other rule is (a second delivery of one answer is refused as a duplicate).
-        """
-        for envelope in answers:
-            self._resume_with(plan, key, envelope, arrived_in_time)
-        if plan.deadline_ms is None:  # the timer was set for now, over the run's own deadline
-            suspended = plan.state.continuation
-            plan.deadline_ms = 0 if suspended is None else suspended.deadline_ms
 
     # -- activation and commit -----------------------------------------------------------
 
@@ -421,10 +373,6 @@ class Activator:
         """A suspension reached its deadline: take the HITL timeout route."""
         plan = Plan(state)
         suspended = state.continuation
-        deferred = deferred_answers(state) if state.cache_moved else []
-        if deferred:
-            self._resume_deferred(plan, key, deferred)
-            return plan
         if suspended is None or not suspended.deadline_ms:
             return plan  # a timer left over from a run that has since ended
         if self._ticks:
@@ -465,7 +413,6 @@ class Activator:
             plan.idle_ms = expires_ms
             return plan
         wiped = state.continuation
-        deferred = deferred_answers(state) if state.cache_moved else []
         self._before_commit(key, current.next_seq, TRIGGER_IDLE, current.next_seq)
         state.wipe()
         state.write_header(
@@ -474,7 +421,6 @@ class Activator:
         if wiped is not None:
             plan.deadline_ms = 0
             plan.errors.append(wiped_error(key, wiped, ttl_ms, current.last_activity_ms))
-            self._resume_deferred(plan, key, deferred)  # refused: their run is gone
             self._drain(plan, key)
         return plan
 

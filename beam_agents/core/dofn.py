@@ -38,7 +38,7 @@ from beam_agents.core.model_gateway import METRICS_NAMESPACE, MODEL_COUNTERS, Mo
 from beam_agents.core.plan import Plan
 from beam_agents.core.retry_memo import answer_memo
 from beam_agents.core.services import activation_services
-from beam_agents.core.state import CACHE, CONTINUATION, HEADER, MEMORY, KeyState
+from beam_agents.core.state import CONTINUATION, HEADER, MEMORY, KeyState
 from beam_agents.model.resilience import CircuitBreakers
 from beam_agents.tools import ToolConnection, ToolRunner
 
@@ -49,15 +49,12 @@ ERRORS_TAG = "errors"
 RECORDS_TAG = "records"
 
 # ``_applied`` finds a written cell by its number in KeyState.writes, in this order.
-assert (HEADER, MEMORY, CACHE, CONTINUATION) == (0, 1, 2, 3)
+assert (HEADER, MEMORY, CONTINUATION) == (0, 1, 2)
 
 _HEADER = ReadModifyWriteStateSpec("header", BytesCoder())
 # A bag: the memory's elements (``core/_memory_wire.py``). It was a ``ReadModifyWriteState``, which
 # the Fn API keeps as a bag of one element, so memory committed by that layout reads unchanged.
 _MEMORY = BagStateSpec("memory", BytesCoder())
-# The replay cache's cell before it moved into the continuation: only the timer callbacks bind it,
-# to move what a run suspended by an earlier release left there (``KeyState._move_cache``).
-_CACHE = ReadModifyWriteStateSpec("cache", BytesCoder())
 _CONTINUATION = ReadModifyWriteStateSpec("continuation", BytesCoder())
 _BUFFER = BagStateSpec("buffer", BytesCoder())
 _DEADLINE = TimerSpec("deadline", TimeDomain.REAL_TIME)
@@ -68,7 +65,6 @@ _EARLY_TIMER_PAUSE_S = 0.02
 # substitutes the runtime state object, timer, key or timestamp for each of them.
 _HEADER_STATE: Any = beam.DoFn.StateParam(_HEADER)
 _MEMORY_STATE: Any = beam.DoFn.StateParam(_MEMORY)
-_CACHE_STATE: Any = beam.DoFn.StateParam(_CACHE)
 _CONTINUATION_STATE: Any = beam.DoFn.StateParam(_CONTINUATION)
 _BUFFER_STATE: Any = beam.DoFn.StateParam(_BUFFER)
 _DEADLINE_TIMER: Any = beam.DoFn.TimerParam(_DEADLINE)
@@ -120,7 +116,6 @@ def _applied(
     plan: Plan,
     header: Any,
     memory: Any,
-    cache: Any,
     continuation: Any,
     buffer: Any,
     deadline: Any,
@@ -131,11 +126,11 @@ def _applied(
 
     With ``tick_clock`` (processing time now, in ms, when deadlines tick) a deadline still to
     come is checked again at once rather than set for its time. ``idle`` is ``None`` where no
-    TTL is configured, ``cache`` in ``process``: then no plan arms or writes them.
+    TTL is configured: then no plan arms it.
     """
     state = plan.state
     if state.writes:
-        cells = (header, memory, cache, continuation)  # indexed by state.HEADER, MEMORY, ...
+        cells = (header, memory, continuation)  # indexed by state.HEADER, MEMORY, ...
         for cell, value in state.writes.items():
             if value is None:
                 cells[cell].clear()
@@ -182,20 +177,19 @@ def _timer_callback(spec: TimerSpec, name: str, decide: TimerDecision) -> Any:
         fired: Timestamp = _TIMESTAMP,
         header: Any = _HEADER_STATE,
         memory: Any = _MEMORY_STATE,
-        cache: Any = _CACHE_STATE,
         continuation: Any = _CONTINUATION_STATE,
         buffer: Any = _BUFFER_STATE,
         deadline: Any = _DEADLINE_TIMER,
         idle: Any = _IDLE_TIMER,
     ) -> list[Any]:
         assert self._activator is not None
-        state = KeyState(header, memory, cache, continuation, buffer)
+        state = KeyState(header, memory, continuation, buffer)
         plan = decide(self._activator, key, _ms(fired), state)
         if plan.errors:
             self._error_log.report(plan.errors)
         self._early_fires += plan.early
         return _applied(
-            plan, header, memory, cache, continuation, buffer, deadline, idle, self._tick_clock
+            plan, header, memory, continuation, buffer, deadline, idle, self._tick_clock
         )
 
     callback.__name__ = callback.__qualname__ = name
@@ -305,12 +299,12 @@ class AgentDoFn(beam.DoFn):
         assert self._activator is not None
         self._idle_bundle = False
         key, envelope = element
-        state = KeyState(header, memory, None, continuation, buffer)
+        state = KeyState(header, memory, continuation, buffer)
         plan = self._activator.on_element(key, envelope, state)
         if plan.errors:
             self._error_log.report(plan.errors)
         return _applied(
-            plan, header, memory, None, continuation, buffer, deadline, idle, self._tick_clock
+            plan, header, memory, continuation, buffer, deadline, idle, self._tick_clock
         )
 
     # Built by one factory: Beam finds a timer callback by name and reads its state and timer

@@ -22,7 +22,6 @@ from beam_agents.core._memory_wire import (
     scan,
     slot_size,
 )
-from beam_agents.core._memory_wire import WHOLE_VERSION as WHOLE_VERSION
 from beam_agents.core.errors import MemoryLimitError, MemorySlotError
 from beam_agents.core.state import decode_versioned
 

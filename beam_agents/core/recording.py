@@ -28,7 +28,7 @@ from beam_agents._protos import (
     canonical_json,
 )
 from beam_agents.core.memory import WorkingMemory
-from beam_agents.core.state import CACHE_CELL_VERSION, KeyState
+from beam_agents.core.state import KeyState
 from beam_agents.core.tracing import TraceRecorder
 from beam_agents.model.client import (
     LlmRequest,
@@ -225,11 +225,10 @@ class ActivationRecorder:
         )
         continuation = state.continuation
         if continuation is not None and self.trigger != "event":
-            # As the layout before recorded it: the cache is rebuilt from the run's earlier
-            # records (``replay.harness.cells_for``), so each response is recorded once.
+            # Without its cache: that is rebuilt from the run's earlier records
+            # (``replay.harness.cells_for``), so each response is recorded once.
             record.continuation_before.CopyFrom(continuation)
             record.continuation_before.ClearField("replay_cache")
-            record.continuation_before.schema_version = CACHE_CELL_VERSION
         snapshot = getattr(outcome, "snapshot", None)
         if snapshot is None:
             record.outcome = ActivationRecord.COMPLETE

@@ -18,14 +18,8 @@ from beam_agents.model.cache import CACHE_SCHEMA_VERSION
 HEADER_SCHEMA_VERSION = 1
 """The ``KeyHeader.schema_version`` this code writes and the newest it reads."""
 
-CACHE_CELL_VERSION = 1
-"""A ``Continuation`` whose run's replay cache, if it has one, is in the ``cache`` cell."""
-
-CACHE_INLINE_VERSION = 2
-"""A ``Continuation`` that carries its run's replay cache in ``replay_cache``."""
-
-CONTINUATION_SCHEMA_VERSION = CACHE_INLINE_VERSION
-"""The newest ``Continuation.schema_version`` this code reads; see :func:`continuation_version`."""
+CONTINUATION_SCHEMA_VERSION = 1
+"""The ``Continuation.schema_version`` this code writes and the newest it reads."""
 
 M = TypeVar("M", bound=Message)
 
@@ -42,23 +36,6 @@ def decode_versioned(message_type: type[M], blob: bytes, newest_version: int) ->
     return message
 
 
-def may_have_called_the_model(continuation: Continuation) -> bool:
-    """Whether the run may have called the model: its step records do not rule it out."""
-    steps = continuation.steps
-    return len(steps) != continuation.next_step or any(
-        step.kind == Continuation.StepRecord.MODEL for step in steps
-    )
-
-
-def continuation_version(continuation: Continuation) -> int:
-    """The version a continuation is written with: 1, readable by every release, or 2.
-
-    2 where its run may have called the model: it carries the run's replay cache, and a release
-    before this layout, which would look for the cache elsewhere, refuses it.
-    """
-    return CACHE_INLINE_VERSION if may_have_called_the_model(continuation) else CACHE_CELL_VERSION
-
-
 def decode_cache(blob: bytes) -> ModelCache:
     """Parse a committed replay-cache blob, refusing a newer schema version."""
     return decode_versioned(ModelCache, blob, CACHE_SCHEMA_VERSION)
@@ -71,7 +48,7 @@ class Readable(Protocol):
         """The cell's value (``bytes`` or ``None``), or a bag's values."""
 
 
-HEADER, MEMORY, CACHE, CONTINUATION = 0, 1, 2, 3
+HEADER, MEMORY, CONTINUATION = 0, 1, 2
 """The value cells, as :attr:`KeyState.writes` numbers them (the order ``KeyState`` takes)."""
 
 
@@ -85,7 +62,6 @@ class KeyState:
 
     __slots__ = (
         "_buffer_cell",
-        "_cache_cell",
         "_continuation",
         "_continuation_cell",
         "_continuation_read",
@@ -95,8 +71,6 @@ class KeyState:
         "_memory_elements",
         "buffer_added",
         "buffer_reset",
-        "cache_in_cell",
-        "cache_moved",
         "writes",
     )
 
@@ -104,23 +78,17 @@ class KeyState:
         self,
         header: Readable,
         memory: Readable,
-        cache: Readable | None,
         continuation: Readable,
         buffer: Readable,
     ) -> None:
         self._header_cell = header
         self._memory_cell = memory
-        self._cache_cell = cache
         self._continuation_cell = continuation
         self._buffer_cell = buffer
         self._header: KeyHeader | None = None
         self._memory_elements: list[bytes] | None = None
         self._continuation: Continuation | None = None
         self._continuation_read = False
-        self.cache_in_cell = False
-        """The continuation's replay cache is in the ``cache`` cell, which this call cannot read."""
-        self.cache_moved = False
-        """This call moved a continuation's replay cache out of the ``cache`` cell into it."""
         self.writes: dict[int, Any] = {}
         """Cell number (:data:`HEADER`, ...) to its new value; ``None`` clears the cell.
 
@@ -170,40 +138,12 @@ class KeyState:
     def continuation(self) -> Continuation | None:
         """The suspended run's continuation, or ``None`` when the key is not suspended."""
         if not self._continuation_read:
-            header = self.header
-            # Unset in a header written before the field existed: then only the cell can tell.
-            if header.HasField("suspended") and not header.suspended:
-                self._continuation = None
-            else:
-                blob = self._continuation_cell.read()
-                self._continuation = (
-                    decode_versioned(Continuation, blob, CONTINUATION_SCHEMA_VERSION)
-                    if blob
-                    else None
-                )
+            blob = self._continuation_cell.read() if self.header.suspended else None
+            self._continuation = (
+                decode_versioned(Continuation, blob, CONTINUATION_SCHEMA_VERSION) if blob else None
+            )
             self._continuation_read = True
-            continuation = self._continuation
-            if (
-                continuation is not None
-                and continuation.schema_version < CACHE_INLINE_VERSION
-                and may_have_called_the_model(continuation)
-            ):
-                self._move_cache(continuation)
         return self._continuation
-
-    def _move_cache(self, continuation: Continuation) -> None:
-        """Move a version 1 continuation's replay cache from the ``cache`` cell into it.
-
-        Where the cell is not bound (``process``), only :attr:`cache_in_cell` is set: the
-        activator defers answers to a timer callback, which binds it.
-        """
-        if self._cache_cell is None:
-            self.cache_in_cell = True
-            return
-        continuation.replay_cache = self._cache_cell.read() or b""
-        self.writes[CACHE] = None
-        self.write_continuation(continuation)
-        self.cache_moved = True
 
     def write_continuation(self, continuation: Continuation | None) -> None:
         """Store ``continuation``; ``None`` clears it (the key is no longer suspended).
@@ -214,15 +154,11 @@ class KeyState:
         header = self.header
         self._continuation = continuation
         self._continuation_read = True
-        # A run whose cache is in the old cell is never rewritten where the cell is unbound.
-        assert not self.cache_in_cell, "the replay cache would be lost"
         if continuation is None:
             self.writes[CONTINUATION] = None
         else:
-            continuation.schema_version = continuation_version(continuation)
+            continuation.schema_version = CONTINUATION_SCHEMA_VERSION
             self.writes[CONTINUATION] = continuation.SerializeToString(deterministic=True)
-        # A header without ``suspended`` that stays unsuspended may stay as it is: it makes the
-        # next call read the continuation cell, which is then empty.
         if header.suspended != (continuation is not None):
             updated = KeyHeader()
             updated.CopyFrom(header)
@@ -243,11 +179,7 @@ class KeyState:
         self.buffer_added = list(envelopes)
 
     def end_run(self) -> None:
-        """The suspended run ended: clear its continuation, which holds its replay cache.
-
-        The old ``cache`` cell is empty by then: reading a continuation that had its cache
-        there moved it (:meth:`_move_cache`), and a release before cleared it with the run.
-        """
+        """The suspended run ended: clear its continuation, which holds its replay cache."""
         self.write_continuation(None)
 
     def wipe(self) -> None:

@@ -224,7 +224,6 @@ class InMemoryKeyState:
     def __init__(self) -> None:
         self.header = CountingCell()
         self.memory = InMemoryBag()
-        self.cache = CountingCell()
         self.continuation = CountingCell()
         self.buffer = InMemoryBag()
         self.deadline = RecordingTimer()
@@ -235,7 +234,6 @@ class InMemoryKeyState:
         return {
             "header": self.header,
             "memory": self.memory,
-            "cache": self.cache,
             "continuation": self.continuation,
             "buffer": self.buffer,
             "deadline": self.deadline,

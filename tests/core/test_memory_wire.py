@@ -14,35 +14,21 @@ from beam_agents.core import _memory_wire
 from beam_agents.core._memory_wire import (
     LARGE_CONTENT_BYTES,
     MEMORY_SCHEMA_VERSION,
-    SPLIT_VERSION,
-    WHOLE_VERSION,
     RawSlot,
     encode_memory,
     scan,
 )
 from beam_agents.core.errors import MemoryLimitError, MemorySlotError, StateSchemaError
 from beam_agents.core.memory import MEMORY_CAP_BYTES, WorkingMemory
-from beam_agents.core.state import decode_versioned
 
 Content = bytes | list[bytes]
 
 
-def split(slots: dict[str, Content]) -> bool:
-    """Whether the memory has a large content, so its elements carry version 2."""
-    return any(
-        len(content if isinstance(content, bytes) else RingItems(items=content).SerializeToString())
-        >= LARGE_CONTENT_BYTES
-        for content in slots.values()
-    )
-
-
-def proto_blob(slots: dict[str, Content], version: int | None = None) -> bytes:
-    """The generated proto, serialized: the elements joined (version 2 if split, else 1)."""
+def proto_blob(slots: dict[str, Content]) -> bytes:
+    """The generated proto, serialized: the elements joined."""
     if not slots:
         return b""
-    if version is None:
-        version = SPLIT_VERSION if split(slots) else WHOLE_VERSION
-    state = MemoryState(schema_version=version)
+    state = MemoryState(schema_version=MEMORY_SCHEMA_VERSION)
     for key in sorted(slots):
         content = slots[key]
         if isinstance(content, bytes):
@@ -110,7 +96,7 @@ def test_the_encoder_writes_the_protos_bytes(slots: dict[str, Content]) -> None:
 
 @pytest.mark.parametrize("slots", MEMORIES)
 def test_a_proto_blob_reads_back_and_re_encodes_unchanged(slots: dict[str, Content]) -> None:
-    blob = proto_blob(slots, WHOLE_VERSION)  # as a release before the bag wrote it
+    blob = proto_blob(slots)  # as a release before the bag wrote it
     memory = WorkingMemory([blob] if blob else None)
     assert memory.size == len(blob)
     assert contents(memory) == slots
@@ -220,7 +206,7 @@ def test_a_newer_schema_version_and_a_damaged_blob_are_refused() -> None:
 
 def test_the_cap_holds_over_committed_slots_that_were_never_decoded() -> None:
     big = MEMORY_CAP_BYTES - 100
-    blob = proto_blob({"big": bytes(big), "small": b"1"}, WHOLE_VERSION)
+    blob = proto_blob({"big": bytes(big), "small": b"1"})
     memory = WorkingMemory([blob])
     assert memory.size == len(blob)
     with pytest.raises(MemoryLimitError):
@@ -235,8 +221,8 @@ def test_the_cap_holds_over_committed_slots_that_were_never_decoded() -> None:
     assert joined(memory) == proto_blob({"more": bytes(200), "small": bytes(50)})
 
 
-def test_literal_bytes_of_a_release_before_the_wire_encoder() -> None:
-    # Written by MemoryState(...).SerializeToString(deterministic=True) before this encoder.
+def test_literal_bytes_of_a_small_memory() -> None:
+    # What MemoryState(...).SerializeToString(deterministic=True) writes for these slots.
     golden = bytes.fromhex("080112050a01611200120a0a01621a050a000a017812050a01631a00")
     slots: dict[str, Content] = {"a": b"", "b": [b"", b"x"], "c": []}
     assert b"".join(encode_memory(dict(slots))) == golden
@@ -255,10 +241,10 @@ def test_large_contents_are_elements_of_their_own_and_the_elements_join_to_the_p
     slots: dict[str, Content] = {"a": b"small", "big": value, "c": b"x" * 10, "ring": ring}
     elements = encode_memory(dict(slots))
     assert b"".join(elements) == proto_blob(slots)
-    # [version 2] [a, big's header] [big] [c, ring's header] [ring]
-    assert len(elements) == 5 and elements[0] == b"\x08\x02"
-    assert elements[2] is value  # the agent's own bytes object: not copied
-    assert elements[4] == RingItems(items=ring).SerializeToString()
+    # [version, a, big's header] [big] [c, ring's header] [ring]
+    assert len(elements) == 4 and elements[0][:2] == b"\x08\x01"
+    assert elements[1] is value  # the agent's own bytes object: not copied
+    assert elements[3] == RingItems(items=ring).SerializeToString()
     assert contents(WorkingMemory(elements)) == slots
     scanned = scan(elements)
     assert scanned is not None and scanned["big"].content is value
@@ -276,22 +262,21 @@ def test_a_commit_reuses_untouched_large_elements_and_writes_only_what_changed()
     memory.set("new", b"n")
     elements = memory.encode()
     # The untouched slot's value is the committed element itself: nothing rewrote or copied it.
-    assert any(element is committed[2] for element in elements)
+    assert any(element is committed[1] for element in elements)
     assert b"".join(elements) == proto_blob({"big": big, "other": b"o2" * LARGE, "new": b"n"})
 
 
-def test_memory_committed_as_one_blob_reads_and_is_split_once() -> None:
-    # How the cell held memory before it was a bag: one element, the whole blob.
+def test_memory_read_as_one_blob_is_split_once() -> None:
     slots: dict[str, Content] = {"big": b"B" * (LARGE * 2), "small": b"s"}
-    blob = proto_blob(slots, WHOLE_VERSION)
+    blob = proto_blob(slots)
     memory = WorkingMemory([blob])
     assert contents(memory) == slots and memory.size == len(blob)
     memory.set("small", b"t")
     elements = memory.encode()
-    assert len(elements) == 4 and elements[0] == b"\x08\x02" and elements[2] == slots["big"]
+    assert len(elements) == 3 and elements[0][:2] == b"\x08\x01" and elements[1] == slots["big"]
     again = WorkingMemory(elements)
     again.set("small", b"u")
-    assert again.encode()[2] is elements[2]
+    assert again.encode()[1] is elements[1]
 
 
 @settings(max_examples=200, deadline=None)
@@ -299,7 +284,7 @@ def test_memory_committed_as_one_blob_reads_and_is_split_once() -> None:
 def test_a_blob_cut_anywhere_reads_the_same_slots(
     slots: dict[str, Content], cuts: list[int]
 ) -> None:
-    blob = proto_blob(slots, WHOLE_VERSION)
+    blob = proto_blob(slots)
     points = sorted({cut % (len(blob) + 1) for cut in cuts} | {0, len(blob)})
     elements = [blob[start:end] for start, end in itertools.pairwise(points)]
     memory = WorkingMemory(elements or None)
@@ -317,20 +302,12 @@ def test_elements_split_where_the_encoder_never_splits_are_read_through_the_prot
         assert contents(WorkingMemory(elements)) == {"a": b"x" * 40, "b": b"y" * 40}
 
 
-def test_literal_elements_of_a_split_memory_and_what_a_release_before_the_bag_makes_of_them() -> (
-    None
-):
+def test_literal_elements_of_a_split_memory() -> None:
     value = bytes(LARGE)
     elements = encode_memory({"a": b"1", "big": value})
-    assert elements[:2] == [
-        bytes.fromhex("0802"),  # schema_version 2, alone
-        # slot "a" = "1", then big's header: its field's length, its key, its value's length
-        bytes.fromhex("12060a0161120131128980010a0362696712808001"),
-    ]
-    assert elements[2] is value and len(elements) == 3
-    # A release before the bag read the cell's one value: the first element. It refuses it.
-    with pytest.raises(StateSchemaError, match="schema version 2"):
-        decode_versioned(MemoryState, elements[0], WHOLE_VERSION)
-    # Without a large content the memory stays one element of version 1, which it reads.
+    # schema_version 1, slot "a" = "1", then big's header: its field's length, its key, its
+    # value's length; then the value itself, as the agent gave it.
+    assert elements[0] == bytes.fromhex("080112060a0161120131128980010a0362696712808001")
+    assert elements[1] is value and len(elements) == 2
     (whole,) = encode_memory({"a": b"1"})
     assert whole == bytes.fromhex("080112060a0161120131")
