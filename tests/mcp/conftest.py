@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from beam_agents.tools.mcp import McpServer
-from beam_agents.tools.mcp._pool import session_pool
+from beam_agents.tools.mcp._sessions import session_pool
 
 # Every module's pipelines weigh Beam's state cache values without walking every module.
 from tests.semantics.state_cache import module_walk_free_state_cache  # noqa: F401

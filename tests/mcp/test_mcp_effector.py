@@ -28,7 +28,7 @@ from beam_agents._protos import (
 )
 from beam_agents.tools import ToolRegistry
 from beam_agents.tools.mcp import McpServer, load_mcp_tools
-from beam_agents.tools.mcp._pool import session_pool
+from beam_agents.tools.mcp._sessions import session_pool
 from effector.client import AsyncEffectorClient
 from effector.server import ServerSettings, running_server
 from effector.worker import WorkerSettings

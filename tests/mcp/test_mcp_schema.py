@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from beam_agents.tools.mcp._schema import arguments_model
+from beam_agents.tools.mcp._tools import arguments_model
 
 SCHEMA: dict[str, Any] = {
     "type": "object",

@@ -34,7 +34,7 @@ from beam_agents.tools.mcp import (
     McpToolError,
     load_mcp_tools,
 )
-from beam_agents.tools.mcp._pool import session_pool
+from beam_agents.tools.mcp._sessions import session_pool
 from tests.mcp.conftest import RAW_SERVER, HttpServerProcess, stdio_server
 
 READ_ONLY = {

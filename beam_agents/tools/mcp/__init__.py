@@ -4,15 +4,15 @@
 ``ToolRegistry``. Needs the ``[mcp]`` extra. See ``beam_agents/tools/README.md``, "MCP tools".
 """
 
-from beam_agents.tools.mcp._server import McpServer
-from beam_agents.tools.mcp._tool import INTENT_ID_META_KEY, McpTool, load_mcp_tools
-from beam_agents.tools.mcp.errors import (
+from beam_agents.tools.mcp._sessions import (
     McpConnectionError,
     McpError,
     McpResultError,
+    McpServer,
     McpTimeoutError,
     McpToolError,
 )
+from beam_agents.tools.mcp._tools import INTENT_ID_META_KEY, McpTool, load_mcp_tools
 
 __all__ = [
     "INTENT_ID_META_KEY",

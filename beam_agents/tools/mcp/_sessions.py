@@ -1,9 +1,10 @@
-"""The process's MCP sessions: one per server, kept on a background event loop.
+"""MCP servers and this process's sessions to them: ``McpServer``, the errors, ``SessionPool``.
 
-An MCP client session must be entered and left by one task, and needs its loop running to
-read the server; a DoFn's or the effector's loop runs only while it works. So every session
-lives on one daemon thread's loop, and callers on any loop or thread reach it through futures.
-A session that breaks is dropped and reopened by the next call, after an exponential backoff.
+``McpServer`` says where a server is and how to reach it (stdio or streamable HTTP). An MCP
+client session must be entered and left by one task, and needs its loop running to read the
+server; a DoFn's or the effector's loop runs only while it works. So every session lives on
+one daemon thread's loop, and callers on any loop or thread reach it through futures. A session
+that breaks is dropped and reopened by the next call, after an exponential backoff.
 ``tools/list_changed`` re-lists the server's tools into :attr:`SessionPool.catalog`.
 """
 
@@ -15,8 +16,9 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import AsyncIterator, Awaitable, Coroutine
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
 
 import anyio
 import httpx2
@@ -27,16 +29,142 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
-from beam_agents.tools.mcp._server import McpServer
-from beam_agents.tools.mcp.errors import (
-    McpConnectionError,
-    McpError,
-    McpResultError,
-    McpTimeoutError,
-    McpToolError,
-)
+from beam_agents.tools.errors import ToolError
 
 _log = logging.getLogger(__name__)
+
+DEFAULT_CALL_TIMEOUT_S = 30.0
+"""How long one inline ``tools/call`` may take unless the server says otherwise."""
+
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
+"""How long connecting (spawning or reaching the server, and the handshake) may take."""
+
+
+@dataclass(frozen=True)
+class McpServer:
+    """An MCP server description; hashable, picklable, and the key of its process-wide session.
+
+    Build one with :meth:`stdio` or :meth:`http`. The repr shows no environment values or
+    header values, which often hold credentials.
+    """
+
+    transport: Literal["stdio", "http"]
+    command: str = ""
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    url: str = ""
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
+
+    @classmethod
+    def stdio(
+        cls,
+        command: str,
+        args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        *,
+        call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
+        connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+    ) -> McpServer:
+        """A server run as ``command args`` and spoken to over its stdin and stdout.
+
+        ``env`` is added to a minimal default environment (the MCP SDK's), not to this
+        process's, so secrets of the pipeline do not leak to the server by accident.
+        """
+        if not isinstance(command, str) or not command:
+            raise ValueError(f"McpServer.stdio needs a command, got {command!r}")
+        if isinstance(args, str):
+            raise TypeError("McpServer.stdio args is a sequence of strings, not one string")
+        return cls(
+            "stdio",
+            command=command,
+            args=tuple(str(arg) for arg in args),
+            env=_pairs(env, "env"),
+            call_timeout_s=_positive(call_timeout_s, "call_timeout_s"),
+            connect_timeout_s=_positive(connect_timeout_s, "connect_timeout_s"),
+        )
+
+    @classmethod
+    def http(
+        cls,
+        url: str,
+        headers: Mapping[str, str] | None = None,
+        *,
+        call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
+        connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+    ) -> McpServer:
+        """A server at ``url`` over streamable HTTP, sent ``headers`` (say, authorization)."""
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise ValueError(f"McpServer.http needs an http:// or https:// URL, got {url!r}")
+        return cls(
+            "http",
+            url=url,
+            headers=_pairs(headers, "headers"),
+            call_timeout_s=_positive(call_timeout_s, "call_timeout_s"),
+            connect_timeout_s=_positive(connect_timeout_s, "connect_timeout_s"),
+        )
+
+    @property
+    def label(self) -> str:
+        """How messages name the server: its URL, or its command line."""
+        if self.transport == "http":
+            return self.url
+        return " ".join((self.command, *self.args))
+
+
+def _pairs(mapping: Mapping[str, str] | None, what: str) -> tuple[tuple[str, str], ...]:
+    if mapping is None:
+        return ()
+    if not isinstance(mapping, Mapping):
+        raise TypeError(f"McpServer {what} must be a mapping of str to str")
+    for key, value in mapping.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise TypeError(f"McpServer {what} must map str to str, got {key!r}: {value!r}")
+    return tuple(sorted(mapping.items()))
+
+
+def _positive(value: float, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ValueError(f"McpServer {what} must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+class McpError(ToolError):
+    """Base class of the errors an MCP tool call or listing raises."""
+
+
+class McpConnectionError(McpError, ConnectionError):
+    """The server could not be reached, or the connection broke during the call.
+
+    ``sent`` tells whether the request had gone out: a call that was never sent is safe to
+    make again; one that was may have run.
+    """
+
+    def __init__(self, message: str, *, tool_name: str | None = None, sent: bool = False) -> None:
+        super().__init__(message, tool_name=tool_name)
+        self.sent = sent
+
+
+class McpTimeoutError(McpError, TimeoutError):
+    """The server did not answer within the call's time limit (the session stays usable)."""
+
+
+class McpToolError(McpError):
+    """The server ran the tool and reported failure (an ``isError`` result or a JSON-RPC error).
+
+    ``content`` is the text the server returned with the failure.
+    """
+
+    def __init__(self, message: str, *, tool_name: str | None = None, content: str = "") -> None:
+        super().__init__(message, tool_name=tool_name)
+        self.content = content
+
+
+class McpResultError(McpError):
+    """The server's answer is not a valid MCP result (malformed, or off its output schema)."""
+
+
 _T = TypeVar("_T")
 
 _BACKOFF_FIRST_S = 0.1
@@ -129,7 +257,7 @@ class SessionPool:
         meta: dict[str, Any] | None,
         timeout_s: float,
     ) -> mcp_types.CallToolResult:
-        """Call ``name`` on ``server`` from any event loop; typed errors (``errors.py``)."""
+        """Call ``name`` on ``server`` from any event loop; typed errors (above)."""
         if self._closed:
             raise McpConnectionError("the MCP sessions of this process are closed (at exit)")
         coroutine = self._call(self._session(server), name, arguments, meta, timeout_s)
