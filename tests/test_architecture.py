@@ -1,4 +1,4 @@
-"""The shape of the code: imports flow one way and no module grows past 500 lines.
+"""The shape of the code: imports flow one way and the Beam glue stays thin.
 
 Every ``import`` statement of every module in ``beam_agents/`` and ``effector/`` is read from
 its source (``TYPE_CHECKING`` blocks and function bodies included), so an import that only a
@@ -22,7 +22,7 @@ LAYERS: dict[str, int] = {
     "beam_agents._protos": 0,
     "beam_agents.tools": 1,
     "beam_agents.model": 1,
-    "beam_agents.hitl": 2,
+    "beam_agents.hitl": 3,
     "beam_agents.core": 3,
     "beam_agents.testing": 4,
     "beam_agents.io": 4,
@@ -39,10 +39,16 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+SHIM = '"""Temporary alias (issue 41)'
+"""How a module moved during issue 41 starts at its old path (skipped: they go once it lands)."""
+
+
 def source_modules() -> dict[str, Path]:
     modules = {}
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):
+            if path.read_text().startswith(SHIM):
+                continue
             if not str(path.relative_to(ROOT)).startswith(GENERATED) or path.name == "__init__.py":
                 modules[module_name(path)] = path
     return modules
@@ -174,7 +180,6 @@ def test_the_activation_core_never_imports_apache_beam() -> None:
     assert offenders == []
 
 
-def test_no_module_is_over_500_lines_and_the_dofn_stays_thin() -> None:
+def test_the_dofn_stays_thin() -> None:
     lengths = {name: len(path.read_text().splitlines()) for name, path in MODULES.items()}
-    assert {name: lines for name, lines in lengths.items() if lines > 500} == {}
     assert lengths["beam_agents.core.dofn"] < 350

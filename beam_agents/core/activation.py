@@ -1,29 +1,43 @@
-"""The activation core: what one envelope or timer firing does to one key, without Beam.
+"""The activation machine: what one envelope or timer firing does to one key, without Beam.
 
-:class:`Activator` takes the key's lazily loaded :class:`KeyState` and returns a :class:`Plan`:
-a new run, a buffered event, a resume or a refusal for an envelope; the timeout route for a
-deadline; cleanup for an idle key. A run commits only if its agent returns a valid outcome.
-The order of these decisions is mapped in ``core/README.md``.
+:meth:`Activator.activate` takes the key's lazily loaded :class:`KeyState` and one input and
+dispatches to one ``_apply_<kind>``: an external event starts or waits, a tool result or an
+approval resumes, a deadline takes the HITL route, an idle timer cleans up. Each returns a
+:class:`Plan` (state writes, timers, outputs) for the Beam glue to apply.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from beam_agents._protos import (
+    ActivationRecord,
     AgentEnvelope,
+    AgentError,
     Approval,
     Continuation,
     KeyHeader,
+    ToolIntent,
     ToolResult,
     TraceEvent,
+    canonical_json,
 )
-from beam_agents.core import clocks
-from beam_agents.core.admission import answer_refusal
-from beam_agents.core.agent import AgentFn, Complete, Outcome, Suspend
-from beam_agents.core.approvals import stale_approval
+from beam_agents.core.agent import (
+    ActivationTimeoutError,
+    AgentFn,
+    BudgetExceededError,
+    Complete,
+    ErrorReason,
+    FallbackContext,
+    InvalidOutcomeError,
+    Outcome,
+    Suspend,
+    is_readable,
+    resolved,
+)
 from beam_agents.core.config import (
     TRIGGER_APPROVAL,
     TRIGGER_DEADLINE,
@@ -32,23 +46,515 @@ from beam_agents.core.config import (
     TRIGGER_TOOL_RESULT,
     AgentConfig,
     CommitInfo,
+    Deny,
+    Drop,
+    Escalate,
+    HitlPolicy,
+    Route,
 )
-from beam_agents.core.context import ActivationContext, ActivationServices, staged
-from beam_agents.core.continuation import admit, resumption, suspend
-from beam_agents.core.errors import (
-    ActivationTimeoutError,
-    BudgetExceededError,
-    ErrorReason,
-    InvalidOutcomeError,
+from beam_agents.core.context import (
+    APPROVAL_TOOL_NAME,
+    ActivationContext,
+    ActivationServices,
+    ReplayCursor,
+    Resumption,
+    Staged,
+    StepRecord,
+    run_namespace,
+    stage_route_compensations,
+    staged,
+    stale_approval,
 )
-from beam_agents.core.failures import explain
-from beam_agents.core.plan import Plan, error_record
-from beam_agents.core.recording import ActivationRecorder, record_options
-from beam_agents.core.routes import choose_route, deadline_outcome, idle_expiry, wiped_error
-from beam_agents.core.staging import Staged
+from beam_agents.core.observability import (
+    DEADLINE_ATTRIBUTE,
+    ActivationRecorder,
+    TraceRecorder,
+    explain,
+    record_options,
+    trace_id_for,
+)
 from beam_agents.core.state import HEADER_SCHEMA_VERSION, KeyState
-from beam_agents.core.tracing import TraceRecorder, trace_id_for
 from beam_agents.model.client import ProviderError
+
+
+class Plan:
+    """State writes, timers and outputs of one ``process`` or timer call on one key."""
+
+    __slots__ = (
+        "deadline_ms",
+        "early",
+        "errors",
+        "idle_ms",
+        "intents",
+        "outputs",
+        "records",
+        "state",
+        "traces",
+    )
+
+    def __init__(self, state: KeyState) -> None:
+        self.state = state
+        self.outputs: list[bytes] = []
+        self.intents: list[ToolIntent] = []
+        self.traces: list[TraceEvent] = []
+        self.errors: list[AgentError] = []
+        self.records: Sequence[ActivationRecord] = ()
+        """One per committed activation, when ``AgentConfig.record`` is on (a shared empty
+        tuple when it is off: no list per plan)."""
+        self.deadline_ms: int | None = None
+        """``None``: leave the deadline timer as it is; ``0``: clear it; else set it (ms)."""
+        self.idle_ms: int | None = None
+        """``None``: leave the idle timer as it is; else set it (event time, ms)."""
+        self.early = False
+        """A deadline timer fired before its time and was re-armed: nothing else happened."""
+
+
+def error_record(
+    entity_key: bytes,
+    reason: ErrorReason,
+    detail: str,
+    event_time_ms: int,
+    envelope: bytes,
+    seq: int,
+    *,
+    traceback: str = "",
+) -> AgentError:
+    """An ``.errors`` record.
+
+    ``envelope``: the original envelope's bytes, if any; ``traceback``: that of the exception
+    behind the record, if any (``failures.explain``).
+    """
+    return AgentError(
+        entity_key=entity_key,
+        reason=reason.value,
+        detail=detail,
+        event_time_ms=event_time_ms,
+        envelope=envelope,
+        seq=seq,
+        traceback=traceback,
+    )
+
+
+DEADLINE_APPROVER = "beam-agents/deadline"
+"""The ``approver`` recorded when a suspension's deadline answers a pending approval "no"."""
+
+
+def pending_of(continuation: Continuation) -> list[tuple[str, int]]:
+    """The run's unanswered ``(intent_id, kind)`` pairs, in staging order."""
+    return list(zip(continuation.pending_intent_ids, continuation.pending_kinds, strict=True))
+
+
+def pending_kind(continuation: Continuation, intent_id: str) -> int:
+    """The ``ToolIntent.Kind`` of the pending intent ``intent_id``."""
+    return continuation.pending_kinds[list(continuation.pending_intent_ids).index(intent_id)]
+
+
+def admit(suspended: Continuation, answer: ToolResult | Approval) -> Continuation:
+    """The run with ``answer`` (to one of its pending intents) applied."""
+    admitted = _copy(suspended)
+    pending = pending_of(suspended)
+    del pending[[intent_id for intent_id, _ in pending].index(answer.intent_id)]
+    _set_pending(admitted, pending)
+    _answer(admitted, answer)
+    return admitted
+
+
+def resumption(admitted: Continuation, answer: ToolResult | Approval) -> Resumption:
+    """What the activation that ``answer`` starts resumes from (``admitted`` includes it)."""
+    is_approval = isinstance(answer, Approval)
+    return Resumption(
+        result=None if is_approval else answer,  # type: ignore[arg-type]
+        approval=answer if is_approval else None,  # type: ignore[arg-type]
+        snapshot=admitted.snapshot,
+        results={result.intent_id: result for result in admitted.results},
+        pending=tuple(pending_of(admitted)),
+        tokens_used=admitted.tokens_used,
+        steps=admitted.steps,
+        namespace=run_namespace(admitted),
+        approvals={approval.intent_id: approval for approval in admitted.approvals},
+        compensations=admitted.compensations,
+    )
+
+
+def suspend(
+    base: Continuation | None,
+    staged: Staged,
+    *,
+    seq: int,
+    started_at_ms: int,
+    snapshot: bytes,
+    adapter: str,
+    deadline_ms: int,
+) -> Continuation:
+    """The continuation a ``Suspend`` persists (and its ``SUSPENDED`` trace).
+
+    ``base`` is the resumed run with its answer admitted, or ``None`` for a new run, which
+    starts at ``started_at_ms`` (a resumed run keeps its own start).
+    """
+    pending = staged.pending_after()
+    next_step = staged.cursor.high_water_step
+    attributes = {"pending": str(len(pending))}
+    if deadline_ms:
+        attributes[DEADLINE_ATTRIBUTE] = str(deadline_ms)
+    staged.trace.record(TraceEvent.SUSPENDED, next_step, staged.closing_attributes(attributes))
+    suspended = Continuation(started_at_ms=started_at_ms) if base is None else _copy(base)
+    suspended.seq = seq
+    _append_steps(suspended, staged.new_steps)
+    suspended.next_step = next_step
+    suspended.snapshot = snapshot
+    suspended.adapter = adapter
+    _set_pending(suspended, pending)
+    suspended.deadline_ms = deadline_ms
+    suspended.trace_id = staged.trace.trace_id
+    suspended.tokens_used = suspended.tokens_used + staged.tokens_used
+    suspended.trace_sequence = staged.trace.next_sequence
+    suspended.intent_namespace = staged.namespace or ""
+    del suspended.compensations[:]
+    suspended.compensations.extend(staged.links)
+    return suspended
+
+
+def escalate(
+    suspended: Continuation,
+    trace: TraceRecorder,
+    *,
+    fired_ms: int,
+    timeout_ms: int,
+    intent_ttl_ms: int,
+    channel: str,
+    required_approvals: int = 1,
+) -> tuple[Continuation, ToolIntent]:
+    """Answer pending approvals "no" (by the deadline), ask again, and re-suspend.
+
+    The new intent is made at ``trace``'s event time and traced there, with the ``SUSPENDED``.
+    Returns the re-suspended continuation and the fresh ``APPROVAL`` intent it waits for.
+    """
+    escalated = _copy(suspended)
+    pending = pending_of(suspended)
+    superseded = [intent_id for intent_id, kind in pending if kind == ToolIntent.APPROVAL]
+    kept = [(intent_id, kind) for intent_id, kind in pending if kind != ToolIntent.APPROVAL]
+    step = suspended.next_step
+    args_json = canonical_json(
+        {
+            "escalation": suspended.escalations + 1,
+            "supersedes": superseded,
+            "pending_intent_ids": [pending_id for pending_id, _ in kept],
+        }
+    )
+    asked = Staged(trace, ReplayCursor(step), namespace=run_namespace(suspended))
+    asked.stage_intent(
+        ToolIntent.APPROVAL,
+        APPROVAL_TOOL_NAME,
+        args_json,
+        intent_ttl_ms,
+        channel,
+        required_approvals=required_approvals,
+    )
+    [intent] = asked.intents
+    for intent_id in superseded:
+        _answer(
+            escalated,
+            Approval(
+                intent_id=intent_id,
+                approved=False,
+                approver=DEADLINE_APPROVER,
+                decided_at_ms=fired_ms,
+                reason="no decision before the deadline; escalated",
+                superseded_by=intent.intent_id,
+            ),
+        )
+    _append_steps(escalated, [(StepRecord.ESCALATION, digest) for _, digest in asked.new_steps])
+    kept.append((intent.intent_id, ToolIntent.APPROVAL))
+    escalated.deadline_ms = fired_ms + timeout_ms
+    trace.record(
+        TraceEvent.SUSPENDED,
+        step + 1,
+        {
+            "pending": str(len(kept)),
+            "route": "escalate",
+            DEADLINE_ATTRIBUTE: str(escalated.deadline_ms),
+        },
+    )
+    _set_pending(escalated, kept)
+    escalated.next_step = step + 1
+    escalated.escalations = suspended.escalations + 1
+    escalated.trace_sequence = trace.next_sequence
+    return escalated, intent
+
+
+def timed_out_approval(suspended: Continuation, intent_id: str) -> bool:
+    """Whether the deadline answered the approval ``intent_id`` (it was escalated)."""
+    return any(
+        approval.intent_id == intent_id and approval.approver == DEADLINE_APPROVER
+        for approval in suspended.approvals
+    )
+
+
+def _copy(continuation: Continuation) -> Continuation:
+    copied = Continuation()
+    copied.CopyFrom(continuation)
+    return copied
+
+
+def _answer(continuation: Continuation, answer: ToolResult | Approval) -> None:
+    continuation.answered_intent_ids.append(answer.intent_id)
+    if isinstance(answer, Approval):
+        continuation.approvals.append(answer)
+    else:
+        continuation.results.append(answer)
+
+
+def _set_pending(continuation: Continuation, pending: Iterable[tuple[str, int]]) -> None:
+    pairs = list(pending)
+    del continuation.pending_intent_ids[:]
+    del continuation.pending_kinds[:]
+    continuation.pending_intent_ids.extend(intent_id for intent_id, _ in pairs)
+    continuation.pending_kinds.extend(kind for _, kind in pairs)  # type: ignore[misc]
+
+
+def _append_steps(continuation: Continuation, steps: Iterable[tuple[int, bytes]]) -> None:
+    """Record the run's fresh steps, if its records cover every step it took so far.
+
+    A run whose records do not (its continuation was written before steps were recorded, so it
+    has none) never replays, and keeps no records.
+    """
+    if len(continuation.steps) != continuation.next_step:
+        del continuation.steps[:]
+        return
+    continuation.steps.extend(
+        StepRecord(kind=kind, digest=digest)  # type: ignore[arg-type]
+        for kind, digest in steps
+    )
+
+
+def element_problem(element: Any) -> AgentError | None:
+    """The ``.errors`` record for a malformed input element, or ``None`` if it is well formed."""
+    if not (isinstance(element, tuple) and len(element) == 2):
+        return error_record(
+            b"",
+            ErrorReason.MALFORMED_ELEMENT,
+            f"expected a (bytes, AgentEnvelope) pair, got {type(element).__name__}",
+            0,
+            b"",
+            0,
+        )
+    key, envelope = element
+    if not isinstance(envelope, AgentEnvelope):
+        return error_record(
+            key if isinstance(key, bytes) else b"",
+            ErrorReason.MALFORMED_ELEMENT,
+            f"expected an AgentEnvelope value, got {type(envelope).__name__}",
+            0,
+            b"",
+            0,
+        )
+    if not isinstance(key, bytes):
+        reason, detail = (
+            ErrorReason.MALFORMED_ELEMENT,
+            f"expected a bytes key, got {type(key).__name__}",
+        )
+    elif not key:
+        reason, detail = ErrorReason.EMPTY_KEY, "the element's key is empty"
+    elif envelope.entity_key != key:
+        reason, detail = (
+            ErrorReason.KEY_MISMATCH,
+            f"the element's key {key!r} differs from the envelope's entity_key "
+            f"{envelope.entity_key!r}",
+        )
+    elif envelope.WhichOneof("payload") is None:
+        reason, detail = (
+            ErrorReason.MISSING_PAYLOAD,
+            "the envelope has no external_event, tool_result or approval",
+        )
+    else:
+        return None
+    return error_record(
+        key if isinstance(key, bytes) else b"",
+        reason,
+        detail,
+        envelope.event_time_ms,
+        envelope.SerializeToString(),
+        0,
+    )
+
+
+def answer_refusal(
+    key: bytes,
+    suspended: Continuation | None,
+    answer: ToolResult | Approval,
+    processing_ms: Callable[[], int],
+) -> str | None:
+    """Why ``answer`` cannot resume this key's run, or ``None`` if it is admitted.
+
+    ``processing_ms`` reads the runner's processing time; it is called only when every other
+    rule has passed and the run has a deadline (past it, the timeout route decides instead).
+    """
+    is_approval = isinstance(answer, Approval)
+    what = "approval" if is_approval else "tool result"
+    intent_id = answer.intent_id
+    if suspended is None:
+        return (
+            f"no suspended run on this key to take the {what} for intent {intent_id!r}: the "
+            "key never suspended, its run already ended, or its state was cleaned up"
+        )
+    if isinstance(answer, ToolResult) and answer.entity_key and answer.entity_key != key:
+        return f"the {what} for intent {intent_id!r} names another key, {answer.entity_key!r}"
+    if intent_id in suspended.answered_intent_ids:
+        if timed_out_approval(suspended, intent_id):
+            return (
+                f"the {what} for intent {intent_id!r} arrived after the deadline: the "
+                "request timed out and was escalated"
+            )
+        return f"duplicate delivery: the {what} for intent {intent_id!r} was already applied"
+    if intent_id not in suspended.pending_intent_ids:
+        return (
+            f"intent {intent_id!r} is not pending in this key's suspended run (seq {suspended.seq})"
+        )
+    # An approval intent may also end with a ToolResult (the effector reports it EXPIRED or
+    # REJECTED), but a tool intent is never answered by an approval.
+    if is_approval and pending_kind(suspended, intent_id) != ToolIntent.APPROVAL:
+        return f"intent {intent_id!r} is a tool intent and cannot take an approval"
+    if suspended.deadline_ms and processing_ms() >= suspended.deadline_ms:
+        return (
+            f"the {what} for intent {intent_id!r} arrived after the deadline "
+            f"({suspended.deadline_ms} ms); the timeout route decides this run"
+        )
+    return None
+
+
+@dataclass(slots=True)
+class DeadlineOutcome:
+    """What a timed-out suspension does: end the run (``escalated is None``) or re-suspend."""
+
+    traces: list[TraceEvent]
+    outputs: list[bytes] = field(default_factory=list)
+    errors: list[AgentError] = field(default_factory=list)
+    escalated: Continuation | None = None
+    intent: ToolIntent | None = None
+    compensations: list[ToolIntent] = field(default_factory=list)
+    """What a ``Deny(compensate=True)`` staged: the run's effects undone, newest first."""
+
+
+def fallback_context(key: bytes, suspended: Continuation, fired_ms: int) -> FallbackContext:
+    """What the timeout route decides on: a pure function of the key's state and the timer."""
+    return FallbackContext(
+        entity_key=key,
+        seq=suspended.seq,
+        snapshot=suspended.snapshot,
+        deadline_ms=suspended.deadline_ms,
+        fired_at_ms=fired_ms,
+        pending_intent_ids=frozenset(suspended.pending_intent_ids),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RouteFailure:
+    """The timeout route raised instead of deciding: the run ends without a decision."""
+
+    error: Exception
+
+
+def choose_route(
+    policy: HitlPolicy | None, key: bytes, suspended: Continuation, fired_ms: int
+) -> Route | RouteFailure:
+    """The policy's route for the timed-out run (``Drop`` without a policy), or its failure."""
+    if policy is None:
+        return Drop()
+    try:
+        return policy.decide(fallback_context(key, suspended, fired_ms), suspended.escalations)
+    except Exception as exc:
+        return RouteFailure(exc)
+
+
+def deadline_outcome(
+    route: Route | RouteFailure,
+    key: bytes,
+    suspended: Continuation,
+    policy: HitlPolicy | None,
+    *,
+    fired_ms: int,
+    now_ms: int,
+) -> DeadlineOutcome:
+    """Apply ``route`` to the timed-out run ``suspended`` (``now_ms``: the key's last activity)."""
+    step = suspended.next_step
+    trace = TraceRecorder(key, suspended.seq, suspended.trace_id, suspended.trace_sequence, now_ms)
+    trace.record(TraceEvent.ACTIVATION_START, step, {"trigger": TRIGGER_DEADLINE})
+    if isinstance(route, RouteFailure):
+        failure = f"{type(route.error).__name__}: {route.error}"
+        attributes = {"reason": ErrorReason.TIMEOUT_ROUTE_ERROR.value, "error": failure}
+        explained, failure_traceback = explain(
+            route.error, None if policy is None else policy.on_timeout
+        )
+        detail = (
+            f"the on_timeout route failed ({explained}); the run was ended without a decision "
+            "(fail closed)"
+        )
+        error = error_record(
+            key,
+            ErrorReason.TIMEOUT_ROUTE_ERROR,
+            detail,
+            now_ms,
+            b"",
+            suspended.seq,
+            traceback=failure_traceback,
+        )
+        return DeadlineOutcome(traces=[trace.failure(step, attributes)], errors=[error])
+    if isinstance(route, Escalate):
+        assert policy is not None
+        escalated, intent = escalate(
+            suspended,
+            trace,
+            fired_ms=fired_ms,
+            timeout_ms=policy.timeout_ms,
+            intent_ttl_ms=policy.intent_ttl_ms,
+            channel=policy.approval_channel,
+            required_approvals=policy.required_approvals,
+        )
+        return DeadlineOutcome(traces=trace.events, escalated=escalated, intent=intent)
+    denied = isinstance(route, Deny)
+    compensations = []
+    if isinstance(route, Deny) and route.compensate:
+        compensations = stage_route_compensations(suspended, trace)
+        step += len(compensations)
+    trace.record(TraceEvent.ACTIVATION_END, step, {"route": "deny" if denied else "drop"})
+    outcome = DeadlineOutcome(traces=trace.events, compensations=compensations)
+    if isinstance(route, Deny):
+        if route.output:
+            outcome.outputs.append(route.output)
+    else:
+        detail = (
+            f"run seq {suspended.seq} reached its deadline with "
+            f"{len(suspended.pending_intent_ids)} intents pending and its timeout route "
+            "dropped it"
+        )
+        outcome.errors.append(
+            _run_error(key, suspended, ErrorReason.SUSPENSION_DROPPED, detail, now_ms)
+        )
+    return outcome
+
+
+def idle_expiry(header: KeyHeader, ttl_ms: int | None) -> int | None:
+    """When the key's idle state expires (event time, ms); ``None`` if it never does."""
+    if ttl_ms is None or header.last_activity_ms == 0:
+        return None
+    return header.last_activity_ms + ttl_ms
+
+
+def wiped_error(key: bytes, wiped: Continuation, ttl_ms: int, last_activity_ms: int) -> AgentError:
+    """The ``.errors`` record of a suspended run that idle-key cleanup ended."""
+    detail = (
+        f"run seq {wiped.seq} was still suspended, waiting for "
+        f"{len(wiped.pending_intent_ids)} intents, when the key's state was cleaned up after "
+        f"{ttl_ms} ms without activity"
+    )
+    return _run_error(key, wiped, ErrorReason.SUSPENSION_WIPED, detail, last_activity_ms)
+
+
+def _run_error(
+    key: bytes, run: Continuation, reason: ErrorReason, detail: str, at_ms: int
+) -> AgentError:
+    return error_record(key, reason, detail, at_ms, b"", run.seq)
+
 
 RunCoroutine = Callable[[Coroutine[Any, Any, Any], float], Any]
 """Drives an agent's coroutine to its end within a timeout (``CoroutineDriver.run``)."""
@@ -80,8 +586,8 @@ class Activator:
         self._config = config
         self._services = services
         self._run = run
-        self._clock = clocks.resolved(config.processing_clock)
-        self._clock_readable = clocks.is_readable(config.processing_clock)
+        self._clock = resolved(config.processing_clock)
+        self._clock_readable = is_readable(config.processing_clock)
         self._record = record_options(config.record)
 
     # -- elements ------------------------------------------------------------------------

@@ -1,23 +1,25 @@
-"""What an agent is and what it returns.
+"""What an agent is, what it returns, and the runtime's ground rules.
 
 An agent is a module-level ``async def agent(ctx: ActivationContext) -> Complete | Suspend``.
-It returns :class:`Complete` when it is done, or :class:`Suspend` to wait for the results of
-the intents it staged (and for approvals). ``intent_id_for`` and ``FallbackContext`` are
-re-exported here from ``core.ids`` and ``beam_agents.hitl``, where they live.
+This module also holds what every other runtime module builds on: the deterministic ids
+(``intent_id_for``), the processing-time clocks, the typed errors and ``.errors`` reasons, and
+the driver that steps an agent's coroutine from a synchronous ``DoFn``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import enum
+import functools
+import hashlib
 import inspect
-from collections.abc import Callable, Coroutine
+import time
+import uuid
+from collections.abc import Callable, Coroutine, Generator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import Any, Generic, TypeAlias, TypeVar
 
-from beam_agents.core.ids import INTENT_NAMESPACE, intent_id_for
-from beam_agents.hitl import FallbackContext
-
-if TYPE_CHECKING:
-    from beam_agents.core.context import ActivationContext
+from beam_agents.tools.errors import ToolError
 
 __all__ = [
     "INTENT_NAMESPACE",
@@ -28,6 +30,24 @@ __all__ = [
     "Suspend",
     "intent_id_for",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class FallbackContext:
+    """What a HITL timeout route (``HitlPolicy.on_timeout``) is given to decide on.
+
+    Every field is a pure function of the key's state and the timer, so a retried timer bundle
+    hands the route the same context and reaches the same decision. ``deadline_ms`` and
+    ``fired_at_ms`` are processing time (epoch milliseconds on the runner's clock);
+    ``fired_at_ms`` is the timestamp of the timer that fired.
+    """
+
+    entity_key: bytes
+    seq: int
+    snapshot: bytes
+    deadline_ms: int
+    fired_at_ms: int
+    pending_intent_ids: frozenset[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +98,10 @@ class Suspend:
 Outcome: TypeAlias = Complete | Suspend
 """What an agent returns."""
 
-AgentFn: TypeAlias = Callable[["ActivationContext"], Coroutine[Any, Any, Outcome]]
-"""The shape of an agent: ``async def agent(ctx) -> Complete | Suspend``."""
+AgentFn: TypeAlias = Callable[[Any], Coroutine[Any, Any, Outcome]]
+"""The shape of an agent: ``async def agent(ctx: ActivationContext) -> Complete | Suspend``.
+
+(``ActivationContext`` lives in ``core.context``, which builds on this module.)"""
 
 
 def is_agent(candidate: object) -> bool:
@@ -92,3 +114,285 @@ def is_agent(candidate: object) -> bool:
     if isinstance(candidate, type):
         return False
     return inspect.iscoroutinefunction(getattr(candidate, "__call__", None))  # noqa: B004
+
+
+@functools.cache
+def _namespace_hash(namespace: uuid.UUID) -> Any:
+    # The SHA-1 state after the namespace bytes: copying it skips rehashing them on every call.
+    return hashlib.sha1(namespace.bytes)
+
+
+def uuid5_hex(namespace: uuid.UUID, name: str) -> str:
+    """``uuid.uuid5(namespace, name).hex``: 32 lowercase hex digits."""
+    hasher = _namespace_hash(namespace).copy()
+    hasher.update(name.encode("utf-8"))
+    digest = bytearray(hasher.digest()[:16])
+    digest[6] = (digest[6] & 0x0F) | 0x50  # version 5
+    digest[8] = (digest[8] & 0x3F) | 0x80  # RFC 4122 variant
+    return digest.hex()
+
+
+def hyphenated(hex32: str) -> str:
+    """The canonical 8-4-4-4-12 string form of a 32-digit UUID hex."""
+    return f"{hex32[:8]}-{hex32[8:12]}-{hex32[12:16]}-{hex32[16:20]}-{hex32[20:]}"
+
+
+INTENT_NAMESPACE = uuid.UUID("396f639f-0714-5193-8a2d-3dad80bac0d8")
+"""The uuid5 namespace of intent ids: ``uuid5(NAMESPACE_URL, "urn:beam-agents:intent")``.
+
+Fixed forever. Changing it would change every intent id, and the effector deduplicates on them.
+"""
+
+
+@functools.lru_cache(maxsize=256)
+def namespace_uuid(namespace: str) -> uuid.UUID:
+    """The uuid5 namespace of the intent ids minted under ``AgentConfig.namespace``.
+
+    ``uuid5(INTENT_NAMESPACE, "namespace:" + namespace)``: fixed for a given name, distinct for
+    distinct names (and from ``INTENT_NAMESPACE`` itself).
+    """
+    if not isinstance(namespace, str) or not namespace:
+        raise ValueError(f"an intent namespace must be a non-empty str, got {namespace!r}")
+    return uuid.uuid5(INTENT_NAMESPACE, f"namespace:{namespace}")
+
+
+def intent_id_for(
+    entity_key: bytes, seq: int, step_index: int, namespace: str | None = None
+) -> str:
+    """The id of the intent staged by run ``seq`` of ``entity_key`` at step ``step_index``.
+
+    ``str(uuid5(INTENT_NAMESPACE, f"{entity_key.hex()}|{seq}|{step_index}"))`` without a
+    namespace (the ids minted before namespaces existed, unchanged); with one, the same name
+    under :func:`namespace_uuid` instead of ``INTENT_NAMESPACE``. A key's first run has
+    ``seq == 0`` and its first step has ``step_index == 0``.
+    """
+    space = INTENT_NAMESPACE if namespace is None else namespace_uuid(namespace)
+    return hyphenated(uuid5_hex(space, f"{entity_key.hex()}|{seq}|{step_index}"))
+
+
+ProcessingClock = Callable[[], float]
+"""Seconds since the epoch on the runner's processing-time clock."""
+
+
+def epoch_clock() -> float:
+    """The DirectRunner's ``TestStream`` clock as a ``DoFn`` sees it: always the epoch.
+
+    A deadline is then ``timeout_ms`` after 0, and advancing processing time past it fires the
+    timeout route (a suspension made after the stream advanced past ``timeout_ms`` is due at
+    once). ``RunAgent`` picks it by itself for input fed by a ``TestStream``.
+    """
+    return 0.0
+
+
+def wall_clock() -> float:
+    """Wall-clock seconds since the epoch: every runner's processing time outside tests."""
+    return time.time()
+
+
+def resolved(clock: ProcessingClock | None) -> ProcessingClock:
+    """``clock``, or the wall clock when none was chosen."""
+    return wall_clock if clock is None else clock
+
+
+def is_readable(clock: ProcessingClock | None) -> bool:
+    """Whether ``clock`` tells the runner's current time (every clock but the test clock's)."""
+    return clock is not epoch_clock
+
+
+class ErrorReason(enum.StrEnum):
+    """The machine-readable ``reason`` of an ``AgentError`` record on ``.errors``."""
+
+    ACTIVATION_ERROR = "activation_error"
+    """The agent raised (or returned something other than ``Complete``/``Suspend``)."""
+    ACTIVATION_TIMEOUT = "activation_timeout"
+    """The activation ran longer than ``AgentConfig.activation_timeout_s``."""
+    ORPHANED_RESULT = "orphaned_result"
+    """A tool result or approval that matches no pending intent; the detail says why."""
+    STALE_APPROVAL = "stale_approval"
+    """An approval decided on other arguments than its pending intent's (its ``args_digest``
+    differs): not applied, the run keeps waiting."""
+    MALFORMED_ELEMENT = "malformed_element"
+    """The element is not a ``(bytes, AgentEnvelope)`` pair."""
+    EMPTY_KEY = "empty_key"
+    """The element's key is empty."""
+    KEY_MISMATCH = "key_mismatch"
+    """The element's key differs from its envelope's ``entity_key``."""
+    MISSING_PAYLOAD = "missing_payload"
+    """The envelope carries no event, tool result or approval."""
+    BUFFER_OVERFLOW = "buffer_overflow"
+    """An external event arrived for a suspended key whose event buffer was full."""
+    SUSPENSION_DROPPED = "suspension_dropped"
+    """A suspended run reached its deadline and its timeout route was ``Drop``."""
+    SUSPENSION_WIPED = "suspension_wiped"
+    """A suspended run was discarded by idle-key cleanup before it was resumed."""
+    TIMEOUT_ROUTE_ERROR = "timeout_route_error"
+    """The HITL ``on_timeout`` route raised or returned something that is not a route."""
+    MODEL_ERROR = "model_error"
+    """A model call failed for good and the agent let the ``ProviderError`` escape: retries
+    exhausted, an error that is not retried (a bad request, an undecodable body), or the
+    endpoint's circuit open. Nothing was committed; the envelope can be re-driven."""
+    BUDGET_EXCEEDED = "budget_exceeded"
+    """The run's model calls went past ``AgentConfig.max_tokens_per_run`` (resumes included).
+    Nothing was committed; re-driving fails the same way unless the budget is raised."""
+
+
+class AgentRuntimeError(Exception):
+    """Base class of the errors the activation context raises."""
+
+
+class StateSchemaError(AgentRuntimeError):
+    """A state blob was written by a newer schema version than this code understands."""
+
+
+class MemoryLimitError(AgentRuntimeError, ValueError):
+    """A working-memory write would take the key's memory past its size cap."""
+
+
+class MemorySlotError(AgentRuntimeError, TypeError):
+    """A working-memory call used a bad key or value, or the wrong kind of slot."""
+
+
+class ModelNotConfiguredError(AgentRuntimeError):
+    """The agent called the model but ``AgentConfig.provider_factory`` is not set."""
+
+
+class InvalidOutcomeError(AgentRuntimeError, TypeError):
+    """The agent returned something that is not a valid ``Complete`` or ``Suspend``."""
+
+
+class BudgetExceededError(AgentRuntimeError):
+    """The run's model calls used more tokens than ``AgentConfig.max_tokens_per_run``.
+
+    Raised by ``ctx.call_model``; the activation fails as ``budget_exceeded`` even if the agent
+    catches it.
+    """
+
+
+class ActivationTimeoutError(AgentRuntimeError, TimeoutError):
+    """The activation did not finish within ``AgentConfig.activation_timeout_s``."""
+
+
+class ReadOnlyIntentError(ToolError):
+    """``ctx.act`` named a read-only tool, which runs inline with ``ctx.run_tool`` instead."""
+
+
+class CompensationError(AgentRuntimeError, ValueError):
+    """``ctx.compensate`` was given an intent it cannot compensate.
+
+    ``intent_id`` names it; the message says why: not an intent of this run, staged without
+    ``compensate_with``, or already compensated (in an earlier step of the run).
+    """
+
+    def __init__(self, message: str, *, intent_id: str) -> None:
+        super().__init__(message)
+        self.intent_id = intent_id
+
+
+T = TypeVar("T")
+
+
+class _EnterTask:
+    """Yielded by :func:`enter_task` outside a task: the driver continues in its task at once."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, Any, None]:
+        yield self
+
+
+_ENTER_TASK = _EnterTask()
+
+
+async def enter_task() -> None:
+    """Make sure what follows runs inside an ``asyncio.Task`` (see the module docstring)."""
+    if asyncio.current_task() is None:
+        await _ENTER_TASK
+
+
+class _Continue(Generic[T]):
+    """An awaitable that carries on a coroutine already stepped once outside the loop.
+
+    ``yield from`` cannot be used: it would step the coroutine again before handing over the
+    object it is already waiting on.
+    """
+
+    __slots__ = ("_coroutine", "_yielded")
+
+    def __init__(self, coroutine: Coroutine[Any, Any, T], yielded: Any) -> None:
+        self._coroutine = coroutine
+        self._yielded = yielded
+
+    def __await__(self) -> Generator[Any, Any, T]:
+        coroutine, yielded = self._coroutine, self._yielded
+        while True:
+            if yielded is _ENTER_TASK:
+                sent = None  # now inside the task: nothing to wait for
+            else:
+                try:
+                    sent = yield yielded
+                except BaseException as exc:  # cancellation must reach the agent too
+                    try:
+                        yielded = coroutine.throw(exc)
+                    except StopIteration as stop:
+                        return stop.value  # type: ignore[no-any-return]
+                    continue
+            try:
+                yielded = coroutine.send(sent)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+
+
+class CoroutineDriver:
+    """Runs coroutines to completion on an event loop it owns, stepping them inline first."""
+
+    __slots__ = ("_deadline", "_loop")
+
+    def __init__(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._deadline = 0.0
+
+    def time_left_s(self) -> float:
+        """Seconds left before the coroutine being run times out (negative once it has)."""
+        return self._deadline - time.monotonic()
+
+    def run(self, coroutine: Coroutine[Any, Any, T], timeout_s: float) -> T:
+        """Run ``coroutine`` to completion; raise ``ActivationTimeoutError`` after ``timeout_s``."""
+        started = time.monotonic()
+        self._deadline = started + timeout_s
+        previous_loop = asyncio._get_running_loop()
+        asyncio._set_running_loop(self._loop)
+        try:
+            yielded = coroutine.send(None)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        finally:
+            asyncio._set_running_loop(previous_loop)
+        remaining = timeout_s - (time.monotonic() - started)
+        if remaining <= 0:
+            coroutine.close()
+            raise ActivationTimeoutError(f"the activation did not finish within {timeout_s}s")
+        return self._loop.run_until_complete(self._finish(coroutine, yielded, remaining, timeout_s))
+
+    @staticmethod
+    async def _finish(
+        coroutine: Coroutine[Any, Any, T], yielded: Any, remaining_s: float, timeout_s: float
+    ) -> T:
+        try:
+            async with asyncio.timeout(remaining_s):
+                return await _Continue(coroutine, yielded)
+        except TimeoutError:
+            raise ActivationTimeoutError(
+                f"the activation did not finish within {timeout_s}s"
+            ) from None
+
+    def close(self) -> None:
+        """Close the loop, cancelling anything still scheduled on it."""
+        if self._loop.is_closed():
+            return
+        leftovers = asyncio.all_tasks(self._loop)
+        for task in leftovers:
+            task.cancel()
+        if leftovers:
+            self._loop.run_until_complete(asyncio.gather(*leftovers, return_exceptions=True))
+        self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+        self._loop.close()

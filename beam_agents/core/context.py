@@ -1,49 +1,628 @@
 """``ActivationContext``: everything an agent can see and do during one activation.
 
 Nothing the agent does takes effect at once: memory writes, replay-cache inserts, intents and
-trace events go to the activation's :class:`~beam_agents.core.staging.Staged` record, which the
-runtime commits only if the activation succeeds (invariant 1). The step cursor, the replay
-prefix, the token budget and intent times are explained in ``core/README.md``.
+trace events go to the activation's :class:`Staged` record, committed only if the activation
+succeeds (invariant 1). The step cursor gives each model call and intent its position, so a
+resumed run replays its recorded steps and mints the same ids.
 """
 
 from __future__ import annotations
 
+import difflib
+import functools
+import hashlib
 import json
-from collections.abc import Callable, Mapping
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from beam_agents._protos import Approval, ModelCacheEntry, ToolIntent, ToolResult, TraceEvent
-from beam_agents.core.approvals import approved_call
-from beam_agents.core.arguments import arguments_json, check_side_effect_call, check_ttl
-from beam_agents.core.compensation import check_compensate_with, stage_compensation
-from beam_agents.core.continuation import Resumption
-from beam_agents.core.cursor import ReplayCursor, StepRecord
-from beam_agents.core.errors import (
+from beam_agents._protos import (
+    Approval,
+    ApprovalEdit,
+    CompensationLink,
+    Continuation,
+    ModelCacheEntry,
+    ToolIntent,
+    ToolResult,
+    TraceEvent,
+    approval_digest,
+    canonical_json,
+)
+from beam_agents.core.agent import (
     BudgetExceededError,
+    CompensationError,
     ModelNotConfiguredError,
     ReadOnlyIntentError,
+    intent_id_for,
 )
-from beam_agents.core.memory import WorkingMemory
-from beam_agents.core.model_gateway import ModelGateway
-from beam_agents.core.staging import (
-    APPROVAL_TOOL_NAME,
-    Staged,
-)
-from beam_agents.core.state import decode_cache
-from beam_agents.core.tracing import TraceRecorder
-from beam_agents.hitl import check_required_approvals
-from beam_agents.model.cache import ReplayCache, cache_key_for_digest
+from beam_agents.core.config import AgentConfig, check_required_approvals
+from beam_agents.core.model_calls import ModelGateway, ReplayCache, cache_key_for_digest
+from beam_agents.core.observability import MEMORY_SLOTS_ATTRIBUTE, ActivationRecorder, TraceRecorder
+from beam_agents.core.state import WorkingMemory, decode_cache
 from beam_agents.model.client import LlmRequest, LlmResponse
 from beam_agents.tools import ToolRegistry, ToolRunner
-from beam_agents.tools.errors import (
-    SideEffectToolError,
-    ToolArgumentError,
-    ToolNotFoundError,
-)
+from beam_agents.tools.errors import SideEffectToolError, ToolArgumentError, ToolNotFoundError
 
 __all__ = ["ActivationContext", "ActivationServices", "Resumption", "StepRecord", "staged"]
+
+
+StepRecord = Continuation.StepRecord
+"""One recorded step of a run (kind and content digest), as the continuation stores it."""
+
+
+class ReplayCursor:
+    """Hands out step positions, replaying the run's recorded steps while they match."""
+
+    __slots__ = ("_high_water", "_recorded", "_replay_end", "_step", "new_steps")
+
+    def __init__(self, first_step: int, recorded: Sequence[StepRecord] = ()) -> None:
+        self._recorded = recorded
+        self._high_water = first_step
+        # A run's steps are recorded from its first one, so the replay prefix is all of them;
+        # a continuation written before steps were recorded has fewer records than steps, and
+        # its unrecorded positions can only be skipped.
+        self._replay_end = min(len(recorded), first_step)
+        self._step = 0 if self._replay_end else first_step
+        self.new_steps: list[tuple[int, bytes]] = []
+        """``(StepRecord kind, digest)`` of every fresh step taken, in order."""
+
+    @property
+    def next_step(self) -> int:
+        """The position the next step takes if it repeats the record (or is fresh)."""
+        return self._step
+
+    @property
+    def high_water_step(self) -> int:
+        """The first position no activation of this run has taken yet."""
+        return max(self._step, self._high_water)
+
+    def would_replay(self, kind: int, digest: bytes) -> bool:
+        """Whether taking a step of ``kind`` and ``digest`` now would replay the run's record."""
+        step = self._prefix_step()
+        if step >= self._replay_end:
+            return False
+        record = self._recorded[step]
+        return record.kind == kind and record.digest == digest
+
+    def take(self, kind: int, digest: bytes) -> tuple[int, bool]:
+        """Take the next step for an operation of ``kind`` with content ``digest``.
+
+        Returns the step's position and whether it repeats the run's record there (a replay).
+        """
+        step = self._prefix_step()
+        replay_end = self._replay_end
+        if step < replay_end:
+            record = self._recorded[step]
+            if record.kind == kind and record.digest == digest:
+                following = step + 1
+                self._step = following if following < replay_end else self._high_water
+                return step, True
+            self._replay_end = 0
+            step = self._high_water
+        elif step != self._step:  # stepped over the prefix's last records
+            step = self._high_water
+        self._step = step + 1
+        self.new_steps.append((kind, digest))
+        return step, False
+
+    def _prefix_step(self) -> int:
+        """The position of the record the next step is compared with (or past the prefix)."""
+        step = self._step
+        # An escalation's approval is the runtime's step, never the agent's: step over it.
+        while step < self._replay_end and self._recorded[step].kind == StepRecord.ESCALATION:
+            step += 1
+        return step
+
+
+@dataclass(frozen=True, slots=True)
+class Resumption:
+    """What resumes a suspended run: the admitted result or approval and the run so far."""
+
+    result: ToolResult | None
+    approval: Approval | None
+    snapshot: bytes
+    results: Mapping[str, ToolResult]
+    pending: tuple[tuple[str, int], ...]
+    """Still-unanswered ``(intent_id, kind)`` pairs, in staging order."""
+    tokens_used: int = 0
+    """Tokens the run's earlier activations spent."""
+    steps: Sequence[StepRecord] = ()
+    """The run's recorded steps (``steps[i]`` is step ``i``): the replay prefix."""
+    namespace: str | None = None
+    """The intent namespace the run started in; all its intent ids are minted in it."""
+    approvals: Mapping[str, Approval] = field(default_factory=dict)
+    """Every approval decision the run received so far, by intent id."""
+    compensations: Sequence[CompensationLink] = ()
+    """The run's compensation links (``ctx.compensate`` looks them up)."""
+
+
+def run_namespace(continuation: Continuation) -> str | None:
+    """The intent namespace of a suspended run (``None``: the default ids)."""
+    return continuation.intent_namespace or None
+
+
+_log = logging.getLogger("beam_agents.core.context")
+
+
+def check_ttl(ttl_ms: object) -> int:
+    """``ttl_ms`` if it is a positive int; raises ``ValueError`` otherwise."""
+    if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or ttl_ms <= 0:
+        raise ValueError(f"ttl_ms must be a positive int of milliseconds, got {ttl_ms!r}")
+    return ttl_ms
+
+
+def check_unregistered(tool_name: str, registry: ToolRegistry, warned: set[str]) -> None:
+    """Refuse ``act`` of a tool the registry lacks if it holds side-effecting ones; else warn.
+
+    A registry without side-effecting tools (the default is empty) cannot say whether the name
+    is right, so the intent is staged and its arguments are checked only by the effector; that
+    is logged at WARNING once per tool name and runtime instance (``warned``).
+    """
+    side_effecting = sorted(tool.name for tool in registry if tool.side_effect)
+    if side_effecting:
+        close = difflib.get_close_matches(tool_name, side_effecting, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ToolNotFoundError(
+            f"ctx.act({tool_name!r}, ...): AgentConfig.tool_registry has no tool named "
+            f"{tool_name!r} (its side-effecting tools: {', '.join(side_effecting)}){hint}",
+            tool_name=tool_name,
+        )
+    if tool_name not in warned:
+        warned.add(tool_name)
+        _log.warning(
+            "ctx.act(%r, ...) stages intents whose arguments are not validated: "
+            "AgentConfig.tool_registry holds no side-effecting tools, so the effector is the "
+            "first to check them; register the tool (side_effect=True) to check them here",
+            tool_name,
+        )
+
+
+def check_side_effect_call(
+    tool_name: str, arguments: dict[str, Any], registry: ToolRegistry, warned: set[str]
+) -> None:
+    """Check a call ``act`` stages: a registered tool is side-effecting, its arguments valid.
+
+    A read-only tool raises ``ReadOnlyIntentError`` (run it with ``run_tool``), invalid
+    arguments ``ToolArgumentError``; a name the registry lacks goes to
+    :func:`check_unregistered`.
+    """
+    if tool_name not in registry:
+        check_unregistered(tool_name, registry, warned)
+        return
+    tool = registry.get(tool_name)
+    if not tool.side_effect:
+        raise ReadOnlyIntentError(
+            f"tool {tool_name!r} is read-only; run it inline with "
+            f"await ctx.run_tool({tool_name!r}, arguments) instead of staging an intent",
+            tool_name=tool_name,
+        )
+    tool.validate_arguments(arguments)
+
+
+def arguments_json(tool_name: str, args: object) -> tuple[dict[str, Any], str]:
+    """Parse and canonicalize intent arguments given as JSON text or a mapping."""
+    if isinstance(args, str):
+        try:
+            parsed = json.loads(args)
+        except json.JSONDecodeError as exc:
+            raise ToolArgumentError(
+                f"arguments for {tool_name!r} are not valid JSON: {exc}", tool_name=tool_name
+            ) from None
+    elif isinstance(args, Mapping):
+        parsed = dict(args)
+    else:
+        raise ToolArgumentError(
+            f"arguments for {tool_name!r} must be a JSON object string or a mapping, "
+            f"got {type(args).__name__}",
+            tool_name=tool_name,
+        )
+    if not isinstance(parsed, dict):
+        raise ToolArgumentError(
+            f"arguments for {tool_name!r} must be a JSON object, got {type(parsed).__name__}",
+            tool_name=tool_name,
+        )
+    try:
+        return parsed, canonical_json(parsed)
+    except (TypeError, ValueError) as exc:
+        raise ToolArgumentError(
+            f"arguments for {tool_name!r} are not JSON-encodable: {exc}", tool_name=tool_name
+        ) from None
+
+
+APPROVAL_TOOL_NAME = "approval"
+"""The ``tool_name`` of every ``APPROVAL`` intent."""
+
+STEP_KIND_OF_INTENT: dict[int, int] = {
+    ToolIntent.TOOL: StepRecord.INTENT,
+    ToolIntent.APPROVAL: StepRecord.APPROVAL,
+}
+"""The ``StepRecord`` kind a staged intent of each ``ToolIntent.Kind`` records."""
+
+
+def intent_step_digest(kind: int, tool_name: str, args_json: str, link: str = "") -> bytes:
+    """The content digest recorded for an intent step: its kind, tool name and arguments.
+
+    ``link`` (compensation only, ``core/compensation.py``) is appended when not empty, so an
+    intent without one keeps the digest it always had.
+    """
+    content = f"{kind}|{tool_name}|{args_json}" + (f"|{link}" if link else "")
+    return hashlib.sha256(content.encode()).digest()
+
+
+class Staged:
+    """Everything one activation staged; the runtime commits it only if the agent succeeds."""
+
+    __slots__ = (
+        "budget_error",
+        "cache",
+        "carried",
+        "cursor",
+        "intents",
+        "links",
+        "memory",
+        "namespace",
+        "recording",
+        "tokens_before",
+        "tokens_used",
+        "trace",
+    )
+
+    def __init__(
+        self,
+        trace: TraceRecorder,
+        cursor: ReplayCursor,
+        carried: tuple[tuple[str, int], ...] = (),
+        tokens_before: int = 0,
+        *,
+        namespace: str | None = None,
+        links: Sequence[CompensationLink] = (),
+    ) -> None:
+        self.trace = trace
+        """The activation's trace events; it also names the activation (key, seq, event time)."""
+        self.cursor = cursor
+        self.carried = carried
+        """``(intent_id, kind)`` of the run's earlier intents still unanswered."""
+        self.tokens_before = tokens_before
+        """Tokens the run's earlier activations spent."""
+        self.namespace = namespace
+        """The run's intent namespace (``AgentConfig.namespace`` when it started): its ids'."""
+        self.intents: list[ToolIntent] = []
+        self.links = [_copied(link) for link in links]
+        """The run's compensation links (``Continuation.compensations``), this activation's too."""
+        self.tokens_used = 0
+        """Tokens the provider reported for this activation's calls (replays spend none)."""
+        self.budget_error: BudgetExceededError | None = None
+        """Set once a call went past the run's token budget: the activation must fail."""
+        self.memory: WorkingMemory | None = None
+        """The working memory, if the agent used it."""
+        self.cache: ReplayCache | None = None
+        """The replay cache, if the agent called the model."""
+        self.recording: ActivationRecorder | None = None
+        """What the activation's record needs beyond this, if ``AgentConfig.record`` is on."""
+
+    @property
+    def new_steps(self) -> list[tuple[int, bytes]]:
+        """``(StepRecord kind, digest)`` of every fresh step this activation took, in order."""
+        return self.cursor.new_steps
+
+    @property
+    def run_tokens_used(self) -> int:
+        """Tokens spent by the whole run so far: earlier activations plus this one."""
+        return self.tokens_before + self.tokens_used
+
+    def closing_attributes(self, attributes: dict[str, str]) -> dict[str, str]:
+        """``attributes`` plus the key's memory slot sizes, if this activation used memory.
+
+        Memory the agent never touched is left out: reading the cell only to measure it would
+        cost more than the rest of a no-op activation (``core/README.md``, "State layout").
+        Memory it changed is always given, ``{}`` once emptied, so no stale sizes linger.
+        """
+        memory = self.memory
+        if memory is not None:
+            sizes = memory.slot_sizes
+            if sizes or memory.changed:
+                attributes[MEMORY_SLOTS_ATTRIBUTE] = (
+                    _sizes_json(tuple(sizes.items()))
+                    if len(sizes) <= _MEMOISED_SLOTS
+                    else canonical_json(sizes)
+                )
+        return attributes
+
+    def pending_after(self) -> list[tuple[str, int]]:
+        """``(intent_id, kind)`` of every unanswered intent, carried ones first, for a Suspend."""
+        return [*self.carried, *((intent.intent_id, intent.kind) for intent in self.intents)]
+
+    def stage_intent(
+        self,
+        kind: int,
+        tool_name: str,
+        args_json: str,
+        ttl_ms: int,
+        channel: str,
+        *,
+        required_approvals: int = 0,
+        gated_tool: str = "",
+        edited_from: ApprovalEdit | None = None,
+        compensate_with: tuple[str, str] | None = None,
+        compensates: str = "",
+    ) -> str:
+        """Take the next step for an intent and stage it; return its id.
+
+        A step that replays the run's record (same kind and content at the same position)
+        stages nothing: that intent was emitted when its activation committed. The keyword
+        fields go into the intent as they are (``ToolIntent`` documents them); a quorum of 1
+        is left at 0, so the intent's bytes are those of an intent staged before quorums.
+        ``compensate_with`` (tool, canonical arguments) links a compensation to the intent; it
+        is not part of the effect's identity (the step's digest), so adding or changing an undo
+        in the code never re-runs an effect a run already staged: a replayed step keeps the link
+        it was staged with (none, if it had none). ``compensates`` makes it a compensating
+        intent, which never expires (``expires_at_ms`` 0: an undo of an effect that ran must
+        not lapse); that is part of its digest.
+        """
+        link = compensation_link_text(compensates)
+        step, replayed = self.cursor.take(
+            STEP_KIND_OF_INTENT[kind], intent_step_digest(kind, tool_name, args_json, link)
+        )
+        trace = self.trace
+        intent_id = intent_id_for(trace.entity_key, trace.seq, step, self.namespace)
+        if replayed:
+            recorded = next((k for k in self.links if k.intent_id == intent_id), None)
+            if compensate_with is not None and (
+                recorded is None or (recorded.tool_name, recorded.args_json) != compensate_with
+            ):
+                _log.warning(
+                    "intent %s was staged with %s; a replay keeps it as staged (ctx.compensate "
+                    "uses the recorded link)",
+                    intent_id,
+                    "no compensate_with" if recorded is None else "another compensate_with",
+                )
+            return intent_id
+        created_at_ms = trace.now_ms
+        intent = ToolIntent(
+            intent_id=intent_id,
+            entity_key=trace.entity_key,
+            seq=trace.seq,
+            step_index=step,
+            tool_name=tool_name,
+            args_json=args_json,
+            created_at_ms=created_at_ms,
+            expires_at_ms=0 if compensates else created_at_ms + ttl_ms,
+            kind=kind,  # type: ignore[arg-type]
+            trace_id=trace.trace_id,
+            channel=channel,
+            required_approvals=required_approvals if required_approvals > 1 else 0,
+            gated_tool=gated_tool,
+            edited_from=edited_from,
+            compensates_intent_id=compensates,
+            compensate_tool=compensate_with[0] if compensate_with else "",
+            compensate_args_json=compensate_with[1] if compensate_with else "",
+        )
+        # Built before it is traced: an intent that cannot be built (an expiry past int64)
+        # raises here and leaves no trace of an intent that was never staged.
+        trace.record(
+            TraceEvent.INTENT_EMITTED,
+            step,
+            {"intent_id": intent_id, "tool_name": tool_name, "kind": ToolIntent.Kind.Name(kind)},
+        )
+        self.intents.append(intent)
+        self._link(intent_id, step, compensate_with)
+        return intent_id
+
+    def _link(self, intent_id: str, step: int, compensate_with: tuple[str, str] | None) -> None:
+        """Record the run's link from ``intent_id`` to its compensation, once."""
+        if compensate_with is None or any(link.intent_id == intent_id for link in self.links):
+            return
+        tool_name, args_json = compensate_with
+        self.links.append(
+            CompensationLink(
+                intent_id=intent_id, step_index=step, tool_name=tool_name, args_json=args_json
+            )
+        )
+
+
+def compensation_link_text(compensates: str) -> str:
+    """What a compensating intent adds to its step digest ("" for any other intent)."""
+    return f"compensates:{compensates}" if compensates else ""
+
+
+def _copied(link: CompensationLink) -> CompensationLink:
+    copy = CompensationLink()
+    copy.CopyFrom(link)
+    return copy
+
+
+_MEMOISED_SLOTS = 4
+"""Slot sizes of memories up to this many slots are memoised (small entries; they recur)."""
+
+
+@functools.lru_cache(maxsize=1024)
+def _sizes_json(sizes: tuple[tuple[str, int], ...]) -> str:
+    """The memory slot sizes as canonical JSON (a key's sizes recur from one activation on)."""
+    return canonical_json(dict(sizes))
+
+
+_APPROVAL_STEPS = frozenset({StepRecord.APPROVAL, StepRecord.ESCALATION})
+
+
+def edit_diff(original: Mapping[str, Any], edited: Mapping[str, Any]) -> str:
+    """The canonical JSON of what an edit changed, argument by argument (top level).
+
+    ``{"added": {name: value}, "changed": {name: {"from": old, "to": new}}, "removed":
+    {name: old}}``, each part present only when not empty; ``"{}"`` when nothing changed.
+    """
+    added = {name: value for name, value in edited.items() if name not in original}
+    removed = {name: value for name, value in original.items() if name not in edited}
+    changed = {
+        name: {"from": original[name], "to": value}
+        for name, value in edited.items()
+        if name in original and canonical_json(original[name]) != canonical_json(value)
+    }
+    parts = {"added": added, "changed": changed, "removed": removed}
+    return canonical_json({part: names for part, names in parts.items() if names})
+
+
+def stale_approval(key: bytes, suspended: Continuation, approval: Approval) -> str | None:
+    """Why ``approval`` was decided on other arguments than its pending intent's, or ``None``.
+
+    An approval without a digest (from an effector that predates it, or the deadline's) and
+    one whose step the run did not record (a continuation from before steps were recorded)
+    pass: there is nothing to compare.
+    """
+    if not approval.args_digest:
+        return None
+    namespace = suspended.intent_namespace or None
+    for step_index, step in enumerate(suspended.steps):
+        if step.kind not in _APPROVAL_STEPS:
+            continue
+        if intent_id_for(key, suspended.seq, step_index, namespace) != approval.intent_id:
+            continue
+        recorded = step.digest.hex()
+        if recorded == approval.args_digest:
+            return None
+        return (
+            f"stale approval: the decision on intent {approval.intent_id!r} by "
+            f"{approval.approver!r} was made on arguments with digest {approval.args_digest}, "
+            f"but the run asked about arguments with digest {recorded}; it is not applied and "
+            "the run keeps waiting"
+        )
+    return None
+
+
+def approved_call(
+    approval: Approval, args_json: str, arguments: Mapping[str, Any]
+) -> tuple[str, ApprovalEdit | None]:
+    """The arguments to stage for the call ``approval`` approved, and its edit lineage.
+
+    ``args_json`` and ``arguments`` are the arguments the agent asked about (canonical JSON and
+    parsed). Raises ``ValueError`` if the approval is not an approval of them: not approved, or
+    its digest names other arguments. Without an edit they are staged as they are (no
+    lineage); with one, the approver's arguments are, with an ``ApprovalEdit`` recording the
+    approval intent, who edited and the diff.
+    """
+    if not isinstance(approval, Approval):
+        raise TypeError(f"approval must be an Approval, got {type(approval).__name__}")
+    if not approval.approved:
+        raise ValueError(
+            f"approval {approval.intent_id!r} was denied by {approval.approver!r}; "
+            "there is no approved call to stage"
+        )
+    if approval.args_digest and approval.args_digest != approval_digest(args_json):
+        raise ValueError(
+            f"approval {approval.intent_id!r} approved other arguments than these (digest "
+            f"{approval.args_digest}, these are {approval_digest(args_json)}); pass the "
+            "arguments given to ctx.request_approval"
+        )
+    if not approval.edited_args_json:
+        return args_json, None
+    edited = json.loads(approval.edited_args_json)
+    edited_json = canonical_json(edited)
+    if edited_json == args_json:
+        return args_json, None
+    lineage = ApprovalEdit(
+        approval_intent_id=approval.intent_id,
+        edited_by=approval.approver,
+        diff_json=edit_diff(arguments, edited),
+    )
+    return edited_json, lineage
+
+
+NEVER_RAN = frozenset({ToolResult.EXPIRED, ToolResult.REJECTED, ToolResult.NOT_NEEDED})
+"""Results of an effect that never ran: a route has nothing to undo for it."""
+
+
+def check_compensate_with(
+    compensate_with: object, registry: ToolRegistry, warned: set[str]
+) -> tuple[str, str]:
+    """``(tool_name, canonical args_json)`` of a ``compensate_with``, validated like ``act``'s.
+
+    It must be a ``(tool_name, args)`` pair, ``args`` a JSON object (text) or a mapping. A tool
+    the registry knows must be side-effecting (``ReadOnlyIntentError``) and the arguments must
+    pass its validation (``ToolArgumentError``); an unknown name is refused as ``act`` refuses
+    it (``ToolNotFoundError`` when the registry holds side-effecting tools).
+    """
+    if not isinstance(compensate_with, tuple) or len(compensate_with) != 2:
+        raise TypeError(
+            f"compensate_with must be a (tool_name, args) tuple, got {compensate_with!r}"
+        )
+    tool_name, args = compensate_with
+    if not isinstance(tool_name, str) or not tool_name:
+        raise ValueError(f"compensate_with needs a tool name, got {tool_name!r}")
+    arguments, args_json = arguments_json(tool_name, args)
+    check_side_effect_call(tool_name, arguments, registry, warned)
+    return tool_name, args_json
+
+
+def stage_compensation(staged: Staged, intent_id: str, high_water_step: int) -> str:
+    """Stage the compensation linked to ``intent_id``, taking a step; return its id.
+
+    A step that replays the run's record returns the id staged before. Raises
+    :class:`CompensationError` for an id this run did not stage, one staged without
+    ``compensate_with``, or one already compensated by an earlier step of the run; then no
+    step is taken.
+    """
+    link = _link_of(staged, intent_id, high_water_step)
+    tool_name, args_json = link.tool_name, link.args_json
+    if link.compensation_intent_id:
+        digest = intent_step_digest(
+            ToolIntent.TOOL, tool_name, args_json, compensation_link_text(intent_id)
+        )
+        if not staged.cursor.would_replay(STEP_KIND_OF_INTENT[ToolIntent.TOOL], digest):
+            raise CompensationError(
+                f"intent {intent_id} is already compensated by intent "
+                f"{link.compensation_intent_id}; a compensation is staged once per effect",
+                intent_id=intent_id,
+            )
+    compensation_id = staged.stage_intent(
+        ToolIntent.TOOL, tool_name, args_json, 0, "", compensates=intent_id
+    )
+    link.compensation_intent_id = compensation_id
+    return compensation_id
+
+
+def stage_route_compensations(suspended: Continuation, trace: TraceRecorder) -> list[ToolIntent]:
+    """Stage, newest first, the compensations a ``Deny(compensate=True)`` route takes.
+
+    One per linked effect of the run not yet compensated whose result is not known to say it
+    never ran (EXPIRED, REJECTED): those that ran (OK, ERROR) and those still unanswered, which
+    may yet run (the effector runs each compensation after its original, or records
+    NOT_NEEDED). They take the run's next steps, at ``trace``'s event time.
+    """
+    outcome = {result.intent_id: result.status for result in suspended.results}
+    staged = Staged(trace, ReplayCursor(suspended.next_step), namespace=run_namespace(suspended))
+    for link in sorted(suspended.compensations, key=lambda link: -link.step_index):
+        if link.compensation_intent_id or outcome.get(link.intent_id) in NEVER_RAN:
+            continue
+        staged.stage_intent(
+            ToolIntent.TOOL, link.tool_name, link.args_json, 0, "", compensates=link.intent_id
+        )
+    return staged.intents
+
+
+def _link_of(staged: Staged, intent_id: str, high_water_step: int) -> CompensationLink:
+    for link in staged.links:
+        if link.intent_id == intent_id:
+            return link
+    if not isinstance(intent_id, str):
+        raise TypeError(f"compensate takes an intent id (str), got {type(intent_id).__name__}")
+    trace = staged.trace
+    ours = {
+        intent_id_for(trace.entity_key, trace.seq, step, staged.namespace)
+        for step in range(high_water_step)
+    }
+    if intent_id in ours:
+        raise CompensationError(
+            f"intent {intent_id} was staged without compensate_with, so it has no compensation; "
+            "stage it with ctx.act(..., compensate_with=(tool_name, args))",
+            intent_id=intent_id,
+        )
+    raise CompensationError(
+        f"intent {intent_id} was not staged by this run (key {trace.entity_key!r}, seq "
+        f"{trace.seq}); only a run's own effects can be compensated",
+        intent_id=intent_id,
+    )
+
 
 _REFUSED_UNRUN = (ToolNotFoundError, SideEffectToolError, ToolArgumentError)
 """What ``run_tool`` raises before a tool runs: nothing happened, so nothing is traced."""
@@ -488,3 +1067,27 @@ class ActivationContext:
 def staged(ctx: ActivationContext) -> Staged:
     """What ``ctx``'s activation staged, for the runtime to commit (agents never need it)."""
     return ctx._staged
+
+
+def activation_services(
+    config: AgentConfig,
+    model: ModelGateway | None,
+    tool_runner: ToolRunner,
+    time_left_s: Callable[[], float | None],
+) -> ActivationServices:
+    """The services for ``config``'s activations: ``model`` and ``tool_runner`` as given."""
+    policy = config.hitl_policy
+    return ActivationServices(
+        model=model,
+        tool_registry=config.tool_registry,
+        tool_runner=tool_runner,
+        intent_ttl_ms=config.intent_ttl_ms,
+        approval_channel="" if policy is None else policy.approval_channel,
+        approval_ttl_ms=config.intent_ttl_ms if policy is None else policy.intent_ttl_ms,
+        cache_max_entries=config.model_cache_max_entries,
+        cache_max_bytes=config.model_cache_max_bytes,
+        max_tokens_per_run=config.max_tokens_per_run,
+        time_left_s=time_left_s,
+        intent_namespace=config.namespace,
+        required_approvals=1 if policy is None else policy.required_approvals,
+    )

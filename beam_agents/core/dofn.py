@@ -28,16 +28,17 @@ from apache_beam.transforms.userstate import (
 from apache_beam.utils.timestamp import Timestamp
 
 from beam_agents._protos import AgentEnvelope
-from beam_agents.core.activation import Activator
-from beam_agents.core.admission import element_problem
-from beam_agents.core.agent import AgentFn
-from beam_agents.core.bridge import CoroutineDriver
+from beam_agents.core.activation import Activator, Plan, element_problem
+from beam_agents.core.agent import AgentFn, CoroutineDriver
 from beam_agents.core.config import AgentConfig
-from beam_agents.core.loudness import ErrorLog
-from beam_agents.core.model_gateway import METRICS_NAMESPACE, MODEL_COUNTERS, ModelGateway
-from beam_agents.core.plan import Plan
-from beam_agents.core.retry_memo import answer_memo
-from beam_agents.core.services import activation_services
+from beam_agents.core.context import activation_services
+from beam_agents.core.model_calls import (
+    METRICS_NAMESPACE,
+    MODEL_COUNTERS,
+    ModelGateway,
+    answer_memo,
+)
+from beam_agents.core.observability import ErrorLog
 from beam_agents.core.state import CONTINUATION, HEADER, MEMORY, KeyState
 from beam_agents.model.resilience import CircuitBreakers
 from beam_agents.tools import ToolConnection, ToolRunner

@@ -1,19 +1,21 @@
-"""How a key's state is laid out, decoded and written: every cell holds protobuf ``bytes``.
+"""A key's state: every cell holds protobuf ``bytes``, read lazily, written only on commit.
 
-:class:`KeyState` is one key's state for one call: cells are read lazily (at most once) and
-writes are recorded for the Beam glue to apply. Schema versions refuse state written by a newer
-runtime. The cells and why they are read sparingly: ``core/README.md``, "State layout".
+:class:`KeyState` is one key's cells for one call: the header, the working memory (a Beam bag
+whose elements join to one ``MemoryState`` blob), the continuation (with the run's replay
+cache) and the event buffer. :class:`WorkingMemory` is the memory an activation reads and
+stages. Every format is version 1; a newer version is refused.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol, TypeVar
 
 from google.protobuf.message import Message
 
-from beam_agents._protos import Continuation, KeyHeader, ModelCache
-from beam_agents.core.errors import StateSchemaError
-from beam_agents.model.cache import CACHE_SCHEMA_VERSION
+from beam_agents._protos import Continuation, KeyHeader, MemoryState, ModelCache, RingItems
+from beam_agents.core.agent import MemoryLimitError, MemorySlotError, StateSchemaError
+from beam_agents.core.model_calls import CACHE_SCHEMA_VERSION
 
 HEADER_SCHEMA_VERSION = 1
 """The ``KeyHeader.schema_version`` this code writes and the newest it reads."""
@@ -187,3 +189,416 @@ class KeyState:
         self.writes[MEMORY] = None
         self._memory_elements = []
         self.end_run()
+
+
+MEMORY_SCHEMA_VERSION = 1
+"""The ``MemoryState.schema_version`` this code writes and the newest it reads."""
+
+VERSION_FIELD = bytes((0x08, MEMORY_SCHEMA_VERSION))
+"""``schema_version`` (field 1, varint): how a memory's first element starts."""
+
+_SLOTS_TAG = 0x12  # MemoryState.slots: field 2, length-delimited
+_KEY_TAG = 0x0A  # MemorySlot.key: field 1
+_VALUE_TAG = 0x12  # MemorySlot.value: field 2
+_RING_TAG = 0x1A  # MemorySlot.ring: field 3
+_ITEM_TAG = 0x0A  # RingItems.items: field 1
+
+LARGE_CONTENT_BYTES = 16 << 10
+"""A slot content this large is an element of its own (below it, copying costs less than an
+element: Beam frames, weighs and hands over each one)."""
+
+Slot = bytes | list[bytes]
+"""A decoded slot: one value, or a ring's items oldest first."""
+
+
+class NotCanonicalError(ValueError):
+    """The blob is not in the form this module writes (the proto parser must read it)."""
+
+
+class RawSlot:
+    """One slot as committed: its encoded ``slots`` field, decoded only when read."""
+
+    __slots__ = ("content", "head", "is_ring")
+
+    def __init__(self, head: memoryview, content: bytes | memoryview, is_ring: bool) -> None:
+        self.head = head
+        """The field up to its content: tags and lengths of the slot, its key, the content's."""
+        self.content = content
+        """The value or the ring's payload: an element of its own (``bytes``) or a view."""
+        self.is_ring = is_ring
+        """Whether the slot holds a ring (else a single value)."""
+
+    @property
+    def size(self) -> int:
+        """The encoded field's size in bytes."""
+        return len(self.head) + len(self.content)
+
+    def decode(self) -> Slot:
+        """The slot's content as Python objects (an element of its own is not copied)."""
+        if self.is_ring:
+            return list(_parse_ring(self.content).items)
+        return self.content if isinstance(self.content, bytes) else bytes(self.content)
+
+
+def _parse_ring(payload: bytes | memoryview) -> RingItems:
+    """Parse a ring's payload in place (the parser takes any buffer; its stub says bytes)."""
+    return RingItems.FromString(payload)  # type: ignore[arg-type]
+
+
+def _canonical_ring(ring: bytes, start: int, end: int) -> bool:
+    """Whether ``ring[start:end]`` is exactly a ring's items, each encoded canonically.
+
+    Walks the items' tags and minimal lengths without parsing or copying them.
+    """
+    position = start
+    try:
+        while position < end:
+            if ring[position] != _ITEM_TAG:
+                return False
+            length, position = _length(ring, position + 1, end)
+            position += length
+    except (NotCanonicalError, IndexError):
+        return False
+    return position == end
+
+
+def varint_size(value: int) -> int:
+    """How many bytes ``value`` takes as a varint."""
+    size = 1
+    while value >= 0x80:
+        value >>= 7
+        size += 1
+    return size
+
+
+def field_size(payload_size: int) -> int:
+    """Encoded size of a length-delimited field with a one-byte tag (field numbers < 16)."""
+    return 1 + varint_size(payload_size) + payload_size
+
+
+def slot_size(key: str, slot: Slot) -> int:
+    """Encoded size of the slot as it appears inside ``MemoryState`` (tag and length included)."""
+    if isinstance(slot, bytes):
+        content = field_size(len(slot))
+    else:
+        content = field_size(sum(field_size(len(item)) for item in slot))
+    return field_size(field_size(len(key.encode("utf-8"))) + content)
+
+
+def _varint(value: int) -> bytes:
+    if value < 0x80:
+        return bytes((value,))
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _head(tag: int, length: int) -> bytes:
+    return bytes((tag,)) + _varint(length)
+
+
+def _read_varint(blob: bytes, position: int) -> tuple[int, int]:
+    """Read a minimal varint at ``position``: ``(value, position after it)``."""
+    value = blob[position]
+    position += 1
+    if value < 0x80:
+        return value, position
+    value &= 0x7F
+    shift = 7
+    while True:
+        byte = blob[position]
+        position += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            break
+        shift += 7
+    if byte == 0:
+        raise NotCanonicalError("non-minimal varint")
+    return value, position
+
+
+def _length(blob: bytes, position: int, end: int) -> tuple[int, int]:
+    """Read a varint length at ``position``: ``(length, position after it)``.
+
+    Raises :class:`NotCanonicalError` (or ``IndexError`` when truncated) if it is not minimal
+    or the field it prefixes runs past ``end``.
+    """
+    value, position = _read_varint(blob, position)
+    if position + value > end:
+        raise NotCanonicalError("a field runs past its message")
+    return value, position
+
+
+def scan(elements: Sequence[bytes]) -> dict[str, RawSlot] | None:
+    """The slots of a canonical memory's elements by key, or ``None`` if it is not canonical.
+
+    Only keys are copied; each :class:`RawSlot` is a view into an element or an element itself.
+    """
+    if not elements or any(type(element) is not bytes for element in elements):
+        return None  # the views below must point into immutable buffers
+    first = elements[0]
+    if first[:2] != VERSION_FIELD or first == VERSION_FIELD:
+        return None
+    slots: dict[str, RawSlot] = {}
+    previous = ""
+    index, position = 0, len(VERSION_FIELD)
+    views = [memoryview(element) for element in elements]  # one per element, not per slot
+    try:
+        while index < len(elements):
+            blob = elements[index]
+            if position == len(blob):
+                index, position = index + 1, 0
+                if index < len(elements) and not elements[index]:
+                    raise NotCanonicalError("an empty element")
+                continue
+            following = elements[index + 1] if index + 1 < len(elements) else b""
+            key, slot, index, position = _slot_at(blob, views[index], position, following, index)
+            if key <= previous:  # also refuses an empty key
+                raise NotCanonicalError("slots are not sorted by key")
+            slots[key] = slot
+            previous = key
+    except (NotCanonicalError, IndexError, UnicodeDecodeError):
+        return None
+    return slots
+
+
+def _slot_at(
+    blob: bytes, view: memoryview, field: int, following: bytes, index: int
+) -> tuple[str, RawSlot, int, int]:
+    """The slot whose field starts at ``blob[field]``: ``(key, slot, index, position)`` after it.
+
+    ``view`` is a ``memoryview`` of ``blob``, made once per element by the caller.
+    Its content is either inside ``blob`` or exactly ``following`` (then the element after
+    ``blob``, which the returned index points past).
+    """
+    end = len(blob)
+    if blob[field] != _SLOTS_TAG:
+        raise NotCanonicalError("not a slot")
+    length, start = _read_varint(blob, field + 1)
+    slot_end = start + length
+    if blob[start] != _KEY_TAG:
+        raise NotCanonicalError("a slot must start with its key")
+    length, key_start = _read_varint(blob, start + 1)
+    key_end = key_start + length
+    if key_end >= min(slot_end, end):
+        raise NotCanonicalError("a slot holds exactly a key and a value or a ring")
+    key = blob[key_start:key_end].decode("utf-8")
+    tag = blob[key_end]
+    length, content = _read_varint(blob, key_end + 1)
+    if tag not in (_VALUE_TAG, _RING_TAG) or content + length != slot_end:
+        raise NotCanonicalError("a slot holds exactly a key and a value or a ring")
+    is_ring = tag == _RING_TAG
+    if slot_end <= end:
+        if is_ring and not _canonical_ring(blob, content, slot_end):
+            raise NotCanonicalError("a ring's items are not encoded canonically")
+        return key, RawSlot(view[field:content], view[content:slot_end], is_ring), index, slot_end
+    if content != end or len(following) != length:
+        raise NotCanonicalError("a content is neither inside its element nor the next one")
+    if is_ring and not _canonical_ring(following, 0, length):
+        raise NotCanonicalError("a ring's items are not encoded canonically")
+    return key, RawSlot(view[field:], following, is_ring), index + 1, length
+
+
+def _encode_slot(key: str, slot: Slot) -> tuple[bytes, bytes]:
+    """A changed slot's field as ``(head, content)``; a value is its content as it is."""
+    encoded_key = key.encode("utf-8")
+    key_field = _head(_KEY_TAG, len(encoded_key)) + encoded_key
+    if isinstance(slot, bytes):
+        tag, content = _VALUE_TAG, slot if type(slot) is bytes else bytes(slot)
+    else:
+        tag, content = _RING_TAG, RingItems(items=slot).SerializeToString()
+    content_head = _head(tag, len(content))
+    slot_length = len(key_field) + len(content_head) + len(content)
+    return _head(_SLOTS_TAG, slot_length) + key_field + content_head, content
+
+
+def encode_memory(slots: dict[str, Slot | RawSlot]) -> list[bytes]:
+    """The canonical memory of ``slots`` as elements (none when there are no slots)."""
+    if not slots:
+        return []
+    elements: list[bytes] = []
+    pending: list[bytes | memoryview] = [VERSION_FIELD]
+    for key in sorted(slots):
+        slot = slots[key]
+        head: bytes | memoryview
+        content: bytes | memoryview
+        if isinstance(slot, RawSlot):
+            head, content = slot.head, slot.content
+        else:
+            head, content = _encode_slot(key, slot)
+        if len(content) < LARGE_CONTENT_BYTES:
+            pending += (head, content)
+            continue
+        pending.append(head)
+        elements.append(b"".join(pending))
+        elements.append(content if type(content) is bytes else bytes(content))
+        pending = []
+    if pending:
+        elements.append(b"".join(pending))
+    return elements
+
+
+MEMORY_CAP_BYTES = 1 << 20
+"""The hard cap on a key's serialized working memory: 1 MiB."""
+
+DEFAULT_RING_ITEMS = 64
+"""How many items ``append`` keeps in a ring unless told otherwise."""
+
+_VERSION_FIELD_SIZE = len(VERSION_FIELD)
+
+
+def _check_key(key: object) -> str:
+    if not isinstance(key, str) or not key:
+        raise MemorySlotError(f"memory keys are non-empty str, got {key!r}")
+    return key
+
+
+def _check_bytes(what: str, value: object) -> bytes:
+    if not isinstance(value, bytes):
+        raise MemorySlotError(f"memory {what} must be bytes, got {type(value).__name__}")
+    return value
+
+
+class WorkingMemory:
+    """The key's memory as one activation sees it: committed slots plus staged writes.
+
+    A slot holds either one value (``set``/``get``) or a ring of items (``append``/``ring``);
+    using a slot as the other kind raises :class:`MemorySlotError`. The committed blob is
+    scanned on first use, so an activation that never touches memory pays nothing, and a slot
+    is decoded only when read: a commit re-uses the committed bytes of every slot it did not
+    change (``_memory_wire``), so its cost follows what changed, not the whole memory.
+    ``elements``: the committed memory's bag elements (or ``None``).
+    """
+
+    __slots__ = ("_changed", "_elements", "_encoded", "_size", "_sizes", "_slots")
+
+    def __init__(self, elements: Sequence[bytes] | None) -> None:
+        self._elements = elements
+        self._slots: dict[str, Slot | RawSlot] | None = None
+        self._sizes: dict[str, int] = {}
+        self._size = 0
+        self._changed = False
+        self._encoded: list[bytes] | None = None
+
+    def _loaded(self) -> dict[str, Slot | RawSlot]:
+        if self._slots is None:
+            self._slots = self._decode(self._elements) if self._elements else {}
+            self._size = _VERSION_FIELD_SIZE
+            for key, content in self._slots.items():
+                size = self._sizes[key] = (
+                    content.size if isinstance(content, RawSlot) else slot_size(key, content)
+                )
+                self._size += size
+        return self._slots
+
+    @staticmethod
+    def _decode(elements: Sequence[bytes]) -> dict[str, Slot | RawSlot]:
+        """The committed slots: views into ``elements`` or, if not canonical, parsed ones."""
+        raw = scan(elements)
+        if raw is not None:
+            return dict(raw)
+        blob = b"".join(elements)
+        state = decode_versioned(MemoryState, blob, MEMORY_SCHEMA_VERSION)
+        return {
+            slot.key: list(slot.ring.items) if slot.WhichOneof("content") == "ring" else slot.value
+            for slot in state.slots
+        }
+
+    def _slot(self, key: str) -> Slot | None:
+        """Slot ``key`` decoded (once: the decoded content replaces the committed view)."""
+        slots = self._loaded()
+        slot = slots.get(key)
+        if isinstance(slot, RawSlot):
+            slot = slots[key] = slot.decode()
+        return slot
+
+    def _replace(self, key: str, new: Slot | None) -> None:
+        """Swap slot ``key`` for ``new`` (``None`` deletes), enforcing the cap first."""
+        slots = self._loaded()
+        sizes = self._sizes
+        new_size = 0 if new is None else slot_size(key, new)
+        size = self._size - sizes.get(key, 0) + new_size
+        if size > MEMORY_CAP_BYTES:
+            raise MemoryLimitError(
+                f"writing memory slot {key!r} would make this key's memory {size} bytes, over "
+                f"the {MEMORY_CAP_BYTES}-byte cap; store large data elsewhere and keep a "
+                "reference in memory"
+            )
+        if new is None:
+            del slots[key]
+            del sizes[key]
+        else:
+            slots[key] = new
+            sizes[key] = new_size
+        self._size = size
+        self._changed = True
+        self._encoded = None
+
+    def get(self, key: str) -> bytes | None:
+        """The value in slot ``key``, or ``None`` if there is none."""
+        slot = self._slot(_check_key(key))
+        if isinstance(slot, list):
+            raise MemorySlotError(f"memory slot {key!r} is a ring; read it with ring({key!r})")
+        return slot
+
+    def set(self, key: str, value: bytes) -> None:
+        """Put ``value`` in slot ``key`` (replacing a value or a ring)."""
+        self._replace(_check_key(key), _check_bytes("values", value))
+
+    def delete(self, key: str) -> None:
+        """Remove slot ``key``; deleting a missing slot is a no-op."""
+        if _check_key(key) in self._loaded():
+            self._replace(key, None)
+
+    def keys(self) -> list[str]:
+        """The names of all slots, sorted."""
+        return sorted(self._loaded())
+
+    def append(self, key: str, item: bytes, max_items: int = DEFAULT_RING_ITEMS) -> None:
+        """Append ``item`` to the ring in slot ``key``, keeping only the newest ``max_items``."""
+        _check_key(key)
+        _check_bytes("ring items", item)
+        if isinstance(max_items, bool) or not isinstance(max_items, int) or max_items < 1:
+            raise MemorySlotError(f"max_items must be an int >= 1, got {max_items!r}")
+        current = self._slot(key)
+        if isinstance(current, bytes):
+            raise MemorySlotError(
+                f"memory slot {key!r} holds a single value; delete it before using it as a ring"
+            )
+        self._replace(key, [*(current or ()), item][-max_items:])
+
+    def ring(self, key: str) -> list[bytes]:
+        """The items of the ring in slot ``key``, oldest first (empty if there is none)."""
+        slot = self._slot(_check_key(key))
+        if isinstance(slot, bytes):
+            raise MemorySlotError(f"memory slot {key!r} holds a single value; read it with get()")
+        return list(slot or ())
+
+    @property
+    def size(self) -> int:
+        """The size of this memory's serialized form in bytes: what the cap limits."""
+        return self._size if self._loaded() else 0
+
+    @property
+    def slot_sizes(self) -> dict[str, int]:
+        """Each slot's share of :attr:`size`, by name (its encoded bytes, tag included)."""
+        self._loaded()
+        return dict(self._sizes)
+
+    @property
+    def changed(self) -> bool:
+        """Whether this activation wrote anything."""
+        return self._changed
+
+    def encode(self) -> list[bytes]:
+        """The memory's bag elements (none when memory is empty); see ``_memory_wire``.
+
+        Joined, they equal ``MemoryState(...).SerializeToString(deterministic=True)`` byte for
+        byte; the committed bytes of unchanged slots and large new values are not copied.
+        """
+        if self._encoded is None:
+            self._encoded = encode_memory(self._loaded())
+        return self._encoded

@@ -23,9 +23,8 @@ from apache_beam.transforms.window import GlobalWindows
 from apache_beam.typehints import typehints
 
 from beam_agents._protos import ActivationRecord, AgentEnvelope, AgentError, ToolIntent, TraceEvent
-from beam_agents.core import clocks
-from beam_agents.core.admission import element_problem
-from beam_agents.core.agent import AgentFn, is_agent
+from beam_agents.core.activation import element_problem
+from beam_agents.core.agent import AgentFn, epoch_clock, is_agent
 from beam_agents.core.config import AgentConfig, CommitInfo
 from beam_agents.core.dofn import (
     ERRORS_TAG,
@@ -35,7 +34,7 @@ from beam_agents.core.dofn import (
     TRACES_TAG,
     agent_dofn,
 )
-from beam_agents.core.loudness import ErrorLog
+from beam_agents.core.observability import ErrorLog
 
 __all__ = ["AgentConfig", "CommitInfo", "RunAgent", "RunAgentOutputs"]
 
@@ -177,7 +176,7 @@ class RunAgent(beam.PTransform[PCollection[tuple[bytes, AgentEnvelope]], RunAgen
             keyed = keyed | "GlobalWindow" >> beam.WindowInto(GlobalWindows())
         config = self._config
         if config.processing_clock is None and _fed_by_test_stream(keyed):
-            config = dataclasses.replace(config, processing_clock=clocks.epoch_clock)
+            config = dataclasses.replace(config, processing_clock=epoch_clock)
         admission_errors = None
         if _needs_admission(keyed.element_type):
             admitted = keyed | "Admit" >> beam.ParDo(_AdmitElements()).with_output_types(

@@ -20,7 +20,7 @@ from apache_beam.testing.test_stream import TestStream
 from apache_beam.transforms.window import TimestampedValue
 
 from beam_agents._protos import AgentEnvelope, Approval, ToolResult
-from beam_agents.core.clocks import epoch_clock
+from beam_agents.core.agent import epoch_clock
 
 __all__ = ["EnvelopeStream", "epoch_clock", "streaming_pipeline"]
 

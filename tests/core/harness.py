@@ -38,7 +38,7 @@ from beam_agents._protos import AgentEnvelope, AgentError, KeyHeader, ToolIntent
 from beam_agents.core.agent import AgentFn
 from beam_agents.core.context import ActivationContext
 from beam_agents.core.dofn import AgentDoFn, agent_dofn
-from beam_agents.core.tracing import identity_of
+from beam_agents.core.observability import identity_of
 from beam_agents.model.client import LlmRequest
 from beam_agents.model.fake import FakeLLM, match_contains, respond_with
 from beam_agents.testing import EnvelopeStream

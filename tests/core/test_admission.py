@@ -1,6 +1,6 @@
 """Rule family: admission. Which elements reach an agent, which answers may resume a run.
 
-The rules are plain functions of the key's state (``beam_agents.core.admission``), tested first
+The rules are plain functions of the key's state (``beam_agents.core.activation``), tested first
 without Beam; the pipeline tests below show the same refusals reaching ``.errors`` and changing
 nothing, and ``RunAgent`` refusing input that is not keyed envelopes when the graph is built.
 """
@@ -22,8 +22,7 @@ from beam_agents._protos import (
     ToolResult,
     TraceEvent,
 )
-from beam_agents.core.admission import answer_refusal, element_problem
-from beam_agents.core.continuation import DEADLINE_APPROVER
+from beam_agents.core.activation import DEADLINE_APPROVER, answer_refusal, element_problem
 from beam_agents.testing import EnvelopeStream
 from tests.core.harness import Outputs, created, event, fan_out, run_agent, streamed, tally
 

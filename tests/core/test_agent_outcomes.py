@@ -9,9 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from beam_agents import Complete, FallbackContext, Suspend, intent_id_for
-from beam_agents.core.agent import INTENT_NAMESPACE
-from beam_agents.core.ids import uuid5_hex
-from beam_agents.core.tracing import TRACE_NAMESPACE, trace_id_for
+from beam_agents.core.agent import INTENT_NAMESPACE, uuid5_hex
+from beam_agents.core.observability import TRACE_NAMESPACE, trace_id_for
 
 
 def test_the_intent_namespace_is_the_documented_constant() -> None:

@@ -7,8 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from beam_agents.core.bridge import CoroutineDriver, enter_task
-from beam_agents.core.errors import ActivationTimeoutError
+from beam_agents.core.agent import ActivationTimeoutError, CoroutineDriver, enter_task
 
 
 @pytest.fixture

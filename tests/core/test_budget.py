@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from beam_agents import AgentConfig, Complete, Suspend, intent_id_for
 from beam_agents._protos import AgentEnvelope, TraceEvent
+from beam_agents.core.agent import BudgetExceededError
 from beam_agents.core.context import ActivationContext
-from beam_agents.core.errors import BudgetExceededError
 from beam_agents.model.client import LlmRequest, TokenUsage
 from beam_agents.model.fake import FakeLLM, match_contains, respond_with
 from beam_agents.testing import EnvelopeStream

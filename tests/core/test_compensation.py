@@ -20,12 +20,10 @@ from beam_agents._protos import (
     ToolResult,
     TraceEvent,
 )
+from beam_agents.core.activation import admit, deadline_outcome, resumption, suspend
+from beam_agents.core.agent import CompensationError, ReadOnlyIntentError, intent_id_for
 from beam_agents.core.context import ActivationContext, staged
-from beam_agents.core.continuation import admit, resumption, suspend
-from beam_agents.core.errors import CompensationError, ReadOnlyIntentError
-from beam_agents.core.ids import intent_id_for
-from beam_agents.core.routes import deadline_outcome
-from beam_agents.core.tracing import trace_id_for
+from beam_agents.core.observability import trace_id_for
 from beam_agents.hitl import Deny, FallbackContext, HitlPolicy
 from beam_agents.testing import EnvelopeStream, epoch_clock
 from beam_agents.tools.errors import ToolArgumentError, ToolNotFoundError
@@ -155,7 +153,7 @@ def test_adding_or_changing_an_undo_in_the_code_never_re_runs_a_staged_effect(
     first = make_context(seq=SEQ)
     plain = first.act("charge", {"amount": 5})  # staged by code that linked no undo
     second, _ = resume(first, plain)
-    with caplog.at_level(logging.WARNING, logger="beam_agents.core.staging"):
+    with caplog.at_level(logging.WARNING, logger="beam_agents.core.context"):
         assert charged(second) == plain  # the same effect: replayed, not staged again
     assert staged(second).intents == []
     assert "keeps it as staged" in caplog.text

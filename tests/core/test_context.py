@@ -10,12 +10,11 @@ from typing import Any
 import pytest
 
 from beam_agents._protos import ModelCache, ToolIntent, ToolResult, TraceEvent
-from beam_agents.core.agent import intent_id_for
+from beam_agents.core.agent import ModelNotConfiguredError, ReadOnlyIntentError, intent_id_for
 from beam_agents.core.context import ActivationContext, ActivationServices, Resumption, staged
-from beam_agents.core.errors import ModelNotConfiguredError, ReadOnlyIntentError
-from beam_agents.core.memory import WorkingMemory
-from beam_agents.core.model_gateway import ModelGateway
-from beam_agents.core.tracing import TraceRecorder, trace_id_for
+from beam_agents.core.model_calls import ModelGateway
+from beam_agents.core.observability import TraceRecorder, trace_id_for
+from beam_agents.core.state import WorkingMemory
 from beam_agents.model.client import LlmRequest
 from beam_agents.model.fake import FakeLLM, match_any, respond_with
 from beam_agents.tools import ToolRegistry, ToolRunner, tool

@@ -1,4 +1,4 @@
-"""The continuation's one owner (``beam_agents.core.continuation``), tested without Beam.
+"""The continuation's one owner (``beam_agents.core.activation``), tested without Beam.
 
 Admitting an answer, building the resumption and suspending each return a new continuation;
 the pending lists and step records change only through these functions.
@@ -7,10 +7,9 @@ the pending lists and step records change only through these functions.
 from __future__ import annotations
 
 from beam_agents._protos import Approval, Continuation, ToolIntent, ToolResult
-from beam_agents.core.continuation import admit, resumption, suspend
-from beam_agents.core.cursor import ReplayCursor, StepRecord
-from beam_agents.core.staging import Staged, intent_step_digest
-from beam_agents.core.tracing import TraceRecorder, trace_id_for
+from beam_agents.core.activation import admit, resumption, suspend
+from beam_agents.core.context import ReplayCursor, Staged, StepRecord, intent_step_digest
+from beam_agents.core.observability import TraceRecorder, trace_id_for
 
 KEY = b"k"
 

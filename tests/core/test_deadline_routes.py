@@ -1,7 +1,7 @@
 """Rule family: deadline routes. What a suspension does when its deadline fires.
 
 The route (deny, drop, escalate, or fail closed when the route itself fails) and idle expiry are
-pure decisions (``beam_agents.core.routes``) from the continuation and the timer's firing time
+pure decisions (``beam_agents.core.activation``) from the continuation and the timer's firing time
 alone, tested first without Beam; the pipeline tests below show human-in-the-loop approvals in
 time, each route at the deadline, and a retried timer bundle escalating identically.
 """
@@ -14,11 +14,16 @@ from pathlib import Path
 
 from beam_agents import AgentConfig, Complete, Suspend
 from beam_agents._protos import Continuation, KeyHeader, ToolIntent, TraceEvent
+from beam_agents.core.activation import (
+    DEADLINE_APPROVER,
+    RouteFailure,
+    choose_route,
+    deadline_outcome,
+    idle_expiry,
+)
+from beam_agents.core.agent import intent_id_for
 from beam_agents.core.context import ActivationContext
-from beam_agents.core.continuation import DEADLINE_APPROVER
-from beam_agents.core.ids import intent_id_for
-from beam_agents.core.routes import RouteFailure, choose_route, deadline_outcome, idle_expiry
-from beam_agents.core.tracing import DEADLINE_ATTRIBUTE, identity_of, trace_id_for
+from beam_agents.core.observability import DEADLINE_ATTRIBUTE, identity_of, trace_id_for
 from beam_agents.hitl import Deny, Drop, Escalate, FallbackContext, HitlPolicy
 from beam_agents.testing import EnvelopeStream, FailFirstCommit, epoch_clock
 from tests.core.harness import Outputs, escalate, escalate_once, fingerprint, run_agent, streamed

@@ -16,12 +16,17 @@ from apache_beam.pvalue import TaggedOutput
 
 from beam_agents import AgentConfig
 from beam_agents._protos import AgentEnvelope, Continuation, ToolIntent, ToolResult
-from beam_agents.core.agent import INTENT_NAMESPACE, Complete, Suspend, intent_id_for
+from beam_agents.core.activation import escalate
+from beam_agents.core.agent import (
+    INTENT_NAMESPACE,
+    Complete,
+    Suspend,
+    intent_id_for,
+    namespace_uuid,
+)
 from beam_agents.core.context import ActivationContext
-from beam_agents.core.continuation import escalate
 from beam_agents.core.dofn import INTENTS_TAG, AgentDoFn
-from beam_agents.core.ids import namespace_uuid
-from beam_agents.core.tracing import TraceRecorder, trace_id_for
+from beam_agents.core.observability import TraceRecorder, trace_id_for
 from tests.core.harness import InMemoryKeyState
 
 K = b"acct-1"

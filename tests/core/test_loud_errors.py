@@ -23,12 +23,11 @@ from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiRunner
 from beam_agents import AgentConfig, Complete, RunAgent
 from beam_agents._protos import AgentEnvelope, AgentError, Continuation, ToolResult
 from beam_agents.core import failures, loudness
+from beam_agents.core.activation import RouteFailure, choose_route, deadline_outcome
 from beam_agents.core.agent import AgentFn
 from beam_agents.core.context import ActivationContext
 from beam_agents.core.dofn import AgentDoFn
-from beam_agents.core.failures import explain
-from beam_agents.core.loudness import ErrorLog, log_line
-from beam_agents.core.routes import RouteFailure, choose_route, deadline_outcome
+from beam_agents.core.observability import ErrorLog, explain, log_line
 from beam_agents.hitl import Deny, FallbackContext, HitlPolicy
 from tests.core.harness import InMemoryKeyState, created, event, main_outputs, run_agent, tally
 
@@ -280,7 +279,7 @@ def test_a_runtime_error_keeps_the_agents_frame_and_where_it_was_raised() -> Non
     assert error.detail.startswith("MemorySlotError: ") and at in error.detail
     files = re.findall(r'  File "([^"]+)"', error.traceback)
     assert len(files) == 2
-    assert files[0].endswith(THIS_FILE) and files[1].endswith("memory.py")
+    assert files[0].endswith(THIS_FILE) and files[1].endswith("state.py")
 
 
 def test_a_chained_cause_is_kept() -> None:

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from beam_agents._protos import MemoryState
-from beam_agents.core.errors import MemoryLimitError, MemorySlotError, StateSchemaError
-from beam_agents.core.memory import MEMORY_CAP_BYTES, WorkingMemory
+from beam_agents.core.agent import MemoryLimitError, MemorySlotError, StateSchemaError
+from beam_agents.core.state import MEMORY_CAP_BYTES, WorkingMemory
 
 
 def reload(memory: WorkingMemory) -> WorkingMemory:

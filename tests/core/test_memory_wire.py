@@ -10,16 +10,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from beam_agents._protos import MemorySlot, MemoryState, RingItems
-from beam_agents.core import _memory_wire
-from beam_agents.core._memory_wire import (
+from beam_agents.core import state as _memory_wire
+from beam_agents.core.agent import MemoryLimitError, MemorySlotError, StateSchemaError
+from beam_agents.core.state import (
     LARGE_CONTENT_BYTES,
+    MEMORY_CAP_BYTES,
     MEMORY_SCHEMA_VERSION,
     RawSlot,
+    WorkingMemory,
     encode_memory,
     scan,
 )
-from beam_agents.core.errors import MemoryLimitError, MemorySlotError, StateSchemaError
-from beam_agents.core.memory import MEMORY_CAP_BYTES, WorkingMemory
 
 Content = bytes | list[bytes]
 

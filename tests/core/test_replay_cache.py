@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from beam_agents._protos import ModelCache, ModelCacheEntry
-from beam_agents.model.cache import ReplayCache, replay_cache_key, replayed_response
+from beam_agents.core.model_calls import ReplayCache, replay_cache_key, replayed_response
 from beam_agents.model.client import LlmRequest
 from beam_agents.model.fake import FakeLLM, match_any, respond_with_tool_calls
 

@@ -12,7 +12,7 @@ import json
 from beam_agents import AgentConfig, Complete, Suspend, intent_id_for
 from beam_agents._protos import AgentEnvelope, ToolResult, TraceEvent
 from beam_agents.core.context import ActivationContext
-from beam_agents.core.tracing import trace_id_for
+from beam_agents.core.observability import trace_id_for
 from beam_agents.testing import EnvelopeStream
 from tests.core.harness import fan_out, run_agent, streamed
 

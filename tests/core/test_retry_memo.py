@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from beam_agents.core.model_gateway import ProviderAnswer
-from beam_agents.core.retry_memo import MEMO_MAX_SCOPES, AnswerMemo, answer_memo
+from beam_agents.core.model_calls import MEMO_MAX_SCOPES, AnswerMemo, ProviderAnswer, answer_memo
 from beam_agents.model.client import LlmResponse
 
 

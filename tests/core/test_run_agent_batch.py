@@ -21,7 +21,7 @@ from beam_agents._protos import (
     TraceEvent,
 )
 from beam_agents.core.context import ActivationContext
-from beam_agents.core.tracing import identity_of, trace_id_for
+from beam_agents.core.observability import identity_of, trace_id_for
 from beam_agents.model.client import LlmRequest
 from beam_agents.model.fake import FakeLLM, match_contains, respond_with
 from tests.core.harness import (

@@ -13,16 +13,16 @@ import pytest
 
 from beam_agents import AgentConfig, Complete
 from beam_agents._protos import ModelCache, ToolResult, TraceEvent
+from beam_agents.core.activation import admit, suspend
 from beam_agents.core.context import ActivationContext, staged
-from beam_agents.core.continuation import admit, suspend
-from beam_agents.core.memory import WorkingMemory
-from beam_agents.core.tracing import (
+from beam_agents.core.observability import (
     DEADLINE_ATTRIBUTE,
     MEMORY_SLOTS_ATTRIBUTE,
     TraceRecorder,
     identity_of,
     trace_id_for,
 )
+from beam_agents.core.state import WorkingMemory
 from beam_agents.model.client import LlmRequest
 from beam_agents.model.fake import FakeLLM, match_any, respond_with
 from tests.core.harness import created, event, run_agent

@@ -1,0 +1,458 @@
+"""Model calls: the replay cache, the retry memo and the gateway every call goes through.
+
+The replay cache keeps a run's committed calls in its continuation, keyed by request content
+and ``(key, seq, step_index)``, so a resumed or retried activation replays them (invariant 3).
+The gateway adds retries, circuit breakers and the process-wide retry memo on a cache miss.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import random
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+from beam_agents._protos import ModelCache, ModelCacheEntry, canonical_json
+from beam_agents.core.agent import enter_task
+from beam_agents.model.client import (
+    LlmRequest,
+    LlmResponse,
+    ProviderError,
+    TokenUsage,
+    as_model_client,
+    decode_with,
+)
+from beam_agents.model.resilience import (
+    Attempt,
+    CircuitBreakers,
+    CircuitOpenError,
+    RetryPolicy,
+    call_with_resilience,
+)
+
+CACHE_SCHEMA_VERSION = 1
+"""The ``ModelCache.schema_version`` this code writes and the newest it reads."""
+
+DEFAULT_MAX_ENTRIES = 64
+"""Default bound on the number of cached calls per key."""
+
+DEFAULT_MAX_BYTES = 512 * 1024
+"""Default bound on a key's serialized replay cache, in bytes."""
+
+
+def replay_cache_key(request: LlmRequest, entity_key: bytes, seq: int, step_index: int) -> str:
+    """The cache key of ``request`` made by run ``seq`` of ``entity_key`` at ``step_index``."""
+    return cache_key_for_digest(request.content_digest(), entity_key, seq, step_index)
+
+
+def cache_key_for_digest(request_digest: str, entity_key: bytes, seq: int, step_index: int) -> str:
+    """:func:`replay_cache_key` for a request whose ``content_digest()`` is already known."""
+    position = f"{request_digest}|{entity_key.hex()}|{seq}|{step_index}"
+    return hashlib.sha256(position.encode("ascii")).hexdigest()
+
+
+def replayed_response(client: object, entry: ModelCacheEntry) -> LlmResponse:
+    """Rebuild the response stored in ``entry``, with the token usage recorded at the call."""
+    response = decode_with(client, entry.response)
+    usage = TokenUsage(input_tokens=entry.input_tokens, output_tokens=entry.output_tokens)
+    return dataclasses.replace(response, usage=usage)
+
+
+class ReplayCache:
+    """A key's replay cache as one activation sees it: committed entries plus staged ones.
+
+    Built from the decoded committed ``ModelCache`` (or ``None`` for an empty one), which it
+    never modifies, and, if at hand, the bytes it was decoded from (``serialized``), which
+    spares serializing it again; :meth:`encode` applies the bounds.
+
+    Committed entries are not indexed up front: wrapping each of them in a Python object would
+    cost more than the rest of a model call's bookkeeping at a full cache. An entry stores its
+    key verbatim, so a key whose bytes occur nowhere in the serialized committed cache is in no
+    entry; only a key that passes that test (a replay) makes the entries indexed.
+    """
+
+    __slots__ = (
+        "_absent",
+        "_committed",
+        "_committed_blob",
+        "_index",
+        "_max_bytes",
+        "_max_entries",
+        "_staged",
+        "_superseded",
+    )
+
+    def __init__(
+        self,
+        committed: ModelCache | None,
+        *,
+        max_entries: int,
+        max_bytes: int,
+        serialized: bytes | None = None,
+    ) -> None:
+        self._max_entries = max_entries
+        self._max_bytes = max_bytes
+        self._committed = committed if committed is not None and committed.entries else None
+        self._committed_blob = serialized
+        self._index: dict[str, int] | None = None
+        self._absent: set[str] = set()
+        """Keys the byte test ruled out (a miss is looked up, then recorded)."""
+        self._superseded: set[int] = set()
+        """Positions of committed entries replaced by a staged one with the same key."""
+        self._staged: dict[str, ModelCacheEntry] = {}
+
+    def _committed_position(self, cache_key: str) -> int | None:
+        committed = self._committed
+        if committed is None:
+            return None
+        if self._index is None:
+            if cache_key in self._absent:
+                return None
+            if self._committed_blob is None:
+                self._committed_blob = committed.SerializeToString()
+            if cache_key.encode() not in self._committed_blob:
+                self._absent.add(cache_key)
+                return None
+            self._index = {entry.cache_key: at for at, entry in enumerate(committed.entries)}
+        return self._index.get(cache_key)
+
+    def lookup(self, cache_key: str) -> ModelCacheEntry | None:
+        """The entry stored under ``cache_key``, or ``None``."""
+        staged = self._staged.get(cache_key)
+        if staged is not None:
+            return staged
+        position = self._committed_position(cache_key)
+        if position is None or self._committed is None:
+            return None
+        return self._committed.entries[position]
+
+    def record(self, entry: ModelCacheEntry) -> None:
+        """Stage ``entry`` as the newest one."""
+        cache_key = entry.cache_key
+        self._staged.pop(cache_key, None)
+        self._staged[cache_key] = entry
+        position = self._committed_position(cache_key)
+        if position is not None:
+            self._superseded.add(position)
+
+    @property
+    def changed(self) -> bool:
+        """Whether this activation recorded anything."""
+        return bool(self._staged)
+
+    def __len__(self) -> int:
+        committed = self._committed
+        kept = 0 if committed is None else len(committed.entries) - len(self._superseded)
+        return kept + len(self._staged)
+
+    def encode(self) -> bytes:
+        """The serialized, bounded ``ModelCache``; ``b""`` when nothing is kept."""
+        cache = ModelCache()
+        if self._committed is not None:
+            # One copy in C, then trimmed in place: far cheaper than rebuilding the message
+            # from Python objects for every committed entry.
+            cache.CopyFrom(self._committed)
+            for position in sorted(self._superseded, reverse=True):
+                del cache.entries[position]
+        cache.schema_version = CACHE_SCHEMA_VERSION
+        entries = cache.entries
+        staged = list(self._staged.values())
+        excess = len(entries) + len(staged) - self._max_entries
+        if excess > 0:
+            dropped = min(excess, len(entries))
+            del entries[:dropped]
+            staged = staged[excess - dropped :]
+        entries.extend(staged)
+        if not entries:
+            return b""
+        blob = cache.SerializeToString(deterministic=True)
+        if len(blob) <= self._max_bytes:
+            return blob
+        while entries and cache.ByteSize() > self._max_bytes:
+            del entries[0]
+        if not entries:
+            return b""
+        return cache.SerializeToString(deterministic=True)
+
+
+class _Answer(Protocol):
+    @property
+    def response(self) -> LlmResponse: ...
+
+
+_A = TypeVar("_A", bound=_Answer)
+
+MEMO_MAX_ENTRIES = 1_024
+"""Answers one ``RunAgent`` keeps per process, oldest dropped first."""
+MEMO_MAX_BYTES = 16 << 20
+"""Raw response bytes one ``RunAgent`` keeps per process, oldest dropped first."""
+
+
+class AnswerMemo(Generic[_A]):
+    """A bounded, thread-safe map from replay-cache key to the provider's answer."""
+
+    def __init__(self, max_entries: int = MEMO_MAX_ENTRIES, max_bytes: int = MEMO_MAX_BYTES):
+        self._answers: OrderedDict[str, _A] = OrderedDict()
+        self._bytes = 0
+        self._max_entries = max_entries
+        self._max_bytes = max_bytes
+        self._lock = threading.Lock()
+
+    def get(self, cache_key: str) -> _A | None:
+        """The answer kept for ``cache_key``, if any."""
+        with self._lock:
+            return self._answers.get(cache_key)
+
+    def put(self, cache_key: str, answer: _A) -> None:
+        """Keep ``answer``; drop the oldest answers past the bounds."""
+        size = len(answer.response.response)
+        if size > self._max_bytes:
+            return
+        with self._lock:
+            previous = self._answers.pop(cache_key, None)
+            if previous is not None:
+                self._bytes -= len(previous.response.response)
+            self._answers[cache_key] = answer
+            self._bytes += size
+            while len(self._answers) > self._max_entries or self._bytes > self._max_bytes:
+                _, dropped = self._answers.popitem(last=False)
+                self._bytes -= len(dropped.response.response)
+
+    def __len__(self) -> int:
+        return len(self._answers)
+
+
+MEMO_MAX_SCOPES = 8
+"""``RunAgent``s a process keeps memos for, the least recently set up dropped first (a test
+suite or a notebook builds many pipelines in one process)."""
+
+_MEMOS: OrderedDict[str, AnswerMemo[Any]] = OrderedDict()
+_MEMOS_LOCK = threading.Lock()
+
+
+def answer_memo(scope: str) -> AnswerMemo[Any]:
+    """The process's memo for ``scope`` (one per ``RunAgent``), created on first use."""
+    with _MEMOS_LOCK:
+        memo = _MEMOS.pop(scope, None)
+        if memo is None:
+            memo = AnswerMemo()
+        _MEMOS[scope] = memo
+        while len(_MEMOS) > MEMO_MAX_SCOPES:
+            _MEMOS.popitem(last=False)
+        return memo
+
+
+METRICS_NAMESPACE = "beam_agents"
+"""The namespace of the runtime's Beam metrics."""
+
+MODEL_CALLS = "model_calls"
+"""Counter: model calls that missed the replay cache and went to the provider (one per call,
+whatever its number of attempts, failed calls included)."""
+MODEL_CACHE_HITS = "model_cache_hits"
+"""Counter: model calls served from the replay cache."""
+MODEL_RETRIES = "model_retries"
+"""Counter: provider attempts beyond the first of each call."""
+MODEL_CALL_FAILURES = "model_call_failures"
+"""Counter: model calls that failed after their retries (or at once, when not retryable)."""
+MODEL_INPUT_TOKENS = "model_input_tokens"
+"""Counter: input tokens the provider reported (replayed calls spend none)."""
+MODEL_OUTPUT_TOKENS = "model_output_tokens"
+"""Counter: output tokens the provider reported (replayed calls spend none)."""
+
+MODEL_COUNTERS = (
+    MODEL_CALLS,
+    MODEL_CACHE_HITS,
+    MODEL_RETRIES,
+    MODEL_CALL_FAILURES,
+    MODEL_INPUT_TOKENS,
+    MODEL_OUTPUT_TOKENS,
+)
+"""Every counter the gateway increments."""
+
+_SINGLE_ATTEMPT = RetryPolicy(max_attempts=1)
+
+
+class ModelMetrics(Protocol):
+    """Where the gateway counts what it does (Beam counters in the runtime)."""
+
+    def inc(self, name: str, value: int = 1) -> None:
+        """Add ``value`` to the counter ``name`` (one of :data:`MODEL_COUNTERS`)."""
+
+
+class _Uncounted:
+    """A :class:`ModelMetrics` that keeps nothing, for gateways used outside a pipeline."""
+
+    def inc(self, name: str, value: int = 1) -> None:
+        """Ignore the increment."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderAnswer:
+    """A provider's response and how many attempts reaching the provider it took."""
+
+    response: LlmResponse
+    attempts: int
+
+
+class ModelGateway:
+    """Calls one ``DoFn`` instance's model client with retries and circuit breaking.
+
+    ``client`` is a ``ModelClient``, or any object with ``async complete(request)``, adapted
+    by ``as_model_client``; :attr:`client` is the object as given. ``retry_policy`` ``None``
+    makes one attempt per call; ``breakers`` ``None`` disables circuit breaking. Breakers are
+    keyed by the client's ``endpoint_key(request)``. Each call first moves into an asyncio task
+    (``bridge.enter_task``) unless the client says ``needs_asyncio_task = False``.
+    """
+
+    __slots__ = (
+        "_breakers",
+        "_client",
+        "_memo",
+        "_metrics",
+        "_needs_task",
+        "_policy",
+        "_rng",
+        "client",
+        "provider_name",
+    )
+
+    def __init__(
+        self,
+        client: object,
+        *,
+        retry_policy: RetryPolicy | None = None,
+        breakers: CircuitBreakers | None = None,
+        metrics: ModelMetrics | None = None,
+        memo: AnswerMemo[ProviderAnswer] | None = None,
+    ) -> None:
+        try:
+            adapted = as_model_client(client)
+        except TypeError:
+            raise TypeError(
+                f"provider_factory returned {type(client).__name__}, which has no "
+                "`async complete(request)` method"
+            ) from None
+        self.client = client
+        self._client = adapted
+        self.provider_name = adapted.gen_ai_provider_name
+        self._needs_task = adapted.needs_asyncio_task
+        self._policy = _SINGLE_ATTEMPT if retry_policy is None else retry_policy
+        self._breakers = breakers
+        self._metrics: ModelMetrics = _Uncounted() if metrics is None else metrics
+        # One source of backoff jitter per gateway, not one seeded per call.
+        self._rng = random.Random()
+        self._memo = memo
+
+    async def _call_once(self, request: LlmRequest) -> LlmResponse:
+        response = await self._client.complete(request)
+        if not isinstance(response, LlmResponse):
+            raise TypeError(
+                f"{type(self.client).__name__}.complete returned "
+                f"{type(response).__name__}, not an LlmResponse"
+            )
+        return response
+
+    async def complete(
+        self, request: LlmRequest, *, budget_s: float | None = None, memo_key: str = ""
+    ) -> ProviderAnswer:
+        """Send ``request`` to the provider, retrying retryable errors within ``budget_s``.
+
+        A ``ProviderError`` that ends the call (retries exhausted, not retryable, or the
+        circuit open) propagates with a note saying how many attempts were made. With a
+        ``memo_key`` (the call's replay-cache key) and a memo, an answer this process already
+        got for that key is returned as it was (``core/retry_memo.py``).
+        """
+        memo = self._memo
+        if memo is not None and memo_key:
+            kept = memo.get(memo_key)
+            if kept is not None:
+                return kept
+            answer = await self._call(request, budget_s)
+            memo.put(memo_key, answer)
+            return answer
+        return await self._call(request, budget_s)
+
+    async def _call(self, request: LlmRequest, budget_s: float | None) -> ProviderAnswer:
+        if self._needs_task:
+            await enter_task()
+        attempts: list[Attempt] = []
+        breaker = None
+        if self._breakers is not None:
+            breaker = self._breakers.for_endpoint(self._client.endpoint_key(request))
+        metrics = self._metrics
+        metrics.inc(MODEL_CALLS)
+        try:
+            response = await call_with_resilience(
+                lambda: self._call_once(request),
+                policy=self._policy,
+                breaker=breaker,
+                budget_s=budget_s,
+                on_attempt=attempts.append,
+                rng=self._rng,
+            )
+        except ProviderError as error:
+            reached = _reached_provider(attempts)
+            metrics.inc(MODEL_CALL_FAILURES)
+            if reached > 1:
+                metrics.inc(MODEL_RETRIES, reached - 1)
+            error.add_note(
+                f"the model call to {request.model_id or 'the default model'} failed after "
+                f"{reached} attempt(s) reaching the provider"
+            )
+            raise
+        reached = _reached_provider(attempts)
+        if reached > 1:
+            metrics.inc(MODEL_RETRIES, reached - 1)
+        metrics.inc(MODEL_INPUT_TOKENS, response.usage.input_tokens)
+        metrics.inc(MODEL_OUTPUT_TOKENS, response.usage.output_tokens)
+        return ProviderAnswer(response, reached)
+
+    def replay(self, entry: ModelCacheEntry) -> LlmResponse:
+        """The response recorded in ``entry``, decoded by this gateway's client."""
+        self._metrics.inc(MODEL_CACHE_HITS)
+        return replayed_response(self._client, entry)
+
+    async def aclose(self) -> None:
+        """Close the client through its ``aclose`` hook, inside an asyncio task."""
+        await enter_task()
+        await self._client.aclose()
+
+    def trace_attributes(
+        self, request: LlmRequest, response: LlmResponse, *, attempts: int, cache_hit: bool
+    ) -> dict[str, str]:
+        """The ``LLM_CALL`` attributes: OpenTelemetry GenAI names plus ``beam_agents.*``.
+
+        Every value is a function of the request and the (possibly replayed) response, never
+        of the wall clock, so traces stay deterministic. ``finish_reasons`` is a JSON array.
+        """
+        requested = request.model_id or self._client.model
+        usage = response.usage
+        reason: object = response.stop_reason  # typed str, but a client may break the type
+        return {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": self.provider_name,
+            "gen_ai.request.model": requested,
+            "gen_ai.response.model": response.model,
+            "gen_ai.usage.input_tokens": str(usage.input_tokens),
+            "gen_ai.usage.output_tokens": str(usage.output_tokens),
+            "gen_ai.response.finish_reasons": _finish_reasons(reason)
+            if isinstance(reason, str)
+            else canonical_json([reason] if reason else []),
+            "beam_agents.cache_hit": "true" if cache_hit else "false",
+            "beam_agents.attempts": str(attempts),
+        }
+
+
+@functools.lru_cache(maxsize=64)
+def _finish_reasons(stop_reason: str) -> str:
+    """``gen_ai.response.finish_reasons``: a JSON array (providers use a handful of reasons)."""
+    return canonical_json([stop_reason] if stop_reason else [])
+
+
+def _reached_provider(attempts: list[Attempt]) -> int:
+    """How many of ``attempts`` reached the provider (an open circuit refuses without it)."""
+    return sum(1 for attempt in attempts if not isinstance(attempt.error, CircuitOpenError))
