@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 READY := $(VENV)/.ready
 
-.PHONY: test demo backtest-demo proto lint bench clean
+.PHONY: test lint docs dist demo backtest-demo proto bench clean
 
 $(READY): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -12,11 +12,20 @@ $(READY): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $@
 
-## test: the whole suite (unit, integration, examples, semantics gates, benchmark smoke runs),
-## one test file per worker process, a worker per CPU (TEST_WORKERS=0 runs it in this process)
+## test: lint, then the whole suite (unit, integration, examples, semantics gates, the docs
+## build, the wheel, benchmark smoke runs), one test file per worker process, a worker per CPU
+## (TEST_WORKERS=0 runs it in this process)
 TEST_WORKERS ?= logical
-test: $(READY)
+test: lint
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+
+## docs: the documentation site, built strictly into site/
+docs: $(READY)
+	$(BIN)/mkdocs build --strict --site-dir site
+
+## dist: the wheel and the sdist, into dist/
+dist: $(READY)
+	$(BIN)/python -m build --outdir dist
 
 ## proto: regenerate beam_agents/_protos from protos/
 proto: $(READY)
@@ -41,4 +50,4 @@ backtest-demo: $(READY)
 	$(BIN)/python examples/backtest_demo.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site dist build
