@@ -27,8 +27,6 @@ from google.genai import types
 from beam_agents import AgentConfig, FakeLLM, LlmRequest, ToolRegistry, intent_id_for, tool
 from beam_agents._protos import ToolIntent, ToolResult
 from beam_agents.adapters import AdapterUsageError
-from beam_agents.adapters._adk_model import adk_response
-from beam_agents.adapters._bridge import FrameworkAgent
 from beam_agents.adapters.adk import (
     AdkAgent,
     AdkSessionTooLargeError,
@@ -39,6 +37,8 @@ from beam_agents.adapters.adk import (
     neutral_request,
     trim_events,
 )
+from beam_agents.adapters.adk._calls import adk_response
+from beam_agents.adapters.base import FrameworkAgent
 from beam_agents.model.client import LlmResponse, TokenUsage, ToolCall
 from beam_agents.model.fake import match_any, respond_with_fn
 from beam_agents.testing import EnvelopeStream

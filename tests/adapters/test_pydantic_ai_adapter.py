@@ -32,11 +32,11 @@ from beam_agents import (
     tool,
 )
 from beam_agents._protos import ToolIntent, ToolResult
-from beam_agents.adapters import AdapterUsageError, current_bridge
-from beam_agents.adapters._pydantic_ai_history import HistoryLimits
+from beam_agents.adapters import AdapterUsageError, current_activation
 from beam_agents.adapters.pydantic_ai import (
     BeamModel,
     BeamToolset,
+    HistoryLimits,
     HistoryTooLargeError,
     PydanticAIAgent,
 )
@@ -475,12 +475,12 @@ def test_a_tool_outside_the_registry_warns_once(caplog: pytest.LogCaptureFixture
 
 
 def build_noting_agent() -> Agent[None, str]:
-    """A tool stages an effect through the bridge and does not wait for it."""
+    """A tool stages an effect through the adapter activation and does not wait for it."""
     agent = Agent(system_prompt="You take notes.")
 
     @agent.tool_plain
     def note() -> str:
-        current_bridge().act("apply_effect", {"event_id": "n", "amount": 1})
+        current_activation().act("apply_effect", {"event_id": "n", "amount": 1})
         return "noted"
 
     return agent
@@ -507,7 +507,7 @@ def test_an_empty_tool_registry_is_warned_of(caplog: pytest.LogCaptureFixture) -
     provider = SharedProvider(scenario.triage_model())
     stream = EnvelopeStream().event(b"no-tools", _event("no-tools"), at_ms=1_000)
     config = AgentConfig(provider_factory=provider)  # the registry was forgotten
-    with caplog.at_level(logging.WARNING, logger="beam_agents.adapters._pydantic_ai_tools"):
+    with caplog.at_level(logging.WARNING, logger="beam_agents.adapters.pydantic_ai._calls"):
         run_agent(streamed(stream), triage_agent, config, streaming=True)
     assert any("offers the model no tools" in r.getMessage() for r in caplog.records)
 

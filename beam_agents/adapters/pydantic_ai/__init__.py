@@ -5,22 +5,32 @@ history): the replay prefix hands back the model answers and intent ids of the a
 before, so the run re-walks to where it stopped without calling the provider again. The model
 is :class:`BeamModel` (``ctx.call_model``), the registry tools come from :class:`BeamToolset`;
 approval requests of approval-required tools become approval intents, and the decision
-resumes the run natively (``deferred_tool_results``) in the same activation. See
-``beam_agents/adapters/README.md``.
+resumes the run natively (``deferred_tool_results``) in the same activation. The key's message
+history is one working-memory slot, read when a run starts and written only when it completes,
+cut to the latest messages and bytes at a turn boundary. See ``beam_agents/adapters/README.md``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
-from typing import Any, ClassVar
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
 
-from pydantic_ai import Agent, RunContext
+from pydantic_ai import Agent, ModelMessagesTypeAdapter, RunContext
 from pydantic_ai.agent import AbstractAgent
 from pydantic_ai.capabilities import AbstractCapability, CombinedCapability, ToolSearch
-from pydantic_ai.messages import ModelMessage, ToolCallPart
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    SystemPromptPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
 from pydantic_ai.tools import (
     DeferredToolRequests,
     DeferredToolResults,
@@ -30,28 +40,25 @@ from pydantic_ai.tools import (
 )
 from pydantic_ai.toolsets import AbstractToolset, FunctionToolset
 
-from beam_agents import Complete, Suspend
-from beam_agents.adapters._bridge import (
-    ActivationBridge,
+from beam_agents.adapters.base import (
+    AdapterActivation,
     AdapterUsageError,
     Decision,
     FrameworkAgent,
     Pending,
-    current_bridge,
+    current_activation,
 )
-from beam_agents.adapters._pydantic_ai_history import (
-    HISTORY_SLOT,
-    HistoryLimits,
-    HistoryTooLargeError,
-)
-from beam_agents.adapters._pydantic_ai_model import BeamModel, UnsupportedContentError
-from beam_agents.adapters._pydantic_ai_tools import (
+from beam_agents.adapters.pydantic_ai._calls import (
     INTENT_METADATA_KEY,
     ApprovalRule,
+    BeamModel,
     BeamToolset,
+    UnsupportedContentError,
     beam_toolset,
     call_key,
 )
+from beam_agents.core.agent import Complete, Suspend
+from beam_agents.core.state import MEMORY_CAP_BYTES
 
 __all__ = [
     "ADAPTER",
@@ -172,37 +179,37 @@ class PydanticAIAgent(FrameworkAgent[AbstractAgent[Any, Any]]):
             )
         return built
 
-    async def activate(self, bridge: ActivationBridge) -> Complete | Suspend:
+    async def activate(self, activation: AdapterActivation) -> Complete | Suspend:
         """One activation: re-walk the run, answer approvals, suspend or complete."""
         agent = self.built()
-        event = bridge.event
+        event = activation.event
         only_registry = self._registry_tools_only(agent)
         run = self._run_options(agent, only_registry)
         run["deps"] = None if self._deps is None else self._deps(event)
-        history = self._history.load(bridge.ctx.memory)
+        history = self._history.load(activation.ctx.memory)
         tools = self._agent_tools(agent) if only_registry else None
         if tools is None:
-            return await self._walk(agent, bridge, history, run)
+            return await self._walk(agent, activation, history, run)
         # The registry tools stand in for the agent's own (empty) function tools: one toolset.
         run["toolsets"] = []
         with agent.override(tools=tools):
-            return await self._walk(agent, bridge, history, run)
+            return await self._walk(agent, activation, history, run)
 
     async def _walk(
         self,
         agent: AbstractAgent[Any, Any],
-        bridge: ActivationBridge,
+        activation: AdapterActivation,
         history: list[ModelMessage],
         run: dict[str, Any],
     ) -> Complete | Suspend:
         """Run the agent from the event and ``history``, resuming it past every approval."""
-        result = await agent.run(self._prompt(bridge.event), message_history=history, **run)
+        result = await agent.run(self._prompt(activation.event), message_history=history, **run)
         rounds = 0
         while isinstance(result.output, DeferredToolRequests):
             messages: list[ModelMessage] = result.all_messages()
-            approvals = self._decide(bridge, result.output, messages)
+            approvals = self._decide(activation, result.output, messages)
             if approvals is None:
-                return bridge.suspend(timeout_ms=self._suspend_timeout_ms)
+                return activation.suspend(timeout_ms=self._suspend_timeout_ms)
             rounds += 1
             if rounds > self._max_approval_rounds:
                 raise PydanticAIAdapterError(
@@ -211,9 +218,9 @@ class PydanticAIAgent(FrameworkAgent[AbstractAgent[Any, Any]]):
                 )
             results = DeferredToolResults(approvals=approvals)
             result = await agent.run(message_history=messages, deferred_tool_results=results, **run)
-        outcome = bridge.finish(result.output, timeout_ms=self._suspend_timeout_ms)
+        outcome = activation.finish(result.output, timeout_ms=self._suspend_timeout_ms)
         if isinstance(outcome, Complete):  # a run still waiting re-walks from the same history
-            self._history.save(bridge.ctx.memory, result.all_messages())
+            self._history.save(activation.ctx.memory, result.all_messages())
         return outcome
 
     def _agent_tools(self, agent: AbstractAgent[Any, Any]) -> tuple[Any, ...] | None:
@@ -293,7 +300,7 @@ class PydanticAIAgent(FrameworkAgent[AbstractAgent[Any, Any]]):
 
     def _decide(
         self,
-        bridge: ActivationBridge,
+        activation: AdapterActivation,
         requests: DeferredToolRequests,
         messages: Sequence[ModelMessage],
     ) -> dict[str, bool | ToolApproved | ToolDenied] | None:
@@ -312,7 +319,7 @@ class PydanticAIAgent(FrameworkAgent[AbstractAgent[Any, Any]]):
         waiting = bool(requests.calls)
         for call in requests.approvals:
             payload = {"tool": call.tool_name, "arguments": call.args_as_dict()}
-            answer = bridge.request_approval(
+            answer = activation.request_approval(
                 payload, call_key=call_key("pydantic_ai.approval", messages, call.tool_call_id)
             )
             if isinstance(answer, Pending):
@@ -365,7 +372,7 @@ class _LocalToolWarning(AbstractCapability[Any]):
         args: dict[str, Any],
     ) -> dict[str, Any]:
         name = tool_def.name
-        if name not in _WARNED_TOOLS and name not in current_bridge().ctx.tool_registry:
+        if name not in _WARNED_TOOLS and name not in current_activation().ctx.tool_registry:
             with _WARNED_LOCK:
                 first = name not in _WARNED_TOOLS
                 _WARNED_TOOLS.add(name)
@@ -432,3 +439,128 @@ def _check_pickles(agent: AbstractAgent[Any, Any]) -> None:
             "RunAgent pickles its agent; pass a zero-argument function that builds the Agent "
             "instead: PydanticAIAgent(build_agent, ...)"
         ) from None
+
+
+# -- the message history in ctx.memory ----------------------------------------------------
+HISTORY_SLOT = "beam_agents.pydantic_ai.history"
+"""The working-memory slot holding the key's message history (Pydantic AI's JSON)."""
+
+
+class WorkingMemory(Protocol):
+    """What the history needs of the key's working memory (``ctx.memory``)."""
+
+    def get(self, key: str) -> bytes | None: ...
+
+    def set(self, key: str, value: bytes) -> None: ...
+
+    def delete(self, key: str) -> None: ...
+
+
+class HistoryTooLargeError(ValueError):
+    """The latest turn alone is over ``history_max_bytes``: no turn boundary can cut it."""
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryLimits:
+    """How much history a key keeps: at most ``max_messages`` messages and ``max_bytes`` bytes.
+
+    ``max_messages`` is a target: a turn longer than it is kept whole. ``max_bytes`` is a hard
+    limit (:class:`HistoryTooLargeError`). ``max_messages=0`` keeps no history at all.
+    """
+
+    max_messages: int = 40
+    max_bytes: int = 256 * 1024
+    slot: str = HISTORY_SLOT
+
+    def __post_init__(self) -> None:
+        for name in ("max_messages", "max_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"history_{name} must be an int >= 0, got {value!r}")
+        if not 0 < self.max_bytes < MEMORY_CAP_BYTES:
+            raise ValueError(
+                f"history_max_bytes must be between 1 and the {MEMORY_CAP_BYTES}-byte memory "
+                f"cap, got {self.max_bytes}"
+            )
+
+    def load(self, memory: WorkingMemory) -> list[ModelMessage]:
+        """The committed history of the key (empty for a new session)."""
+        if self.max_messages == 0:
+            return []
+        blob = memory.get(self.slot)
+        return [] if not blob else list(ModelMessagesTypeAdapter.validate_json(blob))
+
+    def save(self, memory: WorkingMemory, messages: Sequence[ModelMessage]) -> None:
+        """Stage the completed run's history, cut to the limits."""
+        if self.max_messages == 0:
+            memory.delete(self.slot)
+            return
+        memory.set(self.slot, self.encode(messages))
+
+    def encode(self, messages: Sequence[ModelMessage]) -> bytes:
+        """``messages`` cut to the limits, as Pydantic AI's message JSON.
+
+        Every message is serialized once: the list whole when it has few enough messages and
+        fits (nothing to cut), else each message alone, the kept ones joined as the list's JSON
+        holds them (only a first message given the system prompt is serialized again).
+        """
+        count = len(messages)
+        if count <= self.max_messages:
+            whole = _dump(messages)
+            if len(whole) <= self.max_bytes:
+                return whole  # the first cut (none) keeps everything
+        cuts = [0, *(i for i in range(1, count) if _starts_turn(messages[i]))]
+        # Cuts keeping too many messages are skipped (but the last is taken if none fits), so
+        # only the messages from the first candidate on are serialized, each without its "[]".
+        candidates = [cut for cut in cuts if count - cut <= self.max_messages] or cuts[-1:]
+        low = candidates[0]
+        encoded = [_dump([message])[1:-1] for message in messages[low:]]
+        # after[i]: the bytes of messages[low + i :], each with its "," (or the closing "]").
+        after = [0] * (count - low + 1)
+        for index in range(count - low - 1, -1, -1):
+            after[index] = after[index + 1] + len(encoded[index]) + 1
+        kept: list[ModelMessage] = []
+        first = b""
+        for cut in candidates:
+            kept = _carry_system_prompt(messages, cut)
+            if not kept:
+                break
+            at = cut - low
+            first = encoded[at] if kept[0] is messages[cut] else _dump(kept[:1])[1:-1]
+            if len(kept) <= self.max_messages and 2 + len(first) + after[at + 1] <= self.max_bytes:
+                break
+        rest = encoded[len(encoded) - len(kept) + 1 :] if kept else []
+        blob = b"[" + b",".join([first, *rest]) + b"]" if kept else b"[]"
+        if len(blob) > self.max_bytes:
+            raise HistoryTooLargeError(
+                f"the latest turn of the Pydantic AI history is {len(blob)} bytes, over "
+                f"history_max_bytes={self.max_bytes}; raise it (below the {MEMORY_CAP_BYTES}-"
+                "byte memory cap) or return less from the tools"
+            )
+        return blob
+
+
+def _dump(messages: Sequence[ModelMessage]) -> bytes:
+    return ModelMessagesTypeAdapter.dump_json(list(messages))
+
+
+def _starts_turn(message: ModelMessage) -> bool:
+    """Whether a cut may keep ``message`` first: a user prompt answering no tool call."""
+    if not isinstance(message, ModelRequest):
+        return False
+    parts = message.parts
+    return any(isinstance(part, UserPromptPart) for part in parts) and not any(
+        isinstance(part, ToolReturnPart) for part in parts
+    )
+
+
+def _carry_system_prompt(messages: Sequence[ModelMessage], cut: int) -> list[ModelMessage]:
+    """``messages[cut:]`` with the first request's system prompt put back in front."""
+    kept = list(messages[cut:])
+    if cut == 0 or not messages or not isinstance(messages[0], ModelRequest):
+        return kept
+    system = [part for part in messages[0].parts if isinstance(part, SystemPromptPart)]
+    first = kept[0]
+    if system and isinstance(first, ModelRequest):
+        kept[0] = dataclasses.replace(first, parts=[*system, *first.parts])
+    return kept

@@ -1,8 +1,8 @@
 # mypy: disallow-untyped-calls=False
-"""The bridge every adapter shares, in a real ``RunAgent`` pipeline (no framework needed).
+"""The adapter base every adapter shares, in a real ``RunAgent`` pipeline (no framework needed).
 
 The agent below plays an adapter: it re-walks two approval requests on every activation
-through an ``ActivationBridge``, as the adapters do, and reports each decision.
+through an ``AdapterActivation``, as the adapters do, and reports each decision.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from beam_agents import AgentConfig, Complete, Suspend, ToolRegistry, intent_id_for
-from beam_agents.adapters import ActivationBridge, Decision, Pending
+from beam_agents.adapters import AdapterActivation, Decision, Pending
 from beam_agents.core.context import ActivationContext
 from beam_agents.testing import EnvelopeStream
 from beam_agents.tools.errors import ToolArgumentError
@@ -22,16 +22,16 @@ KEY = b"two-asks"
 
 async def two_approvals(ctx: ActivationContext) -> Complete | Suspend:
     """Ask about A, then about B; finish with both decisions."""
-    bridge = ActivationBridge(ctx, adapter="test")
+    activation = AdapterActivation(ctx, adapter="test")
     said: list[str] = []
     for name in ("A", "B"):
-        decision = bridge.request_approval({"ask": name}, call_key=name)
+        decision = activation.request_approval({"ask": name}, call_key=name)
         if isinstance(decision, Pending):
             # The TestStream's clock reads as the epoch: B's wait must outlast the advance.
-            return bridge.suspend(timeout_ms=5_000 if name == "A" else 60_000)
+            return activation.suspend(timeout_ms=5_000 if name == "A" else 60_000)
         assert isinstance(decision, Decision)
         said.append(f"{name}:{decision.approved}:{decision.approver}:{decision.timed_out}")
-    return bridge.finish(",".join(said))
+    return activation.finish(",".join(said))
 
 
 def test_an_escalated_approval_keeps_the_escalations_answer_on_every_re_walk() -> None:
@@ -86,11 +86,11 @@ def test_an_approval_the_effector_expired_reads_as_timed_out_not_approved() -> N
 
 async def apply_once(ctx: ActivationContext) -> Complete | Suspend:
     """Stage one side effect and finish with what it returned."""
-    bridge = ActivationBridge(ctx, adapter="test")
-    value = bridge.act("apply_effect", {"event_id": "e", "amount": 1}, call_key="only")
+    activation = AdapterActivation(ctx, adapter="test")
+    value = activation.act("apply_effect", {"event_id": "e", "amount": 1}, call_key="only")
     if isinstance(value, Pending):
-        return bridge.suspend()
-    return bridge.finish(value)
+        return activation.suspend()
+    return activation.finish(value)
 
 
 def test_a_run_waiting_only_for_an_effect_outlasts_the_deadline_for_people() -> None:
@@ -122,12 +122,12 @@ def test_a_run_waiting_only_for_an_effect_outlasts_the_deadline_for_people() -> 
 
 async def acting_badly(ctx: ActivationContext) -> Complete | Suspend:
     """An adapter-like agent staging ``apply_effect`` with arguments the tool refuses."""
-    bridge = ActivationBridge(ctx, adapter="test")
+    activation = AdapterActivation(ctx, adapter="test")
     try:
-        bridge.act("apply_effect", {"event_id": "e1", "amount": "lots"}, tool=apply_effect)
+        activation.act("apply_effect", {"event_id": "e1", "amount": "lots"}, tool=apply_effect)
     except ToolArgumentError as refused:
-        return bridge.finish(f"refused: {refused}")
-    return bridge.finish("staged")
+        return activation.finish(f"refused: {refused}")
+    return activation.finish("staged")
 
 
 @pytest.mark.parametrize("registered", [True, False], ids=["registered", "unregistered"])
@@ -145,11 +145,11 @@ def test_an_effect_with_arguments_its_tool_refuses_is_never_staged(registered: b
 
 async def acting_well(ctx: ActivationContext) -> Complete | Suspend:
     """An adapter-like agent staging a valid ``apply_effect``; reports the value it gets."""
-    bridge = ActivationBridge(ctx, adapter="test")
-    value = bridge.act("apply_effect", {"event_id": "e1", "amount": 5}, tool=apply_effect)
+    activation = AdapterActivation(ctx, adapter="test")
+    value = activation.act("apply_effect", {"event_id": "e1", "amount": 5}, tool=apply_effect)
     if isinstance(value, Pending):
-        return bridge.suspend()
-    return bridge.finish(f"{type(value).__name__}: {value}")
+        return activation.suspend()
+    return activation.finish(f"{type(value).__name__}: {value}")
 
 
 @pytest.mark.parametrize("registered", [True, False], ids=["registered", "unregistered"])

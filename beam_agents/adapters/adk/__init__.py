@@ -7,7 +7,9 @@ the activation), the run's event as the user message. Model calls go through
 the replay cache; registry tools run inline or become intents (``beam_tools``); an
 ADK tool confirmation becomes an approval intent and, once decided, is answered in the same
 activation as ADK expects (a ``FunctionResponse`` to ``adk_request_confirmation``). Anything
-unanswered suspends the run; the session is written back only when the run completes.
+unanswered suspends the run. One key is one ADK session, kept as its JSON in one memory slot
+and written back only when the run completes, trimmed to the latest whole turns that fit
+``SessionLimits``.
 
 No network: ``BeamLlm`` replaces string model names, nothing else is reached (no artifact or
 memory service, no Gemini client), and ADK's OpenTelemetry spans go nowhere unless the process
@@ -20,49 +22,44 @@ import importlib
 import logging
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar, Token
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from google.adk.agents.base_agent import BaseAgent
 from google.adk.agents.llm_agent import LlmAgent
 from google.adk.events.event import Event
 from google.adk.models.base_llm import BaseLlm
 from google.adk.runners import Runner
+from google.adk.sessions.base_session_service import (
+    BaseSessionService,
+    GetSessionConfig,
+    ListSessionsResponse,
+)
+from google.adk.sessions.session import Session
 from google.adk.tools.base_toolset import BaseToolset
 from google.adk.tools.tool_confirmation import ToolConfirmation
 from google.genai import types
 
 from beam_agents._protos import canonical_json
-from beam_agents.adapters._adk_model import (
+from beam_agents.adapters.adk._calls import (
+    PENDING_STATUS,
     AdkTranslationError,
     BeamLlm,
-    content_of,
-    neutral_request,
-    text_part,
-)
-from beam_agents.adapters._adk_session import (
-    SESSION_SLOT,
-    ActivationSessionService,
-    AdkSessionTooLargeError,
-    MemorySessionService,
-    SessionLimits,
-    bind_sessions,
-    load_session,
-    release_sessions,
-    save_session,
-    trim_events,
-)
-from beam_agents.adapters._adk_tools import (
-    PENDING_STATUS,
     BeamTool,
     ConfirmationRule,
     beam_tools,
     call_position,
+    content_of,
+    filled,
+    neutral_request,
+    text_part,
 )
-from beam_agents.adapters._bridge import ActivationBridge, FrameworkAgent, Pending
-
-if TYPE_CHECKING:
-    from beam_agents import Complete, Suspend
+from beam_agents.adapters.base import AdapterActivation, FrameworkAgent, Pending
+from beam_agents.core.agent import Complete, Suspend
+from beam_agents.core.state import MEMORY_CAP_BYTES
 
 __all__ = [
     "ADK_ADAPTER",
@@ -191,14 +188,14 @@ class AdkAgent(FrameworkAgent[BaseAgent]):
             self._closes_toolsets = _has_toolsets(agent)
         return runner
 
-    async def activate(self, bridge: ActivationBridge) -> Complete | Suspend:
+    async def activate(self, activation: AdapterActivation) -> Complete | Suspend:
         """One activation: re-walk the run from the key's committed session."""
-        ctx = bridge.ctx
+        ctx = activation.ctx
         user_id = session_user(ctx.entity_key)
         memory = ctx.memory
         session = load_session(memory, app_name=self.app_name, user_id=user_id)
         runner = self._runner()
-        event = bridge.event
+        event = activation.event
         message = content_of("user", [text_part(self.prompt(event))])
         delta = dict(self.state(event)) if self.state is not None else None
         text = ""
@@ -208,11 +205,11 @@ class AdkAgent(FrameworkAgent[BaseAgent]):
                 events = await _invoke(runner, user_id, message, delta)
                 delta = None
                 text = _final_text(events, text)
-                if bridge.waiting:
-                    return bridge.suspend(timeout_ms=self.suspend_timeout_ms)
-                answers = _answer_confirmations(bridge, events, session.events)
-                if bridge.waiting:
-                    return bridge.suspend(timeout_ms=self.suspend_timeout_ms)
+                if activation.waiting:
+                    return activation.suspend(timeout_ms=self.suspend_timeout_ms)
+                answers = _answer_confirmations(activation, events, session.events)
+                if activation.waiting:
+                    return activation.suspend(timeout_ms=self.suspend_timeout_ms)
                 if not answers:
                     break
                 message = types.Content(role="user", parts=answers)
@@ -230,11 +227,7 @@ class AdkAgent(FrameworkAgent[BaseAgent]):
             finally:
                 release_sessions(token)
         save_session(memory, session, self.session_limits)
-        return bridge.finish(self.output(text), timeout_ms=self.suspend_timeout_ms)
-
-
-_SESSIONS = ActivationSessionService()
-"""The session service of every adapter's ``Runner`` (each activation binds its own)."""
+        return activation.finish(self.output(text), timeout_ms=self.suspend_timeout_ms)
 
 
 _A2A_AGENT_MODULE = "google.adk.agents.remote_a2a_agent"
@@ -300,7 +293,7 @@ def _final_text(events: list[Event], previous: str) -> str:
 
 
 def _answer_confirmations(
-    bridge: ActivationBridge, events: list[Event], session_events: Sequence[Event]
+    activation: AdapterActivation, events: list[Event], session_events: Sequence[Event]
 ) -> list[types.Part]:
     """Ask for each confirmation ADK requested; the answers, once every one is decided.
 
@@ -326,7 +319,7 @@ def _answer_confirmations(
                 payload["payload"] = asked.payload
             position = call_position(session_events, call.id or "", REQUEST_CONFIRMATION)
             key = ("adk-confirmation", position, payload["call_id"], canonical_json(payload))
-            decision = bridge.request_approval(payload, call_key=key)
+            decision = activation.request_approval(payload, call_key=key)
             if isinstance(decision, Pending):
                 continue
             confirmation = ToolConfirmation(
@@ -387,3 +380,302 @@ def _warn_of_pipeline_tools(agent: BaseAgent) -> None:
             )
     for child in agent.sub_agents:
         _warn_of_pipeline_tools(child)
+
+
+# -- the session in ctx.memory ------------------------------------------------------------
+SESSION_SLOT = "beam_agents.adk.session.v1"
+"""The working-memory slot holding the key's ADK session (its JSON)."""
+
+
+class Slots(Protocol):
+    """The working memory's slots, as far as the session needs them (``ctx.memory``)."""
+
+    def get(self, key: str) -> bytes | None:
+        """The value in slot ``key``, or ``None``."""
+
+    def set(self, key: str, value: bytes) -> None:
+        """Put ``value`` in slot ``key``."""
+
+
+class AdkSessionTooLargeError(RuntimeError):
+    """The key's ADK session is over ``SessionLimits.hard_max_bytes`` even after trimming."""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionLimits:
+    """How much of a key's ADK session is kept between runs.
+
+    A completed run's session keeps the latest whole turns (a turn starts with a user message,
+    so function calls and their responses stay together) within ``max_events`` events and
+    ``max_bytes`` of JSON; the latest turn is always kept. A session that is still over
+    ``hard_max_bytes`` fails the run with :class:`AdkSessionTooLargeError`.
+    """
+
+    max_events: int = 200
+    max_bytes: int = 256 * 1024
+    hard_max_bytes: int = 768 * 1024
+
+    def __post_init__(self) -> None:
+        for name in ("max_events", "max_bytes", "hard_max_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"SessionLimits.{name} must be a positive int, got {value!r}")
+        if self.hard_max_bytes > MEMORY_CAP_BYTES:
+            raise ValueError(
+                f"SessionLimits.hard_max_bytes must be at most the {MEMORY_CAP_BYTES}-byte "
+                f"working-memory cap, got {self.hard_max_bytes}"
+            )
+
+
+class MemorySessionService(BaseSessionService):
+    """An ADK session service over one activation's copy of the key's session.
+
+    It holds the sessions of this activation only (no I/O); the adapter reads the session in
+    from working memory and writes it back when the run completes.
+    """
+
+    def __init__(self, sessions: list[Session] | None = None) -> None:
+        self._sessions: dict[tuple[str, str, str], Session] = {}
+        for session in sessions or ():
+            self._sessions[(session.app_name, session.user_id, session.id)] = session
+
+    async def create_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        state: dict[str, Any] | None = None,
+        session_id: str | None = None,
+    ) -> Session:
+        """A new, empty session (``session_id`` is required: one key is one session)."""
+        if not session_id:
+            raise ValueError("MemorySessionService needs a session_id (one key is one session)")
+        session = Session(id=session_id, app_name=app_name, user_id=user_id, state=state or {})
+        self._sessions[(app_name, user_id, session_id)] = session
+        return session
+
+    async def get_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        config: GetSessionConfig | None = None,
+    ) -> Session | None:
+        """The stored session itself (events appended to it are this activation's)."""
+        session = self._sessions.get((app_name, user_id, session_id))
+        if session is None or config is None:
+            return session
+        events = session.events
+        if config.after_timestamp is not None:
+            events = [event for event in events if event.timestamp >= config.after_timestamp]
+        if config.num_recent_events is not None:
+            keep = config.num_recent_events
+            events = events[len(events) - keep :] if keep else []
+        return session.model_copy(update={"events": list(events)})
+
+    async def list_sessions(
+        self, *, app_name: str, user_id: str | None = None
+    ) -> ListSessionsResponse:
+        """The sessions held, without events or state."""
+        return ListSessionsResponse(
+            sessions=[
+                Session(id=s.id, app_name=s.app_name, user_id=s.user_id)
+                for (app, user, _), s in self._sessions.items()
+                if app == app_name and (user_id is None or user == user_id)
+            ]
+        )
+
+    async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
+        """Forget the session (the next run starts a new one)."""
+        self._sessions.pop((app_name, user_id, session_id), None)
+
+    async def append_event(self, session: Session, event: Event) -> Event:
+        """Append to ``session`` and, for a filtered copy, to the stored session too."""
+        event = await super().append_event(session, event)
+        stored = self._sessions.get((session.app_name, session.user_id, session.id))
+        if stored is not None and stored is not session and not event.partial:
+            self._commit_event_to_session(stored, event)
+        return event
+
+
+_BOUND: ContextVar[MemorySessionService | None] = ContextVar(
+    "beam_agents_adk_sessions", default=None
+)
+
+
+class ActivationSessionService(BaseSessionService):
+    """The session service of a ``Runner`` shared by activations: each one's own sessions.
+
+    Every call goes to the ``MemorySessionService`` the running activation bound with
+    :func:`bound_sessions` (a context variable, so concurrent activations, each in its own
+    asyncio task, never see each other's sessions), so one ``Runner`` serves them all.
+    """
+
+    @staticmethod
+    def bound() -> MemorySessionService:
+        """The running activation's session service."""
+        service = _BOUND.get()
+        if service is None:
+            raise RuntimeError("the ADK adapter's session service was used outside an activation")
+        return service
+
+    async def create_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        state: dict[str, Any] | None = None,
+        session_id: str | None = None,
+    ) -> Session:
+        """``create_session`` of the activation's service."""
+        return await self.bound().create_session(
+            app_name=app_name, user_id=user_id, state=state, session_id=session_id
+        )
+
+    async def get_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        config: GetSessionConfig | None = None,
+    ) -> Session | None:
+        """``get_session`` of the activation's service."""
+        return await self.bound().get_session(
+            app_name=app_name, user_id=user_id, session_id=session_id, config=config
+        )
+
+    async def list_sessions(
+        self, *, app_name: str, user_id: str | None = None
+    ) -> ListSessionsResponse:
+        """``list_sessions`` of the activation's service."""
+        return await self.bound().list_sessions(app_name=app_name, user_id=user_id)
+
+    async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
+        """``delete_session`` of the activation's service."""
+        await self.bound().delete_session(app_name=app_name, user_id=user_id, session_id=session_id)
+
+    async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
+        """``get_user_state`` of the activation's service."""
+        return await self.bound().get_user_state(app_name=app_name, user_id=user_id)
+
+    async def append_event(self, session: Session, event: Event) -> Event:
+        """``append_event`` of the activation's service."""
+        return await self.bound().append_event(session, event)
+
+    async def flush(self) -> None:
+        """``flush`` of the activation's service (nothing, outside an activation)."""
+        service = _BOUND.get()
+        if service is not None:
+            await service.flush()
+
+
+_SESSIONS = ActivationSessionService()
+"""The session service of every adapter's ``Runner`` (each activation binds its own)."""
+
+
+def bind_sessions(service: MemorySessionService) -> Token[MemorySessionService | None]:
+    """Make ``service`` the one :class:`ActivationSessionService` calls go to, until released.
+
+    :func:`bound_sessions` without the context manager: pass the token to
+    :func:`release_sessions` (in a ``finally``).
+    """
+    return _BOUND.set(service)
+
+
+def release_sessions(token: Token[MemorySessionService | None]) -> None:
+    """Undo the :func:`bind_sessions` that returned ``token``."""
+    _BOUND.reset(token)
+
+
+@contextmanager
+def bound_sessions(service: MemorySessionService) -> Iterator[MemorySessionService]:
+    """Make ``service`` the one :class:`ActivationSessionService` calls go to, in the block."""
+    token = _BOUND.set(service)
+    try:
+        yield service
+    finally:
+        _BOUND.reset(token)
+
+
+_EMPTY_SESSION = Session(id="", app_name="", user_id="")
+_NEW_SESSION_FIELDS = ("id", "app_name", "user_id")
+
+
+def load_session(memory: Slots, *, app_name: str, user_id: str) -> Session:
+    """The key's committed session, or a new empty one."""
+    blob = memory.get(SESSION_SLOT)
+    if blob is None:
+        if type(user_id) is not str or type(app_name) is not str:
+            return Session(id=user_id, app_name=app_name, user_id=user_id)
+        # Session(id=..., app_name=..., user_id=...) without re-validating two str fields.
+        update = {
+            "id": user_id,
+            "app_name": app_name,
+            "user_id": user_id,
+            "state": {},
+            "events": [],
+        }
+        return filled(_EMPTY_SESSION, update, _NEW_SESSION_FIELDS)
+    session = Session.model_validate_json(blob)
+    if session.app_name != app_name:
+        session = session.model_copy(update={"app_name": app_name})
+    return session
+
+
+def save_session(memory: Slots, session: Session, limits: SessionLimits) -> None:
+    """Trim ``session`` to ``limits`` and stage it in working memory."""
+    blob = _untrimmed_blob(session, limits)
+    if blob is None:
+        kept = trim_events(session.events, limits)
+        trimmed = session.model_copy(update={"events": kept})
+        blob = trimmed.model_dump_json(exclude_none=True).encode("utf-8")
+    if len(blob) > limits.hard_max_bytes:
+        raise AdkSessionTooLargeError(
+            f"the ADK session of this key is {len(blob)} bytes after trimming to its latest "
+            f"turn, over SessionLimits.hard_max_bytes={limits.hard_max_bytes}; keep large data "
+            "out of the conversation and session state"
+        )
+    memory.set(SESSION_SLOT, blob)
+
+
+def _untrimmed_blob(session: Session, limits: SessionLimits) -> bytes | None:
+    """The whole session's JSON when :func:`trim_events` would keep every event, else ``None``.
+
+    The session's JSON holds each event's JSON (as ``Event``: hence the exact-type check), so
+    when it is within ``max_bytes`` and ``max_events``, so are the events: one encoding, and
+    none of the per-event sizing trimming needs.
+    """
+    events = session.events
+    if len(events) > limits.max_events:
+        return None
+    for event in events:
+        if type(event) is not Event:
+            return None
+    blob = session.model_dump_json(exclude_none=True).encode("utf-8")
+    return blob if len(blob) <= limits.max_bytes else None
+
+
+def trim_events(events: list[Event], limits: SessionLimits) -> list[Event]:
+    """The latest whole turns of ``events`` within ``limits`` (the latest turn always kept)."""
+    if not events:
+        return []
+    starts = [index for index, event in enumerate(events) if _starts_turn(event)]
+    if not starts or starts[0] != 0:
+        starts.insert(0, 0)
+    sizes = [len(event.model_dump_json(exclude_none=True)) + 1 for event in events]
+    suffix_bytes = [0] * (len(events) + 1)
+    for index in range(len(events) - 1, -1, -1):
+        suffix_bytes[index] = suffix_bytes[index + 1] + sizes[index]
+    for start in starts:
+        if len(events) - start <= limits.max_events and suffix_bytes[start] <= limits.max_bytes:
+            return list(events[start:])
+    return list(events[starts[-1] :])
+
+
+def _starts_turn(event: Event) -> bool:
+    """A user message (not a function response): no call or response pairs across it."""
+    if event.author != "user" or event.content is None:
+        return False
+    return not event.get_function_responses() and not event.get_function_calls()

@@ -1,39 +1,270 @@
-"""``BeamToolset``: registry tools as a Pydantic AI toolset, run the way ``RunAgent`` runs them.
+"""Pydantic AI's model and tools, answered through the running activation.
 
-A read-only tool runs inline (``ctx.run_tool``); a side-effecting one becomes an intent
-(``ctx.act``, keyed by :func:`call_key`): its value once the effector answered, else the call
-is deferred (``CallDeferred``) and the adapter suspends the run. Side-effecting tools are
-sequential in Pydantic AI's sense, so a turn stages its intents in the order the model asked.
-A registry error other than bad arguments (an unknown tool, a side-effecting tool run inline)
-is the agent's mistake, not the model's: it fails the activation instead of reaching the model.
+:class:`BeamModel` turns Pydantic AI's messages and request parameters into one neutral
+``LlmRequest`` holding only what the conversation says (no timestamps, no run or part ids), so
+a re-walked run sends byte-identical requests and the replay cache answers them.
+:class:`BeamToolset` offers registry tools: a read-only one runs inline (``ctx.run_tool``); a
+side-effecting one becomes an intent (``ctx.act``, keyed by :func:`call_key`), its value once
+the effector answered, else the call is deferred (``CallDeferred``) and the adapter suspends.
+Side-effecting tools are sequential, so a turn stages its intents in the order the model asked.
+A registry error other than bad arguments is the agent's mistake, not the model's: it fails
+the activation instead of reaching the model.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Hashable, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from typing import Any, TypeAlias
 
 from pydantic_ai import RunContext
 from pydantic_ai.exceptions import ApprovalRequired, CallDeferred, ModelRetry, ToolFailed
-from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
+from pydantic_ai.messages import (
+    InstructionPart,
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    ModelResponsePart,
+    SystemPromptPart,
+    TextContent,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models import Model, ModelRequestParameters
+from pydantic_ai.settings import ModelSettingName, ModelSettings
 from pydantic_ai.tools import Tool as AgentTool
 from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
+from pydantic_ai.usage import RequestUsage
 from pydantic_core import SchemaValidator, core_schema
 
-from beam_agents.adapters._bridge import (
+from beam_agents.adapters.base import (
     AdapterUsageError,
     IntentFailedError,
     Pending,
-    current_bridge,
+    current_activation,
 )
+from beam_agents.model.client import LlmRequest, LlmResponse
 from beam_agents.tools import Tool, ToolRegistry
 from beam_agents.tools.errors import ToolArgumentError, ToolError
 
-__all__ = ["INTENT_METADATA_KEY", "ApprovalRule", "BeamToolset", "beam_toolset", "call_key"]
+# ModelSettings fields passed on as sampling params under the same (provider-native) name.
+_SAMPLING_SETTINGS: tuple[ModelSettingName, ...] = ("temperature", "top_p", "max_tokens", "seed")
 
+
+class UnsupportedContentError(TypeError):
+    """A message part the neutral format cannot carry (files, images, native tool parts)."""
+
+
+class BeamModel(Model):
+    """A Pydantic AI ``Model`` answered through the running activation's ``ctx.call_model``.
+
+    Build it anywhere; it looks the activation up when a request is made, so using it outside
+    an adapter run raises ``AdapterUsageError``. ``sampling_params`` are sent as they are
+    (provider-native fields); ``temperature``, ``top_p``, ``max_tokens`` and ``seed`` from the
+    run's ``ModelSettings`` are added to them.
+    """
+
+    unsupported_settings = frozenset(
+        {
+            "top_k",
+            "timeout",
+            "max_retries",
+            "parallel_tool_calls",
+            "presence_penalty",
+            "frequency_penalty",
+            "logit_bias",
+            "stop_sequences",
+            "extra_headers",
+            "citations",
+            "service_tier",
+            "extra_body",
+        }
+    )
+
+    def __init__(
+        self,
+        model_id: str,
+        *,
+        sampling_params: Mapping[str, Any] | None = None,
+        settings: ModelSettings | None = None,
+    ) -> None:
+        if not isinstance(model_id, str) or not model_id:
+            raise ValueError(f"BeamModel needs a model id, got {model_id!r}")
+        super().__init__(settings=settings)
+        self._beam_model_id = model_id
+        self._sampling_params = dict(sampling_params or {})
+
+    @property
+    def model_name(self) -> str:
+        """The ``LlmRequest.model_id`` the requests carry."""
+        return self._beam_model_id
+
+    @property
+    def system(self) -> str:
+        """The provider name Pydantic AI reports: the runtime's model gateway."""
+        return "beam_agents"
+
+    async def request(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+    ) -> ModelResponse:
+        """Send the conversation through ``ctx.call_model`` and return its answer."""
+        activation = current_activation()
+        model_settings, parameters = self.prepare_request(model_settings, model_request_parameters)
+        request = self.llm_request(messages, model_settings, parameters)
+        return self.model_response(await activation.call_model(request), request)
+
+    def llm_request(
+        self,
+        messages: Sequence[ModelMessage],
+        model_settings: ModelSettings | None,
+        parameters: ModelRequestParameters,
+    ) -> LlmRequest:
+        """The neutral request for ``messages``: the same history gives the same bytes."""
+        instructions = self._get_instruction_parts(messages, parameters)
+        neutral: list[dict[str, Any]] = []
+        text = InstructionPart.join(instructions) if instructions else None
+        if text:
+            neutral.append({"role": "system", "content": text})
+        for message in messages:
+            if isinstance(message, ModelRequest):
+                neutral.extend(_request_messages(message))
+            else:
+                neutral.append(_assistant_message(message))
+        tools = [*parameters.declared_function_tools, *parameters.output_tools]
+        return LlmRequest(
+            model_id=self._beam_model_id,
+            messages=neutral,
+            tools_schema=[_tool_schema(tool) for tool in tools],
+            sampling_params=self._sampling(model_settings),
+        )
+
+    def model_response(self, response: LlmResponse, request: LlmRequest) -> ModelResponse:
+        """``response`` to ``request`` as Pydantic AI's ``ModelResponse``.
+
+        Tool call ids are kept as given; a call without one is named after the request and its
+        position in the response.
+        """
+        parts: list[ModelResponsePart] = []
+        if response.text:
+            parts.append(TextPart(content=response.text))
+        for index, call in enumerate(response.tool_calls):
+            call_id = call.id or _fallback_call_id(request, index)
+            parts.append(ToolCallPart(call.name, dict(call.arguments), tool_call_id=call_id))
+        usage = response.usage
+        return ModelResponse(
+            parts=parts,
+            usage=RequestUsage(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens),
+            model_name=response.model or self._beam_model_id,
+            provider_name=self.system,
+            provider_details={"stop_reason": response.stop_reason}
+            if response.stop_reason
+            else None,
+        )
+
+    def _sampling(self, model_settings: ModelSettings | None) -> dict[str, Any]:
+        sampling: dict[str, Any] = {}
+        settings: Mapping[str, Any] = model_settings or {}
+        for name in _SAMPLING_SETTINGS:
+            if settings.get(name) is not None:
+                sampling[name] = settings[name]
+        sampling.update(self._sampling_params)
+        return sampling
+
+
+def _fallback_call_id(request: LlmRequest, index: int) -> str:
+    """A stable id for a tool call the provider gave none (never Pydantic AI's random one).
+
+    It names the call by the request it answers and its place in the response, not by the
+    response's bytes: two turns given the same body still get different ids.
+    """
+    return f"call-{request.content_digest()[:16]}-{index}"
+
+
+def _tool_schema(tool: ToolDefinition) -> dict[str, Any]:
+    return {
+        "name": tool.name,
+        "description": tool.description or "",
+        "parameters": tool.parameters_json_schema,
+    }
+
+
+def _user_text(part: UserPromptPart) -> str:
+    if isinstance(part.content, str):
+        return part.content
+    texts: list[str] = []
+    for item in part.content:
+        if isinstance(item, str):
+            texts.append(item)
+        elif isinstance(item, TextContent):
+            texts.append(item.content)
+        else:
+            raise UnsupportedContentError(
+                f"the beam_agents model carries text only; a user prompt holds a "
+                f"{type(item).__name__}"
+            )
+    return "\n".join(texts)
+
+
+def _request_messages(message: ModelRequest) -> list[dict[str, Any]]:
+    neutral: list[dict[str, Any]] = []
+    for part in message.parts:
+        if isinstance(part, SystemPromptPart):
+            neutral.append({"role": "system", "content": part.content})
+        elif isinstance(part, UserPromptPart):
+            neutral.append({"role": "user", "content": _user_text(part)})
+        elif isinstance(part, ToolReturnPart):
+            if part.files:
+                raise UnsupportedContentError(
+                    f"the beam_agents model carries text only; tool {part.tool_name!r} "
+                    "returned files"
+                )
+            tool: dict[str, Any] = {
+                "role": "tool",
+                "tool_call_id": part.tool_call_id,
+                "content": part.model_response_str(wrap_if_error=False),
+            }
+            if part.outcome != "success":
+                tool["is_error"] = True
+            neutral.append(tool)
+        else:
+            raise UnsupportedContentError(
+                f"the beam_agents model cannot send a {type(part).__name__} "
+                "(it carries system, user and tool-result text)"
+            )
+    return neutral
+
+
+def _assistant_message(message: ModelResponse) -> dict[str, Any]:
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for part in message.parts:
+        if isinstance(part, TextPart):
+            texts.append(part.content)
+        elif isinstance(part, ToolCallPart):
+            arguments = part.args_as_dict()
+            calls.append({"id": part.tool_call_id, "name": part.tool_name, "arguments": arguments})
+        elif isinstance(part, ThinkingPart):
+            continue  # reasoning another model left in the history is not sent back
+        else:
+            raise UnsupportedContentError(
+                f"the beam_agents model cannot send back a {type(part).__name__} "
+                "(it carries text and function tool calls)"
+            )
+    assistant: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
+    if calls:
+        assistant["tool_calls"] = calls
+    return assistant
+
+
+# -- the toolset --------------------------------------------------------------------------
 INTENT_METADATA_KEY = "beam_agents.intent_id"
 """The ``DeferredToolRequests.metadata`` key naming the intent a deferred call waits for."""
 
@@ -104,7 +335,7 @@ class BeamToolset(AbstractToolset[Any]):
         """The registry offered: the one given, else the running activation's."""
         if self._registry is not None:
             return self._registry
-        return current_bridge().ctx.tool_registry
+        return current_activation().ctx.tool_registry
 
     async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
         """One Pydantic AI tool per registry tool, described by ``Tool.schema``.
@@ -196,7 +427,7 @@ class BeamToolset(AbstractToolset[Any]):
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
     ) -> Any:
         """Run the tool inline, or stage its intent; defer the call while it is unanswered."""
-        bridge = current_bridge()
+        activation = current_activation()
         registry_tool = self.registry().get(name)
         if not ctx.tool_call_approved and self._needs_approval(ctx, tool.tool_def, tool_args):
             try:  # arguments the tool refuses are the model's to fix, not a person's to judge
@@ -206,7 +437,7 @@ class BeamToolset(AbstractToolset[Any]):
             raise ApprovalRequired
         if not registry_tool.side_effect:
             try:
-                return await bridge.run_tool(name, tool_args)
+                return await activation.run_tool(name, tool_args)
             except ToolArgumentError as exc:
                 raise ModelRetry(str(exc)) from None
             except (AdapterUsageError, ToolError):  # the agent's setup is wrong: fail loudly
@@ -214,7 +445,7 @@ class BeamToolset(AbstractToolset[Any]):
             except Exception as exc:  # an inline tool failing reads as an effector ERROR result
                 raise ToolFailed(f"{name} failed: {type(exc).__name__}: {exc}") from None
         try:
-            value = bridge.act(
+            value = activation.act(
                 name,
                 tool_args,
                 call_key=call_key("pydantic_ai", ctx.messages, ctx.tool_call_id),
@@ -241,7 +472,7 @@ class BeamToolset(AbstractToolset[Any]):
 
 
 def call_key(kind: str, messages: Sequence[ModelMessage], tool_call_id: str | None) -> Hashable:
-    """The bridge's key of a tool call: ``(kind, position of its response, tool call id)``.
+    """The activation's key of a tool call: ``(kind, position of its response, tool call id)``.
 
     Providers reuse tool call ids across turns (``call_0`` every turn), so the id alone names
     two calls alike. The position is the index, in the run's full message list (the committed

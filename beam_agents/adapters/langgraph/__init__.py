@@ -5,7 +5,10 @@ Every activation runs the graph from the run's starting checkpoint (the re-walk 
 come back from the replay cache, :func:`beam_tools` run read-only registry tools inline and
 stage side-effecting ones as intents, and an ``interrupt()`` of the graph becomes an approval
 request whose decision resumes the graph with ``Command(resume=...)``. The thread's latest
-checkpoint is kept in ``ctx.memory`` (one key, one thread) and written when a run completes.
+checkpoint is kept in ``ctx.memory`` (one key, one thread) and written when a run completes:
+during an activation the graph checkpoints into a :class:`BeamCheckpointSaver`, an in-memory
+saver owned by that activation alone, whose pieces (already serialized by LangGraph's serde)
+go into the slot and come back out as they are, never decoded or re-encoded by the adapter.
 
 The re-walk must take the same steps in the same order every time, so the adapter runs the
 graph with ``max_concurrency=1``: the tasks of a superstep (parallel branches, ``Send``
@@ -23,33 +26,33 @@ uncached.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+import inspect
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from typing import Any
 
+import ormsgpack
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.constants import CONFIG_KEY_CHECKPOINTER
 from langgraph.graph import StateGraph
 from langgraph.pregel import Pregel
 from langgraph.types import Command, Interrupt
 
-from beam_agents.adapters._bridge import (
-    ActivationBridge,
+from beam_agents.adapters.base import (
+    AdapterActivation,
     AdapterUsageError,
     Decision,
     FrameworkAgent,
     IntentFailedError,
     Pending,
 )
-from beam_agents.adapters._langgraph_checkpoint import (
-    DEFAULT_CHECKPOINT_MAX_BYTES,
-    MEMORY_SLOT,
-    BeamCheckpointSaver,
-    CheckpointTooLargeError,
-)
-from beam_agents.adapters._langgraph_model import BeamChatModel
-from beam_agents.adapters._langgraph_tools import (
+from beam_agents.adapters.langgraph._calls import (
     PENDING_MARKER,
+    BeamChatModel,
     BeamTool,
     GraphRun,
     beam_tools,
@@ -82,6 +85,21 @@ __all__ = [
 
 ADAPTER = "beam_agents.adapters.langgraph"
 """The ``Suspend.adapter`` of this adapter's suspensions."""
+
+MEMORY_SLOT = "beam_agents.langgraph.checkpoint"
+"""The ``ctx.memory`` slot holding the key's latest LangGraph checkpoint."""
+
+DEFAULT_CHECKPOINT_MAX_BYTES = 256 * 1024
+"""How large the stored checkpoint may be unless ``checkpoint_max_bytes`` says otherwise."""
+
+_FORMAT = b"beam-agents/langgraph-checkpoint/1"
+"""The header of the slot: the saver's own serialized pieces, packed with msgpack."""
+
+_ROOT_NS = ""
+
+_SERDE = JsonPlusSerializer()
+"""LangGraph's serde, shared: it keeps no state between calls."""
+
 
 AnyGraph = Pregel[Any, Any, Any, Any]
 GraphSource = AnyGraph | StateGraph[Any, Any, Any, Any] | Callable[[], Any]
@@ -185,9 +203,9 @@ class LangGraphAgent(FrameworkAgent[AnyGraph]):
             )
         return built
 
-    async def activate(self, bridge: ActivationBridge) -> Complete | Suspend:
+    async def activate(self, activation: AdapterActivation) -> Complete | Suspend:
         """One activation: re-walk the graph, answer its interrupts, finish or suspend."""
-        ctx = bridge.ctx
+        ctx = activation.ctx
         saver = BeamCheckpointSaver(thread_id_for(ctx.entity_key))
         saver.load(ctx.memory.get(MEMORY_SLOT))
         graph = self.built()
@@ -201,12 +219,12 @@ class LangGraphAgent(FrameworkAgent[AnyGraph]):
             CONFIG_KEY_CHECKPOINTER: saver,
         }
         config: RunnableConfig = {**self._config, "configurable": configurable}  # type: ignore[typeddict-item]
-        run = GraphRun(bridge, asyncio.get_running_loop())
+        run = GraphRun(activation, asyncio.get_running_loop())
         with bound_run(run):
-            state = await self._drive(graph, config, run, self._input(bridge.event))
+            state = await self._drive(graph, config, run, self._input(activation.event))
         if state is None:
-            return bridge.suspend(timeout_ms=self._timeout_ms)
-        outcome = bridge.finish(self._output(state), timeout_ms=self._timeout_ms)
+            return activation.suspend(timeout_ms=self._timeout_ms)
+        outcome = activation.finish(self._output(state), timeout_ms=self._timeout_ms)
         if isinstance(outcome, Complete):
             blob = saver.export(self._max_bytes)
             if blob is not None:
@@ -236,7 +254,7 @@ class LangGraphAgent(FrameworkAgent[AnyGraph]):
                     continue
                 if item.id in answered:
                     raise RuntimeError(f"interrupt {item.id} came back after it was answered")
-                decision = run.bridge.request_approval(
+                decision = run.activation.request_approval(
                     _approval_payload(item.value), call_key=("interrupt", item.id)
                 )
                 if isinstance(decision, Pending):
@@ -297,3 +315,122 @@ async def _run_graph(
                     seen.add(item.id)
                     interrupts.append(item)
     return stopped, values, interrupts
+
+
+# -- the checkpoint in ctx.memory ---------------------------------------------------------
+class CheckpointTooLargeError(ValueError):
+    """The thread's checkpoint is over ``checkpoint_max_bytes``: nothing is stored.
+
+    The activation fails (its run is not committed); trim the graph state, for example with
+    ``RemoveMessage`` or a summarizing node, or raise the limit (``ctx.memory`` holds 1 MiB).
+    """
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(
+            f"the LangGraph checkpoint of this key is {size} bytes, over checkpoint_max_bytes="
+            f"{limit}; trim the graph state (e.g. RemoveMessage) or raise the limit"
+        )
+        self.size = size
+        self.limit = limit
+
+
+class BeamCheckpointSaver(InMemorySaver):
+    """An activation's checkpointer: LangGraph's in-memory saver plus load and export.
+
+    Sync and async methods are the in-memory saver's. Only :meth:`export` leaves the
+    activation, and only the latest root checkpoint of the thread, so the durable state stays
+    bounded however long the thread runs.
+    """
+
+    def __init__(self, thread_id: str) -> None:
+        # ``InMemorySaver.__init__`` with its defaults, less the check that the serde has
+        # typed methods (a runtime ``Protocol`` isinstance, costly per activation): the shared
+        # ``JsonPlusSerializer`` has them.
+        self.serde = _SERDE
+        self.storage = defaultdict(lambda: defaultdict(dict))
+        self.writes = defaultdict(dict)
+        self.blobs = defaultdict()
+        self.stack = ExitStack()
+        self.thread_id = thread_id
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """The in-memory saver's ``put_writes`` (its signature is cached, see below)."""
+        super().put_writes(config, writes, task_id, task_path)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """The in-memory saver's ``aput_writes`` (its signature is cached, see below)."""
+        InMemorySaver.put_writes(self, config, writes, task_id, task_path)
+
+    def load(self, blob: bytes | None) -> None:
+        """Put the checkpoint :meth:`export` wrote (``None``: a fresh thread) into the saver."""
+        if not blob:
+            return
+        header, _, rest = blob.partition(b"\n")
+        if header != _FORMAT:
+            raise ValueError(f"memory slot {MEMORY_SLOT!r} does not hold a LangGraph checkpoint")
+        self._load_pieces(rest)
+
+    def export(self, max_bytes: int) -> bytes | None:
+        """The thread's latest root checkpoint as bytes (``None`` if there is none).
+
+        Raises :class:`CheckpointTooLargeError` when it is over ``max_bytes``.
+        """
+        checkpoints = self.storage[self.thread_id][_ROOT_NS]
+        if not checkpoints:
+            return None
+        checkpoint_id = max(checkpoints)
+        checkpoint, metadata, _ = checkpoints[checkpoint_id]
+        versions = self.serde.loads_typed(checkpoint)["channel_versions"]
+        blobs = self.blobs
+        values = [
+            [channel, version, *stored]
+            for channel, version in versions.items()
+            if (stored := blobs.get((self.thread_id, _ROOT_NS, channel, version))) is not None
+        ]
+        writes = [
+            [*inner_key, channel, *value, task_path]
+            for inner_key, (_, channel, value, task_path) in self.writes.get(
+                (self.thread_id, _ROOT_NS, checkpoint_id), {}
+            ).items()
+        ]
+        packed = ormsgpack.packb([checkpoint_id, [*checkpoint], [*metadata], values, writes])
+        blob = _FORMAT + b"\n" + packed
+        if len(blob) > max_bytes:
+            raise CheckpointTooLargeError(len(blob), max_bytes)
+        return blob
+
+    def _load_pieces(self, packed: bytes) -> None:
+        """Load :meth:`export`'s pieces as they are: serialized, as the saver keeps them."""
+        checkpoint_id, checkpoint, metadata, values, writes = ormsgpack.unpackb(packed)
+        thread_id = self.thread_id
+        self.storage[thread_id][_ROOT_NS][checkpoint_id] = (
+            (checkpoint[0], checkpoint[1]),
+            (metadata[0], metadata[1]),
+            None,
+        )
+        for channel, version, type_name, data in values:
+            self.blobs[(thread_id, _ROOT_NS, channel, version)] = (type_name, data)
+        if writes:
+            stored = self.writes[(thread_id, _ROOT_NS, checkpoint_id)]
+            for task_id, index, channel, type_name, data, task_path in writes:
+                stored[(task_id, index)] = (task_id, channel, (type_name, data), task_path)
+
+
+# LangGraph inspects the saver's ``put_writes`` (sync runs) or ``aput_writes`` (async runs)
+# signature on every run (does it take ``task_path``?); a cached ``__signature__`` answers that
+# without rebuilding it each time.
+_method: Any
+for _method in (BeamCheckpointSaver.put_writes, BeamCheckpointSaver.aput_writes):
+    _method.__signature__ = inspect.signature(_method)

@@ -1,11 +1,11 @@
-"""``ActivationBridge``: what the framework adapters share, one activation's calls into ``ctx``.
+"""What the framework adapters share: ``FrameworkAgent`` and ``AdapterActivation``.
 
 An adapter runs the framework's agent from the run's start on every activation; the replay
-prefix hands back the model answers and intent ids of the activations before. The bridge gives
-each framework call its meaning here: a model call is ``ctx.call_model``, a read-only tool
-``ctx.run_tool``, a side-effecting tool an intent (``ctx.act``) and an approval request an
-approval intent, each answered from the run's results or left pending. The adapters' README
-(``beam_agents/adapters/README.md``) explains the whole scheme.
+prefix hands back the model answers and intent ids of the activations before.
+``AdapterActivation`` gives each framework call its meaning: a model call is ``ctx.call_model``,
+a read-only tool ``ctx.run_tool``, a side-effecting tool an intent (``ctx.act``) and an approval
+request an approval intent, each answered from the run's results or left pending. The whole
+scheme is in ``beam_agents/adapters/README.md``.
 """
 
 from __future__ import annotations
@@ -22,63 +22,48 @@ from typing import Any, ClassVar, Generic, TypeVar
 from pydantic import BaseModel
 
 from beam_agents._protos import Approval, ToolResult, canonical_json_bytes
-from beam_agents.core.agent import Complete, Suspend
-from beam_agents.core.bridge import enter_task
+from beam_agents.core.activation import DEADLINE_APPROVER
+from beam_agents.core.agent import Complete, Suspend, enter_task
 from beam_agents.core.context import ActivationContext
-from beam_agents.core.continuation import DEADLINE_APPROVER
-from beam_agents.core.memory import MEMORY_CAP_BYTES
 from beam_agents.loop import result_reply
 from beam_agents.model.client import LlmRequest, LlmResponse
 from beam_agents.tools import Tool
 
-__all__ = [
-    "MEMORY_CAP_BYTES",
-    "ActivationBridge",
-    "AdapterUsageError",
-    "Decision",
-    "FrameworkAgent",
-    "IntentFailedError",
-    "Pending",
-    "bound",
-    "current_bridge",
-    "output_bytes",
-]
-
 EFFECT_WAIT_SLACK_MS = 60_000
 """How long past its intents' TTL a run waiting only for side effects waits for the effector."""
 
-_CURRENT: ContextVar[ActivationBridge | None] = ContextVar("beam_agents_bridge", default=None)
+_CURRENT: ContextVar[AdapterActivation | None] = ContextVar("beam_agents_adapter", default=None)
 
 
 class AdapterUsageError(RuntimeError):
     """An adapter's model or tool was used outside the agent run the adapter drives."""
 
 
-def current_bridge() -> ActivationBridge:
-    """The bridge of the activation running now (set by the adapter around the framework run).
+def current_activation() -> AdapterActivation:
+    """The :class:`AdapterActivation` running now (the adapter sets it around the framework run).
 
     The framework-native model and tool classes look it up at call time, so they can be built
     once, with the graph or agent, and serve every activation.
     """
-    bridge = _CURRENT.get()
-    if bridge is None:
+    activation = _CURRENT.get()
+    if activation is None:
         raise AdapterUsageError(
             "a beam_agents adapter model or tool was called outside an adapter run; wrap the "
             "framework agent with its beam_agents.adapters wrapper and run it with RunAgent"
         )
-    return bridge
+    return activation
 
 
 @contextmanager
-def bound(bridge: ActivationBridge) -> Iterator[ActivationBridge]:
-    """Make ``bridge`` the :func:`current_bridge` inside the ``with`` block (and its tasks).
+def bound(activation: AdapterActivation) -> Iterator[AdapterActivation]:
+    """Make ``activation`` the :func:`current_activation` in the ``with`` block (and its tasks).
 
-    Enter it inside the activation's asyncio task (``await core.bridge.enter_task()`` first):
+    Enter it inside the activation's asyncio task (``await core.agent.enter_task()`` first):
     the driver steps an agent's first step outside any task, in another context.
     """
-    token = _CURRENT.set(bridge)
+    token = _CURRENT.set(activation)
     try:
-        yield bridge
+        yield activation
     finally:
         _CURRENT.reset(token)
 
@@ -137,7 +122,7 @@ def output_bytes(value: object) -> bytes:
     return canonical_json_bytes(value)
 
 
-class ActivationBridge:
+class AdapterActivation:
     """One activation's view of a framework run: model, tools, intents, approvals, state.
 
     Side-effecting calls and approval requests may carry a ``call_key``, the framework's name
@@ -317,8 +302,8 @@ class FrameworkAgent(ABC, Generic[_Built]):
 
     ``source`` is the framework agent or, better, a zero-argument builder of it: the adapter
     pickles without the built agent (``RunAgent`` ships it to the workers) and builds it on
-    first use, once per process. Each activation runs :meth:`activate` with a bridge bound,
-    inside the activation's asyncio task.
+    first use, once per process. Each activation runs :meth:`activate` with an
+    :class:`AdapterActivation` bound, inside the activation's asyncio task.
     """
 
     adapter: ClassVar[str]
@@ -351,20 +336,20 @@ class FrameworkAgent(ABC, Generic[_Built]):
         """Turn the source (the agent or its builder) into the agent this adapter runs."""
 
     @abstractmethod
-    async def activate(self, bridge: ActivationBridge) -> Complete | Suspend:
-        """One activation of the framework agent, through ``bridge``."""
+    async def activate(self, activation: AdapterActivation) -> Complete | Suspend:
+        """One activation of the framework agent, through ``activation``."""
 
     async def __call__(self, ctx: ActivationContext) -> Complete | Suspend:
         """One activation: what ``RunAgent`` calls."""
         return await self.run(ctx)
 
     async def run(self, ctx: ActivationContext) -> Complete | Suspend:
-        """One activation, in the activation's asyncio task with a fresh bridge bound.
+        """One activation, in the activation's asyncio task with a fresh ``AdapterActivation``.
 
-        Context variables (the bridge's, the framework's) must be set and reset in one context:
+        Context variables (ours, the framework's) must be set and reset in one context:
         the driver steps an agent's first step outside any task, so this moves into it first.
         """
         await enter_task()
-        bridge = ActivationBridge(ctx, adapter=self.adapter)
-        with bound(bridge):
-            return await self.activate(bridge)
+        activation = AdapterActivation(ctx, adapter=self.adapter)
+        with bound(activation):
+            return await self.activate(activation)
