@@ -1,5 +1,5 @@
-"""The performance suite: each benchmark measures our number against a floor in the same run.
+"""The performance suite: each benchmark measures our figures against a floor in the same run.
 
-Run it with ``make bench`` (or ``python -m benchmarks``), which writes ``BENCHMARKS.md``;
-``python -m benchmarks --quick`` is the smoke run. See :mod:`benchmarks.run_all`.
+``make bench`` (``python -m benchmarks``) runs it and writes ``BENCHMARKS.md``;
+``python -m benchmarks.compare`` compares this checkout's ratios with another revision's.
 """

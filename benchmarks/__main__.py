@@ -1,7 +1,7 @@
-"""``python -m benchmarks``: see :mod:`benchmarks.run_all`."""
+"""``python -m benchmarks``: see :func:`benchmarks.harness.main`."""
 
 import sys
 
-from benchmarks.run_all import main
+from benchmarks.harness import main
 
 sys.exit(main())

@@ -1,42 +1,28 @@
-"""Compare this checkout's benchmark figures with another revision's, in interleaved rounds.
+"""Compare this checkout's benchmark ratios with another revision's, in interleaved rounds.
 
 ``python -m benchmarks.compare --base REV --only noop_activation --rounds 5`` checks ``REV`` out
-into a temporary git worktree with a virtualenv of its own, then runs the chosen benchmarks in
-turns (head, base, head, base, ...) and prints, per figure, the median of each side's same-run
-ratios to its floor and their change (a rise is a loss for costs, a gain for throughputs).
-Turns share the machine's load alike; medians tame the rest. Nothing is written to
-``BENCHMARKS.md``.
+into a temporary git worktree with a virtualenv of its own, runs the chosen benchmarks in turns
+(head, base, head, base, ...) and prints, per figure both sides report, the median of each
+side's ratios to its floor and their change. Nothing is written to ``BENCHMARKS.md``.
 """
 
 from __future__ import annotations
 
 import argparse
-import re
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-ROW = re.compile(r"^\| (\d+) \| (.+?) \| .+? \| .+? \| ([\d.,]+)x \|")
-
-
-def ratios(report: Path) -> dict[str, float]:
-    """Each figure's ratio to its floor, by ``"<benchmark> <figure>"``, from a report."""
-    found = {}
-    for line in report.read_text().splitlines():
-        match = ROW.match(line)
-        if match:
-            found[f"{match[1]} {match[2]}"] = float(match[3].replace(",", ""))
-    return found
+from benchmarks.report import REPO_ROOT, ratios
 
 
 def prepare_base(revision: str, scratch: Path) -> Path:
     """A worktree of ``revision`` with its own virtualenv holding that revision's package."""
     tree = scratch / "base"
     subprocess.run(
-        ["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree), revision],
+        ["git", "-C", str(REPO_ROOT), "worktree", "add", "--detach", str(tree), revision],
         check=True,
         capture_output=True,
     )
@@ -48,15 +34,20 @@ def prepare_base(revision: str, scratch: Path) -> Path:
     return tree
 
 
+def suite_command(tree: Path, python: Path, only: str, output: Path) -> list[str]:
+    """The suite's command line in ``tree``; a suite from before issue 41 also takes
+    ``--no-profile``, which keeps it from profiling its misses."""
+    command = [str(python), "-m", "benchmarks", "--only", only, "--output", str(output)]
+    if (tree / "benchmarks" / "run_all.py").exists():
+        command.append("--no-profile")
+    return command
+
+
 def run_round(tree: Path, python: Path, only: str, output: Path) -> dict[str, float]:
-    """One run of the chosen benchmarks in ``tree``; its ratios."""
-    subprocess.run(
-        [str(python), "-m", "benchmarks", "--only", only, "--no-profile", "--output", str(output)],
-        cwd=tree,
-        check=True,
-        capture_output=True,
-    )
-    return ratios(output)
+    """One run of the chosen benchmarks in ``tree``; its ratios by figure."""
+    command = suite_command(tree, python, only, output)
+    subprocess.run(command, cwd=tree, check=True, capture_output=True)
+    return ratios(output.read_text())
 
 
 def main() -> int:
@@ -66,11 +57,14 @@ def main() -> int:
     parser.add_argument("--only", required=True, help="benchmarks, comma-separated")
     parser.add_argument("--rounds", type=int, default=5, help="rounds per side (default 5)")
     args = parser.parse_args()
+    seen: dict[str, dict[str, list[float]]] = {"head": {}, "base": {}}
     with tempfile.TemporaryDirectory(prefix="bench-compare-") as scratch_dir:
         scratch = Path(scratch_dir)
         base = prepare_base(args.base, scratch)
-        sides = {"head": (REPO, Path(sys.executable)), "base": (base, base / ".venv/bin/python")}
-        seen: dict[str, dict[str, list[float]]] = {"head": {}, "base": {}}
+        sides = {
+            "head": (REPO_ROOT, Path(sys.executable)),
+            "base": (base, base / ".venv/bin/python"),
+        }
         try:
             for turn in range(args.rounds):
                 for side, (tree, python) in sides.items():
@@ -80,17 +74,16 @@ def main() -> int:
                 print(f"round {turn + 1} of {args.rounds} done", file=sys.stderr)
         finally:
             subprocess.run(
-                ["git", "-C", str(REPO), "worktree", "remove", "--force", str(base)],
+                ["git", "-C", str(REPO_ROOT), "worktree", "remove", "--force", str(base)],
                 check=False,
                 capture_output=True,
             )
     print(f"{'figure':70} {'base':>7} {'head':>7} {'change':>7}  (medians of {args.rounds})")
     for figure, head_ratios in seen["head"].items():
         base_ratios = seen["base"].get(figure)
-        if not base_ratios:
-            continue
-        old, new = statistics.median(base_ratios), statistics.median(head_ratios)
-        print(f"{figure[:70]:70} {old:7.2f} {new:7.2f} {(new / old - 1) * 100:+6.1f}%")
+        if base_ratios:
+            old, new = statistics.median(base_ratios), statistics.median(head_ratios)
+            print(f"{figure[:70]:70} {old:7.2f} {new:7.2f} {(new / old - 1) * 100:+6.1f}%")
     return 0
 
 

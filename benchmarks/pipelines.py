@@ -1,33 +1,43 @@
 # mypy: disallow-untyped-calls=False
 # (Beam's own API is mostly unannotated; this module is glue around it.)
-"""Beam helpers shared by the pipeline benchmarks: inputs, the floor DoFn, timing on FnApiRunner.
+"""Pipeline benchmarks on ``FnApiRunner``: RunAgent against a Beam floor on the same input.
 
-Every pipeline benchmark reads the same kind of pre-built ``(key, AgentEnvelope)`` elements
-from ``beam.Create`` and runs on a fresh ``FnApiRunner`` object, so RunAgent and its floor
-differ only in the stage under test.
+Each figure is the wall time of a whole pipeline ``Create(elements) | stage`` over its element
+count. After a warm-up run of each stage the stages take turns, and each stage's best round counts.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import apache_beam as beam
 from apache_beam.coders import BytesCoder
+from apache_beam.ml.inference.base import KeyedModelHandler, ModelHandler, RunInference
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.pvalue import PCollection
 from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiRunner
-from apache_beam.transforms.timeutil import TimeDomain
-from apache_beam.transforms.userstate import (
-    BagStateSpec,
-    ReadModifyWriteStateSpec,
-    TimerSpec,
-    on_timer,
-)
+from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 
-from beam_agents._protos import AgentEnvelope, KeyHeader
+from beam_agents import (
+    ActivationContext,
+    AgentConfig,
+    AgentEnvelope,
+    Complete,
+    LlmRequest,
+    RunAgent,
+    ToolRegistry,
+    WriteRecords,
+    tool,
+)
+from beam_agents._protos import KeyHeader
+from beam_agents.model.fake import FakeLLM, match_any, match_contains, respond_with
+from beam_agents.replay.backtest import run_backtest
 from benchmarks.harness import seconds_per_call
+from benchmarks.report import Figure, Goal, Result, Target
 
 Element = tuple[bytes, AgentEnvelope]
 Stage = Callable[["PCollection[Element]"], object]
@@ -35,33 +45,28 @@ Stage = Callable[["PCollection[Element]"], object]
 WARM_UP_ELEMENTS = 200
 
 
-def keyed_events(count: int, keys: int) -> list[Element]:
+def keyed_events(count: int, keys: int, payload: bytes = b"e") -> list[Element]:
     """``count`` external events spread round-robin over ``keys`` keys, in event-time order."""
     elements = []
     for index in range(count):
         key = b"key-%d" % (index % keys)
-        envelope = AgentEnvelope(entity_key=key, event_time_ms=1_000 + index, external_event=b"e")
+        envelope = AgentEnvelope(
+            entity_key=key, event_time_ms=1_000 + index, external_event=payload
+        )
         elements.append((key, envelope))
     return elements
 
 
-def run_pipeline(
-    elements: list[Element], stage: Stage, options: PipelineOptions | None = None
-) -> None:
+def run_pipeline(elements: list[Element], stage: Stage) -> None:
     """Run ``Create(elements) | stage`` to completion on a fresh ``FnApiRunner``."""
-    with beam.Pipeline(runner=FnApiRunner(), options=options or PipelineOptions(flags=[])) as p:
+    with beam.Pipeline(runner=FnApiRunner(), options=PipelineOptions(flags=[])) as p:
         stage(p | "Events" >> beam.Create(elements).with_output_types(Element))
 
 
 def seconds_per_element(
     elements: list[Element], stages: Mapping[str, Stage], *, rounds: int = 1
 ) -> dict[str, float]:
-    """The best time per element of ``Create(elements) | stage``, for each stage by name.
-
-    Each stage first runs once on a few elements (so no stage pays this process's one-time
-    costs), then the stages take turns for ``rounds`` rounds, so a burst of load from
-    elsewhere on the machine hits them alike; the best round of each counts.
-    """
+    """The best time per element of ``Create(elements) | stage``, for each stage by name."""
     for stage in stages.values():
         run_pipeline(elements[:WARM_UP_ELEMENTS], stage)
     best = dict.fromkeys(stages, float("inf"))
@@ -73,7 +78,7 @@ def seconds_per_element(
 
 
 class _Discard(beam.DoFn):
-    def process(self, element: Element) -> None:
+    def process(self, element: object) -> None:
         """Drop the element."""
 
 
@@ -82,18 +87,12 @@ def source_only(keyed: PCollection[Element]) -> None:
     keyed | "Discard" >> beam.ParDo(_Discard())
 
 
-_HEADER = ReadModifyWriteStateSpec("header", BytesCoder())
-_MEMORY = ReadModifyWriteStateSpec("memory", BytesCoder())
-HEADER_STATE: Any = beam.DoFn.StateParam(_HEADER)
-MEMORY_STATE: Any = beam.DoFn.StateParam(_MEMORY)
+HEADER_STATE: Any = beam.DoFn.StateParam(ReadModifyWriteStateSpec("header", BytesCoder()))
+MEMORY_STATE: Any = beam.DoFn.StateParam(ReadModifyWriteStateSpec("memory", BytesCoder()))
 
 
 def advance_header(header: Any, event_time_ms: int) -> int:
-    """A no-op activation's state traffic; returns the seq the key was at.
-
-    A no-op activation on a key that is not suspended reads only the header: the header says
-    whether there is a continuation to read.
-    """
+    """A no-op activation's state traffic: read the header cell, write it back advanced."""
     blob = header.read()
     state = KeyHeader.FromString(blob) if blob else KeyHeader()
     header.write(
@@ -102,44 +101,31 @@ def advance_header(header: Any, event_time_ms: int) -> int:
     return state.next_seq
 
 
+def memory_value(seq: int, size: int) -> bytes:
+    """A ``size``-byte value that differs from the previous activation's (so it is written)."""
+    return seq.to_bytes(8, "little") + bytes(size - 8)
+
+
 class BareStatefulDoFn(beam.DoFn):
-    """The no-op floor: per element, read the header cell and write it back, advanced.
+    """The no-op floor: per element, exactly a no-op activation's state traffic."""
 
-    That is exactly the state traffic of a no-op activation, and nothing else.
-    """
-
-    def process(
-        self,
-        element: Element,
-        header: Any = HEADER_STATE,
-    ) -> None:
+    def process(self, element: Element, header: Any = HEADER_STATE) -> None:
         advance_header(header, element[1].event_time_ms)
 
 
 class BareMemoryDoFn(beam.DoFn):
-    """The memory floor: the no-op traffic plus reading the memory cell and writing a new value.
-
-    That is the state traffic of an activation that rewrites ``memory_bytes`` of working memory.
-    """
+    """The memory floor: the no-op traffic plus reading the memory cell and writing a value."""
 
     def __init__(self, memory_bytes: int) -> None:
         super().__init__()
         self._memory_bytes = memory_bytes
 
     def process(
-        self,
-        element: Element,
-        header: Any = HEADER_STATE,
-        memory: Any = MEMORY_STATE,
+        self, element: Element, header: Any = HEADER_STATE, memory: Any = MEMORY_STATE
     ) -> None:
         seq = advance_header(header, element[1].event_time_ms)
         memory.read()
         memory.write(memory_value(seq, self._memory_bytes))
-
-
-def memory_value(seq: int, size: int) -> bytes:
-    """A ``size``-byte value that differs from the previous activation's (so it is written)."""
-    return seq.to_bytes(8, "little") + bytes(size - 8)
 
 
 def bare_stateful(keyed: PCollection[Element]) -> None:
@@ -147,46 +133,274 @@ def bare_stateful(keyed: PCollection[Element]) -> None:
     keyed | "Floor" >> beam.ParDo(BareStatefulDoFn())
 
 
-_CACHE = ReadModifyWriteStateSpec("cache", BytesCoder())
-_CONTINUATION = ReadModifyWriteStateSpec("continuation", BytesCoder())
-_BUFFER = BagStateSpec("buffer", BytesCoder())
-_DEADLINE = TimerSpec("deadline", TimeDomain.REAL_TIME)
-_IDLE = TimerSpec("idle", TimeDomain.WATERMARK)
-_CACHE_STATE: Any = beam.DoFn.StateParam(_CACHE)
-_CONTINUATION_STATE: Any = beam.DoFn.StateParam(_CONTINUATION)
-_BUFFER_STATE: Any = beam.DoFn.StateParam(_BUFFER)
-_DEADLINE_TIMER: Any = beam.DoFn.TimerParam(_DEADLINE)
-_IDLE_TIMER: Any = beam.DoFn.TimerParam(_IDLE)
+def memory_floor(memory_bytes: int) -> Stage:
+    """The floor stage writing ``memory_bytes`` of memory per element."""
+
+    def stage(keyed: PCollection[Element]) -> None:
+        keyed | "Floor" >> beam.ParDo(BareMemoryDoFn(memory_bytes))
+
+    return stage
 
 
-class RunAgentParametersDoFn(beam.DoFn):
-    """The no-op floor's state traffic behind ``RunAgent``'s five state and timer parameters.
+def agent_stage(agent: Callable[..., Any], config: AgentConfig) -> Stage:
+    """``RunAgent(agent, config=config)`` as a stage."""
 
-    It touches only the header, as the floor does: the difference to the floor is what Beam
-    charges per element for binding the other four. RunAgent's idle timer (bound only under a
-    TTL) and old replay-cache cell are declared by the timer callbacks alone, as here.
-    """
+    def stage(keyed: PCollection[Element]) -> None:
+        keyed | "Agent" >> RunAgent(agent, config=config)
 
-    def process(
+    return stage
+
+
+# -- no-op and model-call activations --------------------------------------------------------
+
+
+async def noop_agent(ctx: ActivationContext) -> Complete:
+    """Finish at once: what remains is the runtime's own cost per activation."""
+    return Complete()
+
+
+REPLY = b"an answer"
+
+
+def instant_model() -> FakeLLM:
+    """A model that answers :data:`REPLY` at once."""
+    return FakeLLM([(match_any(), respond_with(REPLY))])
+
+
+async def model_call_agent(ctx: ActivationContext) -> Complete:
+    """Ask the model about the event, keep the answer in one memory slot, complete."""
+    reply = await ctx.call_model(LlmRequest("bench", ctx.event.decode()))
+    ctx.memory.set("reply", ctx.seq.to_bytes(8, "little") + reply.response)
+    return Complete()
+
+
+MODEL_MEMORY_BYTES = 30
+"""The size of the memory cell the model-call agent's commit writes."""
+
+
+def noop_activation(quick: bool) -> Result:
+    """No-op and model-call activations against bare stateful DoFns with their state traffic."""
+    sizes = [(2_000, 100)] if quick else [(100_000, 1_000), (100_000, 10_000)]
+    figures = []
+    for count, keys in sizes:
+        stages = {
+            "model floor": memory_floor(MODEL_MEMORY_BYTES),
+            "model": agent_stage(model_call_agent, AgentConfig(provider_factory=instant_model)),
+        }
+        first = keys == sizes[0][1]
+        if first:
+            stages = {
+                "floor": bare_stateful,
+                "ours": agent_stage(noop_agent, AgentConfig()),
+                **stages,
+            }
+        us = {
+            name: s * 1e6
+            for name, s in seconds_per_element(keyed_events(count, keys), stages).items()
+        }
+        if first:
+            target = Target(Goal.RATIO_AT_MOST, 1.25)
+            figures.append(
+                Figure(
+                    f"no-op activation, {keys:,} keys",
+                    "µs/element",
+                    us["ours"],
+                    us["floor"],
+                    target,
+                )
+            )
+        target = Target(Goal.RATIO_AT_MOST, 1.6 if keys >= 10_000 else 1.8)
+        figures.append(
+            Figure(
+                f"model-call activation, {keys:,} keys",
+                "µs/element",
+                us["model"],
+                us["model floor"],
+                target,
+            )
+        )
+    return Result(
+        "noop_activation",
+        "No-op and model-call activations against a bare stateful DoFn",
+        """\
+100,000 events round-robin over 1,000 keys (and 10,000 for the model call), one round.
+No-op: the agent returns `Complete()`; floor: a DoFn reading and writing the header cell.
+Model call: one `ctx.call_model` on an instant `FakeLLM`, one memory slot written;
+floor: a DoFn reading and writing the header and a memory cell of the same size.""",
+        figures,
+    )
+
+
+# -- RunInference ------------------------------------------------------------------------------
+
+
+class PassThroughHandler(ModelHandler[AgentEnvelope, AgentEnvelope, None]):
+    """A trivial model: nothing to load, every input is its own prediction."""
+
+    def load_model(self) -> None:
+        """Nothing to load."""
+
+    def run_inference(
         self,
-        element: Element,
-        header: Any = HEADER_STATE,
-        memory: Any = MEMORY_STATE,
-        continuation: Any = _CONTINUATION_STATE,
-        buffer: Any = _BUFFER_STATE,
-        deadline: Any = _DEADLINE_TIMER,
-    ) -> None:
-        advance_header(header, element[1].event_time_ms)
-
-    @on_timer(_DEADLINE)
-    def _on_deadline(self, cache: Any = _CACHE_STATE) -> None:
-        """Never set (declares the cache cell, as RunAgent's callbacks do)."""
-
-    @on_timer(_IDLE)
-    def _on_idle(self, idle: Any = _IDLE_TIMER) -> None:
-        """Never set (declared, as RunAgent declares it, by its callback)."""
+        batch: Sequence[AgentEnvelope],
+        model: None,
+        inference_args: dict[str, Any] | None = None,
+    ) -> Iterable[AgentEnvelope]:
+        """Return the inputs."""
+        return batch
 
 
-def runagent_parameters(keyed: PCollection[Element]) -> None:
-    """The no-op floor with ``RunAgent``'s parameter list."""
-    keyed | "RunAgentParameters" >> beam.ParDo(RunAgentParametersDoFn())
+def _inference(keyed: PCollection[Element]) -> None:
+    keyed | "Inference" >> RunInference(KeyedModelHandler(PassThroughHandler()))
+
+
+def run_inference(quick: bool) -> Result:
+    """The no-op RunAgent against Beam's RunInference with a trivial model."""
+    count, keys = (2_000, 100) if quick else (50_000, 1_000)
+    stages = {"floor": _inference, "ours": agent_stage(noop_agent, AgentConfig())}
+    us = {
+        name: s * 1e6 for name, s in seconds_per_element(keyed_events(count, keys), stages).items()
+    }
+    return Result(
+        "run_inference",
+        "RunAgent against RunInference with a trivial model",
+        """\
+50,000 events over 1,000 keys; ours: RunAgent with the no-op agent.
+Floor: `RunInference(KeyedModelHandler(...))` whose model returns its inputs.
+No target: it shows what the keyed, stateful contract costs over stateless inference.""",
+        [Figure(f"per element, {keys:,} keys", "µs/element", us["ours"], us["floor"])],
+    )
+
+
+# -- state commit against memory size ---------------------------------------------------------
+
+
+async def rewrite_memory(ctx: ActivationContext) -> Complete:
+    """Set the slot ``blob`` to a fresh value of the size the event names."""
+    ctx.memory.set("blob", memory_value(ctx.seq, int(ctx.event)))
+    return Complete()
+
+
+def state_commit(quick: bool) -> Result:
+    """Activations rewriting S bytes of memory against a DoFn writing S bytes of state."""
+    sizes = (
+        [(1 << 10, 200), (1 << 16, 200)]
+        if quick
+        else [(1 << 10, 8_000), (1 << 16, 8_000), (1 << 18, 4_000)]
+    )
+    figures = []
+    for size, count in sizes:
+        elements = keyed_events(count, 10, payload=b"%d" % size)
+        stages = {"floor": memory_floor(size), "ours": agent_stage(rewrite_memory, AgentConfig())}
+        us = {
+            name: s * 1e6
+            for name, s in seconds_per_element(elements, stages, rounds=1 if quick else 3).items()
+        }
+        target = Target(Goal.RATIO_AT_MOST, 2.0) if size >= 1 << 16 else None
+        name = f"state commit, memory value of {size >> 10} KiB, per element"
+        figures.append(Figure(name, "µs/element", us["ours"], us["floor"], target))
+    return Result(
+        "state_commit",
+        "State commit cost against working-memory size",
+        """\
+Over 10 keys, each activation sets one slot to a fresh value of S bytes and completes.
+Floor: a DoFn doing the no-op traffic and writing a fresh S-byte memory cell.
+Best of 3 rounds taking turns; 8,000 events (4,000 at 256 KiB).""",
+        figures,
+    )
+
+
+# -- replay and backtest ----------------------------------------------------------------------
+
+
+@tool
+def band(key: str) -> str:
+    """The key's risk band.
+
+    Args:
+        key: the key.
+    """
+    return "high" if key.endswith("7") else "low"
+
+
+def screening_model() -> FakeLLM:
+    """A model flagging high-risk keys."""
+    return FakeLLM(
+        [(match_contains("risk=high"), respond_with(b"flag")), (match_any(), respond_with(b"ok"))]
+    )
+
+
+def screen_config(record: bool = True) -> AgentConfig:
+    """The screening agent's config (recording unless told otherwise)."""
+    return AgentConfig(
+        provider_factory=screening_model, tool_registry=ToolRegistry([band]), record=record
+    )
+
+
+async def screen(ctx: ActivationContext) -> Complete:
+    """A memory ring, a tool, a model call and, when flagged, an intent."""
+    ctx.memory.append("seen", ctx.event, max_items=4)
+    risk = await ctx.run_tool("band", {"key": ctx.entity_key.decode()})
+    reply = await ctx.call_model(LlmRequest("bench-1", f"event {ctx.seq} risk={risk}"))
+    if reply.text == "flag":
+        ctx.act("noop", {"seq": ctx.seq})
+    return Complete(reply.response)
+
+
+def _recorded(keyed: PCollection[Element]) -> None:
+    outputs = keyed | "Agent" >> RunAgent(screen, config=screen_config())
+    outputs.records | "Discard" >> beam.ParDo(_Discard())
+
+
+def _writing(directory: str, keyed: PCollection[Element]) -> None:
+    outputs = keyed | "Agent" >> RunAgent(screen, config=screen_config())
+    outputs.records | "Records" >> WriteRecords(directory)
+
+
+def replay_backtest(quick: bool) -> Result:
+    """Backtest throughput and the cost of recording, against RunAgent without recording."""
+    count, keys, rounds = (400, 40, 1) if quick else (10_000, 500, 2)
+    elements = keyed_events(count, keys)
+    stages = {"plain": agent_stage(screen, screen_config(record=False)), "recorded": _recorded}
+    with tempfile.TemporaryDirectory(prefix="beam-agents-bench-") as scratch:
+        records = str(Path(scratch) / "records")
+        run_pipeline(elements, functools.partial(_writing, records))
+        live = seconds_per_element(elements, stages, rounds=rounds)
+        backtest = float("inf")
+        for round_number in range(rounds + 1):  # the first is the warm-up
+            backtest_once = functools.partial(
+                run_backtest,
+                [records],
+                f"{__name__}:screen",
+                f"{__name__}:screen_config",
+                out=str(Path(scratch) / f"report-{round_number}"),
+            )
+            seconds = seconds_per_call(backtest_once)
+            if round_number:
+                backtest = min(backtest, seconds / count)
+    plain = live["plain"] * 1e6
+    return Result(
+        "replay_backtest",
+        "Replay and backtest",
+        """\
+An agent with a memory ring, one tool, one `FakeLLM` call and sometimes an intent;
+10,000 events over 500 keys. Floor of both: the same RunAgent without recording.
+Backtest: `run_backtest` over the recorded files, per activation, best of 2 rounds.
+Recording: `AgentConfig(record=True)` with `.records` discarded, per event.""",
+        [
+            Figure(
+                f"backtest, {count:,} recorded activations on {keys:,} keys, per activation",
+                "µs",
+                backtest * 1e6,
+                plain,
+                Target(Goal.RATIO_AT_MOST, 1.5),
+            ),
+            Figure(
+                "live run with recording, per event",
+                "µs",
+                live["recorded"] * 1e6,
+                plain,
+                Target(Goal.RATIO_AT_MOST, 1.2),
+            ),
+        ],
+    )

@@ -1,10 +1,4 @@
-"""Figures, targets and the ``BENCHMARKS.md`` report built from them.
-
-Every benchmark returns a :class:`BenchmarkResult`: a list of :class:`Figure` rows (our number,
-the floor measured in the same run, the ratio, the sample count and, where the issue sets one,
-the :class:`Target` it is checked against) plus the measured details that explain them.
-Nothing in the report is typed in: :func:`render_markdown` only formats what the run produced.
-"""
+"""Figures, targets, the printed rows and the ``BENCHMARKS.md`` built from them."""
 
 from __future__ import annotations
 
@@ -12,6 +6,7 @@ import json
 import math
 import os
 import platform
+import re
 import sqlite3
 import subprocess
 from collections.abc import Sequence
@@ -20,7 +15,8 @@ from datetime import UTC, datetime
 from enum import Enum
 from importlib import metadata
 from pathlib import Path
-from typing import Any, NamedTuple
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 class Goal(Enum):
@@ -35,7 +31,7 @@ class Goal(Enum):
 
 @dataclass(frozen=True)
 class Target:
-    """A goal from the issue; ``bound`` is a ratio for the ratio goals, else in the unit."""
+    """A goal and its bound: a ratio for the ratio goals, else in the figure's unit."""
 
     goal: Goal
     bound: float
@@ -52,7 +48,7 @@ class Target:
         }[self.goal]
 
     def is_met(self, ours: float, ratio: float | None) -> bool:
-        """Whether ``ours`` (and its ``ratio`` to the floor, for ratio goals) meets the target."""
+        """Whether ``ours`` (or its ``ratio`` to the floor, for the ratio goals) meets it."""
         if self.goal in (Goal.RATIO_AT_MOST, Goal.RATIO_AT_LEAST):
             if ratio is None:
                 raise ValueError("a ratio target needs a floor")
@@ -66,32 +62,18 @@ class Target:
 
 @dataclass(frozen=True)
 class Figure:
-    """One row of the results table.
-
-    ``samples`` counts what the number was computed over (elements, activations, intents, round
-    trips); ``floor`` is the same quantity for the floor named ``floor_label``, measured in the
-    same run (``None`` when the figure has an absolute target and no floor).
-    """
+    """One row: our number and the floor measured in the same run, in ``unit``."""
 
     name: str
     unit: str
     ours: float
-    samples: int
     floor: float | None = None
-    floor_label: str = ""
     target: Target | None = None
-    spread: tuple[float, float] | None = None
-    """The least and the most ratio over paired rounds; a target is met only if both meet it."""
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.ours) and self.ours > 0):
-            raise ValueError(f"{self.name}: a measured figure must be positive, got {self.ours}")
-        if self.floor is not None and not (math.isfinite(self.floor) and self.floor > 0):
-            raise ValueError(f"{self.name}: a floor must be positive, got {self.floor}")
-        if self.samples < 1:
-            raise ValueError(f"{self.name}: a figure needs at least one sample")
-        if self.spread is not None and not 0 < self.spread[0] <= self.spread[1]:
-            raise ValueError(f"{self.name}: a spread must be positive and ordered")
+        for value in (self.ours, self.floor):
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{self.name}: a measured figure must be positive, got {value}")
 
     @property
     def ratio(self) -> float | None:
@@ -100,66 +82,44 @@ class Figure:
 
     @property
     def met(self) -> bool | None:
-        """Whether the target is met; ``None`` when the figure has no target."""
-        if self.target is None:
-            return None
-        ratios = [self.ratio] if self.spread is None else list(self.spread)
-        return all(self.target.is_met(self.ours, ratio) for ratio in ratios)
+        """Whether the target is met; ``None`` without a target."""
+        return None if self.target is None else self.target.is_met(self.ours, self.ratio)
 
-
-class ProfileOutput(NamedTuple):
-    """What profiling a benchmark found: findings (Markdown sentences) and the raw summary."""
-
-    findings: list[str]
-    raw: list[str]
+    def cells(self) -> list[str]:
+        """The row's cells: figure, ours, floor, ratio, target, met."""
+        floor = "—" if self.floor is None else f"{format_number(self.floor)} {self.unit}"
+        ratio = "—" if self.ratio is None else f"{self.ratio:.2f}x"
+        target = "—" if self.target is None else self.target.describe(self.unit)
+        met = "—" if self.met is None else ("yes" if self.met else "**no**")
+        return [self.name, f"{format_number(self.ours)} {self.unit}", floor, ratio, target, met]
 
 
 @dataclass
-class BenchmarkResult:
-    """What one benchmark measured: its figures and the details that explain them."""
+class Result:
+    """What one benchmark measured, and at most five short lines on how."""
 
     name: str
     title: str
-    definition: str
-    figures: list[Figure]
-    details: list[str] = field(default_factory=list)
-    history: list[str] = field(default_factory=list)
-    """Side measurements of earlier revisions, each labelled with its commit: not this run's."""
-    findings: list[str] = field(default_factory=list)
-    """From profiling, when a target was missed."""
-    profile: list[str] = field(default_factory=list)
-    """The raw profile summary behind the findings."""
-    remaining: str = ""
-    """Where the time still goes and the next change, shown under "What is left" on a miss."""
+    method: str
+    """At most five lines."""
+    figures: list[Figure] = field(default_factory=list)
     elapsed_s: float = 0.0
 
     def to_json(self) -> str:
-        """Serialize (the report is assembled from benchmarks run as subprocesses)."""
-        return json.dumps(asdict(self), default=_enum_value, indent=1)
+        """Serialize (the suite runs each benchmark in a subprocess)."""
+        return json.dumps(asdict(self), default=lambda goal: goal.value)
 
     @classmethod
-    def from_json(cls, text: str) -> BenchmarkResult:
+    def from_json(cls, text: str) -> Result:
         """The inverse of :meth:`to_json`."""
         raw = json.loads(text)
         figures = []
         for figure in raw.pop("figures"):
-            target, spread = figure.pop("target"), figure.pop("spread", None)
-            figures.append(
-                Figure(
-                    **figure,
-                    target=None
-                    if target is None
-                    else Target(Goal(target["goal"]), target["bound"]),
-                    spread=None if spread is None else (spread[0], spread[1]),
-                )
-            )
+            target = figure.pop("target")
+            if target is not None:
+                target = Target(Goal(target["goal"]), target["bound"])
+            figures.append(Figure(**figure, target=target))
         return cls(figures=figures, **raw)
-
-
-def _enum_value(value: object) -> Any:
-    if isinstance(value, Enum):
-        return value.value
-    raise TypeError(f"cannot serialize {type(value).__name__}")
 
 
 def format_number(value: float) -> str:
@@ -176,20 +136,31 @@ def format_number(value: float) -> str:
     return f"{value:.3g}"
 
 
-def tenth(us: float) -> float:
-    """``us`` rounded to 0.1, as the reports print it, a rounded zero as ``0.0`` (never
-    ``-0.0``), so that printed differences add up."""
-    return round(us, 1) + 0.0
+HEADER = ("figure", "ours", "floor", "ratio", "target", "met")
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+def table(figures: Sequence[Figure]) -> list[str]:
+    """A Markdown table of ``figures``."""
+    return [
+        "| " + " | ".join(HEADER) + " |",
+        "|---|---:|---:|---:|---|---|",
+        *("| " + " | ".join(figure.cells()) + " |" for figure in figures),
+    ]
+
+
+_OLD_ROW = re.compile(r"^\| \d+ \| (.+?) \| .+? \| .+? \| ([\d.,]+)x[ |]")
+"""A row of the report before issue 41: ``| N | figure | ours | floor | ratio x ...``."""
+_ROW = re.compile(r"^\| (.+?) \| .+? \| .+? \| ([\d.,]+)x \|")
+
+
+def ratios(report: str) -> dict[str, float]:
+    """Each figure's ratio to its floor, by figure name, from a report of either format."""
+    found = {}
+    for line in report.splitlines():
+        match = _OLD_ROW.match(line) or _ROW.match(line)
+        if match:
+            found[match[1]] = float(match[2].replace(",", ""))
+    return found
 
 
 def _version(distribution: str) -> str:
@@ -199,30 +170,34 @@ def _version(distribution: str) -> str:
         return "not installed"
 
 
-def load_average() -> str:
-    """The 1, 5 and 15 minute load averages: the machine is shared, so they matter."""
-    return ", ".join(f"{value:.2f}" for value in os.getloadavg())
+def _cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
 
 
-def revision() -> str:
-    """The commit the suite runs from, and whether the tracked files differ from it."""
-    root = Path(__file__).resolve().parent.parent
-
+def _revision() -> str:
     def git(*arguments: str) -> str:
         return subprocess.run(
-            ["git", *arguments], cwd=root, capture_output=True, text=True, check=True
+            ["git", *arguments], cwd=REPO_ROOT, capture_output=True, text=True, check=True
         ).stdout.strip()
 
     try:
         commit = git("rev-parse", "--short=12", "HEAD")
         changed = git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.CalledProcessError):
-        return "unknown (not a git checkout)"
+        return "unknown"
     return commit + (" with uncommitted changes" if changed else ", clean")
 
 
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages (the machine may be shared)."""
+    return ", ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
 def machine_info() -> dict[str, str]:
-    """What the run ran on, for the report's header."""
+    """What the run ran on."""
     return {
         "CPU": _cpu_model(),
         "Cores": str(os.cpu_count()),
@@ -230,62 +205,22 @@ def machine_info() -> dict[str, str]:
         "Python": platform.python_version(),
         "Apache Beam": _version("apache-beam"),
         "grpcio": _version("grpcio"),
-        "protobuf": _version("protobuf"),
         "SQLite": sqlite3.sqlite_version,
-        "Load average at start (1, 5, 15 min)": load_average(),
         "Date (UTC)": datetime.now(UTC).strftime("%Y-%m-%d %H:%M"),
-        "Revision": revision(),
+        "Revision": _revision(),
+        "Load average at start": load_average(),
     }
 
 
-def _met_cell(figure: Figure) -> str:
-    met = figure.met
-    return "—" if met is None else ("yes" if met else "**no**")
-
-
-RESULTS_HEADER = (
-    "| # | Figure | Ours | Floor | Ratio | Samples | Target | Met |",
-    "|---|---|---:|---:|---:|---:|---|---|",
-)
-
-
-def figure_row(number: int, figure: Figure) -> str:
-    """One results-table row for ``figure`` of benchmark ``number``."""
-    floor = (
-        "—"
-        if figure.floor is None
-        else f"{format_number(figure.floor)} {figure.unit} ({figure.floor_label})"
-    )
-    ratio = "—" if figure.ratio is None else ratio_text(figure.ratio, figure.target)
-    if figure.spread is not None:
-        low, high = (ratio_text(end, figure.target) for end in figure.spread)
-        ratio += f" ({low} to {high})"
-    target = "—" if figure.target is None else figure.target.describe(figure.unit)
-    return (
-        f"| {number} | {figure.name} | {format_number(figure.ours)} {figure.unit} | "
-        f"{floor} | {ratio} | {figure.samples:,} | {target} | {_met_cell(figure)} |"
-    )
-
-
 def render_markdown(
-    results: list[BenchmarkResult],
-    machine: dict[str, str],
-    *,
-    order: Sequence[str],
-    quick: bool,
-    failures: dict[str, str],
-    elapsed_s: float,
+    results: Sequence[Result], machine: dict[str, str], failures: dict[str, str], mode: str
 ) -> str:
-    """The whole ``BENCHMARKS.md``; benchmarks are numbered by their place in ``order``."""
-    numbered = [(order.index(result.name) + 1, result) for result in results]
-    mode = "quick smoke mode (`--quick`): tiny sizes, numbers not meaningful" if quick else "full"
+    """The whole ``BENCHMARKS.md``."""
     lines = [
         "# Benchmarks",
         "",
-        "Generated by `make bench` (`python -m benchmarks`); every number below comes from that",
-        "run. Do not edit by hand: re-run `make bench`.",
-        "",
-        f"Mode: {mode}. Whole suite: {elapsed_s:.0f} s.",
+        "Generated by `make bench` (`python -m benchmarks`). Do not edit by hand.",
+        f"Run: {mode}. Ratio is ours over the floor measured in the same run.",
         "",
         "## Machine",
         "",
@@ -295,73 +230,16 @@ def render_markdown(
         "",
         "## Results",
         "",
-        "Ratio is ours divided by the floor measured in the same run: above 1 is slower for times,",
-        "below 1 is slower for rates. Met is checked against the issue's target for that figure.",
-        "A range after a ratio is its least and most over paired rounds; a ratio target is then",
-        "met only if both ends meet it (an absolute target is judged on the figure itself).",
-        "Samples counts what the figure was computed over: elements, activations, rounds, key",
-        "commits, calls or intents, as each benchmark's notes say.",
+        *table([figure for result in results for figure in result.figures]),
         "",
-        *RESULTS_HEADER,
-        *(figure_row(number, figure) for number, result in numbered for figure in result.figures),
+        "## Method",
         "",
     ]
-    lines += _what_is_left(numbered)
+    for result in results:
+        lines += [f"### {result.name}: {result.title} ({result.elapsed_s:.0f} s)", ""]
+        lines += [*result.method.strip().splitlines()[:5], ""]
     if failures:
-        lines += ["## Benchmarks that did not finish", ""]
+        lines += ["## Did not finish", ""]
         lines += [f"- `{name}`: {reason}" for name, reason in failures.items()]
         lines.append("")
-    lines += ["## Notes", ""]
-    for number, result in numbered:
-        lines += [f"### {number}. {result.title}", "", result.definition.strip(), ""]
-        missed = [figure.name for figure in result.figures if figure.met is False]
-        with_target = [figure for figure in result.figures if figure.target is not None]
-        if with_target:
-            verdict = "All targets met." if not missed else "Missed: " + "; ".join(missed) + "."
-            lines += [f"Targets: {verdict}", ""]
-        if result.details:
-            lines += ["Measured in this run:", ""]
-            lines += [f"- {detail}" for detail in result.details]
-            lines.append("")
-        if result.history:
-            lines += ["Recorded earlier, not in this run (each at the commit it names):", ""]
-            lines += [f"- {entry}" for entry in result.history]
-            lines.append("")
-        if result.findings:
-            lines += ["Profile findings (cProfile, in a separate run after the measurement):", ""]
-            lines += [f"- {finding}" for finding in result.findings]
-            lines.append("")
-        if result.profile:
-            lines += ["<details><summary>Profile summary</summary>", "", "```"]
-            lines += result.profile
-            lines += ["```", "", "</details>", ""]
-        lines += [f"Took {result.elapsed_s:.0f} s.", ""]
     return "\n".join(lines)
-
-
-def _what_is_left(numbered: list[tuple[int, BenchmarkResult]]) -> list[str]:
-    """The section naming each missed target, where its time goes and the next change."""
-    lines = ["## What is left", ""]
-    for number, result in numbered:
-        missed = [figure.name for figure in result.figures if figure.met is False]
-        if missed:
-            lines.append(f"- **{number}. {result.title}**: missed {'; '.join(missed)}.")
-            account = result.remaining or (
-                "This benchmark gives no account of where the time goes yet: this miss is "
-                "unexplained in this run."
-            )
-            paragraphs = [" ".join(part.split()) for part in account.split("\n\n")]
-            lines.append("  " + "\n\n  ".join(part for part in paragraphs if part))
-    if len(lines) == 2:
-        lines.append("Every target with a figure in this run was met.")
-    return [*lines, ""]
-
-
-def ratio_text(ratio: float, target: Target | None) -> str:
-    """The ratio to two decimals, or three where two would round it across its target's bound."""
-    text = f"{ratio:.2f}x"
-    if target is not None and target.goal in (Goal.RATIO_AT_MOST, Goal.RATIO_AT_LEAST):
-        shown = round(ratio, 2)
-        if target.is_met(shown, shown) != target.is_met(ratio, ratio):
-            text = f"{ratio:.3f}x"
-    return text

@@ -1,14 +1,19 @@
 # mypy: disallow-untyped-calls=False
-"""The agents ``adapter_overhead`` times: one conversation, inside beam-agents and outside it.
+"""Framework adapters: what each costs per activation beyond the framework it runs.
 
-Inside: the plain ``ctx`` agent and the three adapters, all answered by one scripted
-``FakeLLM``. Outside: each framework with a fake model of its own and nothing of beam-agents.
+One conversation (two model calls, one read-only tool) runs inside ``AgentDoFn`` as the plain
+``ctx`` agent and under the LangGraph, Pydantic AI and ADK adapters, and in each framework alone
+with a fake model of its own and nothing of beam-agents.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
+import itertools
 import json
+import statistics
+import time
 from collections.abc import AsyncGenerator, Callable, Coroutine, Sequence
 from typing import Annotated, Any, Literal, TypedDict
 
@@ -44,8 +49,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from beam_agents import AgentConfig
-from beam_agents._protos import canonical_json
+from beam_agents import AgentConfig, AgentEnvelope, canonical_json
 from beam_agents.adapters import adk as adk_adapter
 from beam_agents.adapters import langgraph as langgraph_adapter
 from beam_agents.adapters.adk import AdkAgent
@@ -53,10 +57,13 @@ from beam_agents.adapters.langgraph import BeamChatModel, LangGraphAgent
 from beam_agents.adapters.pydantic_ai import PydanticAIAgent
 from beam_agents.core.agent import AgentFn, Complete
 from beam_agents.core.context import ActivationContext
+from beam_agents.core.dofn import AgentDoFn
 from beam_agents.loop import assistant_message
 from beam_agents.model.client import LlmRequest, ToolCall
 from beam_agents.model.fake import FakeLLM, match_any, respond_with_fn
 from beam_agents.tools import ToolRegistry, tool
+from benchmarks.report import Figure, Goal, Result, Target
+from tests.core.harness import InMemoryKeyState
 
 MODEL_ID = "bench-model"
 SYSTEM_PROMPT = "You look accounts up and report what you found."
@@ -394,3 +401,119 @@ ALONE: dict[str, Callable[[], Alone]] = {
 
 FRAMEWORKS = {"langgraph": "LangGraph", "pydantic_ai": "Pydantic AI", "adk": "ADK"}
 """The frameworks, by variant, as the rows name them."""
+
+
+# -- timing ---------------------------------------------------------------------------------------
+
+ROLES = ("adapter", "alone", "plain")
+ORDERS = tuple(itertools.permutations(ROLES))
+"""Every order of the three roles: each follows each other equally often."""
+BLOCK = 12
+"""Turns per block (two of each order): a figure is the median of the blocks' means."""
+_serial = itertools.count()
+
+
+class Variant:
+    """One role: ``run`` answers a conversation on a fresh key and returns its final text."""
+
+    def __init__(self, run: Callable[[str, bytes], str], close: Callable[[], None]) -> None:
+        self.run = run
+        self.close = close
+
+
+def in_dofn(agent: AgentFn) -> Variant:
+    """``agent`` in a set-up ``AgentDoFn`` driven over in-memory state cells."""
+    dofn = AgentDoFn(agent, make_config())
+    dofn.setup()
+
+    def run(key: str, event: bytes) -> str:
+        envelope = AgentEnvelope(entity_key=key.encode(), event_time_ms=1_000, external_event=event)
+        outputs = InMemoryKeyState().process(dofn, key.encode(), envelope)
+        return "".join(item.decode() for item in outputs if isinstance(item, bytes))
+
+    return Variant(run, dofn.teardown)
+
+
+def alone(framework: Alone) -> Variant:
+    """A framework on its own."""
+    return Variant(lambda key, event: framework.run([(key, event)])[0], framework.close)
+
+
+def timed_turn(variant: Variant) -> float:
+    """CPU seconds of one fresh conversation and of collecting its garbage (checked)."""
+    event_id = f"e{next(_serial)}"
+    key, event = f"key-{event_id}", event_payload(event_id)
+    started = time.process_time_ns()
+    text = variant.run(key, event)
+    gc.collect(0)
+    elapsed = time.process_time_ns() - started
+    if not (text.startswith(FINAL_PREFIX) and account_of(event.decode()) in text):
+        raise AssertionError(f"a variant answered {text!r} to {event!r}")
+    return elapsed / 1e9
+
+
+def take_turns(framework: str, turns: int, warm_up: int) -> dict[str, list[float]]:
+    """The adapter, the framework alone and the plain agent, conversation by conversation.
+
+    The collector is frozen after the warm-up and off during the turns, so each turn pays for
+    collecting what it allocated alone.
+    """
+    variants = {
+        "adapter": in_dofn(ADAPTERS[framework]()),
+        "alone": alone(ALONE[framework]()),
+        "plain": in_dofn(ADAPTERS["plain"]()),
+    }
+    seconds: dict[str, list[float]] = {role: [] for role in ROLES}
+    try:
+        for variant in variants.values():
+            for _ in range(warm_up):
+                timed_turn(variant)
+        gc.collect()
+        gc.freeze()
+        gc.disable()
+        for turn in range(turns):
+            for role in ORDERS[turn % len(ORDERS)]:
+                seconds[role].append(timed_turn(variants[role]))
+    finally:
+        gc.enable()
+        gc.unfreeze()
+        for variant in variants.values():
+            variant.close()
+    return seconds
+
+
+def block_means(values: Sequence[float]) -> list[float]:
+    """The means of consecutive blocks of :data:`BLOCK` values."""
+    return [statistics.fmean(values[at : at + BLOCK]) for at in range(0, len(values), BLOCK)]
+
+
+def adapter_overhead(quick: bool) -> Result:
+    """Each adapter's own work (adapter less framework alone) against the plain agent."""
+    turns, warm_up = (3, 2) if quick else (360, 100)
+    figures = []
+    for name, label in FRAMEWORKS.items():
+        blocks = {role: block_means(v) for role, v in take_turns(name, turns, warm_up).items()}
+        ms = {role: 1e3 * statistics.median(values) for role, values in blocks.items()}
+        pairs = zip(blocks["adapter"], blocks["alone"], strict=True)
+        own = 1e3 * statistics.median(adapter - framework for adapter, framework in pairs)
+        figures += [
+            Figure(f"{label} adapter, per activation", "ms", ms["adapter"], ms["plain"]),
+            Figure(
+                f"{label} adapter's own work over the plain-ctx agent",
+                "ms",
+                max(own, 1e-3),  # an adapter measured cheaper than its framework shows 1 µs
+                ms["plain"],
+                Target(Goal.RATIO_AT_MOST, 2.0),
+            ),
+        ]
+    return Result(
+        "adapter_overhead",
+        "Framework adapters: per-activation overhead against the plain ctx agent",
+        """\
+One conversation (two `FakeLLM` calls, one read-only tool) per activation, CPU time of
+`AgentDoFn.process` on in-memory state; floor: the plain `ctx` agent doing the same calls.
+Own work: the adapter less the framework alone with its own fake model, nothing of ours.
+360 turns rotating adapter, framework alone and plain agent, garbage collected per turn;
+medians over blocks of 12 turns.""",
+        figures,
+    )
