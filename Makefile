@@ -25,7 +25,7 @@ docs: $(READY)
 
 ## dist: the wheel and the sdist, into dist/
 dist: $(READY)
-	$(BIN)/python -m build --outdir dist
+	$(BIN)/python -m build --no-isolation --outdir dist
 
 ## proto: regenerate beam_agents/_protos from protos/
 proto: $(READY)

@@ -1,0 +1,92 @@
+"""The docs a person reads: the README's quick start runs as written, and the site builds.
+
+The quick start is the README's first ``python`` block; the ``text`` block after it is what it
+prints (in any order). The site's home page shows the same program. ``mkdocs build --strict``
+fails on any warning, including a link to a missing page or anchor.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+
+
+def code_blocks(path: Path, language: str) -> list[str]:
+    """The fenced blocks of ``language`` in a Markdown file, in order."""
+    return re.findall(rf"^```{language}\n(.*?)^```$", path.read_text(), re.S | re.M)
+
+
+def quick_start() -> tuple[str, list[str]]:
+    """The README's quick start and the lines it prints."""
+    return code_blocks(README, "python")[0], code_blocks(README, "text")[0].splitlines()
+
+
+def run_quick_start(python: str, workdir: Path) -> list[str]:
+    """Run the quick start with ``python`` in ``workdir``; return the lines it printed."""
+    program, _ = quick_start()
+    script = workdir / "quickstart.py"
+    script.write_text(program)
+    done = subprocess.run(
+        [python, str(script)], cwd=workdir, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def test_the_readme_quick_start_prints_what_the_readme_says(tmp_path: Path) -> None:
+    _, expected = quick_start()
+    assert sorted(run_quick_start(sys.executable, tmp_path)) == sorted(expected)
+
+
+def test_the_quick_start_uses_root_names_and_is_about_25_lines() -> None:
+    program, _ = quick_start()
+    imports = [line for line in program.splitlines() if line.startswith(("from ", "import "))]
+    assert all(
+        line.startswith(("import apache_beam", "from beam_agents import "))
+        or line.startswith("from beam_agents.model.fake import ")  # a documented upstream path
+        for line in imports
+    ), imports
+    code = [line for line in program.splitlines() if line.strip()]
+    assert len(code) <= 35
+
+
+def test_the_site_home_shows_the_readme_quick_start() -> None:
+    home = REPO / "docs" / "index.md"
+    assert code_blocks(home, "python")[0] == code_blocks(README, "python")[0]
+    assert code_blocks(home, "text")[0] == code_blocks(README, "text")[0]
+
+
+def test_the_readme_is_short_and_shows_the_two_commands() -> None:
+    text = README.read_text()
+    assert len(text.splitlines()) <= 200
+    assert "make test" in text
+    assert "make demo" in text
+
+
+def test_the_readme_links_to_files_that_exist() -> None:
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", README.read_text())
+    local = [link for link in links if "://" not in link]
+    assert local
+    missing = [link for link in local if not (REPO / link).exists()]
+    assert not missing
+
+
+def test_the_site_builds_strictly(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "index.html").exists()
+    api = (tmp_path / "reference" / "beam_agents" / "index.html").read_text()
+    assert 'id="beam_agents.RunAgent"' in api
