@@ -1,21 +1,25 @@
-"""Beam transforms that connect a pipeline to the effector sidecar.
+"""The Beam glue: the only package that imports Apache Beam (``testing`` aside).
 
-:class:`SubmitIntents` sends ``RunAgent(...).intents`` to an effector, :class:`ReadEnvelopes`
-reads its envelope stream back for ``RunAgent``, and :class:`EffectorConnection` holds the
-target, bearer token and TLS settings they share. :class:`WriteTraces` and
-:class:`WriteErrors` store ``.traces`` and ``.errors`` in the effector, for its console. How to
-close the loop on streaming and local runners is in ``beam_agents/io/README.md``.
-:class:`ExportTraces` sends ``.traces`` to an OpenTelemetry collector over OTLP/HTTP.
-:class:`WriteRecords` stores ``.records`` as files, for ``beam-agents replay`` and ``backtest``;
-:class:`WriteRecordsToEffector` stores them in the effector, for ``beam-agents replay --effector``.
+``run_agent`` holds ``RunAgent`` and its stateful ``DoFn``; ``effector_link`` the transforms
+that talk to the effector (:class:`SubmitIntents`, :class:`ReadEnvelopes`,
+:class:`EffectorConnection`); ``sinks`` the outputs' writers (:class:`ExportTraces` over
+OTLP/HTTP, :class:`WriteTraces`, :class:`WriteErrors`, :class:`WriteRecords`,
+:class:`WriteRecordsToEffector`). Closing the loop on each runner: ``beam_agents/io/README.md``.
 """
 
-from beam_agents.io.connection import EffectorConnection
-from beam_agents.io.otlp import ExportTraces
-from beam_agents.io.read import ReadEnvelopes
-from beam_agents.io.records import WriteRecords, WriteRecordsToEffector
-from beam_agents.io.submit import SubmitIntents, SubmitIntentsOutputs
-from beam_agents.io.telemetry import WriteErrors, WriteTraces
+from beam_agents.io.effector_link import (
+    EffectorConnection,
+    ReadEnvelopes,
+    SubmitIntents,
+    SubmitIntentsOutputs,
+)
+from beam_agents.io.sinks import (
+    ExportTraces,
+    WriteErrors,
+    WriteRecords,
+    WriteRecordsToEffector,
+    WriteTraces,
+)
 
 __all__ = [
     "EffectorConnection",

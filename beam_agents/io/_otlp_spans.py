@@ -26,7 +26,6 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, Trace
 from opentelemetry.util.types import AttributeValue
 
 from beam_agents._protos import TraceEvent
-from beam_agents.io._otlp_settings import ExportSettings
 
 _SCOPE = InstrumentationScope("beam_agents")
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
@@ -263,13 +262,15 @@ _EXPORTER_LOGGER = logging.getLogger(OTLPSpanExporter.__module__)
 class SpanExporter:
     """One worker's OTLP exporter: turns events into spans and sends batches of them."""
 
-    def __init__(self, settings: ExportSettings) -> None:
-        self._resource = Resource.create({"service.name": settings.service_name})
+    def __init__(
+        self, endpoint: str, headers: dict[str, str] | None, service_name: str, timeout_s: float
+    ) -> None:
+        self._resource = Resource.create({"service.name": service_name})
         self._log = _ExporterLog()
         self._exporter = OTLPSpanExporter(
-            endpoint=settings.endpoint,
-            headers=settings.headers,
-            timeout=settings.timeout_s,
+            endpoint=endpoint,
+            headers=headers,
+            timeout=timeout_s,
             session=self._log.session,
         )
         _EXPORTER_LOGGER.addFilter(self._log)

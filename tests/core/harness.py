@@ -37,8 +37,8 @@ from beam_agents import (
 from beam_agents._protos import AgentEnvelope, AgentError, KeyHeader, ToolIntent, TraceEvent
 from beam_agents.core.agent import AgentFn
 from beam_agents.core.context import ActivationContext
-from beam_agents.core.dofn import AgentDoFn, agent_dofn
 from beam_agents.core.observability import identity_of
+from beam_agents.io.run_agent import AgentDoFn, agent_dofn
 from beam_agents.model.client import LlmRequest
 from beam_agents.model.fake import FakeLLM, match_contains, respond_with
 from beam_agents.testing import EnvelopeStream

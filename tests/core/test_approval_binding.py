@@ -25,8 +25,8 @@ from beam_agents.core.context import (
     edit_diff,
     intent_step_digest,
 )
-from beam_agents.core.dofn import AgentDoFn
 from beam_agents.hitl import HitlPolicy
+from beam_agents.io.run_agent import AgentDoFn
 from tests.core.harness import InMemoryKeyState, make_registry
 from tests.seed import freeze_account
 

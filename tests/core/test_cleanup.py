@@ -17,8 +17,8 @@ from beam_agents import AgentConfig, Complete, Suspend
 from beam_agents._protos import AgentError, ToolIntent
 from beam_agents.core.agent import intent_id_for
 from beam_agents.core.context import ActivationContext
-from beam_agents.core.dofn import AgentDoFn
 from beam_agents.core.observability import trace_id_for
+from beam_agents.io.run_agent import AgentDoFn
 from beam_agents.testing import EnvelopeStream
 from tests.core.harness import (
     HOLD_TTL_MS,

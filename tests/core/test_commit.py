@@ -25,8 +25,8 @@ from beam_agents._protos import (
 )
 from beam_agents.core.agent import intent_id_for
 from beam_agents.core.context import ActivationContext
-from beam_agents.core.dofn import AgentDoFn
 from beam_agents.core.state import MEMORY_CAP_BYTES
+from beam_agents.io.run_agent import AgentDoFn
 from beam_agents.model.client import LlmRequest
 from beam_agents.model.fake import FakeLLM, match_any, respond_with
 from beam_agents.testing import EnvelopeStream, FailFirstCommit

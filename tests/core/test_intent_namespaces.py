@@ -25,8 +25,8 @@ from beam_agents.core.agent import (
     namespace_uuid,
 )
 from beam_agents.core.context import ActivationContext
-from beam_agents.core.dofn import INTENTS_TAG, AgentDoFn
 from beam_agents.core.observability import TraceRecorder, trace_id_for
+from beam_agents.io.run_agent import INTENTS_TAG, AgentDoFn
 from tests.core.harness import InMemoryKeyState
 
 K = b"acct-1"

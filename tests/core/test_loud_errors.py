@@ -22,13 +22,13 @@ from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiRunner
 
 from beam_agents import AgentConfig, Complete, RunAgent
 from beam_agents._protos import AgentEnvelope, AgentError, Continuation, ToolResult
-from beam_agents.core import failures, loudness
+from beam_agents.core import observability
 from beam_agents.core.activation import RouteFailure, choose_route, deadline_outcome
 from beam_agents.core.agent import AgentFn
 from beam_agents.core.context import ActivationContext
-from beam_agents.core.dofn import AgentDoFn
 from beam_agents.core.observability import ErrorLog, explain, log_line
 from beam_agents.hitl import Deny, FallbackContext, HitlPolicy
+from beam_agents.io.run_agent import AgentDoFn
 from tests.core.harness import InMemoryKeyState, created, event, main_outputs, run_agent, tally
 
 THIS_FILE = Path(__file__).name
@@ -165,9 +165,9 @@ def test_many_errors_log_a_bounded_number_of_lines_and_count_the_rest(
     messages = [record.getMessage() for record in logged(caplog)]
     per_record = [message for message in messages if message.startswith(".errors record")]
     summaries = [message for message in messages if "were not logged" in message]
-    assert len(per_record) == loudness.LOG_LIMIT
+    assert len(per_record) == observability.LOG_LIMIT
     assert len(summaries) == 1
-    assert summaries[0].startswith(f"{25 - loudness.LOG_LIMIT} more .errors records")
+    assert summaries[0].startswith(f"{25 - observability.LOG_LIMIT} more .errors records")
 
 
 class FakeClock:
@@ -324,18 +324,18 @@ def test_a_deep_traceback_keeps_its_innermost_frames() -> None:
     except ValueError as exc:
         detail, text = explain(exc, ping)
     frames = re.findall(r"line (\d+), in (\w+)", text)
-    assert len(frames) == failures.MAX_FRAMES
+    assert len(frames) == observability.MAX_FRAMES
     assert frames[-1] == (str(line_of("# raises: deep down")), "ping")
     assert text.endswith("ValueError: deep\n")
     assert detail == f"ValueError: deep (at {THIS_FILE}:{line_of('# raises: deep down')} in ping)"
 
 
 def test_a_huge_traceback_is_cut_to_its_end() -> None:
-    message = "x" * (3 * failures.MAX_CHARS)
+    message = "x" * (3 * observability.MAX_CHARS)
     try:
         raise ValueError(message + "\nthe end")
     except ValueError as exc:
         _, text = explain(exc)
-    assert len(text) <= failures.MAX_CHARS
+    assert len(text) <= observability.MAX_CHARS
     assert text.startswith("[") and "characters of the traceback dropped]\n" in text
     assert text.endswith("the end\n")

@@ -9,8 +9,8 @@ from apache_beam.transforms.userstate import get_dofn_specs
 
 from beam_agents import AgentConfig, Complete
 from beam_agents._protos import AgentEnvelope
-from beam_agents.core import dofn
 from beam_agents.core.context import ActivationContext
+from beam_agents.io import run_agent as dofn
 from tests.core.harness import InMemoryKeyState
 
 KEY = b"acct-1"

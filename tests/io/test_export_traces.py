@@ -34,7 +34,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 from beam_agents import AgentConfig, Complete, ExportTraces, RunAgent, Suspend, intent_id_for
 from beam_agents._protos import TraceEvent
 from beam_agents.core.context import ActivationContext
-from beam_agents.core.tracing import trace_id_for
+from beam_agents.core.observability import trace_id_for
 from beam_agents.model.client import LlmRequest, TokenUsage
 from beam_agents.model.fake import FakeLLM, match_any, respond_with
 from beam_agents.testing import EnvelopeStream, FailFirstCommit
@@ -305,7 +305,7 @@ def test_a_transient_collector_failure_is_retried_by_the_exporter(
     spans = receiver.drain()
     assert len({s.ids for s in spans}) == SPANS_PER_KEY * len(KEYS)
     assert receiver.posts > 1
-    assert not [r for r in caplog.records if r.name == "beam_agents.io.otlp"]
+    assert not [r for r in caplog.records if r.name == "beam_agents.io.sinks"]
 
 
 def closed_port() -> int:
@@ -320,9 +320,9 @@ def test_an_unreachable_collector_logs_a_warning_and_the_pipeline_succeeds(
     endpoint = f"http://127.0.0.1:{closed_port()}/v1/traces"
     with caplog.at_level(logging.WARNING):
         run_pipeline(endpoint, timeout_s=1.0)
-    warnings = [r.getMessage() for r in caplog.records if r.name == "beam_agents.io.otlp"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "beam_agents.io.sinks"]
     assert warnings and all(
-        r.levelno == logging.WARNING for r in caplog.records if r.name == "beam_agents.io.otlp"
+        r.levelno == logging.WARNING for r in caplog.records if r.name == "beam_agents.io.sinks"
     )
     dropped = [
         re.search(r"dropped (\d+) span\(s\) of this bundle: (.+)\. The", m) for m in warnings

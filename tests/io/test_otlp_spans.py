@@ -15,9 +15,8 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.trace import StatusCode
 
 from beam_agents._protos import TraceEvent
-from beam_agents.io._otlp_settings import ExportSettings
 from beam_agents.io._otlp_spans import _to_span
-from beam_agents.io.otlp import _ExportTracesFn
+from beam_agents.io.sinks import ExportSettings, _ExportTracesFn
 
 BAD_IDS = [
     {"trace_id": "0" * 32},  # all zeros: an invalid OpenTelemetry id
@@ -97,11 +96,11 @@ def test_only_a_batch_the_collector_failed_gives_up_on_the_rest_of_the_bundle(
     stub = StubExporter([("cannot encode it", False), ("", True), ("HTTP 503", True)])
     fn._exporter = stub  # type: ignore[assignment]
     fn.start_bundle()
-    with caplog.at_level(logging.WARNING, logger="beam_agents.io.otlp"):
+    with caplog.at_level(logging.WARNING, logger="beam_agents.io.sinks"):
         for n in range(5):
             fn.process(TraceEvent(span_id=f"{n + 1:016x}"))
         fn.finish_bundle()
     # Never sent, delivered, failed by the collector; the last two are not tried.
     assert stub.batches == [1, 1, 1]
-    [warning] = [r.getMessage() for r in caplog.records if r.name == "beam_agents.io.otlp"]
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "beam_agents.io.sinks"]
     assert "dropped 4 span(s) of this bundle: cannot encode it." in warning

@@ -204,7 +204,7 @@ def test_a_wrong_token_fails_the_pipeline_without_retrying_or_dead_lettering(
     with BackgroundEffector(store_url, settings) as effector:
         transform = SubmitIntents(effector.address, token="wrong-token", max_attempts=5)
         with (
-            caplog.at_level(logging.WARNING, logger="beam_agents.io.submit"),
+            caplog.at_level(logging.WARNING, logger="beam_agents.io.effector_link"),
             pytest.raises(PermissionError, match="UNAUTHENTICATED") as failure,
         ):
             submit_all([refused], transform)
@@ -217,7 +217,7 @@ def test_a_wrong_token_fails_the_pipeline_without_retrying_or_dead_lettering(
     )
     assert "wrong-token" not in str(failure.value)
     # Neither retried nor dead-lettered: nothing was logged for it.
-    assert [r for r in caplog.records if r.name == "beam_agents.io.submit"] == []
+    assert [r for r in caplog.records if r.name == "beam_agents.io.effector_link"] == []
     assert read_ledger(ledger) == []
 
 

@@ -12,11 +12,11 @@ from effector_harness import BackgroundEffector, make_intent
 
 from beam_agents.io import SubmitIntents
 from beam_agents.io import submit as submit_module
-from beam_agents.io.submit import _LogBudget
+from beam_agents.io.effector_link import _LogBudget
 from effector.launch import free_port
 from tests.io.io_harness import counter, record_intent, submit_all
 
-LOGGER = "beam_agents.io.submit"
+LOGGER = "beam_agents.io.effector_link"
 
 
 def submit_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:

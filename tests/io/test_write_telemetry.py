@@ -107,7 +107,7 @@ def test_telemetry_is_stored_once_however_often_the_pipeline_runs(tmp_path: Path
 def test_an_unreachable_effector_drops_telemetry_with_a_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="beam_agents.io.telemetry")
+    caplog.set_level(logging.WARNING, logger="beam_agents.io.sinks")
     nowhere = f"127.0.0.1:{free_port()}"
     quick = {"max_attempts": 2, "initial_backoff_s": 0.01, "max_backoff_s": 0.01}
     result, traces, errors = run_agents(
@@ -131,7 +131,7 @@ def trace_event(n: int, **ids: str) -> TraceEvent:
 def test_items_the_effector_refuses_are_dropped_alone_with_the_first_reason(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="beam_agents.io.telemetry")
+    caplog.set_level(logging.WARNING, logger="beam_agents.io.sinks")
     items: list[object] = [
         "not an event",
         trace_event(0),
@@ -149,7 +149,7 @@ def test_items_the_effector_refuses_are_dropped_alone_with_the_first_reason(
         stored = effector.run(effector.server.store.traces_for_key(b"k", 10))
     assert stored == [trace_event(0), trace_event(2)]
     assert (counter(result, "traces_recorded"), counter(result, "traces_dropped")) == (2, 3)
-    [warning] = [r.getMessage() for r in caplog.records if r.name == "beam_agents.io.telemetry"]
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "beam_agents.io.sinks"]
     assert "dropped 3 trace event(s)" in warning
     assert warning.endswith("the first: not a TraceEvent: str"), warning
 

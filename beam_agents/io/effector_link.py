@@ -1,0 +1,992 @@
+# mypy: disallow-untyped-calls=False
+# (Beam's own API is mostly unannotated; this module is glue around it.)
+"""The pipeline's link to the effector: connection settings, ``SubmitIntents``, ``ReadEnvelopes``.
+
+:class:`EffectorConnection` holds the target, bearer token and TLS settings.
+:class:`SubmitIntents` sends committed intents and keeps their acknowledgements;
+:class:`ReadEnvelopes` reads the effector's envelope stream back as ``(key, AgentEnvelope)``
+pairs, in the single-source shape the DirectRunner needs for a local loop.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import os
+import random
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import apache_beam as beam
+import grpc
+from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
+from apache_beam.io.watermark_estimators import ManualWatermarkEstimator
+from apache_beam.metrics.metric import Metrics
+from apache_beam.pipeline import PipelineVisitor
+from apache_beam.pvalue import PBegin, PCollection, TaggedOutput
+from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner, SwitchingDirectRunner
+from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiRunner
+from apache_beam.testing.test_stream import TestStream
+from apache_beam.transforms.core import RestrictionProvider
+from apache_beam.transforms.window import TimestampedValue
+from apache_beam.utils.timestamp import Duration, Timestamp
+from apache_beam.utils.windowed_value import WindowedValue
+
+from beam_agents._protos import (
+    AgentEnvelope,
+    EffectorStub,
+    IntentDeadLetter,
+    PublishRequest,
+    ReadRequest,
+    StatusRequest,
+    SubmitAck,
+    SubmitRequest,
+    ToolIntent,
+)
+
+_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+"""The largest message the effector accepts or sends by default (its ``MAX_MESSAGE_BYTES``)."""
+
+_CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
+    # gRPC's reconnect backoff grows to two minutes by default; a restarted effector should be
+    # found within the retry budget of SubmitIntents and the read loop of ReadEnvelopes.
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 2_000),
+)
+
+_ROUND_ROBIN = json.dumps({"loadBalancingConfig": [{"round_robin": {}}]})
+"""gRPC service config spreading calls over every address of a replica list."""
+
+_TRANSIENT_CODES = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.ABORTED,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNKNOWN,
+    }
+)
+_AUTH_CODES = frozenset({grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED})
+
+
+def _status_code(error: grpc.RpcError) -> grpc.StatusCode | None:
+    code = getattr(error, "code", None)
+    return code() if callable(code) else None
+
+
+def _is_transient(error: grpc.RpcError) -> bool:
+    """Whether a failed call may succeed if simply tried again."""
+    return _status_code(error) in _TRANSIENT_CODES
+
+
+def _describe(error: grpc.RpcError) -> str:
+    """``CODE: details`` of a failed call, for dead letters and error messages."""
+    code = _status_code(error)
+    details = getattr(error, "details", None)
+    text = details() if callable(details) else str(error)
+    return f"{code.name if code is not None else 'UNKNOWN'}: {text}"
+
+
+def _call_failure(what: str, target: str, error: grpc.RpcError) -> Exception:
+    """The exception to raise for a call that failed for good: typed by its cause."""
+    message = f"{what} at {target} failed: {_describe(error)}"
+    if _status_code(error) in _AUTH_CODES:
+        return PermissionError(f"{message} (check the token)")
+    if _is_transient(error):
+        return ConnectionError(message)
+    return RuntimeError(message)
+
+
+@dataclass(frozen=True)
+class EffectorConnection:
+    """Connection settings for an effector; picklable, so Beam can ship it to workers.
+
+    - ``target``: ``HOST:PORT`` (or any gRPC target) of the effector; or the replicas of one
+      effector as a comma-separated list of ``IP:PORT`` addresses (``[IPv6]:PORT``), e.g.
+      ``"127.0.0.1:50051,127.0.0.1:50052"``, reached round-robin (see ``beam_agents/io/README.md``).
+    - ``token`` (or the environment variable named by ``token_env``, read on the worker so
+      that the secret never enters the pipeline graph) is sent as
+      ``authorization: Bearer <token>`` on every call, as the effector's ``--token`` expects.
+    - ``tls_root_cert``: the PEM root certificate (a file path, or the PEM bytes) that the
+      effector's ``--tls-cert`` must chain to; with it the channel uses TLS. A path is read
+      when the connection is created, so a missing file is reported at once.
+    - ``tls_server_name``: the name to check in the server's certificate instead of the
+      target's host (for test certificates issued to another name).
+    """
+
+    target: str
+    token: str | None = field(default=None, repr=False)
+    token_env: str | None = None
+    tls_root_cert: str | os.PathLike[str] | bytes | None = field(default=None, repr=False)
+    tls_server_name: str | None = None
+    _root_certificates: bytes | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.target, str) or ":" not in self.target:
+            raise ValueError(f"effector target must be HOST:PORT, got {self.target!r}")
+        _channel_target(self.target)
+        if self.token is not None and self.token_env is not None:
+            raise ValueError("give either token or token_env, not both")
+        if self.token is not None and not self.token.strip():
+            raise ValueError("token is empty")
+        if self.tls_server_name is not None and self.tls_root_cert is None:
+            raise ValueError("tls_server_name needs tls_root_cert (it only applies to TLS)")
+        object.__setattr__(self, "_root_certificates", _read_root_certificates(self.tls_root_cert))
+
+    def resolved_token(self) -> str | None:
+        """The bearer token to send, read from the environment when ``token_env`` is set."""
+        if self.token_env is not None:
+            value = os.environ.get(self.token_env, "").strip()
+            if not value:
+                raise ValueError(
+                    f"environment variable {self.token_env} (the effector token) is not set"
+                )
+            return value
+        return self.token
+
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        """Call metadata carrying the bearer token, if any."""
+        token = self.resolved_token()
+        return (("authorization", f"Bearer {token}"),) if token else ()
+
+    def open_channel(self) -> grpc.Channel:
+        """A new synchronous channel to the effector; the caller closes it."""
+        options: list[tuple[str, str | int]] = list(_CHANNEL_OPTIONS)
+        target = _channel_target(self.target)
+        if target != self.target:
+            options.append(("grpc.service_config", _ROUND_ROBIN))
+        if self._root_certificates is None:
+            return grpc.insecure_channel(target, options=options)
+        if self.tls_server_name:
+            options.append(("grpc.ssl_target_name_override", self.tls_server_name))
+        credentials = grpc.ssl_channel_credentials(root_certificates=self._root_certificates)
+        return grpc.secure_channel(target, credentials, options=options)
+
+    def stub(self, channel: grpc.Channel) -> EffectorStub:
+        """The generated ``Effector`` stub over ``channel``."""
+        return EffectorStub(channel)
+
+
+def _channel_target(target: str) -> str:
+    """The gRPC target for ``target``: itself, or for a list of replicas an address list.
+
+    gRPC spells a fixed list of addresses ``ipv4:A:P,B:P`` (or ``ipv6:[A]:P,[B]:P``); it has no
+    such form for host names, so a list must give IP addresses of one family.
+    """
+    if "," not in target:
+        return target
+    families: set[int] = set()
+    for address in target.split(","):
+        host, separator, port = address.strip().rpartition(":")
+        bracketed = host.startswith("[") and host.endswith("]")
+        try:
+            version = ipaddress.ip_address(host[1:-1] if bracketed else host).version
+        except ValueError:
+            raise ValueError(
+                f"a list of effector replicas must give IP:PORT addresses, got {address!r} in "
+                f"{target!r} (for host names, use one DNS name that resolves to every replica)"
+            ) from None
+        if not separator or not port.isdigit() or (version == 6) != bracketed:
+            raise ValueError(
+                f"effector replica {address!r} in {target!r} is not IP:PORT ([IPv6]:PORT)"
+            )
+        families.add(version)
+    if len(families) > 1:
+        raise ValueError(f"effector replicas {target!r} mix IPv4 and IPv6 addresses")
+    addresses = ",".join(address.strip() for address in target.split(","))
+    return f"ipv{families.pop()}:{addresses}"
+
+
+def _read_root_certificates(source: str | os.PathLike[str] | bytes | None) -> bytes | None:
+    if source is None or isinstance(source, bytes):
+        return source
+    try:
+        return Path(source).read_bytes()
+    except OSError as exc:
+        raise ValueError(
+            f"cannot read tls_root_cert {os.fspath(source)!r}: {exc.strerror}"
+        ) from None
+
+
+def _connection(
+    target: str | EffectorConnection,
+    token: str | None,
+    token_env: str | None,
+    tls_root_cert: str | os.PathLike[str] | bytes | None,
+) -> EffectorConnection:
+    """The connection a transform was given, or one built from its keyword arguments."""
+    if isinstance(target, EffectorConnection):
+        if token is not None or token_env is not None or tls_root_cert is not None:
+            raise ValueError(
+                "pass token, token_env and tls_root_cert inside the EffectorConnection, "
+                "not beside it"
+            )
+        return target
+    return EffectorConnection(target, token=token, token_env=token_env, tls_root_cert=tls_root_cert)
+
+
+_log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+_DEAD_LETTER = "dead_letter"
+_METRICS_NAMESPACE = "beam_agents.io"
+
+_MAX_BATCH_SIZE = 1_000
+"""The most intents one Submit may carry (the effector's ``MAX_SUBMIT_BATCH``)."""
+_MAX_BATCH_BYTES = 4 * 1024 * 1024
+"""A batch is cut before it grows past this, so requests stay well under the message limit."""
+_MAX_INTENT_BYTES = _MAX_MESSAGE_BYTES - 64 * 1024
+"""An intent larger than this cannot be sent at all (with room for the request's framing)."""
+DEAD_LETTER_LOG_LINES = 10
+"""The most dead-letter WARNING lines one ``SubmitIntents`` instance logs per interval."""
+DEAD_LETTER_LOG_INTERVAL_S = 60.0
+"""The interval of :data:`DEAD_LETTER_LOG_LINES`; lines past it are counted, then summarized."""
+
+
+@dataclass(frozen=True)
+class SubmitIntentsOutputs:
+    """What ``SubmitIntents`` returns.
+
+    ``acks``: one ``SubmitAck`` per intent the effector answered (accepted, duplicate or
+    rejected), in the intent's window and with its timestamp. ``dead_letter``: one
+    ``IntentDeadLetter`` per intent that was refused or never reached the effector, with the
+    reason (and the effector's outcome name when it refused it); re-submit them once the cause
+    is fixed.
+    """
+
+    acks: PCollection[SubmitAck]
+    dead_letter: PCollection[IntentDeadLetter]
+
+
+@dataclass(frozen=True)
+class _Backoff:
+    """Exponential backoff with full jitter for transient gRPC failures."""
+
+    max_attempts: int
+    initial_s: float
+    max_s: float
+
+    def delays(self) -> Iterator[float]:
+        """The sleep before each retry: uniform in ``[0, min(max, initial * 2**n)]``."""
+        for retry in range(self.max_attempts - 1):
+            yield random.uniform(0.0, min(self.max_s, self.initial_s * 2**retry))
+
+
+def _check_call_settings(
+    batch_size: int,
+    max_batch_size: int,
+    max_attempts: int,
+    initial_backoff_s: float,
+    max_backoff_s: float,
+    rpc_timeout_s: float,
+) -> None:
+    """Refuse batch, retry and deadline settings a sink of the effector cannot use."""
+    if not 1 <= batch_size <= max_batch_size:
+        raise ValueError(f"batch_size must be between 1 and {max_batch_size}, got {batch_size}")
+    if max_attempts < 1:
+        raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+    if initial_backoff_s < 0 or max_backoff_s < initial_backoff_s:
+        raise ValueError(
+            "need 0 <= initial_backoff_s <= max_backoff_s, got "
+            f"{initial_backoff_s} and {max_backoff_s}"
+        )
+    if rpc_timeout_s <= 0:
+        raise ValueError(f"rpc_timeout_s must be positive, got {rpc_timeout_s}")
+
+
+@dataclass(frozen=True)
+class _Pending:
+    intent: ToolIntent
+    timestamp: Any
+    window: Any
+
+    def output(self, value: Any) -> WindowedValue:
+        return WindowedValue(value, self.timestamp, (self.window,))
+
+
+class _LogBudget:
+    """At most ``lines`` log lines per ``interval_s``; counts the lines it refuses."""
+
+    def __init__(
+        self, lines: int, interval_s: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._lines = lines
+        self._interval_s = interval_s
+        self._clock = clock
+        self._window_start = clock()
+        self._used = 0
+        self.suppressed = 0
+        """Lines refused since the last summary."""
+
+    def _roll(self) -> bool:
+        """Start a new window if the current one is over; whether it did."""
+        now = self._clock()
+        if now - self._window_start < self._interval_s:
+            return False
+        self._window_start, self._used = now, 0
+        return True
+
+    def allow(self) -> bool:
+        """Whether one more line may be logged now (if not, it is counted as suppressed)."""
+        self._roll()
+        if self._used < self._lines:
+            self._used += 1
+            return True
+        self.suppressed += 1
+        return False
+
+    def take_suppressed(self, *, final: bool = False) -> int:
+        """The suppressed count to summarize now (its window is over, or ``final``), reset."""
+        if not self.suppressed or not (final or self._roll()):
+            return 0
+        count, self.suppressed = self.suppressed, 0
+        return count
+
+
+def _key_text(entity_key: bytes) -> str:
+    """The key as text if it is printable UTF-8, else ``0x`` and its hex (cut to 120 chars)."""
+    try:
+        text = entity_key.decode("utf-8")
+    except UnicodeDecodeError:
+        text = ""
+    shown = text if text and text.isprintable() else "0x" + entity_key.hex()
+    return shown if len(shown) <= 120 else shown[:117] + "..."
+
+
+class _CallFailedError(Exception):
+    def __init__(self, error: grpc.RpcError, attempts: int) -> None:
+        super().__init__(error)
+        self.reason = f"effector call failed after {attempts} attempt(s): {_describe(error)}"
+
+
+def _call_with_retries(
+    call: Callable[[], _T],
+    backoff: _Backoff,
+    what: str,
+    target: str,
+    log_retry: Callable[[int, grpc.RpcError, float], None],
+    error: grpc.RpcError | None = None,
+) -> _T:
+    """``call()``, again after each transient failure while ``backoff`` allows.
+
+    Starts with a retry when given the ``error`` of a first attempt made elsewhere. A wrong
+    token (UNAUTHENTICATED, PERMISSION_DENIED) raises ``PermissionError`` at once: retrying
+    cannot fix it, and every call would fail alike. Any other failure that retrying cannot fix,
+    or that outlasts the retries, raises :class:`_CallFailedError`.
+    """
+    delays = backoff.delays()
+    attempts = 0 if error is None else 1
+    while True:
+        if error is not None:
+            if _status_code(error) in _AUTH_CODES:
+                raise _call_failure(what, target, error) from error
+            delay = next(delays, None) if _is_transient(error) else None
+            if delay is None:
+                raise _CallFailedError(error, attempts) from error
+            log_retry(attempts, error, delay)
+            time.sleep(delay)
+        attempts += 1
+        try:
+            return call()
+        except grpc.RpcError as failed:
+            error = failed
+
+
+_TIMESTAMP: Any = beam.DoFn.TimestampParam
+_WINDOW: Any = beam.DoFn.WindowParam
+
+
+class _SubmitIntentsFn(beam.DoFn):
+    """Buffers intents into batches and submits each batch, retrying transient failures."""
+
+    def __init__(
+        self,
+        connection: EffectorConnection,
+        batch_size: int,
+        backoff: _Backoff,
+        rpc_timeout_s: float,
+        redeliver_results: bool,
+    ) -> None:
+        self._connection = connection
+        self._batch_size = batch_size
+        self._backoff = backoff
+        self._rpc_timeout_s = rpc_timeout_s
+        self._redeliver_results = redeliver_results
+        self._accepted = Metrics.counter(_METRICS_NAMESPACE, "intents_accepted")
+        self._duplicates = Metrics.counter(_METRICS_NAMESPACE, "intents_duplicate")
+        self._rejected = Metrics.counter(_METRICS_NAMESPACE, "intents_rejected")
+        self._dead_lettered = Metrics.counter(_METRICS_NAMESPACE, "intents_dead_lettered")
+        self._retries = Metrics.counter(_METRICS_NAMESPACE, "submit_retries")
+        self._batch_sizes = Metrics.distribution(_METRICS_NAMESPACE, "submit_batch_size")
+
+    def setup(self) -> None:
+        """Open the channel and resolve the token (from the worker's environment, if so told)."""
+        self._log_budget = _LogBudget(DEAD_LETTER_LOG_LINES, DEAD_LETTER_LOG_INTERVAL_S)
+        self._metadata = self._connection.metadata()
+        self._channel = self._connection.open_channel()
+        self._stub = self._connection.stub(self._channel)
+
+    def teardown(self) -> None:
+        """Say how many dead letters were not logged; close the channel."""
+        budget = getattr(self, "_log_budget", None)
+        if budget is not None:
+            self._log_suppressed(budget.take_suppressed(final=True))
+        channel = getattr(self, "_channel", None)
+        if channel is not None:
+            channel.close()
+
+    def start_bundle(self) -> None:
+        """Start an empty batch."""
+        self._batch: list[_Pending] = []
+        self._batch_bytes = 0
+
+    def process(
+        self,
+        intent: ToolIntent,
+        timestamp: Any = _TIMESTAMP,
+        window: Any = _WINDOW,
+    ) -> Iterator[Any]:
+        """Add ``intent`` to the batch; submit the batch first if it is full."""
+        if not isinstance(intent, ToolIntent):
+            yield self._dead_letter(
+                IntentDeadLetter(reason=f"not a ToolIntent: {type(intent).__name__}")
+            )
+            return
+        size = intent.ByteSize()
+        if size > _MAX_INTENT_BYTES:
+            yield self._dead_letter(
+                IntentDeadLetter(
+                    intent=intent,
+                    reason=f"intent is {size} bytes, over the {_MAX_INTENT_BYTES}-byte limit "
+                    "of one effector request",
+                )
+            )
+            return
+        if self._batch and self._batch_bytes + size > _MAX_BATCH_BYTES:
+            yield from self._submit_batch()
+        self._batch.append(_Pending(intent, timestamp, window))
+        self._batch_bytes += size
+        if len(self._batch) >= self._batch_size:
+            yield from self._submit_batch()
+
+    def finish_bundle(self) -> Iterator[Any]:
+        """Submit what is left of the batch."""
+        yield from self._submit_batch()
+        self._log_suppressed(self._log_budget.take_suppressed())
+
+    def _submit_batch(self) -> Iterator[Any]:
+        batch, self._batch, self._batch_bytes = self._batch, [], 0
+        if not batch:
+            return
+        self._batch_sizes.update(len(batch))
+        try:
+            acks = self._submit([pending.intent for pending in batch])
+        except _CallFailedError as failure:
+            for pending in batch:
+                letter = IntentDeadLetter(intent=pending.intent, reason=failure.reason)
+                yield self._dead_letter(pending.output(letter))
+            return
+        for pending, ack in zip(batch, acks, strict=True):
+            yield pending.output(ack)
+            if ack.outcome == SubmitAck.ACCEPTED:
+                self._accepted.inc()
+            elif ack.outcome == SubmitAck.DUPLICATE:
+                self._duplicates.inc()
+            else:
+                self._rejected.inc()
+                letter = IntentDeadLetter(
+                    intent=pending.intent,
+                    reason=ack.reason,
+                    outcome=SubmitAck.Outcome.Name(ack.outcome),
+                )
+                yield self._dead_letter(pending.output(letter))
+
+    def _submit(self, intents: Sequence[ToolIntent]) -> Sequence[SubmitAck]:
+        """Submit one batch; retrying is safe because the effector deduplicates by intent id."""
+        request = SubmitRequest(intents=intents, redeliver_results=self._redeliver_results)
+
+        def log_retry(attempts: int, error: grpc.RpcError, delay: float) -> None:
+            self._retries.inc()
+            _log.warning(
+                "SubmitIntents: submitting %d intent(s) to the effector at %s failed "
+                "(attempt %d of %d: %s); retrying in %.2f s",
+                len(intents),
+                self._connection.target,
+                attempts,
+                self._backoff.max_attempts,
+                _describe(error),
+                delay,
+            )
+
+        response = _call_with_retries(
+            lambda: self._stub.Submit(
+                request, timeout=self._rpc_timeout_s, metadata=self._metadata
+            ),
+            self._backoff,
+            "submitting intents",
+            self._connection.target,
+            log_retry,
+        )
+        if len(response.acks) != len(intents):
+            raise RuntimeError(
+                f"the effector answered {len(response.acks)} acknowledgements for "
+                f"{len(intents)} intents"
+            )
+        return list(response.acks)
+
+    def _dead_letter(self, letter: Any) -> TaggedOutput[str, Any]:
+        self._dead_lettered.inc()
+        value = letter.value if isinstance(letter, WindowedValue) else letter
+        if self._log_budget.allow():
+            intent = value.intent
+            _log.warning(
+                "SubmitIntents to %s: dead letter for intent %s (key %s, tool %r)%s: %s",
+                self._connection.target,
+                intent.intent_id or "(none)",
+                _key_text(intent.entity_key),
+                intent.tool_name,
+                f" {value.outcome}" if value.outcome else "",
+                value.reason,
+            )
+        return TaggedOutput(_DEAD_LETTER, letter)
+
+    def _log_suppressed(self, count: int) -> None:
+        if count:
+            _log.warning(
+                "SubmitIntents to %s: %d more dead letter(s) were not logged (at most %d lines "
+                "per %.0f s); see the dead_letter output and the intents_dead_lettered counter",
+                self._connection.target,
+                count,
+                DEAD_LETTER_LOG_LINES,
+                DEAD_LETTER_LOG_INTERVAL_S,
+            )
+
+
+class SubmitIntents(beam.PTransform[PCollection[ToolIntent], SubmitIntentsOutputs]):
+    """Submit ``ToolIntent``s to an effector; returns :class:`SubmitIntentsOutputs`.
+
+    Intents are submitted in batches of at most ``batch_size`` (and a few MiB), cut within a
+    bundle and at its end. A call that fails transiently (unavailable, deadline exceeded, ...)
+    is retried with exponential backoff and full jitter, ``initial_backoff_s`` doubling up to
+    ``max_backoff_s``, for at most ``max_attempts`` calls in all; each call has a deadline of
+    ``rpc_timeout_s``. With the defaults a batch is retried for about ten seconds on average
+    (twenty at most), enough to ride out an effector restart; each retry logs a WARNING with
+    the target and the delay. Retrying is safe because the effector deduplicates on intent id.
+    A batch that still fails, or fails for another reason retrying cannot fix, goes to
+    ``dead_letter`` with the gRPC status, as does every intent the effector rejects (with its
+    reason); each dead letter logs a WARNING with the intent id and the reason, at most
+    :data:`DEAD_LETTER_LOG_LINES` per :data:`DEAD_LETTER_LOG_INTERVAL_S` per instance (a later
+    line counts the rest). A wrong token (UNAUTHENTICATED, PERMISSION_DENIED) fails the
+    pipeline with ``PermissionError``, as it does for ``ReadEnvelopes``: every intent would
+    fail alike.
+
+    ``target`` is ``HOST:PORT`` with ``token`` or ``token_env`` and ``tls_root_cert`` (see
+    :class:`EffectorConnection`), or an ``EffectorConnection``.
+
+    ``redeliver_results`` (default on) asks the effector to publish again the stored result of
+    an intent that is already done, so re-running a pipeline from fresh state over the same
+    events resumes its agents without executing anything twice.
+
+    Beam metrics (namespace ``beam_agents.io``): ``intents_accepted``, ``intents_duplicate``,
+    ``intents_rejected``, ``intents_dead_lettered``, ``submit_retries`` and the distribution
+    ``submit_batch_size``.
+    """
+
+    def __init__(
+        self,
+        target: str | EffectorConnection,
+        *,
+        token: str | None = None,
+        token_env: str | None = None,
+        tls_root_cert: str | os.PathLike[str] | bytes | None = None,
+        batch_size: int = 256,
+        max_attempts: int = 10,
+        initial_backoff_s: float = 0.1,
+        max_backoff_s: float = 5.0,
+        rpc_timeout_s: float = 30.0,
+        redeliver_results: bool = True,
+    ) -> None:
+        super().__init__()
+        _check_call_settings(
+            batch_size,
+            _MAX_BATCH_SIZE,
+            max_attempts,
+            initial_backoff_s,
+            max_backoff_s,
+            rpc_timeout_s,
+        )
+        self._fn = _SubmitIntentsFn(
+            _connection(target, token, token_env, tls_root_cert),
+            batch_size,
+            _Backoff(max_attempts, initial_backoff_s, max_backoff_s),
+            rpc_timeout_s,
+            redeliver_results,
+        )
+
+    def expand(self, intents: PCollection[ToolIntent]) -> SubmitIntentsOutputs:
+        """Submit ``intents``; split the answers into acknowledgements and dead letters."""
+        results = intents | "Submit" >> beam.ParDo(self._fn).with_output_types(
+            SubmitAck
+        ).with_outputs(_DEAD_LETTER, main="acks")
+        dead_letter = results[_DEAD_LETTER]
+        dead_letter.element_type = IntentDeadLetter
+        return SubmitIntentsOutputs(acks=results.acks, dead_letter=dead_letter)
+
+
+_LOG_END = 2**62
+"""The restriction's end: beyond any offset the log will reach, so the range is unbounded."""
+_PUBLISH_MAX_ENVELOPES = 500
+_PUBLISH_MAX_BYTES = 4 * 1024 * 1024
+_MAX_EVENT_BYTES = _MAX_MESSAGE_BYTES - 64 * 1024
+"""An event larger than this cannot be published at all (with room for the request's framing)."""
+_RPC_TIMEOUT_S = 30.0
+_MAX_POLL_WAIT_MS = 60_000
+"""The effector waits at most this long in one Read."""
+_RETRY_INITIAL_S = 0.1
+_RETRY_MAX_S = 5.0
+
+
+class _LogRestrictions(RestrictionProvider):
+    """One unsplittable offset range per reader: the log is consumed in order."""
+
+    def initial_restriction(self, start_offset: int) -> OffsetRange:
+        """From the start offset to (practically) forever."""
+        return OffsetRange(start_offset, _LOG_END)
+
+    def create_tracker(self, restriction: OffsetRange) -> OffsetRestrictionTracker:
+        """Claims offsets in increasing order."""
+        return OffsetRestrictionTracker(restriction)
+
+    def restriction_size(self, start_offset: int, restriction: OffsetRange) -> int:
+        """Unknown, and never split: report one unit of work."""
+        return 1
+
+    def split(self, start_offset: int, restriction: OffsetRange) -> Iterator[OffsetRange]:
+        """Never split up front: one reader per log."""
+        yield restriction
+
+
+def _publish_chunks(events: list[bytes]) -> Iterator[list[AgentEnvelope]]:
+    """Serialized events in Publish-sized chunks (bounded in count and in bytes)."""
+    chunk: list[AgentEnvelope] = []
+    size = 0
+    for raw in events:
+        if chunk and (len(chunk) == _PUBLISH_MAX_ENVELOPES or size + len(raw) > _PUBLISH_MAX_BYTES):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(AgentEnvelope.FromString(raw))
+        size += len(raw)
+    if chunk:
+        yield chunk
+
+
+class _PublishInitialEventsFn(beam.DoFn):
+    """Publishes the initial events, then emits the offset the reader starts from."""
+
+    def __init__(
+        self, connection: EffectorConnection, events: list[bytes], start_offset: int | None
+    ) -> None:
+        self._connection = connection
+        self._events = events
+        self._start_offset = start_offset
+
+    def process(self, _impulse: bytes) -> Iterator[int]:
+        """Publish (if there are events) and emit the first offset to read."""
+        first_published = 1
+        if self._events:
+            first_published = self._publish()
+        yield first_published if self._start_offset is None else self._start_offset
+
+    def _publish(self) -> int:
+        metadata = self._connection.metadata()
+        channel = self._connection.open_channel()
+        offsets: list[int] = []
+        try:
+            stub = self._connection.stub(channel)
+            for chunk in _publish_chunks(self._events):
+                response = stub.Publish(
+                    PublishRequest(envelopes=chunk), timeout=_RPC_TIMEOUT_S, metadata=metadata
+                )
+                offsets.extend(response.offsets)
+        except grpc.RpcError as error:
+            raise _call_failure(
+                f"publishing the initial events ({len(offsets)} of {len(self._events)} done)",
+                self._connection.target,
+                error,
+            ) from error
+        finally:
+            channel.close()
+        return offsets[0]
+
+
+_TRACKER: Any = beam.DoFn.RestrictionParam(_LogRestrictions())
+_WATERMARK: Any = beam.DoFn.WatermarkEstimatorParam(ManualWatermarkEstimator.default_provider())
+
+
+@beam.DoFn.unbounded_per_element()
+class _ReadLogFn(beam.DoFn):
+    """Long-polls the envelope log from the restriction's start; defers between polls."""
+
+    def __init__(
+        self,
+        connection: EffectorConnection,
+        max_batch: int,
+        poll_wait_ms: int,
+        stop_when_idle_s: float | None,
+        watermark_lag_s: float,
+    ) -> None:
+        self._connection = connection
+        self._max_batch = max_batch
+        self._poll_wait_ms = poll_wait_ms
+        self._stop_when_idle_s = stop_when_idle_s
+        self._watermark_lag = Duration.of(watermark_lag_s)
+        self._read = Metrics.counter(_METRICS_NAMESPACE, "envelopes_read")
+        self._retries = Metrics.counter(_METRICS_NAMESPACE, "read_retries")
+
+    def setup(self) -> None:
+        """Open the channel; reset the idle clock and the failure count."""
+        self._metadata = self._connection.metadata()
+        self._channel = self._connection.open_channel()
+        self._stub = self._connection.stub(self._channel)
+        # Kept on the instance across the deferred remainders it processes: stopping when idle
+        # is meant for local runs, where one instance reads the whole log.
+        self._idle_since: float | None = None
+        self._failures = 0
+
+    def teardown(self) -> None:
+        """Close the channel."""
+        channel = getattr(self, "_channel", None)
+        if channel is not None:
+            channel.close()
+
+    def process(
+        self,
+        start_offset: int,
+        tracker: Any = _TRACKER,
+        watermark: Any = _WATERMARK,
+    ) -> Iterator[Any]:
+        """One poll: emit what arrived, then defer the rest of the log (or stop when idle)."""
+        position = tracker.current_restriction().start
+        try:
+            response = self._stub.Read(
+                ReadRequest(
+                    from_offset=position, max_batch=self._max_batch, wait_ms=self._poll_wait_ms
+                ),
+                timeout=_RPC_TIMEOUT_S + self._poll_wait_ms / 1000,
+                metadata=self._metadata,
+            )
+            stop = not response.records and self._idle_and_drained(position)
+        except grpc.RpcError as error:
+            self._back_off(error)
+            tracker.defer_remainder()
+            return
+        self._failures = 0
+        if stop:
+            tracker.try_claim(_LOG_END)
+            return
+        if response.records:
+            self._idle_since = None
+        newest: Timestamp | None = None
+        for record in response.records:
+            if not tracker.try_claim(record.offset):
+                return
+            envelope = record.envelope
+            timestamp = Timestamp(micros=envelope.event_time_ms * 1000)
+            newest = timestamp if newest is None else max(newest, timestamp)
+            self._read.inc()
+            yield TimestampedValue((envelope.entity_key, envelope), timestamp)
+        # With nothing to read the reader is at the head of the log, so the watermark may
+        # follow the clock; otherwise it follows the newest event time read.
+        self._advance_watermark(watermark, (newest or Timestamp.now()) - self._watermark_lag)
+        tracker.defer_remainder()
+
+    def _advance_watermark(self, watermark: Any, candidate: Timestamp) -> None:
+        current = watermark.current_watermark()
+        if current is None or candidate > current:
+            watermark.set_watermark(candidate)
+
+    def _idle_and_drained(self, position: int) -> bool:
+        """Whether to stop: told to, idle for long enough, nothing in flight, nothing unread."""
+        if self._stop_when_idle_s is None:
+            return False
+        now = time.monotonic()
+        if self._idle_since is None:
+            self._idle_since = now
+        if now - self._idle_since < self._stop_when_idle_s:
+            return False
+        status = self._stub.Status(StatusRequest(), timeout=_RPC_TIMEOUT_S, metadata=self._metadata)
+        # The store counts before it reads the head, so a result published after the counts
+        # shows in the head and is read before stopping.
+        return bool(status.in_flight == 0 and status.head_offset < position)
+
+    def _back_off(self, error: grpc.RpcError) -> None:
+        if not _is_transient(error):
+            raise _call_failure(
+                "reading the envelope log", self._connection.target, error
+            ) from error
+        self._retries.inc()
+        delay = min(_RETRY_MAX_S, _RETRY_INITIAL_S * 2**self._failures)
+        self._failures += 1
+        _log.warning(
+            "reading the envelope log at %s failed (%s); retrying in %.1f s",
+            self._connection.target,
+            _describe(error),
+            delay,
+        )
+        # Slept here rather than requested as a resume delay: local runners resume at once.
+        time.sleep(delay)
+
+
+class ReadEnvelopes(beam.PTransform[PBegin, PCollection[tuple[bytes, AgentEnvelope]]]):
+    """Read the effector's envelope log as ``KV[bytes, AgentEnvelope]``, timestamped by event time.
+
+    Each element is ``(envelope.entity_key, envelope)`` with the timestamp
+    ``envelope.event_time_ms``, in log (offset) order.
+
+    - ``events``: external events (``external_event`` envelopes, each with an ``entity_key``)
+      to publish to the effector before reading; reading then starts at the first of them,
+      so the output is those events followed by every envelope appended after them (tool
+      results, approvals). This is the single-source shape local runners need to close a loop
+      through the effector. They are published once per run of the pipeline.
+    - ``start_offset``: where to start reading instead (default: the first published event,
+      or 1, the start of the log, when there are no events). On streaming runners the
+      reader's position is checkpointed by the runner; across pipeline restarts pass the
+      offset to resume from.
+    - ``stop_when_idle_s``: stop once nothing new has arrived for this long, the effector has
+      nothing in flight (no pending, running or awaiting-decision intents: an approval still
+      waiting for a decision keeps the reader going) and everything in the log has been read.
+      ``None`` (default) reads forever, as a streaming source should.
+    - ``max_batch``: envelopes per ``Read``; ``poll_wait_ms``: how long one ``Read`` waits for
+      new envelopes (at most 60 000).
+    - ``watermark_lag_s``: the watermark trails the newest event time read (or the wall clock,
+      when the whole log has been read) by this much.
+    - ``token``, ``token_env``, ``tls_root_cert``: as for :class:`EffectorConnection`; or pass
+      an ``EffectorConnection`` as ``target``.
+
+    Reading retries transient failures (the effector restarting) with backoff, indefinitely;
+    a wrong token fails the pipeline with ``PermissionError``. A duplicate delivery (after a
+    retry, or a redelivered result) is harmless: ``RunAgent`` refuses a result it has already
+    applied. Publishing the events is not retried: a ``Publish`` cut off by a failure may
+    have been applied, and publishing it again would make every event in it run twice (each
+    as a new run, with new intents); the pipeline fails with ``ConnectionError`` instead, and
+    running it again is safe (it reads from the events it publishes then, and the effector
+    deduplicates the intents they lead to). An event too large for one effector request is
+    refused when the transform is built.
+    """
+
+    def __init__(
+        self,
+        target: str | EffectorConnection,
+        *,
+        events: Iterable[AgentEnvelope] | None = None,
+        start_offset: int | None = None,
+        stop_when_idle_s: float | None = None,
+        max_batch: int = 500,
+        poll_wait_ms: int = 200,
+        watermark_lag_s: float = 60.0,
+        token: str | None = None,
+        token_env: str | None = None,
+        tls_root_cert: str | os.PathLike[str] | bytes | None = None,
+    ) -> None:
+        super().__init__()
+        if start_offset is not None and start_offset < 1:
+            raise ValueError(f"start_offset counts from 1, got {start_offset}")
+        if stop_when_idle_s is not None and stop_when_idle_s <= 0:
+            raise ValueError("stop_when_idle_s must be positive (or None to read forever)")
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be at least 1, got {max_batch}")
+        if not 0 <= poll_wait_ms <= _MAX_POLL_WAIT_MS:
+            raise ValueError(f"poll_wait_ms must be between 0 and {_MAX_POLL_WAIT_MS}")
+        if watermark_lag_s < 0:
+            raise ValueError(f"watermark_lag_s must not be negative, got {watermark_lag_s}")
+        connection = _connection(target, token, token_env, tls_root_cert)
+        self._publish_fn = _PublishInitialEventsFn(
+            connection, _encode_events(events or ()), start_offset
+        )
+        self._read_fn = _ReadLogFn(
+            connection, max_batch, poll_wait_ms, stop_when_idle_s, watermark_lag_s
+        )
+
+    def expand(self, pbegin: PBegin) -> PCollection[tuple[bytes, AgentEnvelope]]:
+        """Impulse → publish the events → read the log from the first one."""
+        prefer_fn_api_runner(pbegin.pipeline)
+        envelopes: PCollection[tuple[bytes, AgentEnvelope]] = (
+            pbegin
+            | "Start" >> beam.Impulse()
+            | "Publish" >> beam.ParDo(self._publish_fn)
+            | "ReadLog" >> beam.ParDo(self._read_fn).with_output_types(tuple[bytes, AgentEnvelope])
+        )
+        return envelopes
+
+
+def _encode_events(events: Iterable[AgentEnvelope]) -> list[bytes]:
+    encoded: list[bytes] = []
+    for position, envelope in enumerate(events):
+        if not isinstance(envelope, AgentEnvelope):
+            raise ValueError(
+                f"events must be AgentEnvelopes; event {position} is a {type(envelope).__name__}"
+            )
+        if not envelope.entity_key:
+            raise ValueError(f"event {position} has an empty entity_key")
+        if envelope.WhichOneof("payload") != "external_event":
+            raise ValueError(
+                f"event {position} is not an external_event envelope: only the effector "
+                "publishes tool results and approvals"
+            )
+        raw = envelope.SerializeToString()
+        if len(raw) > _MAX_EVENT_BYTES:
+            raise ValueError(
+                f"event {position} is {len(raw)} bytes, over the {_MAX_EVENT_BYTES}-byte limit "
+                "of one effector request; keep large payloads elsewhere and send a reference"
+            )
+        encoded.append(raw)
+    return encoded
+
+
+class LoopRunner(FnApiRunner):
+    """The ``FnApiRunner``, refusing a ``TestStream`` (which it cannot play) before it starts."""
+
+    def run_pipeline(self, pipeline: beam.Pipeline, options: Any) -> Any:
+        """Run on the ``FnApiRunner`` unless a ``TestStream`` needs the bundle-based runner."""
+        if _has_test_stream(pipeline):
+            raise ValueError(
+                "ReadEnvelopes and TestStream cannot share a pipeline on the DirectRunner: "
+                "feed RunAgent from one of them (beam_agents.testing.EnvelopeStream replays "
+                "results without an effector)"
+            )
+        return super().run_pipeline(pipeline, options)
+
+
+def prefer_fn_api_runner(pipeline: beam.Pipeline) -> None:
+    """Run ``pipeline`` on :class:`LoopRunner` if it is on the default ``DirectRunner``.
+
+    Raises ``ValueError`` on the bundle-based runner, which cannot run the read.
+    """
+    if isinstance(pipeline.runner, BundleBasedDirectRunner):
+        raise ValueError(
+            "ReadEnvelopes cannot run on BundleBasedDirectRunner (it cannot run an unbounded "
+            "read): use beam.Pipeline() or beam.Pipeline(runner=FnApiRunner())"
+        )
+    if type(pipeline.runner) is SwitchingDirectRunner:
+        _log.info("ReadEnvelopes: the DirectRunner runs this pipeline on its FnApiRunner")
+        pipeline.runner = LoopRunner()
+
+
+def _has_test_stream(pipeline: beam.Pipeline) -> bool:
+    class _Finder(PipelineVisitor):
+        found = False
+
+        def visit_transform(self, applied: Any) -> None:
+            self.found = self.found or isinstance(applied.transform, TestStream)
+
+    finder = _Finder()
+    pipeline.visit(finder)
+    return finder.found

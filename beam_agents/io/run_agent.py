@@ -1,0 +1,522 @@
+# mypy: disallow-untyped-calls=False
+# (Beam's own API is mostly unannotated; this module is glue around it.)
+"""``RunAgent``: run an agent over a keyed stream of envelopes, as one Beam transform.
+
+``keyed | RunAgent(agent, config=AgentConfig(...))`` where ``keyed`` is a
+``PCollection[tuple[bytes, AgentEnvelope]]`` returns :class:`RunAgentOutputs`, all with
+deterministic coders (never pickle). Its stateful :class:`AgentDoFn` declares the state cells
+and timers, loads a key's state lazily, asks the ``Activator`` for a plan and applies it: it
+decides nothing. Misconfiguration fails at construction with a ``ValueError``; malformed
+elements become ``.errors`` records.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import apache_beam as beam
+from apache_beam.coders import BytesCoder
+from apache_beam.metrics.metric import Metrics
+from apache_beam.pvalue import PCollection, TaggedOutput
+from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiRunner
+from apache_beam.testing.test_stream import TestStream
+from apache_beam.transforms.timeutil import TimeDomain
+from apache_beam.transforms.userstate import (
+    BagStateSpec,
+    ReadModifyWriteStateSpec,
+    TimerSpec,
+    on_timer,
+)
+from apache_beam.transforms.window import GlobalWindows
+from apache_beam.typehints import typehints
+from apache_beam.utils.timestamp import Timestamp
+
+from beam_agents._protos import ActivationRecord, AgentEnvelope, AgentError, ToolIntent, TraceEvent
+from beam_agents.core.activation import Activator, Plan, element_problem
+from beam_agents.core.agent import AgentFn, CoroutineDriver, epoch_clock, is_agent
+from beam_agents.core.config import AgentConfig, CommitInfo
+from beam_agents.core.context import activation_services
+from beam_agents.core.model_calls import (
+    METRICS_NAMESPACE,
+    MODEL_COUNTERS,
+    ModelGateway,
+    answer_memo,
+)
+from beam_agents.core.observability import ErrorLog
+from beam_agents.core.state import CONTINUATION, HEADER, MEMORY, KeyState
+from beam_agents.model.resilience import CircuitBreakers
+from beam_agents.tools import ToolConnection, ToolRunner
+
+__all__ = ["AgentConfig", "CommitInfo", "RunAgent", "RunAgentOutputs"]
+
+
+OUTPUT_TAG = "output"
+INTENTS_TAG = "intents"
+TRACES_TAG = "traces"
+ERRORS_TAG = "errors"
+RECORDS_TAG = "records"
+
+# ``_applied`` finds a written cell by its number in KeyState.writes, in this order.
+assert (HEADER, MEMORY, CONTINUATION) == (0, 1, 2)
+
+_HEADER = ReadModifyWriteStateSpec("header", BytesCoder())
+# A bag: the memory's elements (``core/_memory_wire.py``). It was a ``ReadModifyWriteState``, which
+# the Fn API keeps as a bag of one element, so memory committed by that layout reads unchanged.
+_MEMORY = BagStateSpec("memory", BytesCoder())
+_CONTINUATION = ReadModifyWriteStateSpec("continuation", BytesCoder())
+_BUFFER = BagStateSpec("buffer", BytesCoder())
+_DEADLINE = TimerSpec("deadline", TimeDomain.REAL_TIME)
+_IDLE = TimerSpec("idle", TimeDomain.WATERMARK)
+_EARLY_TIMER_PAUSE_S = 0.02
+
+# DoFn parameter defaults, built once (Beam recognizes them by value). Typed Any because Beam
+# substitutes the runtime state object, timer, key or timestamp for each of them.
+_HEADER_STATE: Any = beam.DoFn.StateParam(_HEADER)
+_MEMORY_STATE: Any = beam.DoFn.StateParam(_MEMORY)
+_CONTINUATION_STATE: Any = beam.DoFn.StateParam(_CONTINUATION)
+_BUFFER_STATE: Any = beam.DoFn.StateParam(_BUFFER)
+_DEADLINE_TIMER: Any = beam.DoFn.TimerParam(_DEADLINE)
+_IDLE_TIMER: Any = beam.DoFn.TimerParam(_IDLE)
+_KEY: Any = beam.DoFn.KeyParam
+_TIMESTAMP: Any = beam.DoFn.TimestampParam
+
+
+class _BeamModelCounters:
+    """The model gateway's counters as Beam metrics (namespace ``beam_agents``).
+
+    Counts add up here and reach Beam once per bundle (:meth:`flush`): every Beam counter update
+    looks up the thread's metrics container, and a model call makes several.
+    """
+
+    __slots__ = ("_counters", "_pending")
+
+    def __init__(self) -> None:
+        self._counters = {name: Metrics.counter(METRICS_NAMESPACE, name) for name in MODEL_COUNTERS}
+        self._pending = dict.fromkeys(MODEL_COUNTERS, 0)
+
+    def inc(self, name: str, value: int = 1) -> None:
+        """Add ``value`` to the counter ``name``."""
+        self._pending[name] += value
+
+    def flush(self) -> None:
+        """Hand the counts since the last flush to Beam."""
+        pending = self._pending
+        for name, value in pending.items():
+            if value:
+                self._counters[name].inc(value)
+                pending[name] = 0
+
+    def discard(self) -> None:
+        """Drop unflushed counts (a bundle that failed does not count)."""
+        for name in self._pending:
+            self._pending[name] = 0
+
+
+def _timestamp(ms: int) -> Timestamp:
+    return Timestamp(micros=ms * 1000)
+
+
+def _ms(timestamp: Timestamp) -> int:
+    return int(timestamp.micros // 1000)
+
+
+def _applied(
+    plan: Plan,
+    header: Any,
+    memory: Any,
+    continuation: Any,
+    buffer: Any,
+    deadline: Any,
+    idle: Any,
+    tick_clock: Callable[[], int] | None,
+) -> list[Any]:
+    """Write the plan's state, set its timers and return its outputs, tagged.
+
+    With ``tick_clock`` (processing time now, in ms, when deadlines tick) a deadline still to
+    come is checked again at once rather than set for its time. ``idle`` is ``None`` where no
+    TTL is configured: then no plan arms it.
+    """
+    state = plan.state
+    if state.writes:
+        cells = (header, memory, continuation)  # indexed by state.HEADER, MEMORY, ...
+        for cell, value in state.writes.items():
+            if value is None:
+                cells[cell].clear()
+            elif cell == MEMORY:  # a bag: its elements replace the committed ones
+                memory.clear()
+                for element in value:
+                    memory.add(element)
+            else:
+                cells[cell].write(value)
+    if state.buffer_reset:
+        buffer.clear()
+    for envelope_bytes in state.buffer_added:
+        buffer.add(envelope_bytes)
+    if plan.deadline_ms is not None:
+        if not plan.deadline_ms:
+            deadline.clear()
+        elif tick_clock is None:
+            deadline.set(_timestamp(plan.deadline_ms))
+        else:
+            deadline.set(_timestamp(min(plan.deadline_ms, tick_clock())))
+    if plan.idle_ms is not None:
+        idle.set(_timestamp(plan.idle_ms))
+    out: list[Any] = plan.outputs  # the plan is done with, so its list is reused
+    if plan.intents:
+        out.extend([TaggedOutput(INTENTS_TAG, intent) for intent in plan.intents])
+    out.extend([TaggedOutput(TRACES_TAG, event) for event in plan.traces])
+    if plan.errors:
+        out.extend([TaggedOutput(ERRORS_TAG, error) for error in plan.errors])
+    if plan.records:
+        out.extend([TaggedOutput(RECORDS_TAG, record) for record in plan.records])
+    return out
+
+
+TimerDecision = Callable[[Activator, bytes, int, KeyState], Plan]
+"""An ``Activator`` method deciding a timer firing: ``(key, fired_ms, state) -> Plan``."""
+
+
+def _timer_callback(spec: TimerSpec, name: str, decide: TimerDecision) -> Any:
+    """The ``DoFn`` method Beam calls when ``spec`` fires: load, ``decide``, apply."""
+
+    def callback(
+        self: AgentDoFn,
+        key: bytes = _KEY,
+        fired: Timestamp = _TIMESTAMP,
+        header: Any = _HEADER_STATE,
+        memory: Any = _MEMORY_STATE,
+        continuation: Any = _CONTINUATION_STATE,
+        buffer: Any = _BUFFER_STATE,
+        deadline: Any = _DEADLINE_TIMER,
+        idle: Any = _IDLE_TIMER,
+    ) -> list[Any]:
+        assert self._activator is not None
+        state = KeyState(header, memory, continuation, buffer)
+        plan = decide(self._activator, key, _ms(fired), state)
+        if plan.errors:
+            self._error_log.report(plan.errors)
+        self._early_fires += plan.early
+        return _applied(
+            plan, header, memory, continuation, buffer, deadline, idle, self._tick_clock
+        )
+
+    callback.__name__ = callback.__qualname__ = name
+    callback.__doc__ = decide.__doc__
+    return on_timer(spec)(callback)
+
+
+class AgentDoFn(beam.DoFn):
+    """Runs one agent over ``(key, AgentEnvelope)`` elements; see the module docstring."""
+
+    def __init__(self, agent: AgentFn, config: AgentConfig, *, ticks: bool = False) -> None:
+        super().__init__()
+        self._agent = agent
+        self._config = config
+        self._ticks = ticks
+        # Every copy of this DoFn (a retried bundle may get a fresh one) shares one memo.
+        self._memo_scope = uuid.uuid4().hex
+        self._driver: CoroutineDriver | None = None
+        self._gateway: ModelGateway | None = None
+        self._activator: Activator | None = None
+        self._tick_clock: Callable[[], int] | None = None
+        self._counters: _BeamModelCounters | None = None
+        self._early_fires = 0
+        self._idle_bundle = True
+        self._connections: list[ToolConnection] = []
+        self._error_log = ErrorLog()  # every .errors record is logged, rate-limited
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def setup(self) -> None:
+        """Create the event loop, model client, circuit breakers and tool connections it owns."""
+        config = self._config
+        driver = self._driver = CoroutineDriver()
+        factory = config.provider_factory
+        gateway = None
+        if factory is not None:
+            threshold = config.circuit_failure_threshold
+            self._counters = _BeamModelCounters()
+            gateway = ModelGateway(
+                factory(),
+                retry_policy=config.model_retry,
+                breakers=None
+                if threshold is None
+                else CircuitBreakers(threshold, config.circuit_reset_timeout_s),
+                metrics=self._counters,
+                memo=answer_memo(self._memo_scope),
+            )
+        self._gateway = gateway
+        self._connections = config.tool_registry.connections()
+        for connection in self._connections:  # MCP sessions: opened now, closed in teardown
+            connection.open()
+        services = activation_services(config, gateway, ToolRunner(), driver.time_left_s)
+        self._activator = Activator(self._agent, config, services, driver.run, ticks=self._ticks)
+        self._tick_clock = self._activator.processing_ms if self._ticks else None
+
+    def start_bundle(self) -> None:
+        """Start counting the bundle's model calls and early deadline timers afresh."""
+        self._early_fires = 0
+        self._idle_bundle = True
+        if self._counters is not None:
+            self._counters.discard()
+
+    def finish_bundle(self) -> None:
+        """Report the bundle's model calls; pause a bundle of nothing but early timers."""
+        if self._counters is not None:
+            self._counters.flush()
+        if self._error_log.suppressed:
+            self._error_log.flush()
+        if self._early_fires and self._idle_bundle:
+            # A local runner fires a re-armed processing-time timer again when the bundle ends;
+            # the pause keeps a key waiting out its deadline from spinning a core.
+            time.sleep(_EARLY_TIMER_PAUSE_S)
+
+    def teardown(self) -> None:
+        """Close the tool connections, the model client and the event loop."""
+        self._error_log.flush(final=True)
+        connections, self._connections = self._connections, []
+        for connection in connections:
+            connection.close()
+        driver, gateway = self._driver, self._gateway
+        self._driver = self._gateway = self._activator = None
+        if driver is None:
+            return
+        try:
+            if gateway is not None:
+                driver.run(gateway.aclose(), self._config.activation_timeout_s)
+        finally:
+            driver.close()
+
+    # -- elements and timers -------------------------------------------------------------
+
+    def process(
+        self,
+        element: tuple[bytes, AgentEnvelope],
+        header: Any = _HEADER_STATE,
+        memory: Any = _MEMORY_STATE,
+        continuation: Any = _CONTINUATION_STATE,
+        buffer: Any = _BUFFER_STATE,
+        deadline: Any = _DEADLINE_TIMER,
+        idle: Any = _IDLE_TIMER,
+    ) -> list[Any]:
+        """Admit one envelope and run, buffer or refuse it."""
+        problem = element_problem(element)
+        if problem is not None:
+            self._error_log.report((problem,))
+            return [TaggedOutput(ERRORS_TAG, problem)]
+        assert self._activator is not None
+        self._idle_bundle = False
+        key, envelope = element
+        state = KeyState(header, memory, continuation, buffer)
+        plan = self._activator.on_element(key, envelope, state)
+        if plan.errors:
+            self._error_log.report(plan.errors)
+        return _applied(
+            plan, header, memory, continuation, buffer, deadline, idle, self._tick_clock
+        )
+
+    # Built by one factory: Beam finds a timer callback by name and reads its state and timer
+    # parameters from the defaults, so both need the same long parameter list.
+    _on_deadline = _timer_callback(_DEADLINE, "_on_deadline", Activator.on_deadline)
+    _on_idle = _timer_callback(_IDLE, "_on_idle", Activator.on_idle)
+
+
+class _AgentDoFnWithoutTtl(AgentDoFn):
+    """``AgentDoFn`` for a configuration without ``ttl_ms``: no element arms the idle timer."""
+
+    def process(  # type: ignore[override]
+        self,
+        element: tuple[bytes, AgentEnvelope],
+        header: Any = _HEADER_STATE,
+        memory: Any = _MEMORY_STATE,
+        continuation: Any = _CONTINUATION_STATE,
+        buffer: Any = _BUFFER_STATE,
+        deadline: Any = _DEADLINE_TIMER,
+    ) -> list[Any]:
+        """Admit one envelope and run, buffer or refuse it (the idle timer is not bound)."""
+        return super().process(element, header, memory, continuation, buffer, deadline, None)
+
+
+def agent_dofn(agent: AgentFn, config: AgentConfig, *, ticks: bool = False) -> AgentDoFn:
+    """The ``DoFn`` running ``agent``: its ``process`` binds the idle timer only under a TTL.
+
+    Beam binds every ``process`` parameter on every element; the timer stays declared (its
+    callback takes it), so the layout is the same. ``AgentDoFn`` itself always binds it.
+    """
+    kind = AgentDoFn if config.ttl_ms is not None else _AgentDoFnWithoutTtl
+    return kind(agent, config, ticks=ticks)
+
+
+class RunAgentOutputs(NamedTuple):
+    """What ``RunAgent`` returns.
+
+    ``output``: the bytes of every non-empty ``Complete`` (and ``Deny``). ``intents``: the
+    committed ``ToolIntent``s, for the effector. ``traces``: ``TraceEvent``s. ``errors``:
+    ``AgentError`` dead letters (reason, detail, event time, and the original envelope bytes so
+    they can be re-driven; for an exception, its trimmed ``traceback``, and the detail names the
+    agent's file and line). Every record is also logged at WARNING, rate-limited, whether or not
+    ``errors`` is consumed. ``records``: one ``ActivationRecord`` per committed activation with
+    ``AgentConfig(record=True)`` (``beam_agents/replay/README.md``); otherwise empty.
+    """
+
+    output: PCollection[bytes]
+    intents: PCollection[ToolIntent]
+    traces: PCollection[TraceEvent]
+    errors: PCollection[AgentError]
+    records: PCollection[ActivationRecord]
+
+
+_ENVELOPE_PAIR = typehints.Tuple[bytes, AgentEnvelope]
+
+
+def _needs_admission(element_type: Any) -> bool:
+    """Whether elements must be checked before the keyed, stateful step.
+
+    ``False`` for exactly ``Tuple[bytes, AgentEnvelope]``; ``True`` for hints that admit such
+    pairs among other things (``Any``, ``Tuple[Any, AgentEnvelope]``, unions); a ``ValueError``
+    saying what to change for hints that rule them out.
+    """
+    if element_type is None or element_type == typehints.Any:
+        return True
+    if isinstance(element_type, typehints.UnionConstraint):
+        refusals: list[ValueError] = []
+        for member in element_type.union_types:
+            try:
+                _needs_admission(member)
+            except ValueError as refusal:
+                refusals.append(refusal)
+            else:
+                return True
+        raise refusals[0]
+    if not (
+        isinstance(element_type, typehints.TupleConstraint) and len(element_type.tuple_types) == 2
+    ):
+        raise ValueError(
+            f"RunAgent expects a PCollection of (bytes, AgentEnvelope) pairs, got elements of "
+            f"type {element_type}; key the envelopes first, e.g. `| beam.WithKeys(lambda e: "
+            "e.entity_key).with_output_types(tuple[bytes, AgentEnvelope])`"
+        )
+    key_type, value_type = element_type.tuple_types
+    if key_type not in (bytes, typehints.Any):
+        raise ValueError(
+            f"RunAgent keys must be bytes, got {key_type}; encode them, e.g. "
+            "`| beam.MapTuple(lambda k, e: (k.encode(), e))`"
+        )
+    if value_type not in (AgentEnvelope, typehints.Any):
+        raise ValueError(
+            f"RunAgent values must be AgentEnvelope messages, got {value_type}; wrap each "
+            "payload in AgentEnvelope(entity_key=..., event_time_ms=..., external_event=...) "
+            "(`from beam_agents import AgentEnvelope`)"
+        )
+    return key_type is not bytes or value_type is not AgentEnvelope
+
+
+def _ticks(runner: object) -> bool:
+    """Whether deadlines tick (checked again every bundle until due): on the ``FnApiRunner``.
+
+    It fires a processing-time timer when the bundle that set it ends, and holds back one
+    re-set for later until every running read has finished.
+    """
+    return isinstance(runner, FnApiRunner)
+
+
+def _fed_by_test_stream(pcoll: PCollection[Any]) -> bool:
+    """Whether a ``TestStream`` is upstream of ``pcoll`` (its runner then keeps a test clock)."""
+    seen: set[int] = set()
+    producers = [pcoll.producer]
+    while producers:
+        applied = producers.pop()
+        if applied is None or id(applied) in seen:
+            continue
+        seen.add(id(applied))
+        if isinstance(applied.transform, TestStream):
+            return True
+        producers.extend(upstream.producer for upstream in applied.main_inputs.values())
+        producers.extend(applied.parts)
+    return False
+
+
+class _AdmitElements(beam.DoFn):
+    """Routes malformed elements to ``.errors`` before they reach the keyed, stateful step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._error_log = ErrorLog()  # logged like the agent's records (``core/loudness.py``)
+
+    def process(self, element: Any) -> list[Any]:
+        """Pass a well-formed element on; log and divert a malformed one."""
+        problem = element_problem(element)
+        if problem is None:
+            return [element]
+        self._error_log.report((problem,))
+        return [beam.pvalue.TaggedOutput(ERRORS_TAG, problem)]
+
+    def finish_bundle(self) -> None:
+        """Count the records the log left out, once its interval is over."""
+        if self._error_log.suppressed:
+            self._error_log.flush()
+
+    def teardown(self) -> None:
+        """Count the records the log left out."""
+        self._error_log.flush(final=True)
+
+
+class RunAgent(beam.PTransform[PCollection[tuple[bytes, AgentEnvelope]], RunAgentOutputs]):
+    """Runs ``agent`` for every ``(key, AgentEnvelope)`` element: see the module docstring."""
+
+    def __init__(self, agent: AgentFn, config: AgentConfig | None = None) -> None:
+        super().__init__()
+        if not is_agent(agent):
+            raise ValueError(
+                f"RunAgent needs an agent defined with `async def agent(ctx)` (or an object "
+                f"whose `__call__` is one, such as a framework adapter), got {agent!r}"
+            )
+        if config is not None and not isinstance(config, AgentConfig):
+            raise ValueError(f"RunAgent config must be an AgentConfig, got {type(config).__name__}")
+        self._agent = agent
+        self._config = AgentConfig() if config is None else config
+
+    def expand(self, keyed: PCollection[tuple[bytes, AgentEnvelope]]) -> RunAgentOutputs:
+        """Build the transform: admission (only for loosely typed input), then the agent."""
+        if not isinstance(keyed.windowing.windowfn, GlobalWindows):
+            # State is kept per key and window; a key's seq, memory and continuation must span
+            # its whole life, or intent ids would repeat in every window.
+            keyed = keyed | "GlobalWindow" >> beam.WindowInto(GlobalWindows())
+        config = self._config
+        if config.processing_clock is None and _fed_by_test_stream(keyed):
+            config = dataclasses.replace(config, processing_clock=epoch_clock)
+        admission_errors = None
+        if _needs_admission(keyed.element_type):
+            admitted = keyed | "Admit" >> beam.ParDo(_AdmitElements()).with_output_types(
+                _ENVELOPE_PAIR, errors=AgentError
+            ).with_outputs(ERRORS_TAG, main="admitted")
+            keyed, admission_errors = admitted.admitted, admitted[ERRORS_TAG]
+        activate = (
+            beam.ParDo(agent_dofn(self._agent, config, ticks=_ticks(keyed.pipeline.runner)))
+            .with_input_types(_ENVELOPE_PAIR)
+            .with_output_types(
+                bytes,
+                intents=ToolIntent,
+                traces=TraceEvent,
+                errors=AgentError,
+                records=ActivationRecord,
+            )
+            .with_outputs(INTENTS_TAG, TRACES_TAG, ERRORS_TAG, RECORDS_TAG, main=OUTPUT_TAG)
+        )
+        results = keyed | "Activate" >> activate
+        errors = results[ERRORS_TAG]
+        if admission_errors is not None:
+            errors = (admission_errors, errors) | "Errors" >> beam.Flatten().with_output_types(
+                AgentError
+            )
+        return RunAgentOutputs(
+            output=results[OUTPUT_TAG],
+            intents=results[INTENTS_TAG],
+            traces=results[TRACES_TAG],
+            errors=errors,
+            records=results[RECORDS_TAG],
+        )
