@@ -6,11 +6,8 @@ are requested with ``ctx.act(...)`` and executed by the effector. This package n
 Apache Beam: the effector sidecar imports it. See ``beam_agents/tools/README.md``.
 """
 
-from beam_agents.tools._intent import IntentInfo
-from beam_agents.tools._reconcile import Reconciled
-from beam_agents.tools._tool import Tool, ToolConnection, tool
-from beam_agents.tools.registry import ToolRegistry
-from beam_agents.tools.runner import ToolRunner
+from beam_agents.tools._schema import IntentInfo
+from beam_agents.tools._tool import Reconciled, Tool, ToolConnection, ToolRegistry, ToolRunner, tool
 
 __all__ = [
     "IntentInfo",

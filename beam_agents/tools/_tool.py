@@ -1,8 +1,10 @@
-"""``@tool`` and ``Tool``: one definition yields both the callable and the schema a model sees.
+"""``@tool``, ``Tool``, ``ToolRegistry`` and ``ToolRunner``: defining, collecting and running tools.
 
-``@tool`` (bare) or ``@tool(name=..., description=..., side_effect=...)`` wraps a module-level
-function. A side-effecting tool refuses every call in the pipeline; the effector reaches it
-through :meth:`Tool.unwrap`, the single named bypass. See ``beam_agents/tools/README.md``.
+``@tool`` wraps a module-level function; one definition yields the callable and the schema a
+model sees. A side-effecting tool refuses every call in the pipeline; the effector reaches it
+through :meth:`Tool.unwrap`, the single named bypass, and may ask its reconciler whether an
+effect already happened. ``ToolRunner`` runs read-only tools inline. A registry is an ordinary,
+picklable value handed to ``AgentConfig(tool_registry=...)``.
 """
 
 from __future__ import annotations
@@ -15,15 +17,56 @@ import json
 import re
 import sys
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from beam_agents.tools._docstrings import read_docstring
-from beam_agents.tools._reconcile import Reconciler, checked_reconciler
-from beam_agents.tools._schema import ArgumentSpec, derive_arguments
-from beam_agents.tools.errors import SideEffectToolError, ToolDefinitionError
+from beam_agents.tools._schema import ArgumentSpec, IntentInfo, derive_arguments, read_docstring
+from beam_agents.tools.errors import SideEffectToolError, ToolDefinitionError, ToolNotFoundError
+
+
+@dataclass(frozen=True, slots=True)
+class Reconciled:
+    """The effect of an intent already happened; ``value`` is what the tool would have returned.
+
+    ``value`` must be JSON-encodable, like a tool's return value: the effector records its
+    canonical JSON as the intent's OK result, without executing the tool.
+    """
+
+    value: Any = None
+
+
+Reconciler = Callable[
+    [IntentInfo, dict[str, Any]], "Reconciled | Awaitable[Reconciled | None] | None"
+]
+"""``(intent, args) -> Reconciled | None``, sync or async; ``args`` are the validated arguments."""
+
+
+def checked_reconciler(function: object, tool_name: str) -> Reconciler:
+    """Return ``function`` if it can be called as ``function(intent, args)``; else raise.
+
+    Raises ``ToolDefinitionError`` naming the tool when ``function`` is not callable or its
+    signature cannot take two positional arguments.
+    """
+    if not callable(function):
+        raise ToolDefinitionError(
+            f"tool {tool_name!r}: a reconciler must be a function, got {type(function).__name__}",
+            tool_name=tool_name,
+        )
+    try:
+        inspect.signature(function).bind(None, None)
+    except TypeError:
+        raise ToolDefinitionError(
+            f"tool {tool_name!r}: a reconciler is called as reconciler(intent, args); "
+            f"{getattr(function, '__qualname__', function)!r} cannot take those two arguments",
+            tool_name=tool_name,
+        ) from None
+    except ValueError:  # a builtin without a signature: trust it
+        pass
+    return function
+
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -365,3 +408,105 @@ def _restore_tool(
         found_reconciler = _lookup(*reconciler) if isinstance(reconciler, tuple) else reconciler
         rebuilt.reconciler(checked_reconciler(found_reconciler, name))
     return rebuilt
+
+
+class ToolRegistry:
+    """Tools keyed by their unique name, kept in registration order.
+
+    ``name in registry`` and ``tool in registry`` both work (a Tool is in the registry when the
+    registry holds an equal Tool under its name); ``len`` and iteration (in registration order,
+    over Tools) too.
+    """
+
+    def __init__(self, tools: Iterable[Tool[..., Any]] = ()) -> None:
+        self._tools: dict[str, Tool[..., Any]] = {}
+        for tool in tools:
+            self.register(tool)
+
+    def register(self, tool: Tool[_P, _R]) -> Tool[_P, _R]:
+        """Add ``tool`` and return it; a name already present raises ``ToolDefinitionError``."""
+        if not isinstance(tool, Tool):
+            raise TypeError(
+                f"ToolRegistry.register takes a Tool (a function decorated with @tool), "
+                f"got {type(tool).__name__}"
+            )
+        if tool.name in self._tools:
+            raise ToolDefinitionError(
+                f"a tool named {tool.name!r} is already registered; tool names must be unique "
+                f"within a registry",
+                tool_name=tool.name,
+            )
+        self._tools[tool.name] = tool
+        return tool
+
+    def get(self, name: str) -> Tool[..., Any]:
+        """Return the tool registered as ``name``; else raise ``ToolNotFoundError`` naming it."""
+        try:
+            return self._tools[name]
+        except (KeyError, TypeError):
+            registered = ", ".join(self._tools) or "none"
+            raise ToolNotFoundError(
+                f"no tool named {name!r} in this registry (registered: {registered})",
+                tool_name=name if isinstance(name, str) else repr(name),
+            ) from None
+
+    @property
+    def tools_schema(self) -> list[dict[str, Any]]:
+        """Every tool's ``schema``, in registration order; fresh copies the caller may change."""
+        return [tool.schema for tool in self._tools.values()]
+
+    def connections(self) -> list[ToolConnection]:
+        """The distinct connections its tools need open (MCP sessions), in registration order."""
+        found: dict[ToolConnection, None] = {}
+        for tool in self._tools.values():
+            connection = tool.connection
+            if connection is not None:
+                found.setdefault(connection, None)
+        return list(found)
+
+    def names(self) -> frozenset[str]:
+        """Return the registered tool names."""
+        return frozenset(self._tools)
+
+    def merge(self, other: ToolRegistry) -> ToolRegistry:
+        """Return a new registry with this one's tools, then ``other``'s; a shared name raises.
+
+        Neither registry changes. A name registered in both raises ``ToolDefinitionError``
+        naming it, even when both hold the same tool, so a merge never silently picks one.
+        """
+        if not isinstance(other, ToolRegistry):
+            raise TypeError(f"ToolRegistry.merge takes a ToolRegistry, got {type(other).__name__}")
+        return ToolRegistry([*self, *other])
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def __contains__(self, item: object) -> bool:
+        if isinstance(item, Tool):
+            return self._tools.get(item.name) == item
+        return isinstance(item, str) and item in self._tools
+
+    def __iter__(self) -> Iterator[Tool[..., Any]]:
+        return iter(list(self._tools.values()))
+
+    def __repr__(self) -> str:
+        return f"ToolRegistry({list(self._tools)!r})"
+
+
+class ToolRunner:
+    """Runs ``side_effect=False`` tools inline: refuse side effects, validate, call, await.
+
+    Arguments are validated in Pydantic's lax mode: ``"5"`` for an ``int`` parameter arrives
+    as ``5``.
+    """
+
+    async def run(self, tool: Tool[..., Any], arguments: Mapping[str, Any]) -> Any:
+        """Validate ``arguments`` and run the read-only ``tool``; return its (awaited) result."""
+        if not isinstance(tool, Tool):
+            raise TypeError(f"ToolRunner.run takes a Tool, got {type(tool).__name__}")
+        if tool.side_effect:
+            raise SideEffectToolError.for_tool(tool.name)
+        result = tool(**tool.validate_arguments(arguments))
+        if inspect.isawaitable(result):
+            return await result
+        return result

@@ -11,7 +11,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from beam_agents.tools._strict import strict_parameters
+from beam_agents.tools._schema import strict_parameters
 from beam_agents.tools._tool import Tool
 from beam_agents.tools.errors import ToolDefinitionError
 

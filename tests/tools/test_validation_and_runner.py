@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from beam_agents.tools import IntentInfo, ToolRunner, runner, tool
+from beam_agents.tools import IntentInfo, ToolRunner, tool
 from beam_agents.tools.errors import SideEffectToolError, ToolArgumentError
 
 from . import toolbox
@@ -38,8 +38,8 @@ def test_lax_mode_coerces_unambiguous_values() -> None:
 
 
 def test_lax_mode_is_documented_where_the_runner_is() -> None:
-    assert runner.__doc__ is not None and "lax mode" in runner.__doc__
-    assert '"5"' in runner.__doc__
+    assert ToolRunner.__doc__ is not None and "lax mode" in ToolRunner.__doc__
+    assert '"5"' in ToolRunner.__doc__
 
 
 def test_ambiguous_values_are_still_rejected() -> None:
