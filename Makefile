@@ -21,7 +21,7 @@ test: lint
 
 ## docs: the documentation site, built strictly into site/
 docs: $(READY)
-	$(BIN)/mkdocs build --strict --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 ## dist: the wheel and the sdist, into dist/
 dist: $(READY)

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import beam_agents
+
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 
@@ -89,4 +91,5 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "index.html").exists()
     api = (tmp_path / "reference" / "beam_agents" / "index.html").read_text()
-    assert 'id="beam_agents.RunAgent"' in api
+    headed = set(re.findall(r'class="doc doc-heading">\s*beam_agents\.(\w+)\s*<', api))
+    assert headed == set(beam_agents.__all__) - {"__version__"}
