@@ -7,9 +7,14 @@ envelope files (:func:`write_envelopes`, :class:`WriteEnvelopes`) with no record
 format, the rules and the report are in ``beam_agents/replay/README.md``.
 """
 
-from beam_agents.replay import _quiet  # noqa: F401  # isort: skip  (before Beam loads)
-from beam_agents.replay.envelopes import EnvelopeFileError, WriteEnvelopes, write_envelopes
-from beam_agents.replay.recordfile import RecordFileError, by_key, read_records
+from beam_agents.replay.inputs import (
+    EnvelopeFileError,
+    RecordFileError,
+    WriteEnvelopes,
+    by_key,
+    read_records,
+    write_envelopes,
+)
 from beam_agents.replay.replay import RunReport, exit_status, replay
 
 __all__ = [

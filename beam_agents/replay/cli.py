@@ -16,8 +16,18 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from beam_agents._protos import ActivationRecord
-from beam_agents.replay.loading import BadInput, load_agent, load_config, load_prices, parse_key
-from beam_agents.replay.recordfile import FramedFileError, by_key, read_records
+from beam_agents.replay.backtest import Price, key_text, parse_prices, render_markdown, run_backtest
+from beam_agents.replay.inputs import (
+    BadInput,
+    FramedFileError,
+    by_key,
+    connect,
+    load_agent,
+    load_config,
+    parse_key,
+    read_records,
+    read_stored,
+)
 from beam_agents.replay.replay import (
     EXIT_BAD_INPUT,
     EXIT_DIVERGENT,
@@ -25,6 +35,7 @@ from beam_agents.replay.replay import (
     EXIT_SAME,
     RunReport,
     exit_status,
+    fork,
     replay,
 )
 
@@ -86,9 +97,18 @@ def _clip(text: str) -> str:
     return text if len(text) <= _SHOWN else text[: _SHOWN - 3] + "..."
 
 
-def _print_run(report: RunReport) -> None:
-    from beam_agents.replay.keyrun import key_text
+def load_prices(path: str | None) -> dict[str, Price]:
+    """The price table in the JSON file ``path`` (none: no prices)."""
+    if path is None:
+        return {}
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return parse_prices(json.load(handle))
+    except (OSError, ValueError) as problem:
+        raise BadInput(f"--prices {path}: {problem}") from None
 
+
+def _print_run(report: RunReport) -> None:
     where = f"{key_text(report.key)} seq {report.seq}"
     divergence = report.divergence
     if divergence is None:
@@ -111,8 +131,6 @@ def _recording(options: argparse.Namespace) -> dict[bytes, list[ActivationRecord
         if not options.records:
             raise BadInput("nothing to replay: give records files, or --effector with --key")
         return by_key(read_records(options.records))
-    from beam_agents.replay.stored import connect, read_stored
-
     if options.records or options.key is None:
         raise BadInput("--effector reads one --key's records, instead of records files")
     connection = connect(options.effector, options.token_env, options.tls_root_cert)
@@ -130,8 +148,6 @@ def _replay(options: argparse.Namespace) -> int:
         recording = {key: recording[key]}
     agent, config = load_agent(options.agent), load_config(options.config)
     if options.fork_at is not None or options.candidate is not None:
-        from beam_agents.replay.fork import fork
-
         if options.fork_at is None or options.candidate is None or options.key is None:
             raise BadInput("--fork-at needs --candidate and --key (and --candidate --fork-at)")
         [records] = recording.values()
@@ -169,9 +185,6 @@ def _replay(options: argparse.Namespace) -> int:
 
 
 def _backtest(options: argparse.Namespace, pipeline_args: Sequence[str]) -> int:
-    from beam_agents.replay.backtest import run_backtest
-    from beam_agents.replay.report import render_markdown
-
     out = options.out or tempfile.mkdtemp(prefix="beam-agents-backtest-")
     report = run_backtest(
         options.records,

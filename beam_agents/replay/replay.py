@@ -1,34 +1,226 @@
 """``beam-agents replay``: re-run recorded runs against the current agent code, offline.
 
-Each recorded activation is replayed on the state its record rebuilds (``harness.cells_for``),
-its model calls answered only from the record and its read-only tools likewise; nothing else
-is reached. A run is ``same`` when every activation did exactly what was recorded, else it
-stops at its first divergent step (``compare.first_divergence``). :func:`replay` returns one
-:class:`RunReport` per run; the exit status follows from them (:func:`exit_status`).
+Each recorded activation is replayed on the state its record rebuilds (``offline.cells_for``),
+its model calls answered only from the record and its read-only tools likewise; nothing else is
+reached. An activation is a list of :class:`Op` (model calls, tool calls and intents, in the
+order the agent made them), then its outcome, then its memory afterwards. A run is ``same`` when
+every activation did exactly what was recorded, else it stops at its first difference
+(:func:`first_divergence`): a call the record cannot answer at all is drift, any other
+difference a divergence. With ``--fork-at SEQ --candidate M:F`` (:func:`fork`), the key's runs
+before ``SEQ`` are replayed and a candidate continues from there as a backtest does, reporting
+what it would have done next (``beam_agents/replay/README.md``).
 """
 
 from __future__ import annotations
 
+import difflib
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import groupby
 
-from beam_agents._protos import ActivationRecord, RecordedMemory
+from beam_agents._protos import ActivationRecord, AgentError, RecordedMemory, ToolIntent
 from beam_agents.core.agent import AgentFn
 from beam_agents.core.config import AgentConfig
-from beam_agents.core.staging import Staged
+from beam_agents.core.context import Staged
+from beam_agents.core.observability import memory_record
 from beam_agents.core.state import MEMORY
-from beam_agents.replay.answers import (
+from beam_agents.replay.backtest import KeyBacktest, RunPair, changes, key_text
+from beam_agents.replay.inputs import BadInput, RecordFileError, make_provider
+from beam_agents.replay.offline import (
     Miss,
+    OfflineActivator,
+    PooledModel,
+    PooledTools,
     Progress,
     RecordedModel,
     RecordedTools,
+    Usage,
+    cells_for,
     check_records,
+    last_memory,
 )
-from beam_agents.replay.compare import DRIFT, Divergence, Op, first_divergence, ops_of
-from beam_agents.replay.harness import Harness, cells_for, last_memory
-from beam_agents.replay.loading import BadInput, make_provider
 
+DIVERGENT = "divergent"
+DRIFT = "drift"
+
+
+@dataclass(frozen=True)
+class Op:
+    """One step of an activation: ``kind`` is ``model``, ``tool``, ``intent`` or ``approval``."""
+
+    kind: str
+    step: int | None
+    name: str
+    content: str
+
+    def describe(self) -> str:
+        """One line: what the step is."""
+        where = "" if self.step is None else f" at step {self.step}"
+        label = {"model": "model call to", "tool": "tool call"}.get(self.kind, self.kind)
+        return f"{label} {self.name!r}{where}: {self.content}"
+
+
+def ops_of(record: ActivationRecord, limit: int | None = None) -> list[Op]:
+    """``record``'s steps in the order they were made (the first ``limit`` of them)."""
+    placed: dict[int, Op] = {}
+    calls = [
+        *(
+            (call.position, Op("model", call.step_index, call.model, call.request_json))
+            for call in record.model_calls
+        ),
+        *(
+            (call.position, Op("tool", None, call.tool_name, call.args_json))
+            for call in record.tool_calls
+        ),
+    ]
+    total = len(calls) + len(record.intents)
+    for position, op in calls:
+        if position in placed or not 0 <= position < total:
+            raise RecordFileError(
+                f"record of seq {record.seq}: call position {position} is repeated or out of range"
+            )
+        placed[position] = op
+    intents = iter(record.intents)
+    ops = [placed[at] if at in placed else _intent_op(next(intents)) for at in range(total)]
+    return ops if limit is None else ops[:limit]
+
+
+def _intent_op(intent: ToolIntent) -> Op:
+    kind = "approval" if intent.kind == ToolIntent.APPROVAL else "intent"
+    return Op(kind, intent.step_index, intent.tool_name, intent.args_json)
+
+
+def miss_op(miss: Miss) -> Op:
+    """The step a call the record could not answer would have been."""
+    return Op(miss.kind, miss.step, miss.name, miss.content)
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """The first difference between a recorded activation and its replay."""
+
+    status: str
+    """:data:`DIVERGENT` or :data:`DRIFT`."""
+    kind: str
+    """``model``, ``tool``, ``intent``, ``approval``, ``outcome``, ``output``, ``memory`` or
+    ``error``."""
+    step: int | None
+    recorded: str
+    replayed: str
+    diff: tuple[str, ...] = ()
+
+    def as_json(self) -> dict[str, object]:
+        """The divergence as a JSON object."""
+        return {
+            "status": self.status,
+            "kind": self.kind,
+            "step": self.step,
+            "recorded": self.recorded,
+            "replayed": self.replayed,
+            "diff": list(self.diff),
+        }
+
+
+def _pretty(text: str) -> list[str]:
+    """JSON text indented (so a diff shows the changed field), other text as is."""
+    try:
+        return json.dumps(json.loads(text), indent=2, sort_keys=True).splitlines()
+    except ValueError:
+        return text.splitlines()
+
+
+def diff_lines(recorded: str, replayed: str) -> tuple[str, ...]:
+    """A unified diff of two JSON (or plain) texts, recorded first."""
+    lines = difflib.unified_diff(
+        _pretty(recorded), _pretty(replayed), "recorded", "replayed", lineterm="", n=2
+    )
+    return tuple(lines)
+
+
+def _step_divergence(recorded: Op | None, replayed: Op | None, miss: Miss | None) -> Divergence:
+    shown = replayed if replayed is not None else recorded
+    assert shown is not None
+    status = DRIFT if miss is not None and replayed is not None and miss.drift else DIVERGENT
+    step = (recorded or replayed or shown).step
+    return Divergence(
+        status,
+        shown.kind,
+        step,
+        "(nothing)" if recorded is None else recorded.describe(),
+        "(nothing)" if replayed is None else replayed.describe(),
+        diff_lines(
+            "" if recorded is None else recorded.content,
+            "" if replayed is None else replayed.content,
+        ),
+    )
+
+
+def _text(value: bytes) -> str:
+    return value.decode("utf-8", errors="backslashreplace")
+
+
+def _slots(memory: RecordedMemory) -> dict[str, str]:
+    return {slot.key: slot.digest.hex() for slot in memory.slots}
+
+
+def _memory_after(side: ActivationRecord, given: RecordedMemory) -> dict[str, str]:
+    """A side's memory afterwards: its own, or (it never touched memory) the one it was given."""
+    return _slots(side.memory_after if side.memory_after.known else given)
+
+
+def first_divergence(
+    recorded: ActivationRecord,
+    replayed: ActivationRecord | None,
+    partial: Sequence[Op],
+    miss: Miss | None,
+    error: AgentError | None,
+    given: bytes | None = None,
+) -> Divergence | None:
+    """The first difference, or ``None`` when the replay did exactly what was recorded.
+
+    ``replayed`` is the replay's record, ``None`` when the activation failed; then ``partial``
+    holds the steps it made before failing and ``error`` the failure. ``miss`` is the call the
+    record could not answer, if any (even when the agent caught the error and committed): the
+    replay is compared up to it. ``given``: the memory the replay started from.
+    """
+    ours = ops_of(recorded)
+    made = list(partial) if replayed is None else ops_of(replayed)
+    theirs = [*made[: miss.position], miss_op(miss)] if miss else made
+    for at in range(max(len(ours), len(theirs))):
+        mine = ours[at] if at < len(ours) else None
+        other = theirs[at] if at < len(theirs) else None
+        if mine != other:
+            return _step_divergence(mine, other, miss if at == len(theirs) - 1 else None)
+    if miss is not None:  # the unanswered call looks like the recorded one: still unanswered
+        return _step_divergence(ours[miss.position], theirs[miss.position], None)
+    if replayed is None:
+        detail = "failed" if error is None else f"failed ({error.reason}): {error.detail}"
+        return Divergence(DIVERGENT, "error", None, "committed", f"the activation {detail}")
+    outcome = ActivationRecord.Outcome.Name
+    if recorded.outcome != replayed.outcome:
+        return Divergence(
+            DIVERGENT, "outcome", None, outcome(recorded.outcome), outcome(replayed.outcome)
+        )
+    if (recorded.output, recorded.snapshot) != (replayed.output, replayed.snapshot):
+        field = "output" if recorded.outcome == ActivationRecord.COMPLETE else "snapshot"
+        mine_text = _text(getattr(recorded, field))
+        their_text = _text(getattr(replayed, field))
+        return Divergence(
+            DIVERGENT, "output", None, mine_text, their_text, diff_lines(mine_text, their_text)
+        )
+    start = memory_record(given or b"", 0)
+    mine_slots, their_slots = _memory_after(recorded, start), _memory_after(replayed, start)
+    if mine_slots != their_slots:
+        mine_text = json.dumps(mine_slots, sort_keys=True)
+        their_text = json.dumps(their_slots, sort_keys=True)
+        return Divergence(
+            DIVERGENT, "memory", None, mine_text, their_text, diff_lines(mine_text, their_text)
+        )
+    return None
+
+
+# -- replay -------------------------------------------------------------------------------
 SAME = "same"
 
 EXIT_SAME, EXIT_DIVERGENT, EXIT_BAD_INPUT, EXIT_DRIFT = 0, 1, 2, 3
@@ -80,7 +272,7 @@ class Replayer:
         progress = Progress()
         self._model = RecordedModel(decoder, progress)
         self._tools = RecordedTools(progress)
-        self._harness = Harness(agent, config, self._model, self._tools, progress)
+        self._activator = OfflineActivator(agent, config, self._model, self._tools, progress)
         self._namespace = config.namespace
 
     def replay_one(
@@ -94,7 +286,7 @@ class Replayer:
         self._tools.start(record)
         cells = cells_for(record, earlier, memory)
         given = b"".join(cells.cells[MEMORY].read())
-        plan = self._harness.element(
+        plan = self._activator.element(
             cells, record.entity_key, record.envelope, record.intent_namespace
         )
         unrecorded = self._tools.unrecorded
@@ -107,7 +299,7 @@ class Replayer:
         return first_divergence(
             record,
             replayed,
-            staged_ops(self._harness.staged) if replayed is None else [],
+            staged_ops(self._activator.staged) if replayed is None else [],
             first_miss(self._model.miss, self._tools.miss),
             plan.errors[0] if plan.errors else None,
             given,
@@ -134,7 +326,7 @@ class Replayer:
 
     def close(self) -> None:
         """Release the event loop."""
-        self._harness.close()
+        self._activator.close()
 
 
 def replay(
@@ -154,3 +346,100 @@ def exit_status(reports: Sequence[RunReport]) -> int:
     if DRIFT in statuses:
         return EXIT_DRIFT
     return EXIT_SAME if statuses <= {SAME} else EXIT_DIVERGENT
+
+
+# -- fork ---------------------------------------------------------------------------------
+def _history(
+    records: Sequence[ActivationRecord], agent: AgentFn, config: AgentConfig
+) -> tuple[list[RunReport], RecordedMemory | None]:
+    """Replay the history; return its reports and the key's last known memory."""
+    replayer = Replayer(agent, config)
+    try:
+        reports = replayer.replay_key(records)
+    finally:
+        replayer.close()
+    return reports, last_memory(records)
+
+
+def continue_with(
+    records: Sequence[ActivationRecord],
+    candidate: AgentFn,
+    config: AgentConfig,
+    memory: RecordedMemory | None,
+    *,
+    strict: bool,
+) -> tuple[list[RunPair], Usage, bool]:
+    """The candidate over ``records`` from the state ``memory`` describes."""
+    provider = make_provider(config)
+    progress = Progress()
+    model = PooledModel(provider, progress, strict=strict)
+    tools = PooledTools(Usage(), progress, strict=strict)
+    activator = OfflineActivator(candidate, config, model, tools, progress, retry=True)
+    try:
+        return KeyBacktest(activator, model, tools).walk(records, memory)
+    finally:
+        activator.close()
+
+
+def fork(
+    records: Sequence[ActivationRecord],
+    agent: AgentFn,
+    candidate: AgentFn,
+    config: AgentConfig,
+    fork_at: int,
+    strict: bool,
+    as_json: bool,
+) -> int:
+    """Replay ``records`` before ``fork_at``, continue with ``candidate``; print; exit status."""
+    earlier = [record for record in records if record.seq < fork_at]
+    later = [record for record in records if record.seq >= fork_at]
+    if not later:
+        raise BadInput(f"the key has no recorded run at or after seq {fork_at}")
+    history, memory = _history(earlier, agent, config)
+    runs, usage, drift = continue_with(later, candidate, config, memory, strict=strict)
+    found = {run.seq: changes(run.recorded, run.candidate) for run in runs}
+    status = exit_status(history)
+    if drift:
+        status = EXIT_DRIFT
+    elif status == EXIT_SAME and any(found.values()):
+        status = EXIT_DIVERGENT
+    key = key_text(records[0].entity_key)
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "key": key,
+                    "fork_at": fork_at,
+                    "history": [{"seq": r.seq, "status": r.status} for r in history],
+                    "runs": [
+                        {
+                            "seq": run.seq,
+                            "changes": found[run.seq],
+                            "recorded": run.recorded.as_json(),
+                            "candidate": run.candidate.as_json(),
+                        }
+                        for run in runs
+                    ],
+                    "model_calls": {"reused": usage.reused, "new": usage.new},
+                    "exit_status": status,
+                },
+                indent=2,
+                sort_keys=True,
+            )
+        )
+        return status
+    same = sum(report.status == "same" for report in history)
+    print(f"{key}: history before seq {fork_at}: {len(history)} runs, {same} same")
+    for report in history:
+        if report.divergence is not None:
+            print(f"  seq {report.seq}: {report.status}: {report.divergence.kind}")
+    for run in runs:
+        what = "; ".join(found[run.seq]) or "same as recorded"
+        print(f"{key} seq {run.seq} (candidate): {what}")
+        print(f"  recorded: {json.dumps(run.recorded.as_json(), sort_keys=True)}")
+        print(f"  candidate: {json.dumps(run.candidate.as_json(), sort_keys=True)}")
+    print(
+        f"fork: {len(runs)} runs from seq {fork_at}, {sum(map(bool, found.values()))} changed; "
+        f"model calls: {usage.reused} from the record, {usage.new} new"
+    )
+    return status

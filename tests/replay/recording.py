@@ -26,11 +26,10 @@ from beam_agents._protos import ActivationRecord, AgentEnvelope
 from beam_agents.core.agent import AgentFn
 from beam_agents.io import ReadEnvelopes, SubmitIntents
 from beam_agents.model.client import as_model_client
-from beam_agents.replay.answers import Progress
 from beam_agents.replay.backtest import run_backtest
 from beam_agents.replay.cli import main
-from beam_agents.replay.harness import Harness, KeyCells
-from beam_agents.replay.recordfile import by_key, encode_records, read_records
+from beam_agents.replay.inputs import by_key, encode_records, read_records
+from beam_agents.replay.offline import KeyCells, OfflineActivator, Progress
 from beam_agents.tools import ToolRunner
 from tests.replay import agents
 
@@ -81,17 +80,17 @@ def record_direct(
     write its records to the records file ``path`` and return them."""
     chosen = config()
     provider = agents.PROVIDER if chosen.provider_factory is None else chosen.provider_factory()
-    harness = Harness(agent, chosen, as_model_client(provider), ToolRunner(), Progress())
+    activator = OfflineActivator(agent, chosen, as_model_client(provider), ToolRunner(), Progress())
     cells: dict[bytes, KeyCells] = {}
     records: list[ActivationRecord] = []
     try:
         for event in events:
             key = event.entity_key
-            plan = harness.element(cells.setdefault(key, KeyCells()), key, event)
+            plan = activator.element(cells.setdefault(key, KeyCells()), key, event)
             assert not plan.errors, plan.errors
             records += plan.records
     finally:
-        harness.close()
+        activator.close()
     path.write_bytes(encode_records(records))
     return records
 

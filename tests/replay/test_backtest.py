@@ -18,8 +18,7 @@ from effector_harness import BackgroundEffector
 from effector_test_tools import read_ledger
 
 from beam_agents._protos import ActivationRecord, EffectorStub, StatusRequest
-from beam_agents.replay.backtest import run_backtest
-from beam_agents.replay.report import Price
+from beam_agents.replay.backtest import Price, run_backtest
 from tests.io.io_harness import started
 from tests.replay import agents
 from tests.replay.recording import backtest_twice, command, command_json, record, record_loop

@@ -17,15 +17,15 @@ import apache_beam as beam
 import pytest
 
 from beam_agents._protos import AgentEnvelope, ToolResult
-from beam_agents.replay.envelopes import (
+from beam_agents.replay.inputs import (
     EnvelopeFileError,
     WriteEnvelopes,
     encode_envelopes,
+    encode_records,
     envelope_files,
     read_envelope_file,
     write_envelopes,
 )
-from beam_agents.replay.recordfile import encode_records
 from tests.replay import agents
 from tests.replay.recording import backtest_twice, command, command_json, run_console
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from beam_agents.replay.fork import continue_with
-from beam_agents.replay.recordfile import parse_records
+from beam_agents.replay.inputs import parse_records
+from beam_agents.replay.replay import continue_with
 from tests.replay import agents
 from tests.replay.recording import command, record_direct
 

@@ -26,8 +26,8 @@ from beam_agents._protos import (
     ListRecordsRequest,
 )
 from beam_agents.io import EffectorConnection
-from beam_agents.replay import stored
-from beam_agents.replay.recordfile import by_key
+from beam_agents.replay import inputs
+from beam_agents.replay.inputs import by_key
 from beam_agents.tools import ToolRegistry
 from effector.launch import EffectorThread, free_port
 from effector.server import ServerSettings
@@ -44,7 +44,7 @@ PAIR = tuple[bytes, AgentEnvelope]
 def test_records_stored_in_the_effector_replay_every_run_as_same(
     effector: BackgroundEffector, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(stored, "PAGE_RUNS", 2)  # a key's records come in several pages
+    monkeypatch.setattr(inputs, "PAGE_RUNS", 2)  # a key's records come in several pages
     items = agents.payments(24, 4, seed=4, wait=True)
     recording = record_loop(
         tmp_path / "records", effector.address, agents.envelopes(items), to_effector=True
@@ -54,7 +54,7 @@ def test_records_stored_in_the_effector_replay_every_run_as_same(
     connection = EffectorConnection(effector.address)
     calls = agents.PROVIDER.call_count
     for key, records in recording.items():
-        assert by_key(stored.read_stored(connection, key)) == {key: records}
+        assert by_key(inputs.read_stored(connection, key)) == {key: records}
         status, out, err = command(
             "replay", "--effector", effector.address, "--key", key.decode(), *REPLAY
         )

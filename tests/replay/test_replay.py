@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from beam_agents._protos import ActivationRecord
-from beam_agents.replay.recordfile import encode_records
+from beam_agents.replay.inputs import encode_records
 from tests.replay import agents
 from tests.replay.recording import command, command_json, record, run_console
 

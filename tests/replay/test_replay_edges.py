@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from beam_agents._protos import ActivationRecord
-from beam_agents.replay.compare import ops_of
-from beam_agents.replay.recordfile import RecordFileError, encode_records
+from beam_agents.replay.inputs import RecordFileError, encode_records
+from beam_agents.replay.replay import ops_of
 from tests.replay import agents, tool_agents
 from tests.replay.recording import command, command_json, record_direct
 
