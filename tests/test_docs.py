@@ -50,9 +50,7 @@ def test_the_quick_start_uses_root_names_and_is_about_25_lines() -> None:
     program, _ = quick_start()
     imports = [line for line in program.splitlines() if line.startswith(("from ", "import "))]
     assert all(
-        line.startswith(("import apache_beam", "from beam_agents import "))
-        or line.startswith("from beam_agents.model.fake import ")  # a documented upstream path
-        for line in imports
+        line.startswith(("import apache_beam", "from beam_agents import ")) for line in imports
     ), imports
     code = [line for line in program.splitlines() if line.strip()]
     assert len(code) <= 35
