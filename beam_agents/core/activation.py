@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 from beam_agents._protos import (
     ActivationRecord,
@@ -109,6 +109,18 @@ class Plan:
         """A deadline timer fired before its time and was re-armed: nothing else happened."""
 
 
+@dataclass(frozen=True, slots=True)
+class TimerFired:
+    """A key's timer fired: ``timer`` is ``"deadline"`` or ``"idle"``, at ``fired_ms``."""
+
+    timer: str
+    fired_ms: int
+
+
+Received: TypeAlias = AgentEnvelope | TimerFired
+"""What an activation is given: an envelope (event, tool result, approval) or a timer firing."""
+
+
 def error_record(
     entity_key: bytes,
     reason: ErrorReason,
@@ -133,427 +145,6 @@ def error_record(
         seq=seq,
         traceback=traceback,
     )
-
-
-DEADLINE_APPROVER = "beam-agents/deadline"
-"""The ``approver`` recorded when a suspension's deadline answers a pending approval "no"."""
-
-
-def pending_of(continuation: Continuation) -> list[tuple[str, int]]:
-    """The run's unanswered ``(intent_id, kind)`` pairs, in staging order."""
-    return list(zip(continuation.pending_intent_ids, continuation.pending_kinds, strict=True))
-
-
-def pending_kind(continuation: Continuation, intent_id: str) -> int:
-    """The ``ToolIntent.Kind`` of the pending intent ``intent_id``."""
-    return continuation.pending_kinds[list(continuation.pending_intent_ids).index(intent_id)]
-
-
-def admit(suspended: Continuation, answer: ToolResult | Approval) -> Continuation:
-    """The run with ``answer`` (to one of its pending intents) applied."""
-    admitted = _copy(suspended)
-    pending = pending_of(suspended)
-    del pending[[intent_id for intent_id, _ in pending].index(answer.intent_id)]
-    _set_pending(admitted, pending)
-    _answer(admitted, answer)
-    return admitted
-
-
-def resumption(admitted: Continuation, answer: ToolResult | Approval) -> Resumption:
-    """What the activation that ``answer`` starts resumes from (``admitted`` includes it)."""
-    is_approval = isinstance(answer, Approval)
-    return Resumption(
-        result=None if is_approval else answer,  # type: ignore[arg-type]
-        approval=answer if is_approval else None,  # type: ignore[arg-type]
-        snapshot=admitted.snapshot,
-        results={result.intent_id: result for result in admitted.results},
-        pending=tuple(pending_of(admitted)),
-        tokens_used=admitted.tokens_used,
-        steps=admitted.steps,
-        namespace=run_namespace(admitted),
-        approvals={approval.intent_id: approval for approval in admitted.approvals},
-        compensations=admitted.compensations,
-    )
-
-
-def suspend(
-    base: Continuation | None,
-    staged: Staged,
-    *,
-    seq: int,
-    started_at_ms: int,
-    snapshot: bytes,
-    adapter: str,
-    deadline_ms: int,
-) -> Continuation:
-    """The continuation a ``Suspend`` persists (and its ``SUSPENDED`` trace).
-
-    ``base`` is the resumed run with its answer admitted, or ``None`` for a new run, which
-    starts at ``started_at_ms`` (a resumed run keeps its own start).
-    """
-    pending = staged.pending_after()
-    next_step = staged.cursor.high_water_step
-    attributes = {"pending": str(len(pending))}
-    if deadline_ms:
-        attributes[DEADLINE_ATTRIBUTE] = str(deadline_ms)
-    staged.trace.record(TraceEvent.SUSPENDED, next_step, staged.closing_attributes(attributes))
-    suspended = Continuation(started_at_ms=started_at_ms) if base is None else _copy(base)
-    suspended.seq = seq
-    _append_steps(suspended, staged.new_steps)
-    suspended.next_step = next_step
-    suspended.snapshot = snapshot
-    suspended.adapter = adapter
-    _set_pending(suspended, pending)
-    suspended.deadline_ms = deadline_ms
-    suspended.trace_id = staged.trace.trace_id
-    suspended.tokens_used = suspended.tokens_used + staged.tokens_used
-    suspended.trace_sequence = staged.trace.next_sequence
-    suspended.intent_namespace = staged.namespace or ""
-    del suspended.compensations[:]
-    suspended.compensations.extend(staged.links)
-    return suspended
-
-
-def escalate(
-    suspended: Continuation,
-    trace: TraceRecorder,
-    *,
-    fired_ms: int,
-    timeout_ms: int,
-    intent_ttl_ms: int,
-    channel: str,
-    required_approvals: int = 1,
-) -> tuple[Continuation, ToolIntent]:
-    """Answer pending approvals "no" (by the deadline), ask again, and re-suspend.
-
-    The new intent is made at ``trace``'s event time and traced there, with the ``SUSPENDED``.
-    Returns the re-suspended continuation and the fresh ``APPROVAL`` intent it waits for.
-    """
-    escalated = _copy(suspended)
-    pending = pending_of(suspended)
-    superseded = [intent_id for intent_id, kind in pending if kind == ToolIntent.APPROVAL]
-    kept = [(intent_id, kind) for intent_id, kind in pending if kind != ToolIntent.APPROVAL]
-    step = suspended.next_step
-    args_json = canonical_json(
-        {
-            "escalation": suspended.escalations + 1,
-            "supersedes": superseded,
-            "pending_intent_ids": [pending_id for pending_id, _ in kept],
-        }
-    )
-    asked = Staged(trace, ReplayCursor(step), namespace=run_namespace(suspended))
-    asked.stage_intent(
-        ToolIntent.APPROVAL,
-        APPROVAL_TOOL_NAME,
-        args_json,
-        intent_ttl_ms,
-        channel,
-        required_approvals=required_approvals,
-    )
-    [intent] = asked.intents
-    for intent_id in superseded:
-        _answer(
-            escalated,
-            Approval(
-                intent_id=intent_id,
-                approved=False,
-                approver=DEADLINE_APPROVER,
-                decided_at_ms=fired_ms,
-                reason="no decision before the deadline; escalated",
-                superseded_by=intent.intent_id,
-            ),
-        )
-    _append_steps(escalated, [(StepRecord.ESCALATION, digest) for _, digest in asked.new_steps])
-    kept.append((intent.intent_id, ToolIntent.APPROVAL))
-    escalated.deadline_ms = fired_ms + timeout_ms
-    trace.record(
-        TraceEvent.SUSPENDED,
-        step + 1,
-        {
-            "pending": str(len(kept)),
-            "route": "escalate",
-            DEADLINE_ATTRIBUTE: str(escalated.deadline_ms),
-        },
-    )
-    _set_pending(escalated, kept)
-    escalated.next_step = step + 1
-    escalated.escalations = suspended.escalations + 1
-    escalated.trace_sequence = trace.next_sequence
-    return escalated, intent
-
-
-def timed_out_approval(suspended: Continuation, intent_id: str) -> bool:
-    """Whether the deadline answered the approval ``intent_id`` (it was escalated)."""
-    return any(
-        approval.intent_id == intent_id and approval.approver == DEADLINE_APPROVER
-        for approval in suspended.approvals
-    )
-
-
-def _copy(continuation: Continuation) -> Continuation:
-    copied = Continuation()
-    copied.CopyFrom(continuation)
-    return copied
-
-
-def _answer(continuation: Continuation, answer: ToolResult | Approval) -> None:
-    continuation.answered_intent_ids.append(answer.intent_id)
-    if isinstance(answer, Approval):
-        continuation.approvals.append(answer)
-    else:
-        continuation.results.append(answer)
-
-
-def _set_pending(continuation: Continuation, pending: Iterable[tuple[str, int]]) -> None:
-    pairs = list(pending)
-    del continuation.pending_intent_ids[:]
-    del continuation.pending_kinds[:]
-    continuation.pending_intent_ids.extend(intent_id for intent_id, _ in pairs)
-    continuation.pending_kinds.extend(kind for _, kind in pairs)  # type: ignore[misc]
-
-
-def _append_steps(continuation: Continuation, steps: Iterable[tuple[int, bytes]]) -> None:
-    """Record the run's fresh steps, if its records cover every step it took so far.
-
-    A run whose records do not (its continuation was written before steps were recorded, so it
-    has none) never replays, and keeps no records.
-    """
-    if len(continuation.steps) != continuation.next_step:
-        del continuation.steps[:]
-        return
-    continuation.steps.extend(
-        StepRecord(kind=kind, digest=digest)  # type: ignore[arg-type]
-        for kind, digest in steps
-    )
-
-
-def element_problem(element: Any) -> AgentError | None:
-    """The ``.errors`` record for a malformed input element, or ``None`` if it is well formed."""
-    if not (isinstance(element, tuple) and len(element) == 2):
-        return error_record(
-            b"",
-            ErrorReason.MALFORMED_ELEMENT,
-            f"expected a (bytes, AgentEnvelope) pair, got {type(element).__name__}",
-            0,
-            b"",
-            0,
-        )
-    key, envelope = element
-    if not isinstance(envelope, AgentEnvelope):
-        return error_record(
-            key if isinstance(key, bytes) else b"",
-            ErrorReason.MALFORMED_ELEMENT,
-            f"expected an AgentEnvelope value, got {type(envelope).__name__}",
-            0,
-            b"",
-            0,
-        )
-    if not isinstance(key, bytes):
-        reason, detail = (
-            ErrorReason.MALFORMED_ELEMENT,
-            f"expected a bytes key, got {type(key).__name__}",
-        )
-    elif not key:
-        reason, detail = ErrorReason.EMPTY_KEY, "the element's key is empty"
-    elif envelope.entity_key != key:
-        reason, detail = (
-            ErrorReason.KEY_MISMATCH,
-            f"the element's key {key!r} differs from the envelope's entity_key "
-            f"{envelope.entity_key!r}",
-        )
-    elif envelope.WhichOneof("payload") is None:
-        reason, detail = (
-            ErrorReason.MISSING_PAYLOAD,
-            "the envelope has no external_event, tool_result or approval",
-        )
-    else:
-        return None
-    return error_record(
-        key if isinstance(key, bytes) else b"",
-        reason,
-        detail,
-        envelope.event_time_ms,
-        envelope.SerializeToString(),
-        0,
-    )
-
-
-def answer_refusal(
-    key: bytes,
-    suspended: Continuation | None,
-    answer: ToolResult | Approval,
-    processing_ms: Callable[[], int],
-) -> str | None:
-    """Why ``answer`` cannot resume this key's run, or ``None`` if it is admitted.
-
-    ``processing_ms`` reads the runner's processing time; it is called only when every other
-    rule has passed and the run has a deadline (past it, the timeout route decides instead).
-    """
-    is_approval = isinstance(answer, Approval)
-    what = "approval" if is_approval else "tool result"
-    intent_id = answer.intent_id
-    if suspended is None:
-        return (
-            f"no suspended run on this key to take the {what} for intent {intent_id!r}: the "
-            "key never suspended, its run already ended, or its state was cleaned up"
-        )
-    if isinstance(answer, ToolResult) and answer.entity_key and answer.entity_key != key:
-        return f"the {what} for intent {intent_id!r} names another key, {answer.entity_key!r}"
-    if intent_id in suspended.answered_intent_ids:
-        if timed_out_approval(suspended, intent_id):
-            return (
-                f"the {what} for intent {intent_id!r} arrived after the deadline: the "
-                "request timed out and was escalated"
-            )
-        return f"duplicate delivery: the {what} for intent {intent_id!r} was already applied"
-    if intent_id not in suspended.pending_intent_ids:
-        return (
-            f"intent {intent_id!r} is not pending in this key's suspended run (seq {suspended.seq})"
-        )
-    # An approval intent may also end with a ToolResult (the effector reports it EXPIRED or
-    # REJECTED), but a tool intent is never answered by an approval.
-    if is_approval and pending_kind(suspended, intent_id) != ToolIntent.APPROVAL:
-        return f"intent {intent_id!r} is a tool intent and cannot take an approval"
-    if suspended.deadline_ms and processing_ms() >= suspended.deadline_ms:
-        return (
-            f"the {what} for intent {intent_id!r} arrived after the deadline "
-            f"({suspended.deadline_ms} ms); the timeout route decides this run"
-        )
-    return None
-
-
-@dataclass(slots=True)
-class DeadlineOutcome:
-    """What a timed-out suspension does: end the run (``escalated is None``) or re-suspend."""
-
-    traces: list[TraceEvent]
-    outputs: list[bytes] = field(default_factory=list)
-    errors: list[AgentError] = field(default_factory=list)
-    escalated: Continuation | None = None
-    intent: ToolIntent | None = None
-    compensations: list[ToolIntent] = field(default_factory=list)
-    """What a ``Deny(compensate=True)`` staged: the run's effects undone, newest first."""
-
-
-def fallback_context(key: bytes, suspended: Continuation, fired_ms: int) -> FallbackContext:
-    """What the timeout route decides on: a pure function of the key's state and the timer."""
-    return FallbackContext(
-        entity_key=key,
-        seq=suspended.seq,
-        snapshot=suspended.snapshot,
-        deadline_ms=suspended.deadline_ms,
-        fired_at_ms=fired_ms,
-        pending_intent_ids=frozenset(suspended.pending_intent_ids),
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class RouteFailure:
-    """The timeout route raised instead of deciding: the run ends without a decision."""
-
-    error: Exception
-
-
-def choose_route(
-    policy: HitlPolicy | None, key: bytes, suspended: Continuation, fired_ms: int
-) -> Route | RouteFailure:
-    """The policy's route for the timed-out run (``Drop`` without a policy), or its failure."""
-    if policy is None:
-        return Drop()
-    try:
-        return policy.decide(fallback_context(key, suspended, fired_ms), suspended.escalations)
-    except Exception as exc:
-        return RouteFailure(exc)
-
-
-def deadline_outcome(
-    route: Route | RouteFailure,
-    key: bytes,
-    suspended: Continuation,
-    policy: HitlPolicy | None,
-    *,
-    fired_ms: int,
-    now_ms: int,
-) -> DeadlineOutcome:
-    """Apply ``route`` to the timed-out run ``suspended`` (``now_ms``: the key's last activity)."""
-    step = suspended.next_step
-    trace = TraceRecorder(key, suspended.seq, suspended.trace_id, suspended.trace_sequence, now_ms)
-    trace.record(TraceEvent.ACTIVATION_START, step, {"trigger": TRIGGER_DEADLINE})
-    if isinstance(route, RouteFailure):
-        failure = f"{type(route.error).__name__}: {route.error}"
-        attributes = {"reason": ErrorReason.TIMEOUT_ROUTE_ERROR.value, "error": failure}
-        explained, failure_traceback = explain(
-            route.error, None if policy is None else policy.on_timeout
-        )
-        detail = (
-            f"the on_timeout route failed ({explained}); the run was ended without a decision "
-            "(fail closed)"
-        )
-        error = error_record(
-            key,
-            ErrorReason.TIMEOUT_ROUTE_ERROR,
-            detail,
-            now_ms,
-            b"",
-            suspended.seq,
-            traceback=failure_traceback,
-        )
-        return DeadlineOutcome(traces=[trace.failure(step, attributes)], errors=[error])
-    if isinstance(route, Escalate):
-        assert policy is not None
-        escalated, intent = escalate(
-            suspended,
-            trace,
-            fired_ms=fired_ms,
-            timeout_ms=policy.timeout_ms,
-            intent_ttl_ms=policy.intent_ttl_ms,
-            channel=policy.approval_channel,
-            required_approvals=policy.required_approvals,
-        )
-        return DeadlineOutcome(traces=trace.events, escalated=escalated, intent=intent)
-    denied = isinstance(route, Deny)
-    compensations = []
-    if isinstance(route, Deny) and route.compensate:
-        compensations = stage_route_compensations(suspended, trace)
-        step += len(compensations)
-    trace.record(TraceEvent.ACTIVATION_END, step, {"route": "deny" if denied else "drop"})
-    outcome = DeadlineOutcome(traces=trace.events, compensations=compensations)
-    if isinstance(route, Deny):
-        if route.output:
-            outcome.outputs.append(route.output)
-    else:
-        detail = (
-            f"run seq {suspended.seq} reached its deadline with "
-            f"{len(suspended.pending_intent_ids)} intents pending and its timeout route "
-            "dropped it"
-        )
-        outcome.errors.append(
-            _run_error(key, suspended, ErrorReason.SUSPENSION_DROPPED, detail, now_ms)
-        )
-    return outcome
-
-
-def idle_expiry(header: KeyHeader, ttl_ms: int | None) -> int | None:
-    """When the key's idle state expires (event time, ms); ``None`` if it never does."""
-    if ttl_ms is None or header.last_activity_ms == 0:
-        return None
-    return header.last_activity_ms + ttl_ms
-
-
-def wiped_error(key: bytes, wiped: Continuation, ttl_ms: int, last_activity_ms: int) -> AgentError:
-    """The ``.errors`` record of a suspended run that idle-key cleanup ended."""
-    detail = (
-        f"run seq {wiped.seq} was still suspended, waiting for "
-        f"{len(wiped.pending_intent_ids)} intents, when the key's state was cleaned up after "
-        f"{ttl_ms} ms without activity"
-    )
-    return _run_error(key, wiped, ErrorReason.SUSPENSION_WIPED, detail, last_activity_ms)
-
-
-def _run_error(
-    key: bytes, run: Continuation, reason: ErrorReason, detail: str, at_ms: int
-) -> AgentError:
-    return error_record(key, reason, detail, at_ms, b"", run.seq)
 
 
 RunCoroutine = Callable[[Coroutine[Any, Any, Any], float], Any]
@@ -590,20 +181,32 @@ class Activator:
         self._clock_readable = is_readable(config.processing_clock)
         self._record = record_options(config.record)
 
-    # -- elements ------------------------------------------------------------------------
-
-    def on_element(self, key: bytes, envelope: AgentEnvelope, state: KeyState) -> Plan:
-        """Start, buffer or resume a run for a well-formed envelope, or refuse it."""
+    def activate(self, key: bytes, received: Received, state: KeyState) -> Plan:
+        """What ``received`` does to the key: one ``_apply_<kind>`` per kind of input."""
         plan = Plan(state)
-        payload = envelope.WhichOneof("payload")
-        if payload == "external_event":
-            if state.continuation is None:
-                self._new_run(plan, key, envelope, None)
+        if isinstance(received, TimerFired):
+            if received.timer == TRIGGER_DEADLINE:
+                self._apply_deadline(plan, key, received.fired_ms)
             else:
-                self._buffer_event(plan, key, envelope)
+                self._apply_idle(plan, key, received.fired_ms)
+            return plan
+        kind = received.WhichOneof("payload")
+        if kind == "external_event":
+            self._apply_external_event(plan, key, received)
+        elif kind == "tool_result":
+            self._apply_answer(plan, key, received, received.tool_result, TRIGGER_TOOL_RESULT)
         else:
-            self._resume_with(plan, key, envelope)
+            self._apply_answer(plan, key, received, received.approval, TRIGGER_APPROVAL)
         return plan
+
+    # -- envelopes -----------------------------------------------------------------------
+
+    def _apply_external_event(self, plan: Plan, key: bytes, envelope: AgentEnvelope) -> None:
+        """Start a run, or buffer the event while the key's run is suspended."""
+        if plan.state.continuation is None:
+            self._new_run(plan, key, envelope, None)
+        else:
+            self._buffer_event(plan, key, envelope)
 
     def _new_run(
         self, plan: Plan, key: bytes, envelope: AgentEnvelope, envelope_bytes: bytes | None
@@ -649,13 +252,15 @@ class Activator:
         state.buffer(envelope.SerializeToString())
         self._write_header(plan, state.header.next_seq, envelope.event_time_ms)
 
-    def _resume_with(self, plan: Plan, key: bytes, envelope: AgentEnvelope) -> None:
-        """Resume the run with the envelope's approval or tool result, or refuse it."""
-        answer: ToolResult | Approval
-        if envelope.HasField("approval"):
-            answer, trigger = envelope.approval, TRIGGER_APPROVAL
-        else:
-            answer, trigger = envelope.tool_result, TRIGGER_TOOL_RESULT
+    def _apply_answer(
+        self,
+        plan: Plan,
+        key: bytes,
+        envelope: AgentEnvelope,
+        answer: ToolResult | Approval,
+        trigger: str,
+    ) -> None:
+        """Resume the suspended run with a tool result or an approval, or refuse it."""
         state = plan.state
         suspended = state.continuation
         reason = ErrorReason.ORPHANED_RESULT
@@ -875,20 +480,20 @@ class Activator:
 
     # -- timers --------------------------------------------------------------------------
 
-    def on_deadline(self, key: bytes, fired_ms: int, state: KeyState) -> Plan:
+    def _apply_deadline(self, plan: Plan, key: bytes, fired_ms: int) -> None:
         """A suspension reached its deadline: take the HITL timeout route."""
-        plan = Plan(state)
+        state = plan.state
         suspended = state.continuation
         if suspended is None or not suspended.deadline_ms:
-            return plan  # a timer left over from a run that has since ended
+            return  # a timer left over from a run that has since ended
         if self._ticks:
             fired_ms = suspended.deadline_ms  # a tick: check the deadline the run has now
         elif suspended.deadline_ms != fired_ms:
-            return plan  # a timer left over from a suspension that has since moved on
+            return  # a timer left over from a suspension that has since moved on
         if self._clock_readable and self.processing_ms() < fired_ms:
             plan.deadline_ms = fired_ms  # fired early (a local runner's bundle ended): re-arm
             plan.early = True
-            return plan
+            return
         policy = self._config.hitl_policy
         route = choose_route(policy, key, suspended, fired_ms)
         self._before_commit(key, suspended.seq, TRIGGER_DEADLINE, suspended.next_step)
@@ -905,19 +510,18 @@ class Activator:
             state.write_continuation(taken.escalated)
             plan.deadline_ms = taken.escalated.deadline_ms
             plan.intents.append(taken.intent)
-        return plan
 
-    def on_idle(self, key: bytes, fired_ms: int, state: KeyState) -> Plan:
+    def _apply_idle(self, plan: Plan, key: bytes, fired_ms: int) -> None:
         """Clear an idle key's state, keeping its header so identifiers never repeat."""
-        plan = Plan(state)
+        state = plan.state
         ttl_ms = self._config.ttl_ms
         current = state.header
         expires_ms = idle_expiry(current, ttl_ms)
         if expires_ms is None or ttl_ms is None:  # (ttl_ms for the type checker)
-            return plan
+            return
         if expires_ms > fired_ms:
             plan.idle_ms = expires_ms
-            return plan
+            return
         wiped = state.continuation
         self._before_commit(key, current.next_seq, TRIGGER_IDLE, current.next_seq)
         state.wipe()
@@ -928,7 +532,6 @@ class Activator:
             plan.deadline_ms = 0
             plan.errors.append(wiped_error(key, wiped, ttl_ms, current.last_activity_ms))
             self._drain(plan, key)
-        return plan
 
 
 def _failure_reason(failure: BaseException) -> ErrorReason:
@@ -939,3 +542,432 @@ def _failure_reason(failure: BaseException) -> ErrorReason:
     if isinstance(failure, ProviderError):
         return ErrorReason.MODEL_ERROR
     return ErrorReason.ACTIVATION_ERROR
+
+
+# -- the continuation: every change to a suspended run ------------------------------------
+
+DEADLINE_APPROVER = "beam-agents/deadline"
+"""The ``approver`` recorded when a suspension's deadline answers a pending approval "no"."""
+
+
+def pending_of(continuation: Continuation) -> list[tuple[str, int]]:
+    """The run's unanswered ``(intent_id, kind)`` pairs, in staging order."""
+    return list(zip(continuation.pending_intent_ids, continuation.pending_kinds, strict=True))
+
+
+def pending_kind(continuation: Continuation, intent_id: str) -> int:
+    """The ``ToolIntent.Kind`` of the pending intent ``intent_id``."""
+    return continuation.pending_kinds[list(continuation.pending_intent_ids).index(intent_id)]
+
+
+def admit(suspended: Continuation, answer: ToolResult | Approval) -> Continuation:
+    """The run with ``answer`` (to one of its pending intents) applied."""
+    admitted = _copy(suspended)
+    pending = pending_of(suspended)
+    del pending[[intent_id for intent_id, _ in pending].index(answer.intent_id)]
+    _set_pending(admitted, pending)
+    _answer(admitted, answer)
+    return admitted
+
+
+def resumption(admitted: Continuation, answer: ToolResult | Approval) -> Resumption:
+    """What the activation that ``answer`` starts resumes from (``admitted`` includes it)."""
+    is_approval = isinstance(answer, Approval)
+    return Resumption(
+        result=None if is_approval else answer,  # type: ignore[arg-type]
+        approval=answer if is_approval else None,  # type: ignore[arg-type]
+        snapshot=admitted.snapshot,
+        results={result.intent_id: result for result in admitted.results},
+        pending=tuple(pending_of(admitted)),
+        tokens_used=admitted.tokens_used,
+        steps=admitted.steps,
+        namespace=run_namespace(admitted),
+        approvals={approval.intent_id: approval for approval in admitted.approvals},
+        compensations=admitted.compensations,
+    )
+
+
+def suspend(
+    base: Continuation | None,
+    staged: Staged,
+    *,
+    seq: int,
+    started_at_ms: int,
+    snapshot: bytes,
+    adapter: str,
+    deadline_ms: int,
+) -> Continuation:
+    """The continuation a ``Suspend`` persists (and its ``SUSPENDED`` trace).
+
+    ``base`` is the resumed run with its answer admitted, or ``None`` for a new run, which
+    starts at ``started_at_ms`` (a resumed run keeps its own start).
+    """
+    pending = staged.pending_after()
+    next_step = staged.cursor.high_water_step
+    attributes = {"pending": str(len(pending))}
+    if deadline_ms:
+        attributes[DEADLINE_ATTRIBUTE] = str(deadline_ms)
+    staged.trace.record(TraceEvent.SUSPENDED, next_step, staged.closing_attributes(attributes))
+    suspended = Continuation(started_at_ms=started_at_ms) if base is None else _copy(base)
+    suspended.seq = seq
+    _append_steps(suspended, staged.new_steps)
+    suspended.next_step = next_step
+    suspended.snapshot = snapshot
+    suspended.adapter = adapter
+    _set_pending(suspended, pending)
+    suspended.deadline_ms = deadline_ms
+    suspended.trace_id = staged.trace.trace_id
+    suspended.tokens_used = suspended.tokens_used + staged.tokens_used
+    suspended.trace_sequence = staged.trace.next_sequence
+    suspended.intent_namespace = staged.namespace or ""
+    del suspended.compensations[:]
+    suspended.compensations.extend(staged.links)
+    return suspended
+
+
+def escalate(
+    suspended: Continuation,
+    trace: TraceRecorder,
+    *,
+    fired_ms: int,
+    timeout_ms: int,
+    intent_ttl_ms: int,
+    channel: str,
+    required_approvals: int = 1,
+) -> tuple[Continuation, ToolIntent]:
+    """Answer pending approvals "no" (by the deadline), ask again, and re-suspend.
+
+    The new intent is made at ``trace``'s event time and traced there, with the ``SUSPENDED``.
+    Returns the re-suspended continuation and the fresh ``APPROVAL`` intent it waits for.
+    """
+    escalated = _copy(suspended)
+    pending = pending_of(suspended)
+    superseded = [intent_id for intent_id, kind in pending if kind == ToolIntent.APPROVAL]
+    kept = [(intent_id, kind) for intent_id, kind in pending if kind != ToolIntent.APPROVAL]
+    step = suspended.next_step
+    args_json = canonical_json(
+        {
+            "escalation": suspended.escalations + 1,
+            "supersedes": superseded,
+            "pending_intent_ids": [pending_id for pending_id, _ in kept],
+        }
+    )
+    asked = Staged(trace, ReplayCursor(step), namespace=run_namespace(suspended))
+    asked.stage_intent(
+        ToolIntent.APPROVAL,
+        APPROVAL_TOOL_NAME,
+        args_json,
+        intent_ttl_ms,
+        channel,
+        required_approvals=required_approvals,
+    )
+    [intent] = asked.intents
+    for intent_id in superseded:
+        _answer(
+            escalated,
+            Approval(
+                intent_id=intent_id,
+                approved=False,
+                approver=DEADLINE_APPROVER,
+                decided_at_ms=fired_ms,
+                reason="no decision before the deadline; escalated",
+                superseded_by=intent.intent_id,
+            ),
+        )
+    _append_steps(escalated, [(StepRecord.ESCALATION, digest) for _, digest in asked.new_steps])
+    kept.append((intent.intent_id, ToolIntent.APPROVAL))
+    escalated.deadline_ms = fired_ms + timeout_ms
+    trace.record(
+        TraceEvent.SUSPENDED,
+        step + 1,
+        {
+            "pending": str(len(kept)),
+            "route": "escalate",
+            DEADLINE_ATTRIBUTE: str(escalated.deadline_ms),
+        },
+    )
+    _set_pending(escalated, kept)
+    escalated.next_step = step + 1
+    escalated.escalations = suspended.escalations + 1
+    escalated.trace_sequence = trace.next_sequence
+    return escalated, intent
+
+
+def timed_out_approval(suspended: Continuation, intent_id: str) -> bool:
+    """Whether the deadline answered the approval ``intent_id`` (it was escalated)."""
+    return any(
+        approval.intent_id == intent_id and approval.approver == DEADLINE_APPROVER
+        for approval in suspended.approvals
+    )
+
+
+def _copy(continuation: Continuation) -> Continuation:
+    copied = Continuation()
+    copied.CopyFrom(continuation)
+    return copied
+
+
+def _answer(continuation: Continuation, answer: ToolResult | Approval) -> None:
+    continuation.answered_intent_ids.append(answer.intent_id)
+    if isinstance(answer, Approval):
+        continuation.approvals.append(answer)
+    else:
+        continuation.results.append(answer)
+
+
+def _set_pending(continuation: Continuation, pending: Iterable[tuple[str, int]]) -> None:
+    pairs = list(pending)
+    del continuation.pending_intent_ids[:]
+    del continuation.pending_kinds[:]
+    continuation.pending_intent_ids.extend(intent_id for intent_id, _ in pairs)
+    continuation.pending_kinds.extend(kind for _, kind in pairs)  # type: ignore[misc]
+
+
+def _append_steps(continuation: Continuation, steps: Iterable[tuple[int, bytes]]) -> None:
+    """Record the run's fresh steps, if its records cover every step it took so far.
+
+    A run whose records do not (its continuation was written before steps were recorded, so it
+    has none) never replays, and keeps no records.
+    """
+    if len(continuation.steps) != continuation.next_step:
+        del continuation.steps[:]
+        return
+    continuation.steps.extend(
+        StepRecord(kind=kind, digest=digest)  # type: ignore[arg-type]
+        for kind, digest in steps
+    )
+
+
+# -- admission: which inputs may reach a run ---------------------------------------------
+
+
+def element_problem(element: Any) -> AgentError | None:
+    """The ``.errors`` record for a malformed input element, or ``None`` if it is well formed."""
+    if not (isinstance(element, tuple) and len(element) == 2):
+        return error_record(
+            b"",
+            ErrorReason.MALFORMED_ELEMENT,
+            f"expected a (bytes, AgentEnvelope) pair, got {type(element).__name__}",
+            0,
+            b"",
+            0,
+        )
+    key, envelope = element
+    if not isinstance(envelope, AgentEnvelope):
+        return error_record(
+            key if isinstance(key, bytes) else b"",
+            ErrorReason.MALFORMED_ELEMENT,
+            f"expected an AgentEnvelope value, got {type(envelope).__name__}",
+            0,
+            b"",
+            0,
+        )
+    if not isinstance(key, bytes):
+        reason, detail = (
+            ErrorReason.MALFORMED_ELEMENT,
+            f"expected a bytes key, got {type(key).__name__}",
+        )
+    elif not key:
+        reason, detail = ErrorReason.EMPTY_KEY, "the element's key is empty"
+    elif envelope.entity_key != key:
+        reason, detail = (
+            ErrorReason.KEY_MISMATCH,
+            f"the element's key {key!r} differs from the envelope's entity_key "
+            f"{envelope.entity_key!r}",
+        )
+    elif envelope.WhichOneof("payload") is None:
+        reason, detail = (
+            ErrorReason.MISSING_PAYLOAD,
+            "the envelope has no external_event, tool_result or approval",
+        )
+    else:
+        return None
+    return error_record(
+        key if isinstance(key, bytes) else b"",
+        reason,
+        detail,
+        envelope.event_time_ms,
+        envelope.SerializeToString(),
+        0,
+    )
+
+
+def answer_refusal(
+    key: bytes,
+    suspended: Continuation | None,
+    answer: ToolResult | Approval,
+    processing_ms: Callable[[], int],
+) -> str | None:
+    """Why ``answer`` cannot resume this key's run, or ``None`` if it is admitted.
+
+    ``processing_ms`` reads the runner's processing time; it is called only when every other
+    rule has passed and the run has a deadline (past it, the timeout route decides instead).
+    """
+    is_approval = isinstance(answer, Approval)
+    what = "approval" if is_approval else "tool result"
+    intent_id = answer.intent_id
+    if suspended is None:
+        return (
+            f"no suspended run on this key to take the {what} for intent {intent_id!r}: the "
+            "key never suspended, its run already ended, or its state was cleaned up"
+        )
+    if isinstance(answer, ToolResult) and answer.entity_key and answer.entity_key != key:
+        return f"the {what} for intent {intent_id!r} names another key, {answer.entity_key!r}"
+    if intent_id in suspended.answered_intent_ids:
+        if timed_out_approval(suspended, intent_id):
+            return (
+                f"the {what} for intent {intent_id!r} arrived after the deadline: the "
+                "request timed out and was escalated"
+            )
+        return f"duplicate delivery: the {what} for intent {intent_id!r} was already applied"
+    if intent_id not in suspended.pending_intent_ids:
+        return (
+            f"intent {intent_id!r} is not pending in this key's suspended run (seq {suspended.seq})"
+        )
+    # An approval intent may also end with a ToolResult (the effector reports it EXPIRED or
+    # REJECTED), but a tool intent is never answered by an approval.
+    if is_approval and pending_kind(suspended, intent_id) != ToolIntent.APPROVAL:
+        return f"intent {intent_id!r} is a tool intent and cannot take an approval"
+    if suspended.deadline_ms and processing_ms() >= suspended.deadline_ms:
+        return (
+            f"the {what} for intent {intent_id!r} arrived after the deadline "
+            f"({suspended.deadline_ms} ms); the timeout route decides this run"
+        )
+    return None
+
+
+# -- timer routes: a timed-out suspension and an idle key ---------------------------------
+
+
+@dataclass(slots=True)
+class DeadlineOutcome:
+    """What a timed-out suspension does: end the run (``escalated is None``) or re-suspend."""
+
+    traces: list[TraceEvent]
+    outputs: list[bytes] = field(default_factory=list)
+    errors: list[AgentError] = field(default_factory=list)
+    escalated: Continuation | None = None
+    intent: ToolIntent | None = None
+    compensations: list[ToolIntent] = field(default_factory=list)
+    """What a ``Deny(compensate=True)`` staged: the run's effects undone, newest first."""
+
+
+def fallback_context(key: bytes, suspended: Continuation, fired_ms: int) -> FallbackContext:
+    """What the timeout route decides on: a pure function of the key's state and the timer."""
+    return FallbackContext(
+        entity_key=key,
+        seq=suspended.seq,
+        snapshot=suspended.snapshot,
+        deadline_ms=suspended.deadline_ms,
+        fired_at_ms=fired_ms,
+        pending_intent_ids=frozenset(suspended.pending_intent_ids),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RouteFailure:
+    """The timeout route raised instead of deciding: the run ends without a decision."""
+
+    error: Exception
+
+
+def choose_route(
+    policy: HitlPolicy | None, key: bytes, suspended: Continuation, fired_ms: int
+) -> Route | RouteFailure:
+    """The policy's route for the timed-out run (``Drop`` without a policy), or its failure."""
+    if policy is None:
+        return Drop()
+    try:
+        return policy.decide(fallback_context(key, suspended, fired_ms), suspended.escalations)
+    except Exception as exc:
+        return RouteFailure(exc)
+
+
+def deadline_outcome(
+    route: Route | RouteFailure,
+    key: bytes,
+    suspended: Continuation,
+    policy: HitlPolicy | None,
+    *,
+    fired_ms: int,
+    now_ms: int,
+) -> DeadlineOutcome:
+    """Apply ``route`` to the timed-out run ``suspended`` (``now_ms``: the key's last activity)."""
+    step = suspended.next_step
+    trace = TraceRecorder(key, suspended.seq, suspended.trace_id, suspended.trace_sequence, now_ms)
+    trace.record(TraceEvent.ACTIVATION_START, step, {"trigger": TRIGGER_DEADLINE})
+    if isinstance(route, RouteFailure):
+        failure = f"{type(route.error).__name__}: {route.error}"
+        attributes = {"reason": ErrorReason.TIMEOUT_ROUTE_ERROR.value, "error": failure}
+        explained, failure_traceback = explain(
+            route.error, None if policy is None else policy.on_timeout
+        )
+        detail = (
+            f"the on_timeout route failed ({explained}); the run was ended without a decision "
+            "(fail closed)"
+        )
+        error = error_record(
+            key,
+            ErrorReason.TIMEOUT_ROUTE_ERROR,
+            detail,
+            now_ms,
+            b"",
+            suspended.seq,
+            traceback=failure_traceback,
+        )
+        return DeadlineOutcome(traces=[trace.failure(step, attributes)], errors=[error])
+    if isinstance(route, Escalate):
+        assert policy is not None
+        escalated, intent = escalate(
+            suspended,
+            trace,
+            fired_ms=fired_ms,
+            timeout_ms=policy.timeout_ms,
+            intent_ttl_ms=policy.intent_ttl_ms,
+            channel=policy.approval_channel,
+            required_approvals=policy.required_approvals,
+        )
+        return DeadlineOutcome(traces=trace.events, escalated=escalated, intent=intent)
+    denied = isinstance(route, Deny)
+    compensations = []
+    if isinstance(route, Deny) and route.compensate:
+        compensations = stage_route_compensations(suspended, trace)
+        step += len(compensations)
+    trace.record(TraceEvent.ACTIVATION_END, step, {"route": "deny" if denied else "drop"})
+    outcome = DeadlineOutcome(traces=trace.events, compensations=compensations)
+    if isinstance(route, Deny):
+        if route.output:
+            outcome.outputs.append(route.output)
+    else:
+        detail = (
+            f"run seq {suspended.seq} reached its deadline with "
+            f"{len(suspended.pending_intent_ids)} intents pending and its timeout route "
+            "dropped it"
+        )
+        outcome.errors.append(
+            _run_error(key, suspended, ErrorReason.SUSPENSION_DROPPED, detail, now_ms)
+        )
+    return outcome
+
+
+def idle_expiry(header: KeyHeader, ttl_ms: int | None) -> int | None:
+    """When the key's idle state expires (event time, ms); ``None`` if it never does."""
+    if ttl_ms is None or header.last_activity_ms == 0:
+        return None
+    return header.last_activity_ms + ttl_ms
+
+
+def wiped_error(key: bytes, wiped: Continuation, ttl_ms: int, last_activity_ms: int) -> AgentError:
+    """The ``.errors`` record of a suspended run that idle-key cleanup ended."""
+    detail = (
+        f"run seq {wiped.seq} was still suspended, waiting for "
+        f"{len(wiped.pending_intent_ids)} intents, when the key's state was cleaned up after "
+        f"{ttl_ms} ms without activity"
+    )
+    return _run_error(key, wiped, ErrorReason.SUSPENSION_WIPED, detail, last_activity_ms)
+
+
+def _run_error(
+    key: bytes, run: Continuation, reason: ErrorReason, detail: str, at_ms: int
+) -> AgentError:
+    return error_record(key, reason, detail, at_ms, b"", run.seq)

@@ -36,9 +36,9 @@ from apache_beam.typehints import typehints
 from apache_beam.utils.timestamp import Timestamp
 
 from beam_agents._protos import ActivationRecord, AgentEnvelope, AgentError, ToolIntent, TraceEvent
-from beam_agents.core.activation import Activator, Plan, element_problem
+from beam_agents.core.activation import Activator, Plan, TimerFired, element_problem
 from beam_agents.core.agent import AgentFn, CoroutineDriver, epoch_clock, is_agent
-from beam_agents.core.config import AgentConfig, CommitInfo
+from beam_agents.core.config import TRIGGER_DEADLINE, TRIGGER_IDLE, AgentConfig, CommitInfo
 from beam_agents.core.context import activation_services
 from beam_agents.core.model_calls import (
     METRICS_NAMESPACE,
@@ -176,12 +176,8 @@ def _applied(
     return out
 
 
-TimerDecision = Callable[[Activator, bytes, int, KeyState], Plan]
-"""An ``Activator`` method deciding a timer firing: ``(key, fired_ms, state) -> Plan``."""
-
-
-def _timer_callback(spec: TimerSpec, name: str, decide: TimerDecision) -> Any:
-    """The ``DoFn`` method Beam calls when ``spec`` fires: load, ``decide``, apply."""
+def _timer_callback(spec: TimerSpec, timer: str, name: str, doc: str) -> Any:
+    """The ``DoFn`` method Beam calls when ``spec`` fires: load, activate, apply."""
 
     def callback(
         self: AgentDoFn,
@@ -196,7 +192,7 @@ def _timer_callback(spec: TimerSpec, name: str, decide: TimerDecision) -> Any:
     ) -> list[Any]:
         assert self._activator is not None
         state = KeyState(header, memory, continuation, buffer)
-        plan = decide(self._activator, key, _ms(fired), state)
+        plan = self._activator.activate(key, TimerFired(timer, _ms(fired)), state)
         if plan.errors:
             self._error_log.report(plan.errors)
         self._early_fires += plan.early
@@ -205,7 +201,7 @@ def _timer_callback(spec: TimerSpec, name: str, decide: TimerDecision) -> Any:
         )
 
     callback.__name__ = callback.__qualname__ = name
-    callback.__doc__ = decide.__doc__
+    callback.__doc__ = doc
     return on_timer(spec)(callback)
 
 
@@ -312,7 +308,7 @@ class AgentDoFn(beam.DoFn):
         self._idle_bundle = False
         key, envelope = element
         state = KeyState(header, memory, continuation, buffer)
-        plan = self._activator.on_element(key, envelope, state)
+        plan = self._activator.activate(key, envelope, state)
         if plan.errors:
             self._error_log.report(plan.errors)
         return _applied(
@@ -321,8 +317,10 @@ class AgentDoFn(beam.DoFn):
 
     # Built by one factory: Beam finds a timer callback by name and reads its state and timer
     # parameters from the defaults, so both need the same long parameter list.
-    _on_deadline = _timer_callback(_DEADLINE, "_on_deadline", Activator.on_deadline)
-    _on_idle = _timer_callback(_IDLE, "_on_idle", Activator.on_idle)
+    _on_deadline = _timer_callback(
+        _DEADLINE, TRIGGER_DEADLINE, "_on_deadline", "Take a suspension's timeout route."
+    )
+    _on_idle = _timer_callback(_IDLE, TRIGGER_IDLE, "_on_idle", "Clear an idle key's state.")
 
 
 class _AgentDoFnWithoutTtl(AgentDoFn):
