@@ -1,151 +1,139 @@
 """beam-agents: LLM agents as keyed, stateful, fault-tolerant Apache Beam transforms.
 
 Every name a pipeline needs is importable from here, e.g.
-``from beam_agents import RunAgent, AgentConfig, FakeLLM``. The names are imported lazily, on
-first use, so that ``import beam_agents`` and the Beam-free packages under it
-(``beam_agents.tools`` and ``beam_agents.model``, which the effector sidecar imports) never pull
-in Apache Beam; type checkers read the real types from the imports under ``TYPE_CHECKING``.
+``from beam_agents import RunAgent, AgentConfig, FakeLLM``. The import statements below are
+the one list of public names: type checkers read them as written, while at runtime they are
+only recorded, and each name is imported on first use. So ``import beam_agents`` (which the
+effector sidecar does) never pulls in Apache Beam. Importing the package also keeps Beam's
+import-time "apitools not found" notice out of the user's console.
 """
 
 from __future__ import annotations
 
+import builtins
+import contextlib
 import importlib
-from typing import TYPE_CHECKING, Any
+import logging
+import types
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
-if TYPE_CHECKING:
-    from beam_agents._protos import (
-        AgentEnvelope,
-        Approval,
-        ToolIntent,
-        ToolResult,
-        canonical_json,
-        canonical_json_bytes,
-    )
-    from beam_agents.core.agent import Complete, Suspend
-    from beam_agents.core.config import AgentConfig
-    from beam_agents.core.context import ActivationContext
-    from beam_agents.core.ids import intent_id_for
-    from beam_agents.core.transform import RunAgent, RunAgentOutputs
-    from beam_agents.hitl import Deny, Drop, Escalate, FallbackContext, HitlPolicy, Route
-    from beam_agents.io import (
-        EffectorConnection,
-        ExportTraces,
-        ReadEnvelopes,
-        SubmitIntents,
-        WriteErrors,
-        WriteRecords,
-        WriteRecordsToEffector,
-        WriteTraces,
-    )
-    from beam_agents.model import FakeLLM, LlmRequest, LlmResponse
-    from beam_agents.tools import IntentInfo, Reconciled, ToolRegistry, tool
-
-    __version__: str
-
-# Each public name and the module it is imported from. Keep in step with the imports above
-# (tests/test_public_api.py checks that they agree).
-_LAZY_EXPORTS = {
-    "ActivationContext": "beam_agents.core.context",
-    "AgentConfig": "beam_agents.core.config",
-    "AgentEnvelope": "beam_agents._protos",
-    "Approval": "beam_agents._protos",
-    "Complete": "beam_agents.core.agent",
-    "Deny": "beam_agents.hitl",
-    "Drop": "beam_agents.hitl",
-    "EffectorConnection": "beam_agents.io",
-    "Escalate": "beam_agents.hitl",
-    "ExportTraces": "beam_agents.io",
-    "FakeLLM": "beam_agents.model",
-    "FallbackContext": "beam_agents.hitl",
-    "HitlPolicy": "beam_agents.hitl",
-    "IntentInfo": "beam_agents.tools",
-    "LlmRequest": "beam_agents.model",
-    "LlmResponse": "beam_agents.model",
-    "ReadEnvelopes": "beam_agents.io",
-    "Reconciled": "beam_agents.tools",
-    "Route": "beam_agents.hitl",
-    "RunAgent": "beam_agents.core.transform",
-    "RunAgentOutputs": "beam_agents.core.transform",
-    "SubmitIntents": "beam_agents.io",
-    "Suspend": "beam_agents.core.agent",
-    "ToolIntent": "beam_agents._protos",
-    "ToolRegistry": "beam_agents.tools",
-    "ToolResult": "beam_agents._protos",
-    "WriteErrors": "beam_agents.io",
-    "WriteRecords": "beam_agents.io",
-    "WriteRecordsToEffector": "beam_agents.io",
-    "WriteTraces": "beam_agents.io",
-    "canonical_json": "beam_agents._protos",
-    "canonical_json_bytes": "beam_agents._protos",
-    "intent_id_for": "beam_agents.core.ids",
-    "tool": "beam_agents.tools",
-}
-
-__all__ = [
-    "ActivationContext",
-    "AgentConfig",
-    "AgentEnvelope",
-    "Approval",
-    "Complete",
-    "Deny",
-    "Drop",
-    "EffectorConnection",
-    "Escalate",
-    "ExportTraces",
-    "FakeLLM",
-    "FallbackContext",
-    "HitlPolicy",
-    "IntentInfo",
-    "LlmRequest",
-    "LlmResponse",
-    "ReadEnvelopes",
-    "Reconciled",
-    "Route",
-    "RunAgent",
-    "RunAgentOutputs",
-    "SubmitIntents",
-    "Suspend",
-    "ToolIntent",
-    "ToolRegistry",
-    "ToolResult",
-    "WriteErrors",
-    "WriteRecords",
-    "WriteRecordsToEffector",
-    "WriteTraces",
-    "__version__",
-    "canonical_json",
-    "canonical_json_bytes",
-    "intent_id_for",
-    "tool",
-]
-
-_DISTRIBUTION = "beam-agents"
-_UNKNOWN_VERSION = "0+unknown"
-"""``__version__`` when the package runs from a source tree that was never installed."""
+_APITOOLS_NOTICE = "apitools not found"
+"""How the root-logger record starts that ``import apache_beam`` logs when apitools is absent."""
 
 
-def _version() -> str:
-    """The installed distribution's version, or :data:`_UNKNOWN_VERSION`."""
-    from importlib.metadata import PackageNotFoundError, version
+def _drop_apitools_notice(record: logging.LogRecord) -> bool:
+    """Drop only Beam's "apitools not found" root-logger record; pass every other record."""
+    return not (record.name == "root" and record.getMessage().startswith(_APITOOLS_NOTICE))
 
+
+def _quiet_apitools_notice() -> None:
+    """Install :func:`_drop_apitools_notice` on the root logger, once."""
+    root = logging.getLogger()
+    named = (getattr(existing, "__qualname__", None) for existing in root.filters)
+    if _drop_apitools_notice.__qualname__ not in named:
+        root.addFilter(_drop_apitools_notice)
+
+
+_quiet_apitools_notice()
+
+_EXPORTS: dict[str, str] = {}
+"""Each public name and its module, recorded from the imports in the ``_recorded`` block."""
+
+
+@contextlib.contextmanager
+def _recorded(exports: dict[str, str]) -> Iterator[None]:
+    """Record this module's ``from M import N`` statements in the block instead of running them.
+
+    Each ``N`` lands in ``exports`` as ``{N: M}`` and is left unbound, so :func:`__getattr__`
+    imports it on first use. Imports made by any other module meanwhile run as usual.
+    """
+    namespace = globals()
+    real_import = builtins.__import__
+
+    def record(
+        name: str,
+        globals: Mapping[str, object] | None = None,
+        locals: Mapping[str, object] | None = None,
+        fromlist: Sequence[str] | None = (),
+        level: int = 0,
+    ) -> types.ModuleType:
+        if globals is not namespace:
+            return real_import(name, globals, locals, fromlist, level)
+        names = fromlist or ()
+        exports.update(dict.fromkeys(names, name))
+        placeholder = types.ModuleType(name)
+        placeholder.__dict__.update(dict.fromkeys(names))
+        return placeholder
+
+    builtins.__import__ = record
     try:
-        return version(_DISTRIBUTION)
-    except PackageNotFoundError:
-        return _UNKNOWN_VERSION
+        yield
+    finally:
+        builtins.__import__ = real_import
+        for name in exports:
+            namespace.pop(name, None)
+        namespace["__all__"] = [*exports, "__version__"]
+
+
+with _recorded(_EXPORTS):
+    from beam_agents._protos import AgentEnvelope as AgentEnvelope
+    from beam_agents._protos import Approval as Approval
+    from beam_agents._protos import IntentState as IntentState
+    from beam_agents._protos import ToolIntent as ToolIntent
+    from beam_agents._protos import ToolResult as ToolResult
+    from beam_agents._protos import TraceEvent as TraceEvent
+    from beam_agents._protos import canonical_json as canonical_json
+    from beam_agents._protos import canonical_json_bytes as canonical_json_bytes
+    from beam_agents.core.agent import Complete as Complete
+    from beam_agents.core.agent import Suspend as Suspend
+    from beam_agents.core.agent import intent_id_for as intent_id_for
+    from beam_agents.core.config import AgentConfig as AgentConfig
+    from beam_agents.core.context import ActivationContext as ActivationContext
+    from beam_agents.hitl import Deny as Deny
+    from beam_agents.hitl import Drop as Drop
+    from beam_agents.hitl import Escalate as Escalate
+    from beam_agents.hitl import FallbackContext as FallbackContext
+    from beam_agents.hitl import HitlPolicy as HitlPolicy
+    from beam_agents.hitl import Route as Route
+    from beam_agents.io import EffectorConnection as EffectorConnection
+    from beam_agents.io import ExportTraces as ExportTraces
+    from beam_agents.io import ReadEnvelopes as ReadEnvelopes
+    from beam_agents.io import SubmitIntents as SubmitIntents
+    from beam_agents.io import WriteErrors as WriteErrors
+    from beam_agents.io import WriteRecords as WriteRecords
+    from beam_agents.io import WriteRecordsToEffector as WriteRecordsToEffector
+    from beam_agents.io import WriteTraces as WriteTraces
+    from beam_agents.io.run_agent import RunAgent as RunAgent
+    from beam_agents.io.run_agent import RunAgentOutputs as RunAgentOutputs
+    from beam_agents.model import FakeLLM as FakeLLM
+    from beam_agents.model import LlmRequest as LlmRequest
+    from beam_agents.model import LlmResponse as LlmResponse
+    from beam_agents.tools import IntentInfo as IntentInfo
+    from beam_agents.tools import Reconciled as Reconciled
+    from beam_agents.tools import ToolRegistry as ToolRegistry
+    from beam_agents.tools import tool as tool
+
+__version__: str
+"""The installed distribution's version (``0+unknown`` in a source tree never installed)."""
 
 
 def __getattr__(name: str) -> Any:
     """Import a public name on first use and keep it in the module's namespace."""
     if name == "__version__":
-        value: Any = _version()
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            value: Any = version("beam-agents")
+        except PackageNotFoundError:
+            value = "0+unknown"
+    elif name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
     else:
-        module_name = _LAZY_EXPORTS.get(name)
-        if module_name is None:
-            raise AttributeError(f"module 'beam_agents' has no attribute {name!r}")
-        value = getattr(importlib.import_module(module_name), name)
+        raise AttributeError(f"module 'beam_agents' has no attribute {name!r}")
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    return sorted({*globals(), *_EXPORTS, "__version__"})

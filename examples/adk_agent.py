@@ -14,12 +14,10 @@ Run it:  python examples/adk_agent.py   (it starts an effector of its own for th
 
 from __future__ import annotations
 
-import quiet_beam  # noqa: F401  # isort: skip  (first: keeps a Beam import warning out)
 import json
 import tempfile
 from pathlib import Path
 
-import apache_beam as beam
 from google.adk.agents import LlmAgent
 
 from beam_agents import (
@@ -34,7 +32,9 @@ from beam_agents import (
     tool,
 )
 from beam_agents.adapters.adk import AdkAgent, beam_tools
-from beam_agents.model.client import ToolCall
+from beam_agents.model import ToolCall
+
+import apache_beam as beam
 
 
 @tool

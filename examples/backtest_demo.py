@@ -11,16 +11,13 @@
 
 from __future__ import annotations
 
-import quiet_beam  # noqa: F401  # isort: skip  (first: keeps a Beam import warning out)
 import contextlib
 import io
 import sys
 import tempfile
 from pathlib import Path
 
-from beam_agents import AgentConfig
-from beam_agents.core.agent import Complete, Suspend
-from beam_agents.core.context import ActivationContext
+from beam_agents import ActivationContext, AgentConfig, Complete, Suspend
 from beam_agents.replay.backtest import run_backtest
 from beam_agents.replay.cli import main as beam_agents_command
 from beam_agents.replay.report import Price, render_markdown

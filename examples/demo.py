@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import quiet_beam  # noqa: F401  # isort: skip  (first: keeps a Beam import warning out)
 import contextlib
 import json
 import os
@@ -31,16 +30,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import grpc
 import httpx
 
-from beam_agents._protos import (
-    AgentEnvelope,
-    EffectorStub,
-    IntentState,
-    ListIntentsRequest,
-    StatusRequest,
-)
+from beam_agents import AgentEnvelope, IntentState
+from effector.client import EffectorClient
 from effector.launch import EffectorProcess, child_environment
 
 from fraud_tools import LEDGER_ENV, connect_ledger
@@ -87,13 +80,9 @@ class Human(threading.Thread):
 
     def run(self) -> None:
         """Poll the effector's approval inbox and act on the planned transfers."""
-        with grpc.insecure_channel(self._target) as channel:
-            stub = EffectorStub(channel)
+        with EffectorClient(self._target) as client:
             while not self._stop_event.wait(0.2):
-                waiting = stub.ListIntents(
-                    ListIntentsRequest(state=IntentState.AWAITING_DECISION)
-                ).intents
-                for intent in waiting:
+                for intent in client.list_intents(IntentState.AWAITING_DECISION):
                     transfer = json.loads(intent.args_json)["transfer_id"]
                     action = self._plan.get(transfer)
                     if action and intent.intent_id not in self.decided:
@@ -124,10 +113,9 @@ class Progress(threading.Thread):
 
     def run(self) -> None:
         """Print the effector's counters until stopped."""
-        with grpc.insecure_channel(self._target) as channel:
-            stub = EffectorStub(channel)
+        with EffectorClient(self._target) as client:
             while not self._stop_event.wait(1.0):
-                s = stub.Status(StatusRequest())
+                s = client.status()
                 print(
                     f"  [{time.monotonic() - self._t0:5.1f}s] effector: pending={s.pending} "
                     f"running={s.running} awaiting_decision={s.awaiting_decision} "
@@ -247,11 +235,9 @@ def run_demo(
         invocations_1, freezes_1 = ledger_counts(ledger)
         second, second_s = one_run("run 2 (replay)", target, workdir / "run2", events)
         invocations_2, freezes_2 = ledger_counts(ledger)
-        with grpc.insecure_channel(target) as channel:
-            done = EffectorStub(channel).ListIntents(
-                ListIntentsRequest(state=IntentState.DONE, limit=1000)
-            )
-        executed = {i.intent_id for i in done.intents if i.tool_name == "freeze_account"}
+        with EffectorClient(target) as client:
+            done = client.list_intents(IntentState.DONE, limit=1000)
+        executed = {i.intent_id for i in done if i.tool_name == "freeze_account"}
         status = effector_cli(target, "status")
         keys_page = httpx.get(f"{console}keys/{events[0].entity_key.hex()}", timeout=30).text
         report = DemoReport(

@@ -13,17 +13,20 @@ Run it:  python examples/fast_path.py
 
 from __future__ import annotations
 
-import quiet_beam  # noqa: F401  # isort: skip  (first: keeps a Beam import warning out)
+from beam_agents import (
+    ActivationContext,
+    AgentConfig,
+    Complete,
+    FakeLLM,
+    LlmRequest,
+    RunAgent,
+    TraceEvent,
+)
+from beam_agents.model import match_contains, respond_with
+from beam_agents.testing import EnvelopeStream, streaming_pipeline
+
 import apache_beam as beam
 from apache_beam.testing.util import assert_that, equal_to
-
-from beam_agents import AgentConfig, RunAgent
-from beam_agents._protos import TraceEvent
-from beam_agents.core.agent import Complete
-from beam_agents.core.context import ActivationContext
-from beam_agents.model.client import LlmRequest
-from beam_agents.model.fake import FakeLLM, match_contains, respond_with
-from beam_agents.testing import EnvelopeStream, streaming_pipeline
 
 MODEL_ID = "support-assistant"
 

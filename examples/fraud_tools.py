@@ -20,7 +20,7 @@ import sqlite3
 import zlib
 from contextlib import closing
 
-from beam_agents.tools import IntentInfo, ToolRegistry, tool
+from beam_agents import IntentInfo, ToolRegistry, tool
 
 LEDGER_ENV = "FRAUD_LEDGER"
 

@@ -17,23 +17,34 @@ Run it against a running effector that serves ``fraud_tools:make_effector_regist
 
 from __future__ import annotations
 
-import quiet_beam  # noqa: F401  # isort: skip  (first: keeps a Beam import warning out)
 import argparse
 import json
 import random
 from collections.abc import Iterator
 from pathlib import Path
 
-import apache_beam as beam
-from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+from beam_agents import (
+    ActivationContext,
+    AgentConfig,
+    AgentEnvelope,
+    Complete,
+    FakeLLM,
+    LlmRequest,
+    ReadEnvelopes,
+    RunAgent,
+    SubmitIntents,
+    Suspend,
+    ToolResult,
+    WriteErrors,
+    WriteRecords,
+    WriteTraces,
+    canonical_json,
+    canonical_json_bytes,
+)
+from beam_agents.model import match_any, match_contains, respond_with
 
-from beam_agents import AgentConfig, RunAgent
-from beam_agents._protos import AgentEnvelope, ToolResult, canonical_json, canonical_json_bytes
-from beam_agents.core.agent import Complete, Suspend
-from beam_agents.core.context import ActivationContext
-from beam_agents.io import ReadEnvelopes, SubmitIntents, WriteErrors, WriteRecords, WriteTraces
-from beam_agents.model.client import LlmRequest
-from beam_agents.model.fake import FakeLLM, match_any, match_contains, respond_with
+import apache_beam as beam
+from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiRunner
 
 from fraud_tools import make_pipeline_registry
 
@@ -130,7 +141,7 @@ def make_events(n_events: int = 300, n_accounts: int = 40, seed: int = 7) -> lis
     return events
 
 
-class _WriteJsonLines(beam.DoFn):  # type: ignore[misc]
+class _WriteJsonLines(beam.DoFn):
     """Appends each element as one line to a file per worker; the demo reads them back."""
 
     def __init__(self, directory: str, name: str) -> None:

@@ -18,18 +18,26 @@ Run it:  python examples/human_in_the_loop.py
 
 from __future__ import annotations
 
-import quiet_beam  # noqa: F401  # isort: skip  (first: keeps a Beam import warning out)
 import json
+
+from beam_agents import (
+    ActivationContext,
+    AgentConfig,
+    Complete,
+    Deny,
+    FallbackContext,
+    HitlPolicy,
+    RunAgent,
+    Suspend,
+    ToolRegistry,
+    canonical_json_bytes,
+    intent_id_for,
+    tool,
+)
+from beam_agents.testing import EnvelopeStream, streaming_pipeline
 
 import apache_beam as beam
 from apache_beam.testing.util import assert_that, equal_to
-
-from beam_agents import AgentConfig, Deny, FallbackContext, HitlPolicy, RunAgent
-from beam_agents._protos import canonical_json_bytes
-from beam_agents.core.agent import Complete, Suspend, intent_id_for
-from beam_agents.core.context import ActivationContext
-from beam_agents.testing import EnvelopeStream, streaming_pipeline
-from beam_agents.tools import ToolRegistry, tool
 
 LARGE_REFUND_CENTS = 50_000
 DECISION_TIMEOUT_MS = 60_000

@@ -16,18 +16,24 @@ Run it:  python examples/intents_and_resume.py
 
 from __future__ import annotations
 
-import quiet_beam  # noqa: F401  # isort: skip  (first: keeps a Beam import warning out)
 import json
+
+from beam_agents import (
+    ActivationContext,
+    AgentConfig,
+    Complete,
+    RunAgent,
+    Suspend,
+    ToolRegistry,
+    ToolResult,
+    canonical_json_bytes,
+    intent_id_for,
+    tool,
+)
+from beam_agents.testing import EnvelopeStream, streaming_pipeline
 
 import apache_beam as beam
 from apache_beam.testing.util import assert_that, equal_to
-
-from beam_agents import AgentConfig, RunAgent
-from beam_agents._protos import ToolResult, canonical_json_bytes
-from beam_agents.core.agent import Complete, Suspend, intent_id_for
-from beam_agents.core.context import ActivationContext
-from beam_agents.testing import EnvelopeStream, streaming_pipeline
-from beam_agents.tools import ToolRegistry, tool
 
 ORDER_KEY = b"order-1001"
 

@@ -14,13 +14,11 @@ Run it:  python examples/langgraph_agent.py   (it starts an effector of its own 
 
 from __future__ import annotations
 
-import quiet_beam  # noqa: F401  # isort: skip  (first: keeps a Beam import warning out)
 import json
 import tempfile
 from pathlib import Path
 from typing import Any
 
-import apache_beam as beam
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
@@ -36,7 +34,9 @@ from beam_agents import (
     tool,
 )
 from beam_agents.adapters.langgraph import BeamChatModel, LangGraphAgent, beam_tools
-from beam_agents.model.client import ToolCall
+from beam_agents.model import ToolCall
+
+import apache_beam as beam
 
 
 @tool

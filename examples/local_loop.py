@@ -15,13 +15,10 @@ Run it:  python examples/local_loop.py   (it starts an effector of its own for t
 
 from __future__ import annotations
 
-import quiet_beam  # noqa: F401  # isort: skip  (first: keeps a Beam import warning out)
 import json
 import tempfile
 from pathlib import Path
 from typing import Any
-
-import apache_beam as beam
 
 from beam_agents import (
     ActivationContext,
@@ -29,6 +26,7 @@ from beam_agents import (
     AgentEnvelope,
     Complete,
     Deny,
+    FallbackContext,
     HitlPolicy,
     ReadEnvelopes,
     RunAgent,
@@ -37,7 +35,8 @@ from beam_agents import (
     ToolRegistry,
     tool,
 )
-from beam_agents.hitl import FallbackContext
+
+import apache_beam as beam
 
 
 @tool(side_effect=True)

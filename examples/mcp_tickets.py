@@ -14,7 +14,6 @@ Run it:  python examples/mcp_tickets.py   (it starts an effector of its own for 
 
 from __future__ import annotations
 
-import quiet_beam  # noqa: F401  # isort: skip  (first: keeps a Beam import warning out)
 import json
 import os
 import sqlite3
@@ -22,24 +21,25 @@ import sys
 import tempfile
 from pathlib import Path
 
-import apache_beam as beam
-
 from beam_agents import (
+    ActivationContext,
     AgentConfig,
     AgentEnvelope,
+    Complete,
     FakeLLM,
     LlmRequest,
     ReadEnvelopes,
     RunAgent,
     SubmitIntents,
+    Suspend,
     ToolRegistry,
 )
-from beam_agents.core.agent import Complete, Suspend
-from beam_agents.core.context import ActivationContext
 from beam_agents.loop import run_tool_loop
-from beam_agents.model.client import ToolCall
+from beam_agents.model import ToolCall
 from beam_agents.tools.mcp import McpServer, load_mcp_tools
 from effector.launch import EffectorProcess, child_environment
+
+import apache_beam as beam
 
 EXAMPLES = Path(__file__).resolve().parent
 TICKETS_DB = "TICKETS_DB"

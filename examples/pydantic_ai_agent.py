@@ -15,21 +15,29 @@ Run it:  python examples/pydantic_ai_agent.py
 
 from __future__ import annotations
 
-import quiet_beam  # noqa: F401  # isort: skip  (first: keeps a Beam import warning out)
 import json
 import tempfile
 from pathlib import Path
 from typing import Any
 
-import apache_beam as beam
 from pydantic_ai import Agent
 
-from beam_agents import AgentConfig, AgentEnvelope, ReadEnvelopes, RunAgent, SubmitIntents
-from beam_agents._protos import TraceEvent
+from beam_agents import (
+    AgentConfig,
+    AgentEnvelope,
+    FakeLLM,
+    LlmRequest,
+    ReadEnvelopes,
+    RunAgent,
+    SubmitIntents,
+    ToolRegistry,
+    TraceEvent,
+    tool,
+)
 from beam_agents.adapters.pydantic_ai import PydanticAIAgent
-from beam_agents.model.client import LlmRequest, ToolCall
-from beam_agents.model.fake import FakeLLM, match_any, respond_with_fn, wire_body
-from beam_agents.tools import ToolRegistry, tool
+from beam_agents.model import ToolCall, match_any, respond_with_fn, wire_body
+
+import apache_beam as beam
 
 ORDERS = {"A-1001": {"amount_cents": 2599, "status": "delivered broken"}}
 

@@ -14,21 +14,26 @@ per call rather than kept as a module global, matching the project's
 no-global-mutable-state convention; the tools themselves are module-level so
 they pickle by reference into the DoFn.
 
-Run it:  python website/examples/read_only_tools.py
+Run it:  python examples/read_only_tools.py
 """
 
 from __future__ import annotations
 
+from beam_agents import (
+    ActivationContext,
+    AgentConfig,
+    AgentEnvelope,
+    Complete,
+    FakeLLM,
+    RunAgent,
+    ToolRegistry,
+    tool,
+)
+from beam_agents.model import match_any, respond_with
+from beam_agents.tools.errors import SideEffectToolError
+
 import apache_beam as beam
 from apache_beam.testing.util import assert_that, equal_to
-
-from beam_agents import AgentConfig, RunAgent
-from beam_agents._protos import AgentEnvelope
-from beam_agents.core.agent import Complete
-from beam_agents.core.context import ActivationContext
-from beam_agents.model.fake import FakeLLM, match_any, respond_with
-from beam_agents.tools import ToolRegistry, tool
-from beam_agents.tools.errors import SideEffectToolError
 
 
 # region: tools
@@ -55,6 +60,7 @@ def make_registry() -> ToolRegistry:
 
 
 def make_provider() -> FakeLLM:
+    """A model that answers "ok" to everything (this agent never calls it)."""
     return FakeLLM([(match_any(), respond_with(b"ok"))])
 
 
@@ -78,6 +84,7 @@ async def assess(ctx: ActivationContext) -> Complete:
 
 
 def _event(key: bytes, payload: bytes) -> AgentEnvelope:
+    """An external event for ``key``."""
     return AgentEnvelope(entity_key=key, event_time_ms=1_000, external_event=payload)
 
 
@@ -95,6 +102,7 @@ def check_direct_call_is_refused() -> None:
 
 
 def main() -> None:
+    """Show the refusal, then run the agent on two customers."""
     check_direct_call_is_refused()
 
     with beam.Pipeline() as pipeline:

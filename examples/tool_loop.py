@@ -23,7 +23,6 @@ Run it:  python examples/tool_loop.py
 
 from __future__ import annotations
 
-import quiet_beam  # noqa: F401  # isort: skip  (first: keeps a Beam import warning out)
 import functools
 import json
 import os
@@ -33,22 +32,37 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import apache_beam as beam
-from apache_beam.pvalue import PCollection
-from apache_beam.runners.portability.fn_api_runner import FnApiRunner
-
-from beam_agents import AgentConfig, Complete, RunAgent, Suspend
-from beam_agents._protos import AgentEnvelope, TraceEvent
-from beam_agents.core.context import ActivationContext
-from beam_agents.io import ReadEnvelopes, SubmitIntents
+from beam_agents import (
+    ActivationContext,
+    AgentConfig,
+    AgentEnvelope,
+    Complete,
+    FakeLLM,
+    LlmRequest,
+    ReadEnvelopes,
+    RunAgent,
+    SubmitIntents,
+    Suspend,
+    ToolRegistry,
+    TraceEvent,
+    tool,
+)
 from beam_agents.loop import run_tool_loop
-from beam_agents.model.client import LlmRequest, ModelClient, ToolCall
-from beam_agents.model.fake import FakeLLM, match_any, respond_with_fn, wire_body
-from beam_agents.model.openai import OpenAIChatProvider
-from beam_agents.tools import ToolRegistry, tool
+from beam_agents.model import (
+    ModelClient,
+    OpenAIChatProvider,
+    ToolCall,
+    match_any,
+    respond_with_fn,
+    wire_body,
+)
 from effector.launch import EffectorThread
 from effector.server import ServerSettings
 from effector.worker import WorkerSettings
+
+import apache_beam as beam
+from apache_beam.pvalue import PCollection
+from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiRunner
 
 CUSTOMER = b"customer-c42"
 COMPLAINT = "Hi, order A-1001 arrived broken. I'm customer c-42. Can I get my money back?"

@@ -3,11 +3,14 @@
 Examples are collected from ``examples/``: every ``*.py`` with a ``__main__`` block is a
 program and must be listed either in ``EXPECTED_OUTPUT`` (run here, each expected line must
 appear in its output, in order) or in ``DRIVEN_BY`` (run by another example). Modules without
-a ``__main__`` block (shared tools, helpers) are not programs.
+a ``__main__`` block (shared tools, helpers) are not programs. Examples import public names
+only: nothing from a module path with a leading underscore or ``core``, and nothing from a
+submodule that its package root exports.
 """
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import contextlib
 import importlib
@@ -19,9 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from beam_agents._protos import ToolIntent, ToolResult
-from beam_agents.core.agent import intent_id_for
-from effector.runner import EffectorToolRunner
+import beam_agents
+import effector
+from beam_agents import ToolIntent, ToolResult, intent_id_for
+from effector import EffectorToolRunner
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
@@ -86,8 +90,6 @@ EXPECTED_OUTPUT: dict[str, list[str]] = {
 }
 
 DRIVEN_BY: dict[str, str] = {"fraud_triage.py": "demo.py", "mcp_ticket_server.py": "mcp_tickets.py"}
-SEED = "read_only_tools.py"
-"""The seed example, kept verbatim (it does not import quiet_beam)."""
 
 TIMEOUT_S = 600
 
@@ -141,8 +143,8 @@ def test_example_runs_and_prints_what_it_promises(name: str) -> None:
             f"{name} did not print {expected!r} (in order):\n{completed.stdout}"
         )
         position = found + 1
-    if name != SEED:  # every other program imports quiet_beam before apache_beam
-        assert "apitools" not in completed.stdout + completed.stderr, completed.stderr
+    # Importing beam_agents before apache_beam keeps Beam's "apitools not found" notice out.
+    assert "apitools" not in completed.stdout + completed.stderr, completed.stderr
     if name == "demo.py":
         assert_the_demo_speaks_plainly(completed.stdout, completed.stderr)
 
@@ -189,3 +191,61 @@ def test_fraud_freeze_succeeds_while_someone_reads_the_new_ledger(
         assert result.status == ToolResult.OK, result.error_message
         frozen = teller.execute("SELECT intent_id, account FROM freezes").fetchall()
     assert frozen == [(intent.intent_id, "acct-01")]
+
+
+def private_imports(source: str) -> list[str]:
+    """Each import in ``source`` that reaches past the public surface, as ``module:name``.
+
+    Private: a ``beam_agents`` module path with a component that starts with ``_`` or is
+    ``core``; or a name imported from a submodule of ``beam_agents`` or ``effector`` while that
+    package's root exports it.
+    """
+    roots = {"beam_agents": set(beam_agents.__all__), "effector": set(effector.__all__)}
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            imported = [(alias.name, "") for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            imported = [(node.module, alias.name) for alias in node.names]
+        else:
+            continue
+        for module, name in imported:
+            root, *parts = module.split(".")
+            if root not in roots:
+                continue
+            inner = root == "beam_agents" and any(p.startswith("_") or p == "core" for p in parts)
+            if inner or (parts and name in roots[root]):
+                found.append(f"{module}:{name}")
+    return found
+
+
+def test_examples_import_public_names_only() -> None:
+    offending = {
+        path.name: private_imports(path.read_text(encoding="utf-8"))
+        for path in sorted(EXAMPLES.glob("*.py"))
+    }
+    assert {name: found for name, found in offending.items() if found} == {}
+
+
+def test_the_import_scan_finds_each_kind_of_private_import() -> None:
+    source = """
+import beam_agents._protos
+from beam_agents._protos import TraceEvent
+from beam_agents.core.context import ActivationContext
+from beam_agents.model.fake import FakeLLM
+from effector.runner import EffectorToolRunner
+def later():
+    from beam_agents.core import agent
+from beam_agents import RunAgent
+from beam_agents.model import match_any
+from beam_agents.tools.errors import SideEffectToolError
+import apache_beam._private
+"""
+    assert private_imports(source) == [
+        "beam_agents._protos:",
+        "beam_agents._protos:TraceEvent",
+        "beam_agents.core.context:ActivationContext",
+        "beam_agents.model.fake:FakeLLM",
+        "effector.runner:EffectorToolRunner",
+        "beam_agents.core:agent",
+    ]

@@ -1,5 +1,8 @@
 """The one import for users: ``from beam_agents import ...``, typed, lazy, and seen by mypy.
 
+The root lists each public name once, as an import statement that type checkers read and the
+runtime only records (``beam_agents._EXPORTS``); the names are imported on first use.
+
 The mypy tests run the interpreter's own mypy from a directory outside the repository, on a
 small user file, the way a user's project would check its pipeline against the installed
 package (``make`` installs it editable).
@@ -89,23 +92,41 @@ def test_the_version_is_the_distribution_version() -> None:
     assert beam_agents.__version__ == version("beam-agents")
 
 
-def test_the_type_checking_imports_and_the_lazy_table_agree() -> None:
-    """Type checkers read the names from the ``TYPE_CHECKING`` block, the runtime the table."""
+def test_the_import_statements_are_the_one_list_of_exports() -> None:
+    """Type checkers read the import statements; the runtime table is recorded from the same."""
     tree = ast.parse((ROOT / "beam_agents" / "__init__.py").read_text())
-    [block] = [
-        node
-        for node in tree.body
-        if isinstance(node, ast.If) and isinstance(node.test, ast.Name)
-        if node.test.id == "TYPE_CHECKING"
-    ]
-    typed = {
+    imports = [node for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
+    listed = {
         alias.name: node.module
-        for node in block.body
-        if isinstance(node, ast.ImportFrom)
+        for node in imports
+        if node.module and node.module.startswith("beam_agents")
         for alias in node.names
     }
-    assert typed == beam_agents._LAZY_EXPORTS
-    assert set(beam_agents.__all__) == {*typed, "__version__"}
+    # "X as X" is how a typed package says it re-exports X (mypy --strict needs it).
+    assert all(
+        alias.asname == alias.name
+        for node in imports
+        for alias in node.names
+        if alias.name in listed
+    )
+    assert listed == beam_agents._EXPORTS
+    assert beam_agents.__all__ == [*listed, "__version__"]
+
+
+def test_a_name_is_imported_on_first_use_and_only_the_package_records_its_imports() -> None:
+    code = """
+import builtins, sys
+real_import = builtins.__import__
+import beam_agents
+assert builtins.__import__ is real_import
+assert "AgentConfig" not in vars(beam_agents) and "beam_agents.core.config" not in sys.modules
+assert beam_agents.AgentConfig is sys.modules["beam_agents.core.config"].AgentConfig
+assert vars(beam_agents)["AgentConfig"] is beam_agents.AgentConfig
+import json.decoder
+from beam_agents.hitl import Deny
+assert json.decoder.JSONDecoder and Deny is beam_agents.Deny
+"""
+    python(code)
 
 
 def test_the_model_package_exports_providers_errors_and_fakes() -> None:
@@ -209,6 +230,28 @@ def test_mypy_outside_the_repository_sees_the_exported_types(tmp_path: Path) -> 
     assert right.returncode == 0, right.stdout + right.stderr
 
 
+def test_mypy_sees_no_exported_name_as_any(tmp_path: Path) -> None:
+    """Every name in ``__all__`` is explicitly re-exported and has a real type for mypy."""
+    names = beam_agents.__all__
+    body = "import beam_agents\n" + "".join(f"reveal_type(beam_agents.{n})\n" for n in names)
+    body += "from beam_agents import (\n" + "".join(f"    {n},\n" for n in names) + ")\n"
+    (tmp_path / "every_name.py").write_text(body)
+    (tmp_path / "mypy.ini").write_text("[mypy]\nstrict = True\n")
+    env = {key: value for key, value in os.environ.items() if key != "MYPYPATH"}
+    checked = subprocess.run(
+        [sys.executable, "-m", "mypy", "--config-file", "mypy.ini", "every_name.py"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=240,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    revealed = [line for line in checked.stdout.splitlines() if "Revealed type is" in line]
+    assert len(revealed) == len(names), checked.stdout
+    assert [line for line in revealed if line.endswith('"Any"')] == []
+
+
 def test_importing_the_package_imports_no_agent_framework() -> None:
     code = "import sys, beam_agents, beam_agents.adapters, beam_agents.tools\n"
     code += "from beam_agents import RunAgent\n"
@@ -216,3 +259,34 @@ def test_importing_the_package_imports_no_agent_framework() -> None:
     imported = python(code)
     assert not imported & {"langgraph", "langchain_core", "pydantic_ai", "mcp", "mcp_types"}
     assert not [name for name in imported if name.startswith("google.adk")]
+
+
+def stderr_of(code: str) -> str:
+    """Run ``code`` in a fresh interpreter; what it wrote to stderr."""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    return done.stderr
+
+
+def test_importing_the_package_keeps_only_beams_apitools_notice_off_the_console() -> None:
+    if "apitools not found" not in stderr_of("import apache_beam"):
+        pytest.skip("Beam finds apitools here, so it logs no notice to keep quiet")
+    code = """
+import importlib, logging
+import beam_agents
+importlib.reload(beam_agents)
+import apache_beam
+logging.warning("apitools not found, said someone else on the root logger")
+logging.getLogger("mine").warning("apitools not found, on a logger of my own")
+logging.warning("another root warning")
+print([getattr(f, "__name__", f) for f in logging.getLogger().filters])
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert done.stderr.splitlines() == [
+        "WARNING:mine:apitools not found, on a logger of my own",
+        "WARNING:root:another root warning",
+    ]
+    assert done.stdout.split() == ["['_drop_apitools_notice']"]  # once, though imported twice
