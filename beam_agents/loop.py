@@ -3,7 +3,7 @@
 ``await run_tool_loop(ctx, request)`` answers the model's tool calls, read-only tools inline
 (``ctx.run_tool``) and side-effecting ones as intents (``ctx.act``), suspending while results
 are pending; on resume it re-walks the conversation through the replay prefix. It owns the
-run's snapshot: run one loop per run. See "The tool-calling loop" in ``beam_agents/README.md``.
+run's snapshot: run one loop per run. See ``docs/tools.md``, "The tool-calling loop".
 """
 
 from __future__ import annotations
@@ -185,7 +185,7 @@ async def run_tool_loop(
     intent_ttl_ms: int | None = None,
     suspend_timeout_ms: int | None = None,
 ) -> LoopOutcome:
-    """Run the tool-calling loop for ``request``; see ``beam_agents/README.md``.
+    """Run the tool-calling loop for ``request``; see ``docs/tools.md``, "The tool-calling loop".
 
     Args:
         ctx: The activation context.

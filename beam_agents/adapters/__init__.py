@@ -2,7 +2,7 @@
 
 Each framework has its own subpackage (``beam_agents.adapters.langgraph``, ``.pydantic_ai``,
 ``.adk``), imported only when asked for: importing ``beam_agents`` never imports a framework.
-How an adapter maps a framework run onto activations is in ``beam_agents/adapters/README.md``.
+How an adapter maps a framework run onto activations is in ``docs/adapters.md``.
 """
 
 from beam_agents.adapters.base import (

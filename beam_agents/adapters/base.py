@@ -5,7 +5,7 @@ prefix hands back the model answers and intent ids of the activations before.
 ``AdapterActivation`` gives each framework call its meaning: a model call is ``ctx.call_model``,
 a read-only tool ``ctx.run_tool``, a side-effecting tool an intent (``ctx.act``) and an approval
 request an approval intent, each answered from the run's results or left pending. The whole
-scheme is in ``beam_agents/adapters/README.md``.
+scheme is in ``docs/adapters.md``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Model clients: the neutral request/response types, the fake for tests, and HTTP providers.
 
 Nothing here imports Apache Beam, ``beam_agents.core`` or ``beam_agents.io``; the module map is
-in ``beam_agents/model/README.md``. The names below are the package's public API; the modules
+in ``docs/models.md``. The names below are the package's public API; the modules
 they come from are the place to read about each.
 """
 

@@ -3,7 +3,7 @@
 ``LlmRequest.messages`` use the provider-neutral message format, which :func:`parse_messages`
 and :func:`parse_tools` validate into typed turns for the wire formats. ``ModelClient`` declares
 every hook the runtime calls on a model client; :func:`as_model_client` adapts any object with
-``async complete(request)``. See ``beam_agents/model/README.md``.
+``async complete(request)``. See ``docs/models.md``.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ _REQUEST_ENCODER = json.JSONEncoder(
 class LlmRequest:
     """One model call: the model, the conversation, the tools offered and sampling settings.
 
-    ``messages`` are neutral message mappings (``beam_agents/model/README.md``); a plain string
+    ``messages`` are neutral message mappings (``docs/models.md``); a plain string
     among them stands for ``{"role": "user", "content": string}``, and a lone string for a
     conversation of that one user message. ``tools_schema`` and ``sampling_params`` may be
     ``None``: no tools, no settings. The request keeps the normalized forms, so a request

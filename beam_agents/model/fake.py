@@ -4,7 +4,7 @@ A ``FakeLLM`` answers each request from the first rule ``(matcher, behavior)`` t
 and records every request. Its ``shape`` picks the raw bodies it answers with: its own
 (``"fake"``: canonical JSON starting with ``{"fake_llm":``, any other bytes being plain text),
 or a real provider's (``"openai"``, ``"anthropic"``), made and read by that provider's wire
-format. Details in ``beam_agents/model/README.md``.
+format. Details in ``docs/models.md``.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 records; the ``beam-agents`` command (:mod:`.cli`) replays them against the current agent code
 (:func:`replay`) or backtests a candidate over them as a Beam pipeline (``backtest``), or over
 envelope files (:func:`write_envelopes`, :class:`WriteEnvelopes`) with no recording. The
-format, the rules and the report are in ``beam_agents/replay/README.md``.
+format, the rules and the report are in ``docs/replay.md``.
 """
 
 from beam_agents.replay.inputs import (

@@ -2,7 +2,7 @@
 
 Exit statuses: 0 everything the same, 1 divergent (or, for a backtest, decisions changed),
 2 bad input (one line on stderr, no traceback), 3 drift (a call the record cannot answer).
-Usage and output formats: ``beam_agents/replay/README.md``.
+Usage and output formats: ``docs/replay.md``.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ refuses a file that is not whole with an error naming it and the byte offset; :f
 groups records by key in commit order; :func:`read_stored` reads one key's records from the
 effector instead. ``module:function`` specs are imported as ``python -m`` would. Every problem
 is a :class:`BadInput` or a :class:`FramedFileError`, one line, on which the command exits 2.
-The formats: ``beam_agents/replay/README.md``.
+The formats: ``docs/replay.md``.
 """
 
 from __future__ import annotations

@@ -564,7 +564,7 @@ class OfflineActivator:
         if activator is None:
             activator = self._activators[chosen] = self._activator_for(chosen)
         state = cells.state()
-        plan = activator.on_element(key, envelope, state)
+        plan = activator.activate(key, envelope, state)
         cells.apply(state)
         return plan
 

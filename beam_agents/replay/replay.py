@@ -8,7 +8,7 @@ every activation did exactly what was recorded, else it stops at its first diffe
 (:func:`first_divergence`): a call the record cannot answer at all is drift, any other
 difference a divergence. With ``--fork-at SEQ --candidate M:F`` (:func:`fork`), the key's runs
 before ``SEQ`` are replayed and a candidate continues from there as a backtest does, reporting
-what it would have done next (``beam_agents/replay/README.md``).
+what it would have done next (``docs/replay.md``).
 """
 
 from __future__ import annotations
@@ -224,7 +224,7 @@ def first_divergence(
 SAME = "same"
 
 EXIT_SAME, EXIT_DIVERGENT, EXIT_BAD_INPUT, EXIT_DRIFT = 0, 1, 2, 3
-"""The command's exit statuses (``beam_agents/replay/README.md``)."""
+"""The command's exit statuses (``docs/replay.md``)."""
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ and written back only when the run completes, trimmed to the latest whole turns 
 
 No network: ``BeamLlm`` replaces string model names, nothing else is reached (no artifact or
 memory service, no Gemini client), and ADK's OpenTelemetry spans go nowhere unless the process
-installs an exporter itself. See ``beam_agents/adapters/README.md``.
+installs an exporter itself. See ``docs/adapters.md``.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ class BeamLlm(BaseLlm):
     """An ADK model that calls the model through the running activation (``ctx.call_model``).
 
     ``model`` is the model id sent as ``LlmRequest.model_id``; ``sampling_params`` are
-    provider-native body fields added to every request (``beam_agents/model/README.md``).
+    provider-native body fields added to every request (``docs/models.md``).
     Calls are cached and replayed by the runtime; outside an adapter run they raise
     ``AdapterUsageError``.
     """

@@ -1,7 +1,7 @@
 """Run a LangGraph graph as a ``RunAgent`` agent: ``RunAgent(LangGraphAgent(build))``.
 
 Every activation runs the graph from the run's starting checkpoint (the re-walk of
-``beam_agents/adapters/README.md``): :class:`BeamChatModel` calls are ``ctx.call_model`` and
+``docs/adapters.md``): :class:`BeamChatModel` calls are ``ctx.call_model`` and
 come back from the replay cache, :func:`beam_tools` run read-only registry tools inline and
 stage side-effecting ones as intents, and an ``interrupt()`` of the graph becomes an approval
 request whose decision resumes the graph with ``Command(resume=...)``. The thread's latest

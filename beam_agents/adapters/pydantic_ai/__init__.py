@@ -7,7 +7,7 @@ is :class:`BeamModel` (``ctx.call_model``), the registry tools come from :class:
 approval requests of approval-required tools become approval intents, and the decision
 resumes the run natively (``deferred_tool_results``) in the same activation. The key's message
 history is one working-memory slot, read when a run starts and written only when it completes,
-cut to the latest messages and bytes at a turn boundary. See ``beam_agents/adapters/README.md``.
+cut to the latest messages and bytes at a turn boundary. See ``docs/adapters.md``.
 """
 
 from __future__ import annotations

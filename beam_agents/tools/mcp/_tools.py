@@ -21,9 +21,8 @@ from typing import Annotated, Any, Literal, Optional, Union
 import mcp.types as mcp_types
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from beam_agents.tools._intent import IntentInfo
-from beam_agents.tools._strict import drop_nulls_meaning_default
-from beam_agents.tools._tool import Tool, ToolConnection
+from beam_agents.tools._schema import IntentInfo, drop_nulls_meaning_default
+from beam_agents.tools._tool import Tool, ToolConnection, ToolRegistry
 from beam_agents.tools.errors import SideEffectToolError, ToolArgumentError, ToolDefinitionError
 from beam_agents.tools.mcp._sessions import (
     McpConnectionError,
@@ -32,7 +31,6 @@ from beam_agents.tools.mcp._sessions import (
     current_pool,
     session_pool,
 )
-from beam_agents.tools.registry import ToolRegistry
 
 INTENT_ID_META_KEY = "beam_agents/intent_id"
 """The ``_meta`` key under which the effector sends the intent id with every call it makes."""
