@@ -8,6 +8,7 @@ from a directory outside the checkout.
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import tomllib
@@ -53,27 +54,30 @@ def test_the_wheel_carries_its_package_data(dist: Path) -> None:
     assert not any(name.startswith(("tests/", "benchmarks/", "examples/")) for name in names)
 
 
-def test_the_quick_start_runs_from_the_installed_wheel(dist: Path, tmp_path: Path) -> None:
-    venv = tmp_path / "venv"
+@pytest.fixture(scope="module")
+def venv(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh virtual environment outside the checkout, with the wheel and no extras."""
+    venv = tmp_path_factory.mktemp("venv")
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    python = str(venv / "bin" / "python")
     wheel = dist / f"beam_agents-{VERSION}-py3-none-any.whl"
     install = subprocess.run(
-        [python, "-m", "pip", "install", "--quiet", str(wheel)],
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", str(wheel)],
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert install.returncode == 0, install.stderr
+    return venv
 
-    workdir = tmp_path / "work"
-    workdir.mkdir()
+
+def test_the_quick_start_runs_from_the_installed_wheel(venv: Path, tmp_path: Path) -> None:
+    python = str(venv / "bin" / "python")
     _, expected = quick_start()
-    assert sorted(run_quick_start(python, workdir)) == sorted(expected)
+    assert sorted(run_quick_start(python, tmp_path)) == sorted(expected)
 
     where = subprocess.run(
         [python, "-c", "import beam_agents; print(beam_agents.__file__, beam_agents.__version__)"],
-        cwd=workdir,
+        cwd=tmp_path,
         capture_output=True,
         text=True,
         check=True,
@@ -82,3 +86,45 @@ def test_the_quick_start_runs_from_the_installed_wheel(dist: Path, tmp_path: Pat
     assert Path(where[0]).is_relative_to(venv)
     assert not Path(where[0]).is_relative_to(REPO)
     assert where[1] == VERSION
+
+
+TOOLS = """
+from beam_agents import ToolRegistry, tool
+
+
+@tool(side_effect=True)
+def refund(order_id: str) -> str:
+    \"\"\"Refund an order.\"\"\"
+    return f"refunded {order_id}"
+
+
+registry = ToolRegistry([refund])
+"""
+
+
+def test_the_effector_serves_without_the_console_extra(venv: Path, tmp_path: Path) -> None:
+    python = str(venv / "bin" / "python")
+    missing = subprocess.run([python, "-c", "import starlette"], capture_output=True, timeout=60)
+    assert missing.returncode != 0  # the console's packages come only with the extra
+    (tmp_path / "shop_tools.py").write_text(TOOLS)
+    serve = [
+        str(venv / "bin" / "beam-agents-effector"),
+        "serve",
+        "--tools",
+        "shop_tools:registry",
+        "--store",
+        f"sqlite:///{tmp_path}/effector.db",
+        "--listen",
+        "127.0.0.1:0",
+    ]
+    with subprocess.Popen(
+        serve, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as effector:
+        try:
+            assert effector.stdout is not None
+            ready = effector.stdout.readline()
+            assert ready.startswith("effector listening on 127.0.0.1:"), ready
+        finally:
+            effector.send_signal(signal.SIGTERM)
+            _, errors = effector.communicate(timeout=60)
+    assert effector.returncode == 0, errors
