@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from effector.runner import EffectorToolRunner
+    from effector.worker import EffectorToolRunner
 
 __all__ = ["EffectorToolRunner"]
 
@@ -20,7 +20,7 @@ __all__ = ["EffectorToolRunner"]
 def __getattr__(name: str) -> Any:
     # Lazy, so that ``import effector`` (and the CLI's --help) stays cheap.
     if name == "EffectorToolRunner":
-        from effector.runner import EffectorToolRunner
+        from effector.worker import EffectorToolRunner
 
         return EffectorToolRunner
     raise AttributeError(f"module 'effector' has no attribute {name!r}")

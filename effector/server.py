@@ -1,67 +1,76 @@
-"""The effector process: settings and their validation, auth, and lifecycle.
+"""The effector process: its settings, bearer-token auth, and lifecycle.
 
 :class:`EffectorServer` wires one store, one tool registry and one worker behind a ``grpc.aio``
-server (the :mod:`effector.service` RPCs, health, reflection, bearer-token auth, TLS) and,
-when asked, the web console (:mod:`effector.console`) and the operator MCP endpoint
-(:mod:`effector.operator_mcp`) on the same event loop.
-:meth:`ServerSettings.check` is the one validation of a configuration, used by the command line
-and the server alike; :func:`running_server` opens a store and serves it for a ``with`` block.
+server (the :mod:`effector.service` RPCs, health, reflection, bearer-token auth, TLS) and, when
+asked, the web console and the operator MCP endpoint (:mod:`effector.console`, loaded only
+then: the ``[console]`` extra) on the same event loop. :meth:`ServerSettings.check` is the one
+validation of a configuration; :func:`running_server` serves a store for a ``with`` block.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from beam_agents.tools import ToolRegistry
-from effector.addresses import format_host_port, is_loopback_host, parse_host_port
-from effector.auth import BearerTokenInterceptor as BearerTokenInterceptor
-from effector.errors import ConfigurationError
-from effector.identities import Tokens
-from effector.intents import wall_clock_ms
-from effector.metrics import EffectorMetrics
-from effector.runner import EffectorToolRunner
+from effector.observability import EffectorMetrics
 from effector.service import (
     EFFECTOR_SERVICE,
     MAX_MESSAGE_BYTES,
     MAX_TEXT_FIELD_CHARS,
     EffectorService,
+    Tokens,
     add_effector_service,
+    format_host_port,
+    is_loopback_host,
+    parse_host_port,
 )
 from effector.store import open_store
-from effector.store.base import EffectorStore
-from effector.worker import DEFAULT_TELEMETRY_RETENTION_MS, Worker, WorkerSettings
+from effector.store.model import ConfigurationError, wall_clock_ms
+from effector.store.sql import SqlStore
+from effector.worker import (
+    DEFAULT_TELEMETRY_RETENTION_MS,
+    EffectorToolRunner,
+    Worker,
+    WorkerSettings,
+)
 
 if TYPE_CHECKING:
-    from effector.console import ConsoleServer
+    from effector.console.serve import ConsoleServer
 
 _log = logging.getLogger(__name__)
 
 
 DEFAULT_MCP_IDENTITY = "mcp-operator"
 """The approver recorded for decisions made through the MCP endpoint, unless configured."""
-_MCP_MISSING = (
-    "--mcp-listen needs the MCP SDK, which is not installed: install beam-agents[mcp] "
-    "(pip install 'beam-agents[mcp]')"
-)
+_WEB_PACKAGES = ("starlette", "jinja2", "uvicorn", "python_multipart")
+CONSOLE_PACKAGES = {"--console-listen": _WEB_PACKAGES, "--mcp-listen": (*_WEB_PACKAGES, "mcp")}
+"""What each optional endpoint imports: the ``[console]`` extra installs them all."""
 
 
-def _check_mcp_installed() -> None:
-    """Refuse to serve the MCP endpoint without the ``mcp`` package (without importing it)."""
-    try:
-        found = importlib.util.find_spec("mcp") is not None
-    except (ImportError, ValueError):
-        found = False
-    if not found:
-        raise ConfigurationError(_MCP_MISSING)
+def check_console_installed(flag: str) -> None:
+    """Refuse ``flag`` (``--console-listen``, ``--mcp-listen``) without the ``[console]`` extra.
+
+    Looks the packages up without importing them, so the check costs nothing.
+    """
+    for package in CONSOLE_PACKAGES[flag]:
+        try:
+            found = importlib.util.find_spec(package) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            raise ConfigurationError(
+                f"{flag} needs the optional package {package!r}, which is not installed: "
+                "pip install 'beam-agents[console]'"
+            )
 
 
 def check_token(token: str | None) -> None:
@@ -80,6 +89,53 @@ def check_tls_pair(certificate: object | None, key: object | None) -> None:
             "TLS needs both a certificate and its private key (--tls-cert and --tls-key go "
             "together)"
         )
+
+
+_HEALTH_METHOD_PREFIX = f"/{health.SERVICE_NAME}/"
+
+
+class BearerTokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Refuses every RPC but health checks unless it carries ``authorization: Bearer <token>``.
+
+    With named tokens any of them will do; ``Decide`` then asks which (``decisions.caller``).
+    """
+
+    def __init__(self, tokens: str | Tokens) -> None:
+        self._tokens = Tokens.single(tokens) if isinstance(tokens, str) else tokens
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        """Pass authorized calls (and health checks) on; answer the rest UNAUTHENTICATED."""
+        handler = await continuation(handler_call_details)
+        if handler is None or handler_call_details.method.startswith(_HEALTH_METHOD_PREFIX):
+            return handler
+        supplied = b""
+        for key, value in handler_call_details.invocation_metadata or ():
+            if key == "authorization":
+                supplied = value.encode() if isinstance(value, str) else value
+        if self._tokens.identify_bearer(supplied) is not None:
+            return handler
+        return _refusing_handler(handler)
+
+
+def _refusing_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    async def refuse(request: Any, context: grpc.aio.ServicerContext) -> None:
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid bearer token")
+
+    serializers = {
+        "request_deserializer": handler.request_deserializer,
+        "response_serializer": handler.response_serializer,
+    }
+    if handler.request_streaming and handler.response_streaming:
+        return grpc.stream_stream_rpc_method_handler(refuse, **serializers)
+    if handler.request_streaming:
+        return grpc.stream_unary_rpc_method_handler(refuse, **serializers)
+    if handler.response_streaming:
+        return grpc.unary_stream_rpc_method_handler(refuse, **serializers)
+    return grpc.unary_unary_rpc_method_handler(refuse, **serializers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +183,7 @@ class ServerSettings:
         self._check_open_bind(host, "listen")
         if self.console_listen is not None:
             self._check_open_bind(parse_host_port(self.console_listen)[0], "serve the console")
+            check_console_installed("--console-listen")
         if self.mcp_listen is not None:
             self._check_mcp()
         check_tls_pair(self.tls_cert, self.tls_key)
@@ -140,7 +197,7 @@ class ServerSettings:
         return host, port
 
     def _check_mcp(self) -> None:
-        """Validate the MCP endpoint's address and identity, and that ``mcp`` is installed."""
+        """Validate the MCP endpoint's address and identity, and that its packages are installed."""
         assert self.mcp_listen is not None
         host = parse_host_port(self.mcp_listen)[0]
         if not self.token and not is_loopback_host(host):  # approvals: no insecure override
@@ -153,7 +210,7 @@ class ServerSettings:
             raise ConfigurationError(
                 f"the MCP identity must be a name of 1 to {MAX_TEXT_FIELD_CHARS} characters"
             )
-        _check_mcp_installed()
+        check_console_installed("--mcp-listen")
 
     def _check_open_bind(self, host: str, what: str) -> None:
         """Refuse a non-loopback ``host`` without a token, unless insecure binds are allowed."""
@@ -169,7 +226,7 @@ class EffectorServer:
 
     def __init__(
         self,
-        store: EffectorStore,
+        store: SqlStore,
         registry: ToolRegistry,
         settings: ServerSettings,
         *,
@@ -242,7 +299,7 @@ class EffectorServer:
         """The operator MCP endpoint's URL (``https://`` with TLS), if it is served."""
         if self._mcp is None or self._settings.mcp_listen is None:
             return None
-        from effector.operator_mcp import MCP_PATH
+        from effector.console.mcp import MCP_PATH
 
         host = parse_host_port(self._settings.mcp_listen)[0]
         scheme = "https" if self._mcp.https else "http"
@@ -394,7 +451,8 @@ class EffectorServer:
         if settings.console_listen is None:
             return None
         # Imported here: an effector without a console never loads Starlette, Jinja2 or uvicorn.
-        from effector.console import ConsoleServer, create_app
+        from effector.console.app import create_app
+        from effector.console.serve import ConsoleServer
 
         host, port = parse_host_port(settings.console_listen)
         token = settings.token
@@ -415,12 +473,9 @@ class EffectorServer:
         settings = self._settings
         if settings.mcp_listen is None:
             return None
-        try:  # Imported here: an effector without the endpoint never loads the MCP SDK.
-            from effector.operator_mcp import bind_mcp_endpoint
-        except ImportError as exc:
-            if (exc.name or "").partition(".")[0] in ("mcp", "mcp_types"):
-                raise ConfigurationError(_MCP_MISSING) from None
-            raise
+        # Imported here: an effector without the endpoint never loads the MCP SDK.
+        from effector.console.mcp import bind_mcp_endpoint
+
         host, port = parse_host_port(settings.mcp_listen)
         tls = None
         if settings.tls_cert is not None and settings.tls_key is not None:

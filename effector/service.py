@@ -1,17 +1,24 @@
-"""The ``beam_agents.v1.Effector`` RPCs: validate each request, run it on the store, answer.
+"""The effector's service operations: what gRPC, the console and the MCP endpoint all run.
 
-:class:`EffectorService` checks every request against the limits below and answers with a
-status code, never a crash; Submit acknowledges each intent in request order (the outcomes are
-described in ``effector/README.md``). :func:`add_effector_service` registers it with parsers
-that turn undecodable bytes into INVALID_ARGUMENT instead of UNKNOWN.
+:class:`EffectorService` is the ``beam_agents.v1.Effector`` servicer. It checks every request
+against the limits below and answers with a status code, never a crash; Submit acknowledges
+each intent in request order. Its :meth:`~EffectorService.decide` and
+:meth:`~EffectorService.publish` are the one path a decision or an external event takes, from
+any of the three doors. Here too: who holds a token (:class:`Tokens`, named approvers limited
+to channels), the checks a decision passes before the store records it, and ``HOST:PORT``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import hmac
+import ipaddress
+import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+import re
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import grpc
@@ -19,32 +26,36 @@ from google.protobuf.message import DecodeError, Message
 from google.protobuf.message_factory import GetMessageClass
 
 import beam_agents._protos as pb
-import effector.audit as audit
-import effector.decisions as decisions
+import effector.observability as audit
+from beam_agents._protos import (
+    ActivationRecord,
+    AgentEnvelope,
+    AgentError,
+    IntentState,
+    ListRecordsRequest,
+    ToolIntent,
+    TraceEvent,
+    approval_digest,
+    canonical_json,
+)
 from beam_agents._protos.effector_pb2 import DESCRIPTOR as _EFFECTOR_FILE
 from beam_agents.tools import ToolRegistry
-from effector.compensation import intake_rejection
-from effector.decisions import MAX_TEXT_FIELD_CHARS as MAX_TEXT_FIELD_CHARS
-from effector.errors import StoreError
-from effector.identities import Approver, Tokens
-from effector.intents import (
-    activation_record_problem,
-    agent_error_problem,
-    external_event_problem,
-    identity_problem,
+from beam_agents.tools.errors import ToolArgumentError
+from effector.observability import EffectorMetrics
+from effector.store.model import (
+    ConfigurationError,
+    Decision,
+    IntentRecord,
+    NewIntent,
+    Recorded,
+    StoreError,
+    SubmitOutcome,
     intent_id_problem,
-    trace_event_problem,
 )
-from effector.metrics import EffectorMetrics
-from effector.records import DEFAULT_RUNS, MAX_RUNS, list_records_problem, records_page
-from effector.store.base import Decision, EffectorStore, NewIntent, Recorded, SubmitOutcome
-from effector.worker import Worker
+from effector.store.sql import SqlStore
+from effector.worker import Worker, intake_rejection
 
 _log = logging.getLogger(__name__)
-
-_EFFECTOR = _EFFECTOR_FILE.services_by_name["Effector"]
-EFFECTOR_SERVICE = _EFFECTOR.full_name
-"""The fully qualified gRPC service name, ``beam_agents.v1.Effector``."""
 
 MAX_SUBMIT_BATCH = 1_000
 """The most intents one Submit may carry."""
@@ -64,6 +75,377 @@ MAX_LIST_LIMIT = 1_000
 """The most intents one ListIntents returns."""
 MAX_TELEMETRY_BATCH = 1_000
 """The most trace events one RecordTraces, or error records one RecordErrors, may carry."""
+DEFAULT_RECORD_RUNS = 100
+"""Runs per ListRecords page when the request leaves ``max_runs`` at 0."""
+MAX_RECORD_RUNS = 1_000
+"""The most runs one ListRecords page holds."""
+MAX_ENTITY_KEY_BYTES = 4_096
+"""The longest entity key a trace event, error record or activation record may carry."""
+MAX_TEXT_FIELD_CHARS = 4_096
+"""The longest ``approver`` or ``reason`` a decision may carry."""
+DIGEST_CHARS = 64
+"""The length of an args digest (SHA-256, hex)."""
+_TRACE_ID = re.compile(r"[0-9a-f]{32}")
+_SPAN_ID = re.compile(r"[0-9a-f]{16}")
+
+
+# -- addresses ----------------------------------------------------------------------------------
+
+
+def parse_host_port(text: str) -> tuple[str, int]:
+    """Split ``HOST:PORT`` (``[::1]:PORT`` for IPv6); port 0 means any free port."""
+    host, separator, port_text = text.rpartition(":")
+    if not separator or not host or not port_text.isdigit():
+        raise ConfigurationError(f"expected HOST:PORT, got {text!r}")
+    port = int(port_text)
+    if port > 65_535:
+        raise ConfigurationError(f"port {port} is out of range in {text!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, port
+
+
+def format_host_port(host: str, port: int) -> str:
+    """Join a host and port the way gRPC targets spell them (IPv6 in brackets)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def is_loopback_host(host: str) -> bool:
+    """True for ``localhost`` and loopback IP literals (IPv6 bare or in brackets).
+
+    Any other name counts as non-loopback, whatever it resolves to.
+    """
+    if host.lower() == "localhost":
+        return True
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+# -- who holds a token ------------------------------------------------------------------------
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}")
+"""An approver's name: what a decision records, so printable and without separators."""
+EMPTY_CHANNEL = "-"
+"""How a channel list names the empty channel (approvals requested without one)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Approver:
+    """One token and who holds it: ``name`` ("" for a bare token) and its channel limit."""
+
+    name: str
+    token: str = field(repr=False)
+    channels: frozenset[str] | None = None
+    """The channels whose approvals this token may decide; ``None``: every channel."""
+
+    def may_decide(self, channel: str) -> bool:
+        """Whether this token may decide an approval requested on ``channel``."""
+        return self.channels is None or channel in self.channels
+
+    def refusal(self, channel: str) -> str | None:
+        """Why this token may not decide on ``channel``, or ``None`` if it may."""
+        if self.may_decide(channel):
+            return None
+        allowed = ", ".join(sorted(repr(name) for name in self.channels or ()))
+        return (
+            f"approver {self.name!r} may not decide approvals on channel {channel!r} "
+            f"(its token is limited to {allowed})"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Tokens:
+    """Every token the effector accepts; the first is the primary (the console keys off it)."""
+
+    approvers: tuple[Approver, ...]
+
+    def __post_init__(self) -> None:
+        if not self.approvers:
+            raise ConfigurationError("no token given")
+
+    @classmethod
+    def single(cls, token: str) -> Tokens:
+        """A bare, unnamed token (``--token``, or a token file of one bare token)."""
+        return cls((Approver("", token),))
+
+    @property
+    def primary(self) -> str:
+        """The first token: the secret the console's session keys are derived from."""
+        return self.approvers[0].token
+
+    @property
+    def named(self) -> bool:
+        """Whether the tokens carry names (a token file of ``name:token`` lines)."""
+        return bool(self.approvers[0].name)
+
+    def identify(self, presented: str | bytes) -> Approver | None:
+        """The holder of ``presented``, or ``None``; compares with every token, in constant time."""
+        given = presented.encode() if isinstance(presented, str) else presented
+        found = None
+        for approver in self.approvers:
+            if hmac.compare_digest(given, approver.token.encode()):
+                found = approver
+        return found
+
+    def identify_bearer(self, header: str | bytes | None) -> Approver | None:
+        """The holder of the token in an ``authorization: Bearer <token>`` value, or ``None``."""
+        if header is None:
+            return None
+        value = header.encode() if isinstance(header, str) else header
+        if not value.startswith(b"Bearer "):
+            return None
+        return self.identify(value[len(b"Bearer ") :])
+
+
+def parse_tokens(text: str, source: str) -> Tokens:
+    """The tokens in a token file's ``text`` (see the module docstring); ``source`` names it."""
+    lines = [
+        (number, line.strip())
+        for number, line in enumerate(text.splitlines(), 1)
+        if line.strip() and not line.strip().startswith("#")
+    ]
+    if not lines:
+        raise ConfigurationError(f"token file {source!r} is empty")
+    if len(lines) == 1:  # one line is one bare token, colons and all, as it always was
+        return Tokens.single(lines[0][1])
+    approvers = tuple(_named(source, number, line) for number, line in lines)
+    _check_distinct(approvers, source)
+    return Tokens(approvers)
+
+
+def _named(source: str, number: int, line: str) -> Approver:
+    where = f"token file {source!r} line {number}"
+    parts = line.split(":")
+    if len(parts) not in (2, 3):
+        raise ConfigurationError(
+            f"{where}: expected 'name:token' or 'name:token:channel,...' (a file of several "
+            "tokens names each one)"
+        )
+    name, token = parts[0].strip(), parts[1].strip()
+    if not _NAME.fullmatch(name):
+        raise ConfigurationError(
+            f"{where}: {name!r} is not an approver name (letters, digits and . _ @ + -)"
+        )
+    if not token:
+        raise ConfigurationError(f"{where}: the token of {name!r} is empty")
+    channels = None
+    if len(parts) == 3:
+        listed = [channel.strip() for channel in parts[2].split(",") if channel.strip()]
+        if not listed:
+            raise ConfigurationError(f"{where}: the channel list of {name!r} is empty")
+        channels = frozenset("" if channel == EMPTY_CHANNEL else channel for channel in listed)
+    return Approver(name, token, channels)
+
+
+def _check_distinct(approvers: Sequence[Approver], source: str) -> None:
+    """Refuse two lines with one name or one token."""
+    names = [approver.name for approver in approvers]
+    tokens = [approver.token for approver in approvers]
+    if len(set(names)) != len(names) or len(set(tokens)) != len(tokens):
+        raise ConfigurationError(f"token file {source!r} names an approver or a token twice")
+
+
+# -- what a request may carry -------------------------------------------------------------------
+
+
+def identity_problem(intent: ToolIntent) -> str | None:
+    """Why an intent cannot even be recorded (bad id or empty key), or ``None`` if it can."""
+    problem = intent_id_problem(intent.intent_id)
+    if problem is None and not intent.entity_key:
+        problem = f"intent {intent.intent_id} has an empty entity_key"
+    return problem
+
+
+def external_event_problem(envelope: AgentEnvelope) -> str | None:
+    """Why ``envelope`` may not be published by a caller, or ``None`` if it may.
+
+    Only the effector publishes tool results and approvals; a caller publishes external events,
+    each addressed to a key.
+    """
+    if not envelope.entity_key:
+        return "has an empty entity_key"
+    if envelope.WhichOneof("payload") != "external_event":
+        return (
+            "is not an external_event: tool results and approvals are published only by the "
+            "effector itself"
+        )
+    return None
+
+
+def _entity_key_problem(entity_key: bytes) -> str | None:
+    if not entity_key:
+        return "has an empty entity_key"
+    if len(entity_key) > MAX_ENTITY_KEY_BYTES:
+        return f"has an entity_key of {len(entity_key)} bytes (at most {MAX_ENTITY_KEY_BYTES})"
+    return None
+
+
+def trace_event_problem(event: TraceEvent) -> str | None:
+    """Why a trace event cannot be stored (its ids or key), or ``None`` if it can."""
+    if not _TRACE_ID.fullmatch(event.trace_id):
+        return f"has trace_id {event.trace_id[:64]!r}, not 32 lowercase hex digits"
+    if not _SPAN_ID.fullmatch(event.span_id):
+        return f"has span_id {event.span_id[:64]!r}, not 16 lowercase hex digits"
+    return _entity_key_problem(event.entity_key)
+
+
+def agent_error_problem(error: AgentError) -> str | None:
+    """Why an ``.errors`` record cannot be stored (its key), or ``None`` if it can."""
+    return _entity_key_problem(error.entity_key)
+
+
+def activation_record_problem(record: ActivationRecord) -> str | None:
+    """Why an activation record cannot be stored (its key or place), or ``None`` if it can."""
+    if record.seq < 0 or record.trace_sequence < 0:
+        return f"has seq {record.seq} and trace_sequence {record.trace_sequence}, not both >= 0"
+    return _entity_key_problem(record.entity_key)
+
+
+def list_records_problem(request: ListRecordsRequest) -> str | None:
+    """Why a ListRecords request is invalid, or ``None``."""
+    if not 0 < len(request.entity_key) <= MAX_ENTITY_KEY_BYTES:
+        return f"entity_key must be 1 to {MAX_ENTITY_KEY_BYTES} bytes"
+    if request.max_runs < 0 or request.before_seq < 0:
+        return "max_runs and before_seq must not be negative"
+    return None
+
+
+def records_page(
+    records: Sequence[ActivationRecord], max_runs: int, max_bytes: int
+) -> tuple[list[ActivationRecord], int]:
+    """The page to answer with, of ``records`` (a key's newest runs, at most ``max_runs``).
+
+    While the page is over ``max_bytes`` its oldest run is left for the next page (the newest
+    run always stays). Returns the page and the next page's ``before_seq`` (0: no more).
+    """
+    sizes: dict[int, int] = {}
+    for record in records:
+        sizes[record.seq] = sizes.get(record.seq, 0) + record.ByteSize() + 16  # tag, length
+    runs = sorted(sizes)
+    kept = total = 0
+    for seq in reversed(runs):
+        if kept and total + sizes[seq] > max_bytes:
+            break
+        kept, total = kept + 1, total + sizes[seq]
+    if not kept:
+        return [], 0
+    oldest = runs[-kept]
+    more = kept < len(runs) or len(runs) >= max_runs
+    return [record for record in records if record.seq >= oldest], oldest if more else 0
+
+
+# -- the checks a decision passes before the store records it ---------------------------------
+
+
+def caller(tokens: Tokens | None, metadata: Iterable[tuple[str, Any]] | None) -> Approver | None:
+    """The holder of the bearer token in a call's ``metadata``; ``None`` without tokens."""
+    if tokens is None:
+        return None
+    return tokens.identify_bearer(dict(metadata or ()).get("authorization"))
+
+
+async def add_approval_details(
+    store: SqlStore, record: IntentRecord, response: pb.GetIntentResponse
+) -> None:
+    """Fill an approval's ``args_digest`` and, while it awaits a quorum, its votes so far."""
+    intent = record.intent
+    if intent.kind != ToolIntent.APPROVAL:
+        return
+    response.args_digest = approval_digest(intent.args_json)
+    if record.state == IntentState.AWAITING_DECISION and intent.required_approvals > 1:
+        response.votes.extend(await store.approval_votes(intent.intent_id))
+
+
+def recorded_approver(identity: Approver | None, claimed: str) -> str:
+    """The approver a decision records: a named token's name, else what the client claimed."""
+    if identity is not None and identity.name:
+        return identity.name
+    return claimed
+
+
+def digest_problem(args_digest: str) -> str | None:
+    """Why ``args_digest`` is not a digest (empty is accepted), or ``None``."""
+    if args_digest and (
+        len(args_digest) != DIGEST_CHARS
+        or any(char not in "0123456789abcdef" for char in args_digest)
+    ):
+        return f"args_digest must be {DIGEST_CHARS} lowercase hex digits, got {args_digest!r}"
+    return None
+
+
+def screen_decision(
+    record: IntentRecord | None,
+    identity: Approver | None,
+    approved: bool,
+    edited_args_json: str,
+    registry: ToolRegistry,
+) -> tuple[Decision | None, str]:
+    """A not-applied ``Decision`` refusing the decision, or ``None`` and the canonical edit.
+
+    Refused: an approver whose token is limited to other channels; an edit on a denial, on an
+    approval that gates no tool (``ToolIntent.gated_tool``) or one this effector lacks, or
+    whose arguments the tool does not accept. Unknown and decided intents pass through, for
+    the store to answer.
+    """
+    intent = None if record is None else record.intent
+    state = IntentState.INTENT_STATE_UNSPECIFIED if record is None else record.state
+    if intent is None and identity is not None and identity.channels is not None:
+        # Not recorded yet: a channel-limited approver may not race its submission.
+        return Decision(False, IntentState.INTENT_STATE_UNSPECIFIED, "unknown intent", None), ""
+    if (
+        intent is None
+        or intent.kind != ToolIntent.APPROVAL
+        or state != IntentState.AWAITING_DECISION
+    ):
+        return None, ""
+    if identity is not None:
+        limited = identity.refusal(intent.channel)
+        if limited is not None:
+            return Decision(False, state, limited, None), ""
+    if not edited_args_json:
+        return None, ""
+    problem, canonical = _edit_problem(intent, approved, edited_args_json, registry)
+    if problem is not None:
+        return Decision(False, state, problem, None), ""
+    return None, "" if canonical == intent.args_json else canonical
+
+
+def _edit_problem(
+    intent: ToolIntent, approved: bool, edited_args_json: str, registry: ToolRegistry
+) -> tuple[str | None, str]:
+    if not approved:
+        return "edited arguments come with an approval, not a denial", ""
+    tool_name = intent.gated_tool
+    if not tool_name:
+        return (
+            "this approval gates no tool (it was requested without tool=...), so its "
+            "arguments cannot be edited; approve or deny it as asked",
+            "",
+        )
+    if tool_name not in registry:
+        return f"this effector has no tool {tool_name!r} to check the edited arguments", ""
+    try:
+        edited = json.loads(edited_args_json)
+    except json.JSONDecodeError as exc:
+        return f"the edited arguments are not valid JSON: {exc}", ""
+    if not isinstance(edited, dict):
+        return f"the edited arguments must be a JSON object, got {type(edited).__name__}", ""
+    try:
+        registry.get(tool_name).validate_arguments(edited)
+    except ToolArgumentError as exc:
+        return f"the edited arguments are invalid: {exc}", ""
+    return None, canonical_json(edited)
+
+
+# -- the servicer ------------------------------------------------------------------------------
+
+_EFFECTOR = _EFFECTOR_FILE.services_by_name["Effector"]
+EFFECTOR_SERVICE = _EFFECTOR.full_name
+"""The fully qualified gRPC service name, ``beam_agents.v1.Effector``."""
 
 _Request = TypeVar("_Request")
 _Response = TypeVar("_Response")
@@ -192,7 +574,7 @@ class _Stored:
 class EffectorService(pb.EffectorServicer):
     """The ``beam_agents.v1.Effector`` RPCs over one store (see the module docstring)."""
 
-    store: EffectorStore
+    store: SqlStore
     registry: ToolRegistry
     """The tools an intent may name; Submit rejects any other."""
     worker: Worker
@@ -307,7 +689,7 @@ class EffectorService(pb.EffectorServicer):
             in_doubt_reason=record.in_doubt_reason if in_doubt else "",
             retry_at_ms=(record.retry_at_ms or 0) if in_doubt else 0,
         )
-        await decisions.add_approval_details(self.store, record, response)
+        await add_approval_details(self.store, record, response)
         return response
 
     @_guarded
@@ -322,7 +704,7 @@ class EffectorService(pb.EffectorServicer):
             reason=request.reason,
             args_digest=request.args_digest,
             edited_args_json=request.edited_args_json,
-            identity=decisions.caller(self.tokens, context.invocation_metadata()),
+            identity=caller(self.tokens, context.invocation_metadata()),
         )
         return _response(pb.DecideResponse, decision)
 
@@ -337,20 +719,40 @@ class EffectorService(pb.EffectorServicer):
         edited_args_json: str = "",
         identity: Approver | None = None,
     ) -> Decision:
-        """Validate and record a decision: what ``Decide``, the console and MCP all run.
+        """Screen a decision and record it: the one path of ``Decide``, the console and MCP.
 
         ``identity``: the token the decision came with; a named one is the approver recorded
-        and may be limited to channels (``effector/decisions.py``). Raises ``ValueError``
-        (with a message safe to show) for an invalid request.
+        (whatever ``approver`` says) and may be limited to channels. An edit must be a JSON
+        object the gated tool accepts (:func:`screen_decision`). Raises ``ValueError`` (with a
+        message safe to show) for text over the limit or a malformed id or digest.
         """
         _check_intent_id(intent_id)
-        ballot = decisions.Ballot(approved, approver, reason, args_digest, edited_args_json)
-        try:
-            return await decisions.decide(
-                self.store, self.registry, intent_id, ballot, identity, self.clock()
+        approver = recorded_approver(identity, approver)
+        for name, text in (("approver", approver), ("reason", reason)):
+            if len(text) > MAX_TEXT_FIELD_CHARS:
+                raise _invalid(f"{name} is longer than {MAX_TEXT_FIELD_CHARS} characters")
+        problem = digest_problem(args_digest)
+        if problem is not None:
+            raise _invalid(problem)
+        if identity is not None or edited_args_json:
+            record = await self.store.get_intent(intent_id)
+            refused, edited_args_json = screen_decision(
+                record, identity, approved, edited_args_json, self.registry
             )
-        except decisions.InvalidDecisionError as exc:
-            raise _invalid(str(exc)) from None
+            if refused is not None:
+                return refused
+        decision = await self.store.record_vote(
+            intent_id,
+            approved=approved,
+            approver=approver,
+            reason=reason,
+            now_ms=self.clock(),
+            args_digest=args_digest,
+            edited_args_json=edited_args_json,
+        )
+        if decision.expired is not None:
+            audit.expired([decision.expired])
+        return decision
 
     @_guarded
     async def Publish(
@@ -448,7 +850,7 @@ class EffectorService(pb.EffectorServicer):
         problem = list_records_problem(request)
         if problem is not None:
             raise _invalid(problem)
-        max_runs = min(request.max_runs or DEFAULT_RUNS, MAX_RUNS)
+        max_runs = min(request.max_runs or DEFAULT_RECORD_RUNS, MAX_RECORD_RUNS)
         found = await self.store.records_for_key(
             request.entity_key, max_runs, before_seq=request.before_seq or None
         )

@@ -1,10 +1,12 @@
-"""The worker: claims runnable intents, executes them, records and publishes their results.
+"""The worker: claims runnable intents, executes each once, records and publishes its result.
 
-Per intent: refuse-expired and claim with a lease → execute (``EffectorToolRunner``) → record
-the result and append its envelope (one transaction, group-committed) → release the key, and
-claim work for the slots the group's results free (in that commit on SQLite). Keys run
-concurrently up to ``concurrency``; leases are renewed while tools run, undecided approvals
-expired and old records (intents, envelopes, telemetry) pruned on the worker's own schedule.
+Per intent: refuse-expired and claim with a lease, then settle a compensation
+(:meth:`~effector.store.sql.SqlStore.settle_compensation`) or ask a possibly started intent's
+reconciler (:func:`ask_reconciler`), then execute it with :class:`EffectorToolRunner`, then
+record the result and append its envelope (one transaction, group-committed), releasing the key
+and claiming work for the slots the results free. Keys run concurrently up to ``concurrency``;
+leases are renewed while tools run, undecided approvals expired and old rows pruned on the
+worker's own schedule, and a failing store is retried with growing waits (:class:`StoreOutage`).
 See ``effector/README.md``.
 """
 
@@ -12,27 +14,584 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import inspect
+import json
 import logging
 import os
+import queue
 import socket
+import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+import weakref
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-import effector.audit as audit
-from beam_agents._protos import ToolResult
-from beam_agents.tools import ToolRegistry
-from effector.backoff import StoreOutage
-from effector.errors import StoreError
-from effector.group_commit import GroupCommit
-from effector.intents import wall_clock_ms
-from effector.metrics import EffectorMetrics
-from effector.reconcile import Found, InDoubt, NotFound, settle
-from effector.runner import EffectorToolRunner
-from effector.store.base import Claim, ClaimBatch, ClaimRequest, Completion, EffectorStore
+import effector.observability as audit
+from beam_agents._protos import ToolIntent, ToolResult, canonical_json_bytes
+from beam_agents.tools import IntentInfo, Reconciled, Tool, ToolRegistry
+from beam_agents.tools.errors import ToolArgumentError, ToolNotFoundError
+from effector.observability import EffectorMetrics
+from effector.store.model import (
+    Claim,
+    ClaimBatch,
+    ClaimRequest,
+    Completion,
+    EffectorError,
+    StoreError,
+    expired_result,
+    intent_id_problem,
+    late_original_reason,
+    new_result,
+    rejected_result,
+    wall_clock_ms,
+)
+from effector.store.sql import GroupCommit, SqlStore
 
 _log = logging.getLogger(__name__)
+
+
+class ToolRefusedError(EffectorError):
+    """The effector refused to run a tool at all (it is read-only, or lacks what it needs)."""
+
+
+class ToolTimeoutError(EffectorError, TimeoutError):
+    """A tool did not finish within the effector's per-call timeout."""
+
+
+# -- validating and running one intent's tool ---------------------------------------------------
+
+
+def parse_arguments(args_json: str) -> Any:
+    """Decode ``args_json``; empty text means no arguments. Raises ``ValueError`` if not JSON."""
+    if not args_json:
+        return {}
+    return json.loads(args_json)
+
+
+def ttl_problem(intent: ToolIntent) -> str | None:
+    """Why an intent's expiry fields are inconsistent, or ``None`` if they are usable."""
+    if intent.expires_at_ms != 0 and intent.expires_at_ms < intent.created_at_ms:
+        return (
+            f"expires_at_ms ({intent.expires_at_ms}) precedes created_at_ms "
+            f"({intent.created_at_ms})"
+        )
+    return None
+
+
+MAX_ERROR_MESSAGE_CHARS = 4_096
+"""Error messages in results are cut to this length, so one failure cannot bloat the log."""
+
+
+class IntentRejectedError(Exception):
+    """An intent cannot be executed as written; the message is the recorded reason."""
+
+
+def prepare_call(
+    registry: ToolRegistry, intent: ToolIntent
+) -> tuple[Tool[..., Any], dict[str, Any]]:
+    """Resolve a TOOL intent to its tool and validated keyword arguments.
+
+    Raises :class:`IntentRejectedError` with the reason if the tool is unknown or read-only,
+    ``args_json`` is not a JSON object, or the arguments fail the tool's argument model.
+    """
+    try:
+        tool = registry.get(intent.tool_name)
+    except ToolNotFoundError:
+        raise IntentRejectedError(f"unknown tool {intent.tool_name[:128]!r}") from None
+    if not tool.side_effect:
+        raise IntentRejectedError(_read_only_refusal(tool).args[0])
+    try:
+        arguments = parse_arguments(intent.args_json)
+    except ValueError as exc:
+        raise IntentRejectedError(f"args_json for tool {tool.name!r} is not JSON: {exc}") from None
+    if not isinstance(arguments, dict):
+        raise IntentRejectedError(
+            f"args_json for tool {tool.name!r} must be a JSON object, "
+            f"not {type(arguments).__name__}"
+        )
+    try:
+        return tool, tool.validate_arguments(arguments)
+    except ToolArgumentError as exc:
+        raise IntentRejectedError(str(exc)) from None
+    except Exception as exc:  # a validator of the tool's own that raised something else
+        raise IntentRejectedError(
+            f"arguments for tool {tool.name!r} could not be validated: {type(exc).__name__}: {exc}"
+        ) from None
+
+
+def rejection_reason(registry: ToolRegistry, intent: ToolIntent) -> str | None:
+    """Why a well-identified intent must be recorded as REJECTED, or ``None`` if it is valid."""
+    if intent.kind == ToolIntent.APPROVAL:
+        try:
+            parse_arguments(intent.args_json)
+        except ValueError as exc:
+            return f"args_json of approval intent is not JSON: {exc}"
+    elif intent.kind == ToolIntent.TOOL:
+        try:
+            prepare_call(registry, intent)
+        except IntentRejectedError as exc:
+            return str(exc)
+    else:
+        return f"unknown intent kind {int(intent.kind)}"
+    return ttl_problem(intent)
+
+
+def _read_only_refusal(tool: Tool[..., Any]) -> ToolRefusedError:
+    return ToolRefusedError(
+        f"tool {tool.name!r} is read-only (side_effect=False): it runs inline in the pipeline "
+        f"through ToolRunner, never in the effector"
+    )
+
+
+class EffectorToolRunner:
+    """Runs ``side_effect=True`` tools, validated, with ``intent`` injected, under a timeout."""
+
+    def __init__(self, tool_timeout_ms: int = 30_000) -> None:
+        if isinstance(tool_timeout_ms, bool) or not isinstance(tool_timeout_ms, int):
+            raise TypeError(f"tool_timeout_ms must be an int, got {type(tool_timeout_ms).__name__}")
+        if tool_timeout_ms <= 0:
+            raise ValueError(f"tool_timeout_ms must be positive, got {tool_timeout_ms}")
+        self._timeout_ms = tool_timeout_ms
+        self._threads = _ToolThreads()
+
+    @property
+    def tool_timeout_ms(self) -> int:
+        """How long one tool call may take before it counts as failed."""
+        return self._timeout_ms
+
+    async def run(
+        self,
+        tool: Tool[..., Any],
+        arguments: Mapping[str, Any],
+        intent_info: IntentInfo | None = None,
+    ) -> Any:
+        """Validate ``arguments`` and run the side-effecting ``tool``; return its result.
+
+        Raises ``ToolRefusedError`` for a read-only tool (never invoked) or when the tool
+        declares ``intent`` but no ``intent_info`` is given, ``ToolArgumentError`` for invalid
+        arguments (never invoked), ``ToolTimeoutError`` past the timeout, and whatever the tool
+        itself raises.
+        """
+        if not isinstance(tool, Tool):
+            raise TypeError(f"EffectorToolRunner.run takes a Tool, got {type(tool).__name__}")
+        if not tool.side_effect:
+            raise _read_only_refusal(tool)
+        return await self._call(tool, tool.validate_arguments(arguments), intent_info)
+
+    async def execute(
+        self, registry: ToolRegistry, intent: ToolIntent, *, attempt: int, clock: Callable[[], int]
+    ) -> ToolResult:
+        """Execute one attempt of a TOOL intent and map the outcome to its ``ToolResult``."""
+        if intent.kind != ToolIntent.TOOL:
+            raise ValueError(f"only TOOL intents are executed; {intent.intent_id} is not one")
+        try:
+            tool, kwargs = prepare_call(registry, intent)
+        except IntentRejectedError as exc:
+            audit.rejected(intent, str(exc))
+            return rejected_result(intent, str(exc), now_ms=clock())
+        info = IntentInfo(
+            intent_id=intent.intent_id,
+            entity_key=intent.entity_key,
+            seq=intent.seq,
+            step_index=intent.step_index,
+            attempt=attempt,
+        )
+        try:
+            value = await self._call(tool, kwargs, info)
+            payload = _encode(tool, value)
+        # A tool that calls sys.exit() is a failed tool, not a request to stop the effector.
+        except (Exception, SystemExit) as exc:
+            failed = new_result(
+                intent,
+                ToolResult.ERROR,
+                completed_at_ms=clock(),
+                attempt=attempt,
+                error_message=_describe(exc)[:MAX_ERROR_MESSAGE_CHARS],
+            )
+            audit.tool_failed(intent, failed, exc)
+            return failed
+        return new_result(
+            intent, ToolResult.OK, completed_at_ms=clock(), attempt=attempt, payload=payload
+        )
+
+    async def _call(
+        self, tool: Tool[..., Any], kwargs: dict[str, Any], intent_info: IntentInfo | None
+    ) -> Any:
+        if tool.accepts_intent:
+            if intent_info is None:
+                raise ToolRefusedError(
+                    f"tool {tool.name!r} declares intent: IntentInfo; run it with intent_info"
+                )
+            kwargs = {**kwargs, "intent": intent_info}
+        function = tool.unwrap()
+        is_async = inspect.iscoroutinefunction(function)
+        return await self._bounded(function, kwargs, is_async, f"tool {tool.name!r}")
+
+    async def reconcile(
+        self, tool: Tool[..., Any], kwargs: dict[str, Any], intent_info: IntentInfo
+    ) -> Reconciled | None:
+        """Ask ``tool``'s reconciler whether the intent's effect happened, under the timeout.
+
+        ``kwargs`` are the validated arguments. Raises ``ValueError`` if the tool has no
+        reconciler, ``ToolTimeoutError`` past the timeout, ``TypeError`` if the reconciler
+        answers something other than ``Reconciled`` or ``None``, and whatever it raises.
+        """
+        reconciler = tool.reconcile_with
+        if reconciler is None:
+            raise ValueError(f"tool {tool.name!r} has no reconciler")
+        call = functools.partial(reconciler, intent_info, dict(kwargs))
+        is_async = inspect.iscoroutinefunction(reconciler)
+        answer = await self._bounded(call, {}, is_async, f"the reconciler of tool {tool.name!r}")
+        if answer is not None and not isinstance(answer, Reconciled):
+            raise TypeError(
+                f"the reconciler of tool {tool.name!r} returned {type(answer).__name__}, "
+                f"not Reconciled or None"
+            )
+        return answer
+
+    async def _bounded(
+        self, function: Callable[..., Any], kwargs: dict[str, Any], is_async: bool, what: str
+    ) -> Any:
+        """``function(**kwargs)`` under the timeout: async on this loop, sync on a pool thread."""
+        try:
+            async with asyncio.timeout(self._timeout_ms / 1000) as scope:
+                if is_async:
+                    value = function(**kwargs)
+                else:
+                    value = await self._threads.call(function, kwargs)
+                if inspect.isawaitable(value):
+                    value = await value
+        except TimeoutError:
+            if scope.expired():
+                raise ToolTimeoutError(
+                    f"{what} did not finish within {self._timeout_ms} ms"
+                ) from None
+            raise
+        return value
+
+
+class _ResultNotJsonError(Exception):
+    pass
+
+
+def _encode(tool: Tool[..., Any], value: Any) -> bytes:
+    try:
+        return canonical_json_bytes(value)
+    except (TypeError, ValueError) as exc:
+        raise _ResultNotJsonError(
+            f"tool {tool.name!r} returned a value that is not JSON-encodable: {exc}"
+        ) from None
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, (ToolTimeoutError, _ResultNotJsonError)):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
+class _Inbox:
+    """What pool threads finished for one event loop, handed over with one wake-up per batch.
+
+    Waking a loop from another thread costs a write to its self-pipe and a turn of the loop;
+    calls finishing while a hand-over is already scheduled join it instead of waking again.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = weakref.ref(loop)  # weak: the pool's table of inboxes is keyed by it
+        self._lock = threading.Lock()
+        self._finished: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
+
+    def put(self, future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
+        """From a pool thread: settle ``future`` on its loop with ``value`` or ``error``."""
+        with self._lock:
+            first = not self._finished
+            self._finished.append((future, value, error))
+        loop = self._loop()
+        if first and loop is not None:
+            # A closed loop means the call was abandoned at shutdown; nobody waits for it.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._deliver)
+
+    def _deliver(self) -> None:
+        with self._lock:
+            finished, self._finished = self._finished, []
+        for future, value, error in finished:
+            if future.done():  # the caller gave up (its timeout)
+                continue
+            if error is None:
+                future.set_result(value)
+            else:  # never StopIteration, which a future refuses: the job converted it
+                future.set_exception(error)
+
+
+class _ToolThreads:
+    """Daemon threads that run sync tools: an idle one is reused, otherwise another starts.
+
+    Threads are daemons so that a tool abandoned after its timeout never holds up shutdown,
+    and the pool grows past any fixed size rather than let abandoned tools starve new calls.
+    A thread idle for ``_IDLE_EXIT_S`` exits. Results reach their loop through its
+    :class:`_Inbox`.
+    """
+
+    _IDLE_EXIT_S = 60.0
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+        self._inboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Inbox] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def call(self, function: Callable[..., Any], kwargs: dict[str, Any]) -> asyncio.Future[Any]:
+        """Run ``function(**kwargs)`` on a pool thread; the future settles on this loop."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        inbox = self._inboxes.get(loop)
+        if inbox is None:
+            inbox = self._inboxes[loop] = _Inbox(loop)
+
+        def job() -> None:
+            value: Any = None
+            error: BaseException | None = None
+            try:
+                value = function(**kwargs)
+            except StopIteration as exc:  # a future cannot carry it: asyncio refuses to set it
+                error = RuntimeError(f"the tool raised StopIteration: {exc}")
+            except BaseException as exc:  # delivered to the awaiting task, which classifies it
+                error = exc
+            inbox.put(future, value, error)
+
+        with self._lock:
+            start_thread = self._idle == 0
+            if not start_thread:
+                self._idle -= 1
+        self._jobs.put(job)
+        if start_thread:
+            threading.Thread(target=self._serve, name="effector-tool", daemon=True).start()
+        return future
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                job = self._jobs.get(timeout=self._IDLE_EXIT_S)
+            except queue.Empty:
+                with self._lock:
+                    # Zero idle means a caller counted on this thread and its job is queued.
+                    if self._idle > 0:
+                        self._idle -= 1
+                        return
+                continue
+            job()
+            with self._lock:
+                self._idle += 1
+
+
+def intake_rejection(registry: ToolRegistry, intent: ToolIntent) -> str | None:
+    """Why a well-identified intent must be recorded as REJECTED, or ``None`` if it is valid.
+
+    :func:`rejection_reason`, plus the compensation fields: only a TOOL
+    intent may carry them; a link names a side-effecting tool of this registry with valid
+    arguments (an effect is refused before it runs if its undo could not); a compensating
+    intent names a canonical UUID other than its own, and is not itself linked.
+    """
+    reason = rejection_reason(registry, intent)
+    if reason is not None:
+        return reason
+    linked = bool(intent.compensate_tool or intent.compensate_args_json)
+    compensates = intent.compensates_intent_id
+    if not (linked or compensates):
+        return None
+    if intent.kind != ToolIntent.TOOL:
+        return "only a TOOL intent may compensate or be compensated"
+    if compensates:
+        problem = intent_id_problem(compensates)
+        if problem is not None:
+            return f"compensates_intent_id: {problem}"
+        if compensates == intent.intent_id:
+            return "an intent cannot compensate itself"
+        if linked:
+            return "a compensating intent cannot itself have a compensation"
+        return None
+    undo = ToolIntent(tool_name=intent.compensate_tool, args_json=intent.compensate_args_json)
+    try:
+        prepare_call(registry, undo)
+    except IntentRejectedError as exc:
+        return f"its compensation cannot run: {exc}"
+    return None
+
+
+# -- reconcile before re-executing --------------------
+
+RETRY_FIRST_MS = 1_000
+"""How long an intent stays IN_DOUBT after its reconciler's first failure."""
+RETRY_LONGEST_MS = 300_000
+"""The backoff doubles after each failure in a row, up to this (five minutes)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """The reconciler found the effect: record ``result`` (OK, its value) without executing."""
+
+    result: ToolResult
+
+
+@dataclass(frozen=True, slots=True)
+class NotFound:
+    """The reconciler says the effect did not happen: execute, unless past the deadline.
+
+    ``expired`` is then the EXPIRED result to record instead (an IN_DOUBT intent is claimed
+    again whatever its deadline, so only here can a claim be past it).
+    """
+
+    expired: ToolResult | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InDoubt:
+    """The reconciler failed: leave the intent IN_DOUBT, asking again after ``retry_in_ms``."""
+
+    reason: str
+    retry_in_ms: int
+
+
+Settlement = Found | NotFound | InDoubt
+
+
+def retry_delay_ms(failures: int) -> int:
+    """The IN_DOUBT backoff after ``failures`` failures in a row: 1 s, doubling, at most 5 min."""
+    doublings = min(max(failures - 1, 0), 20)
+    return min(RETRY_FIRST_MS << doublings, RETRY_LONGEST_MS)
+
+
+async def ask_reconciler(
+    runner: EffectorToolRunner,
+    registry: ToolRegistry,
+    claim: Claim,
+    clock: Callable[[], int],
+) -> Settlement | None:
+    """Ask the reconciler of a possibly started claim's tool what became of its effect.
+
+    ``None`` when there is nothing to ask: a first attempt, a tool without a reconciler, or an
+    intent that cannot run (its execution rejects it as usual); but an intent past its deadline
+    (one claimed again from IN_DOUBT) is never executed: ``NotFound`` with its EXPIRED result.
+    The intent id, key and attempt reach the reconciler as ``IntentInfo``, the validated
+    arguments as ``args``.
+    """
+    if not claim.possibly_started:
+        return None
+    intent = claim.intent
+    try:
+        tool, kwargs = prepare_call(registry, intent)
+    except IntentRejectedError:
+        return None
+    if tool.reconcile_with is None:
+        return _not_found(claim, clock()) if _past_deadline(claim, clock()) else None
+    info = IntentInfo(
+        intent.intent_id, intent.entity_key, intent.seq, intent.step_index, claim.attempt
+    )
+    try:
+        answer = await runner.reconcile(tool, kwargs, info)
+        payload = None if answer is None else canonical_json_bytes(answer.value)
+    # A reconciler that calls sys.exit() failed; it does not stop the effector.
+    except (Exception, SystemExit) as exc:
+        reason = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_MESSAGE_CHARS]
+        delay_ms = retry_delay_ms(claim.reconcile_failures + 1)
+        audit.in_doubt(intent, claim.attempt, reason, delay_ms)
+        return InDoubt(reason, delay_ms)
+    now_ms = clock()
+    if payload is None:
+        return _not_found(claim, now_ms)
+    audit.reconciled(intent, claim.attempt)
+    return Found(
+        new_result(
+            intent, ToolResult.OK, completed_at_ms=now_ms, attempt=claim.attempt, payload=payload
+        )
+    )
+
+
+def _past_deadline(claim: Claim, now_ms: int) -> bool:
+    return bool(claim.deadline_ms) and now_ms > claim.deadline_ms
+
+
+def _not_found(claim: Claim, now_ms: int) -> NotFound:
+    """Execute; or, past the deadline, record EXPIRED (counting the interrupted attempts)."""
+    if not _past_deadline(claim, now_ms):
+        return NotFound()
+    return NotFound(expired_result(claim.intent, now_ms=now_ms, attempts=claim.attempt - 1))
+
+
+# -- backing off from a failing store --------------------
+
+INITIAL_RETRY_S = 0.5
+"""The wait after an operation's first failure."""
+MAX_RETRY_S = 10.0
+"""The longest wait between two attempts of one operation."""
+
+
+def retry_delay_s(
+    failures: int, *, initial_s: float = INITIAL_RETRY_S, cap_s: float = MAX_RETRY_S
+) -> float:
+    """The wait after the ``failures``-th failure in a row (from 1): doubling, capped."""
+    if failures < 1:
+        raise ValueError(f"failures counts from 1, got {failures}")
+    return min(cap_s, initial_s * 2.0 ** min(failures - 1, 64))
+
+
+class StoreOutage:
+    """Consecutive store failures per operation, their retry waits, and the recovery line."""
+
+    def __init__(
+        self,
+        *,
+        initial_s: float = INITIAL_RETRY_S,
+        cap_s: float = MAX_RETRY_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._initial_s = initial_s
+        self._cap_s = cap_s
+        self._clock = clock
+        self._failures: dict[str, int] = {}
+        """Consecutive failures of each operation that is failing now."""
+        self._started: float | None = None
+        self._failed_attempts = 0
+
+    @property
+    def failing(self) -> bool:
+        """Whether some operation failed and has not succeeded since."""
+        return bool(self._failures)
+
+    def failed(self, operation: str, error: BaseException) -> float:
+        """Count a failure of ``operation`` and log it; returns the seconds to wait to retry."""
+        failures = self._failures.get(operation, 0) + 1
+        self._failures[operation] = failures
+        self._failed_attempts += 1
+        if self._started is None:
+            self._started = self._clock()
+        delay = retry_delay_s(failures, initial_s=self._initial_s, cap_s=self._cap_s)
+        _log.warning(
+            "%s failed (%d in a row), retrying in %.1f s: %s", operation, failures, delay, error
+        )
+        return delay
+
+    def succeeded(self, operation: str) -> None:
+        """Note that ``operation`` worked; once every failing one has, log the recovery."""
+        if self._failures.pop(operation, None) is None or self._failures:
+            return
+        assert self._started is not None
+        _log.info(
+            "store recovered after %.1f s / %d failed attempts",
+            self._clock() - self._started,
+            self._failed_attempts,
+        )
+        self._started = None
+        self._failed_attempts = 0
+
+
+# -- the worker --------------------
 
 _APPROVAL_EXPIRY_BATCH = 1_000
 DEFAULT_TELEMETRY_RETENTION_MS = 7 * 24 * 3_600_000
@@ -90,7 +649,7 @@ class Worker:
 
     def __init__(
         self,
-        store: EffectorStore,
+        store: SqlStore,
         registry: ToolRegistry,
         runner: EffectorToolRunner,
         metrics: EffectorMetrics,
@@ -222,6 +781,7 @@ class Worker:
     def _start_batch(self, batch: ClaimBatch) -> None:
         if batch.expired:
             self._metrics.expired.inc(batch.expired)
+            audit.expired(batch.expired_intents)
         for claim in batch.claims:
             if self._stopping:
                 # Claimed by a commit that began before the drain: never started, given back.
@@ -266,8 +826,8 @@ class Worker:
         metrics = self._metrics
         if claim.intent.compensates_intent_id and await self._settled_compensation(claim):
             return False
-        # Reconcile before re-executing (see effector/reconcile.py).
-        settled = await settle(self._runner, self._registry, claim, self._clock)
+        # Reconcile before re-executing (see ask_reconciler).
+        settled = await ask_reconciler(self._runner, self._registry, claim, self._clock)
         if isinstance(settled, InDoubt):
             metrics.reconciliations.labels("failed").inc()
             await self._leave_in_doubt(claim, settled)
@@ -307,6 +867,9 @@ class Worker:
                 continue
             self._outage.succeeded("settling a compensation")
             break
+        if settled.refused_original is not None:
+            reason = late_original_reason(claim.intent.intent_id)
+            audit.rejected(settled.refused_original, reason)
         if settled.execute:
             return False
         result = settled.result
@@ -335,7 +898,7 @@ class Worker:
     async def _record(self, completions: Sequence[Completion]) -> list[bool]:
         """Record a group of results, then claim work for the slots they free, at once.
 
-        (:meth:`EffectorStore.complete_and_claim`: one transaction on SQLite, two on
+        (:meth:`SqlStore.complete_and_claim`: one transaction on SQLite, two on
         PostgreSQL.) The claims start only after the results' commit: a key's next intent runs
         once the result before it is durable and published.
         """
@@ -402,7 +965,8 @@ class Worker:
                     await self._renew(now)
                 expired = await self._store.expire_approvals(now, _APPROVAL_EXPIRY_BATCH)
                 if expired:
-                    self._metrics.expired.inc(expired)
+                    self._metrics.expired.inc(len(expired))
+                    audit.expired(expired)
                 if now - last_prune >= prune_every_ms:
                     last_prune = now
                     await self._store.prune(now, settings.result_retention_ms)

@@ -32,9 +32,8 @@ from effector.console.security import (
     set_session_cookie,
 )
 from effector.console.throttle import LoginThrottle
-from effector.intents import external_event_problem, intent_id_problem
-from effector.service import MAX_TEXT_FIELD_CHARS
-from effector.store.base import ErrorRecord
+from effector.service import MAX_TEXT_FIELD_CHARS, external_event_problem
+from effector.store.model import ErrorRecord, intent_id_problem
 
 _log = logging.getLogger(__name__)
 
@@ -69,7 +68,7 @@ async def approvals(request: Request) -> Response:
     return await render(request, "approvals.html", context)
 
 
-async def decide(request: Request) -> Response:
+async def send_decision(request: Request) -> Response:
     """Approve or deny one approval, as ``Decide`` does, recording who decided and why."""
     intent_id = checked_intent_id(request)
     form = await checked_form(request)
@@ -243,7 +242,7 @@ async def logout(request: Request) -> Response:
 
 ROUTES = [
     Route("/approvals", approvals, name="approvals"),
-    Route("/approvals/{intent_id}", decide, methods=["POST"], name="decide"),
+    Route("/approvals/{intent_id}", send_decision, methods=["POST"], name="decide"),
     Route("/errors", errors, name="errors"),
     Route("/errors/{error_id}", error_page, name="error"),
     Route("/errors/{error_id}/redrive", confirm_redrive, name="confirm_redrive"),

@@ -25,9 +25,8 @@ from effector.console.pages import ROUTES as PAGE_ROUTES
 from effector.console.rendering import environment, render
 from effector.console.security import ConsoleGuard, Sessions
 from effector.console.throttle import LoginThrottle
-from effector.errors import StoreError
-from effector.identities import Tokens
-from effector.service import EffectorService
+from effector.service import EffectorService, Tokens
+from effector.store.model import StoreError
 
 STATIC = Path(__file__).resolve().parent / "static"
 

@@ -2,7 +2,7 @@
 
 Each handler asks the store for what its page shows and renders one template; none changes
 anything, so all answer GET. Keys travel in URLs as hex. The key page draws each run's
-waterfall from :meth:`~effector.store.base.EffectorStore.traces_for_key` (see :mod:`runs`).
+waterfall from :meth:`~effector.store.sql.SqlStore.traces_for_key` (see :mod:`runs`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import effector.console.views as views
 from beam_agents._protos import IntentState
 from effector.console.rendering import render, service_of
 from effector.console.runs import build_runs, memory_slots
-from effector.intents import intent_id_problem
+from effector.store.model import intent_id_problem
 
 WINDOWS = {15: "15 min", 60: "1 h", 360: "6 h", 1440: "24 h"}
 """The overview's windows, in minutes; it shows the last hour unless asked otherwise."""

@@ -26,8 +26,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.types import ASGIApp
 
-from effector.addresses import is_loopback_host
-from effector.identities import Approver, Tokens
+from effector.service import Approver, Tokens, is_loopback_host
 
 SESSION_COOKIE = "beam_agents_console"
 CSRF_FIELD = "csrf_token"

@@ -5,7 +5,7 @@ address or key fails before anything serves, then runs uvicorn's ``Server`` as a
 running loop, beside the ``grpc.aio`` server. uvicorn installs no signal handlers (the
 effector's command line owns SIGTERM and SIGINT) and configures no logging (its loggers
 propagate to the effector's); access logs are off. A task that dies while serving is logged.
-The operator MCP endpoint (:mod:`effector.operator_mcp`) is served the same way, under its own
+The operator MCP endpoint (:mod:`effector.console.mcp`) is served the same way, under its own
 name and with its app's lifespan run (uvicorn enters and leaves it in one task of its own).
 """
 
@@ -24,7 +24,7 @@ from pathlib import Path
 import uvicorn
 from starlette.types import ASGIApp
 
-from effector.errors import ConfigurationError
+from effector.store.model import ConfigurationError
 
 _log = logging.getLogger(__name__)
 

@@ -13,9 +13,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from effector.commands import payload_text
-from effector.intents import display_key, expiry_deadline_ms
-from effector.store.base import IntentRecord
+from effector.observability import display_key, payload_text
+from effector.store.model import IntentRecord, expiry_deadline_ms
 
 __all__ = [
     "Bar",

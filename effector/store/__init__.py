@@ -1,16 +1,23 @@
-"""Store backends behind one interface, chosen by URL (see :func:`open_store`).
+"""The effector's durable record, chosen by URL: SQLite (one process) or PostgreSQL (replicas).
 
-``sqlite:///path`` (or a plain file path) opens :mod:`effector.store.sqlite`,
-``postgresql://...`` the PostgreSQL one.
+:func:`open_store` opens a :class:`~effector.store.sqlite.SqliteStore` for ``sqlite:///path``
+(or a plain file path) and a :class:`~effector.store.postgres.PostgresStore` for
+``postgresql://...``; both are :class:`~effector.store.sql.SqlStore`s and pass one conformance
+suite. Their vocabulary (errors, the intent model, what they answer) is in
+:mod:`effector.store.model`.
 """
 
 from __future__ import annotations
 
 import re
 import urllib.parse
+from typing import TYPE_CHECKING
 
-from effector.errors import ConfigurationError
-from effector.store.base import EffectorStore
+from effector.store.model import ConfigurationError
+
+if TYPE_CHECKING:
+    from effector.store.sql import SqlStore
+
 
 SQLITE_SCHEMES = frozenset({"sqlite"})
 POSTGRES_SCHEMES = frozenset({"postgresql", "postgres"})
@@ -22,15 +29,15 @@ _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]+:")
 def store_url(location: str) -> str:
     """``location`` as a store URL: a URL stays as it is, a plain file path becomes SQLite's.
 
-    ``/var/lib/effector.db`` becomes ``sqlite:////var/lib/effector.db`` and ``effector.db``
-    ``sqlite:///effector.db``; a path that starts like a URL (``name:rest``) needs a ``./``.
+    ``/var/lib/effector.db`` becomes ``sqlite:////var/lib/effector.db``; a path that starts
+    like a URL (``name:rest``) needs a ``./``.
     """
     if _SCHEME.match(location):
         return location
     return "sqlite:///" + urllib.parse.quote(location, safe="/:")
 
 
-async def open_store(url: str) -> EffectorStore:
+async def open_store(url: str) -> SqlStore:
     """Open the store named by ``url``: ``sqlite:///path``, a file path, or ``postgresql://...``."""
     url = store_url(url)
     scheme = url.partition(":")[0].lower()
@@ -49,4 +56,4 @@ async def open_store(url: str) -> EffectorStore:
     )
 
 
-__all__ = ["EffectorStore", "open_store"]
+__all__ = ["open_store", "store_url"]

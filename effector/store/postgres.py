@@ -20,10 +20,9 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import errors as pg_errors
 
-from effector.errors import StoreError
-from effector.store._schema import create_schema
-from effector.store._sql import SqlStore
-from effector.store._tx import Cursor, Dialect, Tx
+from effector.store.model import StoreError
+from effector.store.schema import Cursor, Dialect, Tx, create_schema
+from effector.store.sql import SqlStore
 
 _T = TypeVar("_T")
 
@@ -76,7 +75,7 @@ def _create_schema(tx: Tx) -> int:
 
 
 class PostgresStore(SqlStore):
-    """An :class:`~effector.store.base.EffectorStore` in PostgreSQL (see the module doc)."""
+    """The store in one PostgreSQL database shared by replicas (see the module doc)."""
 
     def __init__(self, conninfo: str, pool_size: int) -> None:
         executor = ThreadPoolExecutor(max_workers=pool_size, thread_name_prefix="effector-pg")

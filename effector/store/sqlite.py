@@ -1,8 +1,8 @@
 """The embedded SQLite store: the default, for one effector process.
 
 WAL mode; every write transaction runs on one dedicated connection and thread, reads on a
-read-only connection of their own, and checkpoints on a third beside them
-(:mod:`~effector.store._checkpoints`). ``synchronous`` is ``FULL`` unless the URL asks for
+read-only connection of their own, and WAL checkpoints on a third beside them
+(:class:`Checkpointer`). ``synchronous`` is ``FULL`` unless the URL asks for
 ``?synchronous=normal``. A lock file keeps a second process out, so claims left by a previous
 one are given back on open (details in ``effector/README.md``, "Store layout").
 """
@@ -12,21 +12,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import logging
 import sqlite3
+import threading
 import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from effector.errors import ConfigurationError, StoreBusyError, StoreError
-from effector.store._checkpoints import Checkpointer, backstop_pragmas
-from effector.store._execution import release_all_claims
-from effector.store._schema import create_schema
-from effector.store._sql import SqlStore
-from effector.store._tx import Cursor, Dialect, Tx
+from effector.store.model import ConfigurationError, StoreBusyError, StoreError
+from effector.store.schema import Cursor, Dialect, Tx, create_schema
+from effector.store.sql import SqlStore, release_all_claims
 
 _T = TypeVar("_T")
+_log = logging.getLogger(__name__)
 
 _CACHED_STATEMENTS = 2_048
 """Prepared statements kept per connection: every batch size of every batched statement."""
@@ -81,7 +81,7 @@ def parse_sqlite_url(url: str) -> tuple[Path, str]:
 
 
 class SqliteStore(SqlStore):
-    """An :class:`~effector.store.base.EffectorStore` in one SQLite file (see the module doc)."""
+    """The store in one SQLite file (see the module doc)."""
 
     def __init__(
         self,
@@ -201,3 +201,83 @@ def _lock_exclusively(path: Path) -> IO[bytes]:
             f"{lock_path.name}); a SQLite store serves one process, use PostgreSQL for replicas"
         ) from None
     return lock_file
+
+
+# -- WAL checkpoints ----------------------------------------------------------------------------
+# A checkpoint copies committed pages from the write-ahead log into the database file and syncs
+# it. Left to SQLite, the committing connection runs one inside its commit whenever the log
+# passes ``wal_autocheckpoint`` pages, so the one writer stops to copy and sync every few group
+# commits. The Checkpointer runs PASSIVE checkpoints soon after commits, beside the writer, never
+# waiting for its lock. Such a checkpoint cannot let the log start over while commits keep
+# coming, so the writer keeps ``wal_autocheckpoint`` at BACKSTOP_PAGES: under sustained writes
+# the log grows to that size (64 MiB), then the writer's own checkpoint lets it start over.
+
+BACKSTOP_PAGES = 16_384
+"""The writer's ``wal_autocheckpoint``: how long the log grows under sustained writes.
+
+In a tight loop of 128-row commits (fsynced), against SQLite's default of 1,000 pages with no
+thread beside it: 40% more commits, p99 commit 3.3 ms instead of 12; the commit that runs the
+writer's checkpoint, one in a few thousand, took up to 50 ms instead of 15.
+"""
+
+PAGE_BYTES = 4_096
+"""SQLite's default page size, which the store keeps."""
+
+FRAME_BYTES = PAGE_BYTES + 24
+"""A page in the log: its frame header, then the page."""
+
+GATHER_S = 0.02
+"""After a commit, how long commits gather before one checkpoint takes them all."""
+
+
+def backstop_pragmas() -> tuple[str, ...]:
+    """The writer connection's settings that go with a :class:`Checkpointer` beside it."""
+    return (
+        f"PRAGMA wal_autocheckpoint={BACKSTOP_PAGES}",
+        f"PRAGMA journal_size_limit={2 * BACKSTOP_PAGES * FRAME_BYTES}",
+    )
+
+
+class Checkpointer:
+    """Runs ``PASSIVE`` checkpoints of the store at ``path`` after commits are announced."""
+
+    def __init__(self, path: Path, synchronous: str) -> None:
+        # Autocommit, like the writer; its own syncs follow the store's synchronous mode.
+        self._connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        try:
+            self._connection.execute(f"PRAGMA synchronous={synchronous.upper()}")
+        except BaseException:
+            self._connection.close()
+            raise
+        self._committed = threading.Event()
+        self._closing = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name="effector-sqlite-checkpoint", daemon=True
+        )
+        self._thread.start()
+
+    def committed(self) -> None:
+        """Called by the writer after each commit: a checkpoint is due soon."""
+        self._committed.set()
+
+    def close(self) -> None:
+        """Stop the thread (after the checkpoint in progress, if any) and close its connection."""
+        self._closing.set()
+        self._committed.set()
+        self._thread.join()
+        self._connection.close()
+
+    def _run(self) -> None:
+        while True:
+            self._committed.wait()
+            # Commits arriving meanwhile join this checkpoint; a close ends the wait at once.
+            if self._closing.wait(GATHER_S):
+                return
+            # Cleared before closing is looked at: a close after this leaves the event set.
+            self._committed.clear()
+            if self._closing.is_set():
+                return
+            try:
+                self._connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            except Exception as exc:  # the writer's backstop still bounds the log
+                _log.warning("a WAL checkpoint of the SQLite store failed: %s", exc, exc_info=exc)

@@ -17,10 +17,10 @@ from selenium.webdriver.support.wait import WebDriverWait
 
 from beam_agents._protos import AgentEnvelope
 from beam_agents.tools import ToolRegistry
-from effector.identities import Tokens
 from effector.launch import EffectorThread
 from effector.server import ServerSettings
-from effector.store.base import IntentRecord
+from effector.service import Tokens
+from effector.store.model import IntentRecord
 from tests.console.runs_data import (
     agent_run,
     approval_intent,

@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from beam_agents._protos import AgentEnvelope, AgentError, ToolIntent, TraceEvent
 from beam_agents.core.agent import intent_id_for
 from beam_agents.core.tracing import span_id_for, trace_id_for
-from effector.store.base import EffectorStore, NewIntent
+from effector.store.model import NewIntent
+from effector.store.sql import SqlStore
 
 MS = 1_000_000
 """Nanoseconds per millisecond."""
@@ -184,7 +185,7 @@ def approval_intent(key: bytes, seq: int, args: Mapping[str, object], now_ms: in
     )
 
 
-async def submit(store: EffectorStore, *intents: ToolIntent) -> None:
+async def submit(store: SqlStore, *intents: ToolIntent) -> None:
     """Record ``intents`` as a Submit would (they must all be accepted)."""
     answers = await store.submit([NewIntent(intent) for intent in intents], now_ms())
     assert all(answer.outcome.value == "accepted" for answer in answers), answers

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from beam_agents._protos import IntentState, approval_digest
 from beam_agents.tools import ToolRegistry, tool
-from effector.identities import parse_tokens
+from effector.service import parse_tokens
 from tests.console.harness import KEY, client_for, csrf_of, intent, log_envelopes, start_effector
 from tests.console.runs_data import approval_intent, now_ms, submit
 

@@ -22,9 +22,8 @@ import pytest
 from beam_agents._protos import AgentEnvelope, IntentState, ToolResult
 from effector.console import actions, create_app
 from effector.console.security import SESSION_LIFETIME_S
-from effector.errors import StoreError
 from effector.launch import EffectorThread
-from effector.store.base import NewIntent
+from effector.store.model import NewIntent, StoreError
 from tests.console.harness import (
     KEY,
     TOKEN,

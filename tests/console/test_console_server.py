@@ -28,8 +28,8 @@ from effector import server as server_module
 from effector.cli import env_name
 from effector.client import AsyncEffectorClient
 from effector.console import ConsoleServer
-from effector.errors import ConfigurationError
 from effector.server import ServerSettings, running_server
+from effector.store.model import ConfigurationError
 from tests.console.harness import TOKEN, client_for, start_effector
 
 REPO = Path(__file__).resolve().parents[2]

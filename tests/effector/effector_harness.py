@@ -26,9 +26,9 @@ from beam_agents._protos import GetIntentResponse, IntentState, ToolIntent, cano
 from beam_agents.tools import ToolRegistry
 from effector import launch
 from effector.client import AsyncEffectorClient
-from effector.intents import wall_clock_ms
 from effector.server import EffectorServer, ServerSettings, running_server
-from effector.store import EffectorStore
+from effector.store.model import wall_clock_ms
+from effector.store.sql import SqlStore
 from effector.worker import WorkerSettings
 
 FAST_WORKER = WorkerSettings(poll_interval_ms=50, housekeeping_interval_ms=100, lease_ms=30_000)
@@ -67,7 +67,7 @@ def make_intent(
 @dataclass
 class Running:
     server: EffectorServer
-    store: EffectorStore
+    store: SqlStore
     client: AsyncEffectorClient
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from conftest import execute_sql, sqlite_url
+from conftest import sqlite_url
 from effector_harness import (
     FAST_WORKER,
     TOOLS,
@@ -25,11 +25,11 @@ from beam_agents._protos import (
     approval_digest,
     canonical_json,
 )
+from effector.cli import load_tokens
 from effector.client import AsyncEffectorClient, EffectorClient
-from effector.errors import ConfigurationError
-from effector.identities import Tokens, parse_tokens
-from effector.secrets import load_tokens
 from effector.server import ServerSettings
+from effector.service import Tokens, parse_tokens
+from effector.store.model import ConfigurationError
 
 TOKEN_FILE = """\
 # approvers
@@ -225,24 +225,6 @@ def test_old_approval_bytes_still_read() -> None:
     envelope = AgentEnvelope(entity_key=b"k", approval=old)
     assert AgentEnvelope.FromString(envelope.SerializeToString()).approval == old
     assert Tokens.single("t").identify("t") is not None
-
-
-@pytest.mark.asyncio
-async def test_a_store_made_before_the_votes_table_gains_it_and_keeps_its_approvals(
-    tmp_path: Path,
-) -> None:
-    url = sqlite_url(tmp_path / "s.db")
-    asked = _approval({"n": 1}, quorum=2)
-    async with running_effector(url) as effector:
-        await effector.client.submit([asked])
-    await execute_sql(url, ["DROP TABLE effector_approval_votes"])
-    async with running_effector(url) as effector:
-        client = effector.client
-        assert (await client.get_intent(asked.intent_id)).state == IntentState.AWAITING_DECISION
-        assert (await client.decide(asked.intent_id, approved=True, approver="a")).applied
-        assert [v.approver for v in (await client.get_intent(asked.intent_id)).votes] == ["a"]
-        done = await client.decide(asked.intent_id, approved=True, approver="b")
-        assert done.state == IntentState.DONE
 
 
 def test_the_cli_shows_the_digest_votes_with_named_tokens_and_edits(tmp_path: Path) -> None:

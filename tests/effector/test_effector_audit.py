@@ -13,7 +13,7 @@ from effector_test_tools import make_registry
 
 from beam_agents._protos import SubmitAck, ToolIntent, ToolResult
 from beam_agents.tools import ToolRegistry, tool
-from effector.audit import CONFLICT_HINT
+from effector.observability import CONFLICT_HINT
 from effector.server import ServerSettings
 
 AUDIT = "effector.audit"

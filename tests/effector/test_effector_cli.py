@@ -22,9 +22,9 @@ from effector_harness import (
 from effector_test_tools import read_ledger
 
 from beam_agents._protos import IntentState, SubmitAck, ToolIntent, ToolResult
+from effector.cli import inbox_line
 from effector.client import EffectorClient
-from effector.commands import inbox_line
-from effector.intents import display_key
+from effector.observability import display_key
 from effector.store import open_store
 
 SERVE_FLAGS = [

@@ -10,7 +10,7 @@ from effector_harness import make_intent, running_effector, wait_done
 from effector_test_tools import make_registry, read_ledger
 
 from beam_agents._protos import SubmitAck, ToolIntent, ToolResult
-from effector.compensation import intake_rejection
+from effector.worker import intake_rejection
 
 
 def paid(step: int, note: object = "pay", *, key: bytes = b"order-1") -> ToolIntent:

@@ -26,12 +26,10 @@ from beam_agents._protos import (
 )
 from beam_agents.tools import IntentInfo, Reconciled, ToolRegistry, tool
 from effector.client import AsyncEffectorClient
-from effector.intents import wall_clock_ms
-from effector.reconcile import retry_delay_ms
 from effector.server import ServerSettings
 from effector.store import open_store
-from effector.store.base import NewIntent
-from effector.worker import WorkerSettings
+from effector.store.model import NewIntent, wall_clock_ms
+from effector.worker import WorkerSettings, retry_delay_ms
 
 
 class Outside:

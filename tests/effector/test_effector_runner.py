@@ -14,8 +14,7 @@ from beam_agents._protos import ToolIntent, ToolResult
 from beam_agents.tools import IntentInfo, ToolRegistry, tool
 from beam_agents.tools.errors import ToolArgumentError
 from effector import EffectorToolRunner
-from effector.errors import ToolRefusedError, ToolTimeoutError
-from effector.runner import rejection_reason
+from effector.worker import ToolRefusedError, ToolTimeoutError, rejection_reason
 
 INFO = IntentInfo(intent_id="i-1", entity_key=b"k", seq=3, step_index=1, attempt=2)
 calls: list[str] = []

@@ -18,8 +18,8 @@ from effector_harness import (
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from effector.client import AsyncEffectorClient
-from effector.errors import ConfigurationError
 from effector.server import ServerSettings
+from effector.store.model import ConfigurationError
 
 TOKEN = "s3cret-token-value-1234"
 

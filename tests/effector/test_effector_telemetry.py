@@ -21,10 +21,9 @@ from effector_test_tools import make_registry
 
 import beam_agents._protos as pb
 from effector import cli
-from effector.errors import ConfigurationError
-from effector.intents import MAX_ENTITY_KEY_BYTES, error_id_for, wall_clock_ms
 from effector.server import EffectorServer, ServerSettings, running_server
-from effector.service import MAX_TELEMETRY_BATCH
+from effector.service import MAX_ENTITY_KEY_BYTES, MAX_TELEMETRY_BATCH
+from effector.store.model import ConfigurationError, error_id_for, wall_clock_ms
 
 TOKEN = "telemetry-token-5678"
 

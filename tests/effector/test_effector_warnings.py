@@ -16,7 +16,7 @@ from effector_test_tools import make_registry
 
 from beam_agents._protos import SubmitAck, ToolResult
 from beam_agents.tools import ToolRegistry, tool
-from effector.backoff import MAX_RETRY_S, StoreOutage, retry_delay_s
+from effector.worker import MAX_RETRY_S, StoreOutage, retry_delay_s
 from tests.pg import PostgresServer, postgres_server
 
 CLAIM_RETRY = re.compile(r"claiming work failed .* retrying in ([\d.]+) s")
@@ -73,7 +73,7 @@ class FakeClock:
 def test_an_outage_backs_off_per_operation_and_logs_one_recovery(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="effector.backoff")
+    caplog.set_level(logging.INFO, logger="effector.worker")
     clock = FakeClock()
     outage = StoreOutage(clock=clock)
     error = ConnectionError("down")
@@ -105,7 +105,7 @@ def own_postgres() -> Iterator[PostgresServer]:
 async def test_postgres_down_is_retried_with_backoff_and_its_recovery_logged(
     own_postgres: PostgresServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="effector.backoff")
+    caplog.set_level(logging.INFO, logger="effector.worker")
     url = own_postgres.create_database("outage")
     async with running_effector(url) as effector:
         await asyncio.to_thread(own_postgres.stop)

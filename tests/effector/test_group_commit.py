@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from effector.group_commit import GroupCommit
+from effector.store.sql import GroupCommit
 
 Waiter = asyncio.Future[str]
 

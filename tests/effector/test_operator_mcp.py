@@ -42,8 +42,8 @@ from beam_agents._protos import IntentState, SubmitAck, ToolIntent, ToolResult
 from effector import launch
 from effector.cli import MCP_PREFIX
 from effector.client import AsyncEffectorClient
-from effector.errors import ConfigurationError
 from effector.server import ServerSettings
+from effector.store.model import ConfigurationError
 
 TOKEN = "operator-token"
 IDENTITY = "ops-assistant"
@@ -307,7 +307,7 @@ def test_without_the_mcp_package_the_endpoint_is_a_configuration_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setitem(sys.modules, "mcp", None)  # what an interpreter without it finds
-    with pytest.raises(ConfigurationError, match=r"install beam-agents\[mcp\]"):
+    with pytest.raises(ConfigurationError, match=r"pip install 'beam-agents\[console\]'"):
         ServerSettings(mcp_listen="127.0.0.1:0").check()
     ServerSettings().check()
 
@@ -324,7 +324,7 @@ def test_an_effector_without_the_endpoint_never_imports_mcp(tmp_path: Path) -> N
         "        assert server.mcp_url is None and server.mcp_port is None\n"
         "asyncio.run(serve())\n"
         "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('mcp', 'mcp_types'))\n"
-        "loaded += [m for m in sys.modules if m.startswith('effector.operator_')]\n"
+        "loaded += [m for m in sys.modules if m.startswith('effector.console')]\n"
         "print(loaded or 'ok')\n"
     )
     result = subprocess.run(

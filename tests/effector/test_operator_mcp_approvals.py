@@ -10,8 +10,8 @@ from effector_harness import FAST_WORKER, make_intent, running_effector
 from test_operator_mcp import call, mcp_client, refused
 
 from beam_agents._protos import ToolIntent, approval_digest
-from effector.identities import parse_tokens
 from effector.server import ServerSettings
+from effector.service import parse_tokens
 
 TOKENS = "alice:tok-a\nbob:tok-b:desk\ncarol:tok-c\n"
 

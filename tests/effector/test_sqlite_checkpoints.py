@@ -15,12 +15,11 @@ import pytest
 from conftest import sqlite_url
 from effector_harness import make_intent
 
-import effector.store._checkpoints as checkpoints
+import effector.store.sqlite as checkpoints
 from effector.store import open_store
-from effector.store._checkpoints import FRAME_BYTES, GATHER_S, Checkpointer
-from effector.store._tx import Tx
-from effector.store.base import NewIntent
-from effector.store.sqlite import SqliteStore
+from effector.store.model import NewIntent
+from effector.store.schema import Tx
+from effector.store.sqlite import FRAME_BYTES, GATHER_S, Checkpointer, SqliteStore
 
 _THREAD = "effector-sqlite-checkpoint"
 
@@ -140,7 +139,7 @@ async def test_a_failed_checkpoint_is_logged_and_the_next_commit_checkpoints_aga
     failing = _FailingOnce(checkpointer._connection)
     checkpointer._connection = failing  # type: ignore[assignment]
     try:
-        with caplog.at_level(logging.WARNING, logger="effector.store._checkpoints"):
+        with caplog.at_level(logging.WARNING, logger="effector.store.sqlite"):
             checkpointer.committed()
             await _wait_for(lambda: failing.calls == 1)
             await _wait_for(lambda: "checkpoint" in caplog.text)

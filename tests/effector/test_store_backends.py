@@ -12,9 +12,14 @@ import pytest
 from conftest import sqlite_url
 from effector_harness import make_intent
 
-from effector.errors import ConfigurationError, StoreBusyError, StoreSchemaError
 from effector.store import open_store
-from effector.store.base import NewIntent, SubmitOutcome
+from effector.store.model import (
+    ConfigurationError,
+    NewIntent,
+    StoreBusyError,
+    StoreSchemaError,
+    SubmitOutcome,
+)
 from effector.store.sqlite import parse_sqlite_url
 
 

@@ -12,14 +12,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import VERSION_6_ONLY, execute_sql, schema_version
+from conftest import execute_sql
 from effector_harness import make_intent
 
 from beam_agents._protos import IntentState, ToolIntent, ToolResult
-from effector.intents import new_result
-from effector.store import EffectorStore, _execution, open_store
-from effector.store._schema import SCHEMA_VERSION
-from effector.store.base import Claim, ClaimRequest, Completion, NewIntent
+from effector.store import open_store
+from effector.store.model import Claim, ClaimRequest, Completion, NewIntent, new_result
+from effector.store.sql import SqlStore
 
 T0 = 1_700_000_000_000
 LEASE = 1_000
@@ -36,13 +35,13 @@ def request(owner: str, limit: int) -> ClaimRequest:
     return ClaimRequest(owner, limit, LEASE)
 
 
-async def published_ids(store: EffectorStore) -> list[str]:
+async def published_ids(store: SqlStore) -> list[str]:
     return [record.envelope.tool_result.intent_id for record in await store.read(1, 1_000)]
 
 
 @pytest.mark.asyncio
 async def test_a_keys_next_intent_is_claimed_in_the_commit_that_records_the_one_before(
-    store: EffectorStore,
+    store: SqlStore,
 ) -> None:
     queue = [make_intent("add", key=b"k", seq=seq) for seq in range(4)]
     await store.submit([NewIntent(intent) for intent in reversed(queue)], T0)
@@ -65,7 +64,7 @@ async def test_a_keys_next_intent_is_claimed_in_the_commit_that_records_the_one_
 
 @pytest.mark.asyncio
 async def test_keys_that_waited_longer_are_claimed_before_a_released_key(
-    store: EffectorStore,
+    store: SqlStore,
 ) -> None:
     first_a, second_a = (make_intent("add", key=b"a", seq=seq) for seq in range(2))
     first_b = make_intent("add", key=b"b")
@@ -82,7 +81,7 @@ async def test_keys_that_waited_longer_are_claimed_before_a_released_key(
 
 
 @pytest.mark.asyncio
-async def test_a_zero_limit_records_without_claiming(store: EffectorStore) -> None:
+async def test_a_zero_limit_records_without_claiming(store: SqlStore) -> None:
     queue = [make_intent("add", key=b"k", seq=seq) for seq in range(2)]
     await store.submit([NewIntent(intent) for intent in queue], T0)
     [claim] = (await store.claim("w", 1, T0, LEASE)).claims
@@ -94,7 +93,7 @@ async def test_a_zero_limit_records_without_claiming(store: EffectorStore) -> No
 
 @pytest.mark.asyncio
 async def test_a_chained_claim_never_takes_a_key_another_claim_holds(
-    store: EffectorStore,
+    store: SqlStore,
 ) -> None:
     mine = [make_intent("add", key=b"mine", seq=seq) for seq in range(2)]
     theirs = [make_intent("add", key=b"theirs", seq=seq) for seq in range(2)]
@@ -111,7 +110,7 @@ async def test_a_chained_claim_never_takes_a_key_another_claim_holds(
 
 @pytest.mark.asyncio
 async def test_a_result_from_a_lost_lease_claims_nothing_for_the_key_in_other_hands(
-    store: EffectorStore,
+    store: SqlStore,
 ) -> None:
     queue = [make_intent("add", key=b"k", seq=seq) for seq in range(2)]
     await store.submit([NewIntent(intent) for intent in queue], T0)
@@ -129,20 +128,20 @@ async def test_a_result_from_a_lost_lease_claims_nothing_for_the_key_in_other_ha
 
 @pytest.mark.asyncio
 async def test_a_claim_that_fails_after_the_results_keeps_the_results(
-    store: EffectorStore, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    store: SqlStore, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     # On SQLite the claim shares the results' transaction: a failing claim must not undo them.
     queue = [make_intent("add", key=b"k", seq=seq) for seq in range(2)]
     await store.submit([NewIntent(intent) for intent in queue], T0)
     [claim] = (await store.claim("w", 1, T0, LEASE)).claims
-    real = _execution.claim_work
+    real = SqlStore._claim_work
 
     def fails_once(*args: Any, **kwargs: Any) -> object:
-        monkeypatch.setattr(_execution, "claim_work", real)
+        monkeypatch.setattr(SqlStore, "_claim_work", real)
         real(*args, **kwargs)  # claims queue[1]: the failure must undo that claim too
         raise RuntimeError("the claim exploded")
 
-    monkeypatch.setattr(_execution, "claim_work", fails_once)
+    monkeypatch.setattr(SqlStore, "_claim_work", fails_once)
     recorded, batch = await store.complete_and_claim([ok(claim)], T0, request("w", 1))
     assert (recorded, batch.claims) == ([True], [])
     assert "the claim exploded" in caplog.text
@@ -151,48 +150,6 @@ async def test_a_claim_that_fails_after_the_results_keeps_the_results(
     assert await published_ids(store) == [queue[0].intent_id]
     [following] = (await store.claim("w", 1, T0, LEASE)).claims
     assert following.intent == queue[1]
-
-
-@pytest.mark.asyncio
-async def test_a_version_5_store_gets_the_new_queue_index_and_its_queues_go_on(
-    store_url: str,
-) -> None:
-    queue = [make_intent("add", key=b"k", seq=seq) for seq in range(3)]
-    other = make_intent("add", key=b"other")
-    first = await open_store(store_url)
-    try:
-        await first.submit([NewIntent(intent) for intent in [*queue, other]], T0)
-        claims = (await first.claim("w", 2, T0, LEASE)).claims
-        [done] = [claim for claim in claims if claim.intent == queue[0]]
-        await first.complete([ok(done)], T0)  # the other key's claim is left running
-    finally:
-        await first.close()
-    await execute_sql(
-        store_url,
-        [*VERSION_6_ONLY, "UPDATE effector_meta SET value = '5' WHERE name = 'schema_version'"],
-    )
-    migrated = await open_store(store_url)
-    try:
-        # The running claim is stale once the store is reopened (SQLite gives every claim back
-        # at open; on PostgreSQL its lease runs out): the key's intent is claimed again.
-        later = T0 + 2 * LEASE
-        taken = (await migrated.claim("w2", 10, later, LEASE)).claims
-        assert sorted(c.intent.intent_id for c in taken) == sorted(
-            [queue[1].intent_id, other.intent_id]
-        )
-        [next_one] = [claim for claim in taken if claim.intent == queue[1]]
-        _, batch = await migrated.complete_and_claim([ok(next_one)], later, request("w2", 1))
-        assert [claim.intent for claim in batch.claims] == [queue[2]]
-    finally:
-        await migrated.close()
-    definition = (
-        "SELECT sql FROM sqlite_master WHERE name = 'effector_intents_queue'"
-        if store_url.startswith("sqlite")
-        else "SELECT indexdef FROM pg_indexes WHERE indexname = 'effector_intents_queue'"
-    )
-    [(index,)] = await execute_sql(store_url, [definition])
-    assert await schema_version(store_url) == str(SCHEMA_VERSION) == "6"
-    assert "completed_at_ms IS NULL" in index and "state" not in index
 
 
 @pytest.mark.asyncio
@@ -221,10 +178,10 @@ async def test_a_tool_intent_has_no_result_exactly_while_it_is_queued(store_url:
         _, more = await store.complete_and_claim([ok(done)], T0, request("w", 1))
         assert await store.mark_in_doubt(doubted, "down", T0, T0 + LEASE)
         await store.release([given_back])
-        await store.decide(
+        await store.record_vote(
             approvals[0].intent_id, approved=True, approver="a", reason="", now_ms=T0
         )
-        assert await store.expire_approvals(T0 + 10 * LEASE, 10) == 1
+        assert len(await store.expire_approvals(T0 + 10 * LEASE, 10)) == 1
         assert more.claims
     finally:
         await store.close()

@@ -10,14 +10,21 @@ import dataclasses
 import random
 
 import pytest
-from conftest import VERSION_3_ONLY, execute_sql
 from effector_harness import make_intent
 
-import effector.store._reads as reads
+import effector.store.sql as store_sql
 from beam_agents._protos import AgentEnvelope, IntentState, ToolIntent, ToolResult, approval_digest
-from effector.intents import expiry_deadline_ms, new_result
-from effector.store import EffectorStore, open_store
-from effector.store.base import Claim, Completion, NewIntent, SubmitOutcome, SubmitResult
+from effector.store import open_store
+from effector.store.model import (
+    Claim,
+    Completion,
+    NewIntent,
+    SubmitOutcome,
+    SubmitResult,
+    expiry_deadline_ms,
+    new_result,
+)
+from effector.store.sql import SqlStore
 
 T0 = 1_700_000_000_000
 LEASE = 1_000
@@ -30,17 +37,17 @@ def ok(claim: Claim, payload: bytes = b'"done"', now: int = T0) -> Completion:
     return Completion(claim, result)
 
 
-async def submit(store: EffectorStore, *intents: ToolIntent, now: int = T0) -> list[SubmitOutcome]:
+async def submit(store: SqlStore, *intents: ToolIntent, now: int = T0) -> list[SubmitOutcome]:
     answers = await store.submit([NewIntent(intent) for intent in intents], now)
     return [answer.outcome for answer in answers]
 
 
-async def envelopes(store: EffectorStore, from_offset: int = 1) -> list[AgentEnvelope]:
+async def envelopes(store: SqlStore, from_offset: int = 1) -> list[AgentEnvelope]:
     return [record.envelope for record in await store.read(from_offset, 10_000)]
 
 
 @pytest.mark.asyncio
-async def test_first_submit_is_accepted_and_recorded(store: EffectorStore) -> None:
+async def test_first_submit_is_accepted_and_recorded(store: SqlStore) -> None:
     intent = make_intent("add", {"a": 1})
     answers = await store.submit([NewIntent(intent)], T0)
     assert [(a.outcome, a.state, a.result) for a in answers] == [
@@ -55,7 +62,7 @@ async def test_first_submit_is_accepted_and_recorded(store: EffectorStore) -> No
 
 @pytest.mark.asyncio
 async def test_same_id_same_content_is_duplicate_different_content_is_conflict(
-    store: EffectorStore,
+    store: SqlStore,
 ) -> None:
     first = make_intent("add", {"a": 1}, created_at_ms=T0)
     changed = make_intent("add", {"a": 2}, created_at_ms=T0)
@@ -67,7 +74,7 @@ async def test_same_id_same_content_is_duplicate_different_content_is_conflict(
 
 
 @pytest.mark.asyncio
-async def test_repeats_within_one_batch_are_deduplicated(store: EffectorStore) -> None:
+async def test_repeats_within_one_batch_are_deduplicated(store: SqlStore) -> None:
     first = make_intent("add", {"a": 1}, created_at_ms=T0)
     changed = make_intent("add", {"a": 2}, created_at_ms=T0)
     other = make_intent("add", {"a": 3}, key=b"other", created_at_ms=T0)
@@ -82,7 +89,7 @@ async def test_repeats_within_one_batch_are_deduplicated(store: EffectorStore) -
 
 
 @pytest.mark.asyncio
-async def test_rejection_is_recorded_done_and_published(store: EffectorStore) -> None:
+async def test_rejection_is_recorded_done_and_published(store: SqlStore) -> None:
     intent = make_intent("nope")
     answers = await store.submit([NewIntent(intent, rejection="unknown tool 'nope'")], T0)
     assert answers[0].outcome is SubmitOutcome.ACCEPTED
@@ -99,7 +106,7 @@ async def test_rejection_is_recorded_done_and_published(store: EffectorStore) ->
 
 
 @pytest.mark.asyncio
-async def test_claims_follow_per_key_order_one_at_a_time(store: EffectorStore) -> None:
+async def test_claims_follow_per_key_order_one_at_a_time(store: SqlStore) -> None:
     # Submitted out of order on purpose: execution order is (seq, step_index), not arrival.
     a_late = make_intent("add", key=b"a", seq=1, step=0)
     a_first = make_intent("add", key=b"a", seq=0, step=0)
@@ -128,7 +135,7 @@ async def test_claims_follow_per_key_order_one_at_a_time(store: EffectorStore) -
 
 
 @pytest.mark.asyncio
-async def test_every_key_runs_its_queue_in_order_across_many_keys(store: EffectorStore) -> None:
+async def test_every_key_runs_its_queue_in_order_across_many_keys(store: SqlStore) -> None:
     # Many keys with several intents each, submitted shuffled: every claim round must hand
     # out exactly the lowest (seq, step_index) left on each key, whatever the arrival order.
     queues = {
@@ -152,7 +159,7 @@ async def test_every_key_runs_its_queue_in_order_across_many_keys(store: Effecto
 
 
 @pytest.mark.asyncio
-async def test_claim_limit_is_respected(store: EffectorStore) -> None:
+async def test_claim_limit_is_respected(store: SqlStore) -> None:
     await submit(store, *(make_intent("add", key=f"k{i}".encode()) for i in range(5)))
     first = await store.claim("w", 2, T0, LEASE)
     second = await store.claim("w", 10, T0, LEASE)
@@ -163,7 +170,7 @@ async def test_claim_limit_is_respected(store: EffectorStore) -> None:
 
 
 @pytest.mark.asyncio
-async def test_approvals_are_never_claimed(store: EffectorStore) -> None:
+async def test_approvals_are_never_claimed(store: SqlStore) -> None:
     approval = make_intent("", {"amount": 5}, kind=ToolIntent.APPROVAL)
     answers = await store.submit([NewIntent(approval)], T0)
     assert answers[0].state == IntentState.AWAITING_DECISION
@@ -171,7 +178,7 @@ async def test_approvals_are_never_claimed(store: EffectorStore) -> None:
 
 
 @pytest.mark.asyncio
-async def test_completion_publishes_the_result_envelope(store: EffectorStore) -> None:
+async def test_completion_publishes_the_result_envelope(store: SqlStore) -> None:
     intent = make_intent("add", key=b"k", seq=4)
     await submit(store, intent)
     [claim] = (await store.claim("w", 1, T0, LEASE)).claims
@@ -188,7 +195,7 @@ async def test_completion_publishes_the_result_envelope(store: EffectorStore) ->
 
 
 @pytest.mark.asyncio
-async def test_expired_lease_is_claimed_again_and_first_result_wins(store: EffectorStore) -> None:
+async def test_expired_lease_is_claimed_again_and_first_result_wins(store: SqlStore) -> None:
     intent = make_intent("add")
     await submit(store, intent)
     [first] = (await store.claim("w1", 1, T0, LEASE)).claims
@@ -212,7 +219,7 @@ async def test_expired_lease_is_claimed_again_and_first_result_wins(store: Effec
 
 
 @pytest.mark.asyncio
-async def test_renewal_keeps_a_claim(store: EffectorStore) -> None:
+async def test_renewal_keeps_a_claim(store: SqlStore) -> None:
     await submit(store, make_intent("add"))
     [claim] = (await store.claim("w", 1, T0, LEASE)).claims
     assert await store.renew([claim], T0 + 900, LEASE) == {claim.token}
@@ -223,7 +230,7 @@ async def test_renewal_keeps_a_claim(store: EffectorStore) -> None:
 
 
 @pytest.mark.asyncio
-async def test_release_gives_the_intent_back(store: EffectorStore) -> None:
+async def test_release_gives_the_intent_back(store: SqlStore) -> None:
     intent = make_intent("add")
     await submit(store, intent)
     [claim] = (await store.claim("w", 1, T0, LEASE)).claims
@@ -240,7 +247,7 @@ async def test_release_gives_the_intent_back(store: EffectorStore) -> None:
 
 
 @pytest.mark.asyncio
-async def test_expired_head_is_refused_before_claiming(store: EffectorStore) -> None:
+async def test_expired_head_is_refused_before_claiming(store: SqlStore) -> None:
     expiring = make_intent("add", key=b"k", seq=0, ttl_ms=1_000, created_at_ms=T0)
     after = make_intent("add", key=b"k", seq=1, created_at_ms=T0)
     await submit(store, expiring, after, now=T0)
@@ -261,7 +268,7 @@ async def test_expired_head_is_refused_before_claiming(store: EffectorStore) -> 
 
 @pytest.mark.asyncio
 async def test_expiry_is_anchored_at_first_receipt_for_old_event_times(
-    store: EffectorStore,
+    store: SqlStore,
 ) -> None:
     hours_ago = T0 - 5 * 3_600_000
     replayed = make_intent("add", ttl_ms=1_000, created_at_ms=hours_ago)
@@ -279,28 +286,28 @@ async def test_expiry_is_anchored_at_first_receipt_for_old_event_times(
 
 
 @pytest.mark.asyncio
-async def test_undecided_approval_expires_with_a_result_envelope(store: EffectorStore) -> None:
+async def test_undecided_approval_expires_with_a_result_envelope(store: SqlStore) -> None:
     approval = make_intent("", kind=ToolIntent.APPROVAL, ttl_ms=500, created_at_ms=T0)
     await submit(store, approval)
-    assert await store.expire_approvals(T0 + 500, 100) == 0
-    assert await store.expire_approvals(T0 + 501, 100) == 1
-    assert await store.expire_approvals(T0 + 502, 100) == 0
+    assert len(await store.expire_approvals(T0 + 500, 100)) == 0
+    assert len(await store.expire_approvals(T0 + 501, 100)) == 1
+    assert len(await store.expire_approvals(T0 + 502, 100)) == 0
     [envelope] = await envelopes(store)
     assert envelope.WhichOneof("payload") == "tool_result"
     assert envelope.tool_result.intent_id == approval.intent_id
     assert envelope.tool_result.status == ToolResult.EXPIRED
-    decision = await store.decide(
+    decision = await store.record_vote(
         approval.intent_id, approved=True, approver="ann", reason="", now_ms=T0 + 600
     )
     assert (decision.applied, decision.reason) == (False, "already expired")
 
 
 @pytest.mark.asyncio
-async def test_decide_records_and_publishes_an_approval(store: EffectorStore) -> None:
+async def test_a_vote_records_and_publishes_an_approval(store: SqlStore) -> None:
     approval = make_intent("", {"amount": 5}, kind=ToolIntent.APPROVAL, ttl_ms=10_000)
     tool_intent = make_intent("add", key=b"other")
     await submit(store, approval, tool_intent)
-    decision = await store.decide(
+    decision = await store.record_vote(
         approval.intent_id, approved=True, approver="ann", reason="fine", now_ms=T0 + 3
     )
     assert (decision.applied, decision.state) == (True, IntentState.DONE)
@@ -322,7 +329,7 @@ async def test_decide_records_and_publishes_an_approval(store: EffectorStore) ->
         envelope.approval.reason,
     ) == (approval.intent_id, True, "ann", T0 + 3, "fine")
 
-    again = await store.decide(
+    again = await store.record_vote(
         approval.intent_id, approved=False, approver="bob", reason="", now_ms=T0 + 4
     )
     assert (again.applied, again.reason, again.result) == (
@@ -330,11 +337,11 @@ async def test_decide_records_and_publishes_an_approval(store: EffectorStore) ->
         "already decided",
         decision.result,
     )
-    not_approval = await store.decide(
+    not_approval = await store.record_vote(
         tool_intent.intent_id, approved=True, approver="", reason="", now_ms=T0
     )
     assert (not_approval.applied, not_approval.reason) == (False, "not an approval intent")
-    unknown = await store.decide(
+    unknown = await store.record_vote(
         make_intent("x", key=b"nobody").intent_id, approved=True, approver="", reason="", now_ms=T0
     )
     assert (unknown.applied, unknown.reason) == (False, "unknown intent")
@@ -342,10 +349,10 @@ async def test_decide_records_and_publishes_an_approval(store: EffectorStore) ->
 
 
 @pytest.mark.asyncio
-async def test_decide_after_the_deadline_expires_the_approval(store: EffectorStore) -> None:
+async def test_a_vote_after_the_deadline_expires_the_approval(store: SqlStore) -> None:
     approval = make_intent("", kind=ToolIntent.APPROVAL, ttl_ms=100, created_at_ms=T0)
     await submit(store, approval)
-    decision = await store.decide(
+    decision = await store.record_vote(
         approval.intent_id, approved=True, approver="", reason="", now_ms=T0 + 101
     )
     assert decision.applied is False
@@ -356,7 +363,7 @@ async def test_decide_after_the_deadline_expires_the_approval(store: EffectorSto
 
 @pytest.mark.asyncio
 async def test_offsets_are_dense_and_ordered_across_every_kind_of_append(
-    store: EffectorStore,
+    store: SqlStore,
 ) -> None:
     events = [AgentEnvelope(entity_key=b"e", external_event=bytes([i])) for i in range(3)]
     assert await store.publish(events, T0) == [1, 2, 3]
@@ -380,7 +387,7 @@ async def test_offsets_are_dense_and_ordered_across_every_kind_of_append(
 
 
 @pytest.mark.asyncio
-async def test_counts(store: EffectorStore) -> None:
+async def test_counts(store: SqlStore) -> None:
     await submit(
         store,
         make_intent("add", key=b"a"),
@@ -397,7 +404,7 @@ async def test_counts(store: EffectorStore) -> None:
 
 
 @pytest.mark.asyncio
-async def test_prune_forgets_only_old_done_records(store: EffectorStore) -> None:
+async def test_prune_forgets_only_old_done_records(store: SqlStore) -> None:
     old = make_intent("add", key=b"old")
     recent = make_intent("add", key=b"recent")
     pending = make_intent("add", key=b"pending", seq=0)
@@ -418,7 +425,7 @@ async def test_prune_forgets_only_old_done_records(store: EffectorStore) -> None
 
 
 @pytest.mark.asyncio
-async def test_wait_for_offset_wakes_on_append_and_times_out(store: EffectorStore) -> None:
+async def test_wait_for_offset_wakes_on_append_and_times_out(store: SqlStore) -> None:
     loop = asyncio.get_running_loop()
     started = loop.time()
     await store.wait_for_offset(1, 0.2)
@@ -457,19 +464,19 @@ async def test_records_survive_reopening(store_url: str) -> None:
         await second.close()
 
 
-async def redeliver(store: EffectorStore, *intents: ToolIntent, now: int) -> list[SubmitResult]:
+async def redeliver(store: SqlStore, *intents: ToolIntent, now: int) -> list[SubmitResult]:
     return await store.submit(
         [NewIntent(intent) for intent in intents], now, redeliver_results=True
     )
 
 
-async def raw_log(store: EffectorStore) -> list[bytes]:
+async def raw_log(store: SqlStore) -> list[bytes]:
     return [record.envelope.SerializeToString() for record in await store.read(1, 10_000)]
 
 
 @pytest.mark.asyncio
 async def test_redelivery_republishes_every_kind_of_result_byte_for_byte(
-    store: EffectorStore,
+    store: SqlStore,
 ) -> None:
     executed = make_intent("add", key=b"executed")
     expired_tool = make_intent("add", key=b"late", ttl_ms=10, created_at_ms=T0)
@@ -482,9 +489,13 @@ async def test_redelivery_republishes_every_kind_of_result_byte_for_byte(
     batch = await store.claim("w", 10, T0 + 11, LEASE)
     assert ([c.intent for c in batch.claims], batch.expired) == ([executed], 1)
     await store.complete([ok(batch.claims[0], b"2", now=T0 + 12)], T0 + 12)
-    await store.decide(approved.intent_id, approved=True, approver="ann", reason="ok", now_ms=T0)
-    await store.decide(denied.intent_id, approved=False, approver="bob", reason="no", now_ms=T0)
-    assert await store.expire_approvals(T0 + 20, 10) == 1
+    await store.record_vote(
+        approved.intent_id, approved=True, approver="ann", reason="ok", now_ms=T0
+    )
+    await store.record_vote(
+        denied.intent_id, approved=False, approver="bob", reason="no", now_ms=T0
+    )
+    assert len(await store.expire_approvals(T0 + 20, 10)) == 1
     first = await raw_log(store)
     assert len(first) == 6
     published = {AgentEnvelope.FromString(blob).entity_key: blob for blob in first}
@@ -510,7 +521,7 @@ async def test_redelivery_republishes_every_kind_of_result_byte_for_byte(
 
 @pytest.mark.asyncio
 async def test_redelivery_skips_work_not_yet_done_conflicts_and_plain_duplicates(
-    store: EffectorStore,
+    store: SqlStore,
 ) -> None:
     queued = make_intent("add", key=b"a", seq=1)
     running = make_intent("add", key=b"a", seq=0)
@@ -549,7 +560,7 @@ async def test_redelivery_skips_work_not_yet_done_conflicts_and_plain_duplicates
 
 @pytest.mark.asyncio
 async def test_redelivered_results_are_not_executed_again_by_a_fresh_claim(
-    store: EffectorStore,
+    store: SqlStore,
 ) -> None:
     intent = make_intent("add", key=b"k")
     await submit(store, intent)
@@ -565,7 +576,7 @@ async def test_redelivered_results_are_not_executed_again_by_a_fresh_claim(
 
 
 @pytest.mark.asyncio
-async def test_list_intents_by_state_oldest_first_and_bounded(store: EffectorStore) -> None:
+async def test_list_intents_by_state_oldest_first_and_bounded(store: SqlStore) -> None:
     approvals = [
         make_intent("", {"n": n}, key=f"ap{n}".encode(), kind=ToolIntent.APPROVAL) for n in range(4)
     ]
@@ -575,7 +586,9 @@ async def test_list_intents_by_state_oldest_first_and_bounded(store: EffectorSto
     tool_a = make_intent("add", key=b"t1")
     tool_b = make_intent("add", key=b"t2")
     await submit(store, tool_a, tool_b, now=T0 + 10)
-    await store.decide(approvals[0].intent_id, approved=True, approver="", reason="", now_ms=T0)
+    await store.record_vote(
+        approvals[0].intent_id, approved=True, approver="", reason="", now_ms=T0
+    )
 
     awaiting = await store.list_intents(IntentState.AWAITING_DECISION, 100)
     assert awaiting == [approvals[3], approvals[2], approvals[1]]
@@ -591,9 +604,9 @@ async def test_list_intents_by_state_oldest_first_and_bounded(store: EffectorSto
 
 @pytest.mark.asyncio
 async def test_list_failed_pages_through_done_intents_oldest_first(
-    store: EffectorStore, monkeypatch: pytest.MonkeyPatch
+    store: SqlStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(reads, "_FAILED_SCAN_BATCH", 2)  # several pages, failures on each
+    monkeypatch.setattr(store_sql, "_FAILED_SCAN_BATCH", 2)  # several pages, failures on each
     decided = [
         make_intent("", {"n": n}, key=f"ok{n}".encode(), kind=ToolIntent.APPROVAL) for n in range(3)
     ]
@@ -606,7 +619,9 @@ async def test_list_failed_pages_through_done_intents_oldest_first(
     await store.submit([NewIntent(rejected[1], rejection="unknown tool 'nope'")], T0 + 3)
     await submit(store, erroring, now=T0 + 4)
     for intent in decided:  # a denial is an OK result: the decision was recorded
-        await store.decide(intent.intent_id, approved=False, approver="", reason="", now_ms=T0 + 5)
+        await store.record_vote(
+            intent.intent_id, approved=False, approver="", reason="", now_ms=T0 + 5
+        )
     [claim] = (await store.claim("w", 1, T0 + 6, LEASE)).claims
     error = new_result(
         claim.intent, ToolResult.ERROR, completed_at_ms=T0 + 7, attempt=1, error_message="boom"
@@ -625,50 +640,8 @@ async def test_list_failed_pages_through_done_intents_oldest_first(
 
 
 @pytest.mark.asyncio
-async def test_a_version_1_store_is_migrated_and_redelivers_old_results(
-    store_url: str,
-) -> None:
-    executed = make_intent("add", key=b"x")
-    approval = make_intent("", key=b"y", kind=ToolIntent.APPROVAL)
-    waiting = make_intent("", key=b"z", kind=ToolIntent.APPROVAL)
-    first = await open_store(store_url)
-    try:
-        await submit(first, executed, approval, waiting)
-        [claim] = (await first.claim("w", 1, T0, LEASE)).claims
-        await first.complete([ok(claim)], T0)
-        await first.decide(approval.intent_id, approved=True, approver="a", reason="r", now_ms=T0)
-        before = await raw_log(first)
-    finally:
-        await first.close()
-    await downgrade_to_version_1(store_url)
-
-    migrated = await open_store(store_url)
-    try:
-        answers = await redeliver(migrated, executed, approval, waiting, now=T0 + 1)
-        assert [a.redelivered for a in answers] == [True, True, False]
-        assert (await raw_log(migrated))[2:] == before
-        assert await migrated.list_intents(IntentState.AWAITING_DECISION, 10) == [waiting]
-    finally:
-        await migrated.close()
-    reopened = await open_store(store_url)  # the migration ran once; the new version opens as is
-    await reopened.close()
-
-
-async def downgrade_to_version_1(store_url: str) -> None:
-    """Turn a current store back into the version 1 layout, with its data."""
-    statements = [
-        *VERSION_3_ONLY,
-        "ALTER TABLE effector_intents DROP COLUMN published_envelope",
-        "DROP INDEX effector_intents_by_state",
-        "CREATE INDEX effector_intents_state ON effector_intents (state)",
-        "UPDATE effector_meta SET value = '1' WHERE name = 'schema_version'",
-    ]
-    await execute_sql(store_url, statements)
-
-
-@pytest.mark.asyncio
 async def test_concurrent_submits_answer_as_if_recorded_one_after_another(
-    store: EffectorStore,
+    store: SqlStore,
 ) -> None:
     finished = make_intent("add", {"a": 1}, key=b"done", created_at_ms=T0)
     await submit(store, finished)

@@ -13,14 +13,11 @@ compensation settled it is refused (at Submit, or by the settle if it is already
 from __future__ import annotations
 
 import pytest
-from conftest import VERSION_5_ONLY, execute_sql
 from effector_harness import make_intent
 
 from beam_agents._protos import IntentState, ToolIntent, ToolResult
-from effector.intents import new_result
-from effector.store import EffectorStore, open_store
-from effector.store._schema import SCHEMA_VERSION
-from effector.store.base import Claim, Completion, NewIntent, SubmitOutcome
+from effector.store.model import Claim, Completion, NewIntent, SubmitOutcome, new_result
+from effector.store.sql import SqlStore
 
 T0 = 1_700_000_000_000
 LEASE = 1_000
@@ -57,7 +54,7 @@ def completion(claim: Claim, status: ToolResult.Status, now: int = T0) -> Comple
     return Completion(claim, result)
 
 
-async def judge(store: EffectorStore, claim: Claim, now: int) -> ToolResult | None:
+async def judge(store: SqlStore, claim: Claim, now: int) -> ToolResult | None:
     """Settle a claimed compensation (``None``: execute it); a verdict is recorded by it."""
     settled = await store.settle_compensation(claim, now)
     assert settled.execute == (settled.result is None)
@@ -65,12 +62,12 @@ async def judge(store: EffectorStore, claim: Claim, now: int) -> ToolResult | No
     return settled.result
 
 
-async def claimed(store: EffectorStore, now: int) -> list[ToolIntent]:
+async def claimed(store: SqlStore, now: int) -> list[ToolIntent]:
     return [claim.intent for claim in (await store.claim("w", 10, now, LEASE)).claims]
 
 
 @pytest.mark.asyncio
-async def test_a_compensation_runs_only_after_its_original_is_done(store: EffectorStore) -> None:
+async def test_a_compensation_runs_only_after_its_original_is_done(store: SqlStore) -> None:
     original = linked(0)
     undo = compensation_of(original, 1)
     # Submitted together, the compensation first: per-key order still claims the original first.
@@ -85,7 +82,7 @@ async def test_a_compensation_runs_only_after_its_original_is_done(store: Effect
 
 
 @pytest.mark.asyncio
-async def test_an_original_in_doubt_holds_its_compensation_back(store: EffectorStore) -> None:
+async def test_an_original_in_doubt_holds_its_compensation_back(store: SqlStore) -> None:
     original = linked(0)
     undo = compensation_of(original, 1)
     await store.submit([NewIntent(original), NewIntent(undo)], T0)
@@ -104,7 +101,7 @@ async def test_an_original_in_doubt_holds_its_compensation_back(store: EffectorS
 @pytest.mark.asyncio
 @pytest.mark.parametrize("never_ran", ["rejected", "expired"])
 async def test_a_compensation_of_an_original_that_never_ran_is_not_needed(
-    store: EffectorStore, never_ran: str
+    store: SqlStore, never_ran: str
 ) -> None:
     original = linked(0, ttl_ms=LEASE)
     undo = compensation_of(original, 1)
@@ -138,7 +135,7 @@ async def test_a_compensation_of_an_original_that_never_ran_is_not_needed(
 
 @pytest.mark.asyncio
 async def test_a_compensation_of_a_not_needed_compensation_is_not_needed(
-    store: EffectorStore,
+    store: SqlStore,
 ) -> None:
     original = linked(0)
     undo = compensation_of(original, 1)
@@ -157,7 +154,7 @@ async def test_a_compensation_of_a_not_needed_compensation_is_not_needed(
 
 @pytest.mark.asyncio
 async def test_a_compensation_of_an_unknown_or_pruned_original_is_rejected(
-    store: EffectorStore,
+    store: SqlStore,
 ) -> None:
     never_submitted = compensation_of(linked(0, key=b"ghost"), 1)
     original = linked(0)
@@ -180,7 +177,7 @@ async def test_a_compensation_of_an_unknown_or_pruned_original_is_rejected(
 
 @pytest.mark.asyncio
 async def test_a_compensation_that_is_not_the_declared_one_is_rejected(
-    store: EffectorStore,
+    store: SqlStore,
 ) -> None:
     original = linked(0)
     other_args = compensation_of(original, 1)
@@ -204,7 +201,7 @@ async def test_a_compensation_that_is_not_the_declared_one_is_rejected(
     assert "another entity key" in reasons[b"elsewhere"]
 
 
-async def log_results(store: EffectorStore) -> list[tuple[str, int]]:
+async def log_results(store: SqlStore) -> list[tuple[str, int]]:
     return [
         (r.envelope.tool_result.intent_id, r.envelope.tool_result.status)
         for r in await store.read(1, 100)
@@ -213,7 +210,7 @@ async def log_results(store: EffectorStore) -> list[tuple[str, int]]:
 
 @pytest.mark.asyncio
 async def test_an_original_arriving_after_its_compensation_is_refused_at_submit(
-    store: EffectorStore,
+    store: SqlStore,
 ) -> None:
     original = linked(0)
     undo = compensation_of(original, 1)
@@ -245,7 +242,7 @@ async def test_an_original_arriving_after_its_compensation_is_refused_at_submit(
 
 @pytest.mark.asyncio
 async def test_an_original_queued_after_its_compensation_was_claimed_is_refused(
-    store: EffectorStore,
+    store: SqlStore,
 ) -> None:
     original = linked(0)
     undo = compensation_of(original, 1)
@@ -268,7 +265,7 @@ async def test_an_original_queued_after_its_compensation_was_claimed_is_refused(
 
 
 @pytest.mark.asyncio
-async def test_only_the_first_compensation_of_an_effect_executes(store: EffectorStore) -> None:
+async def test_only_the_first_compensation_of_an_effect_executes(store: SqlStore) -> None:
     original = linked(0)
     first, second = compensation_of(original, 1), compensation_of(original, 2)
     await store.submit([NewIntent(i) for i in (original, first, second)], T0)
@@ -291,7 +288,7 @@ async def test_only_the_first_compensation_of_an_effect_executes(store: Effector
 
 @pytest.mark.asyncio
 async def test_the_same_compensation_claimed_again_after_a_lost_lease_still_runs(
-    store: EffectorStore,
+    store: SqlStore,
 ) -> None:
     original = linked(0)
     undo = compensation_of(original, 1)
@@ -309,41 +306,3 @@ async def test_the_same_compensation_claimed_again_after_a_lost_lease_still_runs
     done = completion(again, ToolResult.OK, T0 + 2 * LEASE + 2)
     assert await store.complete([done], T0 + 2 * LEASE + 2) == [True]
     assert await store.complete([completion(lost, ToolResult.OK)], T0 + 2 * LEASE + 3) == [False]
-
-
-@pytest.mark.asyncio
-async def test_a_version_4_store_migrates_keeping_its_records(store_url: str) -> None:
-    original = linked(0)
-    undo = compensation_of(original, 1)
-    first = await open_store(store_url)
-    try:
-        await first.submit([NewIntent(original), NewIntent(undo)], T0)
-        [claim] = (await first.claim("w", 10, T0, LEASE)).claims
-        await first.complete([completion(claim, ToolResult.OK)], T0)
-    finally:
-        await first.close()
-    await execute_sql(
-        store_url,
-        [*VERSION_5_ONLY, "UPDATE effector_meta SET value = '4' WHERE name = 'schema_version'"],
-    )
-    migrated = await open_store(store_url)
-    try:
-        record = await migrated.get_intent(original.intent_id)
-        assert record is not None and record.result is not None
-        assert (record.state, record.result.status) == (IntentState.DONE, ToolResult.OK)
-        [claim] = (await migrated.claim("w", 10, T0 + 1, LEASE)).claims
-        assert claim.intent == undo and await judge(migrated, claim, T0 + 1) is None
-    finally:
-        await migrated.close()
-    [(version,)] = await execute_sql(
-        store_url, ["SELECT value FROM effector_meta WHERE name = 'schema_version'"]
-    )
-    assert str(version) == str(SCHEMA_VERSION)
-    [(original_id, undo_id, unknown)] = await execute_sql(
-        store_url,
-        [
-            "SELECT original_intent_id, compensation_intent_id, original_was_unknown "
-            "FROM effector_compensations"
-        ],
-    )
-    assert (original_id, undo_id, unknown) == (original.intent_id, undo.intent_id, 0)

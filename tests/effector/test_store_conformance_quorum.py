@@ -8,26 +8,26 @@ import pytest
 from effector_harness import make_intent
 
 from beam_agents._protos import IntentState, ToolIntent
-from effector.store import EffectorStore
-from effector.store.base import NewIntent
+from effector.store.model import NewIntent
+from effector.store.sql import SqlStore
 
 T0 = 1_700_000_000_000
 
 
-async def _asked(store: EffectorStore, key: bytes, quorum: int) -> ToolIntent:
+async def _asked(store: SqlStore, key: bytes, quorum: int) -> ToolIntent:
     intent = make_intent("", {"pay": key.decode()}, key=key, kind=ToolIntent.APPROVAL)
     intent.required_approvals = quorum
     await store.submit([NewIntent(intent)], T0)
     return intent
 
 
-async def _vote(store: EffectorStore, intent: ToolIntent, approver: str, approved: bool = True):  # type: ignore[no-untyped-def]
-    return await store.decide(
+async def _vote(store: SqlStore, intent: ToolIntent, approver: str, approved: bool = True):  # type: ignore[no-untyped-def]
+    return await store.record_vote(
         intent.intent_id, approved=approved, approver=approver, reason="", now_ms=T0 + 1
     )
 
 
-async def _approvals(store: EffectorStore, intent_id: str) -> list[object]:
+async def _approvals(store: SqlStore, intent_id: str) -> list[object]:
     return [
         record.envelope.approval
         for record in await store.read(1, 1_000)
@@ -37,7 +37,7 @@ async def _approvals(store: EffectorStore, intent_id: str) -> list[object]:
 
 @pytest.mark.asyncio
 async def test_a_racing_quorum_counts_each_approver_once_and_decides_once(
-    store: EffectorStore,
+    store: SqlStore,
 ) -> None:
     asked = await _asked(store, b"q", 2)
     same = await asyncio.gather(*(_vote(store, asked, "ann") for _ in range(4)))
@@ -54,7 +54,7 @@ async def test_a_racing_quorum_counts_each_approver_once_and_decides_once(
 
 
 @pytest.mark.asyncio
-async def test_any_deny_decides_a_quorum_denied(store: EffectorStore) -> None:
+async def test_any_deny_decides_a_quorum_denied(store: SqlStore) -> None:
     asked = await _asked(store, b"d", 3)
     assert (await _vote(store, asked, "ann")).applied
     denied = await _vote(store, asked, "bob", approved=False)

@@ -3,7 +3,7 @@
 Runs on both stores (SQLite and PostgreSQL), like ``test_store_conformance.py``: a claim
 that is not an intent's first says its execution may have started; an intent left IN_DOUBT
 holds its key until its retry time, is claimed again then (whatever its deadline), and is
-visible in the reads; a version 3 store is migrated to version 4 with its records intact.
+visible in the reads.
 """
 
 from __future__ import annotations
@@ -11,14 +11,11 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from conftest import VERSION_4_ONLY, execute_sql
 from effector_harness import make_intent
 
 from beam_agents._protos import IntentState, ToolResult
-from effector.intents import new_result
-from effector.store import EffectorStore, open_store
-from effector.store._schema import SCHEMA_VERSION
-from effector.store.base import Claim, Completion, NewIntent
+from effector.store.model import Claim, Completion, NewIntent, new_result
+from effector.store.sql import SqlStore
 
 T0 = 1_700_000_000_000
 LEASE = 1_000
@@ -31,18 +28,18 @@ def ok(claim: Claim, payload: bytes = b'"done"', now: int = T0) -> Completion:
     return Completion(claim, result)
 
 
-async def submit(store: EffectorStore, *intents: object, now: int = T0) -> None:
+async def submit(store: SqlStore, *intents: object, now: int = T0) -> None:
     await store.submit([NewIntent(intent) for intent in intents], now)  # type: ignore[arg-type]
 
 
-async def state_of(store: EffectorStore, intent_id: str) -> tuple[IntentState, int]:
+async def state_of(store: SqlStore, intent_id: str) -> tuple[IntentState, int]:
     record = await store.get_intent(intent_id)
     assert record is not None
     return record.state, record.attempts
 
 
 @pytest.mark.asyncio
-async def test_only_a_claim_after_the_first_may_find_its_effect_made(store: EffectorStore) -> None:
+async def test_only_a_claim_after_the_first_may_find_its_effect_made(store: SqlStore) -> None:
     intent = make_intent("add", ttl_ms=60_000, created_at_ms=T0)
     await submit(store, intent)
     [first] = (await store.claim("w1", 1, T0, LEASE)).claims
@@ -57,7 +54,7 @@ async def test_only_a_claim_after_the_first_may_find_its_effect_made(store: Effe
 
 @pytest.mark.asyncio
 async def test_an_intent_in_doubt_holds_its_key_until_its_retry_and_is_visible(
-    store: EffectorStore,
+    store: SqlStore,
 ) -> None:
     doubtful = make_intent("add", key=b"k", seq=0)
     behind = make_intent("add", key=b"k", seq=1)
@@ -104,7 +101,7 @@ async def test_an_intent_in_doubt_holds_its_key_until_its_retry_and_is_visible(
 
 @pytest.mark.asyncio
 async def test_an_intent_in_doubt_is_claimed_again_past_its_deadline_not_expired(
-    store: EffectorStore,
+    store: SqlStore,
 ) -> None:
     intent = make_intent("add", ttl_ms=5 * LEASE, created_at_ms=T0)
     await submit(store, intent)
@@ -128,7 +125,7 @@ async def test_an_intent_in_doubt_is_claimed_again_past_its_deadline_not_expired
 
 
 @pytest.mark.asyncio
-async def test_marking_in_doubt_needs_the_claim_to_hold_the_key(store: EffectorStore) -> None:
+async def test_marking_in_doubt_needs_the_claim_to_hold_the_key(store: SqlStore) -> None:
     intent = make_intent("add")
     await submit(store, intent)
     [lost] = (await store.claim("w1", 1, T0, LEASE)).claims
@@ -138,45 +135,3 @@ async def test_marking_in_doubt_needs_the_claim_to_hold_the_key(store: EffectorS
     assert await store.complete([ok(taken)], T0 + LEASE + 3) == [True]
     assert not await store.mark_in_doubt(taken, "done already", T0 + LEASE + 4, T0 + 99 * LEASE)
     assert await state_of(store, intent.intent_id) == (IntentState.DONE, 2)
-
-
-@pytest.mark.asyncio
-async def test_a_version_3_store_is_migrated_to_version_4_with_its_records(
-    store_url: str,
-) -> None:
-    finished = make_intent("add", key=b"x")
-    running = make_intent("add", key=b"y")
-    first = await open_store(store_url)
-    try:
-        await submit(first, finished, running)
-        claims = (await first.claim("w", 2, T0, LEASE)).claims
-        [done] = [c for c in claims if c.intent == finished]
-        await first.complete([ok(done)], T0)
-    finally:
-        await first.close()
-    await execute_sql(
-        store_url,
-        [*VERSION_4_ONLY, "UPDATE effector_meta SET value = '3' WHERE name = 'schema_version'"],
-    )
-
-    migrated = await open_store(store_url)
-    try:
-        record = await migrated.get_intent(finished.intent_id)
-        assert record is not None and record.result is not None
-        assert (record.state, record.result.payload, record.in_doubt_reason) == (
-            IntentState.DONE,
-            b'"done"',
-            "",
-        )
-        assert record.retry_at_ms is None
-        [claim] = (await migrated.claim("w", 2, T0 + LEASE + 1, LEASE)).claims
-        assert claim.intent == running
-        assert (claim.possibly_started, claim.reconcile_failures) == (True, 0)
-        assert await migrated.mark_in_doubt(claim, "down", T0 + LEASE + 2, T0 + 5 * LEASE)
-        assert (await migrated.counts()).in_doubt == 1
-    finally:
-        await migrated.close()
-    [(version,)] = await execute_sql(
-        store_url, ["SELECT value FROM effector_meta WHERE name = 'schema_version'"]
-    )
-    assert str(version) == str(SCHEMA_VERSION) == "6"

@@ -19,14 +19,15 @@ from conftest import sqlite_url
 from effector_harness import make_intent
 from test_store_telemetry import T0, agent_error, llm_span, span
 
-import effector.store._execution as execution
-import effector.store._reads as reads
-import effector.store._telemetry as telemetry
+import effector.store.sql as store_sql
 from beam_agents._protos import IntentState, ToolIntent, ToolResult
-from effector.intents import new_result
 from effector.store import open_store
-from effector.store.base import ClaimRequest, Completion, NewIntent
-from effector.store.sqlite import SQLITE
+from effector.store.model import ClaimRequest, Completion, NewIntent, new_result
+from effector.store.sqlite import SQLITE, SqliteStore
+
+STEPS = SqliteStore.__new__(SqliteStore)
+"""A SQLite store object that runs no transaction of its own: its steps run on a test's."""
+STEPS._dialect = SQLITE
 
 
 class PlannedTx:
@@ -103,7 +104,7 @@ def no_table_scans(tx: PlannedTx) -> None:
 
 
 def test_the_overview_range_scans_its_window(planned: Any) -> None:
-    tx = planned(lambda tx: telemetry.overview(tx, T0 + 60_000, 3_600_000))
+    tx = planned(lambda tx: store_sql._overview(tx, T0 + 60_000, 3_600_000))
     no_table_scans(tx)
     window = "(state=? AND completed_at_ms>? AND completed_at_ms<?)"
     for fragment in (
@@ -121,7 +122,7 @@ def test_the_overview_range_scans_its_window(planned: Any) -> None:
 
 @pytest.mark.parametrize("search", [b"", b"k1"])
 def test_the_keys_list_walks_the_activity_index(planned: Any, search: bytes) -> None:
-    tx = planned(lambda tx: telemetry.list_keys(tx, SQLITE, search, 50))
+    tx = planned(lambda tx: STEPS._list_keys(tx, search, 50))
     no_table_scans(tx)
     steps = [step for _, plan in tx.plans for step in plan]
     assert "SCAN a USING INDEX effector_key_activity_seen" in steps
@@ -135,7 +136,7 @@ def test_the_keys_list_walks_the_activity_index(planned: Any, search: bytes) -> 
 
 @pytest.mark.parametrize("state", [None, IntentState.DONE])
 def test_a_search_by_tool_follows_the_tool_index(planned: Any, state: Any) -> None:
-    tx = planned(lambda tx: reads.search_intents(tx, state, "mul", None, 10))
+    tx = planned(lambda tx: STEPS._search_intents(tx, state, "mul", None, 10))
     no_table_scans(tx)
     for _, plan in tx.plans:
         assert plan == [
@@ -145,11 +146,11 @@ def test_a_search_by_tool_follows_the_tool_index(planned: Any, state: Any) -> No
 
 def test_recording_and_pruning_traces_probe_indexes(planned: Any) -> None:
     events = [span(b"k1", 3, 0), span(b"new", 0, 0), span(b"new", 0, 1)]
-    tx = planned(lambda tx: telemetry.record_traces(tx, events, T0 + 5))
+    tx = planned(lambda tx: store_sql._record_traces(tx, events, T0 + 5))
     no_table_scans(tx)
     counted = tx.plan_of("SELECT entity_key, seq, COUNT(*) FROM effector_traces")
     assert "effector_traces_by_key (entity_key=? AND seq=?)" in " ".join(counted)
-    tx = planned(lambda tx: telemetry.prune_telemetry(tx, SQLITE, T0 + 1))
+    tx = planned(lambda tx: STEPS._prune_telemetry(tx, T0 + 1))
     no_table_scans(tx)
     idle = tx.plan_of("SELECT entity_key FROM effector_key_activity WHERE last_seen_ms < ?")
     assert "effector_key_activity_seen (last_seen_ms<?)" in idle[0]
@@ -158,8 +159,8 @@ def test_recording_and_pruning_traces_probe_indexes(planned: Any) -> None:
 
 
 def test_polling_the_counts_seeks_the_states_in_flight_not_the_done_ones(planned: Any) -> None:
-    every = " ".join(planned(reads.counts).plan_of("GROUP BY state"))
-    polled = " ".join(planned(lambda tx: reads.counts(tx, done=False)).plan_of("state IN"))
+    every = " ".join(planned(store_sql._counts).plan_of("GROUP BY state"))
+    polled = " ".join(planned(lambda tx: store_sql._counts(tx, done=False)).plan_of("state IN"))
     # Counting everything walks the whole by-state index; polling seeks the states in flight.
     assert "SCAN effector_intents USING COVERING INDEX effector_intents_by_state" in every
     assert "SEARCH effector_intents USING COVERING INDEX effector_intents_by_state (state=?)" in (
@@ -169,7 +170,7 @@ def test_polling_the_counts_seeks_the_states_in_flight_not_the_done_ones(planned
 
 
 def test_pruning_done_intents_range_scans_them_by_completion(planned: Any) -> None:
-    tx = planned(lambda tx: reads.prune(tx, T0 + 100, 50))
+    tx = planned(lambda tx: store_sql._prune(tx, T0 + 50))
     old = tx.plan_of("DELETE FROM effector_intents")
     assert any("effector_intents_completed (state=? AND completed_at_ms<?)" in s for s in old)
 
@@ -192,13 +193,13 @@ def test_the_worker_finds_the_intents_it_claims_and_records_by_id(backlog: Path)
     connection = sqlite3.connect(backlog)
     tx = PlannedTx(connection)
     try:
-        batch, _, _ = execution.claim_work(tx, SQLITE, "w", 250, T0 + 1, 60_000)
+        batch, _ = STEPS._claim_work(tx, "w", 250, T0 + 1, 60_000)
         done = [
             Completion(c, new_result(c.intent, ToolResult.OK, completed_at_ms=T0 + 2, attempt=1))
             for c in batch.claims
         ]
-        recorded, after, _, _ = execution.record_and_claim(
-            tx, SQLITE, done, T0 + 2, ClaimRequest("w", 250, 60_000)
+        recorded, after, _ = STEPS._record_and_claim(
+            tx, done, T0 + 2, ClaimRequest("w", 250, 60_000)
         )
     finally:
         connection.rollback()

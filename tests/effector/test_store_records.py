@@ -1,18 +1,17 @@
 """The activation-records half of the conformance suite: stored once, read back by run, pruned.
 
 Runs against every store backend (SQLite and PostgreSQL) with time passed in, like
-``test_store_telemetry.py``; the last test opens a version 2 store, which gains the table.
+``test_store_telemetry.py``.
 """
 
 from __future__ import annotations
 
 import pytest
-from conftest import VERSION_3_ONLY, execute_sql
 
-import effector.store._telemetry as telemetry
+import effector.store.sql as store_sql
 from beam_agents._protos import ActivationRecord, AgentEnvelope
-from effector.records import records_page
-from effector.store import EffectorStore, open_store
+from effector.service import records_page
+from effector.store.sql import SqlStore
 
 T0 = 1_700_000_020_000
 
@@ -34,7 +33,7 @@ def record(key: bytes, seq: int, position: int = 0, output: bytes = b"done") -> 
 
 @pytest.mark.asyncio
 async def test_records_are_stored_once_per_place_in_their_keys_history(
-    store: EffectorStore,
+    store: SqlStore,
 ) -> None:
     first = [record(b"k", 0), record(b"k", 0, 1), record(b"k", 1)]
     stored = await store.record_activations([*first, first[0]], T0)
@@ -49,7 +48,7 @@ async def test_records_are_stored_once_per_place_in_their_keys_history(
 
 @pytest.mark.asyncio
 async def test_records_for_key_pages_whole_runs_newest_first_each_in_order(
-    store: EffectorStore,
+    store: SqlStore,
 ) -> None:
     runs = {seq: [record(b"k", seq, n) for n in range(seq % 3 + 1)] for seq in range(6)}
     shuffled = [r for seq in (3, 0, 5, 1, 4, 2) for r in reversed(runs[seq])]
@@ -68,9 +67,9 @@ async def test_records_for_key_pages_whole_runs_newest_first_each_in_order(
 
 @pytest.mark.asyncio
 async def test_records_are_pruned_with_the_telemetry(
-    store: EffectorStore, monkeypatch: pytest.MonkeyPatch
+    store: SqlStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(telemetry, "PRUNE_BATCH", 2)  # pruning takes several transactions
+    monkeypatch.setattr(store_sql, "PRUNE_BATCH", 2)  # pruning takes several transactions
     await store.record_activations([record(b"old", seq) for seq in range(5)], T0)
     await store.record_activations([record(b"new", 0)], T0 + 1_000)
     assert await store.prune_telemetry(T0 + 1_500, 1_000) == 5
@@ -88,17 +87,3 @@ def test_a_page_leaves_its_oldest_runs_for_the_next_when_it_is_too_large() -> No
     assert records_page(big, 10, 2_500) == (big[2:], 2)
     assert records_page(big, 10, 10) == (big[3:], 3)  # the newest run always stays
     assert records_page([], 10, 10) == ([], 0)
-
-
-@pytest.mark.asyncio
-async def test_a_version_2_store_gains_the_records_table(store_url: str) -> None:
-    first = await open_store(store_url)
-    await first.close()
-    version_2 = "UPDATE effector_meta SET value = '2' WHERE name = 'schema_version'"
-    await execute_sql(store_url, [*VERSION_3_ONLY, version_2])
-    migrated = await open_store(store_url)
-    try:
-        assert (await migrated.record_activations([record(b"k", 0)], T0)).recorded == 1
-        assert await migrated.records_for_key(b"k", 1) == [record(b"k", 0)]
-    finally:
-        await migrated.close()

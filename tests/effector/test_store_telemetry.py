@@ -10,12 +10,9 @@ import asyncio
 import hashlib
 
 import pytest
-from conftest import VERSION_3_ONLY, execute_sql, schema_version
 from effector_harness import make_intent
 
-import effector.store._reads as reads
-import effector.store._schema as schema
-import effector.store._telemetry as telemetry
+import effector.store.sql as store_sql
 from beam_agents._protos import (
     AgentEnvelope,
     AgentError,
@@ -24,10 +21,8 @@ from beam_agents._protos import (
     ToolResult,
     TraceEvent,
 )
-from effector.intents import error_id_for, new_result
-from effector.store import EffectorStore, open_store
-from effector.store._schema import SCHEMA_VERSION
-from effector.store.base import Completion, NewIntent
+from effector.store.model import Completion, NewIntent, error_id_for, new_result
+from effector.store.sql import SqlStore
 
 T0 = 1_700_000_020_000
 MINUTE = 60_000
@@ -70,7 +65,7 @@ def agent_error(key: bytes, detail: str, reason: str = "activation_error") -> Ag
 
 
 @pytest.mark.asyncio
-async def test_trace_events_are_recorded_once_per_span_id(store: EffectorStore) -> None:
+async def test_trace_events_are_recorded_once_per_span_id(store: SqlStore) -> None:
     first = [span(b"k", 0, n, wall_start_unix_nano=1_000) for n in range(3)]
     again = [span(b"k", 0, n, wall_start_unix_nano=9_000) for n in range(3)]  # a retry's times
     recorded = await store.record_traces([*first, first[0]], T0)
@@ -81,7 +76,7 @@ async def test_trace_events_are_recorded_once_per_span_id(store: EffectorStore) 
 
 
 @pytest.mark.asyncio
-async def test_traces_for_key_returns_the_newest_runs_in_order(store: EffectorStore) -> None:
+async def test_traces_for_key_returns_the_newest_runs_in_order(store: SqlStore) -> None:
     events = [span(b"k", seq, n) for seq in (0, 1, 2, 5) for n in (2, 0, 1)]
     await store.record_traces(events, T0)
     await store.record_traces([span(b"other", 9, 0), span(b"k-longer", 7, 0)], T0)
@@ -123,7 +118,7 @@ def test_the_error_id_digests_what_a_retry_reproduces_and_nothing_else() -> None
 
 
 @pytest.mark.asyncio
-async def test_errors_are_recorded_once_per_content_digest(store: EffectorStore) -> None:
+async def test_errors_are_recorded_once_per_content_digest(store: SqlStore) -> None:
     boom, other = agent_error(b"k", "boom"), agent_error(b"k", "other")
     assert error_id_for(boom) == error_id_for(agent_error(b"k", "boom"))
     assert error_id_for(boom) != error_id_for(other)
@@ -138,7 +133,7 @@ async def test_errors_are_recorded_once_per_content_digest(store: EffectorStore)
 
 
 @pytest.mark.asyncio
-async def test_list_errors_newest_first_by_key_and_bounded(store: EffectorStore) -> None:
+async def test_list_errors_newest_first_by_key_and_bounded(store: SqlStore) -> None:
     errors = [agent_error(b"a" if n % 2 else b"b", f"e{n}") for n in range(5)]
     for n, error in enumerate(errors):
         await store.record_errors([error], T0 + n)
@@ -151,7 +146,7 @@ async def test_list_errors_newest_first_by_key_and_bounded(store: EffectorStore)
 
 
 @pytest.mark.asyncio
-async def test_mark_redriven_notes_the_time_of_known_errors_only(store: EffectorStore) -> None:
+async def test_mark_redriven_notes_the_time_of_known_errors_only(store: SqlStore) -> None:
     error = agent_error(b"k", "boom")
     await store.record_errors([error], T0)
     assert await store.mark_redriven(error_id_for(error), T0 + 7) is True
@@ -165,7 +160,7 @@ async def test_mark_redriven_notes_the_time_of_known_errors_only(store: Effector
 
 
 @pytest.mark.asyncio
-async def test_mark_redriven_is_a_claim_taken_once_unless_again(store: EffectorStore) -> None:
+async def test_mark_redriven_is_a_claim_taken_once_unless_again(store: SqlStore) -> None:
     error_id = error_id_for(agent_error(b"k", "boom"))
     await store.record_errors([agent_error(b"k", "boom")], T0)
     claims = await asyncio.gather(*(store.mark_redriven(error_id, T0 + n) for n in range(1, 5)))
@@ -180,7 +175,7 @@ async def test_mark_redriven_is_a_claim_taken_once_unless_again(store: EffectorS
 
 
 @pytest.mark.asyncio
-async def test_list_keys_by_last_seen_with_runs_and_open_intents(store: EffectorStore) -> None:
+async def test_list_keys_by_last_seen_with_runs_and_open_intents(store: SqlStore) -> None:
     binary = b"\xff\x00key"
     await store.record_traces([span(b"order-1", seq, n) for seq in range(3) for n in range(2)], T0)
     await store.submit(
@@ -205,7 +200,7 @@ async def test_list_keys_by_last_seen_with_runs_and_open_intents(store: Effector
     assert await store.list_keys(b"nothing", 10) == []
 
 
-async def seed_intents(store: EffectorStore) -> list[ToolIntent]:
+async def seed_intents(store: SqlStore) -> list[ToolIntent]:
     """Six intents received one ms apart: two tools, three keys, every state."""
     intents = [
         make_intent("add", key=b"a", seq=0),
@@ -224,9 +219,9 @@ async def seed_intents(store: EffectorStore) -> list[ToolIntent]:
 
 @pytest.mark.asyncio
 async def test_search_intents_filters_newest_first(
-    store: EffectorStore, monkeypatch: pytest.MonkeyPatch
+    store: SqlStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(reads, "_SEARCH_SCAN_BATCH", 2)  # every scan takes several pages
+    monkeypatch.setattr(store_sql, "_SEARCH_SCAN_BATCH", 2)  # every scan takes several pages
     intents = await seed_intents(store)
 
     async def ids(**filters: object) -> list[int]:
@@ -247,7 +242,7 @@ async def test_search_intents_filters_newest_first(
 
 
 @pytest.mark.asyncio
-async def test_intent_records_carry_their_lifecycle_times(store: EffectorStore) -> None:
+async def test_intent_records_carry_their_lifecycle_times(store: SqlStore) -> None:
     intents = await seed_intents(store)
     record = await store.get_intent(intents[0].intent_id)
     assert record is not None
@@ -273,7 +268,7 @@ async def test_intent_records_carry_their_lifecycle_times(store: EffectorStore) 
 
 
 @pytest.mark.asyncio
-async def test_overview_figures_on_known_data(store: EffectorStore) -> None:
+async def test_overview_figures_on_known_data(store: SqlStore) -> None:
     minute = T0 - T0 % MINUTE  # the minute T0 falls in
     now = minute + 3 * MINUTE + 5  # in the fourth minute; a 3-minute window covers the last 3
     empty = await store.overview(now, 3 * MINUTE)
@@ -300,7 +295,7 @@ async def test_overview_figures_on_known_data(store: EffectorStore) -> None:
     await store.submit([refused], minute + MINUTE + 5)
     decided = make_intent("", key=b"d", kind=ToolIntent.APPROVAL)
     await store.submit([NewIntent(decided)], minute + MINUTE)
-    await store.decide(
+    await store.record_vote(
         decided.intent_id, approved=True, approver="a", reason="", now_ms=minute + 2 * MINUTE
     )
     await store.record_errors([agent_error(b"e", "1"), agent_error(b"e", "2")], minute + MINUTE)
@@ -333,9 +328,9 @@ async def test_overview_figures_on_known_data(store: EffectorStore) -> None:
 
 @pytest.mark.asyncio
 async def test_prune_telemetry_forgets_only_what_is_past_the_retention(
-    store: EffectorStore, monkeypatch: pytest.MonkeyPatch
+    store: SqlStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(telemetry, "PRUNE_BATCH", 2)  # pruning takes several transactions
+    monkeypatch.setattr(store_sql, "PRUNE_BATCH", 2)  # pruning takes several transactions
     await store.record_traces([span(b"old", 0, n) for n in range(5)], T0)
     await store.record_errors([agent_error(b"old", str(n)) for n in range(3)], T0)
     await store.record_traces([span(b"mixed", 0, 0)], T0)
@@ -363,7 +358,7 @@ async def test_prune_telemetry_forgets_only_what_is_past_the_retention(
 
 @pytest.mark.asyncio
 async def test_a_keys_runs_count_each_run_once_however_its_events_arrive(
-    store: EffectorStore,
+    store: SqlStore,
 ) -> None:
     await store.record_traces([span(b"k", 0, 0), span(b"k", 0, 1)], T0)
     await store.record_traces([span(b"k", 0, 1), span(b"k", 0, 2)], T0 + 1)  # a retry, and more
@@ -378,9 +373,9 @@ async def test_a_keys_runs_count_each_run_once_however_its_events_arrive(
 
 @pytest.mark.asyncio
 async def test_a_key_search_looks_at_the_newest_keys_and_finds_an_exact_key(
-    store: EffectorStore, monkeypatch: pytest.MonkeyPatch
+    store: SqlStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(telemetry, "KEY_SEARCH_SCAN", 2)
+    monkeypatch.setattr(store_sql, "KEY_SEARCH_SCAN", 2)
     for n, key in enumerate([b"order-1", b"order-2", b"order-3", b"other"]):
         await store.record_errors([agent_error(key, "x")], T0 + n)
     assert [k.entity_key for k in await store.list_keys(b"order", 10)] == [b"order-3"]
@@ -390,56 +385,3 @@ async def test_a_key_search_looks_at_the_newest_keys_and_finds_an_exact_key(
         b"order-3",
         b"order-2",
     ]
-
-
-@pytest.mark.asyncio
-async def test_a_version_2_store_is_migrated_and_records_start_times(
-    store_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(schema, "_MIGRATION_BATCH", 1)  # filling tool names takes batches
-    done, waiting = make_intent("add", key=b"x"), make_intent("mul", key=b"y")
-    first = await open_store(store_url)
-    try:
-        await first.submit([NewIntent(done)], T0)
-        [claim] = (await first.claim("w", 1, T0, LEASE)).claims
-        result = new_result(done, ToolResult.OK, completed_at_ms=T0 + 1, attempt=1)
-        await first.complete([Completion(claim, result)], T0 + 1)
-        await first.submit([NewIntent(waiting)], T0)
-    finally:
-        await first.close()
-    await downgrade_to_version_2(store_url)
-
-    migrated = await open_store(store_url)
-    try:
-        records = [await migrated.get_intent(i.intent_id) for i in (done, waiting)]
-        assert [(r.state, r.started_at_ms, r.completed_at_ms) for r in records if r] == [
-            (IntentState.DONE, None, T0 + 1),
-            (IntentState.PENDING, None, None),
-        ]
-        for tool, intent in (("add", done), ("mul", waiting)):
-            found = await migrated.search_intents(
-                state=None, tool_name=tool, entity_key=None, limit=10
-            )
-            assert [record.intent for record in found] == [intent]
-        keys = await migrated.list_keys(b"", 10)
-        assert [(k.entity_key, k.runs, k.last_seen_ms, k.open_intents) for k in keys] == [
-            (b"x", 0, T0 + 1, 0),
-            (b"y", 0, T0, 1),
-        ]
-        assert (await migrated.overview(T0 + 2, MINUTE)).tool_latency_p50_ms is None
-        await migrated.claim("w", 10, T0 + 5, LEASE)
-        record = await migrated.get_intent(waiting.intent_id)
-        assert record is not None and record.started_at_ms == T0 + 5
-        assert (await migrated.record_traces([span(b"x", 0, 0)], T0)).recorded == 1
-        assert (await migrated.record_errors([agent_error(b"x", "e")], T0)).recorded == 1
-        [x, _] = await migrated.list_keys(b"", 10)
-        assert (x.entity_key, x.runs, x.last_seen_ms) == (b"x", 1, T0 + 1)
-    finally:
-        await migrated.close()
-    assert await schema_version(store_url) == str(SCHEMA_VERSION)
-
-
-async def downgrade_to_version_2(store_url: str) -> None:
-    """Turn a current store back into the version 2 layout, with its data."""
-    version_2 = "UPDATE effector_meta SET value = '2' WHERE name = 'schema_version'"
-    await execute_sql(store_url, [*VERSION_3_ONLY, version_2])

@@ -22,20 +22,18 @@ from effector_harness import intent_id, make_intent
 
 from beam_agents._protos import IntentState, ToolIntent, ToolResult
 from beam_agents.tools import IntentInfo, Tool, ToolRegistry, tool
-from effector.errors import StoreError
-from effector.metrics import EffectorMetrics
-from effector.runner import EffectorToolRunner, _ToolThreads
-from effector.store import EffectorStore, _execution, open_store
-from effector.store._execution import new_token
-from effector.store.base import ClaimBatch, ClaimRequest, Completion, NewIntent
-from effector.worker import Worker, WorkerSettings
+from effector.observability import EffectorMetrics
+from effector.store import open_store
+from effector.store.model import ClaimBatch, ClaimRequest, Completion, NewIntent, StoreError
+from effector.store.sql import SqlStore, new_token
+from effector.worker import EffectorToolRunner, Worker, WorkerSettings, _ToolThreads
 
 SETTINGS = WorkerSettings(concurrency=16, poll_interval_ms=60_000, housekeeping_interval_ms=60_000)
 """The claim loop runs only when woken: every other claim is the record commit's own."""
 
 
 @asynccontextmanager
-async def working(store: EffectorStore, registry: ToolRegistry) -> AsyncIterator[Worker]:
+async def working(store: SqlStore, registry: ToolRegistry) -> AsyncIterator[Worker]:
     worker = Worker(store, registry, EffectorToolRunner(), EffectorMetrics(), SETTINGS)
     worker.start()
     try:
@@ -45,7 +43,7 @@ async def working(store: EffectorStore, registry: ToolRegistry) -> AsyncIterator
 
 
 async def submit_and_wait(
-    store: EffectorStore, worker: Worker, intents: list[ToolIntent], timeout_s: float = 20.0
+    store: SqlStore, worker: Worker, intents: list[ToolIntent], timeout_s: float = 20.0
 ) -> None:
     await store.submit([NewIntent(intent) for intent in intents], int(time.time() * 1000))
     worker.wake()
@@ -148,7 +146,7 @@ async def test_a_keys_next_intent_starts_only_after_the_result_before_it_is_dura
 class CountingStore:
     """Counts the claims a store hands out, by the call that handed them out."""
 
-    def __init__(self, store: EffectorStore) -> None:
+    def __init__(self, store: SqlStore) -> None:
         self.standalone = 0
         self.chained = 0
         claim, complete_and_claim = store.claim, store.complete_and_claim
@@ -239,8 +237,8 @@ async def test_a_failed_claim_after_durable_results_still_reports_them(tmp_path:
     await store.submit([NewIntent(intent)], int(time.time() * 1000))
     batch = await real_claim("owner", 1, int(time.time() * 1000), 30_000)
     result = ToolResult(intent_id=intent.intent_id, status=ToolResult.OK)
-    recorded, claimed = await EffectorStore.complete_and_claim(
-        store,
+    store._claim_with_results = False  # type: ignore[attr-defined]  # PostgreSQL's shape
+    recorded, claimed = await store.complete_and_claim(
         [Completion(batch.claims[0], result)],
         int(time.time() * 1000),
         ClaimRequest("owner", 4, 30_000),
@@ -258,7 +256,7 @@ async def test_a_drain_that_gives_up_on_a_commit_releases_what_it_claimed(
     path = tmp_path / "store.db"
     store = await open_store(f"sqlite:///{path}")
     slow = threading.Event()
-    real = _execution.record_and_claim
+    real = SqlStore._record_and_claim
 
     def slow_record_and_claim(*args: Any, **kwargs: Any) -> Any:
         out = real(*args, **kwargs)
@@ -266,7 +264,7 @@ async def test_a_drain_that_gives_up_on_a_commit_releases_what_it_claimed(
             time.sleep(1.5)  # a slow commit: the drain's grace runs out meanwhile
         return out
 
-    monkeypatch.setattr(_execution, "record_and_claim", slow_record_and_claim)
+    monkeypatch.setattr(SqlStore, "_record_and_claim", slow_record_and_claim)
     worker = Worker(
         store,
         ToolRegistry([quick_noop]),

@@ -12,17 +12,17 @@ from effector_harness import make_intent
 
 import effector.worker as worker_module
 from beam_agents.tools import ToolRegistry
-from effector.metrics import EffectorMetrics
-from effector.runner import EffectorToolRunner
-from effector.store import EffectorStore, open_store
-from effector.store.base import NewIntent, StoreCounts
-from effector.worker import GAUGE_COUNT_SHARE, Worker, WorkerSettings
+from effector.observability import EffectorMetrics
+from effector.store import open_store
+from effector.store.model import NewIntent, StoreCounts
+from effector.store.sql import SqlStore
+from effector.worker import GAUGE_COUNT_SHARE, EffectorToolRunner, Worker, WorkerSettings
 
 TICK_MS = 10
 
 
 async def counts_while_working(
-    store: EffectorStore, delay_s: float, watch_s: float
+    store: SqlStore, delay_s: float, watch_s: float
 ) -> tuple[int, float]:
     """Run an ingest-only worker for ``watch_s``; its counts, each slowed by ``delay_s``."""
     calls = 0

@@ -1,0 +1,408 @@
+"""The store's vocabulary: typed errors, the intent model, and what a store answers.
+
+Every layer of the effector imports these from here: the errors it raises, the rules every
+recorded intent follows (canonical ids, expiry, result and approval envelopes), and the
+records a store returns. Pure: it imports nothing of the effector.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import re
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from beam_agents._protos import (
+    AgentEnvelope,
+    AgentError,
+    Approval,
+    IntentState,
+    ToolIntent,
+    ToolResult,
+    canonical_json_bytes,
+)
+
+# -- errors -------------------------------------------------------------------------------------
+
+
+class EffectorError(Exception):
+    """Base class of every error the effector raises on purpose."""
+
+
+class ConfigurationError(EffectorError):
+    """The effector was configured wrongly (a flag, a URL, a file); the message says which."""
+
+
+class StoreError(EffectorError):
+    """A store could not carry out an operation (unreachable database, corrupt file, ...)."""
+
+
+class StoreBusyError(StoreError):
+    """The store is already in exclusive use by another effector process."""
+
+
+class StoreSchemaError(StoreError):
+    """The store holds a schema version this effector does not understand."""
+
+
+# -- the intent model ---------------------------------------------------------------------------
+
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+"""``str(uuid.UUID(...))``'s spelling: what every id matching it round-trips to."""
+
+
+def wall_clock_ms() -> int:
+    """Read the effector's processing-time clock, in milliseconds since the epoch."""
+    return time.time_ns() // 1_000_000
+
+
+def intent_id_problem(intent_id: str) -> str | None:
+    """Why ``intent_id`` is not a canonical lowercase hyphenated UUID, or ``None`` if it is.
+
+    One spelling per id, so one intent can never be recorded under two spellings.
+    """
+    if _CANONICAL_UUID.fullmatch(intent_id):
+        return None  # a tenth of the parse below, for every intent submitted
+    try:
+        canonical = str(uuid.UUID(intent_id))
+    except ValueError:
+        return f"intent_id {intent_id[:64]!r} is not a UUID"
+    if canonical != intent_id:
+        return f"intent_id {intent_id!r} is not in canonical form (expected {canonical!r})"
+    return None
+
+
+def serialize_intent(intent: ToolIntent) -> bytes:
+    """Serialize an intent deterministically, so that equal intents store equal bytes."""
+    return intent.SerializeToString(deterministic=True)
+
+
+def intent_digest(serialized_intent: bytes) -> bytes:
+    """Digest every field of a serialized intent, for the same-id-different-content check."""
+    return hashlib.sha256(serialized_intent).digest()
+
+
+def error_id_for(error: AgentError) -> str:
+    """The id of an ``.errors`` record: 32 hex digits of a SHA-256 of what identifies it.
+
+    That is its ``entity_key``, ``seq``, ``reason``, ``event_time_ms`` and ``envelope``, which
+    a retried bundle or a replayed run reproduces; not its ``detail`` or ``traceback``.
+    """
+    stable = AgentError(
+        entity_key=error.entity_key,
+        seq=error.seq,
+        reason=error.reason,
+        event_time_ms=error.event_time_ms,
+        envelope=error.envelope,
+    )
+    return hashlib.sha256(stable.SerializeToString(deterministic=True)).hexdigest()[:32]
+
+
+def expiry_deadline_ms(intent: ToolIntent, first_received_at_ms: int) -> int:
+    """Return the wall-clock instant after which the intent is expired; 0 means never.
+
+    The TTL window (``expires_at_ms - created_at_ms``, event times minted by the pipeline) is
+    anchored at ``max(created_at_ms, first_received_at_ms)``: replaying an old backlog does
+    not mass-expire it, while an intent that waits here longer than its TTL is refused.
+    """
+    if intent.expires_at_ms == 0:
+        return 0
+    window = intent.expires_at_ms - intent.created_at_ms
+    return max(intent.created_at_ms, first_received_at_ms) + window
+
+
+def new_result(
+    intent: ToolIntent,
+    status: ToolResult.Status,
+    *,
+    completed_at_ms: int,
+    attempt: int,
+    payload: bytes = b"",
+    error_message: str = "",
+) -> ToolResult:
+    """Build a ``ToolResult`` addressed back to ``intent``'s key and activation."""
+    return ToolResult(
+        intent_id=intent.intent_id,
+        entity_key=intent.entity_key,
+        seq=intent.seq,
+        status=status,
+        payload=payload,
+        error_message=error_message,
+        completed_at_ms=completed_at_ms,
+        attempt=attempt,
+    )
+
+
+def rejected_result(intent: ToolIntent, reason: str, *, now_ms: int) -> ToolResult:
+    """Build the REJECTED result of an intent that was refused without running."""
+    return new_result(
+        intent, ToolResult.REJECTED, completed_at_ms=now_ms, attempt=0, error_message=reason
+    )
+
+
+def expired_result(intent: ToolIntent, *, now_ms: int, attempts: int) -> ToolResult:
+    """Build the EXPIRED result of an intent whose TTL ran out at the effector."""
+    awaited = "decided" if intent.kind == ToolIntent.APPROVAL else "run"
+    message = f"expired at the effector before it was {awaited}"
+    if attempts:
+        message += f"; {attempts} earlier attempt(s) were interrupted before recording a result"
+    return new_result(
+        intent, ToolResult.EXPIRED, completed_at_ms=now_ms, attempt=attempts, error_message=message
+    )
+
+
+def decision_result(intent: ToolIntent, approval: Approval) -> ToolResult:
+    """Build the OK result stored for a decided approval; its payload records the decision.
+
+    ``args_digest``, ``approvers`` (a quorum's) and ``edited_args`` (as JSON) appear only
+    when set.
+    """
+    decision: dict[str, object] = {
+        "approved": approval.approved,
+        "approver": approval.approver,
+        "decided_at_ms": approval.decided_at_ms,
+        "reason": approval.reason,
+    }
+    if approval.args_digest:
+        decision["args_digest"] = approval.args_digest
+    if len(approval.approvers) > 1:
+        decision["approvers"] = list(approval.approvers)
+    if approval.edited_args_json:
+        decision["edited_args"] = json.loads(approval.edited_args_json)
+    payload = canonical_json_bytes(decision)
+    return new_result(
+        intent, ToolResult.OK, completed_at_ms=approval.decided_at_ms, attempt=0, payload=payload
+    )
+
+
+def result_envelope(result: ToolResult) -> AgentEnvelope:
+    """Wrap ``result`` in the envelope that re-injects it, stamped with its completion time."""
+    return AgentEnvelope(
+        entity_key=result.entity_key, event_time_ms=result.completed_at_ms, tool_result=result
+    )
+
+
+def approval_envelope(approval: Approval, entity_key: bytes) -> AgentEnvelope:
+    """Wrap a recorded approval decision in the envelope that re-injects it."""
+    return AgentEnvelope(
+        entity_key=entity_key, event_time_ms=approval.decided_at_ms, approval=approval
+    )
+
+
+def late_original_reason(compensation_id: str) -> str:
+    """Why an original compensated before it arrived is refused (recorded, published)."""
+    return f"compensated by {compensation_id} before it arrived; it will not run"
+
+
+# -- what a store answers -----------------------------------------------------------------------
+
+
+class SubmitOutcome(enum.Enum):
+    """What the store did with one submitted intent."""
+
+    ACCEPTED = "accepted"
+    """Recorded for the first time."""
+    DUPLICATE = "duplicate"
+    """Already recorded with identical content; nothing changed."""
+    CONFLICT = "conflict"
+    """Already recorded with different content under the same id; the first is kept."""
+
+
+@dataclass(frozen=True, slots=True)
+class NewIntent:
+    """An intent to record; with ``rejection`` set it is recorded as DONE with a REJECTED result."""
+
+    intent: ToolIntent
+    rejection: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitResult:
+    """The store's answer for one submitted intent: the outcome and the recorded intent's state."""
+
+    outcome: SubmitOutcome
+    state: IntentState
+    result: ToolResult | None
+    redelivered: bool = False
+    """Whether the intent's published result envelope was appended to the log again."""
+    recorded: ToolIntent | None = None
+    """For a CONFLICT, the intent recorded under the id (the one kept), to say what differs."""
+    rejection: str | None = None
+    """Why the store recorded a new intent REJECTED itself: its compensation came first."""
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A leased right to execute one intent; ``token`` identifies this claim and no other."""
+
+    token: str
+    intent: ToolIntent
+    attempt: int
+    deadline_ms: int = 0
+    """The intent's deadline on the effector's clock (0: none), as the claim found it."""
+    reconcile_failures: int = 0
+    """How many times in a row its reconciler has failed (it was IN_DOUBT that often)."""
+
+    @property
+    def possibly_started(self) -> bool:
+        """Whether an earlier claim may have started the tool: every attempt after the first."""
+        return self.attempt > 1
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimBatch:
+    """What one claim round produced: intents to execute, and the heads refused as EXPIRED."""
+
+    claims: list[Claim]
+    """The intents to execute, each the head of a key this claim now holds."""
+    expired_intents: Sequence[ToolIntent] = ()
+    """The heads refused as EXPIRED (and published) instead of being claimed."""
+
+    @property
+    def expired(self) -> int:
+        """How many heads were refused as EXPIRED."""
+        return len(self.expired_intents)
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """The result of executing a claimed intent, to be recorded and published."""
+
+    claim: Claim
+    result: ToolResult
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    """Whom a claim is for and how much to take."""
+
+    owner: str
+    limit: int
+    lease_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class CompensationSettlement:
+    """What settling a claimed compensation decided."""
+
+    execute: bool
+    """Run it: its original ran and it is the (first) compensation recorded for it."""
+    result: ToolResult | None = None
+    """The NOT_NEEDED or REJECTED result recorded instead; ``None`` if it executes, or if the
+    claim no longer held its key (the key's holder settles it)."""
+    recorded: bool = False
+    """Whether ``result`` was recorded by this call (not by another claim first)."""
+    refused_original: ToolIntent | None = None
+    """Its original, if it arrived after this compensation was claimed and was refused now."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The store's answer to a decision on an approval (see ``DecideResponse``)."""
+
+    applied: bool
+    """Whether this decision (or vote) is the one recorded."""
+    state: IntentState
+    reason: str
+    """Why it was not applied (empty when it was); a vote's count while a quorum gathers."""
+    result: ToolResult | None
+    expired: ToolIntent | None = None
+    """The approval, if this decision found it past its deadline and recorded it EXPIRED."""
+
+
+@dataclass(frozen=True, slots=True)
+class IntentRecord:
+    """Everything recorded about one intent."""
+
+    intent: ToolIntent
+    state: IntentState
+    result: ToolResult | None
+    """The terminal result, once the intent is DONE."""
+    attempts: int
+    """How many times the intent has been claimed for execution."""
+    received_at_ms: int = 0
+    """When the effector first recorded it (its wall clock)."""
+    started_at_ms: int | None = None
+    """When its latest execution attempt was claimed; ``None`` if never claimed."""
+    completed_at_ms: int | None = None
+    """When its terminal result was recorded; ``None`` until it is DONE."""
+    in_doubt_reason: str = ""
+    """Why its reconciler last failed (empty if it never did); see IN_DOUBT."""
+    retry_at_ms: int | None = None
+    """When an IN_DOUBT intent's reconciler is asked again; ``None`` if never in doubt."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoreCounts:
+    """How many intents are in each state, and the newest offset of the envelope log."""
+
+    pending: int
+    running: int
+    awaiting_decision: int
+    done: int
+    head_offset: int
+    in_doubt: int = 0
+    """Intents whose reconciler failed: held, neither executed again nor DONE."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogRecord:
+    """One envelope of the log at its offset (offsets start at 1, in commit order)."""
+
+    offset: int
+    envelope: AgentEnvelope
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """What a telemetry write did: how many items were new and how many already stored."""
+
+    recorded: int
+    duplicates: int
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorRecord:
+    """One stored ``.errors`` record."""
+
+    error_id: str
+    """``error_id_for`` the record: a retry or a replay of it gets the same id."""
+    error: AgentError
+    recorded_at_ms: int
+    redriven_at_ms: int | None = None
+    """When its envelope was last published back to the pipeline; ``None`` if never."""
+
+
+@dataclass(frozen=True, slots=True)
+class KeySummary:
+    """One entity key as the console lists it."""
+
+    entity_key: bytes
+    runs: int
+    """How many runs (distinct seqs) of the key have stored trace events."""
+    last_seen_ms: int
+    """The newest time a trace event or error of the key was recorded."""
+    open_intents: int
+    """Its intents not yet DONE (pending, running or awaiting a decision)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Overview:
+    """The console's overview over the window ending at ``now_ms``, minute by minute."""
+
+    counts: StoreCounts
+    executions_per_minute: list[tuple[int, int]]
+    """``(minute start ms, intents completed)`` for each minute of the window, oldest first."""
+    errors_per_minute: list[tuple[int, int]]
+    tokens_per_minute: list[tuple[int, int]]
+    """Model tokens (input plus output, from LLM_CALL spans) by span wall-clock start."""
+    tool_latency_p50_ms: float | None
+    """Of the tool executions completed in the window (claim to result); ``None`` if none."""
+    tool_latency_p99_ms: float | None
+    pending_approvals: int
+    oldest_open: IntentRecord | None
+    """The intent not yet DONE that was received first, if any."""

@@ -1,0 +1,1921 @@
+"""``SqlStore``: the durable record both SQL backends share, one method per store verb.
+
+Each public verb runs one transaction (its SQL is the private ``_verb`` method beside it) on
+the backend's executor threads, so the event loop never waits on a database. Concurrent
+submits are group-committed, and local readers waiting for the log are woken after each
+commit that appended envelopes; a backend shared by several processes also polls. The store
+keeps these guarantees on every backend:
+
+- one record per intent id; a second submit of the same id never creates a second record;
+- a result is recorded in the transaction that appends its envelope, whose bytes are kept for
+  redelivery; log offsets start at 1, increase by one and become visible in offset order;
+- at most one live claim per key; a key's intents are claimed in ``(seq, step_index)`` order,
+  each only after the one before it is DONE; a claim whose lease ran out may be claimed again;
+- an IN_DOUBT intent holds its key until it is claimed again at its retry time.
+
+Time is always passed in (``now_ms``), so the store never reads a clock.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import dataclasses
+import functools
+import heapq
+import itertools
+import logging
+import math
+import os
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import effector.store.schema as sql
+from beam_agents._protos import (
+    ActivationRecord,
+    AgentEnvelope,
+    AgentError,
+    Approval,
+    IntentState,
+    ToolIntent,
+    ToolResult,
+    TraceEvent,
+    approval_digest,
+)
+from effector.store.model import (
+    Claim,
+    ClaimBatch,
+    ClaimRequest,
+    CompensationSettlement,
+    Completion,
+    Decision,
+    ErrorRecord,
+    IntentRecord,
+    KeySummary,
+    LogRecord,
+    NewIntent,
+    Overview,
+    Recorded,
+    StoreCounts,
+    SubmitOutcome,
+    SubmitResult,
+    approval_envelope,
+    decision_result,
+    error_id_for,
+    expired_result,
+    expiry_deadline_ms,
+    intent_digest,
+    late_original_reason,
+    new_result,
+    rejected_result,
+    result_envelope,
+    serialize_intent,
+)
+
+_log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+
+PRUNE_BATCH = 10_000
+"""Rows deleted per table per transaction when old rows are forgotten."""
+_FAILED_SCAN_BATCH = 1_000
+"""DONE intents read per query while looking for failed ones."""
+_SEARCH_SCAN_BATCH = 500
+"""Intents read per query of each scan while searching."""
+MINUTE_MS = 60_000
+KEY_SEARCH_SCAN = 50_000
+"""The most recently seen keys a key search looks through (an exact key is found at any age)."""
+_PAIRS_PER_STATEMENT = sql.ROWS_PER_STATEMENT // 2
+"""``(entity_key, seq)`` pairs per counting statement (two parameters each)."""
+_IN_FLIGHT = (sql.PENDING, sql.RUNNING, sql.AWAITING, sql.IN_DOUBT)
+"""Every state but DONE."""
+_SUCCEEDED = frozenset({ToolResult.OK, ToolResult.NOT_NEEDED})
+"""Results that are not failures: OK, and a compensation that had nothing to undo."""
+_RAN = frozenset({ToolResult.OK, ToolResult.ERROR})
+"""Results of an original that ran (or may have made part of its effect): compensate it."""
+_NO_CLAIM = (
+    "claim_token = NULL, claimed_intent_id = NULL, lease_owner = NULL, lease_expires_at_ms = NULL"
+)
+"""Assignments that free a key row of its claim and lease."""
+_HEAD_COLUMNS = ("intent_id", "intent", "state", "attempts", "deadline_ms", "reconcile_failures")
+"""What a claim reads of each key's head intent."""
+RECORD_COLUMNS = (
+    "intent, state, result, attempts, received_at_ms, started_at_ms, completed_at_ms, "
+    "in_doubt_reason, retry_at_ms"
+)
+"""The columns :func:`intent_record` reads, in order."""
+_TOKEN_ATTRIBUTES = ("gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens")
+_TRACE_COLUMNS = (
+    "trace_id, span_id, entity_key, seq, sequence, event_type, wall_start_ms, tokens, event, "
+    "recorded_at_ms"
+)
+_ERROR_COLUMNS = "error_id, error, recorded_at_ms, redriven_at_ms"
+_RECORD_COLUMNS = "entity_key, seq, trace_sequence, record, recorded_at_ms"
+_KEY_SUMMARY = f"""SELECT a.entity_key, a.runs, a.last_seen_ms,
+      (SELECT COUNT(*) FROM effector_intents AS i
+       WHERE i.entity_key = a.entity_key AND {sql.queued("i", check_state=False)})
+      + (SELECT COUNT(*) FROM effector_intents AS i
+         WHERE i.entity_key = a.entity_key AND i.state = 3)
+    FROM {{source}} AS a"""
+"""A :class:`KeySummary` per activity row of ``source``; open intents probe two partial indexes."""
+_NEWEST_KEYS = "ORDER BY a.last_seen_ms DESC, a.entity_key DESC"
+_EXECUTED = "state = 4 AND started_at_ms IS NOT NULL"
+"""DONE intents that were executed (not decided, rejected or expired without a claim)."""
+
+_TOKEN_PREFIX = os.urandom(8).hex()
+_token_numbers = itertools.count()
+
+
+def _new_token_prefix() -> None:
+    """Draw this process's token prefix afresh (a forked child must not repeat its parent's)."""
+    global _TOKEN_PREFIX, _token_numbers
+    _TOKEN_PREFIX = os.urandom(8).hex()
+    _token_numbers = itertools.count()
+
+
+os.register_at_fork(after_in_child=_new_token_prefix)
+
+
+def new_token() -> str:
+    """A claim token no other claim has: this process's random prefix and a counter."""
+    return f"{_TOKEN_PREFIX}{next(_token_numbers):016x}"
+
+
+def intent_record(row: Sequence[Any]) -> IntentRecord:
+    """The :class:`IntentRecord` of a row holding :data:`RECORD_COLUMNS`."""
+    blob, state, result, attempts, received_at_ms, started_at_ms, completed_at_ms = row[:7]
+    in_doubt_reason, retry_at_ms = row[7:9]
+    return IntentRecord(
+        ToolIntent.FromString(bytes(blob)),
+        state,
+        sql.parse_result(result),
+        attempts,
+        received_at_ms=received_at_ms,
+        started_at_ms=started_at_ms,
+        completed_at_ms=completed_at_ms,
+        in_doubt_reason=in_doubt_reason or "",
+        retry_at_ms=retry_at_ms,
+    )
+
+
+def model_tokens(event: TraceEvent) -> int:
+    """Input plus output tokens of an LLM_CALL event; a missing or unreadable count is 0."""
+    if event.event_type != TraceEvent.LLM_CALL:
+        return 0
+    total = 0
+    for name in _TOKEN_ATTRIBUTES:
+        try:
+            total += max(int(event.attributes.get(name, "0")), 0)
+        except ValueError:
+            continue
+    return total
+
+
+def _error_record(row: Any) -> ErrorRecord:
+    error_id, blob, recorded_at_ms, redriven_at_ms = row
+    return ErrorRecord(error_id, AgentError.FromString(bytes(blob)), recorded_at_ms, redriven_at_ms)
+
+
+# -- compensation verdicts ----------------------------------------------------------------------
+
+
+def verdict(
+    original: IntentRecord | None,
+    compensation: ToolIntent,
+    *,
+    now_ms: int,
+    attempt: int,
+    compensated_by: str | None = None,
+) -> ToolResult | None:
+    """What a claimed compensating intent records instead of executing; ``None``: execute it.
+
+    ``original`` is the record of the intent it compensates (``None``: never submitted, or
+    pruned); ``compensated_by`` the compensation recorded as settling it, if any. An unknown
+    original makes it REJECTED (a pruned one may have run), an original that never ran
+    NOT_NEEDED, and an original that ran is undone once: a compensation other than
+    ``compensated_by`` is REJECTED without executing. See "Compensation" in the README.
+    """
+    target = compensation.compensates_intent_id
+    if original is None:
+        return rejected_result(
+            compensation,
+            f"compensated intent {target} is unknown to this effector (never submitted, or "
+            "pruned after the result retention): a compensation runs only after its original; "
+            "it will be refused if it arrives later",
+            now_ms=now_ms,
+        )
+    problem = _mismatch(original.intent, compensation)
+    if problem is None and (original.state != IntentState.DONE or original.result is None):
+        state = IntentState.Name(original.state)
+        problem = f"compensated intent {target} is {state}, not DONE, when its compensation ran"
+    if problem is not None:
+        return rejected_result(compensation, problem, now_ms=now_ms)
+    assert original.result is not None
+    if original.result.status in _RAN:
+        if compensated_by is None or compensated_by == compensation.intent_id:
+            return None
+        return rejected_result(
+            compensation,
+            f"compensated intent {target} is already compensated by {compensated_by}",
+            now_ms=now_ms,
+        )
+    status = ToolResult.Status.Name(original.result.status)
+    return new_result(
+        compensation,
+        ToolResult.NOT_NEEDED,
+        completed_at_ms=now_ms,
+        attempt=attempt,
+        error_message=f"compensated intent {target} never ran ({status}): nothing to undo",
+    )
+
+
+def arrived_late(original: IntentRecord | None, compensation: ToolIntent) -> bool:
+    """Whether ``original`` was submitted after ``compensation`` was claimed (refuse it)."""
+    return (
+        original is not None
+        and original.state == IntentState.PENDING
+        and original.attempts == 0
+        and _mismatch(original.intent, compensation) is None
+    )
+
+
+def _mismatch(original: ToolIntent, compensation: ToolIntent) -> str | None:
+    """Why ``compensation`` is not the compensation ``original`` declared, if it is not."""
+    target = original.intent_id
+    if original.kind != ToolIntent.TOOL:
+        return f"compensated intent {target} is not a TOOL intent"
+    if original.entity_key != compensation.entity_key:
+        return f"compensated intent {target} belongs to another entity key"
+    if (original.seq, original.step_index) >= (compensation.seq, compensation.step_index):
+        return f"compensated intent {target} is not at an earlier position of its key"
+    if not original.compensate_tool:
+        return f"compensated intent {target} declared no compensation"
+    if (original.compensate_tool, original.compensate_args_json) != (
+        compensation.tool_name,
+        compensation.args_json,
+    ):
+        return (
+            f"compensation does not match the one intent {target} declared "
+            f"({original.compensate_tool!r} with {original.compensate_args_json})"
+        )
+    return None
+
+
+# -- group commit -------------------------------------------------------------------------------
+
+_Request = TypeVar("_Request")
+_Answer = TypeVar("_Answer")
+
+
+class GroupCommit(Generic[_Request, _Answer]):
+    """Commits concurrent requests in batches through ``commit``, which answers each, in order.
+
+    A durable commit costs an fsync however little it writes: while one batch commits, the
+    next requests gather and go into the following commit. An idle store commits a lone
+    request at once; a busy one commits ever larger batches. If a batch of several requests
+    fails, each is committed again on its own, so one bad request fails alone.
+    """
+
+    def __init__(
+        self, commit: Callable[[Sequence[_Request]], Awaitable[Sequence[_Answer]]]
+    ) -> None:
+        self._commit = commit
+        self._queue: list[tuple[_Request, asyncio.Future[_Answer]]] = []
+        self._flusher: asyncio.Task[None] | None = None
+
+    async def __call__(self, request: _Request) -> _Answer:
+        """Queue ``request``, and return its answer once the batch it joined is committed."""
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[_Answer] = loop.create_future()
+        self._queue.append((request, answer))
+        if self._flusher is None:
+            self._flusher = loop.create_task(self._flush(), name="effector-group-commit")
+        # Shielded: a caller that gives up must not pull its request out of a commit that has
+        # begun; the request is committed all the same and the answer goes unread.
+        return await asyncio.shield(answer)
+
+    async def drain(self) -> None:
+        """Wait until everything queued is committed (or has failed).
+
+        Cancelling the wait abandons the commit in progress and everything queued.
+        """
+        while self._flusher is not None:
+            await self._flusher
+
+    async def _flush(self) -> None:
+        batch: list[tuple[_Request, asyncio.Future[_Answer]]] = []
+        try:
+            while self._queue:
+                batch, self._queue = self._queue, []
+                await self._commit_batch(batch)
+        finally:
+            self._flusher = None
+            # Only a cancelled flusher (the loop is closing) leaves answers unset.
+            for _, answer in batch + self._queue:
+                answer.cancel()
+
+    async def _commit_batch(self, batch: list[tuple[_Request, asyncio.Future[_Answer]]]) -> None:
+        try:
+            answers = await self._commit([request for request, _ in batch])
+        except Exception as exc:
+            if len(batch) > 1:
+                for single in batch:
+                    await self._commit_batch([single])
+            elif not batch[0][1].done():
+                batch[0][1].set_exception(exc)
+            return
+        for (_, future), answer in zip(batch, answers, strict=True):
+            if not future.done():
+                future.set_result(answer)
+
+
+@dataclass(frozen=True, slots=True)
+class _Submission:
+    """One caller's submit, waiting to be recorded together with its concurrent neighbours."""
+
+    intents: Sequence[NewIntent]
+    now_ms: int
+    redeliver_results: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Known:
+    """What is recorded about an intent id, as far as a submit needs to answer for it."""
+
+    digest: bytes
+    state: IntentState
+    result: ToolResult | None
+    published_envelope: bytes | None
+
+
+class SqlStore(abc.ABC):
+    """The store over SQL; each backend supplies its connections and transactions.
+
+    ``claim_with_results``: :meth:`complete_and_claim` runs in one transaction (SQLite, whose
+    writes are serialized anyway, saves a commit); otherwise in two, so the key rows the
+    results lock are not held through the claim (PostgreSQL).
+    """
+
+    def __init__(
+        self,
+        dialect: sql.Dialect,
+        executor: Executor,
+        head: int,
+        poll_interval_s: float | None,
+        read_executor: Executor | None = None,
+        *,
+        claim_with_results: bool = False,
+    ) -> None:
+        self._dialect = dialect
+        self._claim_with_results = claim_with_results
+        self._executor = executor
+        self._read_executor = executor if read_executor is None else read_executor
+        self._known_head = head
+        self._poll_interval_s = poll_interval_s
+        self._appended = asyncio.Event()
+        self._submissions: GroupCommit[_Submission, list[SubmitResult]] = GroupCommit(
+            self._record_submissions
+        )
+
+    @abc.abstractmethod
+    def _transaction(self, work: Callable[[sql.Tx], _T], *, write: bool) -> _T:
+        """Run ``work`` in one transaction on the calling (executor) thread."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Release every resource the store holds; the store is unusable afterwards."""
+
+    async def _run(self, work: Callable[[sql.Tx], _T], *, write: bool = True) -> _T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._executor if write else self._read_executor,
+            functools.partial(self._transaction, work, write=write),
+        )
+
+    def _announce(self, head: int) -> None:
+        if head > self._known_head:
+            self._known_head = head
+            woken, self._appended = self._appended, asyncio.Event()
+            woken.set()
+
+    # -- intake: recording submitted intents ------------------------------------------------
+
+    async def submit(
+        self, intents: Sequence[NewIntent], now_ms: int, *, redeliver_results: bool = False
+    ) -> list[SubmitResult]:
+        """Record new intents (deduplicated by id) and answer for each, in request order.
+
+        The first request for an id records it (PENDING, AWAITING_DECISION for an approval,
+        or DONE with a REJECTED result); a later one is a DUPLICATE (same digest) or a
+        CONFLICT. With ``redeliver_results``, every DUPLICATE already DONE appends the
+        envelope that published its result again, byte for byte. Envelopes a submit appends
+        are appended in request order; concurrent submits share one transaction.
+        """
+        return await self._submissions(_Submission(intents, now_ms, redeliver_results))
+
+    async def _record_submissions(
+        self, submissions: Sequence[_Submission]
+    ) -> list[list[SubmitResult]]:
+        """Record a group of submits as one, in arrival order, and split the answers back.
+
+        The group is stamped with its latest ``now_ms``, still before any commits.
+        """
+        intents = [new for submission in submissions for new in submission.intents]
+        redeliver = [
+            submission.redeliver_results for submission in submissions for _ in submission.intents
+        ]
+        now_ms = max(submission.now_ms for submission in submissions)
+        answers, head = await self._run(lambda tx: self._submit(tx, intents, now_ms, redeliver))
+        self._announce(head)
+        split, start = [], 0
+        for submission in submissions:
+            split.append(answers[start : start + len(submission.intents)])
+            start += len(submission.intents)
+        return split
+
+    def _submit(
+        self, tx: sql.Tx, intents: Sequence[NewIntent], now_ms: int, redeliver: Sequence[bool]
+    ) -> tuple[list[SubmitResult], int]:
+        """Record ``intents``; returns the answers and the log head after what it appended.
+
+        Key rows of linked intents are locked first (:meth:`_refused_originals`), then new
+        intent rows are written in id order, then key rows in key order (the lock order).
+        """
+        refused = self._refused_originals(tx, intents, now_ms)
+        if refused:
+            intents = [
+                dataclasses.replace(new, rejection=refused[new.intent.intent_id])
+                if new.intent.intent_id in refused
+                else new
+                for new in intents
+            ]
+        blobs = [serialize_intent(new.intent) for new in intents]
+        digests = [intent_digest(blob) for blob in blobs]
+        # The first of several requests for one id in a batch is the one recorded.
+        order = sorted(range(len(intents)), key=lambda i: (intents[i].intent.intent_id, i))
+        first_of: dict[str, int] = {}
+        for index in order:
+            first_of.setdefault(intents[index].intent.intent_id, index)
+        candidates: dict[str, _Known] = {}
+        rows: list[tuple[Any, ...]] = []
+        for intent_id, index in first_of.items():
+            intent = intents[index].intent
+            state, result = _initial_state(intents[index], now_ms)
+            published = None if result is None else result_envelope(result).SerializeToString()
+            candidates[intent_id] = _Known(digests[index], state, result, published)
+            rows.append(
+                (
+                    intent_id,
+                    intent.entity_key,
+                    intent.seq,
+                    intent.step_index,
+                    intent.kind,
+                    digests[index],
+                    blobs[index],
+                    state,
+                    now_ms,
+                    expiry_deadline_ms(intent, now_ms),
+                    0,
+                    None if result is None else result.SerializeToString(),
+                    None if result is None else now_ms,
+                    published,
+                    intent.tool_name,
+                )
+            )
+        inserted = _insert_intents(tx, rows)
+        known = _known_intents(tx, [i for i in first_of if i not in inserted])
+        known.update((intent_id, candidates[intent_id]) for intent_id in inserted)
+        answers: list[SubmitResult | None] = [None] * len(intents)
+        conflicts: list[int] = []
+        envelopes: dict[int, bytes] = {}  # appended in request order
+        new_work: dict[bytes, int] = {}
+        for index in order:
+            intent = intents[index].intent
+            first = known[intent.intent_id]
+            if intent.intent_id in inserted and first_of[intent.intent_id] == index:
+                answers[index] = SubmitResult(
+                    SubmitOutcome.ACCEPTED,
+                    first.state,
+                    first.result,
+                    rejection=refused.get(intent.intent_id),
+                )
+                if first.published_envelope is not None:
+                    envelopes[index] = first.published_envelope
+                elif first.state == sql.PENDING:
+                    new_work[intent.entity_key] = new_work.get(intent.entity_key, 0) + 1
+                continue
+            same = first.digest == digests[index]
+            outcome = SubmitOutcome.DUPLICATE if same else SubmitOutcome.CONFLICT
+            # Only a DONE intent has a published envelope; one not yet DONE publishes it later.
+            redelivery = first.published_envelope if redeliver[index] else None
+            if outcome is SubmitOutcome.DUPLICATE and redelivery is not None:
+                envelopes[index] = redelivery
+                answers[index] = SubmitResult(outcome, first.state, first.result, redelivered=True)
+            else:
+                answers[index] = SubmitResult(outcome, first.state, first.result)
+                if outcome is SubmitOutcome.CONFLICT:
+                    conflicts.append(index)
+        if conflicts:
+            _explain_conflicts(tx, intents, first_of, inserted, conflicts, answers)
+        _add_pending(tx, new_work, now_ms)
+        offsets = sql.append(tx, [envelopes[index] for index in sorted(envelopes)], now_ms)
+        return [answer for answer in answers if answer is not None], sql.head_after(offsets)
+
+    def _refused_originals(
+        self, tx: sql.Tx, intents: Sequence[NewIntent], now_ms: int
+    ) -> dict[str, str]:
+        """Intents of a Submit compensated before they arrived, each with why it is refused.
+
+        Only an intent that declares an undo can have one, so a Submit of plain intents costs
+        nothing here. Locks their key rows first (in key order, creating missing ones with no
+        work): the lock a settling compensation takes on the same key, so on PostgreSQL either
+        the settle sees the original or this sees its row.
+        """
+        linked = [new for new in intents if new.intent.compensate_tool and new.rejection is None]
+        keys = sorted({new.intent.entity_key for new in linked})
+        for keys_chunk in sql.chunks(keys):
+            tx.execute(
+                f"""INSERT INTO effector_keys (entity_key, pending, ready_at_ms)
+                    VALUES {sql.row_marks(len(keys_chunk), 3)}
+                    ON CONFLICT (entity_key) DO UPDATE SET pending = effector_keys.pending""",
+                sql.flatten([(key, 0, now_ms) for key in keys_chunk]),
+            )
+        ids = sorted({new.intent.intent_id for new in linked if new.intent.kind == ToolIntent.TOOL})
+        refused: dict[str, str] = {}
+        for chunk in sql.chunks(ids):
+            for original, compensation in tx.execute(
+                f"""SELECT original_intent_id, compensation_intent_id FROM effector_compensations
+                    WHERE original_intent_id IN ({sql.marks(len(chunk))})
+                      AND original_was_unknown = 1""",
+                chunk,
+            ).fetchall():
+                refused[original] = late_original_reason(compensation)
+        return refused
+
+    # -- execution: claims, results, leases ---------------------------------------------------
+
+    async def claim(self, owner: str, limit: int, now_ms: int, lease_ms: int) -> ClaimBatch:
+        """Claim up to ``limit`` runnable intents, each the head of an idle key.
+
+        An expired head is refused instead (recorded as EXPIRED and published), never claimed.
+        """
+        batch, head = await self._run(
+            lambda tx: self._claim_work(tx, owner, limit, now_ms, lease_ms)
+        )
+        self._announce(head)
+        return batch
+
+    def _claim_work(
+        self, tx: sql.Tx, owner: str, limit: int, now_ms: int, lease_ms: int
+    ) -> tuple[ClaimBatch, int]:
+        """Claim the heads of up to ``limit`` idle keys (``SKIP LOCKED``); refuse expired ones.
+
+        A head that was started or is IN_DOUBT is claimed whatever its deadline (its effect
+        may have happened, so only its reconciler may settle it). Returns the batch and the
+        log head after the EXPIRED envelopes it appended (0 if none).
+        """
+        keys = [
+            bytes(row[0])
+            for row in tx.execute(
+                """SELECT entity_key FROM effector_keys
+                   WHERE pending > 0 AND (claim_token IS NULL OR lease_expires_at_ms < ?)
+                   ORDER BY ready_at_ms LIMIT ?"""
+                + self._dialect.skip_locked,
+                (now_ms, limit),
+            ).fetchall()
+        ]
+        if not keys:
+            return ClaimBatch([]), 0
+        candidates: list[Claim] = []
+        expired: list[bytes] = []
+        refused: list[ToolIntent] = []
+        for intent_id, blob, state, attempts, deadline_ms, failures in self._queue_heads(tx, keys):
+            intent = ToolIntent.FromString(bytes(blob))
+            if deadline_ms and now_ms > deadline_ms and state != sql.IN_DOUBT and not attempts:
+                result = expired_result(intent, now_ms=now_ms, attempts=attempts)
+                published = _finish(tx, intent_id, result, result_envelope(result), now_ms, state)
+                if published is not None:
+                    tx.execute(
+                        f"""UPDATE effector_keys SET pending = pending - 1, {_NO_CLAIM}
+                            WHERE entity_key = ?""",
+                        (intent.entity_key,),
+                    )
+                    expired.append(published)
+                    refused.append(intent)
+                continue
+            candidates.append(
+                Claim(new_token(), intent, attempts + 1, deadline_ms or 0, failures or 0)
+            )
+        claims = _start_running(tx, candidates, now_ms)
+        # The keys are locked (or, on SQLite, the whole store is), so the heads cannot change.
+        for chunk in sql.chunks(claims):
+            tx.execute(
+                f"""WITH claimed (entity_key, token, intent_id) AS
+                      (VALUES {sql.row_marks(len(chunk), 3)})
+                    UPDATE effector_keys SET claim_token = claimed.token,
+                      claimed_intent_id = claimed.intent_id, lease_owner = ?,
+                      lease_expires_at_ms = ?
+                    FROM claimed WHERE effector_keys.entity_key = claimed.entity_key""",
+                [
+                    *sql.flatten(
+                        [(c.intent.entity_key, c.token, c.intent.intent_id) for c in chunk]
+                    ),
+                    owner,
+                    now_ms + lease_ms,
+                ],
+            )
+        offsets = sql.append(tx, expired, now_ms)
+        return ClaimBatch(claims, refused), sql.head_after(offsets)
+
+    def _queue_heads(self, tx: sql.Tx, keys: Sequence[bytes]) -> list[Any]:
+        """The head of each key's queue (its first PENDING or RUNNING intent), in id order.
+
+        Each head is one ordered probe of the queue index, never a scan of every queued row;
+        each backend is given the join its planner turns into one probe per key.
+        """
+
+        def probe(columns: Sequence[str]) -> str:
+            return f"""SELECT {", ".join(f"queued.{column}" for column in columns)}
+                       FROM effector_intents AS queued
+                       WHERE queued.entity_key = effector_keys.entity_key
+                         AND {sql.queued("queued")}
+                       ORDER BY queued.seq, queued.step_index LIMIT 1"""
+
+        join = (
+            f"CROSS JOIN LATERAL ({probe(_HEAD_COLUMNS)}) AS head"
+            if self._dialect.lateral
+            else f"JOIN effector_intents AS head ON head.intent_id = ({probe(['intent_id'])})"
+        )
+        return tx.execute(
+            f"""SELECT {", ".join(f"head.{column}" for column in _HEAD_COLUMNS)}
+                FROM effector_keys {join}
+                WHERE effector_keys.entity_key IN ({sql.marks(len(keys))})
+                ORDER BY head.intent_id""",
+            keys,
+        ).fetchall()
+
+    async def complete(self, completions: Sequence[Completion], now_ms: int) -> list[bool]:
+        """Record results and publish their envelopes; ``False`` where another result won."""
+        recorded, head = await self._run(
+            lambda tx: self._record_completions(tx, completions, now_ms)
+        )
+        self._announce(head)
+        return recorded
+
+    def _record_completions(
+        self, tx: sql.Tx, completions: Sequence[Completion], now_ms: int
+    ) -> tuple[list[bool], int]:
+        """Record results, release their keys and publish; ``False`` where another result won.
+
+        Returns, besides, the log head after the envelopes it appended (0 if none).
+        """
+
+        def lock_order(index: int) -> tuple[bytes, str]:
+            intent = completions[index].claim.intent
+            return intent.entity_key, intent.intent_id
+
+        order = sorted(range(len(completions)), key=lock_order)
+        claims = [completions[index].claim for index in order]
+        keys = sorted({claim.intent.entity_key for claim in claims})
+        # Locks the key rows in key order; the set-based UPDATEs below then wait for nothing.
+        held = {
+            (bytes(key), token)
+            for chunk in sql.chunks(keys)
+            for key, token in tx.execute(
+                f"""SELECT entity_key, claim_token FROM effector_keys
+                    WHERE entity_key IN ({sql.marks(len(chunk))})
+                    ORDER BY entity_key{self._dialect.for_update}""",
+                chunk,
+            ).fetchall()
+        }
+        for chunk in sql.chunks(claims):
+            tx.execute(
+                f"""WITH released (entity_key, token) AS (VALUES {sql.row_marks(len(chunk), 2)})
+                    UPDATE effector_keys SET ready_at_ms = ?, {_NO_CLAIM}
+                    FROM released
+                    WHERE effector_keys.entity_key = released.entity_key
+                      AND effector_keys.claim_token = released.token""",
+                [*sql.flatten([(c.intent.entity_key, c.token) for c in chunk]), now_ms],
+            )
+        # First result wins: a claim whose lease ran out may finish after a later claim did, or
+        # beside it in one batch, where the first in lock order is the one tried.
+        tried: dict[str, int] = {}
+        for index, claim in zip(order, claims, strict=True):
+            tried.setdefault(claim.intent.intent_id, index)
+        published = _finish_running(
+            tx,
+            [(intent_id, completions[index].result) for intent_id, index in tried.items()],
+            now_ms,
+        )
+        recorded = [False] * len(completions)
+        envelopes: list[bytes] = []
+        finished_keys: Counter[bytes] = Counter()
+        for index, claim in zip(order, claims, strict=True):
+            envelope = published.get(claim.intent.intent_id)
+            if envelope is None or tried[claim.intent.intent_id] != index:
+                continue
+            recorded[index] = True
+            envelopes.append(envelope)
+            finished_keys[claim.intent.entity_key] += 1
+            if (claim.intent.entity_key, claim.token) not in held:
+                _log.warning(
+                    "recorded intent %s from a claim that had lost its lease",
+                    claim.intent.intent_id,
+                )
+        for finished in sql.chunks(list(finished_keys.items())):
+            tx.execute(
+                f"""WITH finished (entity_key, done) AS (VALUES {sql.row_marks(len(finished), 2)})
+                    UPDATE effector_keys SET pending = pending - finished.done
+                    FROM finished WHERE effector_keys.entity_key = finished.entity_key""",
+                sql.flatten(finished),
+            )
+        offsets = sql.append(tx, envelopes, now_ms)
+        return recorded, sql.head_after(offsets)
+
+    async def complete_and_claim(
+        self, completions: Sequence[Completion], now_ms: int, request: ClaimRequest
+    ) -> tuple[list[bool], ClaimBatch]:
+        """:meth:`complete`, then :meth:`claim` as ``request`` says (nothing if its limit is 0).
+
+        The released keys are claimable again at once, behind every key that waited longer;
+        the claims start only after the results are durable. A claim that fails is logged and
+        claims nothing: the results are recorded all the same.
+        """
+        if self._claim_with_results:
+            recorded, batch, head = await self._run(
+                lambda tx: self._record_and_claim(tx, completions, now_ms, request)
+            )
+            self._announce(head)
+            return recorded, batch
+        recorded = await self.complete(completions, now_ms)
+        if request.limit <= 0:
+            return recorded, ClaimBatch([])
+        try:
+            batch = await self.claim(request.owner, request.limit, now_ms, request.lease_ms)
+        except Exception as exc:
+            # The results are durable: the claim loop claims once woken.
+            _log.warning("claiming after recording results failed: %r", exc, exc_info=exc)
+            return recorded, ClaimBatch([])
+        return recorded, batch
+
+    def _record_and_claim(
+        self, tx: sql.Tx, completions: Sequence[Completion], now_ms: int, request: ClaimRequest
+    ) -> tuple[list[bool], ClaimBatch, int]:
+        """:meth:`_record_completions`, then :meth:`_claim_work` in the same transaction.
+
+        A key's next intent is claimed only after the row recording its previous result, and
+        executes only once this transaction has committed. A claim that fails is undone alone
+        (a savepoint): the results still commit, and the claim loop claims once woken.
+        """
+        recorded, head = self._record_completions(tx, completions, now_ms)
+        if request.limit <= 0:
+            return recorded, ClaimBatch([]), head
+        tx.execute("SAVEPOINT claim_after_results")
+        try:
+            batch, claim_head = self._claim_work(
+                tx, request.owner, request.limit, now_ms, request.lease_ms
+            )
+        except Exception as exc:
+            try:
+                tx.execute("ROLLBACK TO SAVEPOINT claim_after_results")
+            except Exception:
+                # SQLite rolled the whole transaction back (an I/O error, a full disk): the
+                # results are not recorded either, and the claim's error is the one to report.
+                raise exc from None
+            _log.warning(
+                "claiming after recording results failed (the claim is undone, the results are "
+                "kept): %r",
+                exc,
+                exc_info=exc,
+            )
+            return recorded, ClaimBatch([]), head
+        tx.execute("RELEASE SAVEPOINT claim_after_results")
+        return recorded, batch, max(head, claim_head)
+
+    async def renew(self, claims: Sequence[Claim], now_ms: int, lease_ms: int) -> set[str]:
+        """Extend the leases of ``claims``; returns the tokens that are still held."""
+
+        def renew_leases(tx: sql.Tx) -> set[str]:
+            held: set[str] = set()
+            for claim in sorted(claims, key=lambda c: c.intent.entity_key):
+                if tx.execute(
+                    """UPDATE effector_keys SET lease_expires_at_ms = ?
+                       WHERE entity_key = ? AND claim_token = ?""",
+                    (now_ms + lease_ms, claim.intent.entity_key, claim.token),
+                ).rowcount:
+                    held.add(claim.token)
+            return held
+
+        return await self._run(renew_leases)
+
+    async def release(self, claims: Sequence[Claim], *, started: bool = True) -> None:
+        """Give claims back unfinished: their keys are free and their intents PENDING again.
+
+        ``started=False`` says they never ran: their attempt is not counted (a later claim
+        then does not take them for possibly started and ask their reconcilers).
+        """
+        uncount = "" if started else ", attempts = attempts - 1"
+
+        def release_claims(tx: sql.Tx) -> None:
+            for claim in sorted(claims, key=lambda c: c.intent.entity_key):
+                if tx.execute(
+                    f"UPDATE effector_keys SET {_NO_CLAIM}"
+                    " WHERE entity_key = ? AND claim_token = ?",
+                    (claim.intent.entity_key, claim.token),
+                ).rowcount:
+                    tx.execute(
+                        f"UPDATE effector_intents SET state = ?{uncount}"
+                        " WHERE intent_id = ? AND state = ?",
+                        (sql.PENDING, claim.intent.intent_id, sql.RUNNING),
+                    )
+
+        await self._run(release_claims)
+
+    async def mark_in_doubt(self, claim: Claim, reason: str, now_ms: int, retry_at_ms: int) -> bool:
+        """Leave a claimed intent IN_DOUBT (its reconciler failed) until ``retry_at_ms``.
+
+        The key keeps the claim's token, with a lease that runs out at ``retry_at_ms``, so
+        nothing after the intent runs and a claim takes it again then. ``False`` (nothing
+        changed) if the claim lost its key or the intent is not RUNNING.
+        """
+
+        def in_doubt(tx: sql.Tx) -> bool:
+            held = tx.execute(
+                """UPDATE effector_keys SET lease_expires_at_ms = ?
+                   WHERE entity_key = ? AND claim_token = ?""",
+                (retry_at_ms, claim.intent.entity_key, claim.token),
+            ).rowcount
+            if not held:
+                return False
+            return bool(
+                tx.execute(
+                    """UPDATE effector_intents SET state = ?, in_doubt_reason = ?,
+                         retry_at_ms = ?, reconcile_failures = reconcile_failures + 1
+                       WHERE intent_id = ? AND state = ?""",
+                    (sql.IN_DOUBT, reason, retry_at_ms, claim.intent.intent_id, sql.RUNNING),
+                ).rowcount
+            )
+
+        return await self._run(in_doubt)
+
+    # -- approvals: votes, decisions, expiry --------------------------------------------------
+
+    async def expire_approvals(self, now_ms: int, limit: int) -> list[ToolIntent]:
+        """Refuse undecided approvals past their deadline (EXPIRED result envelopes)."""
+
+        def expire(tx: sql.Tx) -> tuple[list[ToolIntent], int]:
+            rows = tx.execute(
+                """SELECT intent_id, intent FROM effector_intents
+                   WHERE state = 3 AND deadline_ms > 0 AND deadline_ms < ?
+                   ORDER BY deadline_ms LIMIT ?"""
+                + self._dialect.skip_locked,
+                (now_ms, limit),
+            ).fetchall()
+            envelopes, refused = [], []
+            for intent_id, blob in rows:
+                intent = ToolIntent.FromString(bytes(blob))
+                result = expired_result(intent, now_ms=now_ms, attempts=0)
+                envelope = result_envelope(result)
+                published = _finish(tx, intent_id, result, envelope, now_ms, sql.AWAITING)
+                if published is not None:
+                    envelopes.append(published)
+                    refused.append(intent)
+            return refused, sql.head_after(sql.append(tx, envelopes, now_ms))
+
+        refused, head = await self._run(expire)
+        self._announce(head)
+        return refused
+
+    async def record_vote(
+        self,
+        intent_id: str,
+        *,
+        approved: bool,
+        approver: str,
+        reason: str,
+        now_ms: int,
+        args_digest: str = "",
+        edited_args_json: str = "",
+    ) -> Decision:
+        """Record a decision (or a quorum's vote) on an approval; publish it once decided.
+
+        A non-empty ``args_digest`` that is not the intent's refuses it (stale). An approval
+        needing several approvers (``ToolIntent.required_approvals``) records one vote per
+        distinct approver and is decided when enough approve the same arguments, or at the
+        first deny. ``edited_args_json`` (canonical, already validated) is approved in place
+        of the asked arguments.
+        """
+        ballot = Approval(
+            intent_id=intent_id,
+            approved=approved,
+            approver=approver,
+            decided_at_ms=now_ms,
+            reason=reason,
+            args_digest=args_digest,
+            edited_args_json=edited_args_json,
+        )
+        decision, head = await self._run(lambda tx: self._vote(tx, intent_id, ballot))
+        self._announce(head)
+        return decision
+
+    def _vote(self, tx: sql.Tx, intent_id: str, ballot: Approval) -> tuple[Decision, int]:
+        """Record ``ballot``; apply the decision if it completes the quorum or denies.
+
+        A vote that does not decide yet is applied with state AWAITING_DECISION and a reason
+        counting the votes. Unknown, non-approval, decided and expired intents are left to
+        :meth:`_apply_decision` to answer.
+        """
+        row = tx.execute(
+            "SELECT intent, state, deadline_ms FROM effector_intents WHERE intent_id = ?"
+            + self._dialect.for_update,
+            (intent_id,),
+        ).fetchone()
+        if row is None or row[1] != sql.AWAITING:
+            return self._apply_decision(tx, intent_id, ballot)
+        intent = ToolIntent.FromString(bytes(row[0]))
+        if row[2] and ballot.decided_at_ms > row[2]:
+            return self._apply_decision(tx, intent_id, ballot)
+        digest = approval_digest(intent.args_json)
+        if ballot.args_digest and ballot.args_digest != digest:
+            stale = (
+                f"stale decision: it was made on arguments with digest {ballot.args_digest}, "
+                f"but the approval asks about arguments with digest {digest}; look again and "
+                "decide"
+            )
+            return Decision(False, IntentState.AWAITING_DECISION, stale, None), 0
+        decision = Approval()
+        decision.CopyFrom(ballot)
+        decision.args_digest = digest
+        required = max(intent.required_approvals, 1)
+        if required == 1:
+            return self._apply_decision(tx, intent_id, decision)
+        earlier = _votes(tx, intent_id)
+        if any(earlier_vote.approver == ballot.approver for earlier_vote in earlier):
+            again = (
+                f"{ballot.approver!r} already voted on this approval; a quorum of {required} "
+                "needs distinct approvers"
+            )
+            return Decision(False, IntentState.AWAITING_DECISION, again, None), 0
+        if ballot.approved:
+            agreeing = [
+                earlier_vote.approver
+                for earlier_vote in earlier
+                if earlier_vote.approved
+                and earlier_vote.edited_args_json == ballot.edited_args_json
+            ]
+            decision.approvers.extend([*agreeing, ballot.approver])
+        else:
+            decision.approvers.append(ballot.approver)
+        if ballot.approved and len(decision.approvers) < required:
+            recorded = Approval()
+            recorded.CopyFrom(ballot)
+            recorded.args_digest = digest
+            tx.execute(
+                """INSERT INTO effector_approval_votes
+                   (intent_id, approver, position, vote, recorded_at_ms) VALUES (?, ?, ?, ?, ?)""",
+                (
+                    intent_id,
+                    ballot.approver,
+                    len(earlier),
+                    recorded.SerializeToString(),
+                    ballot.decided_at_ms,
+                ),
+            )
+            counted = (
+                f"vote recorded: {len(decision.approvers)} of {required} approvals "
+                f"({', '.join(decision.approvers)}); waiting for more"
+            )
+            return Decision(True, IntentState.AWAITING_DECISION, counted, None), 0
+        tx.execute("DELETE FROM effector_approval_votes WHERE intent_id = ?", (intent_id,))
+        return self._apply_decision(tx, intent_id, decision)
+
+    def _apply_decision(
+        self, tx: sql.Tx, intent_id: str, approval: Approval
+    ) -> tuple[Decision, int]:
+        """Record ``approval`` on an undecided approval intent (EXPIRED if past its deadline)."""
+        now_ms = approval.decided_at_ms
+        row = tx.execute(
+            "SELECT intent, state, deadline_ms, result FROM effector_intents WHERE intent_id = ?"
+            + self._dialect.for_update,
+            (intent_id,),
+        ).fetchone()
+        if row is None:
+            return Decision(False, IntentState.INTENT_STATE_UNSPECIFIED, "unknown intent", None), 0
+        intent = ToolIntent.FromString(bytes(row[0]))
+        state, deadline_ms, result = row[1], row[2], sql.parse_result(row[3])
+        if intent.kind != ToolIntent.APPROVAL:
+            return Decision(False, state, "not an approval intent", result), 0
+        if state == sql.DONE:
+            assert result is not None
+            expired = result.status == ToolResult.EXPIRED
+            return Decision(
+                False, state, "already expired" if expired else "already decided", result
+            ), 0
+        if deadline_ms and now_ms > deadline_ms:
+            result = expired_result(intent, now_ms=now_ms, attempts=0)
+            envelope, applied, reason = (
+                result_envelope(result),
+                False,
+                "expired before the decision",
+            )
+        else:
+            result = decision_result(intent, approval)
+            envelope, applied, reason = approval_envelope(approval, intent.entity_key), True, ""
+        published = _finish(tx, intent_id, result, envelope, now_ms, sql.AWAITING)
+        offsets = sql.append(tx, [] if published is None else [published], now_ms)
+        refused = intent if published is not None and not applied else None
+        return Decision(applied, sql.DONE, reason, result, refused), sql.head_after(offsets)
+
+    async def approval_votes(self, intent_id: str) -> list[Approval]:
+        """The votes recorded so far on an approval gathering its quorum, in voting order."""
+        return await self._run(lambda tx: _votes(tx, intent_id), write=False)
+
+    # -- compensations ------------------------------------------------------------------------
+
+    async def settle_compensation(self, claim: Claim, now_ms: int) -> CompensationSettlement:
+        """Decide a claimed compensating intent (:func:`verdict`), atomically, its key locked.
+
+        Refuses its original if that arrived after it was claimed; executes it if the original
+        ran and no other compensation settled it (noting it as the one that did); otherwise
+        records and publishes its NOT_NEEDED or REJECTED result, noting an unknown original in
+        ``effector_compensations`` so that it is refused at Submit if it arrives.
+        """
+        settled, head = await self._run(lambda tx: self._settle(tx, claim, now_ms))
+        self._announce(head)
+        return settled
+
+    def _settle(self, tx: sql.Tx, claim: Claim, now_ms: int) -> tuple[CompensationSettlement, int]:
+        compensation = claim.intent
+        target = compensation.compensates_intent_id
+        held = tx.execute(
+            "SELECT claim_token FROM effector_keys WHERE entity_key = ?" + self._dialect.for_update,
+            (compensation.entity_key,),
+        ).fetchone()
+        if held is None or held[0] != claim.token:
+            return CompensationSettlement(execute=False), 0
+        envelopes: list[bytes] = []
+        original = _get_intent(tx, target)
+        refused_original = None
+        if original is not None and arrived_late(original, compensation):
+            refusal = rejected_result(
+                original.intent, late_original_reason(compensation.intent_id), now_ms=now_ms
+            )
+            published = _finish(tx, target, refusal, result_envelope(refusal), now_ms, sql.PENDING)
+            if published is not None:
+                tx.execute(
+                    "UPDATE effector_keys SET pending = pending - 1 WHERE entity_key = ?",
+                    (compensation.entity_key,),
+                )
+                envelopes.append(published)
+                refused_original = original.intent
+            original = _get_intent(tx, target)
+        row = tx.execute(
+            """SELECT compensation_intent_id FROM effector_compensations
+               WHERE original_intent_id = ?""",
+            (target,),
+        ).fetchone()
+        compensated_by = None if row is None else str(row[0])
+        result = verdict(
+            original,
+            compensation,
+            now_ms=now_ms,
+            attempt=claim.attempt,
+            compensated_by=compensated_by,
+        )
+        if result is None or original is None:
+            tx.execute(
+                """INSERT INTO effector_compensations (original_intent_id,
+                     compensation_intent_id, original_was_unknown, recorded_at_ms)
+                   VALUES (?, ?, ?, ?) ON CONFLICT (original_intent_id) DO NOTHING""",
+                (target, compensation.intent_id, int(original is None), now_ms),
+            )
+        head = sql.head_after(sql.append(tx, envelopes, now_ms))
+        if result is None:
+            return CompensationSettlement(execute=True, refused_original=refused_original), head
+        [recorded], completed_head = self._record_completions(
+            tx, [Completion(claim, result)], now_ms
+        )
+        settlement = CompensationSettlement(False, result, recorded, refused_original)
+        return settlement, max(head, completed_head)
+
+    # -- the envelope log and the intents' reads ----------------------------------------------
+
+    async def publish(self, envelopes: Sequence[AgentEnvelope], now_ms: int) -> list[int]:
+        """Append external envelopes to the log; returns their offsets in order."""
+        serialized = [envelope.SerializeToString() for envelope in envelopes]
+        offsets = await self._run(lambda tx: sql.append(tx, serialized, now_ms))
+        self._announce(sql.head_after(offsets))
+        return offsets
+
+    async def read(self, from_offset: int, max_records: int) -> list[LogRecord]:
+        """Envelopes with offset ``>= from_offset``, in offset order, at most ``max_records``."""
+
+        def read_log(tx: sql.Tx) -> list[LogRecord]:
+            rows = tx.execute(
+                """SELECT log_offset, envelope FROM effector_envelopes
+                   WHERE log_offset >= ? ORDER BY log_offset LIMIT ?""",
+                (from_offset, max_records),
+            ).fetchall()
+            return [
+                LogRecord(int(offset), AgentEnvelope.FromString(bytes(blob)))
+                for offset, blob in rows
+            ]
+
+        return await self._run(read_log, write=False)
+
+    async def wait_for_offset(self, offset: int, timeout_s: float) -> None:
+        """Return once the log's head reaches ``offset`` or ``timeout_s`` has passed."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self._known_head < offset:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            appended = self._appended
+            if self._poll_interval_s is None:
+                wait_s = remaining
+            else:
+                wait_s = min(remaining, self._poll_interval_s)
+            try:
+                await asyncio.wait_for(appended.wait(), wait_s)
+            except TimeoutError:
+                if self._poll_interval_s is not None:
+                    self._announce(await self._run(sql.read_head, write=False))
+
+    async def get_intent(self, intent_id: str) -> IntentRecord | None:
+        """Everything recorded about one intent, or ``None`` if it is unknown."""
+        return await self._run(lambda tx: _get_intent(tx, intent_id), write=False)
+
+    async def list_intents(self, state: IntentState, limit: int) -> list[ToolIntent]:
+        """At most ``limit`` intents in ``state``, oldest first (by first receipt, then id)."""
+
+        def listed(tx: sql.Tx) -> list[ToolIntent]:
+            rows = tx.execute(
+                """SELECT intent FROM effector_intents WHERE state = ?
+                   ORDER BY received_at_ms, intent_id LIMIT ?""",
+                (state, limit),
+            ).fetchall()
+            return [ToolIntent.FromString(bytes(blob)) for (blob,) in rows]
+
+        return await self._run(listed, write=False)
+
+    async def list_failed(self, limit: int) -> list[tuple[ToolIntent, ToolResult]]:
+        """At most ``limit`` DONE intents whose result is not OK, each with it, oldest first.
+
+        A result's status is inside its bytes, so DONE intents are read a batch at a time, in
+        the order of the ``(state, received_at_ms, intent_id)`` index, until enough are found.
+        """
+
+        def failed(tx: sql.Tx) -> list[tuple[ToolIntent, ToolResult]]:
+            found: list[tuple[ToolIntent, ToolResult]] = []
+            after: tuple[int, str] | None = None
+            params: tuple[int, str] | tuple[()]
+            while len(found) < limit:
+                where, params = "", ()
+                if after is not None:
+                    where, params = " AND (received_at_ms, intent_id) > (?, ?)", after
+                rows = tx.execute(
+                    "SELECT intent, result, received_at_ms, intent_id FROM effector_intents"
+                    f" WHERE state = ?{where} ORDER BY received_at_ms, intent_id LIMIT ?",
+                    (sql.DONE, *params, _FAILED_SCAN_BATCH),
+                ).fetchall()
+                for blob, result_blob, _, _ in rows:
+                    result = sql.parse_result(result_blob)
+                    if result is not None and result.status not in _SUCCEEDED:
+                        found.append((ToolIntent.FromString(bytes(blob)), result))
+                if len(rows) < _FAILED_SCAN_BATCH:
+                    break
+                after = (rows[-1][2], rows[-1][3])
+            return found[:limit]
+
+        return await self._run(failed, write=False)
+
+    async def search_intents(
+        self,
+        *,
+        state: IntentState | None,
+        tool_name: str | None,
+        entity_key: bytes | None,
+        limit: int,
+    ) -> list[IntentRecord]:
+        """Intents matching every filter given, newest first by receipt, at most ``limit``."""
+        return await self._run(
+            lambda tx: self._search_intents(tx, state, tool_name, entity_key, limit), write=False
+        )
+
+    def _search_intents(
+        self,
+        tx: sql.Tx,
+        state: IntentState | None,
+        tool_name: str | None,
+        entity_key: bytes | None,
+        limit: int,
+    ) -> list[IntentRecord]:
+        """Scan an index newest first, a batch at a time (see :meth:`search_intents`).
+
+        The key's index with a key, else the tool's with a tool, else the state's; without a
+        state, one scan per state, merged.
+        """
+        conditions: list[tuple[str, Any]] = []
+        if entity_key is not None:
+            conditions.append(("entity_key = ?", entity_key))
+        if tool_name is not None:
+            conditions.append(("tool_name = ?", tool_name))
+        if entity_key is not None:
+            if state is not None:
+                conditions.append(("state = ?", state))
+            scans = [_newest_first(tx, conditions)]
+        else:
+            states = (
+                [state]
+                if state is not None
+                else [sql.PENDING, sql.RUNNING, sql.IN_DOUBT, sql.AWAITING, sql.DONE]
+            )
+            scans = [_newest_first(tx, [*conditions, ("state = ?", each)]) for each in states]
+        rows = heapq.merge(*scans, key=lambda row: (row[4], row[-1]), reverse=True)
+        return [intent_record(row[:-1]) for row in itertools.islice(rows, max(limit, 0))]
+
+    async def counts(self, *, done: bool = True) -> StoreCounts:
+        """How many intents are in each state, and the head offset.
+
+        ``done=False`` does not count DONE intents (``done`` reads 0), so its cost follows the
+        intents in flight, not the retained ones: for callers that poll.
+        """
+        counts = await self._run(lambda tx: _counts(tx, done=done), write=False)
+        self._announce(counts.head_offset)
+        return counts
+
+    async def prune(self, now_ms: int, retention_ms: int) -> int:
+        """Forget DONE intents and envelopes older than the retention; returns rows removed.
+
+        Idle keys, votes and compensation rows go with them, a bounded batch each.
+        """
+        return await self._run(lambda tx: _prune(tx, now_ms - retention_ms))
+
+    # -- telemetry and the console ------------------------------------------------------------
+
+    async def record_traces(self, events: Sequence[TraceEvent], now_ms: int) -> Recorded:
+        """Store trace events, idempotent on ``(trace_id, span_id)``: a stored one is kept."""
+        return await self._run(lambda tx: _record_traces(tx, events, now_ms))
+
+    async def record_errors(self, errors: Sequence[AgentError], now_ms: int) -> Recorded:
+        """Store ``.errors`` records under their ``error_id_for`` digest; a stored one is kept."""
+
+        def record(tx: sql.Tx) -> Recorded:
+            rows = [
+                (
+                    error_id_for(error),
+                    error.entity_key,
+                    error.reason,
+                    error.SerializeToString(),
+                    now_ms,
+                )
+                for error in errors
+            ]
+            columns = "error_id, entity_key, reason, error, recorded_at_ms"
+            recorded, inserted = _insert(tx, "effector_errors", columns, rows, "entity_key")
+            _touch_keys(tx, {bytes(key) for (key,) in inserted}, now_ms)
+            return recorded
+
+        return await self._run(record)
+
+    async def record_activations(
+        self, records: Sequence[ActivationRecord], now_ms: int
+    ) -> Recorded:
+        """Store activation records, idempotent on ``(entity_key, seq, trace_sequence)``."""
+
+        def record(tx: sql.Tx) -> Recorded:
+            rows = sorted(
+                (
+                    record.entity_key,
+                    record.seq,
+                    record.trace_sequence,
+                    record.SerializeToString(deterministic=True),
+                    now_ms,
+                )
+                for record in records
+            )  # by the whole identity: concurrent writers lock rows in the same order
+            recorded = 0
+            for chunk in sql.chunks(rows):
+                recorded += tx.execute(
+                    f"INSERT INTO effector_records ({_RECORD_COLUMNS}) VALUES "
+                    f"{sql.row_marks(len(chunk), 5)} ON CONFLICT DO NOTHING",
+                    sql.flatten(chunk),
+                ).rowcount
+            return Recorded(recorded=recorded, duplicates=len(rows) - recorded)
+
+        return await self._run(record)
+
+    async def records_for_key(
+        self, entity_key: bytes, max_runs: int, *, before_seq: int | None = None
+    ) -> list[ActivationRecord]:
+        """The records of the key's newest ``max_runs`` runs (below ``before_seq``), in order.
+
+        Runs are distinct seqs; records are ordered by seq, then ``trace_sequence``.
+        """
+        bound, params = ("", ()) if before_seq is None else (" AND seq < ?", (before_seq,))
+
+        def newest(tx: sql.Tx) -> list[ActivationRecord]:
+            seqs = tx.execute(
+                f"""SELECT DISTINCT seq FROM effector_records WHERE entity_key = ?{bound}
+                    ORDER BY seq DESC LIMIT ?""",
+                (entity_key, *params, max_runs),
+            ).fetchall()
+            if not seqs:
+                return []
+            rows = tx.execute(
+                f"""SELECT record FROM effector_records WHERE entity_key = ? AND seq >= ?{bound}
+                    ORDER BY seq, trace_sequence""",
+                (entity_key, seqs[-1][0], *params),
+            ).fetchall()
+            return [ActivationRecord.FromString(bytes(blob)) for (blob,) in rows]
+
+        return [] if max_runs <= 0 else await self._run(newest, write=False)
+
+    async def traces_for_key(self, entity_key: bytes, max_runs: int) -> list[TraceEvent]:
+        """The events of the key's newest ``max_runs`` runs, by seq then sequence."""
+
+        def newest(tx: sql.Tx) -> list[TraceEvent]:
+            seqs = tx.execute(
+                """SELECT DISTINCT seq FROM effector_traces WHERE entity_key = ?
+                   ORDER BY seq DESC LIMIT ?""",
+                (entity_key, max_runs),
+            ).fetchall()
+            if not seqs:
+                return []
+            rows = tx.execute(
+                """SELECT event FROM effector_traces WHERE entity_key = ? AND seq >= ?
+                   ORDER BY seq, sequence, span_id""",
+                (entity_key, seqs[-1][0]),
+            ).fetchall()
+            return [TraceEvent.FromString(bytes(blob)) for (blob,) in rows]
+
+        return [] if max_runs <= 0 else await self._run(newest, write=False)
+
+    async def list_keys(self, search: bytes, limit: int) -> list[KeySummary]:
+        """Keys containing ``search`` (all keys if empty), most recently seen first.
+
+        A search looks through the :data:`KEY_SEARCH_SCAN` most recently seen keys, plus the
+        key equal to ``search``; keys with no stored runs, not seen within the telemetry
+        retention, are forgotten.
+        """
+        return await self._run(lambda tx: self._list_keys(tx, search, limit), write=False)
+
+    def _list_keys(self, tx: sql.Tx, search: bytes, limit: int) -> list[KeySummary]:
+        if not search:
+            rows = tx.execute(
+                f"{_KEY_SUMMARY.format(source='effector_key_activity')} {_NEWEST_KEYS} LIMIT ?",
+                (limit,),
+            ).fetchall()
+        else:
+            recent = f"(SELECT * FROM effector_key_activity AS a {_NEWEST_KEYS} LIMIT ?)"
+            contains = self._dialect.contains_bytes.format(haystack="a.entity_key", needle="?")
+            rows = tx.execute(
+                f"{_KEY_SUMMARY.format(source=recent)} WHERE {contains} {_NEWEST_KEYS} LIMIT ?",
+                (KEY_SEARCH_SCAN, search, limit),
+            ).fetchall()
+            rows += tx.execute(
+                f"{_KEY_SUMMARY.format(source='effector_key_activity')} WHERE a.entity_key = ?",
+                (search,),
+            ).fetchall()
+        found = {bytes(key): (int(runs), int(seen), int(open_)) for key, runs, seen, open_ in rows}
+        newest = sorted(found, key=lambda key: (found[key][1], key), reverse=True)[:limit]
+        return [KeySummary(key, *found[key]) for key in newest]
+
+    async def list_errors(self, entity_key: bytes | None, limit: int) -> list[ErrorRecord]:
+        """Stored errors (of one key, if given), newest first, at most ``limit``."""
+        where, params = (
+            ("WHERE entity_key = ? ", (entity_key,)) if entity_key is not None else ("", ())
+        )
+
+        def listed(tx: sql.Tx) -> list[ErrorRecord]:
+            rows = tx.execute(
+                f"""SELECT {_ERROR_COLUMNS} FROM effector_errors {where}
+                    ORDER BY recorded_at_ms DESC, error_id DESC LIMIT ?""",
+                (*params, limit),
+            ).fetchall()
+            return [_error_record(row) for row in rows]
+
+        return await self._run(listed, write=False)
+
+    async def get_error(self, error_id: str) -> ErrorRecord | None:
+        """One stored error, or ``None`` if it is unknown (or pruned)."""
+
+        def found(tx: sql.Tx) -> ErrorRecord | None:
+            row = tx.execute(
+                f"SELECT {_ERROR_COLUMNS} FROM effector_errors WHERE error_id = ?", (error_id,)
+            ).fetchone()
+            return None if row is None else _error_record(row)
+
+        return await self._run(found, write=False)
+
+    async def mark_redriven(self, error_id: str, now_ms: int, *, again: bool = False) -> bool:
+        """Claim an error for a re-drive of its envelope, noting ``now_ms``; whether it did.
+
+        ``False`` if the error is unknown or, unless ``again``, was re-driven already: of two
+        concurrent claims one succeeds, so its envelope is published once.
+        """
+        once = "" if again else " AND redriven_at_ms IS NULL"
+        return await self._run(
+            lambda tx: bool(
+                tx.execute(
+                    f"UPDATE effector_errors SET redriven_at_ms = ? WHERE error_id = ?{once}",
+                    (now_ms, error_id),
+                ).rowcount
+            )
+        )
+
+    async def overview(self, now_ms: int, window_ms: int) -> Overview:
+        """The figures of the console's overview page, over whole minutes up to now."""
+        return await self._run(lambda tx: _overview(tx, now_ms, window_ms), write=False)
+
+    async def prune_telemetry(self, now_ms: int, retention_ms: int) -> int:
+        """Forget traces, errors and activation records stored before ``now_ms - retention_ms``.
+
+        One bounded transaction per batch; returns how many rows were removed.
+        """
+        cutoff, removed = now_ms - retention_ms, 0
+        while True:
+            batch = await self._run(lambda tx: self._prune_telemetry(tx, cutoff))
+            removed += batch
+            if batch < PRUNE_BATCH:
+                return removed
+
+    def _prune_telemetry(self, tx: sql.Tx, cutoff_ms: int) -> int:
+        """Forget up to a batch of traces, errors, records and idle keys from before the cutoff.
+
+        A key loses each run left without events; a key with no runs, not seen since the
+        cutoff, is forgotten (its intents stay searchable). Key rows are locked in key order,
+        after the traces, as :func:`_record_traces` locks them.
+        """
+        idle = tx.execute(
+            """SELECT entity_key FROM effector_key_activity WHERE last_seen_ms < ?
+               ORDER BY last_seen_ms LIMIT ?""",
+            (cutoff_ms, PRUNE_BATCH),
+        ).fetchall()
+        gone = tx.execute(
+            """DELETE FROM effector_traces WHERE (trace_id, span_id) IN (
+                 SELECT trace_id, span_id FROM effector_traces WHERE recorded_at_ms < ?
+                 ORDER BY recorded_at_ms LIMIT ?)
+               RETURNING entity_key, seq""",
+            (cutoff_ms, PRUNE_BATCH),
+        ).fetchall()
+        runs = sorted({(bytes(key), int(seq)) for key, seq in gone})
+        idle_keys = sorted({bytes(key) for (key,) in idle})
+        if self._dialect.for_update:  # SQLite needs no row locks: one writer at a time
+            for chunk in sql.chunks(sorted({key for key, _ in runs}.union(idle_keys))):
+                tx.execute(
+                    f"""SELECT entity_key FROM effector_key_activity
+                        WHERE entity_key IN ({sql.marks(len(chunk))})
+                        ORDER BY entity_key{self._dialect.for_update}""",
+                    chunk,
+                ).fetchall()
+        left = _events_by_run(tx, runs)
+        emptied = Counter(key for key, seq in runs if not left[key, seq])
+        _add_runs(tx, Counter({key: -count for key, count in emptied.items()}))
+        removed = len(gone)
+        for chunk in sql.chunks(idle_keys):
+            removed += tx.execute(
+                f"""DELETE FROM effector_key_activity
+                    WHERE entity_key IN ({sql.marks(len(chunk))})
+                    AND runs = 0 AND last_seen_ms < ?""",
+                (*chunk, cutoff_ms),
+            ).rowcount
+        removed += sql.delete_oldest(
+            tx, "effector_errors", ["error_id"], "recorded_at_ms", cutoff_ms, PRUNE_BATCH
+        )
+        identity = ["entity_key", "seq", "trace_sequence"]
+        return removed + sql.delete_oldest(
+            tx, "effector_records", identity, "recorded_at_ms", cutoff_ms, PRUNE_BATCH
+        )
+
+
+# -- transaction steps shared by several verbs --------------------------------------------------
+
+
+def _initial_state(new: NewIntent, now_ms: int) -> tuple[IntentState, ToolResult | None]:
+    if new.rejection is not None:
+        return sql.DONE, rejected_result(new.intent, new.rejection, now_ms=now_ms)
+    if new.intent.kind == ToolIntent.APPROVAL:
+        return sql.AWAITING, None
+    return sql.PENDING, None
+
+
+def _insert_intents(tx: sql.Tx, rows: Sequence[Sequence[Any]]) -> set[str]:
+    """Insert intent rows (in the given order) that are not recorded yet; returns their ids."""
+    inserted: set[str] = set()
+    for chunk in sql.chunks(rows):
+        inserted.update(
+            row[0]
+            for row in tx.execute(
+                f"""INSERT INTO effector_intents (intent_id, entity_key, seq, step_index, kind,
+                    digest, intent, state, received_at_ms, deadline_ms, attempts, result,
+                    completed_at_ms, published_envelope, tool_name)
+                   VALUES {sql.row_marks(len(chunk), 15)}
+                   ON CONFLICT (intent_id) DO NOTHING RETURNING intent_id""",
+                sql.flatten(chunk),
+            ).fetchall()
+        )
+    return inserted
+
+
+def _known_intents(tx: sql.Tx, intent_ids: Sequence[str]) -> dict[str, _Known]:
+    known: dict[str, _Known] = {}
+    for chunk in sql.chunks(intent_ids):
+        for intent_id, digest, state, result, published in tx.execute(
+            f"""SELECT intent_id, digest, state, result, published_envelope
+                FROM effector_intents WHERE intent_id IN ({sql.marks(len(chunk))})""",
+            chunk,
+        ).fetchall():
+            known[intent_id] = _Known(
+                bytes(digest), state, sql.parse_result(result), sql.optional_bytes(published)
+            )
+    return known
+
+
+def _explain_conflicts(
+    tx: sql.Tx,
+    intents: Sequence[NewIntent],
+    first_of: dict[str, int],
+    inserted: set[str],
+    conflicts: Sequence[int],
+    answers: list[SubmitResult | None],
+) -> None:
+    """Attach the recorded intent to each CONFLICT answer (conflicts are rare: read only then)."""
+    earlier = sorted({intents[i].intent.intent_id for i in conflicts} - inserted)
+    recorded: dict[str, ToolIntent] = {}
+    for chunk in sql.chunks(earlier):
+        for intent_id, blob in tx.execute(
+            f"""SELECT intent_id, intent FROM effector_intents
+                WHERE intent_id IN ({sql.marks(len(chunk))})""",
+            chunk,
+        ).fetchall():
+            recorded[intent_id] = ToolIntent.FromString(bytes(blob))
+    for index in conflicts:
+        intent_id = intents[index].intent.intent_id
+        kept = recorded[intent_id] if intent_id in recorded else intents[first_of[intent_id]].intent
+        answer = answers[index]
+        assert answer is not None
+        answers[index] = dataclasses.replace(answer, recorded=kept)
+
+
+def _add_pending(tx: sql.Tx, new_work: dict[bytes, int], now_ms: int) -> None:
+    """Count new PENDING intents on their keys' rows, creating rows in key order as needed."""
+    rows = [(key, new_work[key], now_ms) for key in sorted(new_work)]
+    for chunk in sql.chunks(rows):
+        tx.execute(
+            f"""INSERT INTO effector_keys (entity_key, pending, ready_at_ms)
+                VALUES {sql.row_marks(len(chunk), 3)}
+                ON CONFLICT (entity_key) DO UPDATE SET
+                 ready_at_ms = CASE WHEN effector_keys.pending = 0 THEN excluded.ready_at_ms
+                                    ELSE effector_keys.ready_at_ms END,
+                 pending = effector_keys.pending + excluded.pending""",
+            sql.flatten(chunk),
+        )
+
+
+def _start_running(tx: sql.Tx, candidates: Sequence[Claim], now_ms: int) -> list[Claim]:
+    """Mark the candidates' intents RUNNING (started now), counting the attempt; returns them."""
+    started: set[str] = set()
+    for chunk in sql.chunks(candidates):
+        # ``+state``: the state is checked on the rows the id finds, never searched. With many
+        # ids SQLite's planner otherwise walks the by-state index through every queued intent
+        # instead (a claim then cost O(backlog): 100 µs a row with 60,000 intents queued).
+        started.update(
+            row[0]
+            for row in tx.execute(
+                f"""UPDATE effector_intents SET state = ?, attempts = attempts + 1,
+                      started_at_ms = ?
+                    WHERE intent_id IN ({sql.marks(len(chunk))}) AND +state IN (?, ?, ?)
+                    RETURNING intent_id""",
+                [
+                    sql.RUNNING,
+                    now_ms,
+                    *(claim.intent.intent_id for claim in chunk),
+                    sql.PENDING,
+                    sql.RUNNING,
+                    sql.IN_DOUBT,
+                ],
+            ).fetchall()
+        )
+    return [claim for claim in candidates if claim.intent.intent_id in started]
+
+
+def _finish(
+    tx: sql.Tx,
+    intent_id: str,
+    result: ToolResult,
+    envelope: AgentEnvelope,
+    now_ms: int,
+    from_state: int,
+) -> bytes | None:
+    """Record ``result``, and the ``envelope`` that publishes it, if still in ``from_state``.
+
+    Returns the envelope's bytes for the caller to append to the log, or ``None`` if the intent
+    had left ``from_state``: the first terminal result wins a race for one intent. The same
+    bytes are kept for redelivery, so a redelivered envelope is byte-identical.
+    """
+    published = envelope.SerializeToString()
+    recorded = tx.execute(
+        """UPDATE effector_intents SET state = ?, result = ?, completed_at_ms = ?,
+             published_envelope = ?
+           WHERE intent_id = ? AND state = ?""",
+        (sql.DONE, result.SerializeToString(), now_ms, published, intent_id, from_state),
+    ).rowcount
+    return published if recorded else None
+
+
+def _finish_running(
+    tx: sql.Tx, results: Sequence[tuple[str, ToolResult]], now_ms: int
+) -> dict[str, bytes]:
+    """Record results of intents still RUNNING; returns the envelopes it published, by id.
+
+    The set-based twin of :func:`_finish` for the worker's batches (each id at most once).
+    """
+    rows = [
+        (intent_id, result.SerializeToString(), result_envelope(result).SerializeToString())
+        for intent_id, result in results
+    ]
+    envelopes = {intent_id: envelope for intent_id, _, envelope in rows}
+    finished: dict[str, bytes] = {}
+    for chunk in sql.chunks(rows):
+        values = sql.row_marks(len(chunk), 3)
+        for (intent_id,) in tx.execute(
+            f"""WITH finished (intent_id, result, envelope) AS (VALUES {values})
+                UPDATE effector_intents SET state = ?, result = finished.result,
+                  completed_at_ms = ?, published_envelope = finished.envelope
+                FROM finished
+                WHERE effector_intents.intent_id = finished.intent_id
+                  AND effector_intents.state = ?
+                RETURNING effector_intents.intent_id""",
+            [*sql.flatten(chunk), sql.DONE, now_ms, sql.RUNNING],
+        ).fetchall():
+            finished[intent_id] = envelopes[intent_id]
+    return finished
+
+
+def release_all_claims(tx: sql.Tx) -> None:
+    """Give back every claim: for a store only one process may open, all of them are stale."""
+    tx.execute(f"UPDATE effector_keys SET {_NO_CLAIM} WHERE claim_token IS NOT NULL")
+    tx.execute("UPDATE effector_intents SET state = ? WHERE state = ?", (sql.PENDING, sql.RUNNING))
+
+
+def _votes(tx: sql.Tx, intent_id: str) -> list[Approval]:
+    """The votes recorded on an approval still gathering its quorum, in voting order."""
+    rows = tx.execute(
+        "SELECT vote FROM effector_approval_votes WHERE intent_id = ? ORDER BY position",
+        (intent_id,),
+    ).fetchall()
+    return [Approval.FromString(bytes(row[0])) for row in rows]
+
+
+def _get_intent(tx: sql.Tx, intent_id: str) -> IntentRecord | None:
+    row = tx.execute(
+        f"SELECT {RECORD_COLUMNS} FROM effector_intents WHERE intent_id = ?", (intent_id,)
+    ).fetchone()
+    return None if row is None else intent_record(row)
+
+
+def _newest_first(tx: sql.Tx, conditions: Sequence[tuple[str, Any]]) -> Iterator[Any]:
+    """Rows of intents meeting ``conditions``, newest first by receipt, then id, in batches."""
+    after: tuple[Any, ...] = ()
+    while True:
+        where = [condition for condition, _ in conditions]
+        if after:
+            where.append("(received_at_ms, intent_id) < (?, ?)")
+        rows = tx.execute(
+            f"SELECT {RECORD_COLUMNS}, intent_id FROM effector_intents WHERE {' AND '.join(where)}"
+            " ORDER BY received_at_ms DESC, intent_id DESC LIMIT ?",
+            (*(value for _, value in conditions), *after, _SEARCH_SCAN_BATCH),
+        ).fetchall()
+        yield from rows
+        if len(rows) < _SEARCH_SCAN_BATCH:
+            return
+        after = (rows[-1][4], rows[-1][-1])
+
+
+def _counts(tx: sql.Tx, *, done: bool = True) -> StoreCounts:
+    """How many intents are in each state, and the log head.
+
+    ``done=False`` seeks the states in flight in the by-state index instead of walking all of
+    it (DONE intents are most of a retained table).
+    """
+    if done:
+        rows = tx.execute("SELECT state, COUNT(*) FROM effector_intents GROUP BY state")
+    else:
+        rows = tx.execute(
+            "SELECT state, COUNT(*) FROM effector_intents"
+            f" WHERE state IN ({sql.marks(len(_IN_FLIGHT))}) GROUP BY state",
+            _IN_FLIGHT,
+        )
+    by_state = dict(rows.fetchall())
+    return StoreCounts(
+        pending=int(by_state.get(sql.PENDING, 0)),
+        running=int(by_state.get(sql.RUNNING, 0)),
+        awaiting_decision=int(by_state.get(sql.AWAITING, 0)),
+        done=int(by_state.get(sql.DONE, 0)),
+        head_offset=sql.read_head(tx),
+        in_doubt=int(by_state.get(sql.IN_DOUBT, 0)),
+    )
+
+
+def _prune(tx: sql.Tx, cutoff: int) -> int:
+    """Forget a batch of DONE intents, envelopes, idle keys, votes and compensation rows."""
+    removed = sql.delete_oldest(
+        tx, "effector_intents", ["intent_id"], "completed_at_ms", cutoff, PRUNE_BATCH, "state = 4"
+    )
+    removed += sql.delete_oldest(
+        tx, "effector_envelopes", ["log_offset"], "appended_at_ms", cutoff, PRUNE_BATCH
+    )
+    removed += tx.execute(
+        "DELETE FROM effector_keys WHERE pending = 0 AND claim_token IS NULL"
+    ).rowcount
+    # Votes on approvals no longer awaiting (expired ones); decided ones lose theirs at once.
+    removed += tx.execute(
+        """DELETE FROM effector_approval_votes WHERE recorded_at_ms < ? AND intent_id NOT IN
+             (SELECT intent_id FROM effector_intents WHERE state = ?)""",
+        (cutoff, sql.AWAITING),
+    ).rowcount
+    return removed + sql.delete_oldest(
+        tx,
+        "effector_compensations",
+        ["original_intent_id"],
+        "recorded_at_ms",
+        cutoff,
+        PRUNE_BATCH,
+    )
+
+
+def _insert(
+    tx: sql.Tx, table: str, columns: str, rows: Sequence[Sequence[Any]], returning: str
+) -> tuple[Recorded, list[Any]]:
+    """Insert ``rows`` (sorted: the lock order), keeping rows already stored; count both.
+
+    Also returns the ``returning`` columns of the rows inserted.
+    """
+    width = columns.count(",") + 1
+    inserted: list[Any] = []
+    for chunk in sql.chunks(sorted(rows, key=lambda row: (row[0], row[1]))):
+        inserted += tx.execute(
+            f"INSERT INTO {table} ({columns}) VALUES {sql.row_marks(len(chunk), width)} "
+            f"ON CONFLICT DO NOTHING RETURNING {returning}",
+            sql.flatten(chunk),
+        ).fetchall()
+    return Recorded(recorded=len(inserted), duplicates=len(rows) - len(inserted)), inserted
+
+
+def _touch_keys(tx: sql.Tx, keys: Iterable[bytes], now_ms: int) -> None:
+    """Note that something about ``keys`` was recorded at ``now_ms``, locking their rows.
+
+    ``effector_key_activity`` keeps one row per key (last seen, runs with stored events), so
+    the keys page walks its index instead of aggregating the traces. Rows are written in key
+    order (the lock order); a new key starts with no runs.
+    """
+    rows = [(key, now_ms, 0) for key in sorted(keys)]
+    for chunk in sql.chunks(rows):
+        tx.execute(
+            f"""INSERT INTO effector_key_activity (entity_key, last_seen_ms, runs)
+                VALUES {sql.row_marks(len(chunk), 3)}
+                ON CONFLICT (entity_key) DO UPDATE SET last_seen_ms = CASE
+                  WHEN excluded.last_seen_ms > effector_key_activity.last_seen_ms
+                  THEN excluded.last_seen_ms ELSE effector_key_activity.last_seen_ms END""",
+            sql.flatten(chunk),
+        )
+
+
+def _events_by_run(tx: sql.Tx, runs: Sequence[tuple[bytes, int]]) -> Counter[tuple[bytes, int]]:
+    """How many trace events each ``(entity_key, seq)`` of ``runs`` has stored (none: absent)."""
+    stored: Counter[tuple[bytes, int]] = Counter()
+    for chunk in sql.chunks(runs, _PAIRS_PER_STATEMENT):
+        rows = tx.execute(
+            f"""SELECT entity_key, seq, COUNT(*) FROM effector_traces
+                WHERE {" OR ".join(["(entity_key = ? AND seq = ?)"] * len(chunk))}
+                GROUP BY entity_key, seq""",
+            sql.flatten(chunk),
+        ).fetchall()
+        stored.update({(bytes(key), int(seq)): int(count) for key, seq, count in rows})
+    return stored
+
+
+def _add_runs(tx: sql.Tx, runs: Counter[bytes]) -> None:
+    """Add ``runs[key]`` (negative: take away) to each key's run count."""
+    changes = [(change, key) for key, change in sorted(runs.items()) if change]
+    if changes:
+        tx.executemany(
+            "UPDATE effector_key_activity SET runs = runs + ? WHERE entity_key = ?", changes
+        )
+
+
+def _record_traces(tx: sql.Tx, events: Sequence[TraceEvent], now_ms: int) -> Recorded:
+    """Store trace events; one already stored under ``(trace_id, span_id)`` is kept as it is.
+
+    An event whose wall-clock start was not measured counts as started when it is recorded.
+    The keys of the events stored are touched and count each run that had no events before:
+    their rows are locked before the runs are counted, so concurrent calls count a run once.
+    """
+    rows = [
+        (
+            event.trace_id,
+            event.span_id,
+            event.entity_key,
+            event.seq,
+            event.sequence,
+            event.event_type,
+            event.wall_start_unix_nano // 1_000_000 or now_ms,
+            model_tokens(event),
+            event.SerializeToString(deterministic=True),
+            now_ms,
+        )
+        for event in events
+    ]
+    recorded, inserted = _insert(tx, "effector_traces", _TRACE_COLUMNS, rows, "entity_key, seq")
+    if not inserted:
+        return recorded
+    new: Counter[tuple[bytes, int]] = Counter((bytes(key), int(seq)) for key, seq in inserted)
+    _touch_keys(tx, {key for key, _ in new}, now_ms)
+    stored = _events_by_run(tx, sorted(new))
+    _add_runs(tx, Counter(key for (key, seq), count in new.items() if stored[key, seq] == count))
+    return recorded
+
+
+def _overview(tx: sql.Tx, now_ms: int, window_ms: int) -> Overview:
+    """The overview's figures over whole minutes, from the one ``window_ms`` reaches into to now.
+
+    Each figure range-scans an index over the window; only the counts by state walk one.
+    """
+    minutes = max(1, math.ceil(window_ms / MINUTE_MS))
+    end = now_ms - now_ms % MINUTE_MS + MINUTE_MS
+    start = end - minutes * MINUTE_MS
+
+    def per_minute(figure: str, table: str, time: str, condition: str) -> list[tuple[int, int]]:
+        totals = dict(
+            tx.execute(
+                f"""SELECT ({time} - ?) / {MINUTE_MS}, {figure} FROM {table}
+                    WHERE {condition} AND {time} >= ? AND {time} < ? GROUP BY 1""",
+                (start, start, end),
+            ).fetchall()
+        )
+        return [
+            (start + minute * MINUTE_MS, int(totals.get(minute, 0))) for minute in range(minutes)
+        ]
+
+    counts = _counts(tx)
+    p50, p99 = _latency_percentiles(tx, start, end, (0.5, 0.99))
+    return Overview(
+        counts=counts,
+        executions_per_minute=per_minute(
+            "COUNT(*)", "effector_intents", "completed_at_ms", _EXECUTED
+        ),
+        errors_per_minute=per_minute("COUNT(*)", "effector_errors", "recorded_at_ms", "1 = 1"),
+        tokens_per_minute=per_minute(
+            "SUM(tokens)", "effector_traces", "wall_start_ms", "event_type = 2"
+        ),
+        tool_latency_p50_ms=p50,
+        tool_latency_p99_ms=p99,
+        pending_approvals=counts.awaiting_decision,
+        oldest_open=_oldest_open(tx),
+    )
+
+
+def _latency_percentiles(
+    tx: sql.Tx, start: int, end: int, quantiles: Sequence[float]
+) -> list[float | None]:
+    """Claim-to-result latencies of the executions completed in ``[start, end)``, interpolated."""
+    executed = f"FROM effector_intents WHERE {_EXECUTED}"
+    window = "AND completed_at_ms >= ? AND completed_at_ms < ?"
+    (count,) = tx.execute(f"SELECT COUNT(*) {executed} {window}", (start, end)).fetchone()
+    if not count:
+        return [None] * len(quantiles)
+    figures: list[float | None] = []
+    for quantile in quantiles:
+        position = quantile * (count - 1)
+        below = math.floor(position)
+        values = [
+            int(latency)
+            for (latency,) in tx.execute(
+                f"""SELECT completed_at_ms - started_at_ms AS latency {executed} {window}
+                    ORDER BY latency LIMIT 2 OFFSET ?""",
+                (start, end, below),
+            ).fetchall()
+        ]
+        above = values[-1] if position > below else values[0]
+        figures.append(values[0] + (above - values[0]) * (position - below))
+    return figures
+
+
+def _oldest_open(tx: sql.Tx) -> IntentRecord | None:
+    """The intent not yet DONE that was received first: the head of each open state's index."""
+    heads = [
+        row
+        for state in (sql.PENDING, sql.RUNNING, sql.IN_DOUBT, sql.AWAITING)
+        for row in tx.execute(
+            f"""SELECT {RECORD_COLUMNS}, intent_id FROM effector_intents WHERE state = ?
+                ORDER BY received_at_ms, intent_id LIMIT 1""",
+            (state,),
+        ).fetchall()
+    ]
+    if not heads:
+        return None
+    return intent_record(min(heads, key=lambda row: (row[4], row[-1]))[:-1])
