@@ -16,7 +16,7 @@ import importlib
 import logging
 import types
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 _APITOOLS_NOTICE = "apitools not found"
 """How the root-logger record starts that ``import apache_beam`` logs when apitools is absent."""
@@ -118,7 +118,7 @@ __version__: str
 """The installed distribution's version (``0+unknown`` in a source tree never installed)."""
 
 
-def __getattr__(name: str) -> Any:
+def _first_use(name: str) -> Any:
     """Import a public name on first use and keep it in the module's namespace."""
     if name == "__version__":
         from importlib.metadata import PackageNotFoundError, version
@@ -137,3 +137,7 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *_EXPORTS, "__version__"})
+
+
+if not TYPE_CHECKING:  # hidden from type checkers, so a misspelt name is an error, not Any
+    __getattr__ = _first_use

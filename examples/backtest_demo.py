@@ -18,9 +18,8 @@ import tempfile
 from pathlib import Path
 
 from beam_agents import ActivationContext, AgentConfig, Complete, Suspend
-from beam_agents.replay.backtest import run_backtest
+from beam_agents.replay.backtest import Price, render_markdown, run_backtest
 from beam_agents.replay.cli import main as beam_agents_command
-from beam_agents.replay.report import Price, render_markdown
 from effector.client import EffectorClient
 from effector.launch import EffectorProcess, child_environment
 

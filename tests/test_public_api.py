@@ -65,11 +65,11 @@ def test_every_required_name_is_exported_and_resolves() -> None:
     assert set(dir(beam_agents)) >= exported
 
 
-def test_the_exports_are_the_objects_of_their_older_import_paths() -> None:
+def test_the_exports_are_the_objects_of_their_home_modules() -> None:
     from beam_agents._protos import AgentEnvelope, canonical_json
     from beam_agents.core.context import ActivationContext
-    from beam_agents.core.transform import RunAgent
     from beam_agents.io import SubmitIntents
+    from beam_agents.io.run_agent import RunAgent
     from beam_agents.model.client import LlmRequest
     from beam_agents.model.fake import FakeLLM
     from beam_agents.tools import tool
@@ -206,17 +206,27 @@ def test_mypy_outside_the_repository_sees_the_exported_types(tmp_path: Path) -> 
         tmp_path,
         "wrong",
         """
+        from beam_agents import RunAgnet
+
+
+        async def wrong_agent(ctx: int) -> Complete:
+            return Complete()
+
+
         config = AgentConfig(ttl_ms="x")
         transform = RunAgent(agent, config=1)
         version: int = __version__
+        wrong_transform = RunAgent(wrong_agent)
         """,
     )
     reported = wrong.stdout
     assert wrong.returncode == 1, reported + wrong.stderr
+    assert 'Module "beam_agents" has no attribute "RunAgnet"; maybe "RunAgent"?' in reported
     assert 'Argument "ttl_ms" to "AgentConfig" has incompatible type "str"' in reported
     assert 'Argument "config" to "RunAgent" has incompatible type "int"' in reported
     assert 'incompatible types in assignment (expression has type "str"' in reported.lower()
-    assert "Found 3 errors in 1 file" in reported, reported
+    assert 'Argument 1 to "RunAgent" has incompatible type' in reported
+    assert "Found 5 errors in 1 file" in reported, reported
 
     right = mypy(
         tmp_path,
