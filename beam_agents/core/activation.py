@@ -152,7 +152,7 @@ RunCoroutine = Callable[[Coroutine[Any, Any, Any], float], Any]
 
 
 def _no_committed_calls() -> None:
-    """A new run's replay cache starts empty, without reading the cell (see ``state``)."""
+    """A new run's replay cache starts empty, without reading the cell (``KeyState.read_cache``)."""
     return None
 
 
@@ -160,7 +160,7 @@ class Activator:
     """Decides, for one agent and config, what each element and timer does to a key.
 
     ``ticks``: the deadline timer is a tick at which the run's current deadline is checked (on
-    the ``FnApiRunner``, see ``core/README.md``), not a timer set for that deadline.
+    the ``FnApiRunner``; ``docs/concepts/runtime.md``, "Clocks"), not a timer set for it.
     """
 
     def __init__(

@@ -116,6 +116,9 @@ def is_agent(candidate: object) -> bool:
     return inspect.iscoroutinefunction(getattr(candidate, "__call__", None))  # noqa: B004
 
 
+# -- deterministic identifiers ----------------------------------------------------------
+
+
 @functools.cache
 def _namespace_hash(namespace: uuid.UUID) -> Any:
     # The SHA-1 state after the namespace bytes: copying it skips rehashing them on every call.
@@ -170,6 +173,8 @@ def intent_id_for(
     return hyphenated(uuid5_hex(space, f"{entity_key.hex()}|{seq}|{step_index}"))
 
 
+# -- processing-time clocks: where suspension deadlines are placed --------------------------
+
 ProcessingClock = Callable[[], float]
 """Seconds since the epoch on the runner's processing-time clock."""
 
@@ -197,6 +202,9 @@ def resolved(clock: ProcessingClock | None) -> ProcessingClock:
 def is_readable(clock: ProcessingClock | None) -> bool:
     """Whether ``clock`` tells the runner's current time (every clock but the test clock's)."""
     return clock is not epoch_clock
+
+
+# -- errors ------------------------------------------------------------------------------
 
 
 class ErrorReason(enum.StrEnum):
@@ -288,6 +296,10 @@ class CompensationError(AgentRuntimeError, ValueError):
         self.intent_id = intent_id
 
 
+# -- driving an agent's coroutine from a synchronous DoFn ------------------------------------
+# The driver steps a coroutine inline first and continues it on an event loop it owns only if
+# it waits on something (docs/concepts/runtime.md, "Driving coroutines").
+
 T = TypeVar("T")
 
 
@@ -304,7 +316,7 @@ _ENTER_TASK = _EnterTask()
 
 
 async def enter_task() -> None:
-    """Make sure what follows runs inside an ``asyncio.Task`` (see the module docstring)."""
+    """Make sure what follows runs inside an ``asyncio.Task`` (an inline step runs in none)."""
     if asyncio.current_task() is None:
         await _ENTER_TASK
 

@@ -128,7 +128,7 @@ class AgentConfig:
             continuation records it), so a changed namespace applies to new runs only.
         record: ``True`` (or a ``RecordOptions``) makes ``RunAgent`` emit one
             ``ActivationRecord`` per committed activation on ``.records``, for
-            ``beam-agents replay`` and ``backtest`` (``beam_agents/replay/README.md``).
+            ``beam-agents replay`` and ``backtest`` (``docs/replay.md``).
             ``False`` (the default) records nothing and costs nothing.
     """
 

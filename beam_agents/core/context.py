@@ -316,7 +316,7 @@ class Staged:
         """``attributes`` plus the key's memory slot sizes, if this activation used memory.
 
         Memory the agent never touched is left out: reading the cell only to measure it would
-        cost more than the rest of a no-op activation (``core/README.md``, "State layout").
+        cost more than the rest of a no-op activation.
         Memory it changed is always given, ``{}`` once emptied, so no stale sizes linger.
         """
         memory = self.memory
@@ -855,7 +855,7 @@ class ActivationContext:
         from the cache without reaching the provider. Otherwise the provider is called with
         ``AgentConfig.model_retry`` retries; a ``ProviderError`` that survives them propagates
         (and, unless the agent handles it, fails the activation as ``model_error``). Past the
-        run's token budget it raises ``BudgetExceededError`` (``core/README.md``, "Model calls").
+        run's token budget it raises ``BudgetExceededError``.
         """
         if not isinstance(request, LlmRequest):
             raise TypeError(f"call_model takes an LlmRequest, got {type(request).__name__}")
@@ -965,8 +965,8 @@ class ActivationContext:
         tools; without any, the intent is staged unvalidated (logged once per tool name).
         ``ttl_ms`` defaults to ``AgentConfig.intent_ttl_ms``. Takes a step; traced as
         ``INTENT_EMITTED``. Nothing executes here. Replaying a step of the run (the same tool
-        and arguments at the same position; ``core/README.md``, "The replay prefix") returns
-        the id it returned before and stages nothing.
+        and arguments at the same position) returns the id it returned before and stages
+        nothing.
 
         ``approval``: the approved decision (``ctx.resume_approval``) this call carries out;
         ``args`` are then the arguments given to ``request_approval``, which the decision's
@@ -975,7 +975,7 @@ class ActivationContext:
         lineage (``ToolIntent.edited_from``: the approval's id, the approver, the diff).
 
         ``compensate_with=(tool_name, args)``: the side-effecting call that undoes this one,
-        checked now like ``act``'s own; ``ctx.compensate(id)`` stages it (``core/README.md``).
+        checked now like ``act``'s own; ``ctx.compensate(id)`` stages it.
         """
         if not isinstance(tool_name, str) or not tool_name:
             raise ValueError(f"act needs a tool name, got {tool_name!r}")
@@ -1009,7 +1009,7 @@ class ActivationContext:
         ``CompensationError`` and takes no step. Stages a TOOL intent of the linked tool and
         arguments with ``compensates_intent_id`` set, which never expires; the effector runs
         it after the original, only if that ran (else its result is NOT_NEEDED). Takes a
-        step; a re-walk returns the same id and stages nothing (``core/README.md``).
+        step; a re-walk returns the same id and stages nothing (``docs/concepts/runtime.md``).
         """
         return stage_compensation(self._staged, intent_id, self.high_water_step)
 

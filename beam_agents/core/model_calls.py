@@ -305,7 +305,7 @@ class ModelGateway:
     by ``as_model_client``; :attr:`client` is the object as given. ``retry_policy`` ``None``
     makes one attempt per call; ``breakers`` ``None`` disables circuit breaking. Breakers are
     keyed by the client's ``endpoint_key(request)``. Each call first moves into an asyncio task
-    (``bridge.enter_task``) unless the client says ``needs_asyncio_task = False``.
+    (``core.agent.enter_task``) unless the client says ``needs_asyncio_task = False``.
     """
 
     __slots__ = (

@@ -38,7 +38,7 @@ from beam_agents._protos import (
     TraceEvent,
     canonical_json,
 )
-from beam_agents.core.agent import uuid5_hex
+from beam_agents.core.agent import Outcome, Suspend, uuid5_hex
 from beam_agents.core.state import KeyState, WorkingMemory
 from beam_agents.model.client import (
     LlmRequest,
@@ -602,12 +602,11 @@ class ActivationRecorder:
         self.tool_calls.append(call)
 
     def finish(
-        self, entity_key: bytes, seq: int, staged: StagedView, outcome: object, state: KeyState
+        self, entity_key: bytes, seq: int, staged: StagedView, outcome: Outcome, state: KeyState
     ) -> ActivationRecord:
         """The activation's record; called at commit, before any of its state is written.
 
-        ``outcome`` is the agent's ``Complete`` or ``Suspend`` (told apart by its ``snapshot``:
-        this module stays below ``core.agent`` in the import graph).
+        ``outcome`` is the agent's ``Complete`` or ``Suspend``.
         """
         trace = staged.trace
         record = ActivationRecord(
@@ -629,13 +628,12 @@ class ActivationRecorder:
             # (``replay.harness.cells_for``), so each response is recorded once.
             record.continuation_before.CopyFrom(continuation)
             record.continuation_before.ClearField("replay_cache")
-        snapshot = getattr(outcome, "snapshot", None)
-        if snapshot is None:
-            record.outcome = ActivationRecord.COMPLETE
-            record.output = getattr(outcome, "output", b"")
-        else:
+        if isinstance(outcome, Suspend):
             record.outcome = ActivationRecord.SUSPEND
-            record.snapshot = snapshot
+            record.snapshot = outcome.snapshot
+        else:
+            record.outcome = ActivationRecord.COMPLETE
+            record.output = outcome.output
         memory = staged.memory
         if memory is not None:
             before = b"".join(state.read_memory())

@@ -212,7 +212,7 @@ Slot = bytes | list[bytes]
 
 
 class NotCanonicalError(ValueError):
-    """The blob is not in the form this module writes (the proto parser must read it)."""
+    """The blob is not in the form :func:`encode_memory` writes (the proto parser reads it)."""
 
 
 class RawSlot:
@@ -469,7 +469,7 @@ class WorkingMemory:
     using a slot as the other kind raises :class:`MemorySlotError`. The committed blob is
     scanned on first use, so an activation that never touches memory pays nothing, and a slot
     is decoded only when read: a commit re-uses the committed bytes of every slot it did not
-    change (``_memory_wire``), so its cost follows what changed, not the whole memory.
+    change (see :func:`encode_memory`), so its cost follows what changed, not the whole memory.
     ``elements``: the committed memory's bag elements (or ``None``).
     """
 
@@ -594,7 +594,7 @@ class WorkingMemory:
         return self._changed
 
     def encode(self) -> list[bytes]:
-        """The memory's bag elements (none when memory is empty); see ``_memory_wire``.
+        """The memory's bag elements (none when memory is empty); see :func:`encode_memory`.
 
         Joined, they equal ``MemoryState(...).SerializeToString(deterministic=True)`` byte for
         byte; the committed bytes of unchanged slots and large new values are not copied.

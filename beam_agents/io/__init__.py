@@ -4,7 +4,7 @@
 that talk to the effector (:class:`SubmitIntents`, :class:`ReadEnvelopes`,
 :class:`EffectorConnection`); ``sinks`` the outputs' writers (:class:`ExportTraces` over
 OTLP/HTTP, :class:`WriteTraces`, :class:`WriteErrors`, :class:`WriteRecords`,
-:class:`WriteRecordsToEffector`). Closing the loop on each runner: ``beam_agents/io/README.md``.
+:class:`WriteRecordsToEffector`). Closing the loop on each runner: ``docs/loop.md``.
 """
 
 from beam_agents.io.effector_link import (

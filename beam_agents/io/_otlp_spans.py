@@ -4,7 +4,7 @@
 
 Imported by ``ExportTraces`` only when a worker sets it up, so that importing ``beam_agents``
 never loads the OpenTelemetry SDK or ``requests``. Names and attributes are listed in
-``beam_agents/io/README.md``.
+``docs/loop.md``.
 """
 
 from __future__ import annotations

@@ -110,7 +110,7 @@ class EffectorConnection:
 
     - ``target``: ``HOST:PORT`` (or any gRPC target) of the effector; or the replicas of one
       effector as a comma-separated list of ``IP:PORT`` addresses (``[IPv6]:PORT``), e.g.
-      ``"127.0.0.1:50051,127.0.0.1:50052"``, reached round-robin (see ``beam_agents/io/README.md``).
+      ``"127.0.0.1:50051,127.0.0.1:50052"``, reached round-robin (see ``docs/loop.md``).
     - ``token`` (or the environment variable named by ``token_env``, read on the worker so
       that the secret never enters the pipeline graph) is sent as
       ``authorization: Bearer <token>`` on every call, as the effector's ``--token`` expects.

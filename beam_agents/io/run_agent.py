@@ -64,8 +64,7 @@ RECORDS_TAG = "records"
 assert (HEADER, MEMORY, CONTINUATION) == (0, 1, 2)
 
 _HEADER = ReadModifyWriteStateSpec("header", BytesCoder())
-# A bag: the memory's elements (``core/_memory_wire.py``). It was a ``ReadModifyWriteState``, which
-# the Fn API keeps as a bag of one element, so memory committed by that layout reads unchanged.
+# A bag: the memory's elements, which join to one ``MemoryState`` blob (``core.state``).
 _MEMORY = BagStateSpec("memory", BytesCoder())
 _CONTINUATION = ReadModifyWriteStateSpec("continuation", BytesCoder())
 _BUFFER = BagStateSpec("buffer", BytesCoder())
@@ -358,7 +357,7 @@ class RunAgentOutputs(NamedTuple):
     they can be re-driven; for an exception, its trimmed ``traceback``, and the detail names the
     agent's file and line). Every record is also logged at WARNING, rate-limited, whether or not
     ``errors`` is consumed. ``records``: one ``ActivationRecord`` per committed activation with
-    ``AgentConfig(record=True)`` (``beam_agents/replay/README.md``); otherwise empty.
+    ``AgentConfig(record=True)`` (``docs/replay.md``); otherwise empty.
     """
 
     output: PCollection[bytes]
@@ -443,7 +442,7 @@ class _AdmitElements(beam.DoFn):
 
     def __init__(self) -> None:
         super().__init__()
-        self._error_log = ErrorLog()  # logged like the agent's records (``core/loudness.py``)
+        self._error_log = ErrorLog()  # logged like the agent's records (``core.observability``)
 
     def process(self, element: Any) -> list[Any]:
         """Pass a well-formed element on; log and divert a malformed one."""

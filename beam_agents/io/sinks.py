@@ -172,7 +172,7 @@ class ExportTraces(beam.PTransform[PCollection[TraceEvent], PCollection[Any]]):
     Each bundle that dropped spans logs one WARNING with the count and the first reason. Beam
     metrics (namespace ``beam_agents.io``):
     ``otlp_spans_exported``, ``otlp_spans_dropped``. Names and attributes are listed in
-    ``beam_agents/io/README.md``.
+    ``docs/loop.md``.
     """
 
     def __init__(

@@ -2,7 +2,7 @@
 
 :func:`anthropic_tool` (Anthropic Messages), :func:`openai_tool` (OpenAI Chat Completions,
 optionally in the strict dialect) and :func:`mcp_tool` (an MCP tool listing). Every result is
-a fresh dict. The shapes are listed in ``beam_agents/tools/README.md``.
+a fresh dict. The shapes are listed in ``docs/tools.md``.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """MCP servers and this process's sessions to them: ``McpServer``, the errors, ``SessionPool``.
 
-``McpServer`` says where a server is and how to reach it (stdio or streamable HTTP). An MCP
-client session must be entered and left by one task, and needs its loop running to read the
-server; a DoFn's or the effector's loop runs only while it works. So every session lives on
-one daemon thread's loop, and callers on any loop or thread reach it through futures. A session
-that breaks is dropped and reopened by the next call, after an exponential backoff.
-``tools/list_changed`` re-lists the server's tools into :attr:`SessionPool.catalog`.
+An MCP session must be entered and left by one task and needs its loop running, so every
+session lives on one daemon thread's loop; callers on any loop reach it through futures. A
+broken session is reopened by the next call, after a backoff.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """``McpTool``: one tool of an MCP server as a registry ``Tool``, and :func:`load_mcp_tools`.
 
-A tool's arguments are validated with a Pydantic model built from its ``inputSchema``
-(:func:`arguments_model`). That covers the JSON Schema a tool server writes in practice:
-objects, arrays, scalars, ``enum``/``const``, nullable type lists, ``anyOf``/``oneOf``, local
-references into ``$defs``, and the usual bounds. What it cannot express (``allOf``, ``not``,
-recursive references) is accepted as any JSON value and left to the server, which validates.
+Arguments are validated by a Pydantic model built from the tool's ``inputSchema``
+(:func:`arguments_model`); what it cannot express is left to the server.
 """
 
 from __future__ import annotations
