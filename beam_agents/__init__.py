@@ -45,8 +45,10 @@ _EXPORTS: dict[str, str] = {}
 def _recorded(exports: dict[str, str]) -> Iterator[None]:
     """Record this module's ``from M import N`` statements in the block instead of running them.
 
-    Each ``N`` lands in ``exports`` as ``{N: M}`` and is left unbound, so :func:`__getattr__`
-    imports it on first use. Imports made by any other module meanwhile run as usual.
+    Each ``N`` lands in ``exports`` as ``{N: M}`` and is left unbound, so :func:`_first_use`
+    imports it when it is first asked for. Imports made by any other module meanwhile run as
+    usual. ``__all__`` is set here, out of the type checkers' sight: they read the re-exports
+    from the ``N as N`` spelling instead.
     """
     namespace = globals()
     real_import = builtins.__import__
