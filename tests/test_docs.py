@@ -77,6 +77,24 @@ def test_the_readme_links_to_files_that_exist() -> None:
     assert not missing
 
 
+def test_every_import_the_docs_show_works() -> None:
+    pages = [README, *sorted((REPO / "docs").rglob("*.md"))]
+    imports = sorted(
+        {
+            line.strip()
+            for page in pages
+            for block in code_blocks(page, "python")
+            for line in block.splitlines()
+            if line.strip().startswith(("from beam_agents", "from effector"))
+        }
+    )
+    assert imports
+    done = subprocess.run(
+        [sys.executable, "-c", "\n".join(imports)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+
+
 def test_the_site_builds_strictly(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
