@@ -1,16 +1,14 @@
 """What the framework adapters share: ``FrameworkAgent`` and ``AdapterActivation``.
 
-An adapter runs the framework's agent from the run's start on every activation; the replay
-prefix hands back the model answers and intent ids of the activations before.
-``AdapterActivation`` gives each framework call its meaning: a model call is ``ctx.call_model``,
-a read-only tool ``ctx.run_tool``, a side-effecting tool an intent (``ctx.act``) and an approval
-request an approval intent, each answered from the run's results or left pending. The whole
-scheme is in ``docs/adapters.md``.
+``AdapterActivation`` gives each framework call its meaning in one activation: a model call is
+``ctx.call_model``, a read-only tool ``ctx.run_tool``, a side-effecting tool an intent, an
+approval request an approval intent (``docs/adapters.md``).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterator, Mapping
@@ -35,6 +33,23 @@ EFFECT_WAIT_SLACK_MS = 60_000
 _CURRENT: ContextVar[AdapterActivation | None] = ContextVar("beam_agents_adapter", default=None)
 
 
+_WARNED: set[str] = set()
+_WARNED_LOCK = threading.Lock()
+
+
+def warn_outside_registry(log: logging.Logger, tool: str) -> None:
+    """Warn once per process that ``tool``, not a registry tool, re-runs on every activation."""
+    with _WARNED_LOCK:
+        if tool in _WARNED:
+            return
+        _WARNED.add(tool)
+    log.warning(
+        "tool %s is not in AgentConfig.tool_registry: it runs in the pipeline on every "
+        "activation of the run; make it a registry tool (side_effect=True if it has effects)",
+        tool,
+    )
+
+
 class AdapterUsageError(RuntimeError):
     """An adapter's model or tool was used outside the agent run the adapter drives."""
 
@@ -42,8 +57,8 @@ class AdapterUsageError(RuntimeError):
 def current_activation() -> AdapterActivation:
     """The :class:`AdapterActivation` running now (the adapter sets it around the framework run).
 
-    The framework-native model and tool classes look it up at call time, so they can be built
-    once, with the graph or agent, and serve every activation.
+    The framework's model and tool classes look it up at call time, so one instance serves
+    every activation.
     """
     activation = _CURRENT.get()
     if activation is None:
@@ -101,8 +116,8 @@ class Decision:
 class IntentFailedError(Exception):
     """A side-effecting tool's intent came back from the effector without a value.
 
-    ``str(error)`` says what happened (failed, expired, rejected), in the words the tool loop
-    feeds a model; ``result`` is the effector's ``ToolResult``.
+    ``str(error)`` says what happened, as the tool loop tells a model; ``result`` is the
+    effector's ``ToolResult``.
     """
 
     def __init__(self, tool_name: str, result: ToolResult) -> None:
@@ -126,9 +141,8 @@ class AdapterActivation:
     """One activation's view of a framework run: model, tools, intents, approvals, state.
 
     Side-effecting calls and approval requests may carry a ``call_key``, the framework's name
-    for the call (a tool call id, a graph task and position). A framework that runs the same
-    call again within the activation (LangGraph re-runs a node after ``interrupt()``; ADK
-    re-runs a tool once it is confirmed) gets the same intent back instead of a second one.
+    for the call: a call run again within the activation (a LangGraph node after
+    ``interrupt()``, a confirmed ADK tool) gets the same intent back.
     """
 
     def __init__(self, ctx: ActivationContext, *, adapter: str) -> None:
@@ -174,11 +188,9 @@ class AdapterActivation:
     ) -> Any:
         """The side-effecting tool's value if the effector has answered, else :class:`Pending`.
 
-        The intent is staged with ``ctx.act`` (once per ``call_key`` in this activation). A
-        result other than OK raises :class:`IntentFailedError`. ``ctx.act`` validates the
-        arguments of a tool ``AgentConfig.tool_registry`` holds; ``tool`` (the framework's
-        registry tool) validates them here when it does not, raising ``ToolArgumentError``, and
-        rebuilds the effector's answer (else the answer's JSON value is returned).
+        The intent is staged once per ``call_key``; a result other than OK raises
+        :class:`IntentFailedError`. ``tool`` validates the arguments and rebuilds the answer
+        when ``AgentConfig.tool_registry`` lacks the tool (else the answer's JSON is returned).
         """
         registry = self.ctx.tool_registry
         own = tool if tool is not None and tool_name not in registry else None
@@ -232,10 +244,8 @@ class AdapterActivation:
     def suspend(self, *, timeout_ms: int | None = None) -> Suspend:
         """The ``Suspend`` that waits for :attr:`waiting`; the snapshot keeps the run's event.
 
-        ``timeout_ms`` ``None``: a run waiting for a person takes the ``HitlPolicy``'s
-        deadline; one waiting only for side effects waits for the effector, which answers
-        within the intents' TTL (``EXPIRED`` at the latest), so it gets that TTL plus
-        :data:`EFFECT_WAIT_SLACK_MS` instead of the policy's deadline for people.
+        ``timeout_ms`` ``None``: a run waiting for a person takes the ``HitlPolicy``'s deadline;
+        one waiting only for effects gets the intents' TTL plus :data:`EFFECT_WAIT_SLACK_MS`.
         """
         if timeout_ms is None and self._waiting and not self._asks_a_person:
             timeout_ms = self._longest_ttl_ms + EFFECT_WAIT_SLACK_MS
@@ -301,9 +311,7 @@ class FrameworkAgent(ABC, Generic[_Built]):
     """What every adapter is: a ``RunAgent`` agent around a framework agent built once.
 
     ``source`` is the framework agent or, better, a zero-argument builder of it: the adapter
-    pickles without the built agent (``RunAgent`` ships it to the workers) and builds it on
-    first use, once per process. Each activation runs :meth:`activate` with an
-    :class:`AdapterActivation` bound, inside the activation's asyncio task.
+    pickles without the built agent and builds it on first use, once per process.
     """
 
     adapter: ClassVar[str]
@@ -346,8 +354,8 @@ class FrameworkAgent(ABC, Generic[_Built]):
     async def run(self, ctx: ActivationContext) -> Complete | Suspend:
         """One activation, in the activation's asyncio task with a fresh ``AdapterActivation``.
 
-        Context variables (ours, the framework's) must be set and reset in one context:
-        the driver steps an agent's first step outside any task, so this moves into it first.
+        Context variables must be set and reset in one context, and the driver steps an agent's
+        first step outside any task, so this moves into the task first.
         """
         await enter_task()
         activation = AdapterActivation(ctx, adapter=self.adapter)

@@ -1,10 +1,7 @@
 """Replay and backtest: recorded activations read back, re-run offline, and compared.
 
-``RunAgent`` records with ``AgentConfig(record=True)`` and ``WriteRecords(path)`` stores the
-records; the ``beam-agents`` command (:mod:`.cli`) replays them against the current agent code
-(:func:`replay`) or backtests a candidate over them as a Beam pipeline (``backtest``), or over
-envelope files (:func:`write_envelopes`, :class:`WriteEnvelopes`) with no recording. The
-format, the rules and the report are in ``docs/replay.md``.
+The ``beam-agents`` command (:mod:`.cli`) replays records against the current agent code or
+backtests a candidate over records or envelope files (``docs/replay.md``).
 """
 
 from beam_agents.replay.inputs import (

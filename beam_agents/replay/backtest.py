@@ -2,16 +2,9 @@
 # (Beam's own API is mostly unannotated; the pipeline is glue around it.)
 """``beam-agents backtest``: a candidate agent over recorded history, as a Beam batch pipeline.
 
-The pipeline reads the records files, keys the records by entity key (as production keys
-envelopes), groups each key's history and runs the candidate over it (:class:`KeyBacktest`) on
-any runner. The candidate keeps its own state from one envelope to the next, as in production,
-and each external event starts its run at the recorded seq (so intent ids line up). A recorded
-result or approval is fed only if the candidate waits for the same intent (same id, tool and
-arguments); a run still waiting on an intent the record never had, when the next event comes,
-"waits on a new effect" and is ended. Nothing is executed. Over envelope files (``--envelopes``)
-every run is the candidate's alone, with no baseline. Each key's result is a JSON line under
-``OUT/keys/``; :func:`run_backtest` sums them into the report (``report.json``, ``report.md``,
-``report.html``): everything sorted, nothing from the clock, cost from a price table.
+The pipeline groups each key's records (or, with ``--envelopes``, its envelopes) and runs the
+candidate over them (:class:`KeyBacktest`); nothing is executed. :func:`run_backtest` sums the
+per-key results into ``report.json``, ``report.md`` and ``report.html`` (``docs/replay.md``).
 """
 
 from __future__ import annotations
@@ -165,9 +158,19 @@ class RunPair:
     recorded: RunSide = field(default_factory=RunSide)
     candidate: RunSide = field(default_factory=RunSide)
 
+    def as_json(self, found: list[str]) -> dict[str, Any]:
+        """The run, with what changed in it (``found``), as JSON data."""
+        recorded, candidate = self.recorded.as_json(), self.candidate.as_json()
+        return {"seq": self.seq, "changes": found, "recorded": recorded, "candidate": candidate}
+
 
 class KeyBacktest:
-    """Backtests keys one at a time with an offline activator whose calls the pools answer."""
+    """Backtests keys one at a time with an offline activator whose calls the pools answer.
+
+    A recorded result or approval is fed only if the candidate waits for the same intent; a run
+    still waiting on an intent the record never had, when the next event comes, waits on a new
+    effect and is ended.
+    """
 
     def __init__(self, activator: OfflineActivator, model: PooledModel, tools: PooledTools) -> None:
         self._activator = activator
@@ -210,9 +213,8 @@ class KeyBacktest:
     def run_envelopes(self, key: bytes, envelopes: Sequence[AgentEnvelope]) -> dict[str, Any]:
         """Run the candidate over one key's envelopes (in order) from a new key; its result.
 
-        Each external event starts a run at the key's next seq, as in production (a run still
-        suspended then waits on a new effect and is ended); results and approvals are skipped:
-        with no record, no intent of the candidate's is known to be the one they answer.
+        Each external event starts a run; results and approvals are skipped, since no record
+        says which of the candidate's intents they answer.
         """
         usage = self._model.usage = self._tools.usage = Usage()
         self._model.start_key(())
@@ -285,30 +287,18 @@ def _answered_intent(envelope: AgentEnvelope) -> str:
 
 
 def _tokens(records: Sequence[ActivationRecord]) -> dict[str, list[int]]:
-    spent: dict[str, list[int]] = {}
+    usage = Usage()
     for record in records:
         for call in record.model_calls:
-            total = spent.setdefault(call.model, [0, 0])
-            total[0] += call.input_tokens
-            total[1] += call.output_tokens
-    return spent
+            usage.spend(call.model, call.input_tokens, call.output_tokens)
+    return usage.tokens or {}
 
 
 def _key_result(
     key: bytes, runs: list[RunPair], usage: Usage, records: Sequence[ActivationRecord], drift: bool
 ) -> dict[str, Any]:
-    changed = []
-    for run in runs:
-        found = changes(run.recorded, run.candidate)
-        if found:
-            changed.append(
-                {
-                    "seq": run.seq,
-                    "changes": found,
-                    "recorded": run.recorded.as_json(),
-                    "candidate": run.candidate.as_json(),
-                }
-            )
+    found = [(run, changes(run.recorded, run.candidate)) for run in runs]
+    changed = [run.as_json(lines) for run, lines in found if lines]
     return {
         "key": key_text(key),
         "runs": len(runs),
@@ -371,8 +361,7 @@ def _keyed_envelopes(file: tuple[int, str]) -> Iterator[tuple[bytes, Placed]]:
 class _BacktestKeys(beam.DoFn):
     """Runs the candidate over each key's grouped input; emits the key's result as JSON.
 
-    The input is the key's records, or (``envelopes``) its placed envelopes, run in event-time
-    order, ties in the order of the files and within them.
+    Envelopes run in event-time order, ties in the order of the files and within them.
     """
 
     def __init__(self, agent: str, config: str | None, strict: bool, envelopes: bool) -> None:
@@ -489,10 +478,8 @@ def run_backtest(
 ) -> dict[str, Any]:
     """Backtest ``agent`` (``module:function``) over the records in ``paths``; the report.
 
-    With ``envelopes``, ``paths`` name envelope files instead, run with no recorded side (the
-    report has no baseline). Loads the agent and config, and reads and checks every input file,
-    first, so that bad input fails before the pipeline starts; a pipeline that fails is bad
-    input too (:class:`BadInput`, exit 2), never an uncaught exception.
+    With ``envelopes``, ``paths`` name envelope files, run with no baseline. Every input is
+    checked before the pipeline starts; bad input and a failed pipeline raise :class:`BadInput`.
     """
     load_agent(agent)
     files = _check_input(paths, load_config(config), envelopes)
@@ -598,11 +585,10 @@ def build_report(
     *,
     baseline: bool = True,
 ) -> dict[str, Any]:
-    """The whole report as JSON data (see the module docstring).
+    """The whole report as JSON data: sorted, nothing from the clock.
 
-    ``baseline``: the results compare the candidate with a recording (``KeyBacktest.run``);
-    else they are the candidate's alone (``KeyBacktest.run_envelopes``) and what compares is
-    ``null``, the candidate's decisions counted instead of changes.
+    Without a ``baseline`` (``KeyBacktest.run_envelopes``), what compares is ``null`` and the
+    candidate's decisions are counted instead of changes.
     """
     results = sorted(results, key=lambda result: str(result["key"]))
     sides = ("recorded", "candidate") if baseline else ("candidate",)

@@ -1,8 +1,6 @@
 """The ``beam-agents`` command: ``replay`` and ``backtest`` (``python -m beam_agents.replay``).
 
-Exit statuses: 0 everything the same, 1 divergent (or, for a backtest, decisions changed),
-2 bad input (one line on stderr, no traceback), 3 drift (a call the record cannot answer).
-Usage and output formats: ``docs/replay.md``.
+Exit statuses: 0 the same, 1 divergent, 2 bad input (one line on stderr), 3 drift.
 """
 
 from __future__ import annotations

@@ -2,14 +2,9 @@
 # (Beam's filesystem API is unannotated.)
 """What replay and backtest read: records, envelope files, and what the command line names.
 
-Records files (``WriteRecords``'s framing) and envelope files share one framing: a header,
-then each message as a varint of its length and its bytes. :func:`read_records` takes files,
-directories (their ``*.records`` files, at any depth) or globs on any Beam filesystem and
-refuses a file that is not whole with an error naming it and the byte offset; :func:`by_key`
-groups records by key in commit order; :func:`read_stored` reads one key's records from the
-effector instead. ``module:function`` specs are imported as ``python -m`` would. Every problem
-is a :class:`BadInput` or a :class:`FramedFileError`, one line, on which the command exits 2.
-The formats: ``docs/replay.md``.
+Records and envelope files share one framing: a header, then each message as a varint length
+and its bytes. Every problem is a :class:`BadInput` or a :class:`FramedFileError` of one line,
+on which the command exits 2 (``docs/replay.md``).
 """
 
 from __future__ import annotations
@@ -146,10 +141,7 @@ def _varint(data: bytes, offset: int) -> tuple[int, int]:
 
 
 def parse_framed(data: bytes, name: str, framing: Framing[M]) -> list[tuple[int, M]]:
-    """The messages of a framed file's bytes, each with its byte offset (``name``: in errors).
-
-    The file is the framing's header, then each message as a varint of its length and its bytes.
-    """
+    """The messages of a framed file's bytes, each with its byte offset (``name``: in errors)."""
     magic, error = framing.magic, framing.error
     if not data.startswith(magic):
         raise error(f"{name} is not a beam-agents {framing.kind} file (no {magic!r} header)")
@@ -249,11 +241,7 @@ def order_key(record: ActivationRecord) -> tuple[int, int]:
 
 
 def by_key(records: Iterable[ActivationRecord]) -> dict[bytes, list[ActivationRecord]]:
-    """Records grouped by key (keys sorted), each key's in commit order, duplicates dropped.
-
-    A record written twice (a retried bundle whose first attempt's file survived) is
-    byte-identical to its twin and kept once.
-    """
+    """Records grouped by key (keys sorted), each key's in commit order, duplicates dropped."""
     grouped: dict[bytes, dict[tuple[int, int], ActivationRecord]] = {}
     for record in records:
         grouped.setdefault(record.entity_key, {}).setdefault(order_key(record), record)
@@ -321,11 +309,7 @@ def read_envelope_file(name: str) -> list[tuple[int, AgentEnvelope]]:
 
 
 def envelope_files(paths: Sequence[str]) -> list[str]:
-    """The envelope files ``paths`` name (files, directories, globs), each read and checked.
-
-    Raises :class:`EnvelopeFileError` for a path that names none, or a file that is not a
-    whole, valid envelope file, so that bad input is refused before a pipeline starts.
-    """
+    """The envelope files ``paths`` name (files, directories, globs), each read and checked."""
     files = expand(paths, ENVELOPES)
     for name in files:
         read_envelope_file(name)

@@ -1,14 +1,9 @@
-"""Re-running an agent offline: a key's state in memory, calls answered from records.
+"""Re-running an agent offline: a key's state in memory, its calls answered from records.
 
-:class:`KeyCells` is one key's state cells in memory (what the ``DoFn``'s Beam state holds);
-:func:`cells_for` rebuilds them from a record. :class:`OfflineActivator` runs the core's
-``Activator`` over them, recording every activation, on a processing clock that starts at the
-epoch (a recorded deadline is never past). Replay answers the k-th fresh model call of an
-activation only with the record's k-th, if the requests are equal (:class:`RecordedModel`), and
-tool calls with a recorded call of the same name and arguments (:class:`RecordedTools`).
-Backtest answers from anywhere in the key's records and sends what is new to the candidate's
-provider, or, strict, refuses it (:class:`PooledModel`, :class:`PooledTools`). A call that
-cannot be answered becomes a :class:`Miss` and raises :class:`Unanswerable` into the agent.
+:class:`OfflineActivator` runs the core's ``Activator`` over :class:`KeyCells`. Replay answers
+only with the record's own calls (:class:`RecordedModel`, :class:`RecordedTools`); backtest
+answers from anywhere in the key's records and sends the rest to the candidate's provider
+(:class:`PooledModel`, :class:`PooledTools`). A call nobody answers is a :class:`Miss`.
 """
 
 from __future__ import annotations
@@ -75,13 +70,10 @@ class RecordedToolFailure(Exception):
 
 @dataclass(frozen=True)
 class Miss:
-    """A call the record could not answer.
+    """A call the record could not answer (``kind``: ``"model"`` or ``"tool"``).
 
-    ``kind`` is ``"model"`` or ``"tool"``; ``content`` the request's canonical JSON or the tool's
-    arguments; ``recorded`` the record's call at the same position (``None``: the record has no
-    more calls of that kind, which is drift); ``position`` its place among the activation's
-    model calls, tool calls and intents; ``step`` the step a model call took (tool calls take
-    none).
+    ``recorded`` is the record's call at the same position (``None``, drift: it has no more);
+    ``position`` its place among the activation's calls and intents; ``step`` a model call's.
     """
 
     kind: str
@@ -98,10 +90,7 @@ class Miss:
 
 
 class Progress:
-    """Where the running activation is (the :class:`OfflineActivator` tells).
-
-    The place its next call takes, and the step its last model call took.
-    """
+    """Where the running activation is: its next call's place, its last model call's step."""
 
     def __init__(self) -> None:
         self.position: Callable[[], int] = lambda: 0
@@ -493,8 +482,7 @@ def last_memory(
 class OfflineActivator:
     """An ``Activator`` for one agent and config over :class:`KeyCells`, recording everything.
 
-    ``model`` and ``tools`` answer the agent's calls; ``retry`` keeps the config's model retry
-    policy (for a real provider behind ``model``). :attr:`staged` is the last activation's
+    ``retry`` keeps the config's model retry policy; :attr:`staged` is the last activation's
     staged record, kept even when it failed.
     """
 

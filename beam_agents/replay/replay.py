@@ -1,14 +1,8 @@
 """``beam-agents replay``: re-run recorded runs against the current agent code, offline.
 
-Each recorded activation is replayed on the state its record rebuilds (``offline.cells_for``),
-its model calls answered only from the record and its read-only tools likewise; nothing else is
-reached. An activation is a list of :class:`Op` (model calls, tool calls and intents, in the
-order the agent made them), then its outcome, then its memory afterwards. A run is ``same`` when
-every activation did exactly what was recorded, else it stops at its first difference
-(:func:`first_divergence`): a call the record cannot answer at all is drift, any other
-difference a divergence. With ``--fork-at SEQ --candidate M:F`` (:func:`fork`), the key's runs
-before ``SEQ`` are replayed and a candidate continues from there as a backtest does, reporting
-what it would have done next (``docs/replay.md``).
+Each recorded activation is replayed on the state its record rebuilds, its calls answered only
+from the record. A run is ``same``, or stops at its first difference (:func:`first_divergence`).
+:func:`fork` replays a key's history up to a seq and lets a candidate continue (``docs/replay.md``).
 """
 
 from __future__ import annotations
@@ -411,15 +405,7 @@ def fork(
                     "key": key,
                     "fork_at": fork_at,
                     "history": [{"seq": r.seq, "status": r.status} for r in history],
-                    "runs": [
-                        {
-                            "seq": run.seq,
-                            "changes": found[run.seq],
-                            "recorded": run.recorded.as_json(),
-                            "candidate": run.candidate.as_json(),
-                        }
-                        for run in runs
-                    ],
+                    "runs": [run.as_json(found[run.seq]) for run in runs],
                     "model_calls": {"reused": usage.reused, "new": usage.new},
                     "exit_status": status,
                 },

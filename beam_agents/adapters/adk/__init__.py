@@ -1,19 +1,9 @@
 """Google ADK agents as ``RunAgent`` agents: ``AdkAgent``, ``BeamLlm``, ``beam_tools``.
 
-Every activation runs the ADK agent with ``google.adk.runners.Runner`` (one per adapter, built
-with the agent) from the run's start: the key's committed session (working memory, bound for
-the activation), the run's event as the user message. Model calls go through
-``ctx.call_model`` (``BeamLlm``), so a resumed activation gets the earlier answers back from
-the replay cache; registry tools run inline or become intents (``beam_tools``); an
-ADK tool confirmation becomes an approval intent and, once decided, is answered in the same
-activation as ADK expects (a ``FunctionResponse`` to ``adk_request_confirmation``). Anything
-unanswered suspends the run. One key is one ADK session, kept as its JSON in one memory slot
-and written back only when the run completes, trimmed to the latest whole turns that fit
-``SessionLimits``.
-
-No network: ``BeamLlm`` replaces string model names, nothing else is reached (no artifact or
-memory service, no Gemini client), and ADK's OpenTelemetry spans go nowhere unless the process
-installs an exporter itself. See ``docs/adapters.md``.
+Every activation re-walks the run with ADK's ``Runner`` from the key's committed session
+(``docs/adapters.md``). An ADK tool confirmation becomes an approval intent, answered in the same
+activation once decided. The session is one ``ctx.memory`` slot, written when a run completes and
+trimmed to ``SessionLimits``. Nothing reaches the network but ``ctx.call_model``.
 """
 
 from __future__ import annotations
@@ -21,10 +11,8 @@ from __future__ import annotations
 import importlib
 import logging
 import sys
-import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar, Token
+from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -57,7 +45,12 @@ from beam_agents.adapters.adk._calls import (
     neutral_request,
     text_part,
 )
-from beam_agents.adapters.base import AdapterActivation, FrameworkAgent, Pending
+from beam_agents.adapters.base import (
+    AdapterActivation,
+    FrameworkAgent,
+    Pending,
+    warn_outside_registry,
+)
 from beam_agents.core.agent import Complete, Suspend
 from beam_agents.core.state import MEMORY_CAP_BYTES
 
@@ -89,8 +82,6 @@ DEFAULT_MAX_ROUNDS = 16
 """How many ADK invocations (the first plus confirmation answers) one activation may run."""
 
 _log = logging.getLogger(__name__)
-_warned_tools: set[str] = set()
-_warned_lock = threading.Lock()
 
 
 class AdkRunError(RuntimeError):
@@ -174,10 +165,9 @@ class AdkAgent(FrameworkAgent[BaseAgent]):
         return state
 
     def _runner(self) -> Runner:
-        """The ``Runner`` every activation of this adapter uses (built once, with the agent).
+        """The ``Runner`` every activation uses (built once, with the agent).
 
-        Its session service is an :class:`ActivationSessionService`: each activation binds its
-        own ``MemorySessionService`` (the key's session) for the length of its run.
+        Its :class:`ActivationSessionService` serves each activation the session it bound.
         """
         agent = self.agent
         runner = getattr(self, "_shared_runner", None)
@@ -199,7 +189,7 @@ class AdkAgent(FrameworkAgent[BaseAgent]):
         message = content_of("user", [text_part(self.prompt(event))])
         delta = dict(self.state(event)) if self.state is not None else None
         text = ""
-        token = bind_sessions(MemorySessionService([session]))
+        token = _BOUND.set(MemorySessionService([session]))
         try:
             for _ in range(self.max_rounds):
                 events = await _invoke(runner, user_id, message, delta)
@@ -225,7 +215,7 @@ class AdkAgent(FrameworkAgent[BaseAgent]):
                     # has no plugins, and the activation's session service buffers nothing).
                     await runner.close()
             finally:
-                release_sessions(token)
+                _BOUND.reset(token)
         save_session(memory, session, self.session_limits)
         return activation.finish(self.output(text), timeout_ms=self.suspend_timeout_ms)
 
@@ -236,11 +226,8 @@ _A2A_AGENT_MODULE = "google.adk.agents.remote_a2a_agent"
 def _skip_missing_a2a() -> None:
     """Let ADK's per-invocation import of its optional A2A agent fail at once, as it will.
 
-    Every ADK invocation (``build_node``) tries ``from ...agents.remote_a2a_agent import
-    RemoteA2aAgent`` and ignores the ``ImportError`` when the ``a2a`` package is missing; a
-    failed import is not cached, so each try reads and runs the module again (hundreds of
-    calls). Once it has failed here, ``None`` in ``sys.modules`` makes every later try raise
-    ``ImportError`` straight away; with ``a2a`` installed the import succeeds and is cached.
+    ADK tries that import on every invocation, and a failed import is not cached; ``None`` in
+    ``sys.modules`` makes every later try fail straight away.
     """
     if _A2A_AGENT_MODULE in sys.modules:
         return
@@ -297,8 +284,8 @@ def _answer_confirmations(
 ) -> list[types.Part]:
     """Ask for each confirmation ADK requested; the answers, once every one is decided.
 
-    An approval is keyed by the request's place in the session too, so a later turn's request
-    for the same call id and arguments is asked again rather than answered by this one.
+    An approval is keyed by the request's place in the session too, so a later turn asking
+    again for the same call id and arguments is asked anew.
     """
     answers: list[types.Part] = []
     for event in events:
@@ -355,11 +342,7 @@ def _use_beam_models(agent: BaseAgent, *, root: bool) -> None:
 
 
 def _warn_of_pipeline_tools(agent: BaseAgent) -> None:
-    """Warn (once per tool name per process) of ADK tools that are not ``beam_tools``.
-
-    Such a tool is plain Python in the pipeline: every activation of a run re-walks the run
-    from its start, so it runs again each time, effects and all.
-    """
+    """Warn (once per tool name per process) of ADK tools that are not ``beam_tools``."""
     if isinstance(agent, LlmAgent):
         for tool in agent.tools:
             if isinstance(tool, BeamTool):
@@ -368,16 +351,7 @@ def _warn_of_pipeline_tools(agent: BaseAgent) -> None:
                 name = f"{type(tool).__name__} (a toolset)"
             else:
                 name = str(getattr(tool, "name", None) or getattr(tool, "__name__", repr(tool)))
-            with _warned_lock:
-                if name in _warned_tools:
-                    continue
-                _warned_tools.add(name)
-            _log.warning(
-                "tool %s is not in AgentConfig.tool_registry: it runs in the pipeline on every "
-                "activation of the run; make it a registry tool (side_effect=True if it has "
-                "effects)",
-                name,
-            )
+            warn_outside_registry(_log, name)
     for child in agent.sub_agents:
         _warn_of_pipeline_tools(child)
 
@@ -428,11 +402,7 @@ class SessionLimits:
 
 
 class MemorySessionService(BaseSessionService):
-    """An ADK session service over one activation's copy of the key's session.
-
-    It holds the sessions of this activation only (no I/O); the adapter reads the session in
-    from working memory and writes it back when the run completes.
-    """
+    """An ADK session service over one activation's copy of the key's session (no I/O)."""
 
     def __init__(self, sessions: list[Session] | None = None) -> None:
         self._sessions: dict[tuple[str, str, str], Session] = {}
@@ -504,99 +474,26 @@ _BOUND: ContextVar[MemorySessionService | None] = ContextVar(
 )
 
 
-class ActivationSessionService(BaseSessionService):
+class ActivationSessionService(MemorySessionService):
     """The session service of a ``Runner`` shared by activations: each one's own sessions.
 
-    Every call goes to the ``MemorySessionService`` the running activation bound with
-    :func:`bound_sessions` (a context variable, so concurrent activations, each in its own
-    asyncio task, never see each other's sessions), so one ``Runner`` serves them all.
+    Its sessions are those of the ``MemorySessionService`` the running activation bound in a
+    context variable, so concurrent activations (each in its own task) never see each other's.
     """
 
-    @staticmethod
-    def bound() -> MemorySessionService:
-        """The running activation's session service."""
+    def __init__(self) -> None:
+        """Hold no sessions of its own."""
+
+    @property
+    def _sessions(self) -> dict[tuple[str, str, str], Session]:  # type: ignore[override]
         service = _BOUND.get()
         if service is None:
             raise RuntimeError("the ADK adapter's session service was used outside an activation")
-        return service
-
-    async def create_session(
-        self,
-        *,
-        app_name: str,
-        user_id: str,
-        state: dict[str, Any] | None = None,
-        session_id: str | None = None,
-    ) -> Session:
-        """``create_session`` of the activation's service."""
-        return await self.bound().create_session(
-            app_name=app_name, user_id=user_id, state=state, session_id=session_id
-        )
-
-    async def get_session(
-        self,
-        *,
-        app_name: str,
-        user_id: str,
-        session_id: str,
-        config: GetSessionConfig | None = None,
-    ) -> Session | None:
-        """``get_session`` of the activation's service."""
-        return await self.bound().get_session(
-            app_name=app_name, user_id=user_id, session_id=session_id, config=config
-        )
-
-    async def list_sessions(
-        self, *, app_name: str, user_id: str | None = None
-    ) -> ListSessionsResponse:
-        """``list_sessions`` of the activation's service."""
-        return await self.bound().list_sessions(app_name=app_name, user_id=user_id)
-
-    async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
-        """``delete_session`` of the activation's service."""
-        await self.bound().delete_session(app_name=app_name, user_id=user_id, session_id=session_id)
-
-    async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
-        """``get_user_state`` of the activation's service."""
-        return await self.bound().get_user_state(app_name=app_name, user_id=user_id)
-
-    async def append_event(self, session: Session, event: Event) -> Event:
-        """``append_event`` of the activation's service."""
-        return await self.bound().append_event(session, event)
-
-    async def flush(self) -> None:
-        """``flush`` of the activation's service (nothing, outside an activation)."""
-        service = _BOUND.get()
-        if service is not None:
-            await service.flush()
+        return service._sessions
 
 
 _SESSIONS = ActivationSessionService()
 """The session service of every adapter's ``Runner`` (each activation binds its own)."""
-
-
-def bind_sessions(service: MemorySessionService) -> Token[MemorySessionService | None]:
-    """Make ``service`` the one :class:`ActivationSessionService` calls go to, until released.
-
-    :func:`bound_sessions` without the context manager: pass the token to
-    :func:`release_sessions` (in a ``finally``).
-    """
-    return _BOUND.set(service)
-
-
-def release_sessions(token: Token[MemorySessionService | None]) -> None:
-    """Undo the :func:`bind_sessions` that returned ``token``."""
-    _BOUND.reset(token)
-
-
-@contextmanager
-def bound_sessions(service: MemorySessionService) -> Iterator[MemorySessionService]:
-    """Make ``service`` the one :class:`ActivationSessionService` calls go to, in the block."""
-    token = _BOUND.set(service)
-    try:
-        yield service
-    finally:
-        _BOUND.reset(token)
 
 
 _EMPTY_SESSION = Session(id="", app_name="", user_id="")
@@ -643,9 +540,8 @@ def save_session(memory: Slots, session: Session, limits: SessionLimits) -> None
 def _untrimmed_blob(session: Session, limits: SessionLimits) -> bytes | None:
     """The whole session's JSON when :func:`trim_events` would keep every event, else ``None``.
 
-    The session's JSON holds each event's JSON (as ``Event``: hence the exact-type check), so
-    when it is within ``max_bytes`` and ``max_events``, so are the events: one encoding, and
-    none of the per-event sizing trimming needs.
+    A session within the limits holds events within them (each an exact ``Event``), so one
+    encoding replaces the per-event sizing of trimming.
     """
     events = session.events
     if len(events) > limits.max_events:

@@ -1,13 +1,8 @@
 """ADK's model and tools, answered through the running activation.
 
-:class:`BeamLlm` translates ADK's ``LlmRequest`` (``google.genai`` contents, system
-instruction, function declarations) into the neutral request and the answer back. The neutral
-request carries only what the conversation says, never ADK's event ids, invocation ids or
-timestamps, so the same conversation gives the same request on every activation.
-:class:`BeamTool` runs a read-only registry tool inline (``ctx.run_tool``) and turns a
-side-effecting one into an intent, keyed by the function call and its place in the session.
-While the effector has not answered, the tool returns a placeholder and ends ADK's turn
-(``skip_summarization``); the adapter then suspends, and the placeholder is never committed.
+:class:`BeamLlm` translates ADK requests into neutral ones carrying no ADK ids or timestamps.
+:class:`BeamTool` runs read-only registry tools inline and stages side-effecting ones; while an
+intent is unanswered it returns a placeholder that ends ADK's turn and is never committed.
 """
 
 from __future__ import annotations
@@ -39,10 +34,8 @@ class AdkTranslationError(ValueError):
 class BeamLlm(BaseLlm):
     """An ADK model that calls the model through the running activation (``ctx.call_model``).
 
-    ``model`` is the model id sent as ``LlmRequest.model_id``; ``sampling_params`` are
-    provider-native body fields added to every request (``docs/models.md``).
-    Calls are cached and replayed by the runtime; outside an adapter run they raise
-    ``AdapterUsageError``.
+    ``model`` is the ``LlmRequest.model_id``; ``sampling_params`` are provider-native body
+    fields added to every request. Outside an adapter run a call raises ``AdapterUsageError``.
     """
 
     sampling_params: dict[str, Any] = Field(default_factory=dict)
@@ -81,8 +74,8 @@ def neutral_request(
 def adk_response(response: LlmResponse, request: LlmRequest) -> AdkLlmResponse:
     """The ADK ``LlmResponse`` of a neutral answer; every function call gets an id.
 
-    A call the provider left without an id gets one derived from the request and its
-    position, so ADK never fills in a random one (which would change the next request).
+    A call without an id gets one derived from the request and its position, never ADK's
+    random one (which would change the next request).
     """
     parts: list[types.Part] = []
     if response.text or not response.tool_calls:
@@ -121,9 +114,8 @@ _M = TypeVar("_M", bound=BaseModel)
 def filled(template: _M, update: dict[str, Any], fields_set: Collection[str] = ()) -> _M:
     """``template.model_copy(update=update)``, ``fields_set`` (default: ``update``'s keys) set.
 
-    What pydantic's shallow copy does, without its Python-level steps: ``template`` is an
-    instance of a model without extra fields, whose values in ``update`` are of the declared
-    types (nothing is validated).
+    Pydantic's shallow copy without its Python-level steps; nothing is validated, so the
+    values must be of the declared types and the model must have no extra fields.
     """
     model = _new_object(type(template))
     values = template.__dict__.copy()
@@ -336,9 +328,8 @@ class BeamTool(BaseTool):
     ) -> bool:
         """Whether this call still waits for a person (the tool's ``require_confirmation``).
 
-        Once the decision is attached to the call it waits no more: :meth:`run_async` then
-        runs it, or tells the model who denied it and why. A call whose arguments the tool
-        refuses is never put to a person: :meth:`run_async` answers it with the error.
+        A decided call waits no more, and a call with arguments the tool refuses is never put
+        to a person: :meth:`run_async` answers both.
         """
         if not self._require_confirmation or tool_context.tool_confirmation is not None:
             return False  # nothing to ask, or decided already
@@ -358,10 +349,8 @@ class BeamTool(BaseTool):
     async def run_async(self, *, args: dict[str, Any], tool_context: ToolContext) -> Any:
         """Run the call through the activation; failures reach the model as ``{"error": ...}``.
 
-        Invalid arguments, a failed or refused effect and a failing read-only tool are the
-        model's to handle; any other ``ToolError`` (the tool missing from
-        ``AgentConfig.tool_registry``, or registered there as the other kind) is the
-        pipeline's misconfiguration and fails the activation.
+        Any other ``ToolError`` (a tool missing from ``AgentConfig.tool_registry``, or
+        registered as the other kind) is a misconfiguration and fails the activation.
         """
         activation = current_activation()
         confirmation = tool_context.tool_confirmation
@@ -402,8 +391,7 @@ def beam_tools(
     """The registry's tools (or those in ``names``) as ADK tools, for ``LlmAgent(tools=...)``.
 
     Read-only tools must also be in ``AgentConfig.tool_registry`` (they run with
-    ``ctx.run_tool``); a side-effecting call's arguments are validated by ``ctx.act`` when that
-    registry holds the tool, else by the tool given here.
+    ``ctx.run_tool``).
     """
     chosen = [tool for tool in registry if names is None or tool.name in names]
     return [BeamTool(tool, require_confirmation=require_confirmation) for tool in chosen]
@@ -427,8 +415,7 @@ def _call_key(
 ) -> tuple[str | int, ...]:
     """The intent's key within one activation: the call's place, id, tool and arguments.
 
-    The place (the index of the session event carrying the call) tells apart calls a provider
-    gave the same id and arguments in different turns (``call_0`` in every turn, say).
+    The place tells apart calls given the same id and arguments in different turns.
     """
     call_id = tool_context.function_call_id or ""
     position = call_position(tool_context.session.events, call_id, name)
@@ -438,9 +425,8 @@ def _call_key(
 def call_position(events: Sequence[Event], call_id: str, name: str) -> int:
     """The index of the latest event in ``events`` calling ``name`` as ``call_id``, else -1.
 
-    ADK appends a model turn to the session before it runs the turn's calls, and a re-run of a
-    confirmed call looks back at the same event, so the index names the call within the run:
-    the session's committed prefix is the same on every activation.
+    ADK appends a model turn before running its calls, and the session's committed prefix is
+    the same on every activation, so the index names the call within the run.
     """
     for index in range(len(events) - 1, -1, -1):
         for call in events[index].get_function_calls():

@@ -1,26 +1,9 @@
 """Run a LangGraph graph as a ``RunAgent`` agent: ``RunAgent(LangGraphAgent(build))``.
 
-Every activation runs the graph from the run's starting checkpoint (the re-walk of
-``docs/adapters.md``): :class:`BeamChatModel` calls are ``ctx.call_model`` and
-come back from the replay cache, :func:`beam_tools` run read-only registry tools inline and
-stage side-effecting ones as intents, and an ``interrupt()`` of the graph becomes an approval
-request whose decision resumes the graph with ``Command(resume=...)``. The thread's latest
-checkpoint is kept in ``ctx.memory`` (one key, one thread) and written when a run completes:
-during an activation the graph checkpoints into a :class:`BeamCheckpointSaver`, an in-memory
-saver owned by that activation alone, whose pieces (already serialized by LangGraph's serde)
-go into the slot and come back out as they are, never decoded or re-encoded by the adapter.
-
-The re-walk must take the same steps in the same order every time, so the adapter runs the
-graph with ``max_concurrency=1``: the tasks of a superstep (parallel branches, ``Send``
-fan-outs) run one after another, in LangGraph's own task order, never interleaved. Functional
-API ``@task`` calls made from a task that shares its superstep with others are not supported
-(with one task at a time the call would wait for its caller). Async and sync nodes both work:
-LangGraph runs a sync node in a worker thread, where ``model.invoke`` and ``tool.invoke`` run
-on the activation's event loop.
-
-Only :class:`BeamChatModel` goes through ``ctx.call_model``. The adapter cannot see any other
-chat model inside the graph: such a model calls its provider directly on every activation,
-uncached.
+Every activation re-walks the graph from the run's starting checkpoint (``docs/adapters.md``):
+:class:`BeamChatModel` calls are ``ctx.call_model``, :func:`beam_tools` run or stage registry
+tools, and an ``interrupt()`` becomes an approval request. The thread's latest checkpoint is one
+``ctx.memory`` slot, written when a run completes.
 """
 
 from __future__ import annotations
@@ -291,13 +274,10 @@ async def _run_graph(
 ) -> tuple[bool, Any, list[Interrupt]]:
     """Run the graph once: whether it stopped early, its last values, its open interrupts.
 
-    The run's own stream says all of it (as ``ainvoke`` reads it), so the state is not read
-    back from the checkpoint: the ``values`` are the graph's state channels after the last
-    step, and the interrupts the questions its last step raised, in the order its tasks ran
-    (one at a time; :meth:`LangGraphAgent._drive` puts several in the state's order). An
-    ``__interrupt__`` update, even an empty one (a static breakpoint), means the run stopped
-    before the graph's end. Checkpoints are written when the run exits
-    (``durability="exit"``), not after every step: only the last one is kept.
+    The run's own stream says all of it, so the state is not read back from the checkpoint.
+    An ``__interrupt__`` update, even an empty one (a static breakpoint), means the run stopped
+    early. Checkpoints are written when the run exits (``durability="exit"``): only the last
+    one is kept.
     """
     stopped = False
     values: Any = _NOTHING
@@ -337,9 +317,8 @@ class CheckpointTooLargeError(ValueError):
 class BeamCheckpointSaver(InMemorySaver):
     """An activation's checkpointer: LangGraph's in-memory saver plus load and export.
 
-    Sync and async methods are the in-memory saver's. Only :meth:`export` leaves the
-    activation, and only the latest root checkpoint of the thread, so the durable state stays
-    bounded however long the thread runs.
+    Only :meth:`export` leaves the activation, with only the thread's latest root checkpoint,
+    so the durable state stays bounded however long the thread runs.
     """
 
     def __init__(self, thread_id: str) -> None:

@@ -1,14 +1,9 @@
 """LangGraph's model and tools, answered through the running activation.
 
-:class:`BeamChatModel` turns LangChain messages and bound tools into an ``LlmRequest`` in the
-neutral format, built only from their content (message ids, timestamps and metadata never reach
-it), so a re-walk sends the same request and the replay cache answers it. :class:`BeamTool`
-runs a read-only registry tool inline (``ctx.run_tool``) and stages a side-effecting one as an
-intent. LangGraph runs a node again from its start when it resumes after ``interrupt()``, so
-each call is keyed by its graph task (``checkpoint_ns``) and its tool call id, or its position
-among the task's calls: the same call in the same task gets the same intent back. Both work from
-sync nodes too: LangGraph runs those in a worker thread, and the sync call runs its async path
-on the activation's event loop (:func:`run_on_loop`).
+Requests are built from message content only, so a re-walk sends the same request. A call is
+keyed by its graph task and tool call id (or position), so a node re-run after ``interrupt()``
+gets its intent back. Sync nodes run in a worker thread; their calls run on the activation's
+event loop (:func:`run_on_loop`).
 """
 
 from __future__ import annotations
@@ -157,12 +152,10 @@ def stage(
 ) -> Any:
     """Stage a side effect from inside a node, without waiting for it.
 
-    Returns the tool's value if the effector has answered, else :class:`Pending` (the run
-    then completes only once the result is in). A failed result raises
-    :class:`IntentFailedError`. Running the node again after ``interrupt()`` stages nothing
-    new: the call keeps its intent. Arguments the tool refuses raise ``ToolArgumentError``:
-    checked by ``ctx.act`` when ``AgentConfig.tool_registry`` holds the tool, else by
-    ``tool`` if given (without either, only the effector checks them).
+    Returns the tool's value if the effector has answered, else :class:`Pending` (the run then
+    completes only once the result is in); a failed result raises :class:`IntentFailedError`.
+    A node run again after ``interrupt()`` keeps its intent. Arguments are checked by
+    ``AgentConfig.tool_registry``'s tool, else by ``tool`` if given, else only by the effector.
     """
     run = current_run()
     return _stage(run, tool_name, arguments, get_config(), ttl_ms, tool)
@@ -181,11 +174,9 @@ def _content(tool_name: str, value: object) -> str:
 class BeamTool(BaseTool):
     """A registry tool as a LangChain tool (``ToolNode``, ``bind_tools``, direct ``ainvoke``).
 
-    On a pending intent it pauses the graph with the adapter's marker ``interrupt()``; the
-    adapter then suspends the run. Failures of the tool and invalid arguments reach the model
-    as error tool messages; any other registry ``ToolError`` (``ToolNotFoundError``,
-    ``SideEffectToolError``, ...) propagates and fails the activation. ``invoke`` works from a
-    sync node (LangGraph runs it in a worker thread).
+    A pending intent pauses the graph with the adapter's marker ``interrupt()``. Tool failures
+    and invalid arguments reach the model as error tool messages; any other registry
+    ``ToolError`` fails the activation.
     """
 
     beam_tool: Tool[..., Any]
@@ -245,9 +236,8 @@ class BeamTool(BaseTool):
 def _introspected_once(method: Any) -> None:
     """Resolve ``method``'s annotations and signature once, for LangChain's per-call checks.
 
-    LangChain asks every tool call whether ``_run``/``_arun`` take ``run_manager`` and which
-    parameter is the ``RunnableConfig`` (``inspect.signature`` and ``get_type_hints``, which
-    compiles this module's string annotations each time); answered here, at import.
+    LangChain inspects ``_run``/``_arun`` on every tool call (``inspect.signature`` and
+    ``get_type_hints``); cached here, at import.
     """
     hints = typing.get_type_hints(method)
     method.__annotations__ = hints
@@ -377,10 +367,9 @@ def _usage(response: LlmResponse) -> UsageMetadata:
 class BeamChatModel(BaseChatModel):
     """A chat model that calls the pipeline's model through the running activation.
 
-    ``model_id`` and ``sampling_params`` go into every ``LlmRequest``; the provider is
-    ``AgentConfig.provider_factory``'s. ``ainvoke`` from async nodes; ``invoke`` from sync
-    ``def`` nodes, which LangGraph runs in a worker thread (the call runs on the activation's
-    event loop). A sync call on the event loop itself raises :class:`AdapterUsageError`.
+    ``model_id`` and ``sampling_params`` go into every ``LlmRequest``. Use ``ainvoke`` from
+    async nodes and ``invoke`` from sync ones; a sync call on the event loop itself raises
+    :class:`AdapterUsageError`.
     """
 
     model_id: str

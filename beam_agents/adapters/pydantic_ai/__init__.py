@@ -1,20 +1,15 @@
-"""Run a Pydantic AI agent as a ``RunAgent`` agent: ``RunAgent(PydanticAIAgent(build_agent, ...))``.
+"""Run a Pydantic AI agent as a ``RunAgent`` agent: ``RunAgent(PydanticAIAgent(build, ...))``.
 
-Every activation runs the agent from the run's start (the event, and the key's committed
-history): the replay prefix hands back the model answers and intent ids of the activations
-before, so the run re-walks to where it stopped without calling the provider again. The model
-is :class:`BeamModel` (``ctx.call_model``), the registry tools come from :class:`BeamToolset`;
-approval requests of approval-required tools become approval intents, and the decision
+Every activation re-walks the run from its start (``docs/adapters.md``). The model is
+:class:`BeamModel`, the registry tools come from :class:`BeamToolset`, and an approval's decision
 resumes the run natively (``deferred_tool_results``) in the same activation. The key's message
-history is one working-memory slot, read when a run starts and written only when it completes,
-cut to the latest messages and bytes at a turn boundary. See ``docs/adapters.md``.
+history is one ``ctx.memory`` slot, written when a run completes.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -47,6 +42,7 @@ from beam_agents.adapters.base import (
     FrameworkAgent,
     Pending,
     current_activation,
+    warn_outside_registry,
 )
 from beam_agents.adapters.pydantic_ai._calls import (
     INTENT_METADATA_KEY,
@@ -226,12 +222,9 @@ class PydanticAIAgent(FrameworkAgent[AbstractAgent[Any, Any]]):
     def _agent_tools(self, agent: AbstractAgent[Any, Any]) -> tuple[Any, ...] | None:
         """The one ``BeamToolset``'s tools as the agent's function tools, if they may stand in.
 
-        Only for a run whose every tool is a registry tool (see :meth:`_registry_tools_only`),
-        over a single default ``BeamToolset``, of an agent with no tool timeout (the agent's
-        function tools would take it on) and no ``override(toolsets=...)`` in force (which
-        leaves the run's toolsets out). Both are private (``Agent._tool_timeout``,
-        ``Agent._override_toolsets``), read with ``getattr``: should they go, the toolset is
-        passed as it is.
+        Only with a single default ``BeamToolset``, no agent tool timeout and no
+        ``override(toolsets=...)`` in force; both are private attributes, read with ``getattr``
+        (should they go, the toolset is passed as it is).
         """
         if len(self._toolsets) != 1 or getattr(agent, "_tool_timeout", _UNKNOWN) is not None:
             return None
@@ -245,8 +238,7 @@ class PydanticAIAgent(FrameworkAgent[AbstractAgent[Any, Any]]):
     def _run_options(self, agent: AbstractAgent[Any, Any], only_registry: bool) -> dict[str, Any]:
         """The keyword arguments of a run of ``agent`` but ``deps`` (a fresh dict each time).
 
-        The model, toolsets and capability are made once per built agent (they keep no state
-        of a run); the output type is worked out again should the agent's change.
+        Made once per built agent; the output type is worked out again should the agent's change.
         """
         spec = agent.output_type
         options = self._options
@@ -275,10 +267,8 @@ class PydanticAIAgent(FrameworkAgent[AbstractAgent[Any, Any]]):
     def _registry_tools_only(self, agent: AbstractAgent[Any, Any]) -> bool:
         """Whether every tool a run of ``agent`` can call is an ``AgentConfig.tool_registry`` tool.
 
-        Conservatively: the adapter's toolsets are default ``BeamToolset``s, the agent's own
-        toolsets are empty function toolsets, and its capabilities are Pydantic AI's defaults
-        (whose tool search adds no tool here: no registry tool defers its loading), with no
-        override in force. Anything else keeps :class:`_LocalToolWarning`.
+        Conservatively: default ``BeamToolset``s, empty agent toolsets, default capabilities
+        and no override in force. Anything else keeps :class:`_LocalToolWarning`.
         """
         if not isinstance(agent, Agent) or not all(
             type(toolset) is BeamToolset and toolset.offers_activation_registry
@@ -351,17 +341,9 @@ _DEFAULT_CAPABILITY_TYPES = _default_capability_types()
 
 _UNKNOWN = object()
 
-# The tools (by name) this process has warned about: see _LocalToolWarning.
-_WARNED_TOOLS: set[str] = set()
-_WARNED_LOCK = threading.Lock()
-
 
 class _LocalToolWarning(AbstractCapability[Any]):
-    """Warns, once per tool name and process, when a tool outside the registry runs.
-
-    Such a tool (the agent's own ``@agent.tool``) is no intent: every activation of the run
-    re-walks the run and calls it again.
-    """
+    """Warns, once per tool name and process, when a tool outside the registry runs."""
 
     async def before_tool_execute(
         self,
@@ -371,18 +353,8 @@ class _LocalToolWarning(AbstractCapability[Any]):
         tool_def: ToolDefinition,
         args: dict[str, Any],
     ) -> dict[str, Any]:
-        name = tool_def.name
-        if name not in _WARNED_TOOLS and name not in current_activation().ctx.tool_registry:
-            with _WARNED_LOCK:
-                first = name not in _WARNED_TOOLS
-                _WARNED_TOOLS.add(name)
-            if first:
-                _log.warning(
-                    "tool %r is not in AgentConfig.tool_registry: it runs in the pipeline on "
-                    "every activation of the run; make it a registry tool (side_effect=True "
-                    "if it has effects)",
-                    name,
-                )
+        if tool_def.name not in current_activation().ctx.tool_registry:
+            warn_outside_registry(_log, repr(tool_def.name))
         return args
 
 
@@ -421,9 +393,8 @@ def _with_deferred(agent: AbstractAgent[Any, Any]) -> object | None:
 def _has_output_validators(agent: AbstractAgent[Any, Any]) -> bool:
     """Whether ``agent`` has ``@agent.output_validator`` functions.
 
-    Pydantic AI has no public way to ask, and refuses a run ``output_type`` on such an agent
-    (``UserError``). This reads the private ``Agent._output_validators`` (``getattr``: should
-    it go, Pydantic AI's own error still stops the run) to say what to do instead.
+    Pydantic AI has no public way to ask; this reads the private ``Agent._output_validators``
+    (should it go, Pydantic AI's own error still stops the run).
     """
     return isinstance(agent, Agent) and bool(getattr(agent, "_output_validators", None))
 
@@ -500,9 +471,8 @@ class HistoryLimits:
     def encode(self, messages: Sequence[ModelMessage]) -> bytes:
         """``messages`` cut to the limits, as Pydantic AI's message JSON.
 
-        Every message is serialized once: the list whole when it has few enough messages and
-        fits (nothing to cut), else each message alone, the kept ones joined as the list's JSON
-        holds them (only a first message given the system prompt is serialized again).
+        Each message is serialized once (the list whole when nothing is cut) and the kept ones
+        joined; only a first message given the system prompt is serialized again.
         """
         count = len(messages)
         if count <= self.max_messages:

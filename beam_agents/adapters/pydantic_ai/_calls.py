@@ -1,14 +1,8 @@
-"""Pydantic AI's model and tools, answered through the running activation.
+"""Pydantic AI's model and toolset, answered through the running activation.
 
-:class:`BeamModel` turns Pydantic AI's messages and request parameters into one neutral
-``LlmRequest`` holding only what the conversation says (no timestamps, no run or part ids), so
-a re-walked run sends byte-identical requests and the replay cache answers them.
-:class:`BeamToolset` offers registry tools: a read-only one runs inline (``ctx.run_tool``); a
-side-effecting one becomes an intent (``ctx.act``, keyed by :func:`call_key`), its value once
-the effector answered, else the call is deferred (``CallDeferred``) and the adapter suspends.
-Side-effecting tools are sequential, so a turn stages its intents in the order the model asked.
-A registry error other than bad arguments is the agent's mistake, not the model's: it fails
-the activation instead of reaching the model.
+:class:`BeamModel` sends only what the conversation says, so a re-walk sends the same bytes.
+:class:`BeamToolset` runs read-only registry tools inline and stages side-effecting ones,
+deferring the call (``CallDeferred``) while its intent is unanswered.
 """
 
 from __future__ import annotations
@@ -63,10 +57,9 @@ class UnsupportedContentError(TypeError):
 class BeamModel(Model):
     """A Pydantic AI ``Model`` answered through the running activation's ``ctx.call_model``.
 
-    Build it anywhere; it looks the activation up when a request is made, so using it outside
-    an adapter run raises ``AdapterUsageError``. ``sampling_params`` are sent as they are
-    (provider-native fields); ``temperature``, ``top_p``, ``max_tokens`` and ``seed`` from the
-    run's ``ModelSettings`` are added to them.
+    Outside an adapter run a request raises ``AdapterUsageError``. ``sampling_params`` are
+    provider-native fields, joined by the run's ``temperature``, ``top_p``, ``max_tokens`` and
+    ``seed``.
     """
 
     unsupported_settings = frozenset(
@@ -180,11 +173,7 @@ class BeamModel(Model):
 
 
 def _fallback_call_id(request: LlmRequest, index: int) -> str:
-    """A stable id for a tool call the provider gave none (never Pydantic AI's random one).
-
-    It names the call by the request it answers and its place in the response, not by the
-    response's bytes: two turns given the same body still get different ids.
-    """
+    """A stable id for a tool call the provider gave none: its request and place in the answer."""
     return f"call-{request.content_digest()[:16]}-{index}"
 
 
@@ -285,10 +274,9 @@ _log = logging.getLogger(__name__)
 class BeamToolset(AbstractToolset[Any]):
     """The tools of a ``ToolRegistry`` for a Pydantic AI agent run by ``PydanticAIAgent``.
 
-    ``registry=None`` (the default) offers ``AgentConfig.tool_registry``, looked up when the
-    run lists its tools. ``approval_required`` makes calls wait for a person's decision
-    (Pydantic AI's ``ApprovalRequired``), which the adapter asks for as an approval intent.
-    A failed, expired or rejected intent reaches the model as the tool's failure text.
+    ``registry=None`` offers ``AgentConfig.tool_registry``. ``approval_required`` makes calls
+    wait for a person's decision, asked as an approval intent. A failed, expired or rejected
+    intent reaches the model as the tool's failure text.
     """
 
     def __init__(
@@ -338,10 +326,7 @@ class BeamToolset(AbstractToolset[Any]):
         return current_activation().ctx.tool_registry
 
     async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
-        """One Pydantic AI tool per registry tool, described by ``Tool.schema``.
-
-        The tools are built once per registry (again should its tools change).
-        """
+        """One Pydantic AI tool per registry tool, built once per registry."""
         return dict(self._listed_tools())
 
     def _listed_tools(self) -> _Tools:
@@ -367,10 +352,8 @@ class BeamToolset(AbstractToolset[Any]):
     def agent_tools(self) -> tuple[AgentTool[Any], ...] | None:
         """The registry tools as agent function tools that run through :meth:`call_tool`.
 
-        The adapter hands these to ``Agent.override(tools=...)`` when the agent has no tool of
-        its own, so a run lists one toolset, not two (each model step of a run over two
-        toolsets starts a task per toolset). They are listed, validated and called as this
-        toolset's tools are. ``None`` if Pydantic AI's ``Tool`` no longer allows it.
+        Handed to ``Agent.override(tools=...)``, they spare a run a second toolset (and a task
+        per toolset per model step). ``None`` if Pydantic AI's ``Tool`` no longer allows it.
         """
         listed = self._listed_tools()
         cached = self._agent_tools
@@ -474,10 +457,8 @@ class BeamToolset(AbstractToolset[Any]):
 def call_key(kind: str, messages: Sequence[ModelMessage], tool_call_id: str | None) -> Hashable:
     """The activation's key of a tool call: ``(kind, position of its response, tool call id)``.
 
-    Providers reuse tool call ids across turns (``call_0`` every turn), so the id alone names
-    two calls alike. The position is the index, in the run's full message list (the committed
-    history and this run's messages), of the latest ``ModelResponse`` holding the call: the
-    committed prefix is fixed for the whole run, so every re-walk finds the same index.
+    Providers reuse tool call ids across turns, so the key adds the index of the latest
+    ``ModelResponse`` holding the call, the same on every re-walk.
     """
     for index in range(len(messages) - 1, -1, -1):
         message = messages[index]
