@@ -1,7 +1,7 @@
-"""The agent runtime: an agent as a keyed, stateful Beam ``DoFn``.
+"""The agent runtime, without Apache Beam: an activation takes a key's state and returns a plan.
 
-Read ``agent.py`` and ``context.py`` first (what an agent sees), then ``activation.py`` (how an
-activation is admitted, run and committed), then ``dofn.py`` (the Beam glue). ``README.md``
-here maps every module to the decision it owns. Only ``dofn.py`` and ``transform.py`` import
-Apache Beam.
+Read ``agent`` (what an agent is and returns) and ``context`` (what it sees) first, then
+``activation`` (what each input does to a key). ``state`` is the key's state format, ``config``
+the configuration and HITL policy, ``model_calls`` the replay cache and model gateway,
+``observability`` the traces, logs and records. The Beam glue is ``beam_agents.io``.
 """

@@ -544,8 +544,10 @@ def _failure_reason(failure: BaseException) -> ErrorReason:
     return ErrorReason.ACTIVATION_ERROR
 
 
-# -- the continuation: every change to a suspended run ------------------------------------
-
+# -- the continuation: the one owner of every change to a suspended run -----------------------
+# Each change returns a new Continuation (the committed one is never edited in place), so a
+# failed activation leaves the key's state as it was. The parallel pending lists and the step
+# records are edited only here.
 DEADLINE_APPROVER = "beam-agents/deadline"
 """The ``approver`` recorded when a suspension's deadline answers a pending approval "no"."""
 
@@ -738,9 +740,9 @@ def _append_steps(continuation: Continuation, steps: Iterable[tuple[int, bytes]]
     )
 
 
-# -- admission: which inputs may reach a run ---------------------------------------------
-
-
+# -- admission: which inputs may reach a run --------------------------------------------------
+# element_problem refuses malformed elements; answer_refusal holds every orphaned_result rule:
+# an answer resumes the run only if it answers one of its pending intents, in time.
 def element_problem(element: Any) -> AgentError | None:
     """The ``.errors`` record for a malformed input element, or ``None`` if it is well formed."""
     if not (isinstance(element, tuple) and len(element) == 2):
@@ -836,9 +838,8 @@ def answer_refusal(
     return None
 
 
-# -- timer routes: a timed-out suspension and an idle key ---------------------------------
-
-
+# -- timer routes: a timed-out suspension and an idle key -------------------------------------
+# Pure functions of the key's state and the timer's firing time: neither reads a clock.
 @dataclass(slots=True)
 class DeadlineOutcome:
     """What a timed-out suspension does: end the run (``escalated is None``) or re-suspend."""

@@ -116,9 +116,7 @@ def is_agent(candidate: object) -> bool:
     return inspect.iscoroutinefunction(getattr(candidate, "__call__", None))  # noqa: B004
 
 
-# -- deterministic identifiers ----------------------------------------------------------
-
-
+# -- deterministic identifiers ----------------------------------------------------------------
 @functools.cache
 def _namespace_hash(namespace: uuid.UUID) -> Any:
     # The SHA-1 state after the namespace bytes: copying it skips rehashing them on every call.
@@ -173,8 +171,7 @@ def intent_id_for(
     return hyphenated(uuid5_hex(space, f"{entity_key.hex()}|{seq}|{step_index}"))
 
 
-# -- processing-time clocks: where suspension deadlines are placed --------------------------
-
+# -- processing-time clocks: where suspension deadlines are placed ----------------------------
 ProcessingClock = Callable[[], float]
 """Seconds since the epoch on the runner's processing-time clock."""
 
@@ -204,9 +201,7 @@ def is_readable(clock: ProcessingClock | None) -> bool:
     return clock is not epoch_clock
 
 
-# -- errors ------------------------------------------------------------------------------
-
-
+# -- errors -----------------------------------------------------------------------------------
 class ErrorReason(enum.StrEnum):
     """The machine-readable ``reason`` of an ``AgentError`` record on ``.errors``."""
 
@@ -296,10 +291,9 @@ class CompensationError(AgentRuntimeError, ValueError):
         self.intent_id = intent_id
 
 
-# -- driving an agent's coroutine from a synchronous DoFn ------------------------------------
+# -- driving an agent's coroutine from a synchronous DoFn -------------------------------------
 # The driver steps a coroutine inline first and continues it on an event loop it owns only if
 # it waits on something (docs/concepts/runtime.md, "Driving coroutines").
-
 T = TypeVar("T")
 
 

@@ -48,6 +48,9 @@ from beam_agents.tools.errors import SideEffectToolError, ToolArgumentError, Too
 __all__ = ["ActivationContext", "ActivationServices", "Resumption", "StepRecord", "staged"]
 
 
+# -- the step cursor: each model call and intent takes the next step --------------------------
+# Below the run's high-water mark a step that repeats the recorded one is a replay; the first
+# that differs ends replay and takes a fresh position from the high-water mark on.
 StepRecord = Continuation.StepRecord
 """One recorded step of a run (kind and content digest), as the continuation stores it."""
 
@@ -143,6 +146,9 @@ def run_namespace(continuation: Continuation) -> str | None:
     return continuation.intent_namespace or None
 
 
+# -- checking what act and request_approval are given -----------------------------------------
+# Arguments come as JSON text or a mapping and are staged as canonical JSON; a tool name the
+# registry lacks is refused when it holds side-effecting tools, else warned about once.
 _log = logging.getLogger("beam_agents.core.context")
 
 
@@ -231,6 +237,7 @@ def arguments_json(tool_name: str, args: object) -> tuple[dict[str, Any], str]:
         ) from None
 
 
+# -- staging: what an activation stages, committed whole or discarded whole -------------------
 APPROVAL_TOOL_NAME = "approval"
 """The ``tool_name`` of every ``APPROVAL`` intent."""
 
@@ -443,6 +450,9 @@ def _sizes_json(sizes: tuple[tuple[str, int], ...]) -> str:
     return canonical_json(dict(sizes))
 
 
+# -- approvals bound to their arguments -------------------------------------------------------
+# A decision carries the digest of the arguments it was made on; an approval decided on other
+# arguments never resumes the run. An approved edit is staged with its lineage (ApprovalEdit).
 _APPROVAL_STEPS = frozenset({StepRecord.APPROVAL, StepRecord.ESCALATION})
 
 
@@ -528,6 +538,9 @@ def approved_call(
     return edited_json, lineage
 
 
+# -- compensation: linking an effect to its undo, and staging the undo ------------------------
+# A compensation takes a step like any intent, so its id is a pure function of its position
+# and a re-walk returns it again. The effector runs it only if its original ran.
 NEVER_RAN = frozenset({ToolResult.EXPIRED, ToolResult.REJECTED, ToolResult.NOT_NEEDED})
 """Results of an effect that never ran: a route has nothing to undo for it."""
 
@@ -1069,6 +1082,9 @@ def staged(ctx: ActivationContext) -> Staged:
     return ctx._staged
 
 
+# -- services: what every activation of one runtime instance shares ---------------------------
+# Built by the DoFn (with its model gateway) and by beam_agents.replay (with a gateway
+# answering from records), so both run agents alike.
 def activation_services(
     config: AgentConfig,
     model: ModelGateway | None,

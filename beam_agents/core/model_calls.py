@@ -179,6 +179,10 @@ class ReplayCache:
         return cache.SerializeToString(deterministic=True)
 
 
+# -- the retry memo: provider answers kept in the worker process ------------------------------
+# A retried bundle committed nothing, its cache entries included. The memo keeps each fresh
+# answer by its replay-cache key, scoped to one RunAgent, so the retried activation gets the
+# same answer without calling the provider again (a retry on another worker calls it).
 class _Answer(Protocol):
     @property
     def response(self) -> LlmResponse: ...
@@ -246,6 +250,9 @@ def answer_memo(scope: str) -> AnswerMemo[Any]:
         return memo
 
 
+# -- the gateway: the single point where an activation reaches the provider -------------------
+# A cache miss goes through retries within the activation's time budget and a circuit breaker
+# per endpoint; the gateway names the Beam counters and GenAI trace attributes.
 METRICS_NAMESPACE = "beam_agents"
 """The namespace of the runtime's Beam metrics."""
 

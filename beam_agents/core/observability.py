@@ -254,6 +254,9 @@ class TraceRecorder:
         )
 
 
+# -- failures: what an exception that failed an activation says on .errors --------------------
+# The runtime's own frames are dropped from the traceback, except the innermost one; the detail
+# names the innermost frame of the agent's code. Called only on the failure path.
 MAX_FRAMES = 20
 """Frames kept per exception of a chain (the innermost ones)."""
 MAX_CHARS = 8192
@@ -350,6 +353,9 @@ def _bounded(text: str) -> str:
     return f"[{dropped} characters of the traceback dropped]\n" + tail[cut:]
 
 
+# -- loudness: every .errors record is logged, rate-limited -----------------------------------
+# One line per record (WARNING; INFO for a routine orphaned_result); past the limit, records
+# are counted and summed up in one line once the interval is over. .errors itself is not limited.
 logger = logging.getLogger(__name__)
 
 LOG_LIMIT = 10
@@ -438,6 +444,9 @@ def traceback_tail(text: str, frames: int) -> str:
     return "\n".join(lines[first:])
 
 
+# -- activation records: what AgentConfig(record=...) emits on .records -----------------------
+# An ActivationRecorder rides on one activation and collects what the staged record cannot
+# tell afterwards: each fresh model call and each inline tool call. Off by default.
 RECORD_SCHEMA_VERSION = 1
 """The ``ActivationRecord.schema_version`` this code writes and the newest it reads."""
 

@@ -23,6 +23,9 @@ HEADER_SCHEMA_VERSION = 1
 CONTINUATION_SCHEMA_VERSION = 1
 """The ``Continuation.schema_version`` this code writes and the newest it reads."""
 
+MEMORY_SCHEMA_VERSION = 1
+"""The ``MemoryState.schema_version`` this code writes and the newest it reads."""
+
 M = TypeVar("M", bound=Message)
 
 
@@ -191,9 +194,12 @@ class KeyState:
         self.end_run()
 
 
-MEMORY_SCHEMA_VERSION = 1
-"""The ``MemoryState.schema_version`` this code writes and the newest it reads."""
-
+# -- working memory: the MemoryState wire format and the memory an activation sees ------------
+# The memory is kept as the elements of a Beam bag whose concatenation is the MemoryState blob
+# SerializeToString(deterministic=True) gives. encode_memory puts every content of
+# LARGE_CONTENT_BYTES or more in an element of its own (written as the agent's own bytes, and
+# an untouched one as the element it was read from), so a commit costs what changed. scan reads
+# only that canonical form, as views; anything else is parsed with the generated class.
 VERSION_FIELD = bytes((0x08, MEMORY_SCHEMA_VERSION))
 """``schema_version`` (field 1, varint): how a memory's first element starts."""
 

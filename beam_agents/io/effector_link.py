@@ -50,6 +50,13 @@ from beam_agents._protos import (
 
 _MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 """The largest message the effector accepts or sends by default (its ``MAX_MESSAGE_BYTES``)."""
+_MAX_ITEM_BYTES = _MAX_MESSAGE_BYTES - 64 * 1024
+"""An item (intent, event, trace) larger than this cannot be sent (room left for framing)."""
+_MAX_BATCH_SIZE = 1_000
+"""The most items one Submit or Record call may carry (the effector's limit)."""
+_MAX_BATCH_BYTES = 4 * 1024 * 1024
+"""A batch is cut before it grows past this, so requests stay well under the message limit."""
+_METRICS_NAMESPACE = "beam_agents.io"
 
 _CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
@@ -236,15 +243,10 @@ _log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 
+# -- SubmitIntents: hand staged intents to the effector, once per intent id -------------------
+# Transient failures are retried (the effector deduplicates on intent id); what cannot be
+# handed over goes to a dead-letter output with the reason; a wrong token fails the pipeline.
 _DEAD_LETTER = "dead_letter"
-_METRICS_NAMESPACE = "beam_agents.io"
-
-_MAX_BATCH_SIZE = 1_000
-"""The most intents one Submit may carry (the effector's ``MAX_SUBMIT_BATCH``)."""
-_MAX_BATCH_BYTES = 4 * 1024 * 1024
-"""A batch is cut before it grows past this, so requests stay well under the message limit."""
-_MAX_INTENT_BYTES = _MAX_MESSAGE_BYTES - 64 * 1024
-"""An intent larger than this cannot be sent at all (with room for the request's framing)."""
 DEAD_LETTER_LOG_LINES = 10
 """The most dead-letter WARNING lines one ``SubmitIntents`` instance logs per interval."""
 DEAD_LETTER_LOG_INTERVAL_S = 60.0
@@ -461,11 +463,11 @@ class _SubmitIntentsFn(beam.DoFn):
             )
             return
         size = intent.ByteSize()
-        if size > _MAX_INTENT_BYTES:
+        if size > _MAX_ITEM_BYTES:
             yield self._dead_letter(
                 IntentDeadLetter(
                     intent=intent,
-                    reason=f"intent is {size} bytes, over the {_MAX_INTENT_BYTES}-byte limit "
+                    reason=f"intent is {size} bytes, over the {_MAX_ITEM_BYTES}-byte limit "
                     "of one effector request",
                 )
             )
@@ -641,11 +643,13 @@ class SubmitIntents(beam.PTransform[PCollection[ToolIntent], SubmitIntentsOutput
         return SubmitIntentsOutputs(acks=results.acks, dead_letter=dead_letter)
 
 
+# -- ReadEnvelopes: the effector's envelope log as a (key, AgentEnvelope) source --------------
+# A splittable DoFn over an unbounded offset range long-polls the effector's Read RPC: an
+# unbounded source on a streaming runner, the single source that closes a local loop.
 _LOG_END = 2**62
 """The restriction's end: beyond any offset the log will reach, so the range is unbounded."""
 _PUBLISH_MAX_ENVELOPES = 500
 _PUBLISH_MAX_BYTES = 4 * 1024 * 1024
-_MAX_EVENT_BYTES = _MAX_MESSAGE_BYTES - 64 * 1024
 """An event larger than this cannot be published at all (with room for the request's framing)."""
 _RPC_TIMEOUT_S = 30.0
 _MAX_POLL_WAIT_MS = 60_000
@@ -942,15 +946,18 @@ def _encode_events(events: Iterable[AgentEnvelope]) -> list[bytes]:
                 "publishes tool results and approvals"
             )
         raw = envelope.SerializeToString()
-        if len(raw) > _MAX_EVENT_BYTES:
+        if len(raw) > _MAX_ITEM_BYTES:
             raise ValueError(
-                f"event {position} is {len(raw)} bytes, over the {_MAX_EVENT_BYTES}-byte limit "
+                f"event {position} is {len(raw)} bytes, over the {_MAX_ITEM_BYTES}-byte limit "
                 "of one effector request; keep large payloads elsewhere and send a reference"
             )
         encoded.append(raw)
     return encoded
 
 
+# -- the local runner: the DirectRunner's FnApiRunner for a pipeline that reads the effector ---
+# The DirectRunner hands a pipeline with processing-time timers to its bundle-based runner,
+# which cannot run ReadEnvelopes' unbounded read; such a pipeline runs on the FnApiRunner.
 class LoopRunner(FnApiRunner):
     """The ``FnApiRunner``, refusing a ``TestStream`` (which it cannot play) before it starts."""
 

@@ -39,7 +39,10 @@ from beam_agents._protos import (
     TraceEvent,
 )
 from beam_agents.io.effector_link import (
-    _MAX_MESSAGE_BYTES,
+    _MAX_BATCH_BYTES,
+    _MAX_BATCH_SIZE,
+    _MAX_ITEM_BYTES,
+    _METRICS_NAMESPACE,
     EffectorConnection,
     _Backoff,
     _call_with_retries,
@@ -69,9 +72,10 @@ class ExportSettings:
 
 _log = logging.getLogger(__name__)
 
-_METRICS_NAMESPACE = "beam_agents.io"
 
-
+# -- ExportTraces: spans with the events' own deterministic ids, over OTLP/HTTP ---------------
+# A retried bundle sends the same spans and the backend keeps one of each. What still fails
+# after the SDK's retries is dropped, counted and logged once per bundle.
 class _ExportTracesFn(beam.DoFn):
     """Turns trace events into spans and exports them in batches, cut within and at bundle ends."""
 
@@ -204,11 +208,10 @@ class ExportTraces(beam.PTransform[PCollection[TraceEvent], PCollection[Any]]):
         return exported
 
 
-_MAX_BATCH_SIZE = 1_000
-"""The most items one RecordTraces or RecordErrors may carry (the effector's limit)."""
-_MAX_BATCH_BYTES = 4 * 1024 * 1024
-"""A batch is cut before it grows past this, so requests stay well under the message limit."""
-_MAX_ITEM_BYTES = _MAX_MESSAGE_BYTES - 64 * 1024
+# -- WriteTraces, WriteErrors, WriteRecordsToEffector: the effector's store -------------------
+# Batches are sent without stopping the bundle and awaited at its end; transient failures are
+# retried (the effector stores each item once). Telemetry never fails the pipeline, but a wrong
+# token does.
 _MAX_IN_FLIGHT = 4
 """Calls a bundle keeps going while it goes on; it waits for the oldest beyond that."""
 _SERVICE = RecordTracesRequest.DESCRIPTOR.file.services_by_name["Effector"].full_name
@@ -484,6 +487,9 @@ SUFFIX = ".records"
 """The file name suffix of records files; a directory is read as its ``*.records`` files."""
 
 
+# -- WriteRecords: record files ---------------------------------------------------------------
+# MAGIC, then each record framed as a varint of its length and its deterministic bytes;
+# beam_agents.replay reads them back and writes envelope files with WriteFramed.
 def frame(message: Message) -> bytes:
     """``message`` as it is stored in a framed file: varint length, then the message."""
     body = message.SerializeToString(deterministic=True)

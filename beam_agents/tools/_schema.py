@@ -25,6 +25,7 @@ from pydantic_core import PydanticUndefined
 
 from beam_agents.tools.errors import ToolArgumentError, ToolDefinitionError
 
+# -- IntentInfo: the intent a side-effecting tool executes for --------------------------------
 INTENT_PARAMETER = "intent"
 """The one parameter name under which a side-effecting tool may receive its ``IntentInfo``."""
 
@@ -63,6 +64,7 @@ class IntentInfo:
                 )
 
 
+# -- docstrings: a tool's description and per-parameter descriptions --------------------------
 @dataclass(frozen=True)
 class DocstringInfo:
     """What a docstring contributes to a tool: its description and parameter descriptions."""
@@ -94,6 +96,7 @@ def read_docstring(docstring: str | None, *, tool_name: str) -> DocstringInfo:
     return DocstringInfo(description=separator.join(prose), parameters=parameters)
 
 
+# -- the strict dialect (OpenAI strict: true), written and read back side by side -------------
 _DEFS_PREFIX = "#/$defs/"
 _COMBINATORS = ("anyOf", "oneOf", "allOf")
 _ANNOTATIONS = ("title", "description", "default", "examples")
@@ -283,6 +286,7 @@ def _prune(value: Any, schema: Any, defs: Mapping[str, Any]) -> Any:
     return value
 
 
+# -- signature -> argument model -> JSON Schema -----------------------------------------------
 _MAX_SHOWN_INPUT = 60
 # Only pydantic's own errors and the TypeErrors it raises for nonsensical annotations mean "this
 # parameter type has no argument model or JSON Schema"; anything else is a bug and propagates.

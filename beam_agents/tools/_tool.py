@@ -27,6 +27,9 @@ from beam_agents.tools._schema import ArgumentSpec, IntentInfo, derive_arguments
 from beam_agents.tools.errors import SideEffectToolError, ToolDefinitionError, ToolNotFoundError
 
 
+# -- reconcilers: asking the outside world whether an effect happened -------------------------
+# When the effector finds an intent whose execution started but has no recorded result, it
+# asks the tool's reconciler first: Reconciled(value) records value; None executes the tool.
 @dataclass(frozen=True, slots=True)
 class Reconciled:
     """The effect of an intent already happened; ``value`` is what the tool would have returned.
@@ -68,6 +71,7 @@ def checked_reconciler(function: object, tool_name: str) -> Reconciler:
     return function
 
 
+# -- @tool and Tool ---------------------------------------------------------------------------
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
@@ -410,6 +414,7 @@ def _restore_tool(
     return rebuilt
 
 
+# -- ToolRegistry: tools by name, in registration order; an ordinary, picklable value ---------
 class ToolRegistry:
     """Tools keyed by their unique name, kept in registration order.
 
@@ -493,6 +498,7 @@ class ToolRegistry:
         return f"ToolRegistry({list(self._tools)!r})"
 
 
+# -- ToolRunner: the inline fast path for read-only tools -------------------------------------
 class ToolRunner:
     """Runs ``side_effect=False`` tools inline: refuse side effects, validate, call, await.
 
