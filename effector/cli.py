@@ -484,7 +484,7 @@ def _with_client(
     return run
 
 
-# -- the client commands ----------------------------------------------------------------------
+# -- the client commands ------------------------------------------------------------------------
 
 
 def status(client: EffectorClient, args: argparse.Namespace) -> int:

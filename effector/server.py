@@ -97,7 +97,7 @@ _HEALTH_METHOD_PREFIX = f"/{health.SERVICE_NAME}/"
 class BearerTokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """Refuses every RPC but health checks unless it carries ``authorization: Bearer <token>``.
 
-    With named tokens any of them will do; ``Decide`` then asks which (``decisions.caller``).
+    With named tokens any of them will do; ``Decide`` then asks which one it was.
     """
 
     def __init__(self, tokens: str | Tokens) -> None:
@@ -147,7 +147,7 @@ class ServerSettings:
     token: str | None = field(default=None, repr=False)
     """Shared secret every RPC but health checks must present as ``Bearer <token>``."""
     tokens: Tokens | None = field(default=None, repr=False)
-    """Named tokens (``identities.py``), any of which is accepted; ``token`` is their first."""
+    """Named tokens (:class:`Tokens`), any of which is accepted; ``token`` is their first."""
     tls_cert: bytes | None = field(default=None, repr=False)
     """PEM certificate chain; with ``tls_key`` the server speaks TLS only."""
     tls_key: bytes | None = field(default=None, repr=False)
@@ -172,6 +172,13 @@ class ServerSettings:
     def __post_init__(self) -> None:
         if self.tokens is not None and self.token is None:  # named tokens alone still guard
             object.__setattr__(self, "token", self.tokens.primary)
+
+    @property
+    def tls(self) -> tuple[bytes, bytes] | None:
+        """The certificate chain and its key, if the effector speaks TLS."""
+        if self.tls_cert is None or self.tls_key is None:
+            return None
+        return self.tls_cert, self.tls_key
 
     def check(self) -> tuple[str, int]:
         """Validate the combination; returns the parsed listen address.
@@ -371,8 +378,9 @@ class EffectorServer:
         )
         address = format_host_port(host, port)
         try:
-            if settings.tls_cert is not None and settings.tls_key is not None:
-                credentials = grpc.ssl_server_credentials([(settings.tls_key, settings.tls_cert)])
+            if settings.tls is not None:
+                certificate, key = settings.tls
+                credentials = grpc.ssl_server_credentials([(key, certificate)])
                 bound = server.add_secure_port(address, credentials)
             else:
                 bound = server.add_insecure_port(address)
@@ -455,18 +463,14 @@ class EffectorServer:
         from effector.console.serve import ConsoleServer
 
         host, port = parse_host_port(settings.console_listen)
-        token = settings.token
-        tls = None
-        if settings.tls_cert is not None and settings.tls_key is not None:
-            tls = settings.tls_cert, settings.tls_key
         app = create_app(
             self._service,
-            token=token,
+            token=settings.token,
             tokens=self._service.tokens,
-            loopback_only=not token and is_loopback_host(host),
-            https=tls is not None,
+            loopback_only=not settings.token and is_loopback_host(host),
+            https=settings.tls is not None,
         )
-        return ConsoleServer(app, host, port, tls=tls)
+        return ConsoleServer(app, host, port, tls=settings.tls)
 
     def _bind_mcp(self) -> ConsoleServer | None:
         """The operator MCP endpoint's server, bound but not started; ``None`` if not asked for."""
@@ -477,16 +481,13 @@ class EffectorServer:
         from effector.console.mcp import bind_mcp_endpoint
 
         host, port = parse_host_port(settings.mcp_listen)
-        tls = None
-        if settings.tls_cert is not None and settings.tls_key is not None:
-            tls = settings.tls_cert, settings.tls_key
         return bind_mcp_endpoint(
             self._service,
             host,
             port,
             identity=settings.mcp_identity,
             token=settings.token,
-            tls=tls,
+            tls=settings.tls,
         )
 
 

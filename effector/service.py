@@ -10,6 +10,7 @@ to channels), the checks a decision passes before the store records it, and ``HO
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 import hmac
@@ -125,7 +126,7 @@ def is_loopback_host(host: str) -> bool:
         return False
 
 
-# -- who holds a token ------------------------------------------------------------------------
+# -- who holds a token --------------------------------------------------------------------------
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}")
 """An approver's name: what a decision records, so printable and without separators."""
@@ -338,7 +339,7 @@ def records_page(
     return [record for record in records if record.seq >= oldest], oldest if more else 0
 
 
-# -- the checks a decision passes before the store records it ---------------------------------
+# -- the checks a decision passes before the store records it -----------------------------------
 
 
 def caller(tokens: Tokens | None, metadata: Iterable[tuple[str, Any]] | None) -> Approver | None:
@@ -441,7 +442,7 @@ def _edit_problem(
     return None, canonical_json(edited)
 
 
-# -- the servicer ------------------------------------------------------------------------------
+# -- the servicer -------------------------------------------------------------------------------
 
 _EFFECTOR = _EFFECTOR_FILE.services_by_name["Effector"]
 EFFECTOR_SERVICE = _EFFECTOR.full_name
@@ -753,6 +754,14 @@ class EffectorService(pb.EffectorServicer):
         if decision.expired is not None:
             audit.expired([decision.expired])
         return decision
+
+    async def pending_approvals(self, limit: int) -> tuple[list[IntentRecord], int]:
+        """The oldest approvals awaiting a decision (at most ``limit``), and how many await."""
+        oldest = await self.store.list_intents(IntentState.AWAITING_DECISION, limit)
+        records = await asyncio.gather(*(self.store.get_intent(i.intent_id) for i in oldest))
+        waiting = [r for r in records if r is not None and r.state == IntentState.AWAITING_DECISION]
+        pending = (await self.store.counts(done=False)).awaiting_decision
+        return waiting, max(pending, len(waiting))
 
     @_guarded
     async def Publish(

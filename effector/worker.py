@@ -424,7 +424,7 @@ def intake_rejection(registry: ToolRegistry, intent: ToolIntent) -> str | None:
     return None
 
 
-# -- reconcile before re-executing --------------------
+# -- reconcile before re-executing --------------------------------------------------------------
 
 RETRY_FIRST_MS = 1_000
 """How long an intent stays IN_DOUBT after its reconciler's first failure."""
@@ -524,7 +524,7 @@ def _not_found(claim: Claim, now_ms: int) -> NotFound:
     return NotFound(expired_result(claim.intent, now_ms=now_ms, attempts=claim.attempt - 1))
 
 
-# -- backing off from a failing store --------------------
+# -- backing off from a failing store -----------------------------------------------------------
 
 INITIAL_RETRY_S = 0.5
 """The wait after an operation's first failure."""
@@ -591,7 +591,7 @@ class StoreOutage:
         self._failed_attempts = 0
 
 
-# -- the worker --------------------
+# -- the worker ---------------------------------------------------------------------------------
 
 _APPROVAL_EXPIRY_BATCH = 1_000
 DEFAULT_TELEMETRY_RETENTION_MS = 7 * 24 * 3_600_000

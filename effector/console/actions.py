@@ -11,7 +11,6 @@ name given), never the token; failed logins back off per client (:mod:`throttle`
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from google.protobuf.message import DecodeError
@@ -20,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from beam_agents._protos import AgentEnvelope, IntentState, approval_digest
+from beam_agents._protos import AgentEnvelope, approval_digest
 from effector.console.pages import LIST_LIMIT, checked_intent_id
 from effector.console.rendering import render, service_of
 from effector.console.security import (
@@ -45,10 +44,7 @@ INBOX_LIMIT = LIST_LIMIT
 async def approvals(request: Request) -> Response:
     """The inbox: approvals awaiting a decision, oldest first, and the last decision made."""
     store = service_of(request).store
-    oldest = await store.list_intents(IntentState.AWAITING_DECISION, INBOX_LIMIT)
-    records = await asyncio.gather(*(store.get_intent(intent.intent_id) for intent in oldest))
-    waiting = [r for r in records if r is not None and r.state == IntentState.AWAITING_DECISION]
-    pending = (await store.counts(done=False)).awaiting_decision
+    waiting, pending = await service_of(request).pending_approvals(INBOX_LIMIT)
     decided_id = request.query_params.get("decided", "")
     decided = None
     if decided_id and intent_id_problem(decided_id) is None:
@@ -60,7 +56,7 @@ async def approvals(request: Request) -> Response:
     }
     context = {
         "waiting": waiting,
-        "pending": max(pending, len(waiting)),
+        "pending": pending,
         "decided": decided,
         "digest": approval_digest,
         "votes": votes,

@@ -13,7 +13,6 @@ path of ``Decide`` and the console, with the identity configured for the token
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -63,7 +62,7 @@ class ToolRefusal(Exception):
     """A tool call that cannot be carried out; its message is shown to the caller."""
 
 
-# Arguments ------------------------------------------------------------------------------------
+# -- arguments ----------------------------------------------------------------------------------
 
 
 class _Arguments(BaseModel):
@@ -108,7 +107,7 @@ class DecideArguments(IntentArguments):
     )
 
 
-# Results --------------------------------------------------------------------------------------
+# -- results ------------------------------------------------------------------------------------
 
 
 class PendingApproval(BaseModel):
@@ -178,7 +177,7 @@ class IntentStatus(BaseModel):
     decision: DecisionInfo | None = Field(description="For a decided approval: the decision.")
 
 
-# The tools ------------------------------------------------------------------------------------
+# -- the tools ----------------------------------------------------------------------------------
 
 
 def _json_value(text: str) -> Any:
@@ -230,11 +229,7 @@ class OperatorTools:
 
     async def list_pending_approvals(self, arguments: ListPendingArguments) -> PendingApprovals:
         """The approvals awaiting a decision, oldest first, with their deadlines."""
-        store = self._service.store
-        oldest = await store.list_intents(IntentState.AWAITING_DECISION, arguments.limit)
-        records = await asyncio.gather(*(store.get_intent(i.intent_id) for i in oldest))
-        waiting = [r for r in records if r is not None and r.state == IntentState.AWAITING_DECISION]
-        pending = (await store.counts(done=False)).awaiting_decision
+        waiting, pending = await self._service.pending_approvals(arguments.limit)
         approvals = [
             PendingApproval(
                 intent_id=r.intent.intent_id,
@@ -250,7 +245,7 @@ class OperatorTools:
             )
             for r in waiting
         ]
-        return PendingApprovals(approvals=approvals, pending=max(pending, len(approvals)))
+        return PendingApprovals(approvals=approvals, pending=pending)
 
     async def intent_status(self, arguments: IntentArguments) -> IntentStatus:
         """Everything recorded about one intent, as ``show`` prints it."""
@@ -350,7 +345,7 @@ class OperatorTools:
         return f"the decision on approval {intent_id} was not applied: {outcome.reason}"
 
 
-# -- the MCP server ------------------------------------------------------------
+# -- the MCP server -----------------------------------------------------------------------------
 
 MCP_PATH = "/mcp"
 """Where the endpoint answers."""
@@ -361,9 +356,6 @@ _INSTRUCTIONS = (
     "reason. Every decision is recorded with this endpoint's configured identity and released "
     "to the waiting agent at once: it cannot be taken back."
 )
-
-
-# The MCP server -------------------------------------------------------------------------------
 
 _Handler = Callable[[Any, str], Awaitable[BaseModel]]
 _READ_ONLY = types.ToolAnnotations(read_only_hint=True, open_world_hint=False)
