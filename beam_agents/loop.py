@@ -1,9 +1,8 @@
 """The tool-calling loop: let the model call tools until it answers, across suspensions.
 
-``await run_tool_loop(ctx, request)`` answers the model's tool calls, read-only tools inline
-(``ctx.run_tool``) and side-effecting ones as intents (``ctx.act``), suspending while results
-are pending; on resume it re-walks the conversation through the replay prefix. It owns the
-run's snapshot: run one loop per run. See ``docs/tools.md``, "The tool-calling loop".
+``await run_tool_loop(ctx, request)`` runs read-only tools inline and stages side-effecting ones,
+suspending while results are pending; it owns the run's snapshot, so run one loop per run
+(``docs/tools.md``, "The tool-calling loop").
 """
 
 from __future__ import annotations

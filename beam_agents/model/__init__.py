@@ -1,8 +1,6 @@
-"""Model clients: the neutral request/response types, the fake for tests, and HTTP providers.
+"""Model clients: the neutral request and response types, the fake for tests, HTTP providers.
 
-Nothing here imports Apache Beam, ``beam_agents.core`` or ``beam_agents.io``; the module map is
-in ``docs/models.md``. The names below are the package's public API; the modules
-they come from are the place to read about each.
+Nothing here imports Apache Beam, ``beam_agents.core`` or ``beam_agents.io``.
 """
 
 from beam_agents.model import client, fake

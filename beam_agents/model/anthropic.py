@@ -1,9 +1,8 @@
-"""``AnthropicMessagesProvider``: a model client for the Anthropic Messages API.
+"""``AnthropicMessagesProvider`` and the Anthropic Messages wire format.
 
-It POSTs to ``{base_url}/v1/messages`` with the ``x-api-key`` and ``anthropic-version``
-headers. ``max_tokens``, which the API requires, comes from ``sampling_params`` or else the
-provider's ``max_tokens``. The wire format (neutral turns and tools out, response bodies in)
-is here too: ``FakeLLM(shape="anthropic")`` answers with its bodies.
+It POSTs to ``{base_url}/v1/messages``; ``max_tokens``, which the API requires, comes from
+``sampling_params`` or the provider's default. ``FakeLLM(shape="anthropic")`` answers with its
+bodies.
 """
 
 from __future__ import annotations

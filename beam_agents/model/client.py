@@ -1,9 +1,7 @@
 """The model-call contract: requests, responses, provider errors and the ``ModelClient`` seam.
 
-``LlmRequest.messages`` use the provider-neutral message format, which :func:`parse_messages`
-and :func:`parse_tools` validate into typed turns for the wire formats. ``ModelClient`` declares
-every hook the runtime calls on a model client; :func:`as_model_client` adapts any object with
-``async complete(request)``. See ``docs/models.md``.
+It also holds the provider-neutral message format, which :func:`parse_messages` and
+:func:`parse_tools` validate for the wire formats (``docs/models.md``).
 """
 
 from __future__ import annotations
@@ -97,11 +95,10 @@ _REQUEST_ENCODER = json.JSONEncoder(
 class LlmRequest:
     """One model call: the model, the conversation, the tools offered and sampling settings.
 
-    ``messages`` are neutral message mappings (``docs/models.md``); a plain string
-    among them stands for ``{"role": "user", "content": string}``, and a lone string for a
-    conversation of that one user message. ``tools_schema`` and ``sampling_params`` may be
-    ``None``: no tools, no settings. The request keeps the normalized forms, so a request
-    written either way is sent, and keyed in the replay cache, as the one spelled out in full.
+    ``messages`` are neutral message mappings (``docs/models.md``); a plain string stands for
+    a user message, and a lone string for a conversation of one. ``None`` for ``tools_schema``
+    or ``sampling_params`` means none. The request keeps the normalized forms, so either
+    spelling is sent, and keyed in the replay cache, alike.
     """
 
     model_id: str

@@ -1,10 +1,8 @@
 """``FakeLLM``: a scripted, offline model client for tests and examples.
 
-A ``FakeLLM`` answers each request from the first rule ``(matcher, behavior)`` that matches it
-and records every request. Its ``shape`` picks the raw bodies it answers with: its own
-(``"fake"``: canonical JSON starting with ``{"fake_llm":``, any other bytes being plain text),
-or a real provider's (``"openai"``, ``"anthropic"``), made and read by that provider's wire
-format. Details in ``docs/models.md``.
+Each request is answered by the first matching rule ``(matcher, behavior)`` and recorded. The
+``shape`` picks the raw bodies: its own (``"fake"``) or a real provider's (``"openai"``,
+``"anthropic"``), made and read by that provider's wire format (``docs/models.md``).
 """
 
 from __future__ import annotations
@@ -213,10 +211,8 @@ _TIMER_SLACK = 0.002
 async def simulate_latency(latency_ms: int) -> None:
     """Yield to the event loop for ``latency_ms``, ending on time to within microseconds.
 
-    A plain ``asyncio.sleep`` wakes up to ~1 ms late plus 0.1% of the wait (see the constants),
-    which a benchmark would count as the caller's overhead; a real provider's answer wakes the
-    loop through its socket, with no timer. So the bulk of the wait is a timer that ends just
-    early, and the last millisecond or two yields to the loop until the deadline.
+    A plain ``asyncio.sleep`` wakes up to ~1 ms late, which a benchmark would count as the
+    caller's overhead. So a timer ends just early and the rest yields to the loop until the end.
     """
     if not latency_ms:
         return

@@ -1,8 +1,7 @@
-"""``OpenAIChatProvider``: a model client for OpenAI-compatible Chat Completions servers.
+"""``OpenAIChatProvider`` and the OpenAI Chat Completions wire format.
 
-OpenAI, vLLM, llama.cpp, Ollama and the like: it POSTs to ``{base_url}/chat/completions``
-with the key from the environment as a bearer token. The wire format (neutral turns and tools
-out, response bodies in) is here too: ``FakeLLM(shape="openai")`` answers with its bodies.
+It speaks to any OpenAI-compatible server (OpenAI, vLLM, llama.cpp, Ollama), POSTing to
+``{base_url}/chat/completions``. ``FakeLLM(shape="openai")`` answers with its bodies.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""The HTTP transport of the bundled providers and what their JSON wire formats share.
+"""The bundled providers' HTTP transport, and what their JSON wire formats share.
 
-``JsonHttpProvider`` holds the configuration, an ``httpx.AsyncClient`` per event loop, the API
-key lookup (from the environment, at call time) and the mapping of HTTP outcomes onto
-``ProviderError``s; a subclass supplies its :class:`WireFormat`. Errors in a response body
-become ``ProviderRequestError`` (not retried); error excerpts are short and have keys redacted.
+``JsonHttpProvider`` makes one JSON POST per call over an ``httpx.AsyncClient`` per event loop
+and maps HTTP outcomes onto ``ProviderError``s; a subclass supplies its :class:`WireFormat`.
 """
 
 from __future__ import annotations
@@ -182,13 +180,10 @@ class HttpOptions(TypedDict, total=False):
 class JsonHttpProvider(ModelClient):
     """Base of the HTTP providers: configuration, a per-event-loop client, POST and error mapping.
 
-    A provider takes its ``base_url``, ``api_key_env`` (the name of the environment variable
-    holding the key, or ``None`` for no key) and the :class:`HttpOptions`.
-    The API key is read from the environment at call time and never stored, so it cannot end
-    up in a pickle, a ``repr`` or an error message. The ``httpx.AsyncClient`` is created lazily
-    for the running event loop and is never pickled; each loop gets its own, closed by
-    :meth:`aclose` or when ``asyncio.run`` shuts that loop down, so an instance is safe to
-    reuse across loops and processes.
+    ``api_key_env`` names the environment variable holding the key (``None``: no key); the key
+    is read at call time and never stored, so no pickle, ``repr`` or error holds it. Each event
+    loop gets its own ``httpx.AsyncClient``, never pickled and closed with its loop or by
+    :meth:`aclose`, so an instance is safe across loops and processes.
     """
 
     wire: ClassVar[WireFormat]
@@ -397,9 +392,7 @@ def parse_retry_after(headers: httpx.Headers, *, now: float) -> float | None:
 def os_error_of(exc: BaseException) -> str:
     """The innermost operating-system error behind ``exc`` (its type and text), else ``exc``'s.
 
-    httpx reports a refused connection as "All connection attempts failed"; the error it wraps
-    says which (``ConnectionRefusedError: [Errno 111] ...``, ``gaierror: ... Name or service
-    not known``).
+    httpx says "All connection attempts failed"; the error it wraps says why.
     """
     found: BaseException = exc
     seen: set[int] = set()

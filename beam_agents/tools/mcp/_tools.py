@@ -46,13 +46,10 @@ def load_mcp_tools(
 ) -> ToolRegistry:
     """The tools ``server`` lists, as a registry to merge with ``@tool`` registries.
 
-    A tool annotated ``readOnlyHint: true`` is read-only (runs inline through
-    ``ctx.run_tool``); every other tool is side-effecting (``ctx.act``; only the effector calls
-    it). ``side_effect`` overrides that: a bool for every tool, or ``{"tool": False}`` per
-    tool (naming a tool the server lacks raises ``ToolDefinitionError``). The listing is
-    fetched once per process and kept current on ``tools/list_changed``. Names are the
-    server's, after ``prefix``, with characters providers refuse replaced by ``_``. Raises
-    ``McpConnectionError`` if the server cannot be reached.
+    A tool annotated ``readOnlyHint: true`` is read-only; every other one is side-effecting.
+    ``side_effect`` overrides that: a bool for every tool, or ``{"tool": False}`` per tool. The
+    listing is fetched once per process and kept current on ``tools/list_changed``. Names are
+    the server's after ``prefix``, characters providers refuse replaced by ``_``.
     """
     if not isinstance(server, McpServer):
         raise TypeError(f"load_mcp_tools takes an McpServer, got {type(server).__name__}")
@@ -71,11 +68,9 @@ def load_mcp_tools(
 class McpTool(Tool[..., Any]):
     """A tool an MCP server offers: its ``inputSchema`` is the schema the model sees.
 
-    Arguments are validated with a Pydantic model built from that schema. A read-only one,
-    called (through ``ctx.run_tool``), returns an awaitable of the call's result over this
-    process's session to the server. A side-effecting one is reached only through
-    :meth:`unwrap`, by the effector, which sends the intent id in ``_meta``. The result is the
-    structured content if the server gave one, else the text; ``isError`` raises
+    A read-only one, called, returns an awaitable of the call's result. A side-effecting one is
+    reached only through :meth:`unwrap`, by the effector, which sends the intent id in
+    ``_meta``. The result is the structured content, else the text; ``isError`` raises
     ``McpToolError``.
     """
 
