@@ -726,14 +726,7 @@ def _set_pending(continuation: Continuation, pending: Iterable[tuple[str, int]])
 
 
 def _append_steps(continuation: Continuation, steps: Iterable[tuple[int, bytes]]) -> None:
-    """Record the run's fresh steps, if its records cover every step it took so far.
-
-    A run whose records do not (its continuation was written before steps were recorded, so it
-    has none) never replays, and keeps no records.
-    """
-    if len(continuation.steps) != continuation.next_step:
-        del continuation.steps[:]
-        return
+    """Record the run's fresh steps after those it recorded before (one record per step)."""
     continuation.steps.extend(
         StepRecord(kind=kind, digest=digest)  # type: ignore[arg-type]
         for kind, digest in steps

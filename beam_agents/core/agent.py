@@ -163,9 +163,8 @@ def intent_id_for(
     """The id of the intent staged by run ``seq`` of ``entity_key`` at step ``step_index``.
 
     ``str(uuid5(INTENT_NAMESPACE, f"{entity_key.hex()}|{seq}|{step_index}"))`` without a
-    namespace (the ids minted before namespaces existed, unchanged); with one, the same name
-    under :func:`namespace_uuid` instead of ``INTENT_NAMESPACE``. A key's first run has
-    ``seq == 0`` and its first step has ``step_index == 0``.
+    namespace; with one, the same name under :func:`namespace_uuid` instead. A key's first run
+    has ``seq == 0`` and its first step has ``step_index == 0``.
     """
     space = INTENT_NAMESPACE if namespace is None else namespace_uuid(namespace)
     return hyphenated(uuid5_hex(space, f"{entity_key.hex()}|{seq}|{step_index}"))

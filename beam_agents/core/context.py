@@ -63,9 +63,7 @@ class ReplayCursor:
     def __init__(self, first_step: int, recorded: Sequence[StepRecord] = ()) -> None:
         self._recorded = recorded
         self._high_water = first_step
-        # A run's steps are recorded from its first one, so the replay prefix is all of them;
-        # a continuation written before steps were recorded has fewer records than steps, and
-        # its unrecorded positions can only be skipped.
+        # A run records every step it takes, so the replay prefix is all of them.
         self._replay_end = min(len(recorded), first_step)
         self._step = 0 if self._replay_end else first_step
         self.new_steps: list[tuple[int, bytes]] = []
@@ -251,8 +249,7 @@ STEP_KIND_OF_INTENT: dict[int, int] = {
 def intent_step_digest(kind: int, tool_name: str, args_json: str, link: str = "") -> bytes:
     """The content digest recorded for an intent step: its kind, tool name and arguments.
 
-    ``link`` (compensation only, ``core/compensation.py``) is appended when not empty, so an
-    intent without one keeps the digest it always had.
+    ``link`` (a compensation's original) is appended when not empty.
     """
     content = f"{kind}|{tool_name}|{args_json}" + (f"|{link}" if link else "")
     return hashlib.sha256(content.encode()).digest()
@@ -476,9 +473,7 @@ def edit_diff(original: Mapping[str, Any], edited: Mapping[str, Any]) -> str:
 def stale_approval(key: bytes, suspended: Continuation, approval: Approval) -> str | None:
     """Why ``approval`` was decided on other arguments than its pending intent's, or ``None``.
 
-    An approval without a digest (from an effector that predates it, or the deadline's) and
-    one whose step the run did not record (a continuation from before steps were recorded)
-    pass: there is nothing to compare.
+    An approval without a digest (the deadline's "no") passes: there is nothing to compare.
     """
     if not approval.args_digest:
         return None

@@ -79,12 +79,3 @@ def test_suspending_again_carries_the_pending_set_and_appends_the_new_steps() ->
     assert suspended.tokens_used == 42 and suspended.deadline_ms == 77
     # INTENT_EMITTED and SUSPENDED were traced after the run's first three events.
     assert suspended.trace_sequence == 3 + 2
-
-
-def test_a_run_whose_steps_were_never_recorded_keeps_no_records() -> None:
-    base = admit(waiting(), ToolResult(intent_id="a", status=ToolResult.OK))
-    del base.steps[:]
-    suspended = suspend(
-        base, staged_resume(base), seq=1, started_at_ms=0, snapshot=b"", adapter="", deadline_ms=0
-    )
-    assert list(suspended.steps) == [] and suspended.next_step == 3
