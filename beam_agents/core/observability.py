@@ -371,10 +371,49 @@ _MAX_KEY_CHARS = 80
 _MAX_DETAIL_CHARS = 1024
 
 
+class LogBudget:
+    """At most ``lines`` log lines per ``interval_s``; counts the lines it refuses."""
+
+    def __init__(
+        self, lines: int, interval_s: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.lines = lines
+        self.interval_s = interval_s
+        self._clock = clock
+        self._window_start = clock()
+        self._used = 0
+        self.suppressed = 0
+        """Lines refused since the last summary."""
+
+    def _roll(self) -> bool:
+        """Start a new window if the current one is over; whether it did."""
+        now = self._clock()
+        if now - self._window_start < self.interval_s:
+            return False
+        self._window_start, self._used = now, 0
+        return True
+
+    def allow(self) -> bool:
+        """Whether one more line may be logged now (if not, it is counted as suppressed)."""
+        self._roll()
+        if self._used < self.lines:
+            self._used += 1
+            return True
+        self.suppressed += 1
+        return False
+
+    def take_suppressed(self, *, final: bool = False) -> int:
+        """The suppressed count to summarize now (its window is over, or ``final``), reset."""
+        if not self.suppressed or not (final or self._roll()):
+            return 0
+        count, self.suppressed = self.suppressed, 0
+        return count
+
+
 class ErrorLog:
     """Logs ``.errors`` records at WARNING, at most ``limit`` per ``interval_s`` seconds."""
 
-    __slots__ = ("_clock", "_interval_s", "_limit", "_logged", "_started", "suppressed")
+    __slots__ = ("_budget",)
 
     def __init__(
         self,
@@ -382,44 +421,32 @@ class ErrorLog:
         interval_s: float = LOG_INTERVAL_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._limit = limit
-        self._interval_s = interval_s
-        self._clock = clock
-        self._started = 0.0
-        self._logged = 0
-        self.suppressed = 0
+        self._budget = LogBudget(limit, interval_s, clock)
+
+    @property
+    def suppressed(self) -> int:
         """Records not logged in the current interval (reported when it is over)."""
+        return self._budget.suppressed
 
     def report(self, errors: Iterable[AgentError]) -> None:
         """Log each record, or count it once this interval's lines are used up."""
         for error in errors:
-            now = self._clock()
-            if self._logged and now - self._started >= self._interval_s:
-                self._summarize()
-            if not self._logged:
-                self._started = now
-            if self._logged < self._limit:
-                self._logged += 1
+            self.flush()
+            if self._budget.allow():
                 level = logging.INFO if error.reason in _EXPECTED_REASONS else logging.WARNING
                 logger.log(level, "%s", log_line(error))
-            else:
-                self.suppressed += 1
 
     def flush(self, *, final: bool = False) -> None:
         """Report the records left unlogged if the interval is over (or, ``final``, at once)."""
-        if self._logged and (final or self._clock() - self._started >= self._interval_s):
-            self._summarize()
-
-    def _summarize(self) -> None:
-        if self.suppressed:
+        count = self._budget.take_suppressed(final=final)
+        if count:
             logger.warning(
                 "%d more .errors records were not logged (at most %d are logged per %gs; "
                 "every record is still emitted on .errors)",
-                self.suppressed,
-                self._limit,
-                self._interval_s,
+                count,
+                self._budget.lines,
+                self._budget.interval_s,
             )
-        self._logged = self.suppressed = 0
 
 
 def log_line(error: AgentError) -> str:

@@ -47,6 +47,7 @@ from beam_agents._protos import (
     SubmitRequest,
     ToolIntent,
 )
+from beam_agents.core.observability import LogBudget
 
 _MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 """The largest message the effector accepts or sends by default (its ``MAX_MESSAGE_BYTES``)."""
@@ -314,45 +315,6 @@ class _Pending:
         return WindowedValue(value, self.timestamp, (self.window,))
 
 
-class _LogBudget:
-    """At most ``lines`` log lines per ``interval_s``; counts the lines it refuses."""
-
-    def __init__(
-        self, lines: int, interval_s: float, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self._lines = lines
-        self._interval_s = interval_s
-        self._clock = clock
-        self._window_start = clock()
-        self._used = 0
-        self.suppressed = 0
-        """Lines refused since the last summary."""
-
-    def _roll(self) -> bool:
-        """Start a new window if the current one is over; whether it did."""
-        now = self._clock()
-        if now - self._window_start < self._interval_s:
-            return False
-        self._window_start, self._used = now, 0
-        return True
-
-    def allow(self) -> bool:
-        """Whether one more line may be logged now (if not, it is counted as suppressed)."""
-        self._roll()
-        if self._used < self._lines:
-            self._used += 1
-            return True
-        self.suppressed += 1
-        return False
-
-    def take_suppressed(self, *, final: bool = False) -> int:
-        """The suppressed count to summarize now (its window is over, or ``final``), reset."""
-        if not self.suppressed or not (final or self._roll()):
-            return 0
-        count, self.suppressed = self.suppressed, 0
-        return count
-
-
 def _key_text(entity_key: bytes) -> str:
     """The key as text if it is printable UTF-8, else ``0x`` and its hex (cut to 120 chars)."""
     try:
@@ -431,7 +393,7 @@ class _SubmitIntentsFn(beam.DoFn):
 
     def setup(self) -> None:
         """Open the channel and resolve the token (from the worker's environment, if so told)."""
-        self._log_budget = _LogBudget(DEAD_LETTER_LOG_LINES, DEAD_LETTER_LOG_INTERVAL_S)
+        self._log_budget = LogBudget(DEAD_LETTER_LOG_LINES, DEAD_LETTER_LOG_INTERVAL_S)
         self._metadata = self._connection.metadata()
         self._channel = self._connection.open_channel()
         self._stub = self._connection.stub(self._channel)

@@ -10,9 +10,9 @@ import grpc
 import pytest
 from effector_harness import BackgroundEffector, make_intent
 
+from beam_agents.core.observability import LogBudget
 from beam_agents.io import SubmitIntents
 from beam_agents.io import submit as submit_module
-from beam_agents.io.effector_link import _LogBudget
 from effector.launch import free_port
 from tests.io.io_harness import counter, record_intent, submit_all
 
@@ -63,7 +63,7 @@ def test_dead_letter_warnings_are_rate_limited_and_the_rest_are_counted(
 
 def test_the_log_budget_allows_lines_per_window_and_summarizes_the_rest() -> None:
     now = [0.0]
-    budget = _LogBudget(2, 10.0, clock=lambda: now[0])
+    budget = LogBudget(2, 10.0, clock=lambda: now[0])
     assert [budget.allow() for _ in range(5)] == [True, True, False, False, False]
     assert budget.take_suppressed() == 0  # the window is not over: summarize later
     now[0] = 10.0
