@@ -4,7 +4,7 @@ Agents stage ``ToolIntent`` messages; the pipeline submits them here, and the ef
 each one, executes it with ``EffectorToolRunner``, and publishes its ``ToolResult`` on an ordered
 envelope log the pipeline reads back. It never imports Apache Beam. Run it with
 ``beam-agents-effector serve``; its guarantees, phases, store and settings are described in
-``effector/README.md``.
+``docs/effector.md``.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ effector: each takes a connected :class:`~effector.client.EffectorClient` and ex
 call did what was asked, 1 when it did not; lists print one entry per line on stdout and say
 so on stderr when there is nothing to list. Every flag can also come from
 ``BEAM_AGENTS_EFFECTOR_<FLAG>``. Misconfiguration exits 2 with one line on stderr.
-``effector/README.md`` describes every command and setting.
+``docs/effector.md`` describes every command and setting.
 """
 
 from __future__ import annotations

@@ -203,7 +203,13 @@ class Tokens:
 
 
 def parse_tokens(text: str, source: str) -> Tokens:
-    """The tokens in a token file's ``text`` (see the module docstring); ``source`` names it."""
+    """The tokens in a token file's ``text``; ``source`` names the file in errors.
+
+    The file holds one bare token on its one line (colons and all: a decision records the
+    approver the client names), or two or more ``name:token`` lines, one per approver,
+    optionally ``name:token:channel1,channel2`` to limit the approvals that approver may decide
+    (``-`` names the empty channel). Blank lines and lines starting with ``#`` are skipped.
+    """
     lines = [
         (number, line.strip())
         for number, line in enumerate(text.splitlines(), 1)
@@ -211,7 +217,7 @@ def parse_tokens(text: str, source: str) -> Tokens:
     ]
     if not lines:
         raise ConfigurationError(f"token file {source!r} is empty")
-    if len(lines) == 1:  # one line is one bare token, colons and all, as it always was
+    if len(lines) == 1:
         return Tokens.single(lines[0][1])
     approvers = tuple(_named(source, number, line) for number, line in lines)
     _check_distinct(approvers, source)

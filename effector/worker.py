@@ -7,7 +7,7 @@ record the result and append its envelope (one transaction, group-committed), re
 and claiming work for the slots the results free. Keys run concurrently up to ``concurrency``;
 leases are renewed while tools run, undecided approvals expired and old rows pruned on the
 worker's own schedule, and a failing store is retried with growing waits (:class:`StoreOutage`).
-See ``effector/README.md``.
+See ``docs/effector.md``.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ through :meth:`EffectorService.decide` and a re-drive through :meth:`EffectorSer
 the code of the ``Decide`` and ``Publish`` RPCs, so the console can do nothing gRPC cannot.
 A re-drive first claims the error in the store, so a double click or a second tab publishes
 nothing twice. Logins, decisions and re-drives are logged with the client's address (and the
-name given), never the token; failed logins back off per client (:mod:`throttle`).
+name given), never the token. Failed logins back off per client (``LoginThrottle``).
 """
 
 from __future__ import annotations
@@ -21,16 +21,16 @@ from starlette.routing import Route
 
 from beam_agents._protos import AgentEnvelope, approval_digest
 from effector.console.pages import LIST_LIMIT, checked_intent_id
-from effector.console.rendering import render, service_of
 from effector.console.security import (
     SESSION_COOKIE,
+    LoginThrottle,
     Sessions,
     checked_form,
     client_address,
     local_path,
     set_session_cookie,
 )
-from effector.console.throttle import LoginThrottle
+from effector.console.views import render, service_of
 from effector.service import MAX_TEXT_FIELD_CHARS, external_event_problem
 from effector.store.model import ErrorRecord, intent_id_problem
 

@@ -22,9 +22,8 @@ from starlette.staticfiles import StaticFiles
 
 from effector.console.actions import ROUTES as ACTION_ROUTES
 from effector.console.pages import ROUTES as PAGE_ROUTES
-from effector.console.rendering import environment, render
-from effector.console.security import ConsoleGuard, Sessions
-from effector.console.throttle import LoginThrottle
+from effector.console.security import ConsoleGuard, LoginThrottle, Sessions
+from effector.console.views import environment, render
 from effector.service import EffectorService, Tokens
 from effector.store.model import StoreError
 

@@ -7,7 +7,8 @@ offline, and every session ends with the process. Logging out revokes the sessio
 server. The cookie is HttpOnly, SameSite=Strict, and Secure when the console speaks HTTPS.
 Every POST must come from the console's own origin and carry the CSRF token bound to its
 session (an HMAC of the session, compared in constant time). Without a token, a loopback
-console answers only requests addressed to ``localhost`` or a loopback IP address.
+console answers only requests addressed to ``localhost`` or a loopback IP address. Failed
+logins back off per client (:class:`LoginThrottle`).
 """
 
 from __future__ import annotations
@@ -218,3 +219,47 @@ async def checked_form(request: Request) -> FormData:
     if not sessions.csrf_matches(session, supplied):
         raise HTTPException(403, "CSRF token does not match: reload the page and try again")
     return form
+
+
+# -- backing off failed logins --------------------------------------------------------------------
+
+FREE_FAILURES = 3
+"""Failed logins a client may make before it has to wait."""
+MAX_WAIT_S = 60.0
+"""The longest wait between two login attempts of one client."""
+FORGET_AFTER_S = 15 * 60.0
+"""A client's failures are forgotten this long after its last one."""
+MAX_CLIENTS = 10_000
+"""Clients remembered at most (the longest-quiet are forgotten first)."""
+
+
+class LoginThrottle:
+    """Counts failed logins per client and says how long each must wait before the next."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._failures: dict[str, tuple[int, float]] = {}
+        """Client address: failures in a row and when the last was; oldest last failure first."""
+
+    def wait_s(self, client: str) -> float:
+        """How long ``client`` must wait before its next login is checked; 0 for now."""
+        count, last = self._failures.get(client, (0, 0.0))
+        if count < FREE_FAILURES:
+            return 0.0
+        delay = min(MAX_WAIT_S, 2.0 ** (count - FREE_FAILURES))
+        return max(0.0, last + delay - self._clock())
+
+    def failed(self, client: str) -> int:
+        """Count a failed login of ``client``; returns its failures in a row."""
+        now = self._clock()
+        count = self._failures.pop(client, (0, 0.0))[0] + 1
+        self._failures[client] = (count, now)
+        for quiet, (_, last) in list(self._failures.items()):
+            if last > now - FORGET_AFTER_S and len(self._failures) <= MAX_CLIENTS:
+                break
+            del self._failures[quiet]
+        return count
+
+    def succeeded(self, client: str) -> None:
+        """``client`` gave the right token: forget its failures."""
+        self._failures.pop(client, None)

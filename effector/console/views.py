@@ -1,8 +1,10 @@
-"""How the console shows things: keys, times, durations, JSON and server-drawn bar charts.
+"""How the console shows things: keys, times, durations, JSON, bar charts, and the templates.
 
-Each function is pure (the current time is passed in), so a page renders the same way in a
-test as in production. Templates receive the strings and numbers made here and never format
-values on their own; keys travel in URLs as hex and are shown as text when they are printable.
+Each formatting function is pure (the current time is passed in), so a page renders the same
+way in a test as in production. Templates receive the strings and numbers made here and never
+format values on their own; keys travel in URLs as hex and are shown as text when printable.
+Templates are Jinja2 with autoescaping on and strict undefined names; :func:`render` adds the
+session's CSRF token and the effector's clock to every page and renders it off the event loop.
 """
 
 from __future__ import annotations
@@ -12,8 +14,18 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
+import jinja2
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse
+
+from beam_agents._protos import IntentState, ToolIntent, ToolResult
+from effector.console.security import CSRF_FIELD, Sessions
 from effector.observability import display_key, payload_text
+from effector.service import EffectorService
 from effector.store.model import IntentRecord, expiry_deadline_ms
 
 __all__ = [
@@ -24,10 +36,13 @@ __all__ = [
     "deadline",
     "decision",
     "duration",
+    "environment",
     "key_from_hex",
     "key_from_search",
     "key_text",
     "pretty_json",
+    "render",
+    "service_of",
     "when",
 ]
 
@@ -153,3 +168,57 @@ def chart(points: Sequence[tuple[int, int]], unit: str) -> Chart:
     ]
     latest = points[-1][1] if points else 0
     return Chart(bars=bars, peak=peak, total=sum(value for _, value in points), latest=latest)
+
+
+# -- templates ------------------------------------------------------------------------------------
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+
+
+def environment() -> jinja2.Environment:
+    """The templates, with autoescaping on, strict undefined names and the view filters."""
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(
+        when=when,
+        duration=duration,
+        key_text=key_text,
+        hex=bytes.hex,
+        pretty_json=pretty_json,
+        state_name=IntentState.Name,
+        status_name=ToolResult.Status.Name,
+        kind_name=ToolIntent.Kind.Name,
+        decision=decision,
+    )
+    env.globals.update(age=age, deadline=deadline, csrf_field=CSRF_FIELD)
+    return env
+
+
+def service_of(request: Request) -> EffectorService:
+    """The effector service the console acts through."""
+    service: EffectorService = request.app.state.service
+    return service
+
+
+async def render(
+    request: Request, template: str, context: dict[str, Any], status_code: int = 200
+) -> HTMLResponse:
+    """Render ``template`` with ``context`` and what every page needs (CSRF token, clock)."""
+    sessions: Sessions = request.app.state.sessions
+    session: str | None = getattr(request.state, "session", None)
+    page = {
+        "request": request,
+        "csrf_token": sessions.csrf_token(session) if session else "",
+        "login_required": sessions.login_required,
+        "signed_in": session is not None,
+        "now_ms": service_of(request).clock(),
+        **context,
+    }
+    templates: jinja2.Environment = request.app.state.templates
+    html = await run_in_threadpool(templates.get_template(template).render, page)
+    return HTMLResponse(html, status_code)

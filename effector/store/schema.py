@@ -2,7 +2,7 @@
 
 Each store operation is one transaction over :class:`Tx` (SQL with ``?`` placeholders); a
 backend supplies the connection and the few differences of its :class:`Dialect`. Transactions
-take row locks in one order (see ``effector/README.md``, "Store layout") so that concurrent
+take row locks in one order (see ``docs/effector.md``, "Stores") so that concurrent
 PostgreSQL transactions never deadlock. :func:`create_schema` creates the tables of
 :data:`SCHEMA_VERSION` and refuses a store of any other version.
 """

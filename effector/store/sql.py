@@ -195,7 +195,7 @@ def verdict(
     pruned); ``compensated_by`` the compensation recorded as settling it, if any. An unknown
     original makes it REJECTED (a pruned one may have run), an original that never ran
     NOT_NEEDED, and an original that ran is undone once: a compensation other than
-    ``compensated_by`` is REJECTED without executing. See "Compensation" in the README.
+    ``compensated_by`` is REJECTED without executing. See "Compensation" in ``docs/effector.md``.
     """
     target = compensation.compensates_intent_id
     if original is None:

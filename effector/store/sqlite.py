@@ -4,7 +4,7 @@ WAL mode; every write transaction runs on one dedicated connection and thread, r
 read-only connection of their own, and WAL checkpoints on a third beside them
 (:class:`Checkpointer`). ``synchronous`` is ``FULL`` unless the URL asks for
 ``?synchronous=normal``. A lock file keeps a second process out, so claims left by a previous
-one are given back on open (details in ``effector/README.md``, "Store layout").
+one are given back on open (details in ``docs/effector.md``, "Stores").
 """
 
 from __future__ import annotations

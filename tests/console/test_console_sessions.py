@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from effector.console.throttle import FREE_FAILURES, MAX_WAIT_S, LoginThrottle
+from effector.console.security import FREE_FAILURES, MAX_WAIT_S, LoginThrottle
 from effector.launch import EffectorThread
 from tests.console.harness import TOKEN, client_for, csrf_of, seed, start_effector
 
