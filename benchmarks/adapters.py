@@ -49,15 +49,14 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from beam_agents import AgentConfig, AgentEnvelope, canonical_json
+from beam_agents import ActivationContext, AgentConfig, AgentEnvelope, Complete, canonical_json
 from beam_agents.adapters import adk as adk_adapter
 from beam_agents.adapters import langgraph as langgraph_adapter
 from beam_agents.adapters.adk import AdkAgent
 from beam_agents.adapters.langgraph import BeamChatModel, LangGraphAgent
 from beam_agents.adapters.pydantic_ai import PydanticAIAgent
-from beam_agents.core.agent import AgentFn, Complete
-from beam_agents.core.context import ActivationContext
-from beam_agents.core.dofn import AgentDoFn
+from beam_agents.core.agent import AgentFn
+from beam_agents.io.run_agent import AgentDoFn
 from beam_agents.loop import assistant_message
 from beam_agents.model.client import LlmRequest, ToolCall
 from beam_agents.model.fake import FakeLLM, match_any, respond_with_fn

@@ -115,11 +115,13 @@ def sqlite_effector() -> Iterator[str]:
 
 BENCHMARKS = {
     "noop_activation": "benchmarks.pipelines",
+    "overhead_tiers": "benchmarks.pipelines",
     "run_inference": "benchmarks.pipelines",
     "state_commit": "benchmarks.pipelines",
     "suspend_resume": "benchmarks.loop",
-    "effector_throughput": "benchmarks.throughput",
+    "effector_throughput": "benchmarks.effectors",
     "write_traces": "benchmarks.loop",
+    "console_keys": "benchmarks.effectors",
     "replay_backtest": "benchmarks.pipelines",
     "adapter_overhead": "benchmarks.adapters",
     "end_to_end": "benchmarks.loop",

@@ -8,9 +8,14 @@ count. After a warm-up run of each stage the stages take turns, and each stage's
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import multiprocessing
 import tempfile
+import time
+import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +39,15 @@ from beam_agents import (
     tool,
 )
 from beam_agents._protos import KeyHeader
-from beam_agents.model.fake import FakeLLM, match_any, match_contains, respond_with
+from beam_agents.model.fake import (
+    FakeLLM,
+    match_any,
+    match_contains,
+    respond_with,
+    simulate_latency,
+)
 from beam_agents.replay.backtest import run_backtest
-from benchmarks.harness import seconds_per_call
+from benchmarks.harness import percentile, seconds_per_call
 from benchmarks.report import Figure, Goal, Result, Target
 
 Element = tuple[bytes, AgentEnvelope]
@@ -45,11 +56,13 @@ Stage = Callable[["PCollection[Element]"], object]
 WARM_UP_ELEMENTS = 200
 
 
-def keyed_events(count: int, keys: int, payload: bytes = b"e") -> list[Element]:
+def keyed_events(
+    count: int, keys: int, payload: bytes = b"e", prefix: bytes = b"key"
+) -> list[Element]:
     """``count`` external events spread round-robin over ``keys`` keys, in event-time order."""
     elements = []
     for index in range(count):
-        key = b"key-%d" % (index % keys)
+        key = b"%s-%d" % (prefix, index % keys)
         envelope = AgentEnvelope(
             entity_key=key, event_time_ms=1_000 + index, external_event=payload
         )
@@ -403,4 +416,180 @@ Recording: `AgentConfig(record=True)` with `.records` discarded, per event.""",
                 Target(Goal.RATIO_AT_MOST, 1.2),
             ),
         ],
+    )
+
+
+# -- overhead on top of the model's latency -----------------------------------------------------
+
+KEYS_PER_PIPELINE = 10
+
+
+@dataclass
+class _Run:
+    """What the stage and the output stamp of this process's one pipeline share."""
+
+    barrier: Any
+    phase_s: float
+    samples: list[float] = field(default_factory=list)
+    """Seconds between consecutive outputs, for activations on keys already loaded."""
+    started: bool = False
+    keys_seen: set[bytes] = field(default_factory=set)
+    new_key: bool = False
+
+
+_current: _Run | None = None
+"""Set in each pipeline process before its pipeline runs."""
+
+
+def _start_together(key: bytes) -> None:
+    """On the first element, wait for every pipeline, then for this one's phase; note new keys."""
+    run = _current
+    assert run is not None
+    if not run.started:
+        run.started = True
+        run.barrier.wait(timeout=60)
+        time.sleep(run.phase_s)
+    run.new_key = key not in run.keys_seen
+    run.keys_seen.add(key)
+
+
+async def model_agent(ctx: ActivationContext) -> Complete:
+    """One model call, then complete with an output."""
+    _start_together(ctx.entity_key)
+    await ctx.call_model(LlmRequest("bench", ctx.event.decode()))
+    return Complete(output=b"done")
+
+
+class WaitingFloorDoFn(beam.DoFn):
+    """The floor: the no-op state traffic, waiting out L on its own event loop, one output."""
+
+    def __init__(self, latency_ms: int) -> None:
+        super().__init__()
+        self._latency_ms = latency_ms
+
+    def setup(self) -> None:
+        self._loop = asyncio.new_event_loop()
+
+    def teardown(self) -> None:
+        self._loop.close()
+
+    def process(self, element: Element, header: Any = HEADER_STATE) -> list[bytes]:
+        _start_together(element[0])
+        advance_header(header, element[1].event_time_ms)
+        self._loop.run_until_complete(simulate_latency(self._latency_ms))
+        return [b"done"]
+
+
+class StampOutputs(beam.DoFn):
+    """Notes the time between consecutive outputs of a bundle (fused after the stage)."""
+
+    def start_bundle(self) -> None:
+        self._previous: float | None = None
+
+    def process(self, output: bytes) -> None:
+        now = time.perf_counter()
+        assert _current is not None
+        if self._previous is not None and not _current.new_key:
+            _current.samples.append(now - self._previous)
+        self._previous = now
+
+
+def _latency_pipeline(index: int, count: int, latency_ms: int, floor: bool) -> None:
+    def stage(keyed: PCollection[Element]) -> None:
+        if floor:
+            outputs = keyed | "Floor" >> beam.ParDo(WaitingFloorDoFn(latency_ms))
+        else:
+            model = functools.partial(latency_model, latency_ms)
+            config = AgentConfig(provider_factory=model)
+            outputs = (keyed | "Agent" >> RunAgent(model_agent, config=config)).output
+        outputs | "Stamp" >> beam.ParDo(StampOutputs())
+
+    run_pipeline(keyed_events(count, KEYS_PER_PIPELINE, b"question", b"p%d" % index), stage)
+
+
+def latency_model(latency_ms: int) -> FakeLLM:
+    """A model that answers after ``latency_ms``."""
+    return FakeLLM([(match_any(), respond_with(REPLY, latency_ms=latency_ms))])
+
+
+def _pipeline_process(
+    index: int, count: int, latency_ms: int, floor: bool, barrier: Any, phase_s: float, out: Any
+) -> None:
+    """One pipeline of a tier, in its own process; sends back its samples or its failure."""
+    global _current
+    _current = _Run(barrier=barrier, phase_s=phase_s)
+    try:
+        _latency_pipeline(index, count, latency_ms, floor)
+    except BaseException:
+        barrier.abort()
+        out.send(traceback.format_exc())
+        raise
+    out.send(_current.samples)
+
+
+def measure_tier(
+    latency_ms: int, pipelines: int, samples: int, sides: Sequence[bool]
+) -> dict[bool, list[float]]:
+    """``pipelines`` pipelines per side (``True``: the floor), each in a process of its own,
+    started together and staggered over one latency period; the samples by side."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__])
+    count = -(-samples // pipelines) + KEYS_PER_PIPELINE
+    barrier = context.Barrier(pipelines * len(sides))
+    stagger_s = latency_ms / 1000 / (pipelines * len(sides))
+    running = []
+    for index in range(pipelines):
+        for slot, floor in enumerate(sides, start=index * len(sides)):
+            receiver, sender = context.Pipe(duplex=False)
+            arguments = (index, count, latency_ms, floor, barrier, slot * stagger_s, sender)
+            process = context.Process(target=_pipeline_process, args=arguments)
+            process.start()
+            sender.close()
+            running.append((floor, process, receiver))
+    collected: dict[bool, list[float]] = {floor: [] for floor in sides}
+    for floor, process, receiver in running:
+        try:
+            outcome = receiver.recv()
+        except EOFError:
+            outcome = "exited before reporting"
+        process.join()
+        if isinstance(outcome, str):
+            raise RuntimeError(f"a pipeline failed: {outcome}")
+        collected[floor].extend(outcome)
+    return collected
+
+
+def overhead_tiers(quick: bool) -> Result:
+    """Activation time less the model's latency L, at two latencies, against a waiting DoFn."""
+    samples, tiers = (8, ((5, 2), (50, 4))) if quick else (400, ((50, 4), (500, 25)))
+    figures: list[Figure] = []
+    p50: dict[int, tuple[float, float]] = {}
+    for latency_ms, pipelines in tiers:
+        if pipelines > 4:  # 50 processes waking together would load the machine: take turns
+            measured = {
+                floor: measure_tier(latency_ms, pipelines, samples, (floor,))[floor]
+                for floor in (True, False)
+            }
+        else:
+            measured = measure_tier(latency_ms, pipelines, samples, (True, False))
+        ms = {floor: [(s * 1e3 - latency_ms) for s in values] for floor, values in measured.items()}
+        for label, fraction, bound in (("p50", 0.5, 1.0), ("p99", 0.99, 3.0)):
+            ours, floor = percentile(ms[False], fraction), percentile(ms[True], fraction)
+            name = f"activation overhead {label}, L = {latency_ms} ms ({pipelines} pipelines)"
+            figures.append(Figure(name, "ms", ours, floor, Target(Goal.BELOW, bound)))
+            p50.setdefault(latency_ms, (ours, floor))
+    (low, _), (high, _) = tiers
+    growth, floor_growth = (p50[high][side] / p50[low][side] for side in (0, 1))
+    name = f"overhead growth, p50 at {high} ms over p50 at {low} ms"
+    figures.append(Figure(name, "x", growth, floor_growth, Target(Goal.RATIO_AT_MOST, 1.25)))
+    return Result(
+        "overhead_tiers",
+        "Overhead tiers: activation wall time minus the model's latency",
+        """\
+One model call to a `FakeLLM` answering after L, then an output; overhead = the time between
+consecutive outputs less L, on keys already loaded in the bundle, at least 400 activations.
+Floor: a DoFn doing the no-op state traffic and waiting L on its own event loop.
+K pipelines per side in processes of their own (4 at 50 ms, alongside the floor's; 25 at
+500 ms, after the floor's), 10 keys each, started together and staggered over L.""",
+        figures,
     )

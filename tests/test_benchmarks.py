@@ -20,6 +20,14 @@ SQLITE_ROWS = [
 ]
 ROWS = {
     "noop_activation": ["no-op activation, 100 keys", "model-call activation, 100 keys"],
+    "overhead_tiers": [
+        *(
+            f"activation overhead {label}, L = {latency} ms ({pipelines} pipelines)"
+            for latency, pipelines in ((5, 2), (50, 4))
+            for label in ("p50", "p99")
+        ),
+        "overhead growth, p50 at 50 ms over p50 at 5 ms",
+    ],
     "run_inference": ["per element, 100 keys"],
     "state_commit": [
         "state commit, memory value of 1 KiB, per element",
@@ -33,6 +41,10 @@ ROWS = {
         else []
     ),
     "write_traces": ["the loop with WriteTraces, per event"],
+    "console_keys": [
+        "keys page, key with 1,000 runs (newest 50 drawn), p50",
+        "keys page, key with 1,000 runs, all 1,000 drawn, p50",
+    ],
     "replay_backtest": [
         "backtest, 400 recorded activations on 40 keys, per activation",
         "live run with recording, per event",
@@ -47,7 +59,7 @@ ROWS = {
     ],
     "end_to_end": ["the loop, activations/s"],
 }
-WITHOUT_FLOOR = {"round trip p50", "round trip p99"}
+WITHOUT_FLOOR = {"round trip p50", "round trip p99", *ROWS["console_keys"]}
 
 
 def test_every_benchmark_is_smoke_tested() -> None:

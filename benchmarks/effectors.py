@@ -1,8 +1,8 @@
-"""Effector throughput on SQLite (and PostgreSQL with two replicas), against two floors.
+"""Effector benchmarks: throughput on SQLite and PostgreSQL, and the console's keys page.
 
-The floors: a bare insert-and-commit of the same records into the same store, and a no-op gRPC
-server (``python -m benchmarks.throughput --listen HOST:PORT``) serving the same ``Effector``
-service whose Submit acknowledges every intent and does nothing else.
+The throughput's floors: a bare insert-and-commit of the same records into the same store, and
+a no-op gRPC server (``python -m benchmarks.effectors --listen HOST:PORT``) serving the same
+``Effector`` service, whose Submit acknowledges every intent and does nothing else.
 """
 
 from __future__ import annotations
@@ -21,8 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import httpx
 import psycopg
 
+from beam_agents import ToolRegistry
 from beam_agents._protos import (
     AgentEnvelope,
     EffectorServicer,
@@ -33,9 +35,13 @@ from beam_agents._protos import (
     ToolResult,
     add_EffectorServicer_to_server,
 )
-from benchmarks.harness import EFFECTOR_READY, effector_command, servers
+from benchmarks.harness import EFFECTOR_READY, effector_command, percentile, servers
 from benchmarks.report import Figure, Goal, Result, Target
 from effector.client import AsyncEffectorClient
+from effector.console.pages import DEFAULT_RUNS, MAX_RUNS
+from effector.launch import EffectorThread
+from effector.server import ServerSettings
+from tests.console.runs_data import key_runs
 from tests.pg import find_postgres_bin, postgres_server
 
 KEYS = 1_000
@@ -83,7 +89,7 @@ async def serve_noop(listen: str) -> None:
     await server.stop(grace=1.0)
 
 
-NOOP_COMMAND = [sys.executable, "-m", "benchmarks.throughput", "--listen", "127.0.0.1:0"]
+NOOP_COMMAND = [sys.executable, "-m", "benchmarks.effectors", "--listen", "127.0.0.1:0"]
 
 
 # -- the load -----------------------------------------------------------------------------------
@@ -307,16 +313,11 @@ def measure_store(
     calls, rounds = (200, 3) if quick else (4_000, 5)
     ingest = [effector_command(database("ingest"), concurrency=0)] * replicas
     executing = [effector_command(database("effector"))] * replicas
-    with (
-        servers([NOOP_COMMAND] * replicas, NOOP_READY, logs) as noop,
-        servers(ingest, EFFECTOR_READY, logs) as ingesting,
-    ):
-        noop_rates, ours_rates = asyncio.run(paired_rates([noop, ingesting], calls, rounds))
-    with (
-        servers([NOOP_COMMAND] * replicas, NOOP_READY, logs) as noop,
-        servers(executing, EFFECTOR_READY, logs) as targets,
-    ):
-        runs, beside = asyncio.run(sustained_beside_noop(targets, noop, size, calls))
+    with servers([NOOP_COMMAND] * replicas, NOOP_READY, logs) as noop:
+        with servers(ingest, EFFECTOR_READY, logs) as ingesting:
+            noop_rates, ours_rates = asyncio.run(paired_rates([noop, ingesting], calls, rounds))
+        with servers(executing, EFFECTOR_READY, logs) as targets:
+            runs, beside = asyncio.run(sustained_beside_noop(targets, noop, size, calls))
     ratios = [ours / floor for ours, floor in zip(ours_rates, noop_rates, strict=True)]
     median = ratios.index(statistics.median_low(ratios))
     return [
@@ -375,3 +376,63 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="Serve the no-op gRPC floor.")
     parser.add_argument("--listen", default="127.0.0.1:0", help="HOST:PORT (port 0: any free)")
     asyncio.run(serve_noop(parser.parse_args().listen))
+
+
+# -- the console's keys page ----------------------------------------------------------------------
+
+
+def _page_ms(client: httpx.Client, path: str, requests: int, newest: str) -> list[float]:
+    """Milliseconds per load of ``path``, after one warm-up load."""
+    client.get(path)
+    samples = []
+    for _ in range(requests):
+        started = time.perf_counter()
+        answer = client.get(path)
+        samples.append((time.perf_counter() - started) * 1000)
+        if answer.status_code != 200 or newest not in answer.text:
+            raise RuntimeError(f"{path} answered {answer.status_code} without the newest run")
+    return samples
+
+
+def console_keys(quick: bool) -> Result:
+    """The console's page of a key with 1,000 runs, over HTTP from a filled SQLite store."""
+    runs, requests, key = 1_000, 2 if quick else 30, b"customer-busy"
+    settings = ServerSettings(console_listen="127.0.0.1:0")
+    with (
+        tempfile.TemporaryDirectory(prefix="beam-agents-bench-") as scratch,
+        EffectorThread(f"sqlite:///{Path(scratch) / 'e.db'}", ToolRegistry(), settings) as eff,
+    ):
+        now_ns = time.time_ns()
+        events = key_runs(key, runs, start_ns=now_ns)
+        for other in range(100):
+            events += key_runs(f"other-{other:03d}".encode(), 10, start_ns=now_ns)
+        for start in range(0, len(events), 1_000):
+            batch = events[start : start + 1_000]
+            eff.run(eff.server.store.record_traces(batch, now_ns // 1_000_000))
+        assert eff.console_url is not None
+        with httpx.Client(base_url=eff.console_url.rstrip("/"), timeout=60) as client:
+            page = f"/keys/{key.hex()}"
+            default = _page_ms(client, page, requests, f"Run {runs - 1}")
+            full = _page_ms(client, f"{page}?runs={MAX_RUNS}", requests, f"Run {runs - 1}")
+    return Result(
+        "console_keys",
+        "The console's keys page for a key with 1,000 runs",
+        """\
+An effector's console over a SQLite store holding 1,000 runs of one key (9 trace events each)
+and 10 runs of each of 100 other keys. One client loads the key's page, one request at a time:
+from sending the GET to having read the whole HTML. No floor.""",
+        [
+            Figure(
+                f"keys page, key with 1,000 runs (newest {DEFAULT_RUNS} drawn), p50",
+                "ms",
+                percentile(default, 0.5),
+                None,
+                Target(Goal.BELOW, 300.0),
+            ),
+            Figure(
+                f"keys page, key with 1,000 runs, all {MAX_RUNS:,} drawn, p50",
+                "ms",
+                percentile(full, 0.5),
+            ),
+        ],
+    )
