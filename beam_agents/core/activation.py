@@ -134,7 +134,7 @@ def error_record(
     """An ``.errors`` record.
 
     ``envelope``: the original envelope's bytes, if any; ``traceback``: that of the exception
-    behind the record, if any (``failures.explain``).
+    behind the record, if any (:func:`explain`).
     """
     return AgentError(
         entity_key=entity_key,

@@ -371,7 +371,7 @@ class ModelGateway:
         A ``ProviderError`` that ends the call (retries exhausted, not retryable, or the
         circuit open) propagates with a note saying how many attempts were made. With a
         ``memo_key`` (the call's replay-cache key) and a memo, an answer this process already
-        got for that key is returned as it was (``core/retry_memo.py``).
+        got for that key is returned as it was (see :class:`AnswerMemo`).
         """
         memo = self._memo
         if memo is not None and memo_key:

@@ -554,7 +554,7 @@ def decoder_name(client: object) -> str:
 
 
 class StagedView(Protocol):
-    """What the recorder reads of an activation's staged record (``staging.Staged``)."""
+    """What the recorder reads of an activation's staged record (``context.Staged``)."""
 
     intents: list[ToolIntent]
     memory: WorkingMemory | None
