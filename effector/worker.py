@@ -64,6 +64,14 @@ class ToolTimeoutError(EffectorError, TimeoutError):
 # -- validating and running one intent's tool ---------------------------------------------------
 
 
+MAX_ERROR_MESSAGE_CHARS = 4_096
+"""Error messages in results are cut to this length, so one failure cannot bloat the log."""
+
+
+class IntentRejectedError(Exception):
+    """An intent cannot be executed as written; the message is the recorded reason."""
+
+
 def parse_arguments(args_json: str) -> Any:
     """Decode ``args_json``; empty text means no arguments. Raises ``ValueError`` if not JSON."""
     if not args_json:
@@ -79,14 +87,6 @@ def ttl_problem(intent: ToolIntent) -> str | None:
             f"({intent.created_at_ms})"
         )
     return None
-
-
-MAX_ERROR_MESSAGE_CHARS = 4_096
-"""Error messages in results are cut to this length, so one failure cannot bloat the log."""
-
-
-class IntentRejectedError(Exception):
-    """An intent cannot be executed as written; the message is the recorded reason."""
 
 
 def prepare_call(
@@ -137,6 +137,40 @@ def rejection_reason(registry: ToolRegistry, intent: ToolIntent) -> str | None:
     else:
         return f"unknown intent kind {int(intent.kind)}"
     return ttl_problem(intent)
+
+
+def intake_rejection(registry: ToolRegistry, intent: ToolIntent) -> str | None:
+    """Why a well-identified intent must be recorded as REJECTED, or ``None`` if it is valid.
+
+    :func:`rejection_reason`, plus the compensation fields: only a TOOL
+    intent may carry them; a link names a side-effecting tool of this registry with valid
+    arguments (an effect is refused before it runs if its undo could not); a compensating
+    intent names a canonical UUID other than its own, and is not itself linked.
+    """
+    reason = rejection_reason(registry, intent)
+    if reason is not None:
+        return reason
+    linked = bool(intent.compensate_tool or intent.compensate_args_json)
+    compensates = intent.compensates_intent_id
+    if not (linked or compensates):
+        return None
+    if intent.kind != ToolIntent.TOOL:
+        return "only a TOOL intent may compensate or be compensated"
+    if compensates:
+        problem = intent_id_problem(compensates)
+        if problem is not None:
+            return f"compensates_intent_id: {problem}"
+        if compensates == intent.intent_id:
+            return "an intent cannot compensate itself"
+        if linked:
+            return "a compensating intent cannot itself have a compensation"
+        return None
+    undo = ToolIntent(tool_name=intent.compensate_tool, args_json=intent.compensate_args_json)
+    try:
+        prepare_call(registry, undo)
+    except IntentRejectedError as exc:
+        return f"its compensation cannot run: {exc}"
+    return None
 
 
 def _read_only_refusal(tool: Tool[..., Any]) -> ToolRefusedError:
@@ -388,40 +422,6 @@ class _ToolThreads:
             job()
             with self._lock:
                 self._idle += 1
-
-
-def intake_rejection(registry: ToolRegistry, intent: ToolIntent) -> str | None:
-    """Why a well-identified intent must be recorded as REJECTED, or ``None`` if it is valid.
-
-    :func:`rejection_reason`, plus the compensation fields: only a TOOL
-    intent may carry them; a link names a side-effecting tool of this registry with valid
-    arguments (an effect is refused before it runs if its undo could not); a compensating
-    intent names a canonical UUID other than its own, and is not itself linked.
-    """
-    reason = rejection_reason(registry, intent)
-    if reason is not None:
-        return reason
-    linked = bool(intent.compensate_tool or intent.compensate_args_json)
-    compensates = intent.compensates_intent_id
-    if not (linked or compensates):
-        return None
-    if intent.kind != ToolIntent.TOOL:
-        return "only a TOOL intent may compensate or be compensated"
-    if compensates:
-        problem = intent_id_problem(compensates)
-        if problem is not None:
-            return f"compensates_intent_id: {problem}"
-        if compensates == intent.intent_id:
-            return "an intent cannot compensate itself"
-        if linked:
-            return "a compensating intent cannot itself have a compensation"
-        return None
-    undo = ToolIntent(tool_name=intent.compensate_tool, args_json=intent.compensate_args_json)
-    try:
-        prepare_call(registry, undo)
-    except IntentRejectedError as exc:
-        return f"its compensation cannot run: {exc}"
-    return None
 
 
 # -- reconcile before re-executing --------------------------------------------------------------
