@@ -7,6 +7,7 @@ approval request an approval intent (``docs/adapters.md``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
@@ -105,12 +106,7 @@ class Decision:
 
     def as_dict(self) -> dict[str, Any]:
         """``{"approved", "approver", "reason", "timed_out"}``, the default resume value."""
-        return {
-            "approved": self.approved,
-            "approver": self.approver,
-            "reason": self.reason,
-            "timed_out": self.timed_out,
-        }
+        return dataclasses.asdict(self)
 
 
 class IntentFailedError(Exception):

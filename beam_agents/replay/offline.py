@@ -350,28 +350,18 @@ class _Cell:
         return self.value
 
 
-class _MemoryBag(_Cell):
-    """The memory's cell: a bag, whose elements :attr:`value` holds (``None``: empty)."""
+class _Bag(_Cell):
+    """A bag cell (the memory, the buffer), whose elements :attr:`value` holds (``None``: empty)."""
 
     def read(self) -> list[bytes]:
         return list(self.value or ())
-
-
-class _Bag:
-    __slots__ = ("items",)
-
-    def __init__(self) -> None:
-        self.items: list[bytes] = []
-
-    def read(self) -> list[bytes]:
-        return list(self.items)
 
 
 class KeyCells:
     """One key's state cells, in memory: header, memory, continuation (with the replay cache)."""
 
     def __init__(self) -> None:
-        self.cells = (_Cell(), _MemoryBag(), _Cell())  # numbered as state.HEADER, MEMORY, ...
+        self.cells = (_Cell(), _Bag(), _Cell())  # numbered as state.HEADER, MEMORY, ...
         self.buffer = _Bag()
 
     def state(self) -> KeyState:
@@ -383,9 +373,8 @@ class KeyCells:
         """Write what ``state`` recorded (what the ``DoFn`` does with a plan's state)."""
         for cell, value in state.writes.items():
             self.cells[cell].value = value
-        if state.buffer_reset:
-            self.buffer.items = []
-        self.buffer.items.extend(state.buffer_added)
+        kept = [] if state.buffer_reset else self.buffer.read()
+        self.buffer.value = kept + state.buffer_added
 
     @property
     def continuation(self) -> Continuation | None:
@@ -402,7 +391,7 @@ class KeyCells:
     def end_run(self, next_seq: int) -> None:
         """Forget the suspended run (its continuation); the next run takes ``next_seq``."""
         self.cells[CONTINUATION].value = None
-        self.buffer.items = []
+        self.buffer.value = None
         self.set_header(next_seq, suspended=False)
 
 
