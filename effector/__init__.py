@@ -3,8 +3,9 @@
 Agents stage ``ToolIntent`` messages; the pipeline submits them here, and the effector records
 each one, executes it with ``EffectorToolRunner``, and publishes its ``ToolResult`` on an ordered
 envelope log the pipeline reads back. It never imports Apache Beam. Run it with
-``beam-agents-effector serve``; its guarantees, phases, store and settings are described in
-``docs/effector.md``.
+``beam-agents-effector serve``, or from code with :class:`EffectorThread` or
+:class:`EffectorProcess`; ``docs/effector.md`` describes its guarantees, phases, stores and
+settings.
 """
 
 from __future__ import annotations
@@ -12,15 +13,38 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from effector.worker import EffectorToolRunner
+    from effector.client import EffectorClient
+    from effector.launch import EffectorProcess, EffectorThread, child_environment
+    from effector.server import ServerSettings
+    from effector.worker import EffectorToolRunner, WorkerSettings
 
-__all__ = ["EffectorToolRunner"]
+__all__ = [
+    "EffectorClient",
+    "EffectorProcess",
+    "EffectorThread",
+    "EffectorToolRunner",
+    "ServerSettings",
+    "WorkerSettings",
+    "child_environment",
+]
 
 
 def __getattr__(name: str) -> Any:
     # Lazy, so that ``import effector`` (and the CLI's --help) stays cheap.
-    if name == "EffectorToolRunner":
-        from effector.worker import EffectorToolRunner
+    if name == "EffectorClient":
+        from effector.client import EffectorClient
 
-        return EffectorToolRunner
+        return EffectorClient
+    if name in ("EffectorProcess", "EffectorThread", "child_environment"):
+        import effector.launch
+
+        return getattr(effector.launch, name)
+    if name == "ServerSettings":
+        from effector.server import ServerSettings
+
+        return ServerSettings
+    if name in ("EffectorToolRunner", "WorkerSettings"):
+        import effector.worker
+
+        return getattr(effector.worker, name)
     raise AttributeError(f"module 'effector' has no attribute {name!r}")

@@ -2,8 +2,8 @@
 """The console in real headless Chromium: every page, approving, re-driving, and the login.
 
 Pages must load with their style sheet under the Content-Security-Policy and leave no error in
-the browser's log (the ``page`` fixture checks). The READMEs' picture of the keys page comes
-from a real pipeline's run instead (``test_console_loop.py``).
+the browser's log (the ``page`` fixture checks). The docs' picture of the keys page
+(``docs/operations.md``) comes from a real pipeline's run instead (``test_console_loop.py``).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ approval, so its run suspends (the small one waits in the key's buffer meanwhile
 a reviewer approves it in the console's inbox; the agent resumes and has the effector pay the
 refund, then runs the small one, and the keys page shows both runs completed, with their
 waterfalls and memory. With ``BEAM_AGENTS_SCREENSHOT=1`` it saves that page as
-``docs/console-keys.png``, the READMEs' picture of the keys page.
+``docs/console-keys.png``, the docs' picture of the keys page (docs/operations.md).
 """
 
 from __future__ import annotations
