@@ -46,14 +46,14 @@ from benchmarks.report import Figure, Goal, Result, Target
 NAMESPACE = "benchmarks"
 
 
-def fresh_events(count: int, keys: int | None = None, payload: bytes = b"e") -> list[AgentEnvelope]:
+def fresh_events(count: int, keys: int | None = None) -> list[AgentEnvelope]:
     """``count`` external events on keys no earlier run used (each its own key by default)."""
     run = uuid.uuid4().hex[:12]
     return [
         AgentEnvelope(
             entity_key=f"{run}-{index if keys is None else index % keys}".encode(),
             event_time_ms=1_000 + index,
-            external_event=payload,
+            external_event=b"e",
         )
         for index in range(count)
     ]

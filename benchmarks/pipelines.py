@@ -76,17 +76,17 @@ def run_pipeline(elements: list[Element], stage: Stage) -> None:
         stage(p | "Events" >> beam.Create(elements).with_output_types(Element))
 
 
-def seconds_per_element(
+def us_per_element(
     elements: list[Element], stages: Mapping[str, Stage], *, rounds: int = 1
 ) -> dict[str, float]:
-    """The best time per element of ``Create(elements) | stage``, for each stage by name."""
+    """The best µs per element of ``Create(elements) | stage``, for each stage by name."""
     for stage in stages.values():
         run_pipeline(elements[:WARM_UP_ELEMENTS], stage)
     best = dict.fromkeys(stages, float("inf"))
     for _ in range(rounds):
         for name, stage in stages.items():
             seconds = seconds_per_call(functools.partial(run_pipeline, elements, stage))
-            best[name] = min(best[name], seconds / len(elements))
+            best[name] = min(best[name], seconds * 1e6 / len(elements))
     return best
 
 
@@ -188,7 +188,7 @@ async def model_call_agent(ctx: ActivationContext) -> Complete:
 
 
 MODEL_MEMORY_BYTES = 30
-"""The size of the memory cell the model-call agent's commit writes."""
+"""About the size of the memory cell the model-call agent's commit writes."""
 
 
 def noop_activation(quick: bool) -> Result:
@@ -207,31 +207,14 @@ def noop_activation(quick: bool) -> Result:
                 "ours": agent_stage(noop_agent, AgentConfig()),
                 **stages,
             }
-        us = {
-            name: s * 1e6
-            for name, s in seconds_per_element(keyed_events(count, keys), stages).items()
-        }
+        us = us_per_element(keyed_events(count, keys), stages)
         if first:
+            name = f"no-op activation, {keys:,} keys"
             target = Target(Goal.RATIO_AT_MOST, 1.25)
-            figures.append(
-                Figure(
-                    f"no-op activation, {keys:,} keys",
-                    "µs/element",
-                    us["ours"],
-                    us["floor"],
-                    target,
-                )
-            )
+            figures.append(Figure(name, "µs/element", us["ours"], us["floor"], target))
+        name = f"model-call activation, {keys:,} keys"
         target = Target(Goal.RATIO_AT_MOST, 1.6 if keys >= 10_000 else 1.8)
-        figures.append(
-            Figure(
-                f"model-call activation, {keys:,} keys",
-                "µs/element",
-                us["model"],
-                us["model floor"],
-                target,
-            )
-        )
+        figures.append(Figure(name, "µs/element", us["model"], us["model floor"], target))
     return Result(
         "noop_activation",
         "No-op and model-call activations against a bare stateful DoFn",
@@ -271,9 +254,7 @@ def run_inference(quick: bool) -> Result:
     """The no-op RunAgent against Beam's RunInference with a trivial model."""
     count, keys = (2_000, 100) if quick else (50_000, 1_000)
     stages = {"floor": _inference, "ours": agent_stage(noop_agent, AgentConfig())}
-    us = {
-        name: s * 1e6 for name, s in seconds_per_element(keyed_events(count, keys), stages).items()
-    }
+    us = us_per_element(keyed_events(count, keys), stages)
     return Result(
         "run_inference",
         "RunAgent against RunInference with a trivial model",
@@ -305,10 +286,7 @@ def state_commit(quick: bool) -> Result:
     for size, count in sizes:
         elements = keyed_events(count, 10, payload=b"%d" % size)
         stages = {"floor": memory_floor(size), "ours": agent_stage(rewrite_memory, AgentConfig())}
-        us = {
-            name: s * 1e6
-            for name, s in seconds_per_element(elements, stages, rounds=1 if quick else 3).items()
-        }
+        us = us_per_element(elements, stages, rounds=1 if quick else 3)
         target = Target(Goal.RATIO_AT_MOST, 2.0) if size >= 1 << 16 else None
         name = f"state commit, memory value of {size >> 10} KiB, per element"
         figures.append(Figure(name, "µs/element", us["ours"], us["floor"], target))
@@ -378,7 +356,7 @@ def replay_backtest(quick: bool) -> Result:
     with tempfile.TemporaryDirectory(prefix="beam-agents-bench-") as scratch:
         records = str(Path(scratch) / "records")
         run_pipeline(elements, functools.partial(_writing, records))
-        live = seconds_per_element(elements, stages, rounds=rounds)
+        live = us_per_element(elements, stages, rounds=rounds)
         backtest = float("inf")
         for round_number in range(rounds + 1):  # the first is the warm-up
             backtest_once = functools.partial(
@@ -390,8 +368,7 @@ def replay_backtest(quick: bool) -> Result:
             )
             seconds = seconds_per_call(backtest_once)
             if round_number:
-                backtest = min(backtest, seconds / count)
-    plain = live["plain"] * 1e6
+                backtest = min(backtest, seconds * 1e6 / count)
     return Result(
         "replay_backtest",
         "Replay and backtest",
@@ -404,15 +381,15 @@ Recording: `AgentConfig(record=True)` with `.records` discarded, per event.""",
             Figure(
                 f"backtest, {count:,} recorded activations on {keys:,} keys, per activation",
                 "µs",
-                backtest * 1e6,
-                plain,
+                backtest,
+                live["plain"],
                 Target(Goal.RATIO_AT_MOST, 1.5),
             ),
             Figure(
                 "live run with recording, per event",
                 "µs",
-                live["recorded"] * 1e6,
-                plain,
+                live["recorded"],
+                live["plain"],
                 Target(Goal.RATIO_AT_MOST, 1.2),
             ),
         ],
