@@ -280,7 +280,7 @@ class Activator:
             )
             return
         assert suspended is not None
-        admitted = admit(suspended, answer)
+        admitted = with_answer(suspended, answer)
         now_ms = envelope.event_time_ms
         ctx = ActivationContext(
             entity_key=key,
@@ -562,7 +562,7 @@ def pending_kind(continuation: Continuation, intent_id: str) -> int:
     return continuation.pending_kinds[list(continuation.pending_intent_ids).index(intent_id)]
 
 
-def admit(suspended: Continuation, answer: ToolResult | Approval) -> Continuation:
+def with_answer(suspended: Continuation, answer: ToolResult | Approval) -> Continuation:
     """The run with ``answer`` (to one of its pending intents) applied."""
     admitted = _copy(suspended)
     pending = pending_of(suspended)

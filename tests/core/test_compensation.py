@@ -20,7 +20,7 @@ from beam_agents._protos import (
     ToolResult,
     TraceEvent,
 )
-from beam_agents.core.activation import admit, deadline_outcome, resumption, suspend
+from beam_agents.core.activation import deadline_outcome, resumption, suspend, with_answer
 from beam_agents.core.agent import CompensationError, ReadOnlyIntentError, intent_id_for
 from beam_agents.core.context import ActivationContext, staged
 from beam_agents.core.observability import trace_id_for
@@ -116,7 +116,7 @@ def resume(
         base, staged(ctx), seq=SEQ, started_at_ms=1_000, snapshot=b"", adapter="", deadline_ms=0
     )
     answer = ToolResult(intent_id=answered, status=ToolResult.OK, payload=b"1")
-    admitted = admit(suspended, answer)
+    admitted = with_answer(suspended, answer)
     next_ctx = make_context(
         seq=SEQ, first_step=admitted.next_step, resumption=resumption(admitted, answer)
     )

@@ -7,7 +7,7 @@ the pending lists and step records change only through these functions.
 from __future__ import annotations
 
 from beam_agents._protos import Approval, Continuation, ToolIntent, ToolResult
-from beam_agents.core.activation import admit, resumption, suspend
+from beam_agents.core.activation import resumption, suspend, with_answer
 from beam_agents.core.context import ReplayCursor, Staged, StepRecord, intent_step_digest
 from beam_agents.core.observability import TraceRecorder, trace_id_for
 
@@ -32,7 +32,7 @@ def waiting() -> Continuation:
 
 def test_admitting_a_result_moves_it_from_pending_to_answered() -> None:
     answer = ToolResult(intent_id="a", status=ToolResult.OK, payload=b"1")
-    admitted = admit(waiting(), answer)
+    admitted = with_answer(waiting(), answer)
     assert list(admitted.pending_intent_ids) == ["b"]
     assert list(admitted.pending_kinds) == [ToolIntent.APPROVAL]
     assert list(admitted.answered_intent_ids) == ["a"] and list(admitted.results) == [answer]
@@ -41,13 +41,13 @@ def test_admitting_a_result_moves_it_from_pending_to_answered() -> None:
 
 def test_admitting_an_approval_records_the_decision() -> None:
     decision = Approval(intent_id="b", approved=True, approver="ana")
-    admitted = admit(waiting(), decision)
+    admitted = with_answer(waiting(), decision)
     assert list(admitted.approvals) == [decision] and list(admitted.results) == []
 
 
 def test_the_resumption_carries_what_the_run_received_and_still_waits_for() -> None:
     answer = ToolResult(intent_id="a", status=ToolResult.OK)
-    resumed = resumption(admit(waiting(), answer), answer)
+    resumed = resumption(with_answer(waiting(), answer), answer)
     assert resumed.result == answer and resumed.approval is None
     assert resumed.snapshot == b"snap" and dict(resumed.results) == {"a": answer}
     assert resumed.pending == (("b", ToolIntent.APPROVAL),) and resumed.tokens_used == 40
@@ -66,7 +66,7 @@ def staged_resume(base: Continuation) -> Staged:
 
 
 def test_suspending_again_carries_the_pending_set_and_appends_the_new_steps() -> None:
-    base = admit(waiting(), ToolResult(intent_id="a", status=ToolResult.OK))
+    base = with_answer(waiting(), ToolResult(intent_id="a", status=ToolResult.OK))
     record = staged_resume(base)
     suspended = suspend(
         base, record, seq=1, started_at_ms=0, snapshot=b"next", adapter="", deadline_ms=77

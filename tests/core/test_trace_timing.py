@@ -13,7 +13,7 @@ import pytest
 
 from beam_agents import AgentConfig, Complete
 from beam_agents._protos import ModelCache, ToolResult, TraceEvent
-from beam_agents.core.activation import admit, suspend
+from beam_agents.core.activation import suspend, with_answer
 from beam_agents.core.context import ActivationContext, staged
 from beam_agents.core.observability import (
     DEADLINE_ATTRIBUTE,
@@ -171,7 +171,7 @@ def test_an_activation_that_emptied_memory_says_so_and_one_that_only_read_it_doe
 
 @pytest.mark.parametrize("deadline_ms", [0, 77])
 def test_a_suspension_with_a_deadline_says_when(deadline_ms: int) -> None:
-    base = admit(waiting(), ToolResult(intent_id="a", status=ToolResult.OK))
+    base = with_answer(waiting(), ToolResult(intent_id="a", status=ToolResult.OK))
     record = staged_resume(base)
     suspend(base, record, seq=1, started_at_ms=0, snapshot=b"", adapter="", deadline_ms=deadline_ms)
     suspended = record.trace.events[-1]
