@@ -18,7 +18,6 @@ from effector_harness import (
 )
 
 from beam_agents._protos import (
-    AgentEnvelope,
     Approval,
     IntentState,
     ToolIntent,
@@ -28,7 +27,7 @@ from beam_agents._protos import (
 from effector.cli import load_tokens
 from effector.client import AsyncEffectorClient, EffectorClient
 from effector.server import ServerSettings
-from effector.service import Tokens, parse_tokens
+from effector.service import parse_tokens
 from effector.store.model import ConfigurationError
 
 TOKEN_FILE = """\
@@ -215,16 +214,6 @@ async def test_approve_with_edit_is_validated_against_the_gated_tool(tmp_path: P
         [approval] = await _published(client, gated.intent_id)
         assert approval.edited_args_json == '{"note":"final"}'
         assert json.loads(edited.result.payload)["edited_args"] == {"note": "final"}
-
-
-def test_old_approval_bytes_still_read() -> None:
-    """An Approval and an APPROVAL intent serialized before these fields parse with defaults."""
-    old = Approval(intent_id="i", approved=True, approver="a", decided_at_ms=5, reason="r")
-    reread = Approval.FromString(old.SerializeToString())
-    assert (reread.args_digest, reread.edited_args_json, list(reread.approvers)) == ("", "", [])
-    envelope = AgentEnvelope(entity_key=b"k", approval=old)
-    assert AgentEnvelope.FromString(envelope.SerializeToString()).approval == old
-    assert Tokens.single("t").identify("t") is not None
 
 
 def test_the_cli_shows_the_digest_votes_with_named_tokens_and_edits(tmp_path: Path) -> None:

@@ -245,16 +245,11 @@ def test_the_backoff_doubles_from_a_second_to_five_minutes() -> None:
     assert retry_delay_ms(9) == 256_000 and retry_delay_ms(10) == retry_delay_ms(99) == 300_000
 
 
-def test_the_new_wire_fields_have_fixed_bytes_and_old_bytes_still_read() -> None:
+def test_the_in_doubt_wire_fields_have_fixed_bytes() -> None:
     response = GetIntentResponse(
         found=True, state=IntentState.IN_DOUBT, in_doubt_reason="x", retry_at_ms=1_000
     )
     assert response.SerializeToString() == bytes.fromhex("0801100532017838e807")
-    old = GetIntentResponse(found=True, state=IntentState.RUNNING, attempts=2).SerializeToString()
-    assert old == bytes.fromhex("080110022802")
-    read = GetIntentResponse.FromString(old)
-    assert (read.in_doubt_reason, read.retry_at_ms, read.attempts) == ("", 0, 2)
     assert IntentState.IN_DOUBT == 5 and IntentState.Name(5) == "IN_DOUBT"
     status = StatusResponse(pending=1, in_flight=2, in_doubt=1)
     assert status.SerializeToString() == bytes.fromhex("080130023801")
-    assert StatusResponse.FromString(bytes.fromhex("08013002")).in_doubt == 0  # an old answer

@@ -1,7 +1,7 @@
 """The telemetry half of the conformance suite: traces, errors, keys, searches, the overview.
 
 Runs against every store backend (SQLite and PostgreSQL) with time passed in, like
-``test_store_conformance.py``; the last test migrates a version 2 store to the current one.
+``test_store_conformance.py``.
 """
 
 from __future__ import annotations
