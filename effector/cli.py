@@ -249,20 +249,20 @@ def build_parser() -> argparse.ArgumentParser:
     _option(
         serve,
         "--console-listen",
-        "serve the web console (overview, keys and their runs, intents, approvals inbox, "
-        "errors) over HTTP on this address (off unless given; HTTPS with --tls-cert and "
-        "--tls-key); port 0 picks a free port "
-        "(printed when ready). With a token the console asks for it at login; a non-loopback "
-        "host needs a token or --allow-insecure-bind",
+        "serve the web console (beam-agents[console]: overview, keys and their runs, intents, "
+        "approvals inbox, errors) over HTTP on this address (off unless given; HTTPS with "
+        "--tls-cert and --tls-key); port 0 picks a free port (printed when ready). With a "
+        "token the console asks for it at login; a non-loopback host needs a token or "
+        "--allow-insecure-bind",
         metavar="HOST:PORT",
         type=_host_port,
     )
     _option(
         serve,
         "--mcp-listen",
-        "serve the operator MCP endpoint (/mcp; beam-agents[mcp]): list, approve, deny approvals, "
-        "read intents; port 0 picks a port. With a token requests need 'authorization: Bearer "
-        "<token>'; without one it serves on loopback only",
+        "serve the operator MCP endpoint (/mcp; beam-agents[console]): list, approve, deny "
+        "approvals, read intents; port 0 picks a port. With a token requests need "
+        "'authorization: Bearer <token>'; without one it serves on loopback only",
         metavar="HOST:PORT",
         type=_host_port,
     )
