@@ -84,15 +84,15 @@ class Suspend:
             raise TypeError(f"Suspend.snapshot must be bytes, got {type(self.snapshot).__name__}")
         if not isinstance(self.adapter, str):
             raise TypeError(f"Suspend.adapter must be str, got {type(self.adapter).__name__}")
-        if self.timeout_ms is not None and (
-            isinstance(self.timeout_ms, bool)
-            or not isinstance(self.timeout_ms, int)
-            or self.timeout_ms <= 0
-        ):
-            raise ValueError(
-                f"Suspend.timeout_ms must be a positive int of milliseconds or None, "
-                f"got {self.timeout_ms!r}"
-            )
+        if self.timeout_ms is not None:
+            positive_ms("Suspend.timeout_ms", self.timeout_ms)
+
+
+def positive_ms(name: str, value: object) -> int:
+    """``value`` if it is a positive int of milliseconds; else a ``ValueError`` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive int of milliseconds, got {value!r}")
+    return value
 
 
 Outcome: TypeAlias = Complete | Suspend

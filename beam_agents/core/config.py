@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
-from beam_agents.core.agent import FallbackContext
+from beam_agents.core.agent import FallbackContext, positive_ms
 from beam_agents.core.model_calls import DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES
 from beam_agents.core.observability import RecordOptions, record_options
 from beam_agents.model.client import CompletesRequests
@@ -266,11 +266,6 @@ TimeoutRoute: TypeAlias = Callable[[FallbackContext], Route]
 """The shape of ``HitlPolicy.on_timeout``."""
 
 
-def _positive_int(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"HitlPolicy.{name} must be a positive int of milliseconds, got {value!r}")
-
-
 @dataclass(frozen=True)
 class HitlPolicy:
     """How a pipeline waits for people: deadlines, approval routing and the timeout route.
@@ -293,8 +288,8 @@ class HitlPolicy:
     required_approvals: int = 1
 
     def __post_init__(self) -> None:
-        _positive_int("timeout_ms", self.timeout_ms)
-        _positive_int("intent_ttl_ms", self.intent_ttl_ms)
+        positive_ms("HitlPolicy.timeout_ms", self.timeout_ms)
+        positive_ms("HitlPolicy.intent_ttl_ms", self.intent_ttl_ms)
         if not isinstance(self.approval_channel, str):
             raise ValueError(
                 f"HitlPolicy.approval_channel must be a str, "

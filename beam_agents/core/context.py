@@ -36,6 +36,7 @@ from beam_agents.core.agent import (
     ModelNotConfiguredError,
     ReadOnlyIntentError,
     intent_id_for,
+    positive_ms,
 )
 from beam_agents.core.config import AgentConfig, check_required_approvals
 from beam_agents.core.model_calls import ModelGateway, ReplayCache, cache_key_for_digest
@@ -148,13 +149,6 @@ def run_namespace(continuation: Continuation) -> str | None:
 # Arguments come as JSON text or a mapping and are staged as canonical JSON; a tool name the
 # registry lacks is refused when it holds side-effecting tools, else warned about once.
 _log = logging.getLogger("beam_agents.core.context")
-
-
-def check_ttl(ttl_ms: object) -> int:
-    """``ttl_ms`` if it is a positive int; raises ``ValueError`` otherwise."""
-    if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or ttl_ms <= 0:
-        raise ValueError(f"ttl_ms must be a positive int of milliseconds, got {ttl_ms!r}")
-    return ttl_ms
 
 
 def check_unregistered(tool_name: str, registry: ToolRegistry, warned: set[str]) -> None:
@@ -998,7 +992,7 @@ class ActivationContext:
         undo = None
         if compensate_with is not None:
             undo = check_compensate_with(compensate_with, registry, warned)
-        ttl = self._services.intent_ttl_ms if ttl_ms is None else check_ttl(ttl_ms)
+        ttl = self._services.intent_ttl_ms if ttl_ms is None else positive_ms("ttl_ms", ttl_ms)
         return self._staged.stage_intent(
             ToolIntent.TOOL,
             tool_name,
@@ -1059,7 +1053,7 @@ class ActivationContext:
                     tool_name=tool,
                 )
             gated.validate_arguments(arguments)
-        ttl = self._services.approval_ttl_ms if ttl_ms is None else check_ttl(ttl_ms)
+        ttl = self._services.approval_ttl_ms if ttl_ms is None else positive_ms("ttl_ms", ttl_ms)
         route = self._services.approval_channel if channel is None else channel
         return self._staged.stage_intent(
             ToolIntent.APPROVAL,
