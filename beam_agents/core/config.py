@@ -12,7 +12,7 @@ import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeAlias
+from typing import TypeAlias, TypeGuard
 
 from beam_agents.core.agent import FallbackContext, positive_ms
 from beam_agents.core.model_calls import DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES
@@ -60,7 +60,7 @@ def _require(condition: bool, message: str) -> None:
         raise ValueError(message)
 
 
-def _is_count(value: object, minimum: int) -> bool:
+def _is_count(value: object, minimum: int) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
 
 
@@ -290,24 +290,20 @@ class HitlPolicy:
     def __post_init__(self) -> None:
         positive_ms("HitlPolicy.timeout_ms", self.timeout_ms)
         positive_ms("HitlPolicy.intent_ttl_ms", self.intent_ttl_ms)
-        if not isinstance(self.approval_channel, str):
-            raise ValueError(
-                f"HitlPolicy.approval_channel must be a str, "
-                f"got {type(self.approval_channel).__name__}"
-            )
-        if (
-            isinstance(self.max_escalations, bool)
-            or not isinstance(self.max_escalations, int)
-            or self.max_escalations < 0
-        ):
-            raise ValueError(
-                f"HitlPolicy.max_escalations must be an int >= 0, got {self.max_escalations!r}"
-            )
-        if not isinstance(self.exhausted_output, bytes):
-            raise ValueError(
-                f"HitlPolicy.exhausted_output must be bytes, "
-                f"got {type(self.exhausted_output).__name__}"
-            )
+        _require(
+            isinstance(self.approval_channel, str),
+            "HitlPolicy.approval_channel must be a str, "
+            f"got {type(self.approval_channel).__name__}",
+        )
+        _require(
+            _is_count(self.max_escalations, 0),
+            f"HitlPolicy.max_escalations must be an int >= 0, got {self.max_escalations!r}",
+        )
+        _require(
+            isinstance(self.exhausted_output, bytes),
+            "HitlPolicy.exhausted_output must be bytes, "
+            f"got {type(self.exhausted_output).__name__}",
+        )
         check_required_approvals(self.required_approvals, "HitlPolicy.required_approvals")
         _check_route_function(self.on_timeout)
 
@@ -333,11 +329,7 @@ MAX_REQUIRED_APPROVALS = 100
 
 def check_required_approvals(value: object, name: str) -> int:
     """``value`` if it is an int from 1 to ``MAX_REQUIRED_APPROVALS``; raises ``ValueError``."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int)
-        or not 1 <= value <= MAX_REQUIRED_APPROVALS
-    ):
+    if not (_is_count(value, 1) and value <= MAX_REQUIRED_APPROVALS):
         raise ValueError(f"{name} must be an int from 1 to {MAX_REQUIRED_APPROVALS}, got {value!r}")
     return value
 
