@@ -187,7 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = run_one(options.run_one, quick=options.quick)
         if options.json is not None:
             options.json.write_text(result.to_json())
-        print("\n".join(table(result.figures)))
+        print("\n".join(table([result])))
         return 0
     machine = machine_info()
     results, failures = [], {}
@@ -200,7 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{name} failed: {failure}", file=sys.stderr, flush=True)
             continue
         results.append(result)
-        print("\n".join(table(result.figures)), flush=True)
+        print("\n".join(table([result])), flush=True)
     machine["Load average at end"] = load_average()
     mode = "quick smoke run (`--quick`), tiny sizes: not a full run" if options.quick else "full"
     output = options.output

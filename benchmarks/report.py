@@ -139,13 +139,13 @@ def format_number(value: float) -> str:
 HEADER = ("figure", "ours", "floor", "ratio", "target", "met")
 
 
-def table(figures: Sequence[Figure]) -> list[str]:
-    """A Markdown table of ``figures``."""
-    return [
-        "| " + " | ".join(HEADER) + " |",
-        "|---|---:|---:|---:|---|---|",
-        *("| " + " | ".join(figure.cells()) + " |" for figure in figures),
-    ]
+def table(results: Sequence[Result]) -> list[str]:
+    """A Markdown table of the results' figures, a row naming each benchmark before its own."""
+    lines = ["| " + " | ".join(HEADER) + " |", "|---|---:|---:|---:|---|---|"]
+    for result in results:
+        lines.append(f"| **{result.name}** | | | | | |")
+        lines += ["| " + " | ".join(figure.cells()) + " |" for figure in result.figures]
+    return lines
 
 
 _OLD_ROW = re.compile(r"^\| \d+ \| (.+?) \| .+? \| .+? \| ([\d.,]+)x[ |]")
@@ -230,7 +230,7 @@ def render_markdown(
         "",
         "## Results",
         "",
-        *table([figure for result in results for figure in result.figures]),
+        *table(results),
         "",
         "## Method",
         "",
