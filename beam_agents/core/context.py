@@ -657,6 +657,34 @@ class ActivationServices:
     """``HitlPolicy.required_approvals``: the quorum of ``request_approval`` unless it says."""
 
 
+def activation_services(
+    config: AgentConfig,
+    model: ModelGateway | None,
+    tool_runner: ToolRunner,
+    time_left_s: Callable[[], float | None],
+) -> ActivationServices:
+    """The services for ``config``'s activations: ``model`` and ``tool_runner`` as given.
+
+    Built by the DoFn (with its model gateway) and by ``beam_agents.replay`` (with a gateway
+    answering from records), so both run agents alike.
+    """
+    policy = config.hitl_policy
+    return ActivationServices(
+        model=model,
+        tool_registry=config.tool_registry,
+        tool_runner=tool_runner,
+        intent_ttl_ms=config.intent_ttl_ms,
+        approval_channel="" if policy is None else policy.approval_channel,
+        approval_ttl_ms=config.intent_ttl_ms if policy is None else policy.intent_ttl_ms,
+        cache_max_entries=config.model_cache_max_entries,
+        cache_max_bytes=config.model_cache_max_bytes,
+        max_tokens_per_run=config.max_tokens_per_run,
+        time_left_s=time_left_s,
+        intent_namespace=config.namespace,
+        required_approvals=1 if policy is None else policy.required_approvals,
+    )
+
+
 # Shared by every new run, which has neither results nor pending intents (both read-only).
 _NO_RESULTS: Mapping[str, ToolResult] = MappingProxyType({})
 _NO_APPROVALS: Mapping[str, Approval] = MappingProxyType({})
@@ -1069,30 +1097,3 @@ class ActivationContext:
 def staged(ctx: ActivationContext) -> Staged:
     """What ``ctx``'s activation staged, for the runtime to commit (agents never need it)."""
     return ctx._staged
-
-
-# -- services: what every activation of one runtime instance shares ---------------------------
-# Built by the DoFn (with its model gateway) and by beam_agents.replay (with a gateway
-# answering from records), so both run agents alike.
-def activation_services(
-    config: AgentConfig,
-    model: ModelGateway | None,
-    tool_runner: ToolRunner,
-    time_left_s: Callable[[], float | None],
-) -> ActivationServices:
-    """The services for ``config``'s activations: ``model`` and ``tool_runner`` as given."""
-    policy = config.hitl_policy
-    return ActivationServices(
-        model=model,
-        tool_registry=config.tool_registry,
-        tool_runner=tool_runner,
-        intent_ttl_ms=config.intent_ttl_ms,
-        approval_channel="" if policy is None else policy.approval_channel,
-        approval_ttl_ms=config.intent_ttl_ms if policy is None else policy.intent_ttl_ms,
-        cache_max_entries=config.model_cache_max_entries,
-        cache_max_bytes=config.model_cache_max_bytes,
-        max_tokens_per_run=config.max_tokens_per_run,
-        time_left_s=time_left_s,
-        intent_namespace=config.namespace,
-        required_approvals=1 if policy is None else policy.required_approvals,
-    )
