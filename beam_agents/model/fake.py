@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeAlias, get_args
 
 from beam_agents._protos import canonical_json_bytes
-from beam_agents.model import anthropic, openai
+from beam_agents.model.anthropic import FORMAT as ANTHROPIC_FORMAT
 from beam_agents.model.client import (
     LlmRequest,
     LlmResponse,
@@ -27,6 +27,7 @@ from beam_agents.model.client import (
     TokenUsage,
     ToolCall,
 )
+from beam_agents.model.openai import FORMAT as OPENAI_FORMAT
 from beam_agents.model.transport import WireFormat
 
 __all__ = [
@@ -169,8 +170,8 @@ def _decode_fake(raw: bytes) -> LlmResponse:
 
 _FORMATS: dict[str, WireFormat] = {
     "fake": WireFormat("FakeLLM", "fake", _decode_fake, _encode_fake),
-    "openai": openai.FORMAT,
-    "anthropic": anthropic.FORMAT,
+    "openai": OPENAI_FORMAT,
+    "anthropic": ANTHROPIC_FORMAT,
 }
 
 
