@@ -95,11 +95,6 @@ class _Discard(beam.DoFn):
         """Drop the element."""
 
 
-def source_only(keyed: PCollection[Element]) -> None:
-    """Read the elements and drop them: what every pipeline here pays before its stage."""
-    keyed | "Discard" >> beam.ParDo(_Discard())
-
-
 HEADER_STATE: Any = beam.DoFn.StateParam(ReadModifyWriteStateSpec("header", BytesCoder()))
 MEMORY_STATE: Any = beam.DoFn.StateParam(ReadModifyWriteStateSpec("memory", BytesCoder()))
 
