@@ -3,7 +3,8 @@
 ``python -m benchmarks.compare --base REV --only noop_activation --rounds 5`` checks ``REV`` out
 into a temporary git worktree with a virtualenv of its own, runs the chosen benchmarks in turns
 (head, base, head, base, ...) and prints, per figure both sides report, the median of each
-side's ratios to its floor and their change. Nothing is written to ``BENCHMARKS.md``.
+side's ratios to its floor, the base's range over its rounds and the change of the medians.
+Nothing is written to ``BENCHMARKS.md``.
 """
 
 from __future__ import annotations
@@ -78,12 +79,14 @@ def main() -> int:
                 check=False,
                 capture_output=True,
             )
-    print(f"{'figure':70} {'base':>7} {'head':>7} {'change':>7}  (medians of {args.rounds})")
+    print(f"{'figure':64} {'base':>6} {'base range':>13} {'head':>6} {'change':>7}")
     for figure, head_ratios in seen["head"].items():
         base_ratios = seen["base"].get(figure)
         if base_ratios:
             old, new = statistics.median(base_ratios), statistics.median(head_ratios)
-            print(f"{figure[:70]:70} {old:7.2f} {new:7.2f} {(new / old - 1) * 100:+6.1f}%")
+            spread = f"{min(base_ratios):.2f}-{max(base_ratios):.2f}"
+            change = (new / old - 1) * 100
+            print(f"{figure[:64]:64} {old:6.2f} {spread:>13} {new:6.2f} {change:+6.1f}%")
     return 0
 
 
