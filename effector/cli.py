@@ -44,7 +44,7 @@ from effector.service import (
     parse_host_port,
     parse_tokens,
 )
-from effector.store.model import ConfigurationError, StoreError
+from effector.store.errors import ConfigurationError, StoreError
 from effector.worker import WorkerSettings
 
 PROG = "beam-agents-effector"

@@ -34,7 +34,8 @@ from effector.service import (
     parse_host_port,
 )
 from effector.store import open_store
-from effector.store.model import ConfigurationError, wall_clock_ms
+from effector.store.errors import ConfigurationError
+from effector.store.intents import wall_clock_ms
 from effector.store.sql import SqlStore
 from effector.worker import (
     DEFAULT_TELEMETRY_RETENTION_MS,

@@ -43,13 +43,12 @@ from beam_agents._protos.effector_pb2 import DESCRIPTOR as _EFFECTOR_FILE
 from beam_agents.tools import ToolRegistry
 from beam_agents.tools.errors import ToolArgumentError
 from effector.observability import EffectorMetrics
-from effector.store.model import (
-    ConfigurationError,
+from effector.store.errors import ConfigurationError, StoreError
+from effector.store.intents import (
     Decision,
     IntentRecord,
     NewIntent,
     Recorded,
-    StoreError,
     SubmitOutcome,
     intent_id_problem,
 )

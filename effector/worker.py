@@ -34,13 +34,12 @@ from beam_agents._protos import ToolIntent, ToolResult, canonical_json_bytes
 from beam_agents.tools import IntentInfo, Reconciled, Tool, ToolRegistry
 from beam_agents.tools.errors import ToolArgumentError, ToolNotFoundError
 from effector.observability import EffectorMetrics
-from effector.store.model import (
+from effector.store.errors import EffectorError, StoreError
+from effector.store.intents import (
     Claim,
     ClaimBatch,
     ClaimRequest,
     Completion,
-    EffectorError,
-    StoreError,
     expired_result,
     intent_id_problem,
     late_original_reason,

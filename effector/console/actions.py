@@ -32,7 +32,7 @@ from effector.console.security import (
 )
 from effector.console.views import render, service_of
 from effector.service import MAX_TEXT_FIELD_CHARS, external_event_problem
-from effector.store.model import ErrorRecord, intent_id_problem
+from effector.store.intents import ErrorRecord, intent_id_problem
 
 _log = logging.getLogger(__name__)
 

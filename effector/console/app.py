@@ -25,7 +25,7 @@ from effector.console.pages import ROUTES as PAGE_ROUTES
 from effector.console.security import ConsoleGuard, LoginThrottle, Sessions
 from effector.console.views import environment, render
 from effector.service import EffectorService, Tokens
-from effector.store.model import StoreError
+from effector.store.errors import StoreError
 
 STATIC = Path(__file__).resolve().parent / "static"
 

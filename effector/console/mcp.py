@@ -38,13 +38,8 @@ from effector.service import (
     is_loopback_host,
     recorded_approver,
 )
-from effector.store.model import (
-    Decision,
-    IntentRecord,
-    StoreError,
-    expiry_deadline_ms,
-    intent_id_problem,
-)
+from effector.store.errors import StoreError
+from effector.store.intents import Decision, IntentRecord, expiry_deadline_ms, intent_id_problem
 
 _log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ import effector.console.views as views
 from beam_agents._protos import IntentState
 from effector.console.runs import build_runs, memory_slots
 from effector.console.views import render, service_of
-from effector.store.model import intent_id_problem
+from effector.store.intents import intent_id_problem
 
 WINDOWS = {15: "15 min", 60: "1 h", 360: "6 h", 1440: "24 h"}
 """The overview's windows, in minutes; it shows the last hour unless asked otherwise."""

@@ -24,7 +24,7 @@ from pathlib import Path
 import uvicorn
 from starlette.types import ASGIApp
 
-from effector.store.model import ConfigurationError
+from effector.store.errors import ConfigurationError
 
 _log = logging.getLogger(__name__)
 

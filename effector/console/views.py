@@ -26,7 +26,7 @@ from beam_agents._protos import IntentState, ToolIntent, ToolResult
 from effector.console.security import CSRF_FIELD, Sessions
 from effector.observability import display_key, payload_text
 from effector.service import EffectorService
-from effector.store.model import IntentRecord, expiry_deadline_ms
+from effector.store.intents import IntentRecord, expiry_deadline_ms
 
 __all__ = [
     "Bar",

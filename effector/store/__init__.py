@@ -4,7 +4,7 @@
 (or a plain file path) and a :class:`~effector.store.postgres.PostgresStore` for
 ``postgresql://...``; both are :class:`~effector.store.sql.SqlStore`s and pass one conformance
 suite. Their vocabulary (errors, the intent model, what they answer) is in
-:mod:`effector.store.model`.
+:mod:`effector.store.intents`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import re
 import urllib.parse
 from typing import TYPE_CHECKING
 
-from effector.store.model import ConfigurationError
+from effector.store.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from effector.store.sql import SqlStore

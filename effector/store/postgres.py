@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import errors as pg_errors
 
-from effector.store.model import StoreError
+from effector.store.errors import StoreError
 from effector.store.schema import Cursor, Dialect, Tx, create_schema
 from effector.store.sql import SqlStore
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from beam_agents._protos import IntentState, ToolResult
-from effector.store.model import StoreSchemaError
+from effector.store.errors import StoreSchemaError
 
 SCHEMA_VERSION = 1
 """The version of the tables below; a store of another version is refused."""

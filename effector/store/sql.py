@@ -45,7 +45,7 @@ from beam_agents._protos import (
     TraceEvent,
     approval_digest,
 )
-from effector.store.model import (
+from effector.store.intents import (
     Claim,
     ClaimBatch,
     ClaimRequest,

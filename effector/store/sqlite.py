@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from effector.store.model import ConfigurationError, StoreBusyError, StoreError
+from effector.store.errors import ConfigurationError, StoreBusyError, StoreError
 from effector.store.schema import Cursor, Dialect, Tx, create_schema
 from effector.store.sql import SqlStore, release_all_claims
 

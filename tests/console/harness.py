@@ -20,7 +20,7 @@ from beam_agents.tools import ToolRegistry
 from effector.launch import EffectorThread
 from effector.server import ServerSettings
 from effector.service import Tokens
-from effector.store.model import IntentRecord
+from effector.store.intents import IntentRecord
 from tests.console.runs_data import (
     agent_run,
     approval_intent,

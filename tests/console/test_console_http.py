@@ -23,7 +23,8 @@ from beam_agents._protos import AgentEnvelope, IntentState, ToolResult
 from effector.console import actions, create_app
 from effector.console.security import SESSION_LIFETIME_S
 from effector.launch import EffectorThread
-from effector.store.model import NewIntent, StoreError
+from effector.store.errors import StoreError
+from effector.store.intents import NewIntent
 from tests.console.harness import (
     KEY,
     TOKEN,

@@ -29,7 +29,7 @@ from effector.cli import env_name
 from effector.client import AsyncEffectorClient
 from effector.console import ConsoleServer
 from effector.server import ServerSettings, running_server
-from effector.store.model import ConfigurationError
+from effector.store.errors import ConfigurationError
 from tests.console.harness import TOKEN, client_for, start_effector
 
 REPO = Path(__file__).resolve().parents[2]

@@ -27,7 +27,7 @@ from beam_agents.tools import ToolRegistry
 from effector import launch
 from effector.client import AsyncEffectorClient
 from effector.server import EffectorServer, ServerSettings, running_server
-from effector.store.model import wall_clock_ms
+from effector.store.intents import wall_clock_ms
 from effector.store.sql import SqlStore
 from effector.worker import WorkerSettings
 

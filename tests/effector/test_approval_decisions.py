@@ -28,7 +28,7 @@ from effector.cli import load_tokens
 from effector.client import AsyncEffectorClient, EffectorClient
 from effector.server import ServerSettings
 from effector.service import parse_tokens
-from effector.store.model import ConfigurationError
+from effector.store.errors import ConfigurationError
 
 TOKEN_FILE = """\
 # approvers

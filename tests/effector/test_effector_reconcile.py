@@ -28,7 +28,7 @@ from beam_agents.tools import IntentInfo, Reconciled, ToolRegistry, tool
 from effector.client import AsyncEffectorClient
 from effector.server import ServerSettings
 from effector.store import open_store
-from effector.store.model import NewIntent, wall_clock_ms
+from effector.store.intents import NewIntent, wall_clock_ms
 from effector.worker import WorkerSettings, retry_delay_ms
 
 

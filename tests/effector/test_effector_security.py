@@ -19,7 +19,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from effector.client import AsyncEffectorClient
 from effector.server import ServerSettings
-from effector.store.model import ConfigurationError
+from effector.store.errors import ConfigurationError
 
 TOKEN = "s3cret-token-value-1234"
 

@@ -28,7 +28,7 @@ from beam_agents._protos import (
 from effector.client import AsyncEffectorClient
 from effector.server import ServerSettings
 from effector.service import DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT, MAX_SUBMIT_BATCH
-from effector.store.model import intent_id_problem
+from effector.store.intents import intent_id_problem
 from effector.worker import WorkerSettings
 
 

@@ -23,7 +23,8 @@ import beam_agents._protos as pb
 from effector import cli
 from effector.server import EffectorServer, ServerSettings, running_server
 from effector.service import MAX_ENTITY_KEY_BYTES, MAX_TELEMETRY_BATCH
-from effector.store.model import ConfigurationError, error_id_for, wall_clock_ms
+from effector.store.errors import ConfigurationError
+from effector.store.intents import error_id_for, wall_clock_ms
 
 TOKEN = "telemetry-token-5678"
 

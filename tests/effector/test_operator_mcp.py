@@ -43,7 +43,7 @@ from effector import launch
 from effector.cli import MCP_PREFIX
 from effector.client import AsyncEffectorClient
 from effector.server import ServerSettings
-from effector.store.model import ConfigurationError
+from effector.store.errors import ConfigurationError
 
 TOKEN = "operator-token"
 IDENTITY = "ops-assistant"

@@ -17,7 +17,7 @@ from effector_harness import make_intent
 
 import effector.store.sqlite as checkpoints
 from effector.store import open_store
-from effector.store.model import NewIntent
+from effector.store.intents import NewIntent
 from effector.store.schema import Tx
 from effector.store.sqlite import FRAME_BYTES, GATHER_S, Checkpointer, SqliteStore
 

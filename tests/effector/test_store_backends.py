@@ -13,13 +13,8 @@ from conftest import sqlite_url
 from effector_harness import make_intent
 
 from effector.store import open_store
-from effector.store.model import (
-    ConfigurationError,
-    NewIntent,
-    StoreBusyError,
-    StoreSchemaError,
-    SubmitOutcome,
-)
+from effector.store.errors import ConfigurationError, StoreBusyError, StoreSchemaError
+from effector.store.intents import NewIntent, SubmitOutcome
 from effector.store.sqlite import parse_sqlite_url
 
 

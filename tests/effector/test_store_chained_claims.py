@@ -17,7 +17,7 @@ from effector_harness import make_intent
 
 from beam_agents._protos import IntentState, ToolIntent, ToolResult
 from effector.store import open_store
-from effector.store.model import Claim, ClaimRequest, Completion, NewIntent, new_result
+from effector.store.intents import Claim, ClaimRequest, Completion, NewIntent, new_result
 from effector.store.sql import SqlStore
 
 T0 = 1_700_000_000_000

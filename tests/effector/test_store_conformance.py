@@ -15,7 +15,7 @@ from effector_harness import make_intent
 import effector.store.sql as store_sql
 from beam_agents._protos import AgentEnvelope, IntentState, ToolIntent, ToolResult, approval_digest
 from effector.store import open_store
-from effector.store.model import (
+from effector.store.intents import (
     Claim,
     Completion,
     NewIntent,

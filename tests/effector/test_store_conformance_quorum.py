@@ -8,7 +8,7 @@ import pytest
 from effector_harness import make_intent
 
 from beam_agents._protos import IntentState, ToolIntent
-from effector.store.model import NewIntent
+from effector.store.intents import NewIntent
 from effector.store.sql import SqlStore
 
 T0 = 1_700_000_000_000

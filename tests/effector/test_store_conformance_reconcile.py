@@ -14,7 +14,7 @@ import pytest
 from effector_harness import make_intent
 
 from beam_agents._protos import IntentState, ToolResult
-from effector.store.model import Claim, Completion, NewIntent, new_result
+from effector.store.intents import Claim, Completion, NewIntent, new_result
 from effector.store.sql import SqlStore
 
 T0 = 1_700_000_000_000

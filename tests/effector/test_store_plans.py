@@ -22,7 +22,7 @@ from test_store_telemetry import T0, agent_error, llm_span, span
 import effector.store.sql as store_sql
 from beam_agents._protos import IntentState, ToolIntent, ToolResult
 from effector.store import open_store
-from effector.store.model import ClaimRequest, Completion, NewIntent, new_result
+from effector.store.intents import ClaimRequest, Completion, NewIntent, new_result
 from effector.store.sqlite import SQLITE, SqliteStore
 
 STEPS = SqliteStore.__new__(SqliteStore)

@@ -21,7 +21,7 @@ from beam_agents._protos import (
     ToolResult,
     TraceEvent,
 )
-from effector.store.model import Completion, NewIntent, error_id_for, new_result
+from effector.store.intents import Completion, NewIntent, error_id_for, new_result
 from effector.store.sql import SqlStore
 
 T0 = 1_700_000_020_000

@@ -24,7 +24,8 @@ from beam_agents._protos import IntentState, ToolIntent, ToolResult
 from beam_agents.tools import IntentInfo, Tool, ToolRegistry, tool
 from effector.observability import EffectorMetrics
 from effector.store import open_store
-from effector.store.model import ClaimBatch, ClaimRequest, Completion, NewIntent, StoreError
+from effector.store.errors import StoreError
+from effector.store.intents import ClaimBatch, ClaimRequest, Completion, NewIntent
 from effector.store.sql import SqlStore, new_token
 from effector.worker import EffectorToolRunner, Worker, WorkerSettings, _ToolThreads
 

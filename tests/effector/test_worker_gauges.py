@@ -14,7 +14,7 @@ import effector.worker as worker_module
 from beam_agents.tools import ToolRegistry
 from effector.observability import EffectorMetrics
 from effector.store import open_store
-from effector.store.model import NewIntent, StoreCounts
+from effector.store.intents import NewIntent, StoreCounts
 from effector.store.sql import SqlStore
 from effector.worker import GAUGE_COUNT_SHARE, EffectorToolRunner, Worker, WorkerSettings
 

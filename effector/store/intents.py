@@ -1,8 +1,8 @@
-"""The store's vocabulary: typed errors, the intent model, and what a store answers.
+"""What the effector knows about intents: their rules, and what a store answers about them.
 
-Every layer of the effector imports these from here: the errors it raises, the rules every
-recorded intent follows (canonical ids, expiry, result and approval envelopes), and the
-records a store returns. Pure: it imports nothing of the effector.
+Every layer of the effector speaks these terms: the rules every recorded intent follows
+(canonical ids, expiry, the results and envelopes that publish them), and the records a
+store returns. Pure: it imports nothing of the effector.
 """
 
 from __future__ import annotations
@@ -25,29 +25,6 @@ from beam_agents._protos import (
     ToolResult,
     canonical_json_bytes,
 )
-
-# -- errors -------------------------------------------------------------------------------------
-
-
-class EffectorError(Exception):
-    """Base class of every error the effector raises on purpose."""
-
-
-class ConfigurationError(EffectorError):
-    """The effector was configured wrongly (a flag, a URL, a file); the message says which."""
-
-
-class StoreError(EffectorError):
-    """A store could not carry out an operation (unreachable database, corrupt file, ...)."""
-
-
-class StoreBusyError(StoreError):
-    """The store is already in exclusive use by another effector process."""
-
-
-class StoreSchemaError(StoreError):
-    """The store holds a schema version this effector does not understand."""
-
 
 # -- the intent model ---------------------------------------------------------------------------
 
