@@ -16,7 +16,7 @@ from typing import Any
 from beam_agents._protos import ToolResult, canonical_json, canonical_json_bytes
 from beam_agents.core.agent import Complete, Suspend
 from beam_agents.core.context import ActivationContext
-from beam_agents.model.client import LlmRequest, LlmResponse, ToolCall
+from beam_agents.model.client import LlmRequest, LlmResponse, ToolCall, tool_message
 from beam_agents.tools import ToolRegistry
 from beam_agents.tools.errors import ToolArgumentError
 
@@ -157,13 +157,6 @@ async def _run_inline(ctx: ActivationContext, call: ToolCall) -> _Reply:
         )
 
 
-def _tool_message(call: ToolCall, reply: _Reply) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "tool", "tool_call_id": call.id, "content": reply.content}
-    if reply.is_error:
-        message["is_error"] = True
-    return message
-
-
 def assistant_message(response: LlmResponse) -> dict[str, Any]:
     """The neutral ``assistant`` turn recording ``response`` (its text and tool calls)."""
     message: dict[str, Any] = {"role": "assistant", "content": response.text}
@@ -247,7 +240,7 @@ async def run_tool_loop(
             if isinstance(reply, str):
                 pending.append(reply)
             else:
-                turn.append(_tool_message(call, reply))
+                turn.append(tool_message(call.id, reply.content, reply.is_error))
         if pending:
             return LoopOutcome(
                 text="",

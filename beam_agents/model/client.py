@@ -146,6 +146,14 @@ def user_message(text: str) -> dict[str, str]:
     return {"role": "user", "content": text}
 
 
+def tool_message(tool_call_id: str, content: str, is_error: bool = False) -> dict[str, Any]:
+    """The neutral ``tool`` message answering the call ``tool_call_id``."""
+    message: dict[str, Any] = {"role": "tool", "tool_call_id": tool_call_id, "content": content}
+    if is_error:
+        message["is_error"] = True
+    return message
+
+
 def _neutral_messages(
     messages: str | Sequence[Mapping[str, Any] | str],
 ) -> Sequence[Mapping[str, Any]]:

@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 
 from beam_agents._protos import canonical_json
 from beam_agents.adapters.base import IntentFailedError, Pending, current_activation
-from beam_agents.model.client import LlmRequest, LlmResponse, TokenUsage
+from beam_agents.model.client import LlmRequest, LlmResponse, TokenUsage, tool_message
 from beam_agents.tools import Tool, ToolRegistry
 from beam_agents.tools.errors import ToolArgumentError, ToolError
 
@@ -249,14 +249,8 @@ def _tool_message(response: types.FunctionResponse) -> dict[str, Any]:
     if set(value) == {"result"}:
         value = value["result"]
     content = value if isinstance(value, str) else canonical_json(value)
-    message: dict[str, Any] = {
-        "role": "tool",
-        "tool_call_id": response.id or "",
-        "content": content,
-    }
-    if isinstance(value, Mapping) and "error" in value:
-        message["is_error"] = True
-    return message
+    failed = isinstance(value, Mapping) and "error" in value
+    return tool_message(response.id or "", content, failed)
 
 
 def _tools_schema(config: types.GenerateContentConfig | None) -> list[dict[str, Any]]:

@@ -42,7 +42,7 @@ from beam_agents.adapters.base import (
     Pending,
     current_activation,
 )
-from beam_agents.model.client import LlmRequest, LlmResponse
+from beam_agents.model.client import LlmRequest, LlmResponse, tool_message
 from beam_agents.tools import Tool, ToolRegistry
 from beam_agents.tools.errors import ToolArgumentError, ToolError
 
@@ -324,14 +324,8 @@ def neutral_messages(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
                 ]
             neutral.append(turn)
         elif isinstance(message, ToolMessage):
-            reply: dict[str, Any] = {
-                "role": "tool",
-                "tool_call_id": message.tool_call_id,
-                "content": _text(message.content, "tool"),
-            }
-            if message.status == "error":
-                reply["is_error"] = True
-            neutral.append(reply)
+            text = _text(message.content, "tool")
+            neutral.append(tool_message(message.tool_call_id, text, message.status == "error"))
         else:
             raise ValueError(
                 f"BeamChatModel cannot send a {type(message).__name__}; use system, human, "

@@ -42,7 +42,7 @@ from beam_agents.adapters.base import (
     Pending,
     current_activation,
 )
-from beam_agents.model.client import LlmRequest, LlmResponse
+from beam_agents.model.client import LlmRequest, LlmResponse, tool_message
 from beam_agents.tools import Tool, ToolRegistry
 from beam_agents.tools.errors import ToolArgumentError, ToolError
 
@@ -215,14 +215,8 @@ def _request_messages(message: ModelRequest) -> list[dict[str, Any]]:
                     f"the beam_agents model carries text only; tool {part.tool_name!r} "
                     "returned files"
                 )
-            tool: dict[str, Any] = {
-                "role": "tool",
-                "tool_call_id": part.tool_call_id,
-                "content": part.model_response_str(wrap_if_error=False),
-            }
-            if part.outcome != "success":
-                tool["is_error"] = True
-            neutral.append(tool)
+            text = part.model_response_str(wrap_if_error=False)
+            neutral.append(tool_message(part.tool_call_id, text, part.outcome != "success"))
         else:
             raise UnsupportedContentError(
                 f"the beam_agents model cannot send a {type(part).__name__} "
