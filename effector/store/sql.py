@@ -570,11 +570,10 @@ class SqlStore(abc.ABC):
     def _claim_work(
         self, tx: sql.Tx, owner: str, limit: int, now_ms: int, lease_ms: int
     ) -> tuple[ClaimBatch, int]:
-        """Claim the heads of up to ``limit`` idle keys (``SKIP LOCKED``); refuse expired ones.
+        """Claim the heads of idle keys (``SKIP LOCKED``); returns the batch and the log head.
 
-        A head that was started or is IN_DOUBT is claimed whatever its deadline (its effect
-        may have happened, so only its reconciler may settle it). Returns the batch and the
-        log head after the EXPIRED envelopes it appended (0 if none).
+        A head that was started or is IN_DOUBT is claimed whatever its deadline: its effect may
+        have happened, so only its reconciler may settle it.
         """
         keys = [
             bytes(row[0])
@@ -667,10 +666,7 @@ class SqlStore(abc.ABC):
     def _record_completions(
         self, tx: sql.Tx, completions: Sequence[Completion], now_ms: int
     ) -> tuple[list[bool], int]:
-        """Record results, release their keys and publish; ``False`` where another result won.
-
-        Returns, besides, the log head after the envelopes it appended (0 if none).
-        """
+        """Record results, release their keys, publish; :meth:`complete`'s answer and the head."""
 
         def lock_order(index: int) -> tuple[bytes, str]:
             intent = completions[index].claim.intent
@@ -763,11 +759,9 @@ class SqlStore(abc.ABC):
     def _record_and_claim(
         self, tx: sql.Tx, completions: Sequence[Completion], now_ms: int, request: ClaimRequest
     ) -> tuple[list[bool], ClaimBatch, int]:
-        """:meth:`_record_completions`, then :meth:`_claim_work` in the same transaction.
+        """:meth:`_record_completions`, then :meth:`_claim_work`, in one transaction.
 
-        A key's next intent is claimed only after the row recording its previous result, and
-        executes only once this transaction has committed. A claim that fails is undone alone
-        (a savepoint): the results still commit, and the claim loop claims once woken.
+        A claim that fails is undone alone (a savepoint): the results still commit.
         """
         recorded, head = self._record_completions(tx, completions, now_ms)
         if request.limit <= 0:
@@ -923,9 +917,7 @@ class SqlStore(abc.ABC):
     def _vote(self, tx: sql.Tx, intent_id: str, ballot: Approval) -> tuple[Decision, int]:
         """Record ``ballot``; apply the decision if it completes the quorum or denies.
 
-        A vote that does not decide yet is applied with state AWAITING_DECISION and a reason
-        counting the votes. Unknown, non-approval, decided and expired intents are left to
-        :meth:`_apply_decision` to answer.
+        A vote that does not decide yet answers AWAITING_DECISION with the votes counted.
         """
         row = tx.execute(
             "SELECT intent, state, deadline_ms FROM effector_intents WHERE intent_id = ?"
@@ -1213,11 +1205,7 @@ class SqlStore(abc.ABC):
         entity_key: bytes | None,
         limit: int,
     ) -> list[IntentRecord]:
-        """Scan an index newest first, a batch at a time (see :meth:`search_intents`).
-
-        The key's index with a key, else the tool's with a tool, else the state's; without a
-        state, one scan per state, merged.
-        """
+        """Scan the key's index with a key, else the tool's, else the state's (one per state)."""
         conditions: list[tuple[str, Any]] = []
         if entity_key is not None:
             conditions.append(("entity_key = ?", entity_key))
@@ -1447,8 +1435,7 @@ class SqlStore(abc.ABC):
         """Forget up to a batch of traces, errors, records and idle keys from before the cutoff.
 
         A key loses each run left without events; a key with no runs, not seen since the
-        cutoff, is forgotten (its intents stay searchable). Key rows are locked in key order,
-        after the traces, as :func:`_record_traces` locks them.
+        cutoff, is forgotten (its intents stay searchable).
         """
         idle = tx.execute(
             """SELECT entity_key FROM effector_key_activity WHERE last_seen_ms < ?
