@@ -3,8 +3,8 @@
 :func:`open_store` opens a :class:`~effector.store.sqlite.SqliteStore` for ``sqlite:///path``
 (or a plain file path) and a :class:`~effector.store.postgres.PostgresStore` for
 ``postgresql://...``; both are :class:`~effector.store.sql.SqlStore`s and pass one conformance
-suite. Their vocabulary (errors, the intent model, what they answer) is in
-:mod:`effector.store.intents`.
+suite. The intent model and what a store answers are in :mod:`effector.store.intents`, the
+typed errors in :mod:`effector.store.errors`. The store imports nothing else of the effector.
 """
 
 from __future__ import annotations
