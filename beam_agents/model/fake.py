@@ -15,7 +15,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypeAlias, get_args
+from typing import Any, Literal, TypeAlias, get_args
 
 from beam_agents._protos import canonical_json_bytes
 from beam_agents.model.anthropic import FORMAT as ANTHROPIC_FORMAT
@@ -84,28 +84,6 @@ def wire_body(
     """
     encode = _FORMATS[check_shape(shape)].encode_response
     return encode(text=text, tool_calls=tool_calls, usage=usage or TokenUsage(), model=model)
-
-
-def scripted_answer(
-    shape: Shape, request: LlmRequest, answer: tuple[str, Sequence[ToolCall], TokenUsage | None]
-) -> bytes:
-    """The body of the scripted ``(text, tool_calls, usage)`` answer to ``request``.
-
-    Usage defaults to :func:`word_count_usage`; the model is the request's.
-    """
-    text, tool_calls, usage = answer
-    return wire_body(
-        shape,
-        text=text,
-        tool_calls=tool_calls,
-        usage=usage or word_count_usage(request, text),
-        model=request.model_id,
-    )
-
-
-def decode_body(shape: Shape, raw: bytes) -> LlmResponse:
-    """Rebuild the response for a raw body in ``shape``."""
-    return _FORMATS[shape].decode_response(raw)
 
 
 def word_count_usage(request: LlmRequest, answer_text: str) -> TokenUsage:
@@ -180,22 +158,12 @@ Responder: TypeAlias = Callable[[LlmRequest], "bytes | LlmResponse"]
 """What :func:`respond_with_fn` calls: a raw body (decoded in the fake's shape) or a response."""
 
 
-class ScriptedClient(Protocol):
-    """What a behavior may use of the fake it answers for (a ``FakeLLM``)."""
-
-    shape: Shape
-
-    def decode(self, raw: bytes) -> LlmResponse:
-        """Rebuild the response for a raw body in the fake's shape."""
-        ...
-
-
 class Behavior(ABC):
     """How a rule answers a request it matched."""
 
     @abstractmethod
     async def respond(
-        self, fake: ScriptedClient, request: LlmRequest, earlier_matches: int
+        self, fake: FakeLLM, request: LlmRequest, earlier_matches: int
     ) -> bytes | LlmResponse:
         """A raw body (decoded in the fake's shape) or a finished response for ``request``.
 
@@ -235,7 +203,7 @@ class RespondWith(Behavior):
     usage: TokenUsage | None
 
     async def respond(
-        self, fake: ScriptedClient, request: LlmRequest, earlier_matches: int
+        self, fake: FakeLLM, request: LlmRequest, earlier_matches: int
     ) -> bytes | LlmResponse:
         """``payload`` after the latency, or its decoding with ``usage`` when that is set."""
         await simulate_latency(self.latency_ms)
@@ -254,11 +222,11 @@ class Scripted(Behavior):
     latency_ms: int
 
     async def respond(
-        self, fake: ScriptedClient, request: LlmRequest, earlier_matches: int
+        self, fake: FakeLLM, request: LlmRequest, earlier_matches: int
     ) -> bytes | LlmResponse:
         """The scripted answer's body in the fake's shape, after the latency."""
         await simulate_latency(self.latency_ms)
-        return scripted_answer(fake.shape, request, (self.text, self.tool_calls, self.usage))
+        return fake.scripted_body(request, self.text, self.tool_calls, self.usage)
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,7 +237,7 @@ class RespondWithFn(Behavior):
     latency_ms: int
 
     async def respond(
-        self, fake: ScriptedClient, request: LlmRequest, earlier_matches: int
+        self, fake: FakeLLM, request: LlmRequest, earlier_matches: int
     ) -> bytes | LlmResponse:
         """What the responder returns for ``request``, after the latency."""
         await simulate_latency(self.latency_ms)
@@ -289,7 +257,7 @@ class RaiseError(Behavior):
     error: Exception
 
     async def respond(
-        self, fake: ScriptedClient, request: LlmRequest, earlier_matches: int
+        self, fake: FakeLLM, request: LlmRequest, earlier_matches: int
     ) -> bytes | LlmResponse:
         """Raise a fresh copy of the error."""
         # A fresh copy each time, so repeated raises do not pile tracebacks onto one instance.
@@ -305,7 +273,7 @@ class FailThenSucceed(Behavior):
     payload: bytes
 
     async def respond(
-        self, fake: ScriptedClient, request: LlmRequest, earlier_matches: int
+        self, fake: FakeLLM, request: LlmRequest, earlier_matches: int
     ) -> bytes | LlmResponse:
         """Raise while ``earlier_matches < times``, then answer ``payload``."""
         if earlier_matches < self.times:
@@ -528,7 +496,13 @@ class FakeLLM(ModelClient):
 
         Usage defaults to the word count of ``request`` and ``text``.
         """
-        return scripted_answer(self.shape, request, (text, tool_calls, usage))
+        return wire_body(
+            self.shape,
+            text=text,
+            tool_calls=tool_calls,
+            usage=usage or word_count_usage(request, text),
+            model=request.model_id,
+        )
 
     async def complete(self, request: LlmRequest) -> LlmResponse:
         """Answer ``request`` from the first matching rule."""
@@ -562,4 +536,4 @@ class FakeLLM(ModelClient):
 
     def decode(self, raw: bytes) -> LlmResponse:
         """Rebuild the response for a raw body in this fake's shape."""
-        return decode_body(self.shape, raw)
+        return _FORMATS[self.shape].decode_response(raw)

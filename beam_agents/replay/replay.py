@@ -326,7 +326,7 @@ class Replayer:
 def replay(
     recording: Mapping[bytes, Sequence[ActivationRecord]], agent: AgentFn, config: AgentConfig
 ) -> list[RunReport]:
-    """Replay every run of ``recording`` (records by key, as ``recordfile.by_key`` gives)."""
+    """Replay every run of ``recording`` (records by key, as ``inputs.by_key`` gives)."""
     replayer = Replayer(agent, config)
     try:
         return [report for records in recording.values() for report in replayer.replay_key(records)]

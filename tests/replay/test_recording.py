@@ -2,7 +2,7 @@
 # (Beam's own API is mostly unannotated.)
 """``AgentConfig(record=...)``: one deterministic record per committed activation, on ``.records``.
 
-Records are written by ``WriteRecords`` and read back by ``beam_agents.replay.recordfile``, which
+Records are written by ``WriteRecords`` and read back by ``beam_agents.replay.inputs``, which
 refuses a corrupt file; recording is off by default; a retried bundle emits identical records.
 """
 
