@@ -3,17 +3,8 @@
 Each public verb runs one transaction (its SQL is the private ``_verb`` method beside it) on
 the backend's executor threads, so the event loop never waits on a database. Concurrent
 submits are group-committed, and local readers waiting for the log are woken after each
-commit that appended envelopes; a backend shared by several processes also polls. The store
-keeps these guarantees on every backend:
-
-- one record per intent id; a second submit of the same id never creates a second record;
-- a result is recorded in the transaction that appends its envelope, whose bytes are kept for
-  redelivery; log offsets start at 1, increase by one and become visible in offset order;
-- at most one live claim per key; a key's intents are claimed in ``(seq, step_index)`` order,
-  each only after the one before it is DONE; a claim whose lease ran out may be claimed again;
-- an IN_DOUBT intent holds its key until it is claimed again at its retry time.
-
-Time is always passed in (``now_ms``), so the store never reads a clock.
+commit that appended envelopes; a backend shared by several processes also polls. Time is
+always passed in (``now_ms``), so the store never reads a clock.
 """
 
 from __future__ import annotations
@@ -352,6 +343,13 @@ class _Known:
 
 class SqlStore(abc.ABC):
     """The store over SQL; each backend supplies its connections and transactions.
+
+    Guarantees on every backend: one record per intent id (a second submit of the id never
+    creates a second record); a result is recorded in the transaction that appends its
+    envelope, whose bytes are kept for redelivery; log offsets start at 1, increase by one and
+    become visible in offset order; at most one live claim per key, a key's intents claimed in
+    ``(seq, step_index)`` order, each only after the one before it is DONE; a claim whose lease
+    ran out may be claimed again; an IN_DOUBT intent holds its key until its retry time.
 
     ``claim_with_results``: :meth:`complete_and_claim` runs in one transaction (SQLite, whose
     writes are serialized anyway, saves a commit); otherwise in two, so the key rows the
