@@ -25,9 +25,9 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import effector.observability as audit
 from beam_agents._protos import ToolIntent, ToolResult, canonical_json_bytes
@@ -50,6 +50,7 @@ from effector.store.intents import (
 from effector.store.sql import GroupCommit, SqlStore
 
 _log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 
 class ToolRefusedError(EffectorError):
@@ -858,14 +859,10 @@ class Worker:
         The store records its NOT_NEEDED or REJECTED verdict itself; a claim that lost its key
         is dropped (the key's holder settles it).
         """
-        while True:
-            try:
-                settled = await self._store.settle_compensation(claim, self._clock())
-            except StoreError as exc:
-                await asyncio.sleep(self._outage.failed("settling a compensation", exc))
-                continue
-            self._outage.succeeded("settling a compensation")
-            break
+        settled = await self._through_outages(
+            "settling a compensation",
+            lambda: self._store.settle_compensation(claim, self._clock()),
+        )
         if settled.refused_original is not None:
             reason = late_original_reason(claim.intent.intent_id)
             audit.rejected(settled.refused_original, reason)
@@ -882,17 +879,25 @@ class Worker:
 
     async def _leave_in_doubt(self, claim: Claim, in_doubt: InDoubt) -> None:
         """Record the claim's intent IN_DOUBT (its key held until the retry), through outages."""
-        while True:
+
+        def mark() -> Awaitable[bool]:
             now = self._clock()
+            return self._store.mark_in_doubt(
+                claim, in_doubt.reason, now, now + in_doubt.retry_in_ms
+            )
+
+        await self._through_outages("recording an intent in doubt", mark)
+
+    async def _through_outages(self, operation: str, call: Callable[[], Awaitable[_T]]) -> _T:
+        """``call()``, retried with growing waits (:class:`StoreOutage`) until the store answers."""
+        while True:
             try:
-                await self._store.mark_in_doubt(
-                    claim, in_doubt.reason, now, now + in_doubt.retry_in_ms
-                )
+                answer = await call()
             except StoreError as exc:
-                await asyncio.sleep(self._outage.failed("recording an intent in doubt", exc))
+                await asyncio.sleep(self._outage.failed(operation, exc))
                 continue
-            self._outage.succeeded("recording an intent in doubt")
-            return
+            self._outage.succeeded(operation)
+            return answer
 
     async def _record(self, completions: Sequence[Completion]) -> list[bool]:
         """Record a group of results, then claim work for the slots they free, at once.
