@@ -34,6 +34,7 @@ from beam_agents.model.resilience import (
     call_with_resilience,
 )
 
+# -- the replay cache: a run's committed calls, replayed by position --------------------------
 CACHE_SCHEMA_VERSION = 1
 """The ``ModelCache.schema_version`` this code writes and the newest it reads."""
 

@@ -48,6 +48,9 @@ from beam_agents.model.client import (
     underlying,
 )
 
+# -- trace events: deterministic identity, wall-clock latency ---------------------------------
+# Every field but the wall-clock times is a pure function of key, run and position, so a
+# retried or replayed run emits the same spans (identity_of is what such runs share).
 TRACE_NAMESPACE = uuid.UUID("d14e16df-be50-59e9-a710-702fd4f47bff")
 """The uuid5 namespace of trace ids: ``uuid5(NAMESPACE_URL, "urn:beam-agents:trace")``."""
 

@@ -49,6 +49,7 @@ from beam_agents._protos import (
 )
 from beam_agents.core.observability import LogBudget
 
+# -- reaching the effector: target, bearer token, TLS and limits ------------------------------
 _MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 """The largest message the effector accepts or sends by default (its ``MAX_MESSAGE_BYTES``)."""
 _MAX_ITEM_BYTES = _MAX_MESSAGE_BYTES - 64 * 1024

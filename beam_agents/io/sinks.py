@@ -56,6 +56,9 @@ if TYPE_CHECKING:
     from beam_agents.io._otlp_spans import SpanExporter
 
 
+# -- ExportTraces: spans with the events' own deterministic ids, over OTLP/HTTP ---------------
+# A retried bundle sends the same spans and the backend keeps one of each. What still fails
+# after the SDK's retries is dropped, counted and logged once per bundle.
 @dataclass(frozen=True)
 class ExportSettings:
     """What ``ExportTraces`` was given, for the OpenTelemetry SDK's exporter."""
@@ -73,9 +76,6 @@ class ExportSettings:
 _log = logging.getLogger(__name__)
 
 
-# -- ExportTraces: spans with the events' own deterministic ids, over OTLP/HTTP ---------------
-# A retried bundle sends the same spans and the backend keeps one of each. What still fails
-# after the SDK's retries is dropped, counted and logged once per bundle.
 class _ExportTracesFn(beam.DoFn):
     """Turns trace events into spans and exports them in batches, cut within and at bundle ends."""
 
