@@ -148,14 +148,7 @@ class _Decoding(ModelClient):
         """The recorded response, with its recorded usage."""
         response = self.decode(call.response)
         usage = TokenUsage(input_tokens=call.input_tokens, output_tokens=call.output_tokens)
-        return LlmResponse(
-            response=response.response,
-            text=response.text,
-            tool_calls=response.tool_calls,
-            stop_reason=response.stop_reason,
-            usage=usage,
-            model=response.model,
-        )
+        return dataclasses.replace(response, usage=usage)
 
 
 class RecordedModel(_Decoding):

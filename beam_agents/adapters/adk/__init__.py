@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from google.adk.agents.base_agent import BaseAgent
 from google.adk.agents.llm_agent import LlmAgent
@@ -52,7 +52,7 @@ from beam_agents.adapters.base import (
     warn_outside_registry,
 )
 from beam_agents.core.agent import Complete, Suspend
-from beam_agents.core.state import MEMORY_CAP_BYTES
+from beam_agents.core.state import MEMORY_CAP_BYTES, WorkingMemory
 
 __all__ = [
     "ADK_ADAPTER",
@@ -361,16 +361,6 @@ SESSION_SLOT = "beam_agents.adk.session.v1"
 """The working-memory slot holding the key's ADK session (its JSON)."""
 
 
-class Slots(Protocol):
-    """The working memory's slots, as far as the session needs them (``ctx.memory``)."""
-
-    def get(self, key: str) -> bytes | None:
-        """The value in slot ``key``, or ``None``."""
-
-    def set(self, key: str, value: bytes) -> None:
-        """Put ``value`` in slot ``key``."""
-
-
 class AdkSessionTooLargeError(RuntimeError):
     """The key's ADK session is over ``SessionLimits.hard_max_bytes`` even after trimming."""
 
@@ -500,7 +490,7 @@ _EMPTY_SESSION = Session(id="", app_name="", user_id="")
 _NEW_SESSION_FIELDS = ("id", "app_name", "user_id")
 
 
-def load_session(memory: Slots, *, app_name: str, user_id: str) -> Session:
+def load_session(memory: WorkingMemory, *, app_name: str, user_id: str) -> Session:
     """The key's committed session, or a new empty one."""
     blob = memory.get(SESSION_SLOT)
     if blob is None:
@@ -521,7 +511,7 @@ def load_session(memory: Slots, *, app_name: str, user_id: str) -> Session:
     return session
 
 
-def save_session(memory: Slots, session: Session, limits: SessionLimits) -> None:
+def save_session(memory: WorkingMemory, session: Session, limits: SessionLimits) -> None:
     """Trim ``session`` to ``limits`` and stage it in working memory."""
     blob = _untrimmed_blob(session, limits)
     if blob is None:

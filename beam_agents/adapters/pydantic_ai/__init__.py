@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 from pydantic_ai import Agent, ModelMessagesTypeAdapter, RunContext
 from pydantic_ai.agent import AbstractAgent
@@ -54,7 +54,7 @@ from beam_agents.adapters.pydantic_ai._calls import (
     call_key,
 )
 from beam_agents.core.agent import Complete, Suspend
-from beam_agents.core.state import MEMORY_CAP_BYTES
+from beam_agents.core.state import MEMORY_CAP_BYTES, WorkingMemory
 
 __all__ = [
     "ADAPTER",
@@ -415,16 +415,6 @@ def _check_pickles(agent: AbstractAgent[Any, Any]) -> None:
 # -- the message history in ctx.memory ----------------------------------------------------
 HISTORY_SLOT = "beam_agents.pydantic_ai.history"
 """The working-memory slot holding the key's message history (Pydantic AI's JSON)."""
-
-
-class WorkingMemory(Protocol):
-    """What the history needs of the key's working memory (``ctx.memory``)."""
-
-    def get(self, key: str) -> bytes | None: ...
-
-    def set(self, key: str, value: bytes) -> None: ...
-
-    def delete(self, key: str) -> None: ...
 
 
 class HistoryTooLargeError(ValueError):
