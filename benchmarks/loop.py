@@ -262,8 +262,8 @@ def run_loop(target: str, events: int, *, floor: bool) -> None:
 
 def end_to_end(quick: bool) -> Result:
     """The local loop's marginal activations/s (N and 2N events), against a bare DoFn's."""
-    events = {"ours": 30, "floor": 30} if quick else {"ours": 100, "floor": 250}
-    multiples, rounds = ((1,), 1) if quick else ((1, 2), 2)
+    events = {"ours": 30, "floor": 30} if quick else {"ours": 150, "floor": 400}
+    multiples, rounds = ((1,), 1) if quick else ((1, 2), 3)
     best: dict[tuple[str, int], float] = {}
     with sqlite_effector() as target:
         if not quick:
@@ -291,6 +291,6 @@ The README's loop on Beam's default runner: one `noop` intent and a suspend per 
 event on a fresh key, then completion on the result: two activations per event.
 Floor: the same pipeline with a bare DoFn that writes the header, emits the intent and consumes
 the result. Marginal rate: 2N activations over the best time of 2N events less that of N
-(N = 100 for ours, 250 for the floor), 2 rounds taking turns.""",
+(N = 150 for ours, 400 for the floor), 3 rounds taking turns.""",
         [Figure("the loop, activations/s", "activations/s", rates["ours"], rates["floor"])],
     )
