@@ -121,7 +121,7 @@ def triage(target: str, answers: str) -> None:
 
 def main() -> None:
     """Run :func:`triage` with an effector of its own (``hold_card`` only), print the answers."""
-    from effector.launch import EffectorThread  # the sidecar, in this process for the demo
+    from effector import EffectorThread  # the sidecar, in this process for the demo
 
     with tempfile.TemporaryDirectory() as scratch:
         store = f"sqlite:///{scratch}/effector.db"

@@ -20,8 +20,7 @@ from pathlib import Path
 from beam_agents import ActivationContext, AgentConfig, Complete, Suspend
 from beam_agents.replay.backtest import Price, render_markdown, run_backtest
 from beam_agents.replay.cli import main as beam_agents_command
-from effector.client import EffectorClient
-from effector.launch import EffectorProcess, child_environment
+from effector import EffectorClient, EffectorProcess, child_environment
 
 from fraud_tools import LEDGER_ENV, make_pipeline_registry
 from fraud_triage import make_events, make_provider, run, screen

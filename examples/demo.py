@@ -33,8 +33,7 @@ from pathlib import Path
 import httpx
 
 from beam_agents import AgentEnvelope, IntentState
-from effector.client import EffectorClient
-from effector.launch import EffectorProcess, child_environment
+from effector import EffectorClient, EffectorProcess, child_environment
 
 from fraud_tools import LEDGER_ENV, connect_ledger
 from fraud_triage import make_events, read_lines, run

@@ -129,7 +129,7 @@ def run(target: str, out_dir: str) -> None:
 
 def main() -> None:
     """Start an effector, run the pipeline against it, print the answers."""
-    from effector.launch import EffectorThread  # the sidecar, in this process for the example
+    from effector import EffectorThread  # the sidecar, in this process for the example
 
     with tempfile.TemporaryDirectory() as scratch:
         with EffectorThread(f"sqlite:///{scratch}/effector.db", effector_tools()) as effector:

@@ -106,7 +106,7 @@ def read_lines(out_dir: str) -> list[str]:
 
 def main() -> None:
     """Start an effector, run the loop against it, print the outcomes."""
-    from effector.launch import EffectorThread  # the sidecar, in this process for the demo
+    from effector import EffectorThread  # the sidecar, in this process for the demo
 
     with tempfile.TemporaryDirectory() as scratch:
         with EffectorThread(f"sqlite:///{scratch}/effector.db", make_registry()) as effector:

@@ -37,7 +37,7 @@ from beam_agents import (
 from beam_agents.loop import run_tool_loop
 from beam_agents.model import ToolCall
 from beam_agents.tools.mcp import McpServer, load_mcp_tools
-from effector.launch import EffectorProcess, child_environment
+from effector import EffectorProcess, child_environment
 
 import apache_beam as beam
 

@@ -130,7 +130,7 @@ def read_lines(out_dir: str, name: str) -> list[str]:
 
 def main() -> None:
     """Start an effector, run the agent against it, print what happened."""
-    from effector.launch import EffectorThread  # the sidecar, in this process for the demo
+    from effector import EffectorThread  # the sidecar, in this process for the demo
 
     with tempfile.TemporaryDirectory() as scratch:
         effector_tools = ToolRegistry([issue_refund])

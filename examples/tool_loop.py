@@ -56,9 +56,7 @@ from beam_agents.model import (
     respond_with_fn,
     wire_body,
 )
-from effector.launch import EffectorThread
-from effector.server import ServerSettings
-from effector.worker import WorkerSettings
+from effector import EffectorThread, ServerSettings, WorkerSettings
 
 import apache_beam as beam
 from apache_beam.pvalue import PCollection

@@ -197,8 +197,8 @@ def private_imports(source: str) -> list[str]:
     """Each import in ``source`` that reaches past the public surface, as ``module:name``.
 
     Private: a ``beam_agents`` module path with a component that starts with ``_`` or is
-    ``core``; or a name imported from a submodule of ``beam_agents`` or ``effector`` while that
-    package's root exports it.
+    ``core``; a name imported from a ``beam_agents`` submodule while the root exports it; any
+    ``effector`` submodule (the effector's public names are its root's).
     """
     roots = {"beam_agents": set(beam_agents.__all__), "effector": set(effector.__all__)}
     found = []
@@ -213,8 +213,8 @@ def private_imports(source: str) -> list[str]:
             root, *parts = module.split(".")
             if root not in roots:
                 continue
-            inner = root == "beam_agents" and any(p.startswith("_") or p == "core" for p in parts)
-            if inner or (parts and name in roots[root]):
+            inner = any(p.startswith("_") or p == "core" for p in parts) or root == "effector"
+            if parts and (inner or name in roots[root]):
                 found.append(f"{module}:{name}")
     return found
 
@@ -233,12 +233,13 @@ import beam_agents._protos
 from beam_agents._protos import TraceEvent
 from beam_agents.core.context import ActivationContext
 from beam_agents.model.fake import FakeLLM
-from effector.runner import EffectorToolRunner
+from effector.launch import child_environment
 def later():
     from beam_agents.core import agent
 from beam_agents import RunAgent
 from beam_agents.model import match_any
 from beam_agents.tools.errors import SideEffectToolError
+from effector import EffectorThread
 import apache_beam._private
 """
     assert private_imports(source) == [
@@ -246,6 +247,6 @@ import apache_beam._private
         "beam_agents._protos:TraceEvent",
         "beam_agents.core.context:ActivationContext",
         "beam_agents.model.fake:FakeLLM",
-        "effector.runner:EffectorToolRunner",
+        "effector.launch:child_environment",
         "beam_agents.core:agent",
     ]
