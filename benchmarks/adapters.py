@@ -56,7 +56,7 @@ from beam_agents.adapters import langgraph as langgraph_adapter
 from beam_agents.adapters.adk import AdkAgent
 from beam_agents.adapters.langgraph import BeamChatModel, LangGraphAgent
 from beam_agents.adapters.pydantic_ai import PydanticAIAgent
-from beam_agents.core.agent import AgentFn
+from beam_agents.core.context import AgentFn
 from beam_agents.io.run_agent import AgentDoFn
 from beam_agents.loop import assistant_message
 from beam_agents.model.client import LlmRequest, ToolCall

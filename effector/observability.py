@@ -4,7 +4,7 @@
 own (several servers in one process keep separate counts) and serves them when
 ``--metrics-listen`` is given. The audit functions log every intent the effector refuses or
 fails (rejections, conflicts, expiries, tool errors) once, when recorded, naming its id, key
-and tool, to the ``effector.audit`` logger; a tool error's traceback goes to DEBUG.
+and tool, to the ``effector.observability`` logger; a tool error's traceback goes to DEBUG.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 from beam_agents._protos import ToolIntent, ToolResult
 
-_log = logging.getLogger("effector.audit")
+_log = logging.getLogger("effector.observability")
 
 _LATENCY_BUCKETS_S = (
     *(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5),

@@ -1,6 +1,6 @@
 """The seed example program (``examples/read_only_tools.py``), imported for tests to reuse.
 
-The seed is kept verbatim and runs as a script, so it is not in a package. Loading it here
+The seed runs as a script, so it is not in a package. Loading it here
 once, under its own module name, lets tests use its tools and agent (pickled by reference
 like any module-level tool) instead of copying them.
 """

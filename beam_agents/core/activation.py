@@ -27,7 +27,6 @@ from beam_agents._protos import (
 )
 from beam_agents.core.agent import (
     ActivationTimeoutError,
-    AgentFn,
     BudgetExceededError,
     Complete,
     ErrorReason,
@@ -56,6 +55,7 @@ from beam_agents.core.context import (
     APPROVAL_TOOL_NAME,
     ActivationContext,
     ActivationServices,
+    AgentFn,
     ReplayCursor,
     Resumption,
     Staged,

@@ -23,7 +23,6 @@ from beam_agents.tools.errors import ToolError
 
 __all__ = [
     "INTENT_NAMESPACE",
-    "AgentFn",
     "Complete",
     "FallbackContext",
     "Outcome",
@@ -97,11 +96,6 @@ def positive_ms(name: str, value: object) -> int:
 
 Outcome: TypeAlias = Complete | Suspend
 """What an agent returns."""
-
-AgentFn: TypeAlias = Callable[[Any], Coroutine[Any, Any, Outcome]]
-"""The shape of an agent: ``async def agent(ctx: ActivationContext) -> Complete | Suspend``.
-
-(``ActivationContext`` lives in ``core.context``, which builds on this module.)"""
 
 
 def is_agent(candidate: object) -> bool:

@@ -13,10 +13,10 @@ import functools
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeAlias
 
 from beam_agents._protos import (
     Approval,
@@ -34,6 +34,7 @@ from beam_agents.core.agent import (
     BudgetExceededError,
     CompensationError,
     ModelNotConfiguredError,
+    Outcome,
     ReadOnlyIntentError,
     intent_id_for,
     positive_ms,
@@ -1097,3 +1098,7 @@ def _link_of(staged: Staged, intent_id: str, high_water_step: int) -> Compensati
         f"{trace.seq}); only a run's own effects can be compensated",
         intent_id=intent_id,
     )
+
+
+AgentFn: TypeAlias = Callable[[ActivationContext], Coroutine[Any, Any, Outcome]]
+"""The shape of an agent: ``async def agent(ctx: ActivationContext) -> Complete | Suspend``."""

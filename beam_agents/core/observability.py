@@ -664,7 +664,7 @@ class ActivationRecorder:
         continuation = state.continuation
         if continuation is not None and self.trigger != "event":
             # Without its cache: that is rebuilt from the run's earlier records
-            # (``replay.harness.cells_for``), so each response is recorded once.
+            # (``replay.offline.cells_for``), so each response is recorded once.
             record.continuation_before.CopyFrom(continuation)
             record.continuation_before.ClearField("replay_cache")
         if isinstance(outcome, Suspend):

@@ -37,9 +37,9 @@ from apache_beam.utils.timestamp import Timestamp
 
 from beam_agents._protos import ActivationRecord, AgentEnvelope, AgentError, ToolIntent, TraceEvent
 from beam_agents.core.activation import Activator, Plan, TimerFired, element_problem
-from beam_agents.core.agent import AgentFn, CoroutineDriver, epoch_clock, is_agent
+from beam_agents.core.agent import CoroutineDriver, epoch_clock, is_agent
 from beam_agents.core.config import TRIGGER_DEADLINE, TRIGGER_IDLE, AgentConfig, CommitInfo
-from beam_agents.core.context import activation_services
+from beam_agents.core.context import AgentFn, activation_services
 from beam_agents.core.model_calls import (
     METRICS_NAMESPACE,
     MODEL_COUNTERS,

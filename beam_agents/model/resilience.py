@@ -3,7 +3,7 @@
 :func:`call_with_resilience` retries only errors whose class says ``retryable`` (rate limits,
 server errors, timeouts). Nothing is global: breakers live in a :class:`CircuitBreakers`
 registry the caller owns, and the clock, sleep and random source are injectable. Usage in
-``beam_agents/model/README.md``.
+``docs/models.md``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
-from beam_agents.model.errors import ProviderError, RateLimitError
+from beam_agents.model.client import ProviderError, RateLimitError
 
 T = TypeVar("T")
 

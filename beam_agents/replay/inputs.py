@@ -22,8 +22,9 @@ from apache_beam.io.filesystems import FileSystems
 from google.protobuf.message import DecodeError, Message
 
 from beam_agents._protos import ActivationRecord, AgentEnvelope, ListRecordsRequest
-from beam_agents.core.agent import AgentFn, is_agent
+from beam_agents.core.agent import is_agent
 from beam_agents.core.config import AgentConfig
+from beam_agents.core.context import AgentFn
 from beam_agents.core.observability import RECORD_SCHEMA_VERSION
 from beam_agents.io.effector_link import EffectorConnection
 from beam_agents.io.sinks import MAGIC, SUFFIX, WriteFramed, frame

@@ -28,9 +28,9 @@ from beam_agents._protos import (
     RecordedToolCall,
 )
 from beam_agents.core.activation import Activator, Plan
-from beam_agents.core.agent import AgentFn, CoroutineDriver, epoch_clock
+from beam_agents.core.agent import CoroutineDriver, epoch_clock
 from beam_agents.core.config import AgentConfig
-from beam_agents.core.context import ActivationContext, Staged, activation_services, staged
+from beam_agents.core.context import ActivationContext, AgentFn, Staged, activation_services, staged
 from beam_agents.core.model_calls import CACHE_SCHEMA_VERSION, ModelGateway, cache_key_for_digest
 from beam_agents.core.observability import PLAIN_DECODER, decoder_name, jsonable
 from beam_agents.core.state import (

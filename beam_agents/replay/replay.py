@@ -14,9 +14,8 @@ from dataclasses import dataclass
 from itertools import groupby
 
 from beam_agents._protos import ActivationRecord, AgentError, RecordedMemory, ToolIntent
-from beam_agents.core.agent import AgentFn
 from beam_agents.core.config import AgentConfig
-from beam_agents.core.context import Staged
+from beam_agents.core.context import AgentFn, Staged
 from beam_agents.core.observability import memory_record
 from beam_agents.core.state import MEMORY
 from beam_agents.replay.backtest import KeyBacktest, RunPair, changes, key_text

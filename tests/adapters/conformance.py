@@ -39,7 +39,7 @@ from beam_agents._protos import (
     ToolResult,
     TraceEvent,
 )
-from beam_agents.core.agent import AgentFn
+from beam_agents.core.context import AgentFn
 from beam_agents.hitl import FallbackContext
 from beam_agents.io import EffectorConnection, ReadEnvelopes, SubmitIntents
 from beam_agents.testing import EnvelopeStream, FailFirstCommit

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from beam_agents._protos import AgentEnvelope, AgentError, ToolIntent, TraceEvent
 from beam_agents.core.agent import intent_id_for
-from beam_agents.core.tracing import span_id_for, trace_id_for
+from beam_agents.core.observability import span_id_for, trace_id_for
 from effector.store.intents import NewIntent
 from effector.store.sql import SqlStore
 

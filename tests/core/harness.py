@@ -35,8 +35,7 @@ from beam_agents import (
     intent_id_for,
 )
 from beam_agents._protos import AgentEnvelope, AgentError, KeyHeader, ToolIntent, TraceEvent
-from beam_agents.core.agent import AgentFn
-from beam_agents.core.context import ActivationContext
+from beam_agents.core.context import ActivationContext, AgentFn
 from beam_agents.core.observability import identity_of
 from beam_agents.io.run_agent import AgentDoFn, agent_dofn
 from beam_agents.model.client import LlmRequest

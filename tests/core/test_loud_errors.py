@@ -24,8 +24,7 @@ from beam_agents import AgentConfig, Complete, RunAgent
 from beam_agents._protos import AgentEnvelope, AgentError, Continuation, ToolResult
 from beam_agents.core import observability
 from beam_agents.core.activation import RouteFailure, choose_route, deadline_outcome
-from beam_agents.core.agent import AgentFn
-from beam_agents.core.context import ActivationContext
+from beam_agents.core.context import ActivationContext, AgentFn
 from beam_agents.core.observability import ErrorLog, explain, log_line
 from beam_agents.hitl import Deny, FallbackContext, HitlPolicy
 from beam_agents.io.run_agent import AgentDoFn

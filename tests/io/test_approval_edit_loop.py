@@ -22,9 +22,9 @@ from beam_agents.hitl import FallbackContext
 from beam_agents.io import ReadEnvelopes, SubmitIntents
 from beam_agents.tools import ToolRegistry, tool
 from effector.client import EffectorClient
-from effector.identities import parse_tokens
 from effector.launch import EffectorThread
 from effector.server import ServerSettings
+from effector.service import parse_tokens
 from tests.io.io_harness import Collector
 
 ASKED = {"payee": "acme", "amount": 500}

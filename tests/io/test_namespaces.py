@@ -25,7 +25,7 @@ from beam_agents._protos import AgentEnvelope, AgentError, IntentDeadLetter, Too
 from beam_agents.core.agent import Complete, Suspend, intent_id_for
 from beam_agents.core.context import ActivationContext
 from beam_agents.io import ReadEnvelopes, SubmitIntents
-from effector.audit import CONFLICT_HINT
+from effector.observability import CONFLICT_HINT
 from tests.io.io_harness import Collector, counter, run_pipeline, started
 
 KEYS = (b"acct-1", b"acct-2", b"acct-3")
@@ -123,7 +123,7 @@ def test_two_agents_with_their_own_namespaces_share_an_effector_cleanly(
     assert set(executions.values()) == {1}  # every effect exactly once
     assert set(executions) == minted("screening") | minted("ledger-v1")
     assert len(executions) == 2 * len(EVENTS)
-    loud = {"effector.audit", "beam_agents.io.effector_link"}
+    loud = {"effector.observability", "beam_agents.io.effector_link"}
     assert [r.getMessage() for r in caplog.records if r.name in loud] == []
     # Both agents read the whole log, so each is also handed the other's results, which it
     # refuses as not its own: the only errors either agent reports.
@@ -151,7 +151,7 @@ def test_without_namespaces_the_same_agents_conflict(
     executions = Counter(started(read_ledger(ledger)))
     assert set(executions) == minted(None) and set(executions.values()) == {1}
     # The effector logs each conflict, saying what differs; SubmitIntents each dead letter.
-    conflicts = [r.getMessage() for r in caplog.records if r.name == "effector.audit"]
+    conflicts = [r.getMessage() for r in caplog.records if r.name == "effector.observability"]
     assert len(conflicts) == len(EVENTS)
     assert all(CONFLICT_HINT in line and "args_json: recorded" in line for line in conflicts)
     letters = [r.getMessage() for r in caplog.records if r.name == "beam_agents.io.effector_link"]

@@ -12,7 +12,7 @@ from effector_harness import BackgroundEffector, make_intent
 
 from beam_agents.core.observability import LogBudget
 from beam_agents.io import SubmitIntents
-from beam_agents.io import submit as submit_module
+from beam_agents.io import effector_link as submit_module
 from effector.launch import free_port
 from tests.io.io_harness import counter, record_intent, submit_all
 

@@ -18,9 +18,9 @@ from beam_agents._protos import AgentEnvelope, AgentError, TraceEvent
 from beam_agents.core.agent import Complete
 from beam_agents.core.context import ActivationContext
 from beam_agents.tools import ToolRegistry, tool
-from effector.intents import error_id_for
 from effector.launch import EffectorThread, free_port
 from effector.server import ServerSettings
+from effector.store.intents import error_id_for
 from tests.io.io_harness import Collector, counter, run_pipeline
 
 TOKEN = "telemetry-io-token-1234"

@@ -19,7 +19,7 @@ import pytest
 from beam_agents import AgentConfig, Complete, Suspend, intent_id_for
 from beam_agents._protos import AgentEnvelope, ModelCacheEntry, TraceEvent
 from beam_agents.core.context import ActivationContext
-from beam_agents.core.model_gateway import ModelGateway
+from beam_agents.core.model_calls import ModelGateway
 from beam_agents.model.anthropic import AnthropicMessagesProvider
 from beam_agents.model.client import LlmRequest, ServerError, TokenUsage
 from beam_agents.model.fake import (

@@ -11,8 +11,8 @@ import pickle
 
 from beam_agents import ActivationContext, AgentConfig, Complete, Suspend, intent_id_for
 from beam_agents._protos import TraceEvent
+from beam_agents.core.model_calls import replay_cache_key
 from beam_agents.model import FakeLLM, LlmRequest, match_contains, respond_with_text
-from beam_agents.model.cache import replay_cache_key
 from beam_agents.model.client import UserTurn, parse_messages
 from beam_agents.testing import EnvelopeStream
 from tests.core.harness import SharedProvider, run_agent, streamed

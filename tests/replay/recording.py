@@ -23,7 +23,7 @@ import apache_beam as beam
 
 from beam_agents import AgentConfig, RunAgent, WriteRecords, WriteRecordsToEffector
 from beam_agents._protos import ActivationRecord, AgentEnvelope
-from beam_agents.core.agent import AgentFn
+from beam_agents.core.context import AgentFn
 from beam_agents.io import ReadEnvelopes, SubmitIntents
 from beam_agents.model.client import as_model_client
 from beam_agents.replay.backtest import run_backtest

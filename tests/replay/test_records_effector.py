@@ -98,7 +98,7 @@ def test_records_are_stored_once_however_often_the_pipeline_runs(tmp_path: Path)
 def test_an_unreachable_effector_drops_records_with_a_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="beam_agents.io.telemetry")
+    caplog.set_level(logging.WARNING, logger="beam_agents.io.sinks")
     nowhere = f"127.0.0.1:{free_port()}"
     sink = WriteRecordsToEffector(nowhere, max_attempts=2, initial_backoff_s=0.01)
     result, count = _record_events(sink)

@@ -49,8 +49,8 @@ from hypothesis import strategies as st
 import beam_agents._protos as pb
 from beam_agents import AgentConfig, Complete
 from beam_agents._protos import AgentEnvelope, Approval, ToolIntent, ToolResult, canonical_json
+from beam_agents.core.agent import ErrorReason
 from beam_agents.core.context import ActivationContext
-from beam_agents.core.errors import ErrorReason
 from beam_agents.io import ReadEnvelopes
 from effector.launch import free_port
 from tests.core.harness import created, run_agent

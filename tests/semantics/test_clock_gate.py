@@ -17,8 +17,8 @@ from pathlib import Path
 from beam_agents._protos import IntentState, ToolIntent, ToolResult
 from beam_agents.io import EffectorConnection
 from effector.client import EffectorClient
-from effector.intents import wall_clock_ms
 from effector.launch import free_port
+from effector.store.intents import wall_clock_ms
 from tests.semantics.loop import (
     EFFECT_TTL_MS,
     check_effects,

@@ -31,7 +31,7 @@ from beam_agents._protos import AgentEnvelope, ToolResult
 from beam_agents.core.agent import intent_id_for
 from beam_agents.core.config import CommitInfo
 from beam_agents.core.context import ActivationContext
-from beam_agents.core.tracing import identity_of
+from beam_agents.core.observability import identity_of
 from beam_agents.model.client import LlmRequest, LlmResponse
 from beam_agents.model.fake import FakeLLM, match_contains, respond_with_fn
 from beam_agents.testing import FailFirstCommit

@@ -1,4 +1,0 @@
-"""Temporary alias (issue 41): beam_agents.io.read moved to beam_agents.io.effector_link."""
-import sys
-from beam_agents.io import effector_link as _moved
-sys.modules[__name__] = _moved

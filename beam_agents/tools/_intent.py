@@ -1,4 +1,0 @@
-"""Temporary alias (issue 41): beam_agents.tools._intent moved to beam_agents.tools._schema."""
-import sys
-from beam_agents.tools import _schema as _moved
-sys.modules[__name__] = _moved
