@@ -21,7 +21,8 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -33,18 +34,23 @@ from effector.client import EffectorClient
 from effector.observability import display_key, payload_text
 from effector.server import (
     DEFAULT_MCP_IDENTITY,
+    EffectorServer,
     ServerSettings,
+    WebEndpoint,
     check_tls_pair,
-    running_server,
 )
 from effector.service import (
     DEFAULT_LIST_LIMIT,
     MAX_LIST_LIMIT,
+    EffectorService,
     Tokens,
+    is_loopback_host,
     parse_host_port,
     parse_tokens,
 )
+from effector.store import open_store
 from effector.store.errors import ConfigurationError, StoreError
+from effector.store.intents import wall_clock_ms
 from effector.worker import WorkerSettings
 
 PROG = "beam-agents-effector"
@@ -443,6 +449,62 @@ def _server_settings(args: argparse.Namespace) -> ServerSettings:
             result_retention_ms=args.result_retention_s * 1000,
         ),
     )
+
+
+def bind_console(service: EffectorService, settings: ServerSettings) -> WebEndpoint:
+    """The web console's server, bound but not started."""
+    # Imported here: an effector without a console never loads Starlette, Jinja2 or uvicorn.
+    from effector.console.app import create_app
+    from effector.console.serve import ConsoleServer
+
+    assert settings.console_listen is not None
+    host, port = parse_host_port(settings.console_listen)
+    app = create_app(
+        service,
+        token=settings.token,
+        tokens=service.tokens,
+        loopback_only=not settings.token and is_loopback_host(host),
+        https=settings.tls is not None,
+    )
+    return ConsoleServer(app, host, port, tls=settings.tls)
+
+
+def bind_mcp(service: EffectorService, settings: ServerSettings) -> WebEndpoint:
+    """The operator MCP endpoint's server, bound but not started."""
+    # Imported here: an effector without the endpoint never loads the MCP SDK.
+    from effector.console.mcp import bind_mcp_endpoint
+
+    assert settings.mcp_listen is not None
+    host, port = parse_host_port(settings.mcp_listen)
+    return bind_mcp_endpoint(
+        service, host, port, identity=settings.mcp_identity, token=settings.token, tls=settings.tls
+    )
+
+
+@asynccontextmanager
+async def running_server(
+    store_url: str,
+    registry: ToolRegistry,
+    settings: ServerSettings,
+    *,
+    clock: Callable[[], int] = wall_clock_ms,
+) -> AsyncIterator[EffectorServer]:
+    """Open the store at ``store_url`` and serve it for the ``with`` block; then drain, close.
+
+    The server serves the console and the MCP endpoint when the settings ask for them.
+    """
+    store = await open_store(store_url)
+    try:
+        server = EffectorServer(
+            store, registry, settings, clock=clock, bind_console=bind_console, bind_mcp=bind_mcp
+        )
+        await server.start()
+        try:
+            yield server
+        finally:
+            await server.stop()
+    finally:
+        await store.close()
 
 
 async def _serve(args: argparse.Namespace) -> int:

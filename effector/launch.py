@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import IO, Any, TypeVar
 
 from beam_agents.tools import ToolRegistry
-from effector.cli import CONSOLE_PREFIX, READY_PREFIX, env_name
-from effector.server import EffectorServer, ServerSettings, running_server
+from effector.cli import CONSOLE_PREFIX, READY_PREFIX, env_name, running_server
+from effector.server import EffectorServer, ServerSettings
 
 _T = TypeVar("_T")
 

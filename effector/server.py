@@ -1,20 +1,19 @@
 """The effector process: its settings, bearer-token auth, and lifecycle.
 
 :class:`EffectorServer` wires one store, one tool registry and one worker behind a ``grpc.aio``
-server (the :mod:`effector.service` RPCs, health, reflection, bearer-token auth, TLS) and, when
-asked, the web console and the operator MCP endpoint (:mod:`effector.console`, loaded only
-then: the ``[console]`` extra) on the same event loop. :meth:`ServerSettings.check` is the one
-validation of a configuration; :func:`running_server` serves a store for a ``with`` block.
+server (the :mod:`effector.service` RPCs, health, reflection, bearer-token auth, TLS). Web
+endpoints (the console, the operator MCP endpoint) are bound by binders it is given, so this
+module never imports :mod:`effector.console`; :func:`effector.cli.running_server` gives them.
+:meth:`ServerSettings.check` is the one validation of a configuration.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -33,7 +32,6 @@ from effector.service import (
     is_loopback_host,
     parse_host_port,
 )
-from effector.store import open_store
 from effector.store.errors import ConfigurationError
 from effector.store.intents import wall_clock_ms
 from effector.store.sql import SqlStore
@@ -43,9 +41,6 @@ from effector.worker import (
     Worker,
     WorkerSettings,
 )
-
-if TYPE_CHECKING:
-    from effector.console.serve import ConsoleServer
 
 _log = logging.getLogger(__name__)
 
@@ -229,6 +224,24 @@ class ServerSettings:
             )
 
 
+class WebEndpoint(Protocol):
+    """A web server beside the RPCs, bound when made; the effector starts and stops it."""
+
+    port: int
+    https: bool
+    path: str
+
+    async def start(self) -> None:
+        """Serve; returns once it accepts connections."""
+
+    async def stop(self) -> None:
+        """Stop serving and release the socket."""
+
+
+EndpointBinder = Callable[[EffectorService, ServerSettings], WebEndpoint]
+"""Binds a web endpoint for the service, as the settings say (bound, not started)."""
+
+
 class EffectorServer:
     """One running effector: gRPC, health, reflection, worker, metrics, console, MCP endpoint."""
 
@@ -239,6 +252,8 @@ class EffectorServer:
         settings: ServerSettings,
         *,
         clock: Callable[[], int] = wall_clock_ms,
+        bind_console: EndpointBinder | None = None,
+        bind_mcp: EndpointBinder | None = None,
     ) -> None:
         self.store = store
         """The store this server records in (opened, and closed, by whoever made the server)."""
@@ -264,8 +279,9 @@ class EffectorServer:
         self._host = ""
         self._port = 0
         self._metrics_port: int | None = None
-        self._console: ConsoleServer | None = None
-        self._mcp: ConsoleServer | None = None
+        self._binders = {"--console-listen": bind_console, "--mcp-listen": bind_mcp}
+        self._console: WebEndpoint | None = None
+        self._mcp: WebEndpoint | None = None
         self._worker_started = False
 
     @property
@@ -291,11 +307,7 @@ class EffectorServer:
     @property
     def console_url(self) -> str | None:
         """The web console's address (``https://`` with TLS), if the console is served."""
-        if self._console is None or self._settings.console_listen is None:
-            return None
-        host = parse_host_port(self._settings.console_listen)[0]
-        scheme = "https" if self._console.https else "http"
-        return f"{scheme}://{format_host_port(host, self._console.port)}/"
+        return _url(self._console, self._settings.console_listen)
 
     @property
     def mcp_port(self) -> int | None:
@@ -305,13 +317,7 @@ class EffectorServer:
     @property
     def mcp_url(self) -> str | None:
         """The operator MCP endpoint's URL (``https://`` with TLS), if it is served."""
-        if self._mcp is None or self._settings.mcp_listen is None:
-            return None
-        from effector.console.mcp import MCP_PATH
-
-        host = parse_host_port(self._settings.mcp_listen)[0]
-        scheme = "https" if self._mcp.https else "http"
-        return f"{scheme}://{format_host_port(host, self._mcp.port)}{MCP_PATH}"
+        return _url(self._mcp, self._settings.mcp_listen)
 
     @property
     def service(self) -> EffectorService:
@@ -325,9 +331,9 @@ class EffectorServer:
         """
         settings = self._settings
         host, port = settings.check()
-        self._console = self._bind_console()
+        self._console = self._bind_endpoint("--console-listen", settings.console_listen)
         try:
-            self._mcp = self._bind_mcp()
+            self._mcp = self._bind_endpoint("--mcp-listen", settings.mcp_listen)
             server, bound = self._bind_grpc(host, port)
             self._server, self._host, self._port = server, host, bound
             if settings.metrics_listen is not None:
@@ -454,60 +460,20 @@ class EffectorServer:
                     await self._worker.drain(self._settings.tool_timeout_ms / 1000 + 1.0)
                 self.metrics.close()
 
-    def _bind_console(self) -> ConsoleServer | None:
-        """The console's server, bound but not started; ``None`` if no console is asked for."""
-        settings = self._settings
-        if settings.console_listen is None:
+    def _bind_endpoint(self, flag: str, listen: str | None) -> WebEndpoint | None:
+        """The web endpoint ``flag`` asks for, bound but not started; ``None`` if not asked for."""
+        if listen is None:
             return None
-        # Imported here: an effector without a console never loads Starlette, Jinja2 or uvicorn.
-        from effector.console.app import create_app
-        from effector.console.serve import ConsoleServer
-
-        host, port = parse_host_port(settings.console_listen)
-        app = create_app(
-            self._service,
-            token=settings.token,
-            tokens=self._service.tokens,
-            loopback_only=not settings.token and is_loopback_host(host),
-            https=settings.tls is not None,
-        )
-        return ConsoleServer(app, host, port, tls=settings.tls)
-
-    def _bind_mcp(self) -> ConsoleServer | None:
-        """The operator MCP endpoint's server, bound but not started; ``None`` if not asked for."""
-        settings = self._settings
-        if settings.mcp_listen is None:
-            return None
-        # Imported here: an effector without the endpoint never loads the MCP SDK.
-        from effector.console.mcp import bind_mcp_endpoint
-
-        host, port = parse_host_port(settings.mcp_listen)
-        return bind_mcp_endpoint(
-            self._service,
-            host,
-            port,
-            identity=settings.mcp_identity,
-            token=settings.token,
-            tls=settings.tls,
-        )
+        binder = self._binders[flag]
+        if binder is None:
+            raise ConfigurationError(f"{flag}: this server was given no binder for it")
+        return binder(self._service, self._settings)
 
 
-@asynccontextmanager
-async def running_server(
-    store_url: str,
-    registry: ToolRegistry,
-    settings: ServerSettings,
-    *,
-    clock: Callable[[], int] = wall_clock_ms,
-) -> AsyncIterator[EffectorServer]:
-    """Open the store at ``store_url`` and serve it for the ``with`` block; then drain, close."""
-    store = await open_store(store_url)
-    try:
-        server = EffectorServer(store, registry, settings, clock=clock)
-        await server.start()
-        try:
-            yield server
-        finally:
-            await server.stop()
-    finally:
-        await store.close()
+def _url(endpoint: WebEndpoint | None, listen: str | None) -> str | None:
+    if endpoint is None or listen is None:
+        return None
+    scheme = "https" if endpoint.https else "http"
+    return (
+        f"{scheme}://{format_host_port(parse_host_port(listen)[0], endpoint.port)}{endpoint.path}"
+    )

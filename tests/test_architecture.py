@@ -181,3 +181,55 @@ def test_the_runtime_core_never_imports_apache_beam() -> None:
 def test_the_dofn_stays_thin() -> None:
     lengths = {name: len(path.read_text().splitlines()) for name, path in MODULES.items()}
     assert lengths["beam_agents.io.run_agent"] < 600
+
+
+def unit_of(name: str) -> str:
+    """A module's unit for the circle check between sub-packages: its sub-package, or itself."""
+    return ".".join(name.split(".")[:2])
+
+
+def test_there_is_no_import_circle_between_subpackages() -> None:
+    units: dict[str, set[str]] = {unit_of(name): set() for name in GRAPH}
+    for name, targets in GRAPH.items():
+        units[unit_of(name)].update(unit_of(target) for target in targets)
+        units[unit_of(name)].discard(unit_of(name))
+    assert strongly_connected(units) == []
+
+
+CONSOLE_WIRING = {"effector.cli"}
+"""The one effector module outside the console that imports it (the ``[console]`` extra)."""
+
+
+def test_only_the_command_line_wires_the_console() -> None:
+    offenders = sorted(
+        name
+        for name, path in MODULES.items()
+        if name.startswith("effector")
+        and name not in CONSOLE_WIRING
+        and unit_of(name) != "effector.console"
+        and any(
+            imported == "effector.console" or imported.startswith("effector.console.")
+            for imported in imported_names(path, name)
+        )
+    )
+    assert offenders == []
+
+
+def test_the_effector_takes_only_the_wire_contract_and_the_tools_from_beam_agents() -> None:
+    allowed = {"beam_agents._protos", "beam_agents.tools", "beam_agents.tools.errors"}
+    taken = set()
+    for name, path in MODULES.items():
+        if name.split(".")[0] != "effector":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                taken.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                taken.add(node.module)
+    from_beam_agents = {module for module in taken if module.split(".")[0] == "beam_agents"}
+    outside = {
+        module
+        for module in from_beam_agents
+        if module not in allowed and not module.startswith("beam_agents._protos.")
+    }
+    assert from_beam_agents and outside == set()

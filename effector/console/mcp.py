@@ -577,4 +577,6 @@ def bind_mcp_endpoint(
 ) -> ConsoleServer:
     """The endpoint's HTTP(S) server, bound but not started (the effector starts and stops it)."""
     app = create_mcp_app(service, identity=identity, token=token, host=host)
-    return ConsoleServer(app, host, port, tls=tls, what="the MCP endpoint", lifespan=True)
+    return ConsoleServer(
+        app, host, port, tls=tls, what="the MCP endpoint", path=MCP_PATH, lifespan=True
+    )

@@ -96,8 +96,8 @@ class ConsoleServer:
     """The console's HTTP(S) server: bound on construction, started and stopped by the effector.
 
     With ``tls`` (a PEM certificate chain and its key) it serves HTTPS only. ``what`` names the
-    server in errors and logs; with ``lifespan`` uvicorn runs the app's lifespan (startup before
-    it serves, shutdown after the last connection closed), which the console does not need.
+    server in errors and logs, and ``path`` ends its URL. With ``lifespan`` uvicorn runs the
+    app's lifespan, which the console does not need.
     """
 
     def __init__(
@@ -108,6 +108,7 @@ class ConsoleServer:
         *,
         tls: tuple[bytes, bytes] | None = None,
         what: str = "the console",
+        path: str = "/",
         lifespan: bool = False,
     ) -> None:
         context = None if tls is None else tls_context(*tls, what=what)
@@ -117,6 +118,8 @@ class ConsoleServer:
         """The bound port (the real one when 0 was asked for)."""
         self.https = context is not None
         """Whether the console speaks HTTPS."""
+        self.path = path
+        """The path its URL ends with."""
         factory: Callable[[uvicorn.Config, Callable[[], ssl.SSLContext]], ssl.SSLContext] | None
         factory = None if context is None else (lambda config, default: context)
         config = uvicorn.Config(

@@ -316,8 +316,8 @@ def test_an_effector_without_the_endpoint_never_imports_mcp(tmp_path: Path) -> N
     probe = (
         "import asyncio, sys\n"
         "from effector_test_tools import make_registry\n"
-        "from effector.cli import main\n"
-        "from effector.server import ServerSettings, running_server\n"
+        "from effector.cli import main, running_server\n"
+        "from effector.server import ServerSettings\n"
         "async def serve():\n"
         f"    async with running_server('sqlite:///{tmp_path / 's.db'}', make_registry(),\n"
         "                              ServerSettings()) as server:\n"
