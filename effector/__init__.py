@@ -1,11 +1,7 @@
 """The effector: a gRPC sidecar that executes each side-effecting intent once.
 
-Agents stage ``ToolIntent`` messages; the pipeline submits them here, and the effector records
-each one, executes it with ``EffectorToolRunner``, and publishes its ``ToolResult`` on an ordered
-envelope log the pipeline reads back. It never imports Apache Beam. Run it with
-``beam-agents-effector serve``, or from code with :class:`EffectorThread` or
-:class:`EffectorProcess`; ``docs/effector.md`` describes its guarantees, phases, stores and
-settings.
+The pipeline submits ``ToolIntent`` messages; the effector records and executes each, and
+publishes its ``ToolResult`` on an ordered envelope log the pipeline reads back.
 """
 
 from __future__ import annotations

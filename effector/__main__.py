@@ -1,7 +1,4 @@
-"""``python -m effector``: the same command line as ``beam-agents-effector``.
-
-See :mod:`effector.cli`.
-"""
+"""``python -m effector``: the same command line as ``beam-agents-effector``."""
 
 from effector.cli import main
 

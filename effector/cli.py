@@ -1,12 +1,8 @@
 """``beam-agents-effector`` / ``python -m effector``: run an effector, or talk to one.
 
-``serve`` prints ``effector listening on HOST:PORT`` once ready and drains on SIGTERM or SIGINT.
-``status``, ``pending``, ``failed``, ``show``, ``approve`` and ``deny`` talk to a running
-effector: each takes a connected :class:`~effector.client.EffectorClient` and exits 0 when the
-call did what was asked, 1 when it did not; lists print one entry per line on stdout and say
-so on stderr when there is nothing to list. Every flag can also come from
-``BEAM_AGENTS_EFFECTOR_<FLAG>``. Misconfiguration exits 2 with one line on stderr.
-``docs/effector.md`` describes every command and setting.
+``serve`` runs one, wiring in the console and the MCP endpoint when asked (:func:`running_server`).
+The other commands exit 0 when the call did what was asked, 1 when it did not, and 2 with one
+line on stderr when misconfigured. Every flag can also come from ``BEAM_AGENTS_EFFECTOR_<FLAG>``.
 """
 
 from __future__ import annotations
@@ -489,10 +485,7 @@ async def running_server(
     *,
     clock: Callable[[], int] = wall_clock_ms,
 ) -> AsyncIterator[EffectorServer]:
-    """Open the store at ``store_url`` and serve it for the ``with`` block; then drain, close.
-
-    The server serves the console and the MCP endpoint when the settings ask for them.
-    """
+    """Serve the store at ``store_url`` (console and MCP endpoint as asked) for a ``with`` block."""
     store = await open_store(store_url)
     try:
         server = EffectorServer(
@@ -619,11 +612,7 @@ def add_decision_options(parser: argparse.ArgumentParser, option: Callable[..., 
 
 
 def send_decision(client: EffectorClient, args: argparse.Namespace, *, approved: bool) -> int:
-    """Approve or deny an approval intent; exit 1 if the decision was not applied.
-
-    The decision always carries an args digest: ``--digest`` if given, else the one the
-    effector shows for the approval now (``show`` prints it).
-    """
+    """Approve or deny (``--digest``, else the one shown now); exit 1 if it was not applied."""
     digest = args.digest
     if not digest:
         shown = client.get_intent(args.intent_id)

@@ -1,9 +1,7 @@
 """Typed clients for a running effector: ``EffectorClient`` (sync) and ``AsyncEffectorClient``.
 
-Both take a ``target`` (``HOST:PORT``), an optional bearer ``token``, and TLS with the system's
-roots (``tls=True``) or a given PEM ``root_certificates``. Every call has a deadline
-(``timeout_s``, plus a Read's ``wait_ms``); failures raise ``grpc.RpcError`` (sync) or
-``grpc.aio.AioRpcError`` (async). A client holds a channel, so it is not picklable.
+Every call has a deadline (``timeout_s``, plus a Read's ``wait_ms``); failures raise
+``grpc.RpcError``. A client holds a channel, so it is not picklable.
 """
 
 from __future__ import annotations
@@ -61,11 +59,7 @@ class EffectorClient(_Client):
     def submit(
         self, intents: Iterable[pb.ToolIntent], *, redeliver_results: bool = False
     ) -> list[pb.SubmitAck]:
-        """Submit a batch of intents; one acknowledgement per intent, in order.
-
-        With ``redeliver_results``, the result envelope of every duplicate that is already
-        DONE is appended to the envelope log again.
-        """
+        """Submit intents; one acknowledgement each, in order."""
         request = pb.SubmitRequest(intents=intents, redeliver_results=redeliver_results)
         response = self._stub.Submit(request, **self._call())
         return list(response.acks)
@@ -152,11 +146,7 @@ class AsyncEffectorClient(_Client):
     async def submit(
         self, intents: Iterable[pb.ToolIntent], *, redeliver_results: bool = False
     ) -> list[pb.SubmitAck]:
-        """Submit a batch of intents; one acknowledgement per intent, in order.
-
-        With ``redeliver_results``, the result envelope of every duplicate that is already
-        DONE is appended to the envelope log again.
-        """
+        """Submit intents; one acknowledgement each, in order."""
         request = pb.SubmitRequest(intents=intents, redeliver_results=redeliver_results)
         response = await self._stub.Submit(request, **self._call())
         return list(response.acks)

@@ -1,9 +1,7 @@
-"""Start an effector for a ``with`` block: for the examples, the demo, benchmarks and tests.
+"""Start an effector for a ``with`` block: a subprocess, or a thread of this process.
 
-:class:`EffectorProcess` runs ``python -m effector serve`` (or another command that prints a
-ready line) as a subprocess; :class:`EffectorThread` serves in this process, from an event loop
-on a thread of its own. Both return once the effector is ready, listen on 127.0.0.1 unless told
-otherwise (:func:`free_port` picks a port to reuse across restarts), and stop what they started.
+Both return once the effector is ready, listen on 127.0.0.1 unless told otherwise, and stop
+what they started.
 """
 
 from __future__ import annotations
@@ -54,11 +52,8 @@ class EffectorProcess:
     """``python -m effector serve ARGS`` as a subprocess, ready once it prints its address.
 
     ``command`` replaces the whole command line (it must print ``ready_prefix`` and the address
-    as its first line on stdout). The process's stderr goes to ``log`` (a file, or a path to
-    write); without one, to a temporary file (:meth:`stderr` reads either). Leaving the ``with``
-    block sends ``stop_signal`` (SIGTERM drains), then SIGKILL after ``stop_timeout_s``.
-    With ``--console-listen`` among the arguments (or ``BEAM_AGENTS_EFFECTOR_CONSOLE_LISTEN``
-    in the child's environment), ``console_url`` is the URL printed next.
+    first). Stderr goes to ``log``, else to a temporary file. Leaving the ``with`` block sends
+    ``stop_signal``, then SIGKILL after ``stop_timeout_s``.
     """
 
     def __init__(
@@ -174,11 +169,7 @@ class EffectorProcess:
 
 
 class EffectorThread:
-    """An effector serving in this process, from an event loop on a thread of its own.
-
-    For callers that block their own thread (a Beam pipeline, a synchronous test) and need an
-    effector to talk to meanwhile. Leaving the ``with`` block drains it and closes the store.
-    """
+    """An effector serving in this process, from an event loop on a thread of its own."""
 
     def __init__(
         self,

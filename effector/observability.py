@@ -1,10 +1,7 @@
 """What the effector tells its operators: Prometheus metrics and one log line per refusal.
 
-:class:`EffectorMetrics` holds one server's counters, gauges and histogram in a registry of its
-own (several servers in one process keep separate counts) and serves them when
-``--metrics-listen`` is given. The audit functions log every intent the effector refuses or
-fails (rejections, conflicts, expiries, tool errors) once, when recorded, naming its id, key
-and tool, to the ``effector.observability`` logger; a tool error's traceback goes to DEBUG.
+:class:`EffectorMetrics` keeps one server's metrics in a registry of its own. The audit
+functions log every intent the effector refuses or fails, once, when recorded.
 """
 
 from __future__ import annotations
@@ -119,10 +116,7 @@ class EffectorMetrics:
 
 
 def display_key(entity_key: bytes) -> str:
-    """The key as text if it is printable UTF-8 without whitespace, else ``0x`` and its hex.
-
-    A text key that itself starts with ``0x`` is shown in hex too, so the two never collide.
-    """
+    """The key as text if printable UTF-8 without whitespace (nor a ``0x`` start), else hex."""
     try:
         text = entity_key.decode("utf-8")
     except UnicodeDecodeError:
@@ -200,11 +194,7 @@ def rejected(intent: ToolIntent, reason: str) -> None:
 
 
 def expired(intents: Sequence[ToolIntent]) -> None:
-    """Intents were refused as EXPIRED: a tool intent not run, or an approval not decided, in time.
-
-    A tool intent that expires is a WARNING (the effector fell behind, or was down); an
-    approval nobody decided in time is the usual end of a human-in-the-loop wait: INFO.
-    """
+    """Intents were refused as EXPIRED: a tool intent at WARNING, an approval at INFO."""
     for intent in intents:
         if intent.kind == ToolIntent.APPROVAL:
             _log.info("EXPIRED %s: no decision before its deadline", describe(intent))

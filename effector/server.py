@@ -1,10 +1,8 @@
 """The effector process: its settings, bearer-token auth, and lifecycle.
 
-:class:`EffectorServer` wires one store, one tool registry and one worker behind a ``grpc.aio``
-server (the :mod:`effector.service` RPCs, health, reflection, bearer-token auth, TLS). Web
-endpoints (the console, the operator MCP endpoint) are bound by binders it is given, so this
-module never imports :mod:`effector.console`; :func:`effector.cli.running_server` gives them.
-:meth:`ServerSettings.check` is the one validation of a configuration.
+:class:`EffectorServer` serves one store, tool registry and worker over ``grpc.aio``. Its web
+endpoints (console, MCP) come from binders it is given, so this module never imports
+:mod:`effector.console`: :func:`effector.cli.running_server` gives them.
 """
 
 from __future__ import annotations
@@ -53,10 +51,7 @@ CONSOLE_PACKAGES = {"--console-listen": _WEB_PACKAGES, "--mcp-listen": (*_WEB_PA
 
 
 def check_console_installed(flag: str) -> None:
-    """Refuse ``flag`` (``--console-listen``, ``--mcp-listen``) without the ``[console]`` extra.
-
-    Looks the packages up without importing them, so the check costs nothing.
-    """
+    """Refuse ``flag`` (``--console-listen``, ``--mcp-listen``) without the ``[console]`` extra."""
     for package in CONSOLE_PACKAGES[flag]:
         try:
             found = importlib.util.find_spec(package) is not None
@@ -76,10 +71,7 @@ def check_token(token: str | None) -> None:
 
 
 def check_tls_pair(certificate: object | None, key: object | None) -> None:
-    """Refuse a TLS certificate without its private key, or a key without its certificate.
-
-    Takes the PEM bytes or, before they are read, the paths they come from.
-    """
+    """Refuse a TLS certificate (PEM or path) without its private key, or a key without one."""
     if (certificate is None) != (key is None):
         raise ConfigurationError(
             "TLS needs both a certificate and its private key (--tls-cert and --tls-key go "
@@ -91,10 +83,7 @@ _HEALTH_METHOD_PREFIX = f"/{health.SERVICE_NAME}/"
 
 
 class BearerTokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """Refuses every RPC but health checks unless it carries ``authorization: Bearer <token>``.
-
-    With named tokens any of them will do; ``Decide`` then asks which one it was.
-    """
+    """Refuses every RPC but health checks unless it carries ``authorization: Bearer <token>``."""
 
     def __init__(self, tokens: str | Tokens) -> None:
         self._tokens = Tokens.single(tokens) if isinstance(tokens, str) else tokens
@@ -177,11 +166,7 @@ class ServerSettings:
         return self.tls_cert, self.tls_key
 
     def check(self) -> tuple[str, int]:
-        """Validate the combination; returns the parsed listen address.
-
-        The one validation of a configuration: the command line runs it before it loads the
-        tools or opens the store, and :meth:`EffectorServer.start` before it binds.
-        """
+        """Validate the combination (the one validation); returns the parsed listen address."""
         host, port = parse_host_port(self.listen)
         self._check_open_bind(host, "listen")
         if self.console_listen is not None:
@@ -325,10 +310,7 @@ class EffectorServer:
         return self._service
 
     async def start(self) -> None:
-        """Bind, start serving and start the worker; raises ``ConfigurationError`` on bad setup.
-
-        If any part fails to start, what did start is stopped again before the error is raised.
-        """
+        """Bind, serve and start the worker; on failure, stop what started and raise."""
         settings = self._settings
         host, port = settings.check()
         self._console = self._bind_endpoint("--console-listen", settings.console_listen)
@@ -427,11 +409,7 @@ class EffectorServer:
                 )
 
     async def stop(self, rpc_grace_s: float = 1.0) -> None:
-        """Drain: stop the MCP endpoint, console and RPCs, let executions finish, stop metrics.
-
-        Executions get the tool timeout plus a second to finish; the store stays open, and
-        closing it is the caller's (it opened it).
-        """
+        """Drain: stop the endpoints and RPCs, let executions finish; the store stays open."""
         if self._server is None:
             return
         await self._stop_parts(rpc_grace_s)

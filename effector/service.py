@@ -1,11 +1,8 @@
 """The effector's service operations: what gRPC, the console and the MCP endpoint all run.
 
-:class:`EffectorService` is the ``beam_agents.v1.Effector`` servicer. It checks every request
-against the limits below and answers with a status code, never a crash; Submit acknowledges
-each intent in request order. Its :meth:`~EffectorService.decide` and
-:meth:`~EffectorService.publish` are the one path a decision or an external event takes, from
-any of the three doors. Here too: who holds a token (:class:`Tokens`, named approvers limited
-to channels), the checks a decision passes before the store records it, and ``HOST:PORT``.
+:class:`EffectorService` is the ``beam_agents.v1.Effector`` servicer; it checks every request
+against the limits below and answers with a status code, never a crash. Its ``decide`` and
+``publish`` are the one path a decision or an external event takes, from any of the three doors.
 """
 
 from __future__ import annotations
@@ -111,10 +108,7 @@ def format_host_port(host: str, port: int) -> str:
 
 
 def is_loopback_host(host: str) -> bool:
-    """True for ``localhost`` and loopback IP literals (IPv6 bare or in brackets).
-
-    Any other name counts as non-loopback, whatever it resolves to.
-    """
+    """True for ``localhost`` and loopback IP literals; any other name, whatever it resolves to."""
     if host.lower() == "localhost":
         return True
     if host.startswith("[") and host.endswith("]"):
@@ -204,10 +198,8 @@ class Tokens:
 def parse_tokens(text: str, source: str) -> Tokens:
     """The tokens in a token file's ``text``; ``source`` names the file in errors.
 
-    The file holds one bare token on its one line (colons and all: a decision records the
-    approver the client names), or two or more ``name:token`` lines, one per approver,
-    optionally ``name:token:channel1,channel2`` to limit the approvals that approver may decide
-    (``-`` names the empty channel). Blank lines and lines starting with ``#`` are skipped.
+    One bare token on its one line, or ``name:token`` lines, one per approver, each optionally
+    ``name:token:channel1,channel2`` (``-`` names the empty channel). ``#`` starts a comment.
     """
     lines = [
         (number, line.strip())
@@ -267,11 +259,7 @@ def identity_problem(intent: ToolIntent) -> str | None:
 
 
 def external_event_problem(envelope: AgentEnvelope) -> str | None:
-    """Why ``envelope`` may not be published by a caller, or ``None`` if it may.
-
-    Only the effector publishes tool results and approvals; a caller publishes external events,
-    each addressed to a key.
-    """
+    """Why ``envelope`` may not be published by a caller (only external events), or ``None``."""
     if not envelope.entity_key:
         return "has an empty entity_key"
     if envelope.WhichOneof("payload") != "external_event":
@@ -323,10 +311,9 @@ def list_records_problem(request: ListRecordsRequest) -> str | None:
 def records_page(
     records: Sequence[ActivationRecord], max_runs: int, max_bytes: int
 ) -> tuple[list[ActivationRecord], int]:
-    """The page to answer with, of ``records`` (a key's newest runs, at most ``max_runs``).
+    """The page of ``records`` within ``max_bytes`` (its newest run always), next ``before_seq``.
 
-    While the page is over ``max_bytes`` its oldest run is left for the next page (the newest
-    run always stays). Returns the page and the next page's ``before_seq`` (0: no more).
+    ``before_seq`` 0 means no more pages.
     """
     sizes: dict[int, int] = {}
     for record in records:
@@ -392,10 +379,7 @@ def screen_decision(
 ) -> tuple[Decision | None, str]:
     """A not-applied ``Decision`` refusing the decision, or ``None`` and the canonical edit.
 
-    Refused: an approver whose token is limited to other channels; an edit on a denial, on an
-    approval that gates no tool (``ToolIntent.gated_tool``) or one this effector lacks, or
-    whose arguments the tool does not accept. Unknown and decided intents pass through, for
-    the store to answer.
+    Unknown and decided intents pass through, for the store to answer.
     """
     intent = None if record is None else record.intent
     state = IntentState.INTENT_STATE_UNSPECIFIED if record is None else record.state
@@ -497,12 +481,9 @@ def _tolerant(deserialize: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
 
 
 def add_effector_service(servicer: pb.EffectorServicer, server: grpc.aio.Server) -> None:
-    """Register the Effector RPCs on ``server`` with parsers that tolerate undecodable bytes.
+    """Register the Effector RPCs on ``server``; undecodable bytes answer INVALID_ARGUMENT.
 
-    Left to the generated registration, gRPC reports a request that fails to parse as
-    UNKNOWN, with the parser's exception in the details; here such a request reaches its RPC
-    as an :class:`_UndecodableRequest`, which answers INVALID_ARGUMENT. Wrapping the parsers
-    once, at registration, costs nothing per call (a server interceptor would run per call).
+    The generated registration would answer UNKNOWN, with the parser's exception in the details.
     """
     handlers = {
         method.name: grpc.unary_unary_rpc_method_handler(
@@ -727,10 +708,8 @@ class EffectorService(pb.EffectorServicer):
     ) -> Decision:
         """Screen a decision and record it: the one path of ``Decide``, the console and MCP.
 
-        ``identity``: the token the decision came with; a named one is the approver recorded
-        (whatever ``approver`` says) and may be limited to channels. An edit must be a JSON
-        object the gated tool accepts (:func:`screen_decision`). Raises ``ValueError`` (with a
-        message safe to show) for text over the limit or a malformed id or digest.
+        A named ``identity`` (the caller's token) is the approver recorded. Raises ``ValueError``
+        (with a message safe to show) for an invalid request.
         """
         _check_intent_id(intent_id)
         approver = recorded_approver(identity, approver)
@@ -776,10 +755,7 @@ class EffectorService(pb.EffectorServicer):
         return pb.PublishResponse(offsets=await self.publish(request.envelopes))
 
     async def publish(self, envelopes_in: Sequence[pb.AgentEnvelope]) -> list[int]:
-        """Validate and append external events: what ``Publish`` and the console both run.
-
-        Raises ``ValueError`` (with a message safe to show) for an invalid request.
-        """
+        """Validate and append external events; ``ValueError`` (safe to show) if invalid."""
         _check_batch_size(len(envelopes_in), MAX_PUBLISH_BATCH, "Publish", "envelopes")
         now = self.clock()
         envelopes: list[pb.AgentEnvelope] = []
@@ -879,11 +855,7 @@ class EffectorService(pb.EffectorServicer):
         problem: Callable[[_Message], str | None],
         record: Callable[[Sequence[_Message], int], Awaitable[Recorded]],
     ) -> _Stored:
-        """Store a telemetry batch's valid items and count the outcome; refuse invalid ones.
-
-        An invalid item is left out (counted, the first one's problem reported, one WARNING
-        per call), so one bad item never costs the rest of its batch.
-        """
+        """Store a telemetry batch's valid items and count the outcome; leave invalid ones out."""
         _check_batch_size(len(batch), MAX_TELEMETRY_BATCH, rpc, items)
         kind = items[:-1]
         valid: list[_Message] = []

@@ -1,13 +1,8 @@
 """The worker: claims runnable intents, executes each once, records and publishes its result.
 
-Per intent: refuse-expired and claim with a lease, then settle a compensation
-(:meth:`~effector.store.sql.SqlStore.settle_compensation`) or ask a possibly started intent's
-reconciler (:func:`ask_reconciler`), then execute it with :class:`EffectorToolRunner`, then
-record the result and append its envelope (one transaction, group-committed), releasing the key
-and claiming work for the slots the results free. Keys run concurrently up to ``concurrency``;
-leases are renewed while tools run, undecided approvals expired and old rows pruned on the
-worker's own schedule, and a failing store is retried with growing waits (:class:`StoreOutage`).
-See ``docs/effector.md``.
+Per intent: claim with a lease, settle a compensation or ask a possibly started intent's
+reconciler, execute it with :class:`EffectorToolRunner`, then record the result with its envelope
+and claim work for the slots the results free. A failing store is retried with growing waits.
 """
 
 from __future__ import annotations
@@ -79,24 +74,10 @@ def parse_arguments(args_json: str) -> Any:
     return json.loads(args_json)
 
 
-def ttl_problem(intent: ToolIntent) -> str | None:
-    """Why an intent's expiry fields are inconsistent, or ``None`` if they are usable."""
-    if intent.expires_at_ms != 0 and intent.expires_at_ms < intent.created_at_ms:
-        return (
-            f"expires_at_ms ({intent.expires_at_ms}) precedes created_at_ms "
-            f"({intent.created_at_ms})"
-        )
-    return None
-
-
 def prepare_call(
     registry: ToolRegistry, intent: ToolIntent
 ) -> tuple[Tool[..., Any], dict[str, Any]]:
-    """Resolve a TOOL intent to its tool and validated keyword arguments.
-
-    Raises :class:`IntentRejectedError` with the reason if the tool is unknown or read-only,
-    ``args_json`` is not a JSON object, or the arguments fail the tool's argument model.
-    """
+    """Resolve a TOOL intent to its tool and validated keyword arguments, or raise why not."""
     try:
         tool = registry.get(intent.tool_name)
     except ToolNotFoundError:
@@ -122,8 +103,12 @@ def prepare_call(
         ) from None
 
 
-def rejection_reason(registry: ToolRegistry, intent: ToolIntent) -> str | None:
-    """Why a well-identified intent must be recorded as REJECTED, or ``None`` if it is valid."""
+def intake_rejection(registry: ToolRegistry, intent: ToolIntent) -> str | None:
+    """Why a well-identified intent must be recorded as REJECTED, or ``None`` if it is valid.
+
+    Only a TOOL intent may carry compensation fields; an effect whose undo could not run is
+    refused before it runs.
+    """
     if intent.kind == ToolIntent.APPROVAL:
         try:
             parse_arguments(intent.args_json)
@@ -136,20 +121,9 @@ def rejection_reason(registry: ToolRegistry, intent: ToolIntent) -> str | None:
             return str(exc)
     else:
         return f"unknown intent kind {int(intent.kind)}"
-    return ttl_problem(intent)
-
-
-def intake_rejection(registry: ToolRegistry, intent: ToolIntent) -> str | None:
-    """Why a well-identified intent must be recorded as REJECTED, or ``None`` if it is valid.
-
-    :func:`rejection_reason`, plus the compensation fields: only a TOOL
-    intent may carry them; a link names a side-effecting tool of this registry with valid
-    arguments (an effect is refused before it runs if its undo could not); a compensating
-    intent names a canonical UUID other than its own, and is not itself linked.
-    """
-    reason = rejection_reason(registry, intent)
-    if reason is not None:
-        return reason
+    expires_at_ms, created_at_ms = intent.expires_at_ms, intent.created_at_ms
+    if expires_at_ms != 0 and expires_at_ms < created_at_ms:
+        return f"expires_at_ms ({expires_at_ms}) precedes created_at_ms ({created_at_ms})"
     linked = bool(intent.compensate_tool or intent.compensate_args_json)
     compensates = intent.compensates_intent_id
     if not (linked or compensates):
@@ -204,10 +178,8 @@ class EffectorToolRunner:
     ) -> Any:
         """Validate ``arguments`` and run the side-effecting ``tool``; return its result.
 
-        Raises ``ToolRefusedError`` for a read-only tool (never invoked) or when the tool
-        declares ``intent`` but no ``intent_info`` is given, ``ToolArgumentError`` for invalid
-        arguments (never invoked), ``ToolTimeoutError`` past the timeout, and whatever the tool
-        itself raises.
+        Raises ``ToolRefusedError`` for a read-only tool or one that needs ``intent_info``,
+        ``ToolArgumentError``, ``ToolTimeoutError``, or whatever the tool raises.
         """
         if not isinstance(tool, Tool):
             raise TypeError(f"EffectorToolRunner.run takes a Tool, got {type(tool).__name__}")
@@ -267,12 +239,7 @@ class EffectorToolRunner:
     async def reconcile(
         self, tool: Tool[..., Any], kwargs: dict[str, Any], intent_info: IntentInfo
     ) -> Reconciled | None:
-        """Ask ``tool``'s reconciler whether the intent's effect happened, under the timeout.
-
-        ``kwargs`` are the validated arguments. Raises ``ValueError`` if the tool has no
-        reconciler, ``ToolTimeoutError`` past the timeout, ``TypeError`` if the reconciler
-        answers something other than ``Reconciled`` or ``None``, and whatever it raises.
-        """
+        """Ask ``tool``'s reconciler whether the intent's effect happened, under the timeout."""
         reconciler = tool.reconcile_with
         if reconciler is None:
             raise ValueError(f"tool {tool.name!r} has no reconciler")
@@ -327,11 +294,7 @@ def _describe(exc: BaseException) -> str:
 
 
 class _Inbox:
-    """What pool threads finished for one event loop, handed over with one wake-up per batch.
-
-    Waking a loop from another thread costs a write to its self-pipe and a turn of the loop;
-    calls finishing while a hand-over is already scheduled join it instead of waking again.
-    """
+    """What pool threads finished for one event loop, handed over with one wake-up per batch."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = weakref.ref(loop)  # weak: the pool's table of inboxes is keyed by it
@@ -364,10 +327,8 @@ class _Inbox:
 class _ToolThreads:
     """Daemon threads that run sync tools: an idle one is reused, otherwise another starts.
 
-    Threads are daemons so that a tool abandoned after its timeout never holds up shutdown,
-    and the pool grows past any fixed size rather than let abandoned tools starve new calls.
-    A thread idle for ``_IDLE_EXIT_S`` exits. Results reach their loop through its
-    :class:`_Inbox`.
+    Daemons, so an abandoned tool never holds up shutdown; unbounded, so abandoned tools never
+    starve new calls.
     """
 
     _IDLE_EXIT_S = 60.0
@@ -426,11 +387,6 @@ class _ToolThreads:
 
 # -- reconcile before re-executing --------------------------------------------------------------
 
-RETRY_FIRST_MS = 1_000
-"""How long an intent stays IN_DOUBT after its reconciler's first failure."""
-RETRY_LONGEST_MS = 300_000
-"""The backoff doubles after each failure in a row, up to this (five minutes)."""
-
 
 @dataclass(frozen=True, slots=True)
 class Found:
@@ -441,11 +397,7 @@ class Found:
 
 @dataclass(frozen=True, slots=True)
 class NotFound:
-    """The reconciler says the effect did not happen: execute, unless past the deadline.
-
-    ``expired`` is then the EXPIRED result to record instead (an IN_DOUBT intent is claimed
-    again whatever its deadline, so only here can a claim be past it).
-    """
+    """The reconciler says the effect did not happen: execute, or record ``expired`` if set."""
 
     expired: ToolResult | None = None
 
@@ -463,8 +415,7 @@ Settlement = Found | NotFound | InDoubt
 
 def retry_delay_ms(failures: int) -> int:
     """The IN_DOUBT backoff after ``failures`` failures in a row: 1 s, doubling, at most 5 min."""
-    doublings = min(max(failures - 1, 0), 20)
-    return min(RETRY_FIRST_MS << doublings, RETRY_LONGEST_MS)
+    return round(retry_delay_s(failures, initial_s=1.0, cap_s=300.0) * 1000)
 
 
 async def ask_reconciler(
@@ -475,11 +426,8 @@ async def ask_reconciler(
 ) -> Settlement | None:
     """Ask the reconciler of a possibly started claim's tool what became of its effect.
 
-    ``None`` when there is nothing to ask: a first attempt, a tool without a reconciler, or an
-    intent that cannot run (its execution rejects it as usual); but an intent past its deadline
-    (one claimed again from IN_DOUBT) is never executed: ``NotFound`` with its EXPIRED result.
-    The intent id, key and attempt reach the reconciler as ``IntentInfo``, the validated
-    arguments as ``args``.
+    ``None`` when there is nothing to ask. An intent past its deadline is never executed:
+    ``NotFound`` with its EXPIRED result.
     """
     if not claim.possibly_started:
         return None
@@ -708,9 +656,7 @@ class Worker:
     async def drain(self, grace_s: float) -> None:
         """Stop claiming, let executions finish for up to ``grace_s``, record, release the rest.
 
-        Executions still running after the grace period are cancelled and their claims given
-        back, so their intents run again (as a new attempt) when an effector next starts; so
-        do executions whose results the store cannot take within another ``grace_s``.
+        Claims given back run again, as a new attempt, when an effector next starts.
         """
         self._stopping = True
         self._stopped.set()
@@ -730,18 +676,18 @@ class Worker:
             _log.warning("the store did not take the last results; those intents will run again")
             await self._give_back_abandoned(grace_s)
         unstarted, self._unstarted = self._unstarted, []
-        if unstarted:
-            try:
-                await self._store.release(unstarted, started=False)
-            except StoreError as exc:
-                _log.warning("releasing unstarted claims failed; their leases will expire: %s", exc)
+        await self._release(unstarted, "unstarted claims", started=False)
         if self._claims:
-            abandoned = list(self._claims.values())
-            _log.warning("releasing %d claim(s) still running at shutdown", len(abandoned))
+            _log.warning("releasing %d claim(s) still running at shutdown", len(self._claims))
+            await self._release(list(self._claims.values()), "claims")
+
+    async def _release(self, claims: Sequence[Claim], what: str, *, started: bool = True) -> None:
+        """Give ``claims`` back; if the store fails, log it and leave their leases to expire."""
+        if claims:
             try:
-                await self._store.release(abandoned)
+                await self._store.release(claims, started=started)
             except StoreError as exc:
-                _log.warning("releasing claims failed; their leases will expire: %s", exc)
+                _log.warning("releasing %s failed; the leases will expire: %s", what, exc)
 
     def _free_slots(self) -> int:
         """Slots neither executing nor reserved by a claim in progress (0 once draining)."""
@@ -809,20 +755,13 @@ class Worker:
                 "executing intent %s failed; releasing its claim", claim.intent.intent_id
             )
             self._claims.pop(claim.token, None)
-            try:
-                await self._store.release([claim])
-            except StoreError as exc:
-                _log.warning("releasing the claim failed; its lease will expire: %s", exc)
+            await self._release([claim], "the claim")
         finally:
             metrics.in_flight.dec()
         self.wake()
 
     async def _run_claim(self, claim: Claim) -> bool:
-        """Settle, reconcile or execute ``claim``; ``True`` once its result was recorded.
-
-        ``False``: it ended without a result of the worker's to record (a settled compensation,
-        an intent left IN_DOUBT), so the claim loop must look for work in its place.
-        """
+        """Settle, reconcile or execute ``claim``; ``True`` once its result was recorded."""
         metrics = self._metrics
         if claim.intent.compensates_intent_id and await self._settled_compensation(claim):
             return False
@@ -854,11 +793,7 @@ class Worker:
         return True
 
     async def _settled_compensation(self, claim: Claim) -> bool:
-        """Settle a compensation in the store (through outages); ``False``: execute it.
-
-        The store records its NOT_NEEDED or REJECTED verdict itself; a claim that lost its key
-        is dropped (the key's holder settles it).
-        """
+        """Settle a compensation in the store (through outages); ``False``: execute it."""
         settled = await self._through_outages(
             "settling a compensation",
             lambda: self._store.settle_compensation(claim, self._clock()),
@@ -900,12 +835,7 @@ class Worker:
             return answer
 
     async def _record(self, completions: Sequence[Completion]) -> list[bool]:
-        """Record a group of results, then claim work for the slots they free, at once.
-
-        (:meth:`SqlStore.complete_and_claim`: one transaction on SQLite, two on
-        PostgreSQL.) The claims start only after the results' commit: a key's next intent runs
-        once the result before it is durable and published.
-        """
+        """Record a group of results, then claim work for the slots they free, at once."""
         while True:
             # These results' claims still count in _claims: their slots are the ones freed.
             free = 0 if self._stopping else self._free_slots() + len(completions)
@@ -946,11 +876,7 @@ class Worker:
                 "an abandoned commit did not finish; its claims' leases will expire: %s", exc
             )
             return
-        if batch.claims:
-            try:
-                await self._store.release(list(batch.claims), started=False)
-            except StoreError as exc:
-                _log.warning("releasing abandoned claims failed; their leases will expire: %s", exc)
+        await self._release(batch.claims, "abandoned claims", started=False)
 
     async def _housekeeping_loop(self) -> None:
         settings = self._settings

@@ -1,9 +1,7 @@
-"""The effector's web console: overview, keys and their runs, intents, approvals, errors.
+"""The effector's web console and operator MCP endpoint: the ``[console]`` extra.
 
-``beam-agents-effector serve --console-listen HOST:PORT`` serves it from the effector process
-(:class:`~effector.server.EffectorServer` starts and stops it). Pages are rendered on the
-server from the store; approving, denying and re-driving go through the same service code as
-the gRPC ``Decide`` and ``Publish``, behind the effector's token. ``docs/effector.md`` tells more.
+Only :mod:`effector.cli` imports this package: it binds both for ``serve --console-listen`` and
+``--mcp-listen``. Actions go through the same service code as the gRPC ``Decide`` and ``Publish``.
 """
 
 from effector.console.app import create_app

@@ -1,12 +1,8 @@
 """The console's acting pages: the approvals inbox, errors and their re-drive, login and logout.
 
-Every change is a POST whose form passes :func:`~effector.console.security.checked_form` (the
-guard has already refused cross-site requests and requests without a session). A decision goes
-through :meth:`EffectorService.decide` and a re-drive through :meth:`EffectorService.publish`,
-the code of the ``Decide`` and ``Publish`` RPCs, so the console can do nothing gRPC cannot.
-A re-drive first claims the error in the store, so a double click or a second tab publishes
-nothing twice. Logins, decisions and re-drives are logged with the client's address (and the
-name given), never the token. Failed logins back off per client (``LoginThrottle``).
+Every change is a POST whose form passes :func:`~effector.console.security.checked_form`. It
+goes through :meth:`EffectorService.decide` or :meth:`EffectorService.publish`, so the console
+can do nothing gRPC cannot. Actions are logged with the client's address, never the token.
 """
 
 from __future__ import annotations
@@ -145,11 +141,7 @@ async def confirm_redrive(request: Request) -> Response:
 
 
 async def redrive(request: Request) -> Response:
-    """Claim an error as re-driven, then publish its envelope back, as ``Publish`` does.
-
-    Only the request whose claim succeeds publishes; an error already re-driven is published
-    again only when the form says ``again`` (the confirmation page's "re-drive again").
-    """
+    """Claim an error as re-driven, then publish its envelope back (again only if the form says)."""
     form = await checked_form(request)
     record, envelope, problem = await _error(request)
     if envelope is None or problem is not None:

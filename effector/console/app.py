@@ -1,9 +1,4 @@
-"""The console's Starlette application: its routes, guard, static files and error pages.
-
-:func:`create_app` builds it over one :class:`~effector.service.EffectorService`: pages read
-the service's store, and actions go through the service's own ``decide`` and ``publish``, the
-code behind the ``Decide`` and ``Publish`` RPCs.
-"""
+"""The console's Starlette application: its routes, guard, static files and error pages."""
 
 from __future__ import annotations
 
@@ -58,15 +53,10 @@ def create_app(
     https: bool = False,
     clock: Callable[[], float] = time.time,
 ) -> Starlette:
-    """The console over ``service``; with ``token``, every page needs a login with it.
+    """The console over ``service``; with ``token`` (or any named ``tokens``), pages need a login.
 
-    With named ``tokens`` any of them logs in, and a decision records the name of the token
-    its session logged in with.
-
-    ``loopback_only`` (for a console on a loopback address without a token) refuses requests
-    addressed to any other host name, so a web page cannot reach it by DNS rebinding.
-    ``https`` (the console is served over TLS) marks the session cookie Secure. ``clock``
-    (epoch seconds) dates sessions and failed logins.
+    ``loopback_only`` refuses requests addressed to any other host name (DNS rebinding).
+    ``https`` marks the session cookie Secure.
     """
     sessions = Sessions(token, clock, tokens=tokens)
     routes: list[BaseRoute] = [

@@ -1,14 +1,8 @@
 """The operator MCP endpoint: an assistant lists, approves and denies approvals, reads intents.
 
-``beam-agents-effector serve --mcp-listen HOST:PORT`` serves it at ``/mcp`` (streamable HTTP,
-stateless, JSON responses) from the effector's own event loop, through the console's
-:class:`~effector.console.serve.ConsoleServer`. Its tools: ``list_pending_approvals(limit)``,
-``approve(intent_id, reason)``, ``deny(intent_id, reason)`` and ``intent_status(intent_id)``.
-Lists and reads go to the store; a decision goes through :meth:`EffectorService.decide`, the
-path of ``Decide`` and the console, with the identity configured for the token
-(``--mcp-identity``) as the approver. A call it cannot carry out answers a tool error
-(``isError``) saying why, never a crash. With a token, every HTTP request must carry
-``authorization: Bearer <token>`` or is answered 401. Part of the ``[console]`` extra.
+Served at ``/mcp`` (streamable HTTP, stateless). A decision goes through
+:meth:`EffectorService.decide` with ``--mcp-identity`` as the approver. A call it cannot carry
+out answers a tool error saying why. With a token, a request without it is answered 401.
 """
 
 from __future__ import annotations
@@ -535,11 +529,9 @@ class BearerGuard:
 def create_mcp_app(
     service: EffectorService, *, identity: str, token: str | None, host: str
 ) -> ASGIApp:
-    """The endpoint's ASGI app: streamable HTTP at ``/mcp``, behind the token if there is one.
+    """The endpoint's ASGI app at ``/mcp``, behind the token if there is one.
 
     Its lifespan runs the MCP session manager, so it must be served with the lifespan on.
-    ``host`` is the address it listens on: on loopback the SDK also refuses requests whose
-    ``Host`` or ``Origin`` is not loopback (DNS rebinding).
     """
     app = create_mcp_server(service, identity).streamable_http_app(
         streamable_http_path=MCP_PATH,

@@ -1,9 +1,4 @@
-"""The console's reading pages: overview, keys, one key's runs, intents and one intent.
-
-Each handler asks the store for what its page shows and renders one template; none changes
-anything, so all answer GET. Keys travel in URLs as hex. The key page draws each run's
-waterfall from :meth:`~effector.store.sql.SqlStore.traces_for_key` (see :mod:`runs`).
-"""
+"""The console's reading pages (GET only): overview, keys, one key's runs, intents, one intent."""
 
 from __future__ import annotations
 

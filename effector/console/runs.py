@@ -1,9 +1,7 @@
 """A key's runs as the keys page draws them: one span waterfall per run, plus its memory.
 
-A run is one ``seq`` of a key: its activations (the first and every resume) and what each did,
-in the order of the events' ``sequence``. Bars are placed by the spans' wall-clock start and
-end relative to the run; a run without wall-clock times (an older pipeline) is placed by event
-time, and one where that does not separate the spans either shows them one after another.
+A run is one ``seq`` of a key. Bars are placed by the spans' wall-clock times, else by event
+time, else one after another.
 """
 
 from __future__ import annotations
@@ -78,11 +76,7 @@ def build_runs(events: Iterable[TraceEvent]) -> list[Run]:
 
 
 def memory_slots(events: Sequence[TraceEvent]) -> list[tuple[str, int]] | None:
-    """The memory slots and sizes reported last; ``None`` if no event reports them.
-
-    An activation that used the memory reports its slots on the event that closes it
-    (``ACTIVATION_END`` or ``SUSPENDED``); one that did not leaves them as they were.
-    """
+    """The memory slots and sizes reported last (on an activation's closing event), or ``None``."""
     for event in sorted(events, key=lambda e: (e.seq, e.sequence), reverse=True):
         if MEMORY_SLOTS in event.attributes:
             try:

@@ -1,14 +1,8 @@
 """The console's guard: sessions, the token login, CSRF, same-origin checks and headers.
 
-A session is a cookie ``ISSUED.NONCE.MAC`` whose MAC is an HMAC keyed with a key derived from
-the effector's token and a random salt drawn when the process starts (with no token, a random
-key): it never holds the token, a stolen cookie gives nothing to guess the token against
-offline, and every session ends with the process. Logging out revokes the session on the
-server. The cookie is HttpOnly, SameSite=Strict, and Secure when the console speaks HTTPS.
-Every POST must come from the console's own origin and carry the CSRF token bound to its
-session (an HMAC of the session, compared in constant time). Without a token, a loopback
-console answers only requests addressed to ``localhost`` or a loopback IP address. Failed
-logins back off per client (:class:`LoginThrottle`).
+A session cookie ``ISSUED.NONCE.MAC`` is keyed from the token and a per-process salt: it never
+holds the token and ends with the process. Every POST must come from the console's origin and
+carry the CSRF token bound to its session. Failed logins back off per client.
 """
 
 from __future__ import annotations
@@ -129,11 +123,7 @@ class Sessions:
 
 
 def is_cross_site(request: Request) -> bool:
-    """Whether a request comes from another site, by ``Sec-Fetch-Site`` or ``Origin``.
-
-    ``Origin: null`` passes (a same-origin form under ``Referrer-Policy: no-referrer`` sends
-    it); the CSRF token still has to match.
-    """
+    """Whether a request comes from another site, by ``Sec-Fetch-Site`` or ``Origin``."""
     fetch_site = request.headers.get("sec-fetch-site")
     if fetch_site is not None and fetch_site not in ("same-origin", "none"):
         return True

@@ -1,12 +1,6 @@
-"""Serving the console with uvicorn on the effector's own event loop, over HTTP or HTTPS.
+"""Serving the console and the MCP endpoint with uvicorn on the effector's own event loop.
 
-:class:`ConsoleServer` binds its socket (and, with TLS, loads the certificate) first, so a bad
-address or key fails before anything serves, then runs uvicorn's ``Server`` as a task of the
-running loop, beside the ``grpc.aio`` server. uvicorn installs no signal handlers (the
-effector's command line owns SIGTERM and SIGINT) and configures no logging (its loggers
-propagate to the effector's); access logs are off. A task that dies while serving is logged.
-The operator MCP endpoint (:mod:`effector.console.mcp`) is served the same way, under its own
-name and with its app's lifespan run (uvicorn enters and leaves it in one task of its own).
+uvicorn installs no signal handlers and configures no logging; access logs are off.
 """
 
 from __future__ import annotations
@@ -61,11 +55,7 @@ def _bind(host: str, port: int, what: str = "the console") -> socket.socket:
 
 
 def tls_context(certificate: bytes, key: bytes, what: str = "the console") -> ssl.SSLContext:
-    """A server TLS context for a PEM certificate chain and its private key.
-
-    ``ssl`` loads a chain only from files: they are written to a fresh private directory
-    (mode 0700) and removed once loaded.
-    """
+    """A server TLS context for a PEM chain and key (written to a private temporary directory)."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     with tempfile.TemporaryDirectory(prefix="effector-console-tls-") as directory:
         paths = Path(directory) / "cert.pem", Path(directory) / "key.pem"
@@ -93,11 +83,9 @@ def _crash_logger(what: str) -> Callable[[asyncio.Task[None]], None]:
 
 
 class ConsoleServer:
-    """The console's HTTP(S) server: bound on construction, started and stopped by the effector.
+    """An HTTP(S) server: bound on construction (a bad address or key fails then), started later.
 
-    With ``tls`` (a PEM certificate chain and its key) it serves HTTPS only. ``what`` names the
-    server in errors and logs, and ``path`` ends its URL. With ``lifespan`` uvicorn runs the
-    app's lifespan, which the console does not need.
+    ``what`` names it in errors and logs; ``path`` ends its URL.
     """
 
     def __init__(
@@ -148,10 +136,7 @@ class ConsoleServer:
         self._task.add_done_callback(_crash_logger(self._what))
 
     async def stop(self) -> None:
-        """Stop accepting connections, let open requests finish, and release the socket.
-
-        Never raises for a console that crashed while serving (its done-callback logged why).
-        """
+        """Stop accepting connections, let open requests finish, and release the socket."""
         task, self._task = self._task, None
         try:
             if task is not None:

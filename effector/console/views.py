@@ -1,10 +1,6 @@
 """How the console shows things: keys, times, durations, JSON, bar charts, and the templates.
 
-Each formatting function is pure (the current time is passed in), so a page renders the same
-way in a test as in production. Templates receive the strings and numbers made here and never
-format values on their own; keys travel in URLs as hex and are shown as text when printable.
-Templates are Jinja2 with autoescaping on and strict undefined names; :func:`render` adds the
-session's CSRF token and the effector's clock to every page and renders it off the event loop.
+Formatting is pure (the current time is passed in); templates never format values themselves.
 """
 
 from __future__ import annotations

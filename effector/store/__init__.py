@@ -1,10 +1,6 @@
 """The effector's durable record, chosen by URL: SQLite (one process) or PostgreSQL (replicas).
 
-:func:`open_store` opens a :class:`~effector.store.sqlite.SqliteStore` for ``sqlite:///path``
-(or a plain file path) and a :class:`~effector.store.postgres.PostgresStore` for
-``postgresql://...``; both are :class:`~effector.store.sql.SqlStore`s and pass one conformance
-suite. The intent model and what a store answers are in :mod:`effector.store.intents`, the
-typed errors in :mod:`effector.store.errors`. The store imports nothing else of the effector.
+Both are :class:`~effector.store.sql.SqlStore`s. The store imports nothing else of the effector.
 """
 
 from __future__ import annotations
@@ -27,11 +23,7 @@ _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]+:")
 
 
 def store_url(location: str) -> str:
-    """``location`` as a store URL: a URL stays as it is, a plain file path becomes SQLite's.
-
-    ``/var/lib/effector.db`` becomes ``sqlite:////var/lib/effector.db``; a path that starts
-    like a URL (``name:rest``) needs a ``./``.
-    """
+    """``location`` as a store URL: a URL stays, a file path becomes SQLite's."""
     if _SCHEME.match(location):
         return location
     return "sqlite:///" + urllib.parse.quote(location, safe="/:")

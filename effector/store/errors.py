@@ -1,8 +1,4 @@
-"""The effector's typed errors: configuration, stores and (in the worker) tool execution.
-
-Each is an :class:`EffectorError`; the command line reports the configuration and store ones
-as one line and exit status 2.
-"""
+"""The effector's typed errors: configuration, stores and (in the worker) tool execution."""
 
 from __future__ import annotations
 

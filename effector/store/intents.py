@@ -1,8 +1,6 @@
 """What the effector knows about intents: their rules, and what a store answers about them.
 
-Every layer of the effector speaks these terms: the rules every recorded intent follows
-(canonical ids, expiry, the results and envelopes that publish them), and the records a
-store returns. Pure: it imports nothing of the effector.
+Pure: it imports nothing of the effector.
 """
 
 from __future__ import annotations
@@ -38,10 +36,7 @@ def wall_clock_ms() -> int:
 
 
 def intent_id_problem(intent_id: str) -> str | None:
-    """Why ``intent_id`` is not a canonical lowercase hyphenated UUID, or ``None`` if it is.
-
-    One spelling per id, so one intent can never be recorded under two spellings.
-    """
+    """Why ``intent_id`` is not a canonical lowercase hyphenated UUID, or ``None`` if it is."""
     if _CANONICAL_UUID.fullmatch(intent_id):
         return None  # a tenth of the parse below, for every intent submitted
     try:
@@ -64,11 +59,7 @@ def intent_digest(serialized_intent: bytes) -> bytes:
 
 
 def error_id_for(error: AgentError) -> str:
-    """The id of an ``.errors`` record: 32 hex digits of a SHA-256 of what identifies it.
-
-    That is its ``entity_key``, ``seq``, ``reason``, ``event_time_ms`` and ``envelope``, which
-    a retried bundle or a replayed run reproduces; not its ``detail`` or ``traceback``.
-    """
+    """The id of an ``.errors`` record: a SHA-256 of what a retry or replay reproduces (32 hex)."""
     stable = AgentError(
         entity_key=error.entity_key,
         seq=error.seq,
@@ -80,11 +71,10 @@ def error_id_for(error: AgentError) -> str:
 
 
 def expiry_deadline_ms(intent: ToolIntent, first_received_at_ms: int) -> int:
-    """Return the wall-clock instant after which the intent is expired; 0 means never.
+    """The wall-clock instant after which the intent is expired; 0 means never.
 
-    The TTL window (``expires_at_ms - created_at_ms``, event times minted by the pipeline) is
-    anchored at ``max(created_at_ms, first_received_at_ms)``: replaying an old backlog does
-    not mass-expire it, while an intent that waits here longer than its TTL is refused.
+    The TTL window is anchored at ``max(created_at_ms, first_received_at_ms)``, so replaying an
+    old backlog does not mass-expire it.
     """
     if intent.expires_at_ms == 0:
         return 0
@@ -133,11 +123,7 @@ def expired_result(intent: ToolIntent, *, now_ms: int, attempts: int) -> ToolRes
 
 
 def decision_result(intent: ToolIntent, approval: Approval) -> ToolResult:
-    """Build the OK result stored for a decided approval; its payload records the decision.
-
-    ``args_digest``, ``approvers`` (a quorum's) and ``edited_args`` (as JSON) appear only
-    when set.
-    """
+    """The OK result stored for a decided approval; its payload records the decision."""
     decision: dict[str, object] = {
         "approved": approval.approved,
         "approver": approval.approver,

@@ -1,11 +1,7 @@
 """The PostgreSQL store: one database shared by several effector replicas.
 
-Replicas coordinate only through the database. A claim locks idle key rows with
-``SELECT ... FOR UPDATE SKIP LOCKED``, so two replicas never claim one key at once, and leases
-expire, so a crashed replica's work is claimed again by the others. Offsets are assigned under
-the log head's row lock, so they become visible in commit order and a reader never skips one.
-Readers on one replica learn of envelopes appended by another by polling the head while they
-wait. Transactions that lose a deadlock or serialization race are retried.
+Replicas coordinate only through the database (``SKIP LOCKED`` claims, leases, offsets assigned
+under the log head's row lock). Transactions that lose a deadlock or serialization race retry.
 """
 
 from __future__ import annotations
@@ -44,12 +40,7 @@ _POLL_INTERVAL_S = 0.05
 
 @functools.lru_cache(maxsize=512)
 def _pg_sql(sql: str) -> str:
-    """``?`` placeholders numbered as PostgreSQL's own ``$1, $2, ...``.
-
-    Statements go to the server as written (``RawCursor``): psycopg would otherwise rewrite
-    ``%s`` placeholders on every execution of a statement too long for its cache, which every
-    multi-row batch statement is.
-    """
+    """``?`` placeholders numbered as PostgreSQL's own ``$1, $2, ...`` (sent as written)."""
     parts = sql.split("?")
     return (
         "".join(f"{part}${number}" for number, part in enumerate(parts[:-1], start=1)) + parts[-1]

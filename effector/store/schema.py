@@ -1,10 +1,7 @@
 """The SQL store's tables and the few pieces every transaction shares.
 
-Each store operation is one transaction over :class:`Tx` (SQL with ``?`` placeholders); a
-backend supplies the connection and the few differences of its :class:`Dialect`. Transactions
-take row locks in one order (see ``docs/effector.md``, "Stores") so that concurrent
-PostgreSQL transactions never deadlock. :func:`create_schema` creates the tables of
-:data:`SCHEMA_VERSION` and refuses a store of any other version.
+A backend supplies the connection and its :class:`Dialect`. Transactions take row locks in one
+order (``docs/effector.md``, "Stores"), so concurrent PostgreSQL transactions never deadlock.
 """
 
 from __future__ import annotations
@@ -35,11 +32,7 @@ reads changes, as a condition on the state would at every claim."""
 
 
 def queued(alias: str, *, check_state: bool = True) -> str:
-    """``alias``'s row is in its key's queue, said so the queue index serves the query.
-
-    ``check_state=False`` leaves out the state, which the index's condition implies: a count
-    then reads the index alone, not each row.
-    """
+    """``alias``'s row is in its key's queue, said so the queue index serves the query."""
     condition = _QUEUE_CONDITION.format(row=f"{alias}.")
     return f"{condition} AND {alias}.state IN {QUEUED_STATES}" if check_state else condition
 
@@ -157,10 +150,7 @@ def head_after(offsets: Sequence[int]) -> int:
 def delete_oldest(
     tx: Tx, table: str, key: Sequence[str], time: str, cutoff_ms: int, limit: int, where: str = ""
 ) -> int:
-    """Delete up to ``limit`` rows of ``table`` (``where``) whose ``time`` is before ``cutoff_ms``.
-
-    Oldest first, each row named by its ``key`` columns; returns how many were deleted.
-    """
+    """Delete up to ``limit`` rows of ``table`` (``where``), oldest before ``cutoff_ms``; count."""
     columns = ", ".join(key)
     named = f"({columns})" if len(key) > 1 else columns
     condition = f"{where} AND " if where else ""

@@ -1,10 +1,7 @@
 """``SqlStore``: the durable record both SQL backends share, one method per store verb.
 
-Each public verb runs one transaction (its SQL is the private ``_verb`` method beside it) on
-the backend's executor threads, so the event loop never waits on a database. Concurrent
-submits are group-committed, and local readers waiting for the log are woken after each
-commit that appended envelopes; a backend shared by several processes also polls. Time is
-always passed in (``now_ms``), so the store never reads a clock.
+Each verb runs one transaction on the backend's executor threads (its SQL is the ``_verb``
+method beside it). Time is always passed in (``now_ms``): the store never reads a clock.
 """
 
 from __future__ import annotations
@@ -182,11 +179,8 @@ def verdict(
 ) -> ToolResult | None:
     """What a claimed compensating intent records instead of executing; ``None``: execute it.
 
-    ``original`` is the record of the intent it compensates (``None``: never submitted, or
-    pruned); ``compensated_by`` the compensation recorded as settling it, if any. An unknown
-    original makes it REJECTED (a pruned one may have run), an original that never ran
-    NOT_NEEDED, and an original that ran is undone once: a compensation other than
-    ``compensated_by`` is REJECTED without executing. See "Compensation" in ``docs/effector.md``.
+    An unknown ``original`` makes it REJECTED, one that never ran NOT_NEEDED, and one that ran
+    is undone once: a compensation other than ``compensated_by`` is REJECTED.
     """
     target = compensation.compensates_intent_id
     if original is None:
@@ -263,10 +257,8 @@ _Answer = TypeVar("_Answer")
 class GroupCommit(Generic[_Request, _Answer]):
     """Commits concurrent requests in batches through ``commit``, which answers each, in order.
 
-    A durable commit costs an fsync however little it writes: while one batch commits, the
-    next requests gather and go into the following commit. An idle store commits a lone
-    request at once; a busy one commits ever larger batches. If a batch of several requests
-    fails, each is committed again on its own, so one bad request fails alone.
+    While one batch commits, the next requests gather for the following commit. If a batch
+    fails, each of its requests is committed again on its own, so one bad request fails alone.
     """
 
     def __init__(
@@ -288,10 +280,7 @@ class GroupCommit(Generic[_Request, _Answer]):
         return await asyncio.shield(answer)
 
     async def drain(self) -> None:
-        """Wait until everything queued is committed (or has failed).
-
-        Cancelling the wait abandons the commit in progress and everything queued.
-        """
+        """Wait until everything queued is committed (or has failed)."""
         while self._flusher is not None:
             await self._flusher
 
@@ -405,21 +394,16 @@ class SqlStore(abc.ABC):
     ) -> list[SubmitResult]:
         """Record new intents (deduplicated by id) and answer for each, in request order.
 
-        The first request for an id records it (PENDING, AWAITING_DECISION for an approval,
-        or DONE with a REJECTED result); a later one is a DUPLICATE (same digest) or a
-        CONFLICT. With ``redeliver_results``, every DUPLICATE already DONE appends the
-        envelope that published its result again, byte for byte. Envelopes a submit appends
-        are appended in request order; concurrent submits share one transaction.
+        A later request for a recorded id is a DUPLICATE (same digest) or a CONFLICT. With
+        ``redeliver_results``, every DUPLICATE already DONE appends its result's envelope again,
+        byte for byte. Concurrent submits share one transaction.
         """
         return await self._submissions(_Submission(intents, now_ms, redeliver_results))
 
     async def _record_submissions(
         self, submissions: Sequence[_Submission]
     ) -> list[list[SubmitResult]]:
-        """Record a group of submits as one, in arrival order, and split the answers back.
-
-        The group is stamped with its latest ``now_ms``, still before any commits.
-        """
+        """Record a group of submits as one, at its latest ``now_ms``, and split the answers."""
         intents = [new for submission in submissions for new in submission.intents]
         redeliver = [
             submission.redeliver_results for submission in submissions for _ in submission.intents
@@ -436,11 +420,7 @@ class SqlStore(abc.ABC):
     def _submit(
         self, tx: sql.Tx, intents: Sequence[NewIntent], now_ms: int, redeliver: Sequence[bool]
     ) -> tuple[list[SubmitResult], int]:
-        """Record ``intents``; returns the answers and the log head after what it appended.
-
-        Key rows of linked intents are locked first (:meth:`_refused_originals`), then new
-        intent rows are written in id order, then key rows in key order (the lock order).
-        """
+        """Record ``intents``; returns the answers and the log head after what it appended."""
         refused = self._refused_originals(tx, intents, now_ms)
         if refused:
             intents = [
@@ -526,9 +506,7 @@ class SqlStore(abc.ABC):
     ) -> dict[str, str]:
         """Intents of a Submit compensated before they arrived, each with why it is refused.
 
-        Only an intent that declares an undo can have one, so a Submit of plain intents costs
-        nothing here. Locks their key rows first (in key order, creating missing ones with no
-        work): the lock a settling compensation takes on the same key, so on PostgreSQL either
+        Locks their key rows first (in key order), as a settling compensation does, so either
         the settle sees the original or this sees its row.
         """
         linked = [new for new in intents if new.intent.compensate_tool and new.rejection is None]
@@ -570,8 +548,8 @@ class SqlStore(abc.ABC):
     ) -> tuple[ClaimBatch, int]:
         """Claim the heads of idle keys (``SKIP LOCKED``); returns the batch and the log head.
 
-        A head that was started or is IN_DOUBT is claimed whatever its deadline: its effect may
-        have happened, so only its reconciler may settle it.
+        A head that was started or is IN_DOUBT is claimed whatever its deadline (its reconciler
+        settles it).
         """
         keys = [
             bytes(row[0])
@@ -627,11 +605,7 @@ class SqlStore(abc.ABC):
         return ClaimBatch(claims, refused), sql.head_after(offsets)
 
     def _queue_heads(self, tx: sql.Tx, keys: Sequence[bytes]) -> list[Any]:
-        """The head of each key's queue (its first PENDING or RUNNING intent), in id order.
-
-        Each head is one ordered probe of the queue index, never a scan of every queued row;
-        each backend is given the join its planner turns into one probe per key.
-        """
+        """The head of each key's queue (its first PENDING or RUNNING intent), in id order."""
 
         def probe(columns: Sequence[str]) -> str:
             return f"""SELECT {", ".join(f"queued.{column}" for column in columns)}
@@ -733,8 +707,7 @@ class SqlStore(abc.ABC):
     ) -> tuple[list[bool], ClaimBatch]:
         """:meth:`complete`, then :meth:`claim` as ``request`` says (nothing if its limit is 0).
 
-        The released keys are claimable again at once, behind every key that waited longer;
-        the claims start only after the results are durable. A claim that fails is logged and
+        The claims start only after the results are durable. A claim that fails is logged and
         claims nothing: the results are recorded all the same.
         """
         if self._claim_with_results:
@@ -757,10 +730,7 @@ class SqlStore(abc.ABC):
     def _record_and_claim(
         self, tx: sql.Tx, completions: Sequence[Completion], now_ms: int, request: ClaimRequest
     ) -> tuple[list[bool], ClaimBatch, int]:
-        """:meth:`_record_completions`, then :meth:`_claim_work`, in one transaction.
-
-        A claim that fails is undone alone (a savepoint): the results still commit.
-        """
+        """:meth:`_record_completions`, then :meth:`_claim_work` in a savepoint: one transaction."""
         recorded, head = self._record_completions(tx, completions, now_ms)
         if request.limit <= 0:
             return recorded, ClaimBatch([]), head
@@ -805,8 +775,7 @@ class SqlStore(abc.ABC):
     async def release(self, claims: Sequence[Claim], *, started: bool = True) -> None:
         """Give claims back unfinished: their keys are free and their intents PENDING again.
 
-        ``started=False`` says they never ran: their attempt is not counted (a later claim
-        then does not take them for possibly started and ask their reconcilers).
+        ``started=False`` says they never ran: their attempt is not counted.
         """
         uncount = "" if started else ", attempts = attempts - 1"
 
@@ -828,9 +797,8 @@ class SqlStore(abc.ABC):
     async def mark_in_doubt(self, claim: Claim, reason: str, now_ms: int, retry_at_ms: int) -> bool:
         """Leave a claimed intent IN_DOUBT (its reconciler failed) until ``retry_at_ms``.
 
-        The key keeps the claim's token, with a lease that runs out at ``retry_at_ms``, so
-        nothing after the intent runs and a claim takes it again then. ``False`` (nothing
-        changed) if the claim lost its key or the intent is not RUNNING.
+        The key stays held until then. ``False`` if the claim lost its key or the intent is not
+        RUNNING.
         """
 
         def in_doubt(tx: sql.Tx) -> bool:
@@ -893,11 +861,10 @@ class SqlStore(abc.ABC):
     ) -> Decision:
         """Record a decision (or a quorum's vote) on an approval; publish it once decided.
 
-        A non-empty ``args_digest`` that is not the intent's refuses it (stale). An approval
-        needing several approvers (``ToolIntent.required_approvals``) records one vote per
-        distinct approver and is decided when enough approve the same arguments, or at the
-        first deny. ``edited_args_json`` (canonical, already validated) is approved in place
-        of the asked arguments.
+        A non-empty ``args_digest`` that is not the intent's refuses it (stale). A quorum
+        (``ToolIntent.required_approvals``) is decided when enough distinct approvers approve
+        the same arguments, or at the first deny. ``edited_args_json`` (canonical, already
+        validated) is approved in place of the asked arguments.
         """
         ballot = Approval(
             intent_id=intent_id,
@@ -913,10 +880,7 @@ class SqlStore(abc.ABC):
         return decision
 
     def _vote(self, tx: sql.Tx, intent_id: str, ballot: Approval) -> tuple[Decision, int]:
-        """Record ``ballot``; apply the decision if it completes the quorum or denies.
-
-        A vote that does not decide yet answers AWAITING_DECISION with the votes counted.
-        """
+        """Record ``ballot``; apply the decision if it completes the quorum or denies."""
         row = tx.execute(
             "SELECT intent, state, deadline_ms FROM effector_intents WHERE intent_id = ?"
             + self._dialect.for_update,
@@ -1027,10 +991,7 @@ class SqlStore(abc.ABC):
     async def settle_compensation(self, claim: Claim, now_ms: int) -> CompensationSettlement:
         """Decide a claimed compensating intent (:func:`verdict`), atomically, its key locked.
 
-        Refuses its original if that arrived after it was claimed; executes it if the original
-        ran and no other compensation settled it (noting it as the one that did); otherwise
-        records and publishes its NOT_NEEDED or REJECTED result, noting an unknown original in
-        ``effector_compensations`` so that it is refused at Submit if it arrives.
+        An unknown original is noted so that it is refused at Submit if it arrives.
         """
         settled, head = await self._run(lambda tx: self._settle(tx, claim, now_ms))
         self._announce(head)
@@ -1152,11 +1113,7 @@ class SqlStore(abc.ABC):
         return await self._run(listed, write=False)
 
     async def list_failed(self, limit: int) -> list[tuple[ToolIntent, ToolResult]]:
-        """At most ``limit`` DONE intents whose result is not OK, each with it, oldest first.
-
-        A result's status is inside its bytes, so DONE intents are read a batch at a time, in
-        the order of the ``(state, received_at_ms, intent_id)`` index, until enough are found.
-        """
+        """At most ``limit`` DONE intents whose result is not OK, each with it, oldest first."""
 
         def failed(tx: sql.Tx) -> list[tuple[ToolIntent, ToolResult]]:
             found: list[tuple[ToolIntent, ToolResult]] = []
@@ -1226,18 +1183,14 @@ class SqlStore(abc.ABC):
     async def counts(self, *, done: bool = True) -> StoreCounts:
         """How many intents are in each state, and the head offset.
 
-        ``done=False`` does not count DONE intents (``done`` reads 0), so its cost follows the
-        intents in flight, not the retained ones: for callers that poll.
+        ``done=False`` leaves DONE intents uncounted (``done`` reads 0): cheap enough to poll.
         """
         counts = await self._run(lambda tx: _counts(tx, done=done), write=False)
         self._announce(counts.head_offset)
         return counts
 
     async def prune(self, now_ms: int, retention_ms: int) -> int:
-        """Forget DONE intents and envelopes older than the retention; returns rows removed.
-
-        Idle keys, votes and compensation rows go with them, a bounded batch each.
-        """
+        """Forget DONE intents, envelopes and idle keys older than the retention; rows removed."""
         return await self._run(lambda tx: _prune(tx, now_ms - retention_ms))
 
     # -- telemetry and the console ------------------------------------------------------------
@@ -1297,10 +1250,7 @@ class SqlStore(abc.ABC):
     async def records_for_key(
         self, entity_key: bytes, max_runs: int, *, before_seq: int | None = None
     ) -> list[ActivationRecord]:
-        """The records of the key's newest ``max_runs`` runs (below ``before_seq``), in order.
-
-        Runs are distinct seqs; records are ordered by seq, then ``trace_sequence``.
-        """
+        """The records of the key's newest ``max_runs`` runs (below ``before_seq``), in order."""
         bound, params = ("", ()) if before_seq is None else (" AND seq < ?", (before_seq,))
 
         def newest(tx: sql.Tx) -> list[ActivationRecord]:
@@ -1341,11 +1291,10 @@ class SqlStore(abc.ABC):
         return [] if max_runs <= 0 else await self._run(newest, write=False)
 
     async def list_keys(self, search: bytes, limit: int) -> list[KeySummary]:
-        """Keys containing ``search`` (all keys if empty), most recently seen first.
+        """Keys containing ``search`` (all if empty), most recently seen first.
 
         A search looks through the :data:`KEY_SEARCH_SCAN` most recently seen keys, plus the
-        key equal to ``search``; keys with no stored runs, not seen within the telemetry
-        retention, are forgotten.
+        key equal to ``search``.
         """
         return await self._run(lambda tx: self._list_keys(tx, search, limit), write=False)
 
@@ -1400,8 +1349,7 @@ class SqlStore(abc.ABC):
     async def mark_redriven(self, error_id: str, now_ms: int, *, again: bool = False) -> bool:
         """Claim an error for a re-drive of its envelope, noting ``now_ms``; whether it did.
 
-        ``False`` if the error is unknown or, unless ``again``, was re-driven already: of two
-        concurrent claims one succeeds, so its envelope is published once.
+        ``False`` if the error is unknown or, unless ``again``, was re-driven already.
         """
         once = "" if again else " AND redriven_at_ms IS NULL"
         return await self._run(
@@ -1418,10 +1366,7 @@ class SqlStore(abc.ABC):
         return await self._run(lambda tx: _overview(tx, now_ms, window_ms), write=False)
 
     async def prune_telemetry(self, now_ms: int, retention_ms: int) -> int:
-        """Forget traces, errors and activation records stored before ``now_ms - retention_ms``.
-
-        One bounded transaction per batch; returns how many rows were removed.
-        """
+        """Forget telemetry stored before ``now_ms - retention_ms``; returns rows removed."""
         cutoff, removed = now_ms - retention_ms, 0
         while True:
             batch = await self._run(lambda tx: self._prune_telemetry(tx, cutoff))
@@ -1430,11 +1375,7 @@ class SqlStore(abc.ABC):
                 return removed
 
     def _prune_telemetry(self, tx: sql.Tx, cutoff_ms: int) -> int:
-        """Forget up to a batch of traces, errors, records and idle keys from before the cutoff.
-
-        A key loses each run left without events; a key with no runs, not seen since the
-        cutoff, is forgotten (its intents stay searchable).
-        """
+        """Forget up to a batch of traces, errors, records and idle keys from before the cutoff."""
         idle = tx.execute(
             """SELECT entity_key FROM effector_key_activity WHERE last_seen_ms < ?
                ORDER BY last_seen_ms LIMIT ?""",
@@ -1596,11 +1537,9 @@ def _finish(
     now_ms: int,
     from_state: int,
 ) -> bytes | None:
-    """Record ``result``, and the ``envelope`` that publishes it, if still in ``from_state``.
+    """Record ``result`` and its ``envelope`` if still in ``from_state``; the envelope's bytes.
 
-    Returns the envelope's bytes for the caller to append to the log, or ``None`` if the intent
-    had left ``from_state``: the first terminal result wins a race for one intent. The same
-    bytes are kept for redelivery, so a redelivered envelope is byte-identical.
+    ``None`` if the intent had left ``from_state``: the first terminal result wins.
     """
     published = envelope.SerializeToString()
     recorded = tx.execute(
@@ -1615,10 +1554,7 @@ def _finish(
 def _finish_running(
     tx: sql.Tx, results: Sequence[tuple[str, ToolResult]], now_ms: int
 ) -> dict[str, bytes]:
-    """Record results of intents still RUNNING; returns the envelopes it published, by id.
-
-    The set-based twin of :func:`_finish` for the worker's batches (each id at most once).
-    """
+    """Record results of intents still RUNNING (:func:`_finish` for a batch); envelopes by id."""
     rows = [
         (intent_id, result.SerializeToString(), result_envelope(result).SerializeToString())
         for intent_id, result in results
@@ -1682,11 +1618,7 @@ def _newest_first(tx: sql.Tx, conditions: Sequence[tuple[str, Any]]) -> Iterator
 
 
 def _counts(tx: sql.Tx, *, done: bool = True) -> StoreCounts:
-    """How many intents are in each state, and the log head.
-
-    ``done=False`` seeks the states in flight in the by-state index instead of walking all of
-    it (DONE intents are most of a retained table).
-    """
+    """How many intents are in each state, and the log head."""
     if done:
         rows = tx.execute("SELECT state, COUNT(*) FROM effector_intents GROUP BY state")
     else:
@@ -1736,10 +1668,7 @@ def _prune(tx: sql.Tx, cutoff: int) -> int:
 def _insert(
     tx: sql.Tx, table: str, columns: str, rows: Sequence[Sequence[Any]], returning: str
 ) -> tuple[Recorded, list[Any]]:
-    """Insert ``rows`` (sorted: the lock order), keeping rows already stored; count both.
-
-    Also returns the ``returning`` columns of the rows inserted.
-    """
+    """Insert ``rows`` (sorted), keeping rows already stored; counts, and ``returning`` of new."""
     width = columns.count(",") + 1
     inserted: list[Any] = []
     for chunk in sql.chunks(sorted(rows, key=lambda row: (row[0], row[1]))):
@@ -1754,9 +1683,8 @@ def _insert(
 def _touch_keys(tx: sql.Tx, keys: Iterable[bytes], now_ms: int) -> None:
     """Note that something about ``keys`` was recorded at ``now_ms``, locking their rows.
 
-    ``effector_key_activity`` keeps one row per key (last seen, runs with stored events), so
-    the keys page walks its index instead of aggregating the traces. Rows are written in key
-    order (the lock order); a new key starts with no runs.
+    ``effector_key_activity`` keeps one row per key, so the keys page walks its index instead of
+    aggregating the traces.
     """
     rows = [(key, now_ms, 0) for key in sorted(keys)]
     for chunk in sql.chunks(rows):
@@ -1796,9 +1724,7 @@ def _add_runs(tx: sql.Tx, runs: Counter[bytes]) -> None:
 def _record_traces(tx: sql.Tx, events: Sequence[TraceEvent], now_ms: int) -> Recorded:
     """Store trace events; one already stored under ``(trace_id, span_id)`` is kept as it is.
 
-    An event whose wall-clock start was not measured counts as started when it is recorded.
-    The keys of the events stored are touched and count each run that had no events before:
-    their rows are locked before the runs are counted, so concurrent calls count a run once.
+    Key rows are locked before runs are counted, so concurrent calls count a run once.
     """
     rows = [
         (
@@ -1826,10 +1752,7 @@ def _record_traces(tx: sql.Tx, events: Sequence[TraceEvent], now_ms: int) -> Rec
 
 
 def _overview(tx: sql.Tx, now_ms: int, window_ms: int) -> Overview:
-    """The overview's figures over whole minutes, from the one ``window_ms`` reaches into to now.
-
-    Each figure range-scans an index over the window; only the counts by state walk one.
-    """
+    """The overview's figures over whole minutes, from the one ``window_ms`` reaches into to now."""
     minutes = max(1, math.ceil(window_ms / MINUTE_MS))
     end = now_ms - now_ms % MINUTE_MS + MINUTE_MS
     start = end - minutes * MINUTE_MS

@@ -1,10 +1,7 @@
 """The embedded SQLite store: the default, for one effector process.
 
-WAL mode; every write transaction runs on one dedicated connection and thread, reads on a
-read-only connection of their own, and WAL checkpoints on a third beside them
-(:class:`Checkpointer`). ``synchronous`` is ``FULL`` unless the URL asks for
-``?synchronous=normal``. A lock file keeps a second process out, so claims left by a previous
-one are given back on open (details in ``docs/effector.md``, "Stores").
+WAL mode: writes on one connection and thread, reads on another, checkpoints on a third. A lock
+file keeps a second process out, so claims left by a previous one are given back on open.
 """
 
 from __future__ import annotations
@@ -55,11 +52,7 @@ class _SqliteTx:
 
 
 def parse_sqlite_url(url: str) -> tuple[Path, str]:
-    """Split ``sqlite:///relative.db`` or ``sqlite:////absolute.db?synchronous=normal``.
-
-    As in SQLAlchemy, what follows ``sqlite:///`` is the path, so an absolute path shows
-    four slashes. Returns the path and the ``synchronous`` mode.
-    """
+    """The path and ``synchronous`` mode of ``sqlite:///relative.db`` or ``sqlite:////abs.db?...``."""
     prefix = "sqlite:///"
     if not url.startswith(prefix):
         raise ConfigurationError(f"a SQLite store URL starts with {prefix!r}")

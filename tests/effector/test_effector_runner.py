@@ -14,7 +14,7 @@ from beam_agents._protos import ToolIntent, ToolResult
 from beam_agents.tools import IntentInfo, ToolRegistry, tool
 from beam_agents.tools.errors import ToolArgumentError
 from effector import EffectorToolRunner
-from effector.worker import ToolRefusedError, ToolTimeoutError, rejection_reason
+from effector.worker import ToolRefusedError, ToolTimeoutError, intake_rejection
 
 INFO = IntentInfo(intent_id="i-1", entity_key=b"k", seq=3, step_index=1, attempt=2)
 calls: list[str] = []
@@ -181,20 +181,20 @@ async def test_execute_rejects_what_cannot_run_and_never_runs_it(case: str, ledg
     assert result.status == ToolResult.REJECTED
     assert reason in result.error_message
     assert result.attempt == 0
-    assert rejection_reason(make_registry(), intent) == result.error_message
+    assert intake_rejection(make_registry(), intent) == result.error_message
 
 
 def test_rejection_reason_covers_kind_and_expiry() -> None:
     registry = make_registry()
-    assert rejection_reason(registry, make_intent("add", {"a": 1})) is None
+    assert intake_rejection(registry, make_intent("add", {"a": 1})) is None
     unknown_kind = make_intent("add", {"a": 1})
     unknown_kind.kind = 7  # type: ignore[assignment]
-    assert rejection_reason(registry, unknown_kind) == "unknown intent kind 7"
+    assert intake_rejection(registry, unknown_kind) == "unknown intent kind 7"
     backwards = make_intent("add", {"a": 1}, created_at_ms=1_000)
     backwards.expires_at_ms = 500
-    reason = rejection_reason(registry, backwards)
+    reason = intake_rejection(registry, backwards)
     assert reason is not None and "precedes created_at_ms" in reason
     approval = make_intent("", "{oops", kind=ToolIntent.APPROVAL)
-    reason = rejection_reason(registry, approval)
+    reason = intake_rejection(registry, approval)
     assert reason is not None and "not JSON" in reason
-    assert rejection_reason(registry, make_intent("", "", kind=ToolIntent.APPROVAL)) is None
+    assert intake_rejection(registry, make_intent("", "", kind=ToolIntent.APPROVAL)) is None
