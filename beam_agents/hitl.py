@@ -1,9 +1,4 @@
-"""Human in the loop, at the path the upstream documentation imports (a compatibility module).
-
-The policy lives with the configuration in :mod:`beam_agents.core.config`, and
-:class:`FallbackContext` with the agent outcomes in :mod:`beam_agents.core.agent`; this module
-re-exports them so ``from beam_agents.hitl import HitlPolicy`` keeps working.
-"""
+"""Human in the loop: re-exports the HITL policy from ``core.config`` at its upstream path."""
 
 from __future__ import annotations
 

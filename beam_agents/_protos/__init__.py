@@ -1,9 +1,7 @@
 """The wire contract: protobuf messages, gRPC stubs and the canonical encodings both sides share.
 
-The ``*_pb2`` modules beside this file are generated from ``protos/`` by ``make proto`` and
-committed; a test fails when regenerating would change them. Import messages from here, not from
-the ``*_pb2`` modules, so that their layout stays private. The pipeline and the effector import
-this module and ``beam_agents.tools``, and nothing else of each other.
+The ``*_pb2`` modules beside this file are generated from ``protos/`` by ``make proto``; import
+messages from here, not from them.
 """
 
 import hashlib
@@ -79,7 +77,6 @@ _ENCODER = json.JSONEncoder(
 def canonical_json(value: Any) -> str:
     """Encode ``value`` as canonical JSON text: sorted keys, compact, UTF-8 as is, no NaN.
 
-    Equal values always encode to equal text on both sides of the pipeline/effector boundary.
     Raises ``TypeError`` or ``ValueError`` for a value JSON cannot hold.
     """
     return _ENCODER.encode(value)
@@ -93,11 +90,8 @@ def canonical_json_bytes(value: Any) -> bytes:
 def approval_digest(args_json: str) -> str:
     """The digest an approval decision carries: which arguments it was made on (64 hex digits).
 
-    ``sha256("2|approval|" + args_json)`` of the approval intent's canonical ``args_json``,
-    which is also the digest its run records for the approval's step (``StepRecord.digest``,
-    kind and tool name fixed), so the runtime checks a decision against its own record. The
-    effector shows it (``GetIntentResponse.args_digest``) and refuses a ``Decide`` carrying
-    another one: the approver's screen was stale.
+    It equals the digest the run records for the approval's step, so the runtime checks a
+    decision against its own record, and the effector refuses a ``Decide`` carrying another.
     """
     return hashlib.sha256(f"2|approval|{args_json}".encode()).hexdigest()
 

@@ -1,8 +1,6 @@
 """The activation machine: what one envelope or timer firing does to one key, without Beam.
 
-:meth:`Activator.activate` takes the key's lazily loaded :class:`KeyState` and one input and
-dispatches to one ``_apply_<kind>``: an external event starts or waits, a tool result or an
-approval resumes, a deadline takes the HITL route, an idle timer cleans up. Each returns a
+:meth:`Activator.activate` dispatches each input to one ``_apply_<kind>``, which fills a
 :class:`Plan` (state writes, timers, outputs) for the Beam glue to apply.
 """
 
@@ -99,8 +97,6 @@ class Plan:
         self.traces: list[TraceEvent] = []
         self.errors: list[AgentError] = []
         self.records: Sequence[ActivationRecord] = ()
-        """One per committed activation, when ``AgentConfig.record`` is on (a shared empty
-        tuple when it is off: no list per plan)."""
         self.deadline_ms: int | None = None
         """``None``: leave the deadline timer as it is; ``0``: clear it; else set it (ms)."""
         self.idle_ms: int | None = None
@@ -131,11 +127,7 @@ def error_record(
     *,
     traceback: str = "",
 ) -> AgentError:
-    """An ``.errors`` record.
-
-    ``envelope``: the original envelope's bytes, if any; ``traceback``: that of the exception
-    behind the record, if any (:func:`explain`).
-    """
+    """An ``.errors`` record (``envelope``: the original envelope's bytes, if any)."""
     return AgentError(
         entity_key=entity_key,
         reason=reason.value,
@@ -159,8 +151,8 @@ def _no_committed_calls() -> None:
 class Activator:
     """Decides, for one agent and config, what each element and timer does to a key.
 
-    ``ticks``: the deadline timer is a tick at which the run's current deadline is checked (on
-    the ``FnApiRunner``; ``docs/concepts/runtime.md``, "Clocks"), not a timer set for it.
+    ``ticks``: the deadline timer is a tick at which the run's deadline is checked, not a timer
+    set for it (``docs/concepts/runtime.md``, "Clocks").
     """
 
     def __init__(
@@ -376,11 +368,7 @@ class Activator:
         trigger: str,
         base: Continuation | None,
     ) -> None:
-        """Plan a successful activation's state, timers and outputs, all at once.
-
-        ``base`` is the run's continuation with the admitted answer applied (for a resume), or
-        ``None`` for a new run (whose continuation is built only if it suspends).
-        """
+        """Plan a successful activation's state, timers and outputs (``base``: the resumed run)."""
         state = plan.state
         if record.recording is not None:  # first: it reads the state this commit replaces
             recorded = record.recording.finish(ctx.entity_key, ctx.seq, record, outcome, state)
@@ -473,11 +461,6 @@ class Activator:
             self._new_run(plan, key, AgentEnvelope.FromString(envelope_bytes), envelope_bytes)
         state.replace_buffer(waiting)
 
-    def _end_suspension(self, plan: Plan, key: bytes) -> None:
-        plan.state.end_run()
-        plan.deadline_ms = 0
-        self._drain(plan, key)
-
     # -- timers --------------------------------------------------------------------------
 
     def _apply_deadline(self, plan: Plan, key: bytes, fired_ms: int) -> None:
@@ -504,7 +487,9 @@ class Activator:
         plan.errors.extend(taken.errors)
         plan.intents.extend(taken.compensations)
         if taken.escalated is None:
-            self._end_suspension(plan, key)
+            state.end_run()
+            plan.deadline_ms = 0
+            self._drain(plan, key)
         else:
             assert taken.intent is not None
             state.write_continuation(taken.escalated)
@@ -530,7 +515,21 @@ class Activator:
         )
         if wiped is not None:
             plan.deadline_ms = 0
-            plan.errors.append(wiped_error(key, wiped, ttl_ms, current.last_activity_ms))
+            detail = (
+                f"run seq {wiped.seq} was still suspended, waiting for "
+                f"{len(wiped.pending_intent_ids)} intents, when the key's state was cleaned up "
+                f"after {ttl_ms} ms without activity"
+            )
+            plan.errors.append(
+                error_record(
+                    key,
+                    ErrorReason.SUSPENSION_WIPED,
+                    detail,
+                    current.last_activity_ms,
+                    b"",
+                    wiped.seq,
+                )
+            )
             self._drain(plan, key)
 
 
@@ -599,10 +598,9 @@ def suspend(
     adapter: str,
     deadline_ms: int,
 ) -> Continuation:
-    """The continuation a ``Suspend`` persists (and its ``SUSPENDED`` trace).
+    """The continuation a ``Suspend`` persists, and its ``SUSPENDED`` trace.
 
-    ``base`` is the resumed run with its answer admitted, or ``None`` for a new run, which
-    starts at ``started_at_ms`` (a resumed run keeps its own start).
+    ``base`` is the resumed run with its answer admitted, or ``None`` for a new run.
     """
     pending = staged.pending_after()
     next_step = staged.cursor.high_water_step
@@ -612,7 +610,7 @@ def suspend(
     staged.trace.record(TraceEvent.SUSPENDED, next_step, staged.closing_attributes(attributes))
     suspended = Continuation(started_at_ms=started_at_ms) if base is None else _copy(base)
     suspended.seq = seq
-    _append_steps(suspended, staged.new_steps)
+    _append_steps(suspended, staged.cursor.new_steps)
     suspended.next_step = next_step
     suspended.snapshot = snapshot
     suspended.adapter = adapter
@@ -639,7 +637,6 @@ def escalate(
 ) -> tuple[Continuation, ToolIntent]:
     """Answer pending approvals "no" (by the deadline), ask again, and re-suspend.
 
-    The new intent is made at ``trace``'s event time and traced there, with the ``SUSPENDED``.
     Returns the re-suspended continuation and the fresh ``APPROVAL`` intent it waits for.
     """
     escalated = _copy(suspended)
@@ -676,7 +673,8 @@ def escalate(
                 superseded_by=intent.intent_id,
             ),
         )
-    _append_steps(escalated, [(StepRecord.ESCALATION, digest) for _, digest in asked.new_steps])
+    escalation_steps = asked.cursor.new_steps
+    _append_steps(escalated, [(StepRecord.ESCALATION, digest) for _, digest in escalation_steps])
     kept.append((intent.intent_id, ToolIntent.APPROVAL))
     escalated.deadline_ms = fired_ms + timeout_ms
     trace.record(
@@ -734,8 +732,6 @@ def _append_steps(continuation: Continuation, steps: Iterable[tuple[int, bytes]]
 
 
 # -- admission: which inputs may reach a run --------------------------------------------------
-# element_problem refuses malformed elements; answer_refusal holds every orphaned_result rule:
-# an answer resumes the run only if it answers one of its pending intents, in time.
 def element_problem(element: Any) -> AgentError | None:
     """The ``.errors`` record for a malformed input element, or ``None`` if it is well formed."""
     if not (isinstance(element, tuple) and len(element) == 2):
@@ -795,8 +791,7 @@ def answer_refusal(
 ) -> str | None:
     """Why ``answer`` cannot resume this key's run, or ``None`` if it is admitted.
 
-    ``processing_ms`` reads the runner's processing time; it is called only when every other
-    rule has passed and the run has a deadline (past it, the timeout route decides instead).
+    ``processing_ms`` is read only when every other rule passed and the run has a deadline.
     """
     is_approval = isinstance(answer, Approval)
     what = "approval" if is_approval else "tool result"
@@ -939,7 +934,7 @@ def deadline_outcome(
             "dropped it"
         )
         outcome.errors.append(
-            _run_error(key, suspended, ErrorReason.SUSPENSION_DROPPED, detail, now_ms)
+            error_record(key, ErrorReason.SUSPENSION_DROPPED, detail, now_ms, b"", suspended.seq)
         )
     return outcome
 
@@ -949,19 +944,3 @@ def idle_expiry(header: KeyHeader, ttl_ms: int | None) -> int | None:
     if ttl_ms is None or header.last_activity_ms == 0:
         return None
     return header.last_activity_ms + ttl_ms
-
-
-def wiped_error(key: bytes, wiped: Continuation, ttl_ms: int, last_activity_ms: int) -> AgentError:
-    """The ``.errors`` record of a suspended run that idle-key cleanup ended."""
-    detail = (
-        f"run seq {wiped.seq} was still suspended, waiting for "
-        f"{len(wiped.pending_intent_ids)} intents, when the key's state was cleaned up after "
-        f"{ttl_ms} ms without activity"
-    )
-    return _run_error(key, wiped, ErrorReason.SUSPENSION_WIPED, detail, last_activity_ms)
-
-
-def _run_error(
-    key: bytes, run: Continuation, reason: ErrorReason, detail: str, at_ms: int
-) -> AgentError:
-    return error_record(key, reason, detail, at_ms, b"", run.seq)

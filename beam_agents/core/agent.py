@@ -1,9 +1,6 @@
-"""What an agent is, what it returns, and the runtime's ground rules.
+"""What an agent is and returns, plus the ids, clocks, errors and coroutine driver under it.
 
 An agent is a module-level ``async def agent(ctx: ActivationContext) -> Complete | Suspend``.
-This module also holds what every other runtime module builds on: the deterministic ids
-(``intent_id_for``), the processing-time clocks, the typed errors and ``.errors`` reasons, and
-the driver that steps an agent's coroutine from a synchronous ``DoFn``.
 """
 
 from __future__ import annotations
@@ -35,10 +32,8 @@ __all__ = [
 class FallbackContext:
     """What a HITL timeout route (``HitlPolicy.on_timeout``) is given to decide on.
 
-    Every field is a pure function of the key's state and the timer, so a retried timer bundle
-    hands the route the same context and reaches the same decision. ``deadline_ms`` and
-    ``fired_at_ms`` are processing time (epoch milliseconds on the runner's clock);
-    ``fired_at_ms`` is the timestamp of the timer that fired.
+    Every field is a pure function of the key's state and the timer, so a retry decides alike.
+    ``deadline_ms`` and ``fired_at_ms`` are processing time, in epoch milliseconds.
     """
 
     entity_key: bytes
@@ -99,10 +94,7 @@ Outcome: TypeAlias = Complete | Suspend
 
 
 def is_agent(candidate: object) -> bool:
-    """Whether ``candidate`` is an agent: ``async def agent(ctx)``, or an object calling as one.
-
-    The object form is how framework adapters (``beam_agents.adapters``) are passed.
-    """
+    """Whether ``candidate`` is an agent: ``async def agent(ctx)``, or an object calling as one."""
     if inspect.iscoroutinefunction(candidate):
         return True
     if isinstance(candidate, type):
@@ -133,19 +125,12 @@ def hyphenated(hex32: str) -> str:
 
 
 INTENT_NAMESPACE = uuid.UUID("396f639f-0714-5193-8a2d-3dad80bac0d8")
-"""The uuid5 namespace of intent ids: ``uuid5(NAMESPACE_URL, "urn:beam-agents:intent")``.
-
-Fixed forever. Changing it would change every intent id, and the effector deduplicates on them.
-"""
+"""The uuid5 namespace of intent ids, fixed forever: the effector deduplicates on them."""
 
 
 @functools.lru_cache(maxsize=256)
 def namespace_uuid(namespace: str) -> uuid.UUID:
-    """The uuid5 namespace of the intent ids minted under ``AgentConfig.namespace``.
-
-    ``uuid5(INTENT_NAMESPACE, "namespace:" + namespace)``: fixed for a given name, distinct for
-    distinct names (and from ``INTENT_NAMESPACE`` itself).
-    """
+    """``uuid5(INTENT_NAMESPACE, "namespace:" + namespace)``, for ``AgentConfig.namespace``."""
     if not isinstance(namespace, str) or not namespace:
         raise ValueError(f"an intent namespace must be a non-empty str, got {namespace!r}")
     return uuid.uuid5(INTENT_NAMESPACE, f"namespace:{namespace}")
@@ -172,9 +157,7 @@ ProcessingClock = Callable[[], float]
 def epoch_clock() -> float:
     """The DirectRunner's ``TestStream`` clock as a ``DoFn`` sees it: always the epoch.
 
-    A deadline is then ``timeout_ms`` after 0, and advancing processing time past it fires the
-    timeout route (a suspension made after the stream advanced past ``timeout_ms`` is due at
-    once). ``RunAgent`` picks it by itself for input fed by a ``TestStream``.
+    ``RunAgent`` picks it by itself for input fed by a ``TestStream``.
     """
     return 0.0
 
@@ -257,11 +240,7 @@ class InvalidOutcomeError(AgentRuntimeError, TypeError):
 
 
 class BudgetExceededError(AgentRuntimeError):
-    """The run's model calls used more tokens than ``AgentConfig.max_tokens_per_run``.
-
-    Raised by ``ctx.call_model``; the activation fails as ``budget_exceeded`` even if the agent
-    catches it.
-    """
+    """The run went past ``AgentConfig.max_tokens_per_run``; the activation fails even if caught."""
 
 
 class ActivationTimeoutError(AgentRuntimeError, TimeoutError):
@@ -273,11 +252,7 @@ class ReadOnlyIntentError(ToolError):
 
 
 class CompensationError(AgentRuntimeError, ValueError):
-    """``ctx.compensate`` was given an intent it cannot compensate.
-
-    ``intent_id`` names it; the message says why: not an intent of this run, staged without
-    ``compensate_with``, or already compensated (in an earlier step of the run).
-    """
+    """``ctx.compensate`` was given an intent it cannot compensate; ``intent_id`` names it."""
 
     def __init__(self, message: str, *, intent_id: str) -> None:
         super().__init__(message)
@@ -309,11 +284,7 @@ async def enter_task() -> None:
 
 
 class _Continue(Generic[T]):
-    """An awaitable that carries on a coroutine already stepped once outside the loop.
-
-    ``yield from`` cannot be used: it would step the coroutine again before handing over the
-    object it is already waiting on.
-    """
+    """An awaitable that carries on a coroutine already stepped once outside the loop."""
 
     __slots__ = ("_coroutine", "_yielded")
 

@@ -1,10 +1,4 @@
-"""``AgentConfig`` and the human-in-the-loop policy, validated at construction.
-
-``AgentConfig`` says how ``RunAgent`` runs an agent; :class:`CommitInfo` is what
-``before_commit`` is told about each commit. A :class:`HitlPolicy` gives a suspension its
-deadline and an ``on_timeout`` route that returns :class:`Deny`, :class:`Drop` or
-:class:`Escalate`; the route must be pure, synchronous and module-level.
-"""
+"""``AgentConfig`` and the human-in-the-loop policy, validated at construction."""
 
 from __future__ import annotations
 
@@ -32,11 +26,9 @@ TRIGGER_IDLE = "idle"
 class CommitInfo:
     """Identifies a commit about to happen, for ``AgentConfig.before_commit``.
 
-    ``trigger`` is what caused it: ``"event"``, ``"tool_result"``, ``"approval"`` (an
-    activation), ``"deadline"`` or ``"idle"`` (a timer firing). ``first_step`` is the run's
-    high-water step (the first position none of its activations had taken) when the activation
-    or firing began, so ``(entity_key, seq, trigger, first_step)`` names one activation across
-    bundle retries.
+    ``trigger`` is ``"event"``, ``"tool_result"``, ``"approval"``, ``"deadline"`` or
+    ``"idle"``. ``first_step`` is the run's high-water step when the activation began, so
+    ``(entity_key, seq, trigger, first_step)`` names one activation across bundle retries.
     """
 
     entity_key: bytes
@@ -94,11 +86,9 @@ class AgentConfig:
         model_cache_max_entries: Bound on the replay-cache entries a suspended run keeps.
         model_cache_max_bytes: Bound on a suspended run's serialized replay cache.
         processing_clock: Seconds since the epoch on the runner's processing-time clock, used
-            to place suspension deadlines. ``None`` (the default): the wall clock, or, when a
-            ``TestStream`` feeds ``RunAgent``, the DirectRunner's test clock, which starts at the
-            epoch (``beam_agents.testing.epoch_clock``). On a clock it can read, a deadline
-            timer that fires early (Beam's local FnApiRunner fires processing-time timers when
-            the bundle that set them ends) is re-armed, so a deadline never fires before its time.
+            to place suspension deadlines. ``None`` (the default): the wall clock, or the
+            DirectRunner's test clock (``beam_agents.testing.epoch_clock``) when a
+            ``TestStream`` feeds ``RunAgent``.
         before_commit: Called with a :class:`CommitInfo` just before an activation or timer
             firing commits; if it raises, the bundle fails and the runner retries it.
             ``beam_agents.testing.FailFirstCommit`` uses it to force retries in tests.
@@ -115,17 +105,10 @@ class AgentConfig:
         max_tokens_per_run: Token budget of one run (its first activation and every resume):
             a model call whose reported usage takes the run past it fails the activation as
             ``budget_exceeded``. ``None`` (the default): no budget.
-        namespace: Folded into every intent id this agent mints (``intent_id_for``), so that
-            its ids never collide with those of another agent or pipeline. ``None`` (the
-            default) mints the ids of earlier releases. Set a distinct one when two agents or
-            two pipelines submit to one effector: they would otherwise mint the same ids for
-            the same keys, and the effector rejects the second intent as a conflict (or, with
-            equal content, answers it with the first one's result). Set a new one when
-            redeploying with fresh state, for new events, against an effector that kept its
-            records: seqs restart at 0 and would mint the old ids again. (Keep it to re-run the
-            same events from fresh state on purpose: their recorded results come back and
-            nothing runs twice.) A suspended run keeps the namespace it started with (its
-            continuation records it), so a changed namespace applies to new runs only.
+        namespace: Folded into every intent id this agent mints (``intent_id_for``). Set a
+            distinct one for each agent or pipeline sharing an effector, and a new one for a
+            fresh-state redeploy over new events (``docs/concepts/runtime.md``). A suspended
+            run keeps the namespace it started with.
         record: ``True`` (or a ``RecordOptions``) makes ``RunAgent`` emit one
             ``ActivationRecord`` per committed activation on ``.records``, for
             ``beam-agents replay`` and ``backtest`` (``docs/replay.md``).
@@ -233,10 +216,8 @@ class AgentConfig:
 class Deny:
     """End the suspended run; emit ``output`` on ``.output`` when it is not empty.
 
-    ``compensate=True`` also undoes the run's effects: for each intent it staged with
-    ``ctx.act(..., compensate_with=...)`` and did not compensate yet, unless its result says it
-    never ran, the linked compensation is staged (newest first) on ``.intents``; the effector
-    runs each after its original, or records NOT_NEEDED if that never ran.
+    ``compensate=True`` also stages, newest first, the linked compensation of each effect the
+    run staged with ``compensate_with`` and did not compensate yet.
     """
 
     output: bytes = b""
@@ -308,10 +289,7 @@ class HitlPolicy:
         _check_route_function(self.on_timeout)
 
     def decide(self, fallback: FallbackContext, escalations_so_far: int) -> Route:
-        """The route for a timed-out suspension; ``Escalate`` past the limit becomes a ``Deny``.
-
-        Raises ``TypeError`` if ``on_timeout`` returns something that is not a route.
-        """
+        """The route for a timed-out suspension; ``Escalate`` past the limit becomes a ``Deny``."""
         route = self.on_timeout(fallback)
         if not isinstance(route, Deny | Drop | Escalate):
             raise TypeError(

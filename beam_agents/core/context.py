@@ -87,11 +87,7 @@ def activation_services(
     tool_runner: ToolRunner,
     time_left_s: Callable[[], float | None],
 ) -> ActivationServices:
-    """The services for ``config``'s activations: ``model`` and ``tool_runner`` as given.
-
-    Built by the DoFn (with its model gateway) and by ``beam_agents.replay`` (with a gateway
-    answering from records), so both run agents alike.
-    """
+    """The services for ``config``'s activations; the DoFn and ``replay`` both build them."""
     policy = config.hitl_policy
     return ActivationServices(
         model=model,
@@ -236,11 +232,7 @@ class ActivationContext:
 
     @property
     def approvals(self) -> Mapping[str, Approval]:
-        """Every approval decision received by this run so far, by intent id.
-
-        Includes the "not approved" a deadline records for approvals it escalated
-        (``approver == "beam-agents/deadline"``).
-        """
+        """Every approval decision received by this run so far, by intent id (deadline ones too)."""
         return self._approvals
 
     @property
@@ -253,10 +245,9 @@ class ActivationContext:
 
     @property
     def next_step(self) -> int:
-        """The step cursor: the ``step_index`` the next model call or intent will take.
+        """The ``step_index`` the next model call or intent takes if it repeats the record.
 
-        While a resumed activation replays the run's recorded steps, this is the position of
-        the next record; a step that differs from it takes :attr:`high_water_step` instead.
+        A step that differs from the run's record takes :attr:`high_water_step` instead.
         """
         return self._staged.cursor.next_step
 
@@ -412,21 +403,16 @@ class ActivationContext:
     ) -> str:
         """Stage an intent for the effector to run ``tool_name``; return its id.
 
-        ``args`` is a JSON object (text) or a mapping, stored as canonical JSON. If the tool
-        registry knows ``tool_name`` the arguments are validated now (``ToolArgumentError``),
-        and a read-only tool is refused (``ReadOnlyIntentError``: run it with ``run_tool``).
-        A name the registry lacks raises ``ToolNotFoundError`` if it holds side-effecting
-        tools; without any, the intent is staged unvalidated (logged once per tool name).
+        ``args`` is a JSON object (text) or a mapping, stored as canonical JSON. A tool the
+        registry knows is validated now (``ToolArgumentError``); a read-only one is refused
+        (``ReadOnlyIntentError``). A name the registry lacks raises ``ToolNotFoundError`` if it
+        holds side-effecting tools; else the intent is staged unvalidated, with one WARNING.
         ``ttl_ms`` defaults to ``AgentConfig.intent_ttl_ms``. Takes a step; traced as
-        ``INTENT_EMITTED``. Nothing executes here. Replaying a step of the run (the same tool
-        and arguments at the same position) returns the id it returned before and stages
-        nothing.
+        ``INTENT_EMITTED``. Replaying a step of the run returns the id it returned before.
 
-        ``approval``: the approved decision (``ctx.resume_approval``) this call carries out;
-        ``args`` are then the arguments given to ``request_approval``, which the decision's
-        digest must name (``ValueError`` otherwise, or if it was denied). If the approver
-        edited them, the edited arguments are staged instead, and the intent records its
-        lineage (``ToolIntent.edited_from``: the approval's id, the approver, the diff).
+        ``approval``: the approved decision this call carries out; ``args`` are then those
+        given to ``request_approval`` (``ValueError`` otherwise, or if it was denied). Edited
+        arguments are staged instead, with their lineage in ``ToolIntent.edited_from``.
 
         ``compensate_with=(tool_name, args)``: the side-effecting call that undoes this one,
         checked now like ``act``'s own; ``ctx.compensate(id)`` stages it.
@@ -458,12 +444,10 @@ class ActivationContext:
     def compensate(self, intent_id: str) -> str:
         """Stage the compensation linked to this run's intent ``intent_id``; return its id.
 
-        The intent must have been staged by this run with ``act(..., compensate_with=...)``
-        (in any activation of it); otherwise, or if it is already compensated, it raises
-        ``CompensationError`` and takes no step. Stages a TOOL intent of the linked tool and
-        arguments with ``compensates_intent_id`` set, which never expires; the effector runs
-        it after the original, only if that ran (else its result is NOT_NEEDED). Takes a
-        step; a re-walk returns the same id and stages nothing (``docs/concepts/runtime.md``).
+        The intent must have been staged by this run with ``act(..., compensate_with=...)``;
+        otherwise, or if it is already compensated, it raises ``CompensationError``. The
+        compensation never expires; the effector runs it only if the original ran. Takes a
+        step; a re-walk returns the same id (``docs/concepts/runtime.md``).
         """
         return stage_compensation(self._staged, intent_id, self.high_water_step)
 
@@ -478,12 +462,9 @@ class ActivationContext:
     ) -> str:
         """Stage an ``APPROVAL`` intent asking for a decision about ``args``; return its id.
 
-        ``channel`` defaults to ``HitlPolicy.approval_channel``, ``ttl_ms`` to
-        ``HitlPolicy.intent_ttl_ms`` (``AgentConfig.intent_ttl_ms`` without a policy) and
-        ``required_approvals`` (distinct approvers; any deny denies) to
-        ``HitlPolicy.required_approvals`` (1). ``tool``: the side-effecting tool whose call
-        ``args`` are (validated now if the registry knows it); approvers may then approve with
-        edited arguments, which the effector validates against it, and
+        ``channel``, ``ttl_ms`` and ``required_approvals`` (distinct approvers; any deny
+        denies) default to the ``HitlPolicy``'s. ``tool``: the side-effecting tool whose call
+        ``args`` are; approvers may then edit them, and
         ``ctx.act(tool, args, approval=ctx.resume_approval)`` stages the approved call. The
         decision comes back as ``ctx.resume_approval``. Takes a step.
         """
@@ -563,10 +544,7 @@ class ReplayCursor:
         return record.kind == kind and record.digest == digest
 
     def take(self, kind: int, digest: bytes) -> tuple[int, bool]:
-        """Take the next step for an operation of ``kind`` with content ``digest``.
-
-        Returns the step's position and whether it repeats the run's record there (a replay).
-        """
+        """Take the next step for ``kind`` and ``digest``: ``(position, replayed)``."""
         step = self._prefix_step()
         replay_end = self._replay_end
         if step < replay_end:
@@ -620,18 +598,11 @@ def run_namespace(continuation: Continuation) -> str | None:
 
 
 # -- checking what act and request_approval are given -----------------------------------------
-# Arguments come as JSON text or a mapping and are staged as canonical JSON; a tool name the
-# registry lacks is refused when it holds side-effecting tools, else warned about once.
 _log = logging.getLogger("beam_agents.core.context")
 
 
 def check_unregistered(tool_name: str, registry: ToolRegistry, warned: set[str]) -> None:
-    """Refuse ``act`` of a tool the registry lacks if it holds side-effecting ones; else warn.
-
-    A registry without side-effecting tools (the default is empty) cannot say whether the name
-    is right, so the intent is staged and its arguments are checked only by the effector; that
-    is logged at WARNING once per tool name and runtime instance (``warned``).
-    """
+    """Refuse ``act`` of an unknown tool if the registry has side-effecting ones; else warn once."""
     side_effecting = sorted(tool.name for tool in registry if tool.side_effect)
     if side_effecting:
         close = difflib.get_close_matches(tool_name, side_effecting, n=1)
@@ -654,12 +625,7 @@ def check_unregistered(tool_name: str, registry: ToolRegistry, warned: set[str])
 def check_side_effect_call(
     tool_name: str, arguments: dict[str, Any], registry: ToolRegistry, warned: set[str]
 ) -> None:
-    """Check a call ``act`` stages: a registered tool is side-effecting, its arguments valid.
-
-    A read-only tool raises ``ReadOnlyIntentError`` (run it with ``run_tool``), invalid
-    arguments ``ToolArgumentError``; a name the registry lacks goes to
-    :func:`check_unregistered`.
-    """
+    """Check a call ``act`` stages: a registered tool is side-effecting, its arguments valid."""
     if tool_name not in registry:
         check_unregistered(tool_name, registry, warned)
         return
@@ -715,10 +681,7 @@ STEP_KIND_OF_INTENT: dict[int, int] = {
 
 
 def intent_step_digest(kind: int, tool_name: str, args_json: str, link: str = "") -> bytes:
-    """The content digest recorded for an intent step: its kind, tool name and arguments.
-
-    ``link`` (a compensation's original) is appended when not empty.
-    """
+    """The digest recorded for an intent step: kind, tool, arguments and ``link`` if any."""
     content = f"{kind}|{tool_name}|{args_json}" + (f"|{link}" if link else "")
     return hashlib.sha256(content.encode()).digest()
 
@@ -752,32 +715,22 @@ class Staged:
         links: Sequence[CompensationLink] = (),
     ) -> None:
         self.trace = trace
-        """The activation's trace events; it also names the activation (key, seq, event time)."""
         self.cursor = cursor
         self.carried = carried
         """``(intent_id, kind)`` of the run's earlier intents still unanswered."""
         self.tokens_before = tokens_before
-        """Tokens the run's earlier activations spent."""
         self.namespace = namespace
-        """The run's intent namespace (``AgentConfig.namespace`` when it started): its ids'."""
         self.intents: list[ToolIntent] = []
         self.links = [_copied(link) for link in links]
-        """The run's compensation links (``Continuation.compensations``), this activation's too."""
+        """The run's compensation links, this activation's too."""
         self.tokens_used = 0
         """Tokens the provider reported for this activation's calls (replays spend none)."""
         self.budget_error: BudgetExceededError | None = None
         """Set once a call went past the run's token budget: the activation must fail."""
         self.memory: WorkingMemory | None = None
-        """The working memory, if the agent used it."""
         self.cache: ReplayCache | None = None
-        """The replay cache, if the agent called the model."""
         self.recording: ActivationRecorder | None = None
         """What the activation's record needs beyond this, if ``AgentConfig.record`` is on."""
-
-    @property
-    def new_steps(self) -> list[tuple[int, bytes]]:
-        """``(StepRecord kind, digest)`` of every fresh step this activation took, in order."""
-        return self.cursor.new_steps
 
     @property
     def run_tokens_used(self) -> int:
@@ -787,8 +740,6 @@ class Staged:
     def closing_attributes(self, attributes: dict[str, str]) -> dict[str, str]:
         """``attributes`` plus the key's memory slot sizes, if this activation used memory.
 
-        Memory the agent never touched is left out: reading the cell only to measure it would
-        cost more than the rest of a no-op activation.
         Memory it changed is always given, ``{}`` once emptied, so no stale sizes linger.
         """
         memory = self.memory
@@ -822,16 +773,10 @@ class Staged:
     ) -> str:
         """Take the next step for an intent and stage it; return its id.
 
-        A step that replays the run's record (same kind and content at the same position)
-        stages nothing: that intent was emitted when its activation committed. The keyword
-        fields go into the intent as they are (``ToolIntent`` documents them); a quorum of 1
-        is left at 0, so the intent's bytes are those of an intent staged before quorums.
-        ``compensate_with`` (tool, canonical arguments) links a compensation to the intent; it
-        is not part of the effect's identity (the step's digest), so adding or changing an undo
-        in the code never re-runs an effect a run already staged: a replayed step keeps the link
-        it was staged with (none, if it had none). ``compensates`` makes it a compensating
-        intent, which never expires (``expires_at_ms`` 0: an undo of an effect that ran must
-        not lapse); that is part of its digest.
+        A step that replays the run's record stages nothing. ``compensate_with`` is not part of
+        the step's digest, so changing an undo never re-runs an effect: a replayed step keeps
+        the link it was staged with. ``compensates`` makes a compensating intent, which never
+        expires; it is part of the digest.
         """
         link = compensation_link_text(compensates)
         step, replayed = self.cursor.take(
@@ -916,17 +861,11 @@ def _sizes_json(sizes: tuple[tuple[str, int], ...]) -> str:
 
 
 # -- approvals bound to their arguments -------------------------------------------------------
-# A decision carries the digest of the arguments it was made on; an approval decided on other
-# arguments never resumes the run. An approved edit is staged with its lineage (ApprovalEdit).
 _APPROVAL_STEPS = frozenset({StepRecord.APPROVAL, StepRecord.ESCALATION})
 
 
 def edit_diff(original: Mapping[str, Any], edited: Mapping[str, Any]) -> str:
-    """The canonical JSON of what an edit changed, argument by argument (top level).
-
-    ``{"added": {name: value}, "changed": {name: {"from": old, "to": new}}, "removed":
-    {name: old}}``, each part present only when not empty; ``"{}"`` when nothing changed.
-    """
+    """The canonical JSON of an edit's ``added``, ``changed`` and ``removed`` arguments."""
     added = {name: value for name, value in edited.items() if name not in original}
     removed = {name: value for name, value in original.items() if name not in edited}
     changed = {
@@ -939,10 +878,7 @@ def edit_diff(original: Mapping[str, Any], edited: Mapping[str, Any]) -> str:
 
 
 def stale_approval(key: bytes, suspended: Continuation, approval: Approval) -> str | None:
-    """Why ``approval`` was decided on other arguments than its pending intent's, or ``None``.
-
-    An approval without a digest (the deadline's "no") passes: there is nothing to compare.
-    """
+    """Why ``approval`` was decided on other arguments than its pending intent's, or ``None``."""
     if not approval.args_digest:
         return None
     namespace = suspended.intent_namespace or None
@@ -968,11 +904,7 @@ def approved_call(
 ) -> tuple[str, ApprovalEdit | None]:
     """The arguments to stage for the call ``approval`` approved, and its edit lineage.
 
-    ``args_json`` and ``arguments`` are the arguments the agent asked about (canonical JSON and
-    parsed). Raises ``ValueError`` if the approval is not an approval of them: not approved, or
-    its digest names other arguments. Without an edit they are staged as they are (no
-    lineage); with one, the approver's arguments are, with an ``ApprovalEdit`` recording the
-    approval intent, who edited and the diff.
+    Raises ``ValueError`` if ``approval`` denied them or names other arguments.
     """
     if not isinstance(approval, Approval):
         raise TypeError(f"approval must be an Approval, got {type(approval).__name__}")
@@ -1011,13 +943,7 @@ NEVER_RAN = frozenset({ToolResult.EXPIRED, ToolResult.REJECTED, ToolResult.NOT_N
 def check_compensate_with(
     compensate_with: object, registry: ToolRegistry, warned: set[str]
 ) -> tuple[str, str]:
-    """``(tool_name, canonical args_json)`` of a ``compensate_with``, validated like ``act``'s.
-
-    It must be a ``(tool_name, args)`` pair, ``args`` a JSON object (text) or a mapping. A tool
-    the registry knows must be side-effecting (``ReadOnlyIntentError``) and the arguments must
-    pass its validation (``ToolArgumentError``); an unknown name is refused as ``act`` refuses
-    it (``ToolNotFoundError`` when the registry holds side-effecting tools).
-    """
+    """``(tool_name, canonical args_json)`` of a ``compensate_with``, validated like ``act``'s."""
     if not isinstance(compensate_with, tuple) or len(compensate_with) != 2:
         raise TypeError(
             f"compensate_with must be a (tool_name, args) tuple, got {compensate_with!r}"
@@ -1031,13 +957,7 @@ def check_compensate_with(
 
 
 def stage_compensation(staged: Staged, intent_id: str, high_water_step: int) -> str:
-    """Stage the compensation linked to ``intent_id``, taking a step; return its id.
-
-    A step that replays the run's record returns the id staged before. Raises
-    :class:`CompensationError` for an id this run did not stage, one staged without
-    ``compensate_with``, or one already compensated by an earlier step of the run; then no
-    step is taken.
-    """
+    """Stage the compensation linked to ``intent_id``, taking a step; return its id."""
     link = _link_of(staged, intent_id, high_water_step)
     tool_name, args_json = link.tool_name, link.args_json
     if link.compensation_intent_id:
@@ -1060,10 +980,7 @@ def stage_compensation(staged: Staged, intent_id: str, high_water_step: int) -> 
 def stage_route_compensations(suspended: Continuation, trace: TraceRecorder) -> list[ToolIntent]:
     """Stage, newest first, the compensations a ``Deny(compensate=True)`` route takes.
 
-    One per linked effect of the run not yet compensated whose result is not known to say it
-    never ran (EXPIRED, REJECTED): those that ran (OK, ERROR) and those still unanswered, which
-    may yet run (the effector runs each compensation after its original, or records
-    NOT_NEEDED). They take the run's next steps, at ``trace``'s event time.
+    One per linked effect not yet compensated unless its result says it never ran.
     """
     outcome = {result.intent_id: result.status for result in suspended.results}
     staged = Staged(trace, ReplayCursor(suspended.next_step), namespace=run_namespace(suspended))

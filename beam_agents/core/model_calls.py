@@ -1,9 +1,4 @@
-"""Model calls: the replay cache, the retry memo and the gateway every call goes through.
-
-The replay cache keeps a run's committed calls in its continuation, keyed by request content
-and ``(key, seq, step_index)``, so a resumed or retried activation replays them (invariant 3).
-The gateway adds retries, circuit breakers and the process-wide retry memo on a cache miss.
-"""
+"""Model calls: the replay cache, the retry memo and the gateway every call goes through."""
 
 from __future__ import annotations
 
@@ -66,14 +61,8 @@ def replayed_response(client: object, entry: ModelCacheEntry) -> LlmResponse:
 class ReplayCache:
     """A key's replay cache as one activation sees it: committed entries plus staged ones.
 
-    Built from the decoded committed ``ModelCache`` (or ``None`` for an empty one), which it
-    never modifies, and, if at hand, the bytes it was decoded from (``serialized``), which
-    spares serializing it again; :meth:`encode` applies the bounds.
-
-    Committed entries are not indexed up front: wrapping each of them in a Python object would
-    cost more than the rest of a model call's bookkeeping at a full cache. An entry stores its
-    key verbatim, so a key whose bytes occur nowhere in the serialized committed cache is in no
-    entry; only a key that passes that test (a replay) makes the entries indexed.
+    Committed entries are indexed only once a key's bytes occur in the serialized cache (a
+    replay): indexing them up front would cost more than the rest of a call's bookkeeping.
     """
 
     __slots__ = (
@@ -232,8 +221,7 @@ class AnswerMemo(Generic[_A]):
 
 
 MEMO_MAX_SCOPES = 8
-"""``RunAgent``s a process keeps memos for, the least recently set up dropped first (a test
-suite or a notebook builds many pipelines in one process)."""
+"""``RunAgent``s a process keeps memos for, the least recently set up dropped first."""
 
 _MEMOS: OrderedDict[str, AnswerMemo[Any]] = OrderedDict()
 _MEMOS_LOCK = threading.Lock()
@@ -252,24 +240,17 @@ def answer_memo(scope: str) -> AnswerMemo[Any]:
 
 
 # -- the gateway: the single point where an activation reaches the provider -------------------
-# A cache miss goes through retries within the activation's time budget and a circuit breaker
-# per endpoint; the gateway names the Beam counters and GenAI trace attributes.
 METRICS_NAMESPACE = "beam_agents"
 """The namespace of the runtime's Beam metrics."""
 
+# Counters: calls that missed the replay cache (one per call, whatever its attempts), calls
+# served from it, attempts beyond the first, calls failed for good, and reported tokens.
 MODEL_CALLS = "model_calls"
-"""Counter: model calls that missed the replay cache and went to the provider (one per call,
-whatever its number of attempts, failed calls included)."""
 MODEL_CACHE_HITS = "model_cache_hits"
-"""Counter: model calls served from the replay cache."""
 MODEL_RETRIES = "model_retries"
-"""Counter: provider attempts beyond the first of each call."""
 MODEL_CALL_FAILURES = "model_call_failures"
-"""Counter: model calls that failed after their retries (or at once, when not retryable)."""
 MODEL_INPUT_TOKENS = "model_input_tokens"
-"""Counter: input tokens the provider reported (replayed calls spend none)."""
 MODEL_OUTPUT_TOKENS = "model_output_tokens"
-"""Counter: output tokens the provider reported (replayed calls spend none)."""
 
 MODEL_COUNTERS = (
     MODEL_CALLS,
@@ -309,11 +290,9 @@ class ProviderAnswer:
 class ModelGateway:
     """Calls one ``DoFn`` instance's model client with retries and circuit breaking.
 
-    ``client`` is a ``ModelClient``, or any object with ``async complete(request)``, adapted
-    by ``as_model_client``; :attr:`client` is the object as given. ``retry_policy`` ``None``
-    makes one attempt per call; ``breakers`` ``None`` disables circuit breaking. Breakers are
-    keyed by the client's ``endpoint_key(request)``. Each call first moves into an asyncio task
-    (``core.agent.enter_task``) unless the client says ``needs_asyncio_task = False``.
+    ``client`` is anything with ``async complete(request)``; :attr:`client` is it as given.
+    ``retry_policy`` ``None`` makes one attempt per call; ``breakers`` ``None`` disables
+    circuit breaking.
     """
 
     __slots__ = (
@@ -369,10 +348,8 @@ class ModelGateway:
     ) -> ProviderAnswer:
         """Send ``request`` to the provider, retrying retryable errors within ``budget_s``.
 
-        A ``ProviderError`` that ends the call (retries exhausted, not retryable, or the
-        circuit open) propagates with a note saying how many attempts were made. With a
-        ``memo_key`` (the call's replay-cache key) and a memo, an answer this process already
-        got for that key is returned as it was (see :class:`AnswerMemo`).
+        A ``ProviderError`` that ends the call propagates with a note of the attempts made.
+        An answer the memo kept for ``memo_key`` is returned as it was.
         """
         memo = self._memo
         if memo is not None and memo_key:
@@ -432,11 +409,7 @@ class ModelGateway:
     def trace_attributes(
         self, request: LlmRequest, response: LlmResponse, *, attempts: int, cache_hit: bool
     ) -> dict[str, str]:
-        """The ``LLM_CALL`` attributes: OpenTelemetry GenAI names plus ``beam_agents.*``.
-
-        Every value is a function of the request and the (possibly replayed) response, never
-        of the wall clock, so traces stay deterministic. ``finish_reasons`` is a JSON array.
-        """
+        """The ``LLM_CALL`` attributes: GenAI names plus ``beam_agents.*``, never clock-based."""
         requested = request.model_id or self._client.model
         usage = response.usage
         reason: object = response.stop_reason  # typed str, but a client may break the type

@@ -1,10 +1,4 @@
-"""What an activation tells the outside: traces, failure explanations, logs and records.
-
-Trace events are committed output whose ids come from key, seq and step, so a retry
-reproduces them. Failures are explained with the agent's own file and line. Every ``.errors``
-record is logged, rate-limited. With ``AgentConfig(record=...)`` each commit also yields an
-``ActivationRecord`` for replay.
-"""
+"""What an activation tells the outside: traces, failure explanations, logs and records."""
 
 from __future__ import annotations
 
@@ -58,9 +52,6 @@ _START = TraceEvent.ACTIVATION_START
 _PARENTLESS = frozenset((_START, TraceEvent.ERROR))
 _CLOSING = frozenset((TraceEvent.SUSPENDED, TraceEvent.ACTIVATION_END))
 
-WallClock = Callable[[], int]
-"""Reads the wall clock in Unix nanoseconds (default ``time.time_ns``; tests pass a fixed one)."""
-
 DEADLINE_ATTRIBUTE = "beam_agents.deadline_ms"
 """A ``SUSPENDED`` event's processing-time deadline: read from a clock, so not identity."""
 MEMORY_SLOTS_ATTRIBUTE = "beam_agents.memory.slots"
@@ -68,11 +59,7 @@ MEMORY_SLOTS_ATTRIBUTE = "beam_agents.memory.slots"
 
 
 def identity_of(event: TraceEvent) -> bytes:
-    """``event`` serialized without what a retry or replay may change: its wall-clock times.
-
-    That is the two ``wall_*_unix_nano`` fields and :data:`DEADLINE_ATTRIBUTE` (a deadline
-    is placed on the processing clock). Equal identities mean the same span, same content.
-    """
+    """``event`` serialized without what a retry or replay may change: its wall-clock times."""
     kept = TraceEvent()
     kept.CopyFrom(event)
     kept.ClearField("wall_start_unix_nano")
@@ -88,11 +75,7 @@ def trace_id_for(entity_key: bytes, seq: int) -> str:
 
 @functools.lru_cache(maxsize=1024)
 def span_id_for(sequence: int, event_type: int) -> str:
-    """The span id of the event at ``sequence`` (of type ``event_type``) in its trace.
-
-    Cached: runs are short, so the same few (sequence, type) pairs recur in every trace, and a
-    lookup costs a third of formatting the digits.
-    """
+    """The span id of the event at ``sequence`` (of type ``event_type``) in its trace."""
     return f"{sequence:012x}{event_type:04x}"
 
 
@@ -122,7 +105,7 @@ class TraceRecorder:
         trace_id: str,
         first_sequence: int,
         now_ms: int,
-        clock: WallClock = time.time_ns,
+        clock: Callable[[], int] = time.time_ns,
     ) -> None:
         self._clock = clock
         self._opened: TraceEvent | None = None
@@ -207,11 +190,7 @@ class TraceRecorder:
         attributes: Mapping[str, str] | None = None,
         started_ns: int = 0,
     ) -> None:
-        """Append an event of ``event_type`` at ``step_index``, ending now.
-
-        It spans ``started_ns`` (a :meth:`wall_ns` reading) to now; without one it is an
-        instant. ``ACTIVATION_START`` stays open until ``SUSPENDED`` or ``ACTIVATION_END``.
-        """
+        """Append an event of ``event_type`` at ``step_index`` spanning ``started_ns`` to now."""
         events = self.events
         now = self._clock()
         event = self._event(
@@ -229,10 +208,7 @@ class TraceRecorder:
             self._opened.wall_end_unix_nano = now
 
     def record_tool_call(self, name: str, step_index: int, started_ns: int, error: str) -> None:
-        """Append a ``TOOL_CALL`` of the inline tool ``name`` (``error``: its failure's type).
-
-        Its ``gen_ai.tool.call.id`` is the trace id and the event's position in the run.
-        """
+        """Append a ``TOOL_CALL`` of the inline tool ``name`` (``error``: its failure's type)."""
         attributes = {
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.tool.name": name,
@@ -245,10 +221,7 @@ class TraceRecorder:
         self.record(TraceEvent.TOOL_CALL, step_index, attributes, started_ns)
 
     def failure(self, step_index: int, attributes: Mapping[str, str]) -> TraceEvent:
-        """The single ``ERROR`` event that replaces everything a failed activation recorded.
-
-        It spans the failed activation: from its ``ACTIVATION_START`` to now.
-        """
+        """The single ``ERROR`` event that replaces everything a failed activation recorded."""
         now = self._clock()
         opened = self._opened
         started_ns = now if opened is None else opened.wall_start_unix_nano
@@ -283,11 +256,7 @@ _LIBRARY_DIRS = tuple(
 
 
 def explain(failure: BaseException, agent: object = None) -> tuple[str, str]:
-    """``(detail, traceback)`` for ``failure``; ``agent`` is the function that was run, if any.
-
-    The detail is ``Type: message``, then ``(at file.py:42 in function)`` when a frame of the
-    agent's code is found, then the exception's notes.
-    """
+    """``(detail, traceback)`` for ``failure``; the detail names the agent's file and line."""
     summary = traceback.TracebackException.from_exception(failure, lookup_lines=False)
     where = _agent_frame(summary.stack, _source_file(agent))
     head = f"{type(failure).__name__}: {failure}"
@@ -357,8 +326,6 @@ def _bounded(text: str) -> str:
 
 
 # -- loudness: every .errors record is logged, rate-limited -----------------------------------
-# One line per record (WARNING; INFO for a routine orphaned_result); past the limit, records
-# are counted and summed up in one line once the interval is over. .errors itself is not limited.
 logger = logging.getLogger(__name__)
 
 LOG_LIMIT = 10
@@ -368,8 +335,7 @@ LOG_INTERVAL_S = 60.0
 TRACEBACK_FRAMES = 3
 """Frames of a record's traceback shown in its log line (the innermost ones)."""
 _EXPECTED_REASONS = frozenset({"orphaned_result"})
-"""Logged at INFO: a late or duplicate answer is routine (e.g. an approval the effector refused
-after the timeout route had already decided), and changes nothing."""
+"""Logged at INFO: a late or duplicate answer is routine and changes nothing."""
 _MAX_KEY_CHARS = 80
 _MAX_DETAIL_CHARS = 1024
 
@@ -475,8 +441,6 @@ def traceback_tail(text: str, frames: int) -> str:
 
 
 # -- activation records: what AgentConfig(record=...) emits on .records -----------------------
-# An ActivationRecorder rides on one activation and collects what the staged record cannot
-# tell afterwards: each fresh model call and each inline tool call. Off by default.
 RECORD_SCHEMA_VERSION = 1
 """The ``ActivationRecord.schema_version`` this code writes and the newest it reads."""
 
@@ -489,11 +453,7 @@ DEFAULT_MAX_VALUE_BYTES = 16 * 1024
 
 @dataclass(frozen=True)
 class RecordOptions:
-    """How activations are recorded (``AgentConfig(record=RecordOptions(...))``).
-
-    ``max_value_bytes``: a memory slot whose encoding is larger is recorded by its digest and
-    size only, so a replay cannot rebuild it.
-    """
+    """How activations are recorded (``AgentConfig(record=RecordOptions(...))``)."""
 
     max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES
 
@@ -522,10 +482,7 @@ def _type_name(value: object) -> str:
 
 
 def jsonable(value: object) -> str:
-    """``value`` as canonical JSON, Pydantic models and other rich values converted first.
-
-    A part with no JSON form becomes ``"<TypeName>"`` (deterministic, unlike its ``repr``).
-    """
+    """``value`` as canonical JSON; a part with no JSON form becomes ``"<TypeName>"``."""
     return canonical_json(to_jsonable_python(value, fallback=_type_name))
 
 
@@ -538,11 +495,7 @@ def result_json(value: object) -> str | None:
 
 
 def decoder_name(client: object) -> str:
-    """How ``client`` decodes raw bodies (``RecordedModelCall.decoder``).
-
-    Its wire shape's name, :data:`PLAIN_DECODER` for the default decoding, else its
-    ``gen_ai_provider_name``.
-    """
+    """How ``client`` decodes raw bodies (``RecordedModelCall.decoder``)."""
     adapted = as_model_client(client)
     inner = underlying(adapted)
     wire = getattr(getattr(inner, "wire", None), "gen_ai_name", None)
@@ -595,10 +548,7 @@ class ActivationRecorder:
         request_json: str,
         request_digest: str,
     ) -> None:
-        """Record a call that reached the provider (``model``: the gateway that made it).
-
-        ``request_json`` and ``request_digest``: the request as the call encoded it.
-        """
+        """Record a call that reached the provider (``model``: the gateway that made it)."""
         client = getattr(model, "client", None)
         default_model = getattr(client, "model", "")
         self.model_calls.append(
@@ -643,10 +593,7 @@ class ActivationRecorder:
     def finish(
         self, entity_key: bytes, seq: int, staged: StagedView, outcome: Outcome, state: KeyState
     ) -> ActivationRecord:
-        """The activation's record; called at commit, before any of its state is written.
-
-        ``outcome`` is the agent's ``Complete`` or ``Suspend``.
-        """
+        """The activation's record; called at commit, before any of its state is written."""
         trace = staged.trace
         record = ActivationRecord(
             schema_version=RECORD_SCHEMA_VERSION,

@@ -1,9 +1,7 @@
 """A key's state: every cell holds protobuf ``bytes``, read lazily, written only on commit.
 
-:class:`KeyState` is one key's cells for one call: the header, the working memory (a Beam bag
-whose elements join to one ``MemoryState`` blob), the continuation (with the run's replay
-cache) and the event buffer. :class:`WorkingMemory` is the memory an activation reads and
-stages. Every format is version 1; a newer version is refused.
+:class:`KeyState` holds one key's cells for one call; :class:`WorkingMemory` is the memory an
+activation reads and stages. Every format is version 1; a newer version is refused.
 """
 
 from __future__ import annotations
@@ -60,9 +58,7 @@ HEADER, MEMORY, CONTINUATION = 0, 1, 2
 class KeyState:
     """One key's state for one ``process`` or timer call: lazy reads, staged writes.
 
-    Each value cell is read at most once, and only when needed. Writes are recorded in
-    :attr:`writes` (``None`` clears a cell) and the buffer's in :attr:`buffer_reset` and
-    :attr:`buffer_added`, for the Beam glue to apply; later reads in the call see them.
+    Each cell is read at most once, and only when needed; later reads in the call see writes.
     """
 
     __slots__ = (
@@ -95,19 +91,14 @@ class KeyState:
         self._continuation: Continuation | None = None
         self._continuation_read = False
         self.writes: dict[int, Any] = {}
-        """Cell number (:data:`HEADER`, ...) to its new value; ``None`` clears the cell.
-
-        Each value is ``bytes``, but :data:`MEMORY`'s, a bag, is a list of its elements."""
+        """Cell number to its new value (bytes, or the memory bag's list); ``None`` clears it."""
         self.buffer_reset = False
         """Whether the buffer is cleared before :attr:`buffer_added` is appended."""
         self.buffer_added: list[bytes] = []
 
     @property
     def header(self) -> KeyHeader:
-        """The key's header (a fresh one for a key never seen or never committed).
-
-        A key with no header has no continuation either: every commit writes the header.
-        """
+        """The key's header (a fresh one for a key never committed)."""
         if self._header is None:
             blob = self._header_cell.read()
             self._header = (
@@ -151,11 +142,7 @@ class KeyState:
         return self._continuation
 
     def write_continuation(self, continuation: Continuation | None) -> None:
-        """Store ``continuation``; ``None`` clears it (the key is no longer suspended).
-
-        The header follows when the key starts or stops being suspended, so the two cells
-        never disagree in a commit.
-        """
+        """Store ``continuation`` (``None`` clears it); the header's ``suspended`` follows."""
         header = self.header
         self._continuation = continuation
         self._continuation_read = True
@@ -230,9 +217,7 @@ class RawSlot:
         self.head = head
         """The field up to its content: tags and lengths of the slot, its key, the content's."""
         self.content = content
-        """The value or the ring's payload: an element of its own (``bytes``) or a view."""
         self.is_ring = is_ring
-        """Whether the slot holds a ring (else a single value)."""
 
     @property
     def size(self) -> int:
@@ -252,10 +237,7 @@ def _parse_ring(payload: bytes | memoryview) -> RingItems:
 
 
 def _canonical_ring(ring: bytes, start: int, end: int) -> bool:
-    """Whether ``ring[start:end]`` is exactly a ring's items, each encoded canonically.
-
-    Walks the items' tags and minimal lengths without parsing or copying them.
-    """
+    """Whether ``ring[start:end]`` is exactly a ring's items, each encoded canonically."""
     position = start
     try:
         while position < end:
@@ -291,7 +273,8 @@ def slot_size(key: str, slot: Slot) -> int:
     return field_size(field_size(len(key.encode("utf-8"))) + content)
 
 
-def _varint(value: int) -> bytes:
+def varint(value: int) -> bytes:
+    """``value`` as a protobuf base-128 varint."""
     if value < 0x80:
         return bytes((value,))
     out = bytearray()
@@ -303,7 +286,7 @@ def _varint(value: int) -> bytes:
 
 
 def _head(tag: int, length: int) -> bytes:
-    return bytes((tag,)) + _varint(length)
+    return bytes((tag,)) + varint(length)
 
 
 def _read_varint(blob: bytes, position: int) -> tuple[int, int]:
@@ -327,11 +310,7 @@ def _read_varint(blob: bytes, position: int) -> tuple[int, int]:
 
 
 def _length(blob: bytes, position: int, end: int) -> tuple[int, int]:
-    """Read a varint length at ``position``: ``(length, position after it)``.
-
-    Raises :class:`NotCanonicalError` (or ``IndexError`` when truncated) if it is not minimal
-    or the field it prefixes runs past ``end``.
-    """
+    """Read a minimal varint length whose field ends by ``end``: ``(length, position after)``."""
     value, position = _read_varint(blob, position)
     if position + value > end:
         raise NotCanonicalError("a field runs past its message")
@@ -339,10 +318,7 @@ def _length(blob: bytes, position: int, end: int) -> tuple[int, int]:
 
 
 def scan(elements: Sequence[bytes]) -> dict[str, RawSlot] | None:
-    """The slots of a canonical memory's elements by key, or ``None`` if it is not canonical.
-
-    Only keys are copied; each :class:`RawSlot` is a view into an element or an element itself.
-    """
+    """The slots of a canonical memory's elements by key (as views), or ``None``."""
     if not elements or any(type(element) is not bytes for element in elements):
         return None  # the views below must point into immutable buffers
     first = elements[0]
@@ -376,9 +352,7 @@ def _slot_at(
 ) -> tuple[str, RawSlot, int, int]:
     """The slot whose field starts at ``blob[field]``: ``(key, slot, index, position)`` after it.
 
-    ``view`` is a ``memoryview`` of ``blob``, made once per element by the caller.
-    Its content is either inside ``blob`` or exactly ``following`` (then the element after
-    ``blob``, which the returned index points past).
+    Its content is either inside ``blob`` (``view`` is a view of it) or exactly ``following``.
     """
     end = len(blob)
     if blob[field] != _SLOTS_TAG:
@@ -472,11 +446,8 @@ class WorkingMemory:
     """The key's memory as one activation sees it: committed slots plus staged writes.
 
     A slot holds either one value (``set``/``get``) or a ring of items (``append``/``ring``);
-    using a slot as the other kind raises :class:`MemorySlotError`. The committed blob is
-    scanned on first use, so an activation that never touches memory pays nothing, and a slot
-    is decoded only when read: a commit re-uses the committed bytes of every slot it did not
-    change (see :func:`encode_memory`), so its cost follows what changed, not the whole memory.
-    ``elements``: the committed memory's bag elements (or ``None``).
+    using a slot as the other kind raises :class:`MemorySlotError`. Slots are decoded only when
+    read, and a commit re-uses the committed bytes of every slot it did not change.
     """
 
     __slots__ = ("_changed", "_elements", "_encoded", "_size", "_sizes", "_slots")
@@ -600,11 +571,7 @@ class WorkingMemory:
         return self._changed
 
     def encode(self) -> list[bytes]:
-        """The memory's bag elements (none when memory is empty); see :func:`encode_memory`.
-
-        Joined, they equal ``MemoryState(...).SerializeToString(deterministic=True)`` byte for
-        byte; the committed bytes of unchanged slots and large new values are not copied.
-        """
+        """The memory's bag elements (none when memory is empty); see :func:`encode_memory`."""
         if self._encoded is None:
             self._encoded = encode_memory(self._loaded())
         return self._encoded

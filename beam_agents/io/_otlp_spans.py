@@ -1,11 +1,6 @@
 # mypy: disallow-untyped-calls=False
 # (The OpenTelemetry exporter's shutdown is unannotated.)
-"""Spans for ``ExportTraces``: a ``TraceEvent`` as an OpenTelemetry span, and the exporter.
-
-Imported by ``ExportTraces`` only when a worker sets it up, so that importing ``beam_agents``
-never loads the OpenTelemetry SDK or ``requests``. Names and attributes are listed in
-``docs/loop.md``.
-"""
+"""Spans for ``ExportTraces``, imported on workers only: importing ``beam_agents`` loads no SDK."""
 
 from __future__ import annotations
 
@@ -94,10 +89,7 @@ def _tool_name(attributes: Mapping[str, str]) -> str:
 
 
 def _error_type(event: TraceEvent) -> str:
-    """``error.type`` of a failed event (its exception's type, else its reason); ``""`` if none.
-
-    ``error`` holds an exception's type name, or ``"Type: message"`` (the type is kept).
-    """
+    """``error.type`` of a failed event (its exception's type, else its reason); ``""`` if none."""
     attributes = event.attributes
     failed = event.event_type == TraceEvent.ERROR or (
         event.event_type == TraceEvent.TOOL_CALL and attributes.get("status") == "error"
@@ -164,10 +156,7 @@ def _id(name: str, value: str, digits: int) -> int:
 
 
 def _to_span(event: TraceEvent, resource: Resource) -> ReadableSpan:
-    """``event`` as an OpenTelemetry span: its ids, wall-clock times (else event time).
-
-    Raises ``ValueError`` for an event whose ids are not valid OpenTelemetry ids.
-    """
+    """``event`` as an OpenTelemetry span; ``ValueError`` if its ids are not valid ones."""
     trace_id = _id("trace_id", event.trace_id, 32)
     span_id = _id("span_id", event.span_id, 16)
     parent = None
@@ -217,11 +206,7 @@ class _RecordingSession(requests.Session):
 
 
 class _ExporterLog(logging.Filter):
-    """Takes what the SDK's exporter logs on one thread while it sends a batch.
-
-    Installed on the exporter's logger; the records it takes are summed up in the bundle's one
-    WARNING instead of being logged too. Records of other threads pass through.
-    """
+    """Takes what the SDK's exporter logs on this thread while it sends a batch, for the WARNING."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -280,11 +265,7 @@ class SpanExporter:
         return _to_span(event, self._resource)
 
     def export(self, batch: list[Any]) -> tuple[str, bool]:
-        """Send ``batch``: why it failed (``""`` once delivered) and whether it was sent at all.
-
-        A batch the exporter refuses before sending it (one it cannot encode) says nothing
-        about the collector.
-        """
+        """Send ``batch``: why it failed (``""`` once delivered) and whether it was sent at all."""
         self._log.start()
         try:
             result = self._exporter.export(batch)

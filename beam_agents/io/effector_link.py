@@ -117,17 +117,13 @@ def _call_failure(what: str, target: str, error: grpc.RpcError) -> Exception:
 class EffectorConnection:
     """Connection settings for an effector; picklable, so Beam can ship it to workers.
 
-    - ``target``: ``HOST:PORT`` (or any gRPC target) of the effector; or the replicas of one
-      effector as a comma-separated list of ``IP:PORT`` addresses (``[IPv6]:PORT``), e.g.
-      ``"127.0.0.1:50051,127.0.0.1:50052"``, reached round-robin (see ``docs/loop.md``).
-    - ``token`` (or the environment variable named by ``token_env``, read on the worker so
-      that the secret never enters the pipeline graph) is sent as
-      ``authorization: Bearer <token>`` on every call, as the effector's ``--token`` expects.
-    - ``tls_root_cert``: the PEM root certificate (a file path, or the PEM bytes) that the
-      effector's ``--tls-cert`` must chain to; with it the channel uses TLS. A path is read
-      when the connection is created, so a missing file is reported at once.
-    - ``tls_server_name``: the name to check in the server's certificate instead of the
-      target's host (for test certificates issued to another name).
+    - ``target``: ``HOST:PORT`` (or any gRPC target) of the effector, or its replicas as a
+      comma-separated list of ``IP:PORT`` addresses (``[IPv6]:PORT``), reached round-robin.
+    - ``token``, or the environment variable ``token_env`` read on the worker (so the secret
+      never enters the pipeline graph): sent as ``authorization: Bearer <token>``.
+    - ``tls_root_cert``: the PEM root certificate (a path, read now, or the bytes) that the
+      effector's ``--tls-cert`` must chain to; with it the channel uses TLS.
+    - ``tls_server_name``: the name to check in the server's certificate instead of the host.
     """
 
     target: str
@@ -149,20 +145,15 @@ class EffectorConnection:
             raise ValueError("tls_server_name needs tls_root_cert (it only applies to TLS)")
         object.__setattr__(self, "_root_certificates", _read_root_certificates(self.tls_root_cert))
 
-    def resolved_token(self) -> str | None:
-        """The bearer token to send, read from the environment when ``token_env`` is set."""
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        """Call metadata carrying the bearer token, read from ``token_env`` when that is set."""
+        token = self.token
         if self.token_env is not None:
-            value = os.environ.get(self.token_env, "").strip()
-            if not value:
+            token = os.environ.get(self.token_env, "").strip()
+            if not token:
                 raise ValueError(
                     f"environment variable {self.token_env} (the effector token) is not set"
                 )
-            return value
-        return self.token
-
-    def metadata(self) -> tuple[tuple[str, str], ...]:
-        """Call metadata carrying the bearer token, if any."""
-        token = self.resolved_token()
         return (("authorization", f"Bearer {token}"),) if token else ()
 
     def open_channel(self) -> grpc.Channel:
@@ -184,11 +175,7 @@ class EffectorConnection:
 
 
 def _channel_target(target: str) -> str:
-    """The gRPC target for ``target``: itself, or for a list of replicas an address list.
-
-    gRPC spells a fixed list of addresses ``ipv4:A:P,B:P`` (or ``ipv6:[A]:P,[B]:P``); it has no
-    such form for host names, so a list must give IP addresses of one family.
-    """
+    """The gRPC target for ``target``; a list of replicas must be IP addresses of one family."""
     if "," not in target:
         return target
     families: set[int] = set()
@@ -246,8 +233,6 @@ _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 # -- SubmitIntents: hand staged intents to the effector, once per intent id -------------------
-# Transient failures are retried (the effector deduplicates on intent id); what cannot be
-# handed over goes to a dead-letter output with the reason; a wrong token fails the pipeline.
 _DEAD_LETTER = "dead_letter"
 DEAD_LETTER_LOG_LINES = 10
 """The most dead-letter WARNING lines one ``SubmitIntents`` instance logs per interval."""
@@ -259,11 +244,9 @@ DEAD_LETTER_LOG_INTERVAL_S = 60.0
 class SubmitIntentsOutputs:
     """What ``SubmitIntents`` returns.
 
-    ``acks``: one ``SubmitAck`` per intent the effector answered (accepted, duplicate or
-    rejected), in the intent's window and with its timestamp. ``dead_letter``: one
-    ``IntentDeadLetter`` per intent that was refused or never reached the effector, with the
-    reason (and the effector's outcome name when it refused it); re-submit them once the cause
-    is fixed.
+    ``acks``: one ``SubmitAck`` per intent the effector answered, in the intent's window.
+    ``dead_letter``: one ``IntentDeadLetter`` per intent refused or never delivered, with the
+    reason; re-submit them once the cause is fixed.
     """
 
     acks: PCollection[SubmitAck]
@@ -286,15 +269,14 @@ class _Backoff:
 
 def _check_call_settings(
     batch_size: int,
-    max_batch_size: int,
     max_attempts: int,
     initial_backoff_s: float,
     max_backoff_s: float,
     rpc_timeout_s: float,
 ) -> None:
     """Refuse batch, retry and deadline settings a sink of the effector cannot use."""
-    if not 1 <= batch_size <= max_batch_size:
-        raise ValueError(f"batch_size must be between 1 and {max_batch_size}, got {batch_size}")
+    if not 1 <= batch_size <= _MAX_BATCH_SIZE:
+        raise ValueError(f"batch_size must be between 1 and {_MAX_BATCH_SIZE}, got {batch_size}")
     if max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
     if initial_backoff_s < 0 or max_backoff_s < initial_backoff_s:
@@ -343,9 +325,7 @@ def _call_with_retries(
     """``call()``, again after each transient failure while ``backoff`` allows.
 
     Starts with a retry when given the ``error`` of a first attempt made elsewhere. A wrong
-    token (UNAUTHENTICATED, PERMISSION_DENIED) raises ``PermissionError`` at once: retrying
-    cannot fix it, and every call would fail alike. Any other failure that retrying cannot fix,
-    or that outlasts the retries, raises :class:`_CallFailedError`.
+    token raises ``PermissionError`` at once; any other lasting failure :class:`_CallFailedError`.
     """
     delays = backoff.delays()
     attempts = 0 if error is None else 1
@@ -538,27 +518,17 @@ class _SubmitIntentsFn(beam.DoFn):
 class SubmitIntents(beam.PTransform[PCollection[ToolIntent], SubmitIntentsOutputs]):
     """Submit ``ToolIntent``s to an effector; returns :class:`SubmitIntentsOutputs`.
 
-    Intents are submitted in batches of at most ``batch_size`` (and a few MiB), cut within a
-    bundle and at its end. A call that fails transiently (unavailable, deadline exceeded, ...)
-    is retried with exponential backoff and full jitter, ``initial_backoff_s`` doubling up to
-    ``max_backoff_s``, for at most ``max_attempts`` calls in all; each call has a deadline of
-    ``rpc_timeout_s``. With the defaults a batch is retried for about ten seconds on average
-    (twenty at most), enough to ride out an effector restart; each retry logs a WARNING with
-    the target and the delay. Retrying is safe because the effector deduplicates on intent id.
-    A batch that still fails, or fails for another reason retrying cannot fix, goes to
-    ``dead_letter`` with the gRPC status, as does every intent the effector rejects (with its
-    reason); each dead letter logs a WARNING with the intent id and the reason, at most
-    :data:`DEAD_LETTER_LOG_LINES` per :data:`DEAD_LETTER_LOG_INTERVAL_S` per instance (a later
-    line counts the rest). A wrong token (UNAUTHENTICATED, PERMISSION_DENIED) fails the
-    pipeline with ``PermissionError``, as it does for ``ReadEnvelopes``: every intent would
-    fail alike.
+    Intents go in batches of at most ``batch_size`` (and a few MiB). A call that fails
+    transiently is retried with exponential backoff and full jitter (``initial_backoff_s``
+    doubling up to ``max_backoff_s``, at most ``max_attempts`` calls, each with a deadline of
+    ``rpc_timeout_s``); each retry logs a WARNING. A batch that still fails goes to
+    ``dead_letter``, as does every intent the effector rejects. Each dead letter logs a
+    WARNING, at most :data:`DEAD_LETTER_LOG_LINES` per :data:`DEAD_LETTER_LOG_INTERVAL_S`.
+    A wrong token fails the pipeline with ``PermissionError``.
 
-    ``target`` is ``HOST:PORT`` with ``token`` or ``token_env`` and ``tls_root_cert`` (see
-    :class:`EffectorConnection`), or an ``EffectorConnection``.
-
-    ``redeliver_results`` (default on) asks the effector to publish again the stored result of
-    an intent that is already done, so re-running a pipeline from fresh state over the same
-    events resumes its agents without executing anything twice.
+    ``target`` is ``HOST:PORT`` with ``token`` or ``token_env`` and ``tls_root_cert``, or an
+    :class:`EffectorConnection`. ``redeliver_results`` asks the effector to publish again the
+    result of an intent already done, so a re-run from fresh state executes nothing twice.
 
     Beam metrics (namespace ``beam_agents.io``): ``intents_accepted``, ``intents_duplicate``,
     ``intents_rejected``, ``intents_dead_lettered``, ``submit_retries`` and the distribution
@@ -581,12 +551,7 @@ class SubmitIntents(beam.PTransform[PCollection[ToolIntent], SubmitIntentsOutput
     ) -> None:
         super().__init__()
         _check_call_settings(
-            batch_size,
-            _MAX_BATCH_SIZE,
-            max_attempts,
-            initial_backoff_s,
-            max_backoff_s,
-            rpc_timeout_s,
+            batch_size, max_attempts, initial_backoff_s, max_backoff_s, rpc_timeout_s
         )
         self._fn = _SubmitIntentsFn(
             _connection(target, token, token_env, tls_root_cert),
@@ -607,8 +572,6 @@ class SubmitIntents(beam.PTransform[PCollection[ToolIntent], SubmitIntentsOutput
 
 
 # -- ReadEnvelopes: the effector's envelope log as a (key, AgentEnvelope) source --------------
-# A splittable DoFn over an unbounded offset range long-polls the effector's Read RPC: an
-# unbounded source on a streaming runner, the single source that closes a local loop.
 _LOG_END = 2**62
 """The restriction's end: beyond any offset the log will reach, so the range is unbounded."""
 _PUBLISH_MAX_ENVELOPES = 500
@@ -815,38 +778,24 @@ class _ReadLogFn(beam.DoFn):
 class ReadEnvelopes(beam.PTransform[PBegin, PCollection[tuple[bytes, AgentEnvelope]]]):
     """Read the effector's envelope log as ``KV[bytes, AgentEnvelope]``, timestamped by event time.
 
-    Each element is ``(envelope.entity_key, envelope)`` with the timestamp
-    ``envelope.event_time_ms``, in log (offset) order.
+    Elements are ``(envelope.entity_key, envelope)`` in log order, timestamped by event time.
 
-    - ``events``: external events (``external_event`` envelopes, each with an ``entity_key``)
-      to publish to the effector before reading; reading then starts at the first of them,
-      so the output is those events followed by every envelope appended after them (tool
-      results, approvals). This is the single-source shape local runners need to close a loop
-      through the effector. They are published once per run of the pipeline.
-    - ``start_offset``: where to start reading instead (default: the first published event,
-      or 1, the start of the log, when there are no events). On streaming runners the
-      reader's position is checkpointed by the runner; across pipeline restarts pass the
-      offset to resume from.
-    - ``stop_when_idle_s``: stop once nothing new has arrived for this long, the effector has
-      nothing in flight (no pending, running or awaiting-decision intents: an approval still
-      waiting for a decision keeps the reader going) and everything in the log has been read.
-      ``None`` (default) reads forever, as a streaming source should.
-    - ``max_batch``: envelopes per ``Read``; ``poll_wait_ms``: how long one ``Read`` waits for
-      new envelopes (at most 60 000).
-    - ``watermark_lag_s``: the watermark trails the newest event time read (or the wall clock,
-      when the whole log has been read) by this much.
-    - ``token``, ``token_env``, ``tls_root_cert``: as for :class:`EffectorConnection`; or pass
-      an ``EffectorConnection`` as ``target``.
+    - ``events``: external events to publish before reading; reading starts at the first of
+      them, so the output is those events and every envelope appended after them. This is
+      the single source a local runner needs to close the loop.
+    - ``start_offset``: where to start instead (default: the first published event, else 1).
+    - ``stop_when_idle_s``: stop once nothing has arrived for this long, the effector has
+      nothing in flight (an approval awaiting a decision counts) and the log is read to its
+      end. ``None`` (default) reads forever.
+    - ``max_batch``: envelopes per ``Read``; ``poll_wait_ms``: how long one ``Read`` waits
+      (at most 60 000).
+    - ``watermark_lag_s``: how far the watermark trails the newest event time read.
+    - ``token``, ``token_env``, ``tls_root_cert``: as for :class:`EffectorConnection`.
 
-    Reading retries transient failures (the effector restarting) with backoff, indefinitely;
-    a wrong token fails the pipeline with ``PermissionError``. A duplicate delivery (after a
-    retry, or a redelivered result) is harmless: ``RunAgent`` refuses a result it has already
-    applied. Publishing the events is not retried: a ``Publish`` cut off by a failure may
-    have been applied, and publishing it again would make every event in it run twice (each
-    as a new run, with new intents); the pipeline fails with ``ConnectionError`` instead, and
-    running it again is safe (it reads from the events it publishes then, and the effector
-    deduplicates the intents they lead to). An event too large for one effector request is
-    refused when the transform is built.
+    Reading retries transient failures indefinitely; a wrong token fails the pipeline with
+    ``PermissionError``. Publishing is not retried, since a cut-off ``Publish`` may have been
+    applied: the pipeline fails with ``ConnectionError`` and running it again is safe. An
+    event too large for one effector request is refused when the transform is built.
     """
 
     def __init__(
@@ -936,10 +885,7 @@ class LoopRunner(FnApiRunner):
 
 
 def prefer_fn_api_runner(pipeline: beam.Pipeline) -> None:
-    """Run ``pipeline`` on :class:`LoopRunner` if it is on the default ``DirectRunner``.
-
-    Raises ``ValueError`` on the bundle-based runner, which cannot run the read.
-    """
+    """Run ``pipeline`` on :class:`LoopRunner` if it is on the default ``DirectRunner``."""
     if isinstance(pipeline.runner, BundleBasedDirectRunner):
         raise ValueError(
             "ReadEnvelopes cannot run on BundleBasedDirectRunner (it cannot run an unbounded "

@@ -2,12 +2,8 @@
 # (Beam's own API is mostly unannotated; this module is glue around it.)
 """``RunAgent``: run an agent over a keyed stream of envelopes, as one Beam transform.
 
-``keyed | RunAgent(agent, config=AgentConfig(...))`` where ``keyed`` is a
-``PCollection[tuple[bytes, AgentEnvelope]]`` returns :class:`RunAgentOutputs`, all with
-deterministic coders (never pickle). Its stateful :class:`AgentDoFn` declares the state cells
-and timers, loads a key's state lazily, asks the ``Activator`` for a plan and applies it: it
-decides nothing. Misconfiguration fails at construction with a ``ValueError``; malformed
-elements become ``.errors`` records.
+Its stateful :class:`AgentDoFn` loads a key's state lazily, asks the ``Activator`` for a plan
+and applies it: it decides nothing.
 """
 
 from __future__ import annotations
@@ -67,11 +63,8 @@ class RunAgentOutputs(NamedTuple):
 
     ``output``: the bytes of every non-empty ``Complete`` (and ``Deny``). ``intents``: the
     committed ``ToolIntent``s, for the effector. ``traces``: ``TraceEvent``s. ``errors``:
-    ``AgentError`` dead letters (reason, detail, event time, and the original envelope bytes so
-    they can be re-driven; for an exception, its trimmed ``traceback``, and the detail names the
-    agent's file and line). Every record is also logged at WARNING, rate-limited, whether or not
-    ``errors`` is consumed. ``records``: one ``ActivationRecord`` per committed activation with
-    ``AgentConfig(record=True)`` (``docs/replay.md``); otherwise empty.
+    ``AgentError`` dead letters with the original envelope, each also logged (rate-limited).
+    ``records``: one ``ActivationRecord`` per commit with ``AgentConfig(record=True)``.
     """
 
     output: PCollection[bytes]
@@ -85,12 +78,7 @@ _ENVELOPE_PAIR = typehints.Tuple[bytes, AgentEnvelope]
 
 
 def _needs_admission(element_type: Any) -> bool:
-    """Whether elements must be checked before the keyed, stateful step.
-
-    ``False`` for exactly ``Tuple[bytes, AgentEnvelope]``; ``True`` for hints that admit such
-    pairs among other things (``Any``, ``Tuple[Any, AgentEnvelope]``, unions); a ``ValueError``
-    saying what to change for hints that rule them out.
-    """
+    """Whether elements must be checked before the keyed step; ``ValueError`` if none could pass."""
     if element_type is None or element_type == typehints.Any:
         return True
     if isinstance(element_type, typehints.UnionConstraint):
@@ -127,11 +115,7 @@ def _needs_admission(element_type: Any) -> bool:
 
 
 def _ticks(runner: object) -> bool:
-    """Whether deadlines tick (checked again every bundle until due): on the ``FnApiRunner``.
-
-    It fires a processing-time timer when the bundle that set it ends, and holds back one
-    re-set for later until every running read has finished.
-    """
+    """Whether deadlines tick (checked again every bundle until due): on the ``FnApiRunner``."""
     return isinstance(runner, FnApiRunner)
 
 
@@ -177,7 +161,11 @@ class _AdmitElements(beam.DoFn):
 
 
 class RunAgent(beam.PTransform[PCollection[tuple[bytes, AgentEnvelope]], RunAgentOutputs]):
-    """Runs ``agent`` for every ``(key, AgentEnvelope)`` element: see the module docstring."""
+    """Runs ``agent`` for every ``(key, AgentEnvelope)`` element; returns :class:`RunAgentOutputs`.
+
+    Misconfiguration fails at construction with a ``ValueError``; malformed elements become
+    ``.errors`` records.
+    """
 
     def __init__(self, agent: AgentFn, config: AgentConfig | None = None) -> None:
         super().__init__()
@@ -259,11 +247,7 @@ _TIMESTAMP: Any = beam.DoFn.TimestampParam
 
 
 class _BeamModelCounters:
-    """The model gateway's counters as Beam metrics (namespace ``beam_agents``).
-
-    Counts add up here and reach Beam once per bundle (:meth:`flush`): every Beam counter update
-    looks up the thread's metrics container, and a model call makes several.
-    """
+    """The model gateway's counters as Beam metrics, handed to Beam once per bundle."""
 
     __slots__ = ("_counters", "_pending")
 
@@ -309,9 +293,7 @@ def _applied(
 ) -> list[Any]:
     """Write the plan's state, set its timers and return its outputs, tagged.
 
-    With ``tick_clock`` (processing time now, in ms, when deadlines tick) a deadline still to
-    come is checked again at once rather than set for its time. ``idle`` is ``None`` where no
-    TTL is configured: then no plan arms it.
+    With ``tick_clock`` a deadline still to come is checked again at once, not set for its time.
     """
     state = plan.state
     if state.writes:
@@ -513,10 +495,6 @@ class _AgentDoFnWithoutTtl(AgentDoFn):
 
 
 def agent_dofn(agent: AgentFn, config: AgentConfig, *, ticks: bool = False) -> AgentDoFn:
-    """The ``DoFn`` running ``agent``: its ``process`` binds the idle timer only under a TTL.
-
-    Beam binds every ``process`` parameter on every element; the timer stays declared (its
-    callback takes it), so the layout is the same. ``AgentDoFn`` itself always binds it.
-    """
+    """The ``DoFn`` running ``agent``: its ``process`` binds the idle timer only under a TTL."""
     kind = AgentDoFn if config.ttl_ms is not None else _AgentDoFnWithoutTtl
     return kind(agent, config, ticks=ticks)

@@ -1,12 +1,6 @@
 # mypy: disallow-untyped-calls=False
 # (Beam's own API is mostly unannotated; this module is glue around it.)
-"""Sinks for ``RunAgent``'s observability outputs: OTLP export, the effector, record files.
-
-:class:`ExportTraces` sends ``.traces`` to an OpenTelemetry collector over OTLP/HTTP (the SDK
-loads on workers only, from ``_otlp_spans``). :class:`WriteTraces` and :class:`WriteErrors`
-store ``.traces`` and ``.errors`` in the effector, for its console. :class:`WriteRecords` writes
-``.records`` as files and :class:`WriteRecordsToEffector` stores them in the effector.
-"""
+"""Sinks for ``RunAgent``'s ``.traces``, ``.errors`` and ``.records``: OTLP, the effector, files."""
 
 from __future__ import annotations
 
@@ -38,9 +32,9 @@ from beam_agents._protos import (
     RecordTracesResponse,
     TraceEvent,
 )
+from beam_agents.core.state import varint
 from beam_agents.io.effector_link import (
     _MAX_BATCH_BYTES,
-    _MAX_BATCH_SIZE,
     _MAX_ITEM_BYTES,
     _METRICS_NAMESPACE,
     EffectorConnection,
@@ -57,20 +51,14 @@ if TYPE_CHECKING:
 
 
 # -- ExportTraces: spans with the events' own deterministic ids, over OTLP/HTTP ---------------
-# A retried bundle sends the same spans and the backend keeps one of each. What still fails
-# after the SDK's retries is dropped, counted and logged once per bundle.
 @dataclass(frozen=True)
 class ExportSettings:
     """What ``ExportTraces`` was given, for the OpenTelemetry SDK's exporter."""
 
     endpoint: str
-    """The collector's traces URL."""
     headers: dict[str, str] | None
-    """Sent with every request."""
     service_name: str
-    """The resource's ``service.name``."""
     timeout_s: float
-    """The exporter's time per batch, its retries included."""
 
 
 _log = logging.getLogger(__name__)
@@ -163,20 +151,14 @@ class _ExportTracesFn(beam.DoFn):
 class ExportTraces(beam.PTransform[PCollection[TraceEvent], PCollection[Any]]):
     """Export ``RunAgent(...).traces`` to an OTLP/HTTP endpoint; returns an empty output.
 
-    ``endpoint`` is the collector's full traces URL (``http://host:4318/v1/traces``) and
-    ``headers`` are sent with every request (e.g. an ``authorization`` header). Each event is
-    one span whose ids are the event's (``trace_id``, ``span_id``, ``parent_span_id``), so a
-    retried bundle or a replayed run re-sends identical ids; times are the event's wall-clock
-    ones (event time for events without them). Spans are sent with the OpenTelemetry SDK's
-    ``OTLPSpanExporter`` in batches of at most ``max_batch``, cut within a bundle and at its
-    end; the exporter retries transient failures (429, 502, 503, 504, connection errors) with
-    backoff for up to ``timeout_s`` per batch. A batch the collector still fails is dropped,
-    and so is the rest of its bundle (so an unreachable collector costs at most ``timeout_s``
-    per bundle): the pipeline never fails for it. An event with invalid ids is dropped alone.
-    Each bundle that dropped spans logs one WARNING with the count and the first reason. Beam
-    metrics (namespace ``beam_agents.io``):
-    ``otlp_spans_exported``, ``otlp_spans_dropped``. Names and attributes are listed in
-    ``docs/loop.md``.
+    ``endpoint`` is the collector's full traces URL (``http://host:4318/v1/traces``).
+    ``headers`` are sent with every request. Each event is one span with the event's own ids,
+    so a retried bundle or a replayed run re-sends identical ids. Batches hold at most
+    ``max_batch`` spans; the exporter retries transient failures for up to ``timeout_s``. A
+    batch that still fails is dropped with the rest of its bundle, and the pipeline goes on.
+    Each bundle that dropped spans logs one WARNING. Beam metrics (namespace
+    ``beam_agents.io``): ``otlp_spans_exported``, ``otlp_spans_dropped``. Span names and
+    attributes: ``docs/loop.md``.
     """
 
     def __init__(
@@ -209,9 +191,6 @@ class ExportTraces(beam.PTransform[PCollection[TraceEvent], PCollection[Any]]):
 
 
 # -- WriteTraces, WriteErrors, WriteRecordsToEffector: the effector's store -------------------
-# Batches are sent without stopping the bundle and awaited at its end; transient failures are
-# retried (the effector stores each item once). Telemetry never fails the pipeline, but a wrong
-# token does.
 _MAX_IN_FLIGHT = 4
 """Calls a bundle keeps going while it goes on; it waits for the oldest beyond that."""
 _SERVICE = RecordTracesRequest.DESCRIPTOR.file.services_by_name["Effector"].full_name
@@ -219,20 +198,16 @@ _SERVICE = RecordTracesRequest.DESCRIPTOR.file.services_by_name["Effector"].full
 
 @dataclass(frozen=True)
 class _Sink:
-    """What differs between the two sinks: the item type, the RPC and how they are named."""
+    """What differs between the sinks: the item type, the RPC, its repeated field and names."""
 
     transform: str
     item_type: type[Message]
     rpc: str
-    """The ``Effector`` stub method."""
     request_type: type[Message]
     field: str
-    """The request's repeated field."""
     response_type: type[Message]
     noun: str
-    """The items, in log lines (``trace event(s)``)."""
     metric: str
-    """The prefix of the sink's counters."""
 
 
 _TRACES = _Sink(
@@ -255,16 +230,16 @@ _ERRORS = _Sink(
     noun="error record",
     metric="errors",
 )
-
-
-def _varint(value: int) -> bytes:
-    """``value`` as a protobuf base-128 varint."""
-    encoded = bytearray()
-    while value > 0x7F:
-        encoded.append(value & 0x7F | 0x80)
-        value >>= 7
-    encoded.append(value)
-    return bytes(encoded)
+_RECORDS = _Sink(
+    transform="WriteRecordsToEffector",
+    item_type=ActivationRecord,
+    rpc="RecordActivations",
+    request_type=RecordActivationsRequest,
+    field="records",
+    response_type=RecordActivationsResponse,
+    noun="activation record",
+    metric="records",
+)
 
 
 class _RecordFn(beam.DoFn):
@@ -300,7 +275,7 @@ class _RecordFn(beam.DoFn):
             response_deserializer=self._sink.response_type.FromString,
         )
         field = self._sink.request_type.DESCRIPTOR.fields_by_name[self._sink.field]
-        self._tag = _varint(field.number << 3 | 2)  # a length-delimited field
+        self._tag = varint(field.number << 3 | 2)  # a length-delimited field
         self._options = {"timeout": self._rpc_timeout_s, "metadata": self._metadata}
 
     def teardown(self) -> None:
@@ -355,7 +330,7 @@ class _RecordFn(beam.DoFn):
         if not batch:
             return
         tag = self._tag
-        request = b"".join(part for data in batch for part in (tag, _varint(len(data)), data))
+        request = b"".join(part for data in batch for part in (tag, varint(len(data)), data))
         self._in_flight.append((len(batch), request, self._call.future(request, **self._options)))
         while len(self._in_flight) > _MAX_IN_FLIGHT:
             self._settle(*self._in_flight.popleft())
@@ -426,12 +401,7 @@ class _WriteTelemetry(beam.PTransform[PCollection[Any], PCollection[Any]]):
     ) -> None:
         super().__init__()
         _check_call_settings(
-            batch_size,
-            _MAX_BATCH_SIZE,
-            max_attempts,
-            initial_backoff_s,
-            max_backoff_s,
-            rpc_timeout_s,
+            batch_size, max_attempts, initial_backoff_s, max_backoff_s, rpc_timeout_s
         )
         self._fn = _RecordFn(
             self._sink,
@@ -450,15 +420,12 @@ class _WriteTelemetry(beam.PTransform[PCollection[Any], PCollection[Any]]):
 class WriteTraces(_WriteTelemetry):
     """Store ``RunAgent(...).traces`` in the effector, for its console; returns an empty output.
 
-    Events go in batches of at most ``batch_size`` (and a few MiB), cut within a bundle and
-    at its end. A call that fails transiently is retried with exponential backoff and full
-    jitter (``initial_backoff_s`` doubling up to ``max_backoff_s``, at most ``max_attempts``
-    calls, each with a deadline of ``rpc_timeout_s``). Retrying, and running a pipeline again,
-    is safe: the effector stores each ``(trace_id, span_id)`` once. A batch that still fails
-    is dropped, and so is an event the effector refuses as invalid (the rest of its batch is
-    stored), never failing the pipeline: the drops are counted and each bundle that dropped
-    any logs one WARNING with the count and the first reason. A wrong token (UNAUTHENTICATED,
-    PERMISSION_DENIED) fails the pipeline with ``PermissionError``.
+    Events go in batches of at most ``batch_size`` (and a few MiB). A call that fails
+    transiently is retried with backoff as :class:`SubmitIntents` retries. Retrying, and running
+    a pipeline again, is safe: the effector stores each ``(trace_id, span_id)`` once. A batch
+    that still fails is dropped, and so is an event the effector refuses; the pipeline goes on.
+    Each bundle that dropped anything logs one WARNING. A wrong token fails the pipeline with
+    ``PermissionError``.
 
     ``target``, ``token``, ``token_env`` and ``tls_root_cert`` as for ``SubmitIntents``. Beam
     metrics (namespace ``beam_agents.io``): ``traces_recorded``, ``traces_duplicate``,
@@ -471,10 +438,10 @@ class WriteTraces(_WriteTelemetry):
 class WriteErrors(_WriteTelemetry):
     """Store ``RunAgent(...).errors`` in the effector, where its console can re-drive them.
 
-    Behaves as :class:`WriteTraces` does (batches, retries, drops counted and logged, a wrong
-    token fails), each record stored once under its ``error_id_for`` digest (of its key, seq,
-    reason, event time and envelope: a retry or a replay stores nothing new). Beam metrics:
-    ``errors_recorded``, ``errors_duplicate``, ``errors_dropped``, ``errors_retries``.
+    Behaves as :class:`WriteTraces` does, with the same arguments. The effector stores each
+    record once under its ``error_id_for`` digest, so a retry or a replay stores nothing new.
+    Beam metrics: ``errors_recorded``, ``errors_duplicate``, ``errors_dropped``,
+    ``errors_retries``.
     """
 
     _sink = _ERRORS
@@ -493,7 +460,7 @@ SUFFIX = ".records"
 def frame(message: Message) -> bytes:
     """``message`` as it is stored in a framed file: varint length, then the message."""
     body = message.SerializeToString(deterministic=True)
-    return _varint(len(body)) + body
+    return varint(len(body)) + body
 
 
 class _FramedFileSink(fileio.FileSink):
@@ -558,37 +525,18 @@ class WriteFramed(beam.PTransform[PCollection[Message], Any]):
 
 
 class WriteRecords(WriteFramed):
-    """Write ``ActivationRecord``s to ``path`` (a directory; local or any Beam filesystem).
+    """Write ``ActivationRecord``s to ``path`` as ``records-SSSSS-of-NNNNN.records`` files.
 
-    Files are named ``records-SSSSS-of-NNNNN.records`` (with the window in the name for
-    unbounded input, which is first windowed into fixed ``window_s`` event-time windows so
-    that files are finished as the stream goes). ``shards``: files per window (Beam's default
-    when ``None``).
+    Arguments as for :class:`WriteFramed`.
     """
-
-
-_RECORDS = _Sink(
-    transform="WriteRecordsToEffector",
-    item_type=ActivationRecord,
-    rpc="RecordActivations",
-    request_type=RecordActivationsRequest,
-    field="records",
-    response_type=RecordActivationsResponse,
-    noun="activation record",
-    metric="records",
-)
 
 
 class WriteRecordsToEffector(_WriteTelemetry):
     """Store ``RunAgent(...).records`` in the effector, for ``beam-agents replay --effector``.
 
-    Behaves as ``WriteTraces`` does, with the same arguments: batches per bundle, transient
-    failures retried, what cannot be stored (an unreachable effector, a record it refuses)
-    dropped, counted and logged (one WARNING per bundle), never failing the pipeline; a wrong
-    token fails it with ``PermissionError``. Retrying and running the pipeline again are safe:
-    the effector stores each ``(entity_key, seq, trace_sequence)`` once. Beam metrics
-    (namespace ``beam_agents.io``): ``records_recorded``, ``records_duplicate``,
-    ``records_dropped``, ``records_retries``.
+    Behaves as :class:`WriteTraces` does, with the same arguments. The effector stores each
+    ``(entity_key, seq, trace_sequence)`` once. Beam metrics: ``records_recorded``,
+    ``records_duplicate``, ``records_dropped``, ``records_retries``.
     """
 
     _sink = _RECORDS

@@ -1,12 +1,6 @@
 # mypy: disallow-untyped-calls=False
 # (Beam's own API is mostly unannotated; this module is glue around it.)
-"""Helpers for testing pipelines that use ``RunAgent``.
-
-:class:`FailFirstCommit` forces a bundle retry at an activation's commit, to test retry
-determinism. :class:`EnvelopeStream` builds a ``TestStream`` of envelopes interleaved with
-watermark and processing-time advances, which :func:`streaming_pipeline` runs; ``RunAgent`` fed
-by a ``TestStream`` places deadlines on :func:`epoch_clock` by itself.
-"""
+"""Helpers for testing pipelines that use ``RunAgent`` (``docs/loop.md``, "Testing")."""
 
 from __future__ import annotations
 
@@ -43,12 +37,8 @@ class FailFirstCommit:
     """Fails the first commit of every matching activation, once; later attempts pass.
 
     Pass it as ``AgentConfig(before_commit=FailFirstCommit(directory, ...))``. A commit matches
-    when it has the given ``trigger`` (``"event"``, ``"tool_result"``, ``"approval"``,
-    ``"deadline"``, ``"idle"``) and ``entity_key``, each when given. The first time a matching
-    activation reaches its commit, a marker file named after it is created in ``directory`` and
-    :class:`ForcedRetryError` fails the bundle; the retried bundle walks the same activation,
-    finds the marker and commits. Markers live on disk because a runner may retry with a
-    freshly deserialized ``DoFn``.
+    the given ``trigger`` and ``entity_key``, each when given. A marker file in ``directory``
+    remembers each failed commit, since a runner may retry with a fresh ``DoFn``.
     """
 
     def __init__(
@@ -87,10 +77,7 @@ class FailFirstCommit:
 
 
 def streaming_pipeline() -> beam.Pipeline:
-    """A streaming pipeline on the DirectRunner's bundle-based runner, for an ``EnvelopeStream``.
-
-    That runner plays a ``TestStream`` step by step, processing-time advances included.
-    """
+    """A streaming pipeline on the DirectRunner's bundle-based runner, for an ``EnvelopeStream``."""
     options = PipelineOptions()
     options.view_as(StandardOptions).streaming = True
     return beam.Pipeline(runner=BundleBasedDirectRunner(), options=options)
@@ -99,8 +86,7 @@ def streaming_pipeline() -> beam.Pipeline:
 class EnvelopeStream:
     """Builds a ``TestStream`` of ``(key, AgentEnvelope)`` pairs for ``RunAgent``.
 
-    Each added envelope is its own ``TestStream`` step (and so its own bundle), timestamped
-    with its event time. ``build()`` ends the stream by advancing the watermark to infinity.
+    Each envelope is its own step (and bundle), timestamped with its event time.
     """
 
     def __init__(self) -> None:

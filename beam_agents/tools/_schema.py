@@ -1,10 +1,4 @@
-"""Signature -> Pydantic v2 argument model -> JSON Schema, and argument validation against it.
-
-One pass over a function's signature and docstring (Google, NumPy, Sphinx and Epydoc styles)
-yields the argument model that validates calls and the JSON Schema the model is shown, so the two
-cannot disagree. Also the strict dialect (OpenAI ``strict: true``) and how its nulls read back,
-and :class:`IntentInfo`, the injected parameter that never appears in a schema.
-"""
+"""Signature -> Pydantic argument model -> JSON Schema, the strict dialect, ``IntentInfo``."""
 
 from __future__ import annotations
 
@@ -34,11 +28,8 @@ INTENT_PARAMETER = "intent"
 class IntentInfo:
     """Which intent a side-effecting tool is executing for; the effector injects it.
 
-    A side-effecting tool that declares a keyword-only ``intent: IntentInfo`` parameter receives
-    it and can pass ``intent_id`` downstream as an idempotency key. That closes the one window
-    in which the effector could execute an intent twice (a crash after the tool ran but before
-    its result was recorded). The parameter is not an argument: it never appears in the tool's
-    schema, and arguments that try to supply it are rejected.
+    Declare a keyword-only ``intent: IntentInfo`` parameter and pass ``intent_id`` downstream
+    as an idempotency key. It never appears in the tool's schema.
     """
 
     intent_id: str
@@ -111,10 +102,8 @@ class _UnresolvedReferenceError(LookupError):
 def strict_parameters(parameters: Mapping[str, Any], *, tool_name: str) -> Schema:
     """Rewrite a tool's ``parameters`` schema, as a copy, in the strict dialect.
 
-    Every object is closed and requires all its properties; a property that was optional and does
-    not admit null becomes nullable. A ``$ref`` with sibling keywords is inlined, since strict
-    mode takes a reference only on its own. An object that must stay open (a free-form map such
-    as ``dict[str, T]``) raises ``ToolDefinitionError`` naming the tool and the property.
+    Every object is closed and requires all its properties; an optional one becomes nullable.
+    An object that must stay open raises ``ToolDefinitionError`` naming the property.
     """
     original = copy.deepcopy(dict(parameters))
     defs = original.pop("$defs", {})
@@ -135,10 +124,7 @@ def strict_parameters(parameters: Mapping[str, Any], *, tool_name: str) -> Schem
 def drop_nulls_meaning_default(
     arguments: Mapping[str, Any], parameters: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """Copy ``arguments`` without the nulls that, in the strict dialect, mean "use the default".
-
-    Applies at every depth the schema describes (nested models, list items, map values).
-    """
+    """Copy ``arguments`` without the nulls that mean "use the default", at every depth."""
     defs = parameters.get("$defs", {})
     pruned = _prune(dict(arguments), parameters, defs)
     assert isinstance(pruned, dict)  # _prune maps a dict to a dict
@@ -297,7 +283,7 @@ class _ProviderJsonSchema(GenerateJsonSchema):
     """Pydantic's JSON Schema without per-field titles, which only restate the parameter name."""
 
     def field_title_should_be_set(self, schema: object) -> bool:
-        """Never: a field's title would only restate its name."""
+        """Never."""
         return False
 
 
@@ -323,8 +309,7 @@ class ArgumentSpec:
     def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """Validate ``arguments`` (Pydantic lax mode) into keyword arguments for the function.
 
-        Keys of parameters the caller left out and that have a Python default are omitted, so
-        the function's own default applies. Raises ``ToolArgumentError`` listing every problem.
+        Parameters left out that have a Python default are omitted, so that default applies.
         """
         if not isinstance(arguments, Mapping):
             raise ToolArgumentError(
@@ -388,9 +373,7 @@ def derive_arguments(
 ) -> ArgumentSpec:
     """Build the argument model and JSON Schema of ``function``'s parameters.
 
-    Raises ``ToolDefinitionError`` naming the tool and parameter for ``*args``/``**kwargs``,
-    positional-only or unannotated parameters, annotations that do not resolve or have no JSON
-    Schema, and any misuse of the ``intent: IntentInfo`` parameter.
+    Raises ``ToolDefinitionError`` naming the tool and parameter when one cannot be an argument.
     """
     accepts_intent = False
     definitions: dict[str, tuple[Any, FieldInfo]] = {}

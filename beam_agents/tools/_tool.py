@@ -1,11 +1,4 @@
-"""``@tool``, ``Tool``, ``ToolRegistry`` and ``ToolRunner``: defining, collecting and running tools.
-
-``@tool`` wraps a module-level function; one definition yields the callable and the schema a
-model sees. A side-effecting tool refuses every call in the pipeline; the effector reaches it
-through :meth:`Tool.unwrap`, the single named bypass, and may ask its reconciler whether an
-effect already happened. ``ToolRunner`` runs read-only tools inline. A registry is an ordinary,
-picklable value handed to ``AgentConfig(tool_registry=...)``.
-"""
+"""``@tool``, ``Tool``, ``ToolRegistry`` and ``ToolRunner``: define, collect and run tools."""
 
 from __future__ import annotations
 
@@ -28,15 +21,9 @@ from beam_agents.tools.errors import SideEffectToolError, ToolDefinitionError, T
 
 
 # -- reconcilers: asking the outside world whether an effect happened -------------------------
-# When the effector finds an intent whose execution started but has no recorded result, it
-# asks the tool's reconciler first: Reconciled(value) records value; None executes the tool.
 @dataclass(frozen=True, slots=True)
 class Reconciled:
-    """The effect of an intent already happened; ``value`` is what the tool would have returned.
-
-    ``value`` must be JSON-encodable, like a tool's return value: the effector records its
-    canonical JSON as the intent's OK result, without executing the tool.
-    """
+    """The effect of an intent already happened; ``value`` (JSON-encodable) is its OK result."""
 
     value: Any = None
 
@@ -48,11 +35,7 @@ Reconciler = Callable[
 
 
 def checked_reconciler(function: object, tool_name: str) -> Reconciler:
-    """Return ``function`` if it can be called as ``function(intent, args)``; else raise.
-
-    Raises ``ToolDefinitionError`` naming the tool when ``function`` is not callable or its
-    signature cannot take two positional arguments.
-    """
+    """Return ``function`` if it can be called as ``function(intent, args)``; else raise."""
     if not callable(function):
         raise ToolDefinitionError(
             f"tool {tool_name!r}: a reconciler must be a function, got {type(function).__name__}",
@@ -87,8 +70,7 @@ _FunctionReference = tuple[str, str] | Callable[..., Any]
 class ToolConnection(Protocol):
     """Something a tool needs open in a process that calls it (an MCP server's session).
 
-    A runtime opens each distinct connection of its registry when it starts (``AgentDoFn.setup``)
-    and closes it when it stops; opening must not raise when the far side is down.
+    Opening must not raise when the far side is down.
     """
 
     def open(self) -> None:
@@ -101,13 +83,9 @@ class ToolConnection(Protocol):
 class Tool(Generic[_P, _R]):
     """A function plus its provider-facing description, argument model and JSON schema.
 
-    Create one with :func:`tool`. ``schema`` is ``{"name", "description", "parameters"}`` with
-    ``parameters`` a JSON Schema object (nested definitions hoisted to one root ``$defs``).
-    ``validate_arguments`` is the single argument check every runner uses. Calling the Tool
-    runs the function for a read-only tool and raises ``SideEffectToolError`` for a
-    side-effecting one. Tools compare equal when they wrap the same function the same way, and
-    pickle by reference to their function. A side-effecting tool may register a reconciler
-    (:meth:`reconciler`), which the effector asks before it would execute an intent again.
+    Create one with :func:`tool`. Calling a read-only Tool runs the function; calling a
+    side-effecting one raises ``SideEffectToolError``. Tools compare equal when they wrap the
+    same function the same way, and pickle by reference to their function.
     """
 
     _reconciler: Reconciler | None = None
@@ -195,12 +173,8 @@ class Tool(Generic[_P, _R]):
     def reconciler(self, function: Callable[..., Any]) -> Callable[..., Any]:
         """Register ``function(intent, args) -> Reconciled | None`` as this tool's reconciler.
 
-        Use as a decorator (``@refund.reconciler``); returns ``function`` unchanged. The effector
-        calls it (sync on a thread, or awaited if async, under the tool timeout) when an intent's
-        execution started but no result was recorded: ``Reconciled(value)`` records ``value`` as
-        the result without executing; ``None`` executes the tool; an exception leaves the intent
-        IN_DOUBT and asks again later. Only side-effecting tools have one, and only one; raises
-        ``ToolDefinitionError`` otherwise.
+        Use as a decorator (``@refund.reconciler``); returns ``function`` unchanged. Only a
+        side-effecting tool has one, and only one (``docs/tools.md``, "Reconcilers").
         """
         if not self._side_effect:
             raise ToolDefinitionError(
@@ -221,22 +195,14 @@ class Tool(Generic[_P, _R]):
     def validate_arguments(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """Check ``arguments`` against the argument model; return the keyword arguments to call.
 
-        Validation is Pydantic's lax mode: values are coerced where the conversion is
-        unambiguous (``"5"`` for an ``int`` becomes ``5``, a dict becomes a nested model, a
-        string becomes an enum member). Unknown arguments are rejected, and so is ``intent``,
-        which only the effector supplies. A ``null`` for a parameter that has a default and
-        whose type does not admit ``None`` means "use the default" (that is how providers in
-        strict mode leave an argument out). Parameters left out keep the function's own
-        defaults. Raises ``ToolArgumentError`` naming the tool and every failing field.
+        Validation is Pydantic's lax mode. Unknown arguments and ``intent`` are rejected. A
+        ``null`` for a parameter whose type does not admit ``None`` means "use the default".
+        Raises ``ToolArgumentError`` naming the tool and every failing field.
         """
         return self._arguments.validate(arguments)
 
     def decode_result(self, data: bytes | str) -> Any:
-        """The value a JSON result of this tool stands for (an effector result's payload).
-
-        Rebuilt as the function's return annotation says, so a Pydantic model comes back as
-        one; without a usable annotation, or if it does not describe the value, the JSON value.
-        """
+        """A JSON result of this tool, rebuilt as its return annotation says (else as JSON)."""
         if not data:
             return None
         adapter = _result_adapter(self._function)
@@ -250,10 +216,7 @@ class Tool(Generic[_P, _R]):
     def unwrap(self) -> Callable[_P, _R]:
         """Return the wrapped function itself, bypassing the ``side_effect`` guard.
 
-        The effector's execution path (``effector.EffectorToolRunner``) is the only sanctioned
-        caller: it is the one place a side-effecting tool may run. Nothing inside a pipeline
-        may call this. It is a named, greppable method rather than a private attribute so that
-        the single permitted bypass of "side effects only via intents" can be found and tested.
+        Only the effector's ``EffectorToolRunner`` may call it: it is the one named bypass.
         """
         return self._function
 
@@ -278,12 +241,10 @@ class Tool(Generic[_P, _R]):
         return f"Tool(name={self._name!r}, side_effect={self._side_effect})"
 
     def __reduce__(self) -> tuple[Callable[..., Tool[Any, Any]], tuple[Any, ...]]:
-        """Pickle by reference to the function and the decorator's arguments.
+        """Pickle by reference to the function, the decorator's arguments and the reconciler.
 
         The generated argument model is never pickled (dill cannot pickle ``create_model``
-        classes); unpickling rebuilds it by applying the decorator again, or reuses the Tool the
-        function's module already built when that Tool is the same one (with the reconciler
-        registered on it at import). A rebuilt Tool gets its reconciler back by reference too.
+        classes); unpickling reuses the module's Tool or applies the decorator again.
         """
         arguments: tuple[Any, ...] = (
             _reference_to(self._function),
@@ -316,12 +277,9 @@ def tool(
 ) -> Tool[_P, _R] | Callable[[Callable[_P, _R]], Tool[_P, _R]]:
     """Make a function a :class:`Tool`; use bare (``@tool``) or with arguments.
 
-    ``name`` defaults to the function's ``__name__``, ``description`` to its docstring's prose
-    (the summary and long description, not the parameter sections), and ``side_effect`` to
-    False. Every parameter needs a type annotation; parameter descriptions come from the
-    docstring (Google, NumPy or Sphinx style) or ``Annotated[T, Field(description=...)]``.
-    Raises ``ToolDefinitionError`` naming the tool and parameter when the function cannot be a
-    tool.
+    ``name`` defaults to the function's ``__name__`` and ``description`` to its docstring's
+    prose. Every parameter needs a type annotation. Raises ``ToolDefinitionError`` naming the
+    tool and parameter when the function cannot be a tool.
     """
     if function is None:
         return lambda decorated: Tool(
@@ -418,9 +376,7 @@ def _restore_tool(
 class ToolRegistry:
     """Tools keyed by their unique name, kept in registration order.
 
-    ``name in registry`` and ``tool in registry`` both work (a Tool is in the registry when the
-    registry holds an equal Tool under its name); ``len`` and iteration (in registration order,
-    over Tools) too.
+    ``name in registry`` and ``tool in registry`` (an equal Tool under its name) both work.
     """
 
     def __init__(self, tools: Iterable[Tool[..., Any]] = ()) -> None:
@@ -474,11 +430,7 @@ class ToolRegistry:
         return frozenset(self._tools)
 
     def merge(self, other: ToolRegistry) -> ToolRegistry:
-        """Return a new registry with this one's tools, then ``other``'s; a shared name raises.
-
-        Neither registry changes. A name registered in both raises ``ToolDefinitionError``
-        naming it, even when both hold the same tool, so a merge never silently picks one.
-        """
+        """Return a new registry with this one's tools, then ``other``'s; a shared name raises."""
         if not isinstance(other, ToolRegistry):
             raise TypeError(f"ToolRegistry.merge takes a ToolRegistry, got {type(other).__name__}")
         return ToolRegistry([*self, *other])
@@ -500,11 +452,7 @@ class ToolRegistry:
 
 # -- ToolRunner: the inline fast path for read-only tools -------------------------------------
 class ToolRunner:
-    """Runs ``side_effect=False`` tools inline: refuse side effects, validate, call, await.
-
-    Arguments are validated in Pydantic's lax mode: ``"5"`` for an ``int`` parameter arrives
-    as ``5``.
-    """
+    """Runs ``side_effect=False`` tools inline, validating in lax mode (``"5"`` becomes ``5``)."""
 
     async def run(self, tool: Tool[..., Any], arguments: Mapping[str, Any]) -> Any:
         """Validate ``arguments`` and run the read-only ``tool``; return its (awaited) result."""

@@ -1,9 +1,4 @@
-"""Tool definitions in the shapes model providers and MCP take.
-
-:func:`anthropic_tool` (Anthropic Messages), :func:`openai_tool` (OpenAI Chat Completions,
-optionally in the strict dialect) and :func:`mcp_tool` (an MCP tool listing). Every result is
-a fresh dict. The shapes are listed in ``docs/tools.md``.
-"""
+"""Tool definitions in the shapes model providers and MCP take (``docs/tools.md``)."""
 
 from __future__ import annotations
 
@@ -51,12 +46,8 @@ def openai_tool(tool: _ToolLike, *, strict: bool = False) -> dict[str, Any]:
 def mcp_tool(tool: Tool[..., Any]) -> dict[str, Any]:
     """Export as an MCP ``tools/list`` entry, with annotations derived from ``side_effect``.
 
-    A read-only tool is ``readOnlyHint: true``, ``destructiveHint: false`` and
-    ``idempotentHint: true`` (calling it again changes nothing). A side-effecting tool is
-    ``readOnlyHint: false`` and, since the flag cannot say how bad or repeatable its effect is,
-    gets MCP's cautious defaults stated outright: ``destructiveHint: true``,
-    ``idempotentHint: false``. ``openWorldHint`` is true for both: a tool is an arbitrary
-    function, and nothing in its definition says it stays inside a closed domain.
+    A read-only tool is read-only and idempotent. A side-effecting tool gets MCP's cautious
+    defaults stated outright (destructive, not idempotent). Both are open-world.
     """
     if not isinstance(tool, Tool):
         raise TypeError(

@@ -52,7 +52,7 @@ def test_act_links_a_checked_compensation_to_the_intent() -> None:
     plain = make_context(seq=SEQ)
     plain.act("charge", {"amount": 5})
     assert staged(plain).intents[0].compensate_tool == ""
-    assert staged(plain).new_steps == staged(ctx).new_steps
+    assert staged(plain).cursor.new_steps == staged(ctx).cursor.new_steps
 
 
 @pytest.mark.parametrize(

@@ -51,7 +51,8 @@ async def first_activation() -> tuple[ActivationContext, FakeLLM]:
 def resumed(first: ActivationContext, fake: FakeLLM) -> ActivationContext:
     """The resume of ``first``'s run, with what its suspension would have committed."""
     assert staged(first).cache is not None
-    steps = [StepRecord(kind=kind, digest=digest) for kind, digest in staged(first).new_steps]  # type: ignore[arg-type]
+    taken = staged(first).cursor.new_steps
+    steps = [StepRecord(kind=kind, digest=digest) for kind, digest in taken]  # type: ignore[arg-type]
     charge = intent_id_for(KEY, SEQ, 1)
     answer = ToolResult(intent_id=charge, status=ToolResult.OK, payload=b'"charged"')
     return make_context(
@@ -74,13 +75,13 @@ def resumed(first: ActivationContext, fake: FakeLLM) -> ActivationContext:
 @pytest.mark.asyncio
 async def test_every_step_is_recorded_with_its_kind_and_content_digest() -> None:
     ctx, _ = await first_activation()
-    assert [kind for kind, _ in staged(ctx).new_steps] == [
+    assert [kind for kind, _ in staged(ctx).cursor.new_steps] == [
         StepRecord.MODEL,
         StepRecord.INTENT,
         StepRecord.APPROVAL,
     ]
-    assert staged(ctx).new_steps[0][1] == bytes.fromhex(PLAN.content_digest())
-    assert len({digest for _, digest in staged(ctx).new_steps}) == 3
+    assert staged(ctx).cursor.new_steps[0][1] == bytes.fromhex(PLAN.content_digest())
+    assert len({digest for _, digest in staged(ctx).cursor.new_steps}) == 3
     assert (ctx.next_step, ctx.high_water_step) == (3, 3)
 
 
@@ -94,14 +95,16 @@ async def test_a_re_walk_replays_every_step_and_then_continues_fresh() -> None:
     assert ctx.act("charge", {"amount": 5}) == intent_id_for(KEY, SEQ, 1)
     assert ctx.request_approval({"trip": "fly"}) == intent_id_for(KEY, SEQ, 2)
     assert (
-        staged(ctx).intents == [] and staged(ctx).new_steps == [] and staged(ctx).tokens_used == 0
+        staged(ctx).intents == []
+        and staged(ctx).cursor.new_steps == []
+        and staged(ctx).tokens_used == 0
     )
     assert event_types(ctx) == ["LLM_CALL"]
     assert staged(ctx).trace.events[0].attributes["beam_agents.cache_hit"] == "true"
     assert staged(ctx).trace.events[0].attributes["beam_agents.attempts"] == "0"
     assert ctx.act("notify", {"trip": "fly"}) == intent_id_for(KEY, SEQ, 3)
     assert [intent.step_index for intent in staged(ctx).intents] == [3]
-    assert [kind for kind, _ in staged(ctx).new_steps] == [StepRecord.INTENT]
+    assert [kind for kind, _ in staged(ctx).cursor.new_steps] == [StepRecord.INTENT]
     assert ctx.run_tokens_used == staged(first).tokens_used
 
 
@@ -115,7 +118,7 @@ async def test_the_first_different_step_ends_replay_at_the_high_water_mark() -> 
     # The recorded approval would match step 2, but replay is over: this is step 4.
     assert ctx.request_approval({"trip": "fly"}) == intent_id_for(KEY, SEQ, 4)
     assert [intent.step_index for intent in staged(ctx).intents] == [3, 4]
-    assert len(staged(ctx).new_steps) == 2
+    assert len(staged(ctx).cursor.new_steps) == 2
 
 
 @pytest.mark.asyncio
@@ -137,7 +140,7 @@ async def test_a_replayed_call_whose_entry_was_evicted_is_made_again_at_its_posi
     response = await ctx.call_model(PLAN)
     assert response.text == "fly again" and again.call_count == 1
     assert staged(ctx).trace.events[0].step_index == 0
-    assert staged(ctx).new_steps == [] and ctx.next_step == 1
+    assert staged(ctx).cursor.new_steps == [] and ctx.next_step == 1
     assert staged(ctx).cache is not None and staged(ctx).cache.changed
 
 
