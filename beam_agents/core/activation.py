@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
@@ -32,8 +33,7 @@ from beam_agents.core.agent import (
     InvalidOutcomeError,
     Outcome,
     Suspend,
-    is_readable,
-    resolved,
+    epoch_clock,
 )
 from beam_agents.core.config import (
     TRIGGER_APPROVAL,
@@ -169,8 +169,10 @@ class Activator:
         self._config = config
         self._services = services
         self._run = run
-        self._clock = resolved(config.processing_clock)
-        self._clock_readable = is_readable(config.processing_clock)
+        clock = config.processing_clock
+        self._clock = time.time if clock is None else clock
+        # Every clock but the test clock tells the runner's current time.
+        self._clock_readable = clock is not epoch_clock
         self._record = record_options(config.record)
 
     def activate(self, key: bytes, received: Received, state: KeyState) -> Plan:

@@ -12,7 +12,7 @@ import hashlib
 import inspect
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Generator
+from collections.abc import Coroutine, Generator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeAlias, TypeVar
 
@@ -64,9 +64,7 @@ class Suspend:
     """Persist the run and wait for results of the intents it is waiting on.
 
     ``snapshot`` comes back as ``ctx.snapshot`` when the run resumes; ``adapter`` names the
-    framework adapter that wrote it (empty for plain agents). ``timeout_ms`` overrides the
-    HITL policy's timeout: after that much processing time without being resumed, the policy's
-    timeout route is taken (with no policy, the run is dropped to ``.errors``).
+    framework adapter that wrote it. ``timeout_ms`` overrides the HITL policy's timeout.
     """
 
     snapshot: bytes = b""
@@ -149,32 +147,12 @@ def intent_id_for(
     return hyphenated(uuid5_hex(space, f"{entity_key.hex()}|{seq}|{step_index}"))
 
 
-# -- processing-time clocks: where suspension deadlines are placed ----------------------------
-ProcessingClock = Callable[[], float]
-"""Seconds since the epoch on the runner's processing-time clock."""
-
-
 def epoch_clock() -> float:
     """The DirectRunner's ``TestStream`` clock as a ``DoFn`` sees it: always the epoch.
 
     ``RunAgent`` picks it by itself for input fed by a ``TestStream``.
     """
     return 0.0
-
-
-def wall_clock() -> float:
-    """Wall-clock seconds since the epoch: every runner's processing time outside tests."""
-    return time.time()
-
-
-def resolved(clock: ProcessingClock | None) -> ProcessingClock:
-    """``clock``, or the wall clock when none was chosen."""
-    return wall_clock if clock is None else clock
-
-
-def is_readable(clock: ProcessingClock | None) -> bool:
-    """Whether ``clock`` tells the runner's current time (every clock but the test clock's)."""
-    return clock is not epoch_clock
 
 
 # -- errors -----------------------------------------------------------------------------------

@@ -72,10 +72,9 @@ class AgentConfig:
             only if the agent calls the model. It is pickled, so make it module level.
         tool_registry: The read-only tools ``ctx.run_tool`` can run, and the side-effecting
             tools whose ``ctx.act`` arguments are validated. Default: empty.
-        ttl_ms: Idle-key state lifetime in event time: a key's memory, replay cache and any
-            suspended run are cleared ``ttl_ms`` after its last activity (its seq is kept, so
-            identifiers never repeat). ``None`` (the default) never cleans up: choose a TTL for
-            unbounded key spaces.
+        ttl_ms: Idle-key state lifetime in event time: a key's memory and any suspended run are
+            cleared ``ttl_ms`` after its last activity (its seq is kept). ``None`` (the
+            default) never cleans up: choose a TTL for unbounded key spaces.
         activation_timeout_s: Longest one activation may run; past it, the activation fails
             as ``activation_timeout`` and commits nothing.
         hitl_policy: Deadlines, approval routing and the timeout route for suspended runs.
@@ -91,15 +90,10 @@ class AgentConfig:
             ``TestStream`` feeds ``RunAgent``.
         before_commit: Called with a :class:`CommitInfo` just before an activation or timer
             firing commits; if it raises, the bundle fails and the runner retries it.
-            ``beam_agents.testing.FailFirstCommit`` uses it to force retries in tests.
-        model_retry: How model calls that fail with a retryable ``ProviderError`` (rate
-            limits, server errors, timeouts) are retried, within what remains of
-            ``activation_timeout_s``. Default ``RetryPolicy()``; ``None`` (or
-            ``RetryPolicy(max_attempts=1)``) makes one attempt. A call that fails for good
-            fails the activation as ``model_error`` unless the agent handles the error.
-        circuit_failure_threshold: Consecutive retryable failures of one endpoint (base URL
-            and model) after which each ``DoFn`` instance's circuit breaker for it opens and
-            calls fail fast with ``CircuitOpenError``; ``None`` disables circuit breaking.
+        model_retry: How model calls that fail with a retryable ``ProviderError`` are
+            retried, within what remains of ``activation_timeout_s``; ``None`` makes one attempt.
+        circuit_failure_threshold: Consecutive retryable failures of one endpoint after which
+            its circuit opens and calls fail fast; ``None`` disables circuit breaking.
         circuit_reset_timeout_s: How long an open circuit refuses calls before it lets one
             trial call through.
         max_tokens_per_run: Token budget of one run (its first activation and every resume):
@@ -109,10 +103,8 @@ class AgentConfig:
             distinct one for each agent or pipeline sharing an effector, and a new one for a
             fresh-state redeploy over new events (``docs/concepts/runtime.md``). A suspended
             run keeps the namespace it started with.
-        record: ``True`` (or a ``RecordOptions``) makes ``RunAgent`` emit one
-            ``ActivationRecord`` per committed activation on ``.records``, for
-            ``beam-agents replay`` and ``backtest`` (``docs/replay.md``).
-            ``False`` (the default) records nothing and costs nothing.
+        record: ``True`` (or a ``RecordOptions``) emits one ``ActivationRecord`` per commit on
+            ``.records``, for ``beam-agents replay`` (``docs/replay.md``).
     """
 
     provider_factory: Callable[[], CompletesRequests] | None = None
@@ -251,13 +243,10 @@ TimeoutRoute: TypeAlias = Callable[[FallbackContext], Route]
 class HitlPolicy:
     """How a pipeline waits for people: deadlines, approval routing and the timeout route.
 
-    ``timeout_ms``: processing time a suspended run waits before ``on_timeout`` decides (a
-    ``Suspend.timeout_ms`` overrides it per suspension). ``intent_ttl_ms``: the default TTL of
-    approval intents. ``approval_channel``: where approval requests are routed unless
-    ``ctx.request_approval(channel=...)`` says otherwise. ``max_escalations``: how many times
-    ``Escalate`` may re-ask before the run is denied with ``exhausted_output``.
-    ``required_approvals``: how many distinct approvers must approve an approval request
-    (a quorum; any deny denies at once); the effector gathers the votes.
+    ``timeout_ms``: processing time a suspended run waits before ``on_timeout`` decides.
+    ``intent_ttl_ms`` and ``approval_channel``: the defaults of approval intents.
+    ``max_escalations``: how often ``Escalate`` may re-ask before a ``Deny(exhausted_output)``.
+    ``required_approvals``: distinct approvers an approval needs (any deny denies).
     """
 
     timeout_ms: int

@@ -1,9 +1,7 @@
 """``ActivationContext``: everything an agent can see and do during one activation.
 
-Nothing the agent does takes effect at once: memory writes, replay-cache inserts, intents and
-trace events go to the activation's :class:`Staged` record, committed only if the activation
-succeeds (invariant 1). The step cursor gives each model call and intent its position, so a
-resumed run replays its recorded steps and mints the same ids.
+Everything the agent does goes to the activation's :class:`Staged` record, committed only if
+the activation succeeds. The step cursor gives each model call and intent its position.
 """
 
 from __future__ import annotations
@@ -296,11 +294,9 @@ class ActivationContext:
     async def call_model(self, request: LlmRequest) -> LlmResponse:
         """Call the model through the replay cache; takes a step; traced as ``LLM_CALL``.
 
-        A call with the same request at the same run position as a committed one is replayed
-        from the cache without reaching the provider. Otherwise the provider is called with
-        ``AgentConfig.model_retry`` retries; a ``ProviderError`` that survives them propagates
-        (and, unless the agent handles it, fails the activation as ``model_error``). Past the
-        run's token budget it raises ``BudgetExceededError``.
+        A request at the position of a committed call is replayed without reaching the
+        provider. A ``ProviderError`` that survives ``AgentConfig.model_retry`` propagates.
+        Past the run's token budget it raises ``BudgetExceededError``.
         """
         if not isinstance(request, LlmRequest):
             raise TypeError(f"call_model takes an LlmRequest, got {type(request).__name__}")
@@ -369,10 +365,8 @@ class ActivationContext:
     async def run_tool(self, name: str, args: Mapping[str, Any]) -> Any:
         """Run the read-only tool ``name`` inline and return its result; traced as ``TOOL_CALL``.
 
-        The tool comes from ``AgentConfig.tool_registry``; an unknown name raises
-        ``ToolNotFoundError``, a side-effecting tool ``SideEffectToolError`` and invalid
-        arguments ``ToolArgumentError`` (none of these is traced: nothing ran). Does not take
-        a step.
+        Raises ``ToolNotFoundError``, ``SideEffectToolError`` or ``ToolArgumentError`` untraced,
+        since nothing ran. Does not take a step.
         """
         tool = self._services.tool_registry.get(name)
         staged = self._staged

@@ -1,10 +1,7 @@
 """The Beam glue: the only package that imports Apache Beam (``testing`` aside).
 
-``run_agent`` holds ``RunAgent`` and its stateful ``DoFn``; ``effector_link`` the transforms
-that talk to the effector (:class:`SubmitIntents`, :class:`ReadEnvelopes`,
-:class:`EffectorConnection`); ``sinks`` the outputs' writers (:class:`ExportTraces` over
-OTLP/HTTP, :class:`WriteTraces`, :class:`WriteErrors`, :class:`WriteRecords`,
-:class:`WriteRecordsToEffector`). Closing the loop on each runner: ``docs/loop.md``.
+``run_agent`` holds ``RunAgent``, ``effector_link`` the transforms that talk to the effector and
+``sinks`` the outputs' writers. Closing the loop on each runner: ``docs/loop.md``.
 """
 
 from beam_agents.io.effector_link import (

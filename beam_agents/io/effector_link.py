@@ -1,12 +1,6 @@
 # mypy: disallow-untyped-calls=False
 # (Beam's own API is mostly unannotated; this module is glue around it.)
-"""The pipeline's link to the effector: connection settings, ``SubmitIntents``, ``ReadEnvelopes``.
-
-:class:`EffectorConnection` holds the target, bearer token and TLS settings.
-:class:`SubmitIntents` sends committed intents and keeps their acknowledgements;
-:class:`ReadEnvelopes` reads the effector's envelope stream back as ``(key, AgentEnvelope)``
-pairs, in the single-source shape the DirectRunner needs for a local loop.
-"""
+"""The pipeline's link to the effector: its connection, ``SubmitIntents`` and ``ReadEnvelopes``."""
 
 from __future__ import annotations
 

@@ -490,11 +490,9 @@ def _sink_for(magic: bytes, destination: object) -> _FramedFileSink:
 class WriteFramed(beam.PTransform[PCollection[Message], Any]):
     """Write messages to ``path`` (a directory; local or any Beam filesystem), framed.
 
-    Subclasses name the format: :attr:`MAGIC` (each file's header), :attr:`PREFIX` and
-    :attr:`SUFFIX` (files are ``PREFIX-SSSSS-of-NNNNN SUFFIX``). Unbounded input is first
-    windowed into fixed ``window_s`` event-time windows (the window is then in the file names)
-    so that files are finished as the stream goes. ``shards``: files per window (Beam's
-    default when ``None``).
+    Subclasses name the format: :attr:`MAGIC`, :attr:`PREFIX` and :attr:`SUFFIX`. Unbounded
+    input is windowed into fixed ``window_s`` event-time windows, so files are finished as the
+    stream goes. ``shards``: files per window (Beam's default when ``None``).
     """
 
     MAGIC = MAGIC

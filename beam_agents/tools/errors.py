@@ -1,9 +1,4 @@
-"""The errors ``beam_agents.tools`` raises; :class:`ToolError` is the base of all of them.
-
-Every error carries the name of the tool it concerns (``tool_name``), and the message names it
-too, together with the offending parameter where there is one. The errors pickle with their
-attributes, so they survive being shipped between processes.
-"""
+"""The errors ``beam_agents.tools`` raises; each carries the ``tool_name`` it concerns."""
 
 from __future__ import annotations
 
