@@ -34,6 +34,7 @@ from effector.server import (
     ServerSettings,
     WebEndpoint,
     check_tls_pair,
+    check_token,
 )
 from effector.service import (
     DEFAULT_LIST_LIMIT,
@@ -361,7 +362,25 @@ def build_parser() -> argparse.ArgumentParser:
         )
     for decision in (approve, deny):
         decision.add_argument("intent_id", metavar="INTENT_ID", help="the approval intent's id")
-        add_decision_options(decision, _option)
+        _option(
+            decision, "--approver", "who decides (recorded; a named token's name wins)", default=""
+        )
+        _option(decision, "--reason", "free text recorded with the decision", default="")
+        _option(
+            decision,
+            "--digest",
+            "the args digest 'show' printed: the decision is refused if the approval's arguments "
+            "are not those (default: the digest of its arguments now)",
+            default="",
+            metavar="HEX",
+        )
+    _option(
+        approve,
+        "--edit",
+        "approve these arguments instead (a JSON object the gated tool accepts)",
+        default="",
+        metavar="JSON",
+    )
     return parser
 
 
@@ -414,8 +433,7 @@ def load_tokens(token: str | None, token_file: str | None) -> Tokens | None:
         return parse_tokens(text, token_file)
     if token is None:
         return None
-    if not token.strip():
-        raise ConfigurationError("the token is empty")
+    check_token(token)
     return Tokens.single(token.strip())
 
 
@@ -518,22 +536,18 @@ async def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _client(args: argparse.Namespace) -> EffectorClient:
-    root = read_file(args.tls_root_cert, "TLS root certificate") if args.tls_root_cert else None
-    tokens = load_tokens(args.token, args.token_file)
-    token = None if tokens is None else tokens.primary
-    return EffectorClient(
-        args.target, token=token, root_certificates=root, timeout_s=args.timeout_s
-    )
-
-
 def _with_client(
     command: Callable[[EffectorClient, argparse.Namespace], int],
 ) -> Callable[[argparse.Namespace], int]:
     """``command`` run with a client connected as the arguments say, closed after."""
 
     def run(args: argparse.Namespace) -> int:
-        with _client(args) as client:
+        root = read_file(args.tls_root_cert, "TLS root certificate") if args.tls_root_cert else None
+        tokens = load_tokens(args.token, args.token_file)
+        token = None if tokens is None else tokens.primary
+        with EffectorClient(
+            args.target, token=token, root_certificates=root, timeout_s=args.timeout_s
+        ) as client:
             return command(client, args)
 
     return run
@@ -587,28 +601,6 @@ def show(client: EffectorClient, args: argparse.Namespace) -> int:
     for name, value in intent_report(response):
         print(f"{name + ':':<14}{value}")
     return 0
-
-
-def add_decision_options(parser: argparse.ArgumentParser, option: Callable[..., None]) -> None:
-    """The options of ``approve`` and ``deny`` (``option`` adds one with its variable)."""
-    option(parser, "--approver", "who decides (recorded; a named token's name wins)", default="")
-    option(parser, "--reason", "free text recorded with the decision", default="")
-    option(
-        parser,
-        "--digest",
-        "the args digest 'show' printed: the decision is refused if the approval's arguments "
-        "are not those (default: the digest of its arguments now)",
-        default="",
-        metavar="HEX",
-    )
-    if parser.prog.endswith("approve"):
-        option(
-            parser,
-            "--edit",
-            "approve these arguments instead (a JSON object the gated tool accepts)",
-            default="",
-            metavar="JSON",
-        )
 
 
 def send_decision(client: EffectorClient, args: argparse.Namespace, *, approved: bool) -> int:

@@ -389,23 +389,25 @@ class EffectorServer:
                 "intent naming one is REJECTED; agents run them inline with ctx.run_tool): %s",
                 ", ".join(self._read_only_tools),
             )
-        if self._console is not None and settings.console_listen is not None:
-            host = parse_host_port(settings.console_listen)[0]
-            if settings.token and not self._console.https and not is_loopback_host(host):
+        for endpoint, listen, what, exposed in (
+            (
+                self._console,
+                settings.console_listen,
+                "the console",
+                "the token (at login) and the session cookie travel",
+            ),
+            (self._mcp, settings.mcp_listen, "the MCP endpoint", "the token travels"),
+        ):
+            if endpoint is None or listen is None or endpoint.https or not settings.token:
+                continue
+            host = parse_host_port(listen)[0]
+            if not is_loopback_host(host):
                 _log.warning(
-                    "the console on non-loopback %s speaks plain HTTP: the token (at login) and "
-                    "the session cookie travel in clear text; serve it over TLS (--tls-cert and "
-                    "--tls-key) or behind a TLS-terminating proxy",
+                    "%s on non-loopback %s speaks plain HTTP: %s in clear text; serve it over "
+                    "TLS (--tls-cert and --tls-key) or behind a TLS-terminating proxy",
+                    what,
                     host,
-                )
-        if self._mcp is not None and settings.mcp_listen is not None:
-            host = parse_host_port(settings.mcp_listen)[0]
-            if settings.token and not self._mcp.https and not is_loopback_host(host):
-                _log.warning(
-                    "the MCP endpoint on non-loopback %s speaks plain HTTP: the token travels in "
-                    "clear text with every request; serve it over TLS (--tls-cert and --tls-key) "
-                    "or behind a TLS-terminating proxy",
-                    host,
+                    exposed,
                 )
 
     async def stop(self, rpc_grace_s: float = 1.0) -> None:

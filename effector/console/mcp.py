@@ -29,6 +29,7 @@ from effector.service import (
     Approver,
     EffectorService,
     Tokens,
+    caller,
     is_loopback_host,
     recorded_approver,
 )
@@ -346,6 +347,10 @@ _INSTRUCTIONS = (
     "to the waiting agent at once: it cannot be taken back."
 )
 
+_RECORDED = (
+    "The decision is recorded with this endpoint's configured identity as the approver and "
+    "released to the agent at once; it cannot be changed later."
+)
 _Handler = Callable[[Any, str], Awaitable[BaseModel]]
 _READ_ONLY = types.ToolAnnotations(read_only_hint=True, open_world_hint=False)
 _DECIDING = types.ToolAnnotations(
@@ -372,25 +377,16 @@ def _tools(tools: OperatorTools) -> dict[str, tuple[types.Tool, type[BaseModel],
             listing,
             _READ_ONLY,
         ),
-        (
-            "approve",
-            "Approve one pending approval intent with a reason. The decision is recorded "
-            "with this endpoint's configured identity as the approver and released to the "
-            "agent at once; it cannot be changed later.",
-            DecideArguments,
-            DecisionMade,
-            tools.approve,
-            _DECIDING,
-        ),
-        (
-            "deny",
-            "Deny one pending approval intent with a reason. The decision is recorded with "
-            "this endpoint's configured identity as the approver and released to the agent "
-            "at once; it cannot be changed later.",
-            DecideArguments,
-            DecisionMade,
-            tools.deny,
-            _DECIDING,
+        *(
+            (
+                verb.lower(),
+                f"{verb} one pending approval intent with a reason. {_RECORDED}",
+                DecideArguments,
+                DecisionMade,
+                handler,
+                _DECIDING,
+            )
+            for verb, handler in (("Approve", tools.approve), ("Deny", tools.deny))
         ),
         (
             "intent_status",
@@ -442,9 +438,7 @@ def _client_of(ctx: ServerRequestContext[Any, Any]) -> str:
 def _caller_of(ctx: ServerRequestContext[Any, Any], service: EffectorService) -> Approver | None:
     """The holder of the call's bearer token, if the effector has tokens."""
     headers = getattr(ctx.request, "headers", None)
-    if service.tokens is None or headers is None:
-        return None
-    return service.tokens.identify_bearer(headers.get("authorization"))
+    return caller(service.tokens, None if headers is None else headers.items())
 
 
 def create_mcp_server(service: EffectorService, identity: str) -> Server[Any]:
@@ -462,7 +456,7 @@ def create_mcp_server(service: EffectorService, identity: str) -> Server[Any]:
         if params.name not in tools:
             return _error(f"unknown tool {params.name!r}; the tools are {', '.join(tools)}")
         _, model, handler = tools[params.name]
-        caller = CALLER.set(_caller_of(ctx, service))
+        reset = CALLER.set(_caller_of(ctx, service))
         try:
             answer = await handler(model.model_validate(params.arguments or {}), _client_of(ctx))
         except ValidationError as invalid:
@@ -476,7 +470,7 @@ def create_mcp_server(service: EffectorService, identity: str) -> Server[Any]:
             _log.exception("mcp: %s failed", params.name)
             return _error("internal error in the effector")
         finally:
-            CALLER.reset(caller)
+            CALLER.reset(reset)
         structured = answer.model_dump(mode="json")
         text = json.dumps(structured, sort_keys=True, ensure_ascii=False)
         return types.CallToolResult(

@@ -24,29 +24,6 @@ from effector.observability import display_key, payload_text
 from effector.service import EffectorService
 from effector.store.intents import IntentRecord, expiry_deadline_ms
 
-__all__ = [
-    "Bar",
-    "Chart",
-    "age",
-    "chart",
-    "deadline",
-    "decision",
-    "duration",
-    "environment",
-    "key_from_hex",
-    "key_from_search",
-    "key_text",
-    "pretty_json",
-    "render",
-    "service_of",
-    "when",
-]
-
-
-def key_text(entity_key: bytes) -> str:
-    """A key as people read it: text when printable UTF-8, otherwise ``0x`` and its hex."""
-    return display_key(entity_key)
-
 
 def key_from_hex(text: str) -> bytes | None:
     """The key a URL carries as hex, or ``None`` if ``text`` is not hex."""
@@ -183,7 +160,7 @@ def environment() -> jinja2.Environment:
     env.filters.update(
         when=when,
         duration=duration,
-        key_text=key_text,
+        key_text=display_key,
         hex=bytes.hex,
         pretty_json=pretty_json,
         state_name=IntentState.Name,

@@ -14,6 +14,7 @@ import effector.console.views as views
 from beam_agents._protos import TraceEvent
 from effector.console.runs import build_runs, memory_slots
 from effector.console.security import SESSION_LIFETIME_S, Sessions, local_path
+from effector.observability import display_key
 from tests.console.runs_data import MEMORY, MS, agent_run
 
 START_NS = 1_767_225_600_000 * MS
@@ -130,8 +131,8 @@ def test_a_search_means_text_or_hex(text: str, key: bytes) -> None:
 
 
 def test_keys_times_and_durations_read_well() -> None:
-    assert views.key_text(b"order-9") == "order-9"
-    assert views.key_text(b"\x00\x01") == "0x0001"
+    assert display_key(b"order-9") == "order-9"
+    assert display_key(b"\x00\x01") == "0x0001"
     assert views.key_from_hex("zz") is None
     assert views.when(1_767_225_600_123) == "2026-01-01 00:00:00.123 UTC"
     assert views.when(0) == "-"
