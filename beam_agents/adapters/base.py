@@ -1,9 +1,4 @@
-"""What the framework adapters share: ``FrameworkAgent`` and ``AdapterActivation``.
-
-``AdapterActivation`` gives each framework call its meaning in one activation: a model call is
-``ctx.call_model``, a read-only tool ``ctx.run_tool``, a side-effecting tool an intent, an
-approval request an approval intent (``docs/adapters.md``).
-"""
+"""What the framework adapters share: ``FrameworkAgent`` and ``AdapterActivation``."""
 
 from __future__ import annotations
 
@@ -33,7 +28,6 @@ EFFECT_WAIT_SLACK_MS = 60_000
 
 _CURRENT: ContextVar[AdapterActivation | None] = ContextVar("beam_agents_adapter", default=None)
 
-
 _WARNED: set[str] = set()
 _WARNED_LOCK = threading.Lock()
 
@@ -56,11 +50,7 @@ class AdapterUsageError(RuntimeError):
 
 
 def current_activation() -> AdapterActivation:
-    """The :class:`AdapterActivation` running now (the adapter sets it around the framework run).
-
-    The framework's model and tool classes look it up at call time, so one instance serves
-    every activation.
-    """
+    """The :class:`AdapterActivation` running now; framework models and tools look it up."""
     activation = _CURRENT.get()
     if activation is None:
         raise AdapterUsageError(
@@ -72,11 +62,7 @@ def current_activation() -> AdapterActivation:
 
 @contextmanager
 def bound(activation: AdapterActivation) -> Iterator[AdapterActivation]:
-    """Make ``activation`` the :func:`current_activation` in the ``with`` block (and its tasks).
-
-    Enter it inside the activation's asyncio task (``await core.agent.enter_task()`` first):
-    the driver steps an agent's first step outside any task, in another context.
-    """
+    """Make ``activation`` the :func:`current_activation` in the ``with`` block (and its tasks)."""
     token = _CURRENT.set(activation)
     try:
         yield activation
@@ -93,11 +79,7 @@ class Pending:
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """The answer to an approval request, as the framework is told it.
-
-    ``timed_out`` is true when nobody decided in time: the approval expired at the effector,
-    or a deadline answered it and no escalation decided instead.
-    """
+    """The answer to an approval request; ``timed_out`` when nobody decided in time."""
 
     approved: bool
     approver: str = ""
@@ -110,11 +92,7 @@ class Decision:
 
 
 class IntentFailedError(Exception):
-    """A side-effecting tool's intent came back from the effector without a value.
-
-    ``str(error)`` says what happened, as the tool loop tells a model; ``result`` is the
-    effector's ``ToolResult``.
-    """
+    """A side-effecting tool's intent came back without a value; ``result`` is the effector's."""
 
     def __init__(self, tool_name: str, result: ToolResult) -> None:
         super().__init__(result_reply(tool_name, result)[0])
@@ -136,9 +114,7 @@ def output_bytes(value: object) -> bytes:
 class AdapterActivation:
     """One activation's view of a framework run: model, tools, intents, approvals, state.
 
-    Side-effecting calls and approval requests may carry a ``call_key``, the framework's name
-    for the call: a call run again within the activation (a LangGraph node after
-    ``interrupt()``, a confirmed ADK tool) gets the same intent back.
+    A ``call_key`` names a call, so a call run again within the activation gets its intent back.
     """
 
     def __init__(self, ctx: ActivationContext, *, adapter: str) -> None:
@@ -149,14 +125,10 @@ class AdapterActivation:
         self._asks_a_person = False
         self._longest_ttl_ms = 0
 
-    # -- the run's input -----------------------------------------------------------------
-
     @property
     def event(self) -> bytes:
         """The external event that started the run (a resume reads it back from the snapshot)."""
         return self.ctx.snapshot if self.ctx.is_resume else self.ctx.event
-
-    # -- model and read-only tools ---------------------------------------------------------
 
     async def call_model(self, request: LlmRequest) -> LlmResponse:
         """``ctx.call_model``: cached, replayed on resume and retry, budgeted."""
@@ -171,8 +143,6 @@ class AdapterActivation:
         """Run a read-only registry tool inline (``ctx.run_tool``)."""
         return await self.ctx.run_tool(tool_name, arguments)
 
-    # -- side effects and approvals --------------------------------------------------------
-
     def act(
         self,
         tool_name: str,
@@ -184,9 +154,8 @@ class AdapterActivation:
     ) -> Any:
         """The side-effecting tool's value if the effector has answered, else :class:`Pending`.
 
-        The intent is staged once per ``call_key``; a result other than OK raises
-        :class:`IntentFailedError`. ``tool`` validates the arguments and rebuilds the answer
-        when ``AgentConfig.tool_registry`` lacks the tool (else the answer's JSON is returned).
+        A failed result raises :class:`IntentFailedError`. ``tool`` stands in for a tool
+        ``AgentConfig.tool_registry`` lacks.
         """
         registry = self.ctx.tool_registry
         own = tool if tool is not None and tool_name not in registry else None
@@ -216,12 +185,7 @@ class AdapterActivation:
         channel: str | None = None,
         ttl_ms: int | None = None,
     ) -> Decision | Pending:
-        """The decision about ``payload`` if one was made, else :class:`Pending`.
-
-        The approval intent is staged with ``ctx.request_approval`` (once per ``call_key``).
-        An approval the deadline escalated is decided by the answer to the approval that asked
-        again in its place (``Approval.superseded_by``), or waits for it.
-        """
+        """The decision about ``payload`` if one was made, else :class:`Pending`."""
         intent_id = self._intent(
             call_key,
             lambda: self.ctx.request_approval(payload, channel=channel, ttl_ms=ttl_ms),
@@ -238,11 +202,7 @@ class AdapterActivation:
         return tuple(self._waiting)
 
     def suspend(self, *, timeout_ms: int | None = None) -> Suspend:
-        """The ``Suspend`` that waits for :attr:`waiting`; the snapshot keeps the run's event.
-
-        ``timeout_ms`` ``None``: a run waiting for a person takes the ``HitlPolicy``'s deadline;
-        one waiting only for effects gets the intents' TTL plus :data:`EFFECT_WAIT_SLACK_MS`.
-        """
+        """The ``Suspend`` that waits for :attr:`waiting`; the snapshot keeps the run's event."""
         if timeout_ms is None and self._waiting and not self._asks_a_person:
             timeout_ms = self._longest_ttl_ms + EFFECT_WAIT_SLACK_MS
         return Suspend(snapshot=self.event, adapter=self.adapter, timeout_ms=timeout_ms)
@@ -252,8 +212,6 @@ class AdapterActivation:
         if self._waiting:
             return self.suspend(timeout_ms=timeout_ms)
         return Complete(output=output_bytes(output))
-
-    # -- helpers ---------------------------------------------------------------------------
 
     def _intent(self, call_key: Hashable | None, stage: Any) -> str:
         if call_key is None:
@@ -304,11 +262,7 @@ _Built = TypeVar("_Built")
 
 
 class FrameworkAgent(ABC, Generic[_Built]):
-    """What every adapter is: a ``RunAgent`` agent around a framework agent built once.
-
-    ``source`` is the framework agent or, better, a zero-argument builder of it: the adapter
-    pickles without the built agent and builds it on first use, once per process.
-    """
+    """A ``RunAgent`` agent around a framework agent (or its builder), built once per process."""
 
     adapter: ClassVar[str]
     """The ``Suspend.adapter`` name of this adapter's suspensions."""
@@ -348,11 +302,7 @@ class FrameworkAgent(ABC, Generic[_Built]):
         return await self.run(ctx)
 
     async def run(self, ctx: ActivationContext) -> Complete | Suspend:
-        """One activation, in the activation's asyncio task with a fresh ``AdapterActivation``.
-
-        Context variables must be set and reset in one context, and the driver steps an agent's
-        first step outside any task, so this moves into the task first.
-        """
+        """One activation, in its asyncio task (context variables need one context)."""
         await enter_task()
         activation = AdapterActivation(ctx, adapter=self.adapter)
         with bound(activation):

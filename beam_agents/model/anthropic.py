@@ -1,9 +1,4 @@
-"""``AnthropicMessagesProvider`` and the Anthropic Messages wire format.
-
-It POSTs to ``{base_url}/v1/messages``; ``max_tokens``, which the API requires, comes from
-``sampling_params`` or the provider's default. ``FakeLLM(shape="anthropic")`` answers with its
-bodies.
-"""
+"""``AnthropicMessagesProvider`` and the Anthropic Messages wire format."""
 
 from __future__ import annotations
 
@@ -47,11 +42,7 @@ _INPUT_TOKEN_FIELDS = ("input_tokens", "cache_creation_input_tokens", "cache_rea
 
 
 def encode_conversation(turns: Sequence[Turn]) -> tuple[str, list[dict[str, Any]]]:
-    """The ``system`` text (system turns hoisted, joined) and ``messages`` of a request body.
-
-    Consecutive turns of one role are merged, since the API wants user and assistant to
-    alternate (so the results of parallel tool calls travel together).
-    """
+    """The ``system`` text and ``messages`` of a request body (one role's turns merged)."""
     system_texts: list[str] = []
     messages: list[dict[str, Any]] = []
     for turn in turns:
@@ -162,11 +153,7 @@ FORMAT = WireFormat(PROVIDER, "anthropic", decode_response, encode_response)
 
 
 class AnthropicMessagesProvider(JsonHttpProvider):
-    """A model client for the Anthropic Messages API.
-
-    ``max_tokens`` applies to a request whose ``sampling_params`` do not set one. Picklable;
-    create it in Beam's ``provider_factory``.
-    """
+    """A model client for the Anthropic Messages API; ``max_tokens`` unless the request sets it."""
 
     wire = FORMAT
 

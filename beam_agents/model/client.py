@@ -1,8 +1,4 @@
-"""The model-call contract: requests, responses, provider errors and the ``ModelClient`` seam.
-
-It also holds the provider-neutral message format, which :func:`parse_messages` and
-:func:`parse_tools` validate for the wire formats (``docs/models.md``).
-"""
+"""The model-call contract: requests, responses, provider errors, the neutral message format."""
 
 from __future__ import annotations
 
@@ -67,10 +63,7 @@ class ProviderTimeout(ProviderError):
 
 
 class ProviderUnavailable(ProviderTimeout):
-    """The provider could not be reached (refused, DNS failure, no route); a timeout, retried.
-
-    Its message names the URL and the operating system's error.
-    """
+    """The provider could not be reached (refused, DNS failure, no route); a timeout, retried."""
 
     retryable = True
 
@@ -157,7 +150,6 @@ def tool_message(tool_call_id: str, content: str, is_error: bool = False) -> dic
 def _neutral_messages(
     messages: str | Sequence[Mapping[str, Any] | str],
 ) -> Sequence[Mapping[str, Any]]:
-    """``messages`` with each plain string made a user message; as given if there is none."""
     if isinstance(messages, str):
         return [user_message(messages)]
     if not any(isinstance(message, str) for message in messages):
@@ -208,19 +200,14 @@ def decode_plain(raw: bytes) -> LlmResponse:
 class ModelClient(ABC):
     """The base of model clients: every hook the runtime uses, each with its default.
 
-    Only :meth:`complete` is required. Subclass this, or hand the runtime any object with
-    ``async complete(request)``: :func:`as_model_client` reads the same hooks from such an
-    object's attributes, taking these defaults for those it lacks.
+    Only :meth:`complete` is required; any object with ``async complete(request)`` also serves.
     """
 
     needs_asyncio_task: bool = True
-    """Whether :meth:`complete` must run inside an ``asyncio.Task``, as HTTP clients must.
-    Default ``True``; a pure-asyncio client (``FakeLLM``) says ``False`` and skips a turn of
-    the event loop per call."""
+    """Whether :meth:`complete` must run inside an ``asyncio.Task``, as HTTP clients must."""
 
     model: str = ""
-    """The model a request with an empty ``model_id`` goes to, traced as
-    ``gen_ai.request.model``. Default ``""``."""
+    """The model a request with an empty ``model_id`` goes to. Default ``""``."""
 
     @property
     def gen_ai_provider_name(self) -> str:
@@ -245,11 +232,7 @@ class ModelClient(ABC):
 
 
 class CompletesRequests(Protocol):
-    """A model client as ``AgentConfig.provider_factory`` returns it.
-
-    A :class:`ModelClient`, or any object with ``async complete(request)``; the other hooks are
-    read from such an object by :func:`as_model_client`.
-    """
+    """A model client as ``AgentConfig.provider_factory`` returns it (``async complete``)."""
 
     async def complete(self, request: LlmRequest, /) -> LlmResponse:
         """Send ``request`` to the model and return its decoded response."""
@@ -257,10 +240,7 @@ class CompletesRequests(Protocol):
 
 
 def as_model_client(client: object) -> ModelClient:
-    """``client`` itself if it is a :class:`ModelClient`, else adapted to one.
-
-    Raises ``TypeError`` when ``client`` has no ``complete`` method.
-    """
+    """``client`` itself if it is a :class:`ModelClient`, else adapted to one."""
     if isinstance(client, ModelClient):
         return client
     if not callable(getattr(client, "complete", None)):
@@ -283,10 +263,7 @@ def decode_with(client: object, raw: bytes) -> LlmResponse:
 
 
 class _AdaptedClient(ModelClient):
-    """A client that does not subclass :class:`ModelClient`, seen through its hooks.
-
-    A hook the wrapped object lacks takes the base's default, naming the wrapped object's class.
-    """
+    """A client that does not subclass :class:`ModelClient`, seen through its hooks."""
 
     def __init__(self, wrapped: Any) -> None:
         self.wrapped = wrapped
@@ -304,12 +281,10 @@ class _AdaptedClient(ModelClient):
 
     @property
     def gen_ai_provider_name(self) -> str:
-        """The wrapped object's ``gen_ai_provider_name``, else its class name."""
         return self._provider_name
 
     @property
     def model(self) -> str:
-        """The wrapped object's ``model`` when it is a string, else ``""``."""
         model = getattr(self.wrapped, "model", "")
         return model if isinstance(model, str) else ""
 
@@ -318,21 +293,17 @@ class _AdaptedClient(ModelClient):
         self.wrapped.model = value
 
     def complete(self, request: LlmRequest) -> Coroutine[Any, Any, LlmResponse]:
-        """The wrapped object's own ``complete(request)`` coroutine, with no frame around it."""
         return self.wrapped.complete(request)  # type: ignore[no-any-return]
 
     def decode(self, raw: bytes) -> LlmResponse:
-        """The wrapped object's ``decode``, else :func:`decode_plain`."""
         return self._decode(raw)
 
     def endpoint_key(self, request: LlmRequest) -> str:
-        """The wrapped object's ``endpoint_key``, else ``{its class qualname}#{model_id}``."""
         if self._endpoint_key is not None:
             return self._endpoint_key(request)
         return f"{type(self.wrapped).__qualname__}#{request.model_id}"
 
     async def aclose(self) -> None:
-        """Await the wrapped object's ``aclose()``, if it has one."""
         aclose = getattr(self.wrapped, "aclose", None)
         if callable(aclose):
             await aclose()
@@ -341,15 +312,11 @@ class _AdaptedClient(ModelClient):
 # -- the neutral message format ------------------------------------------------------------
 @dataclass(frozen=True)
 class SystemTurn:
-    """A neutral ``system`` message."""
-
     text: str
 
 
 @dataclass(frozen=True)
 class UserTurn:
-    """A neutral ``user`` message."""
-
     text: str
 
 
@@ -438,7 +405,6 @@ def parse_tools(tools_schema: Sequence[Mapping[str, Any]]) -> list[ToolSpec]:
 
 
 def _dicts(entries: Sequence[Any], name: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
-    """Each of ``entries`` with where it stands (``name[index]``); a non-dict raises."""
     for index, entry in enumerate(entries):
         where = f"{name}[{index}]"
         if not isinstance(entry, Mapping):

@@ -1,9 +1,4 @@
-"""``FakeLLM``: a scripted, offline model client for tests and examples.
-
-Each request is answered by the first matching rule ``(matcher, behavior)`` and recorded. The
-``shape`` picks the raw bodies: its own (``"fake"``) or a real provider's (``"openai"``,
-``"anthropic"``), made and read by that provider's wire format (``docs/models.md``).
-"""
+"""``FakeLLM``: a scripted, offline model client for tests and examples."""
 
 from __future__ import annotations
 
@@ -56,14 +51,10 @@ Shape: TypeAlias = Literal["fake", "openai", "anthropic"]
 """The wire format of a ``FakeLLM``'s raw bodies."""
 
 SHAPES: tuple[Shape, ...] = get_args(Shape)
-"""Every :data:`Shape`."""
-
-FAKE_BODY_PREFIX = b'{"fake_llm":'
-"""How a scripted ``"fake"`` body starts; other bytes are a plain-text answer."""
+FAKE_BODY_PREFIX = b'{"fake_llm":'  # a scripted "fake" body; other bytes are plain text
 
 
 def check_shape(shape: Shape) -> Shape:
-    """``shape``, if it is one of :data:`SHAPES`; else ``ValueError``."""
     if shape not in SHAPES:
         raise ValueError(f"shape must be one of {SHAPES}, got {shape!r}")
     return shape
@@ -77,11 +68,7 @@ def wire_body(
     usage: TokenUsage | None = None,
     model: str = "",
 ) -> bytes:
-    """A raw response body in ``shape`` carrying ``text``, ``tool_calls`` and ``usage``.
-
-    For ``"openai"`` and ``"anthropic"`` this is the body the real API answers with (what a
-    local test server can send to ``OpenAIChatProvider`` / ``AnthropicMessagesProvider``).
-    """
+    """A raw response body in ``shape`` carrying ``text``, ``tool_calls`` and ``usage``."""
     encode = _FORMATS[check_shape(shape)].encode_response
     return encode(text=text, tool_calls=tool_calls, usage=usage or TokenUsage(), model=model)
 
@@ -96,12 +83,6 @@ def word_count_usage(request: LlmRequest, answer_text: str) -> TokenUsage:
         else:
             words += sum(len(text.split()) for text in _message_text(message))
     return TokenUsage(input_tokens=words, output_tokens=len(answer_text.split()))
-
-
-def request_texts(request: LlmRequest) -> Iterable[str]:
-    """The text of each message of ``request``: its string ``content``, or its parts' text."""
-    for message in request.messages:
-        yield from _message_text(message)
 
 
 def _message_text(message: Mapping[str, Any]) -> Iterable[str]:
@@ -165,24 +146,15 @@ class Behavior(ABC):
     async def respond(
         self, fake: FakeLLM, request: LlmRequest, earlier_matches: int
     ) -> bytes | LlmResponse:
-        """A raw body (decoded in the fake's shape) or a finished response for ``request``.
-
-        ``earlier_matches`` counts this rule's earlier uses.
-        """
+        """A raw body (decoded in the fake's shape) or a response; ``earlier_matches``: uses."""
 
 
-_TIMER_LATENESS_S = 0.0015
-"""How late an asyncio timer may fire beyond the kernel's slack: epoll counts whole ms."""
-_TIMER_SLACK = 0.002
-"""The kernel lets a wait of T overrun by T / 1000; twice that, to be safe."""
+_TIMER_LATENESS_S = 0.0015  # how late an asyncio timer fires: epoll counts whole ms
+_TIMER_SLACK = 0.002  # the kernel lets a wait of T overrun by T / 1000; twice that
 
 
 async def simulate_latency(latency_ms: int) -> None:
-    """Yield to the event loop for ``latency_ms``, ending on time to within microseconds.
-
-    A plain ``asyncio.sleep`` wakes up to ~1 ms late, which a benchmark would count as the
-    caller's overhead. So a timer ends just early and the rest yields to the loop until the end.
-    """
+    """Yield to the event loop for ``latency_ms``, ending on time to within microseconds."""
     if not latency_ms:
         return
     latency_s = latency_ms / 1000
@@ -205,7 +177,6 @@ class RespondWith(Behavior):
     async def respond(
         self, fake: FakeLLM, request: LlmRequest, earlier_matches: int
     ) -> bytes | LlmResponse:
-        """``payload`` after the latency, or its decoding with ``usage`` when that is set."""
         await simulate_latency(self.latency_ms)
         if self.usage is None:
             return self.payload
@@ -224,7 +195,6 @@ class Scripted(Behavior):
     async def respond(
         self, fake: FakeLLM, request: LlmRequest, earlier_matches: int
     ) -> bytes | LlmResponse:
-        """The scripted answer's body in the fake's shape, after the latency."""
         await simulate_latency(self.latency_ms)
         return fake.scripted_body(request, self.text, self.tool_calls, self.usage)
 
@@ -239,7 +209,6 @@ class RespondWithFn(Behavior):
     async def respond(
         self, fake: FakeLLM, request: LlmRequest, earlier_matches: int
     ) -> bytes | LlmResponse:
-        """What the responder returns for ``request``, after the latency."""
         await simulate_latency(self.latency_ms)
         answer = self.responder(request)
         if not isinstance(answer, bytes | LlmResponse):
@@ -259,7 +228,6 @@ class RaiseError(Behavior):
     async def respond(
         self, fake: FakeLLM, request: LlmRequest, earlier_matches: int
     ) -> bytes | LlmResponse:
-        """Raise a fresh copy of the error."""
         # A fresh copy each time, so repeated raises do not pile tracebacks onto one instance.
         raise copy.copy(self.error).with_traceback(None)
 
@@ -275,7 +243,6 @@ class FailThenSucceed(Behavior):
     async def respond(
         self, fake: FakeLLM, request: LlmRequest, earlier_matches: int
     ) -> bytes | LlmResponse:
-        """Raise while ``earlier_matches < times``, then answer ``payload``."""
         if earlier_matches < self.times:
             raise copy.copy(self.error).with_traceback(None)
         return self.payload
@@ -297,7 +264,8 @@ class _MatchContains:
     text: str
 
     def __call__(self, request: LlmRequest) -> bool:
-        return any(self.text in text for text in request_texts(request))
+        messages = request.messages
+        return any(self.text in text for message in messages for text in _message_text(message))
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,11 +282,7 @@ def match_any() -> Matcher:
 
 
 def match_contains(text: str) -> Matcher:
-    """A matcher for requests with a message whose text contains ``text``.
-
-    A message's text is its ``content`` when that is a string, or the ``text`` of each part
-    when ``content`` is a list of parts.
-    """
+    """A matcher for requests with a message whose text (or a part's) contains ``text``."""
     if not isinstance(text, str):
         raise TypeError(f"match_contains expects str, got {type(text).__name__}")
     return _MatchContains(text)
@@ -358,10 +322,7 @@ def _check_usage(usage: object) -> TokenUsage | None:
 def respond_with(
     payload: bytes, latency_ms: int = 0, *, usage: TokenUsage | None = None
 ) -> Behavior:
-    """Answer with ``payload`` as the raw body, after ``latency_ms`` of (asyncio) sleep.
-
-    ``usage`` overrides the token usage the answer reports.
-    """
+    """Answer with ``payload`` as the raw body after ``latency_ms``; ``usage`` replaces its own."""
     return RespondWith(
         _check_payload(payload), _check_count("latency_ms", latency_ms), _check_usage(usage)
     )
@@ -383,8 +344,7 @@ def respond_with_tool_calls(
 ) -> Behavior:
     """Answer with scripted tool calls (and optional ``text``), as a body in the fake's shape.
 
-    Each call is a ``ToolCall`` or a ``(name, arguments)`` pair, whose id becomes
-    ``call_<position>``. Several calls make one turn with parallel tool calls.
+    A ``(name, arguments)`` pair gets the id ``call_<position>``.
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
@@ -398,11 +358,9 @@ def respond_with_tool_calls(
 
 
 def respond_with_fn(responder: Responder, *, latency_ms: int = 0) -> Behavior:
-    """Answer with whatever ``responder(request)`` returns.
+    """Answer with whatever ``responder(request)`` returns: a raw body, or an ``LlmResponse``.
 
-    Bytes are a raw body, decoded in the fake's shape (build one with :func:`wire_body` or
-    :meth:`FakeLLM.scripted_body`); an ``LlmResponse`` is returned as it is, so its
-    ``response`` bytes must decode to the same thing for replays to match.
+    An ``LlmResponse``'s ``response`` bytes must decode to the same thing for replays to match.
     """
     if not callable(responder):
         raise TypeError(f"respond_with_fn takes a callable, got {responder!r}")
@@ -492,10 +450,7 @@ class FakeLLM(ModelClient):
         tool_calls: Sequence[ToolCall] = (),
         usage: TokenUsage | None = None,
     ) -> bytes:
-        """The raw body, in this fake's shape, of a scripted answer to ``request``.
-
-        Usage defaults to the word count of ``request`` and ``text``.
-        """
+        """The raw body, in this fake's shape, of a scripted answer to ``request``."""
         return wire_body(
             self.shape,
             text=text,
@@ -515,8 +470,7 @@ class FakeLLM(ModelClient):
                 if isinstance(answer, LlmResponse):
                     response = answer
                 elif self.shape == "fake" and not answer.startswith(FAKE_BODY_PREFIX):
-                    # A plain-text body: built once with the request's usage and model, rather
-                    # than decoded and then copied twice.
+                    # A plain-text body: built at once, not decoded and then copied twice.
                     text = answer.decode("utf-8", errors="replace")
                     return LlmResponse(
                         response=answer,

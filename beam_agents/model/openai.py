@@ -1,8 +1,4 @@
-"""``OpenAIChatProvider`` and the OpenAI Chat Completions wire format.
-
-It speaks to any OpenAI-compatible server (OpenAI, vLLM, llama.cpp, Ollama), POSTing to
-``{base_url}/chat/completions``. ``FakeLLM(shape="openai")`` answers with its bodies.
-"""
+"""``OpenAIChatProvider`` and the OpenAI Chat Completions wire format (any compatible server)."""
 
 from __future__ import annotations
 
@@ -168,15 +164,13 @@ def _tool_call(raw: Any, index: int) -> ToolCall:
 
 
 FORMAT = WireFormat(PROVIDER, "openai", decode_response, encode_response)
-"""This wire format, as its provider and ``FakeLLM`` use it; traced as ``openai`` whichever
-server (vLLM, Ollama...) speaks it."""
+"""This wire format, as its provider and ``FakeLLM`` use it."""
 
 
 class OpenAIChatProvider(JsonHttpProvider):
     """A model client for any server speaking the OpenAI Chat Completions API.
 
-    ``api_key_env`` is ``None`` for a server that needs no key, such as a local vLLM or
-    Ollama. Picklable; create it in Beam's ``provider_factory``.
+    ``api_key_env=None`` suits a server that needs no key, such as a local vLLM or Ollama.
     """
 
     wire = FORMAT

@@ -1,9 +1,6 @@
 """Retries with backoff and circuit breaking for model calls, bounded by the caller's budget.
 
-:func:`call_with_resilience` retries only errors whose class says ``retryable`` (rate limits,
-server errors, timeouts). Nothing is global: breakers live in a :class:`CircuitBreakers`
-registry the caller owns, and the clock, sleep and random source are injectable. Usage in
-``docs/models.md``.
+Nothing is global: the caller owns the breakers, the clock, the sleep and the random source.
 """
 
 from __future__ import annotations
@@ -55,10 +52,10 @@ def _check_number(name: str, value: float, *, minimum: float, inclusive: bool = 
 class RetryPolicy:
     """How often and how patiently to retry a retryable provider error.
 
-    The wait before retry ``n`` (0-based) is drawn uniformly from
-    ``[0, min(max_backoff_s, initial_backoff_s * multiplier**n)]`` with ``jitter="full"``, or
-    is exactly that ceiling with ``jitter="none"``. A rate limit's ``retry_after_s`` is a lower
-    bound on the wait. ``max_attempts`` counts the first call.
+    The wait before retry ``n`` (0-based) is at most ``initial_backoff_s * multiplier**n``,
+    capped at ``max_backoff_s``. ``jitter="full"`` draws it uniformly below that ceiling.
+    A rate limit's ``retry_after_s`` is a lower bound on the wait.
+    ``max_attempts`` counts the first call.
     """
 
     max_attempts: int = 4
@@ -106,11 +103,8 @@ class CircuitState(enum.Enum):
 class CircuitBreaker:
     """Fails fast for an endpoint that keeps failing, and probes it again after a cool-down.
 
-    Closed: calls go through; ``failure_threshold`` consecutive failures open it. Open: calls
-    raise :class:`CircuitOpenError` until ``reset_timeout_s`` has passed, then it is half-open:
-    one trial call goes through (others are refused meanwhile); its success closes the
-    circuit, its failure opens it again for another cool-down. Not thread-safe: use one per
-    event loop (the runtime holds one registry per DoFn instance).
+    ``failure_threshold`` consecutive failures open it; after ``reset_timeout_s`` one trial
+    call goes through, and its outcome closes or reopens it. Not thread-safe.
     """
 
     def __init__(
@@ -154,11 +148,7 @@ class CircuitBreaker:
         return self._opened_at + self.reset_timeout_s - self._clock()
 
     def admit(self) -> None:
-        """Let a call through, or raise :class:`CircuitOpenError`.
-
-        Every admitted call must be followed by exactly one of :meth:`record_success`,
-        :meth:`record_failure` or :meth:`release`.
-        """
+        """Let a call through (then record its outcome), or raise :class:`CircuitOpenError`."""
         state = self.state
         if state is CircuitState.CLOSED:
             return
@@ -208,7 +198,6 @@ class CircuitBreakers:
         *,
         clock: Clock = time.monotonic,
     ) -> None:
-        # Build one breaker now so bad settings fail at construction, not at the first call.
         CircuitBreaker(failure_threshold, reset_timeout_s)
         self.failure_threshold = failure_threshold
         self.reset_timeout_s = reset_timeout_s
@@ -234,12 +223,7 @@ AttemptOutcome = Literal["ok", "retry", "failed"]
 
 @dataclass(frozen=True)
 class Attempt:
-    """One try of a call, as reported to ``on_attempt``.
-
-    ``number`` is 1-based. ``outcome`` is ``"ok"``, ``"retry"`` (failed; another attempt
-    follows after ``backoff_s`` seconds) or ``"failed"`` (failed; this error is raised).
-    ``elapsed_s`` is how long the attempt itself took.
-    """
+    """One try of a call (``number`` from 1), as reported to ``on_attempt``."""
 
     number: int
     outcome: AttemptOutcome
@@ -261,15 +245,8 @@ async def call_with_resilience(
 ) -> T:
     """Run ``call`` with retries, backoff and circuit breaking; return its result.
 
-    ``budget_s`` is the time left (seconds from now) for the whole thing, e.g. the remaining
-    activation budget: a wait that would reach it is not taken, and the last error is raised
-    instead. ``None`` means no budget. A non-retryable :class:`ProviderError` is raised at
-    once; an exception that is not a ``ProviderError`` propagates untouched. A refused call
-    (open circuit) raises :class:`CircuitOpenError`, chained to the last provider error if
-    there was one. Every attempt, refused ones included, is reported to ``on_attempt``.
-
-    Only retryable errors count as breaker failures: a non-retryable one (a bad request)
-    means the endpoint answered, so it counts as a success.
+    ``budget_s`` is the time left for the whole thing: a wait that would reach it is not taken.
+    Only retryable errors count as breaker failures; a bad request means the endpoint answered.
     """
     if budget_s is not None and math.isnan(budget_s):
         raise ValueError("budget_s must be a number of seconds or None, not NaN")

@@ -1,8 +1,4 @@
-"""The bundled providers' HTTP transport, and what their JSON wire formats share.
-
-``JsonHttpProvider`` makes one JSON POST per call over an ``httpx.AsyncClient`` per event loop
-and maps HTTP outcomes onto ``ProviderError``s; a subclass supplies its :class:`WireFormat`.
-"""
+"""The bundled providers' HTTP transport, and what their JSON wire formats share."""
 
 from __future__ import annotations
 
@@ -180,10 +176,8 @@ class HttpOptions(TypedDict, total=False):
 class JsonHttpProvider(ModelClient):
     """Base of the HTTP providers: configuration, a per-event-loop client, POST and error mapping.
 
-    ``api_key_env`` names the environment variable holding the key (``None``: no key); the key
-    is read at call time and never stored, so no pickle, ``repr`` or error holds it. Each event
-    loop gets its own ``httpx.AsyncClient``, never pickled and closed with its loop or by
-    :meth:`aclose`, so an instance is safe across loops and processes.
+    The key is read from ``api_key_env`` at call time and never stored. Each event loop gets
+    its own ``httpx.AsyncClient``, closed with its loop or by :meth:`aclose`.
     """
 
     wire: ClassVar[WireFormat]
@@ -294,7 +288,6 @@ class JsonHttpProvider(ModelClient):
     async def _client(self) -> httpx.AsyncClient:
         loop = asyncio.get_running_loop()
         with self._clients_lock:
-            # A client's connections belong to the loop it first ran on; one per live loop.
             for stale in [known for known in self._clients if known.is_closed()]:
                 del self._clients[stale]
             bound = self._clients.get(loop)
@@ -311,8 +304,7 @@ class JsonHttpProvider(ModelClient):
             )
             bound = _LoopBoundClient(client, _close_when_loop_ends(client))
             self._clients[loop] = bound
-        # Starting the generator registers it with the loop's async-generator hooks, so
-        # asyncio.run() (loop.shutdown_asyncgens()) closes the client when the loop ends.
+        # A started generator is closed by the loop's shutdown_asyncgens(), and the client with it.
         await anext(bound.closer)
         return client
 
@@ -359,11 +351,7 @@ class JsonHttpProvider(ModelClient):
 
 
 def parse_retry_after(headers: httpx.Headers, *, now: float) -> float | None:
-    """Seconds to wait per ``Retry-After`` (seconds or HTTP-date) or ``retry-after-ms``.
-
-    ``now`` is the wall-clock time (``time.time()``) an HTTP-date is measured against.
-    Returns ``None`` when the headers say nothing usable.
-    """
+    """Seconds to wait per ``Retry-After`` (seconds, or an HTTP-date after ``now``)."""
     milliseconds = headers.get("retry-after-ms")
     if milliseconds is not None:
         try:
@@ -390,10 +378,7 @@ def parse_retry_after(headers: httpx.Headers, *, now: float) -> float | None:
 
 
 def os_error_of(exc: BaseException) -> str:
-    """The innermost operating-system error behind ``exc`` (its type and text), else ``exc``'s.
-
-    httpx says "All connection attempts failed"; the error it wraps says why.
-    """
+    """The innermost operating-system error behind ``exc`` (its type and text), else ``exc``'s."""
     found: BaseException = exc
     seen: set[int] = set()
     cause: BaseException | None = exc

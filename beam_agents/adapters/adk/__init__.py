@@ -1,9 +1,6 @@
 """Google ADK agents as ``RunAgent`` agents: ``AdkAgent``, ``BeamLlm``, ``beam_tools``.
 
-Every activation re-walks the run with ADK's ``Runner`` from the key's committed session
-(``docs/adapters.md``). An ADK tool confirmation becomes an approval intent, answered in the same
-activation once decided. The session is one ``ctx.memory`` slot, written when a run completes and
-trimmed to ``SessionLimits``. Nothing reaches the network but ``ctx.call_model``.
+The session is one ``ctx.memory`` slot, written when a run completes, trimmed to ``SessionLimits``.
 """
 
 from __future__ import annotations
@@ -76,10 +73,7 @@ ADK_ADAPTER = "beam_agents.adapters.adk"
 """The ``Suspend.adapter`` of this adapter's suspensions."""
 
 REQUEST_CONFIRMATION = "adk_request_confirmation"
-"""The function call ADK emits when a tool asks for confirmation."""
-
 DEFAULT_MAX_ROUNDS = 16
-"""How many ADK invocations (the first plus confirmation answers) one activation may run."""
 
 _log = logging.getLogger(__name__)
 
@@ -100,12 +94,8 @@ class AdkAgent(FrameworkAgent[BaseAgent]):
     """A ``RunAgent`` agent running an ADK agent; picklable when given a builder.
 
     Args:
-        agent: A zero-argument function returning the ADK agent (built once per process, on
-            first use; pass a module-level function so ``RunAgent`` can pickle it), or the
-            agent itself. String model names of ``LlmAgent``s are replaced by
-            ``BeamLlm(model=<the name>)``; another ``BaseLlm`` than ``BeamLlm`` is refused.
-            Tools that are not ``beam_tools`` run in the pipeline on every activation of a
-            run; the build logs a warning for each.
+        agent: A zero-argument function returning the ADK agent, or the agent itself. Model
+            names become ``BeamLlm(model=<the name>)``; another ``BaseLlm`` is refused.
         app_name: The ADK app name of the runner and session.
         prompt: The user message for the run's event (default: the event as UTF-8).
         state: Session-state updates for the run's event (applied with the user message), e.g.
@@ -165,10 +155,7 @@ class AdkAgent(FrameworkAgent[BaseAgent]):
         return state
 
     def _runner(self) -> Runner:
-        """The ``Runner`` every activation uses (built once, with the agent).
-
-        Its :class:`ActivationSessionService` serves each activation the session it bound.
-        """
+        """The ``Runner`` every activation uses (built once, with the agent)."""
         agent = self.agent
         runner = getattr(self, "_shared_runner", None)
         if runner is None or runner.agent is not agent or runner.app_name != self.app_name:
@@ -210,9 +197,7 @@ class AdkAgent(FrameworkAgent[BaseAgent]):
                 )
         finally:
             try:
-                if self._closes_toolsets:
-                    # What closing a Runner of its own did: the toolsets' cleanup (the runner
-                    # has no plugins, and the activation's session service buffers nothing).
+                if self._closes_toolsets:  # the toolsets' cleanup
                     await runner.close()
             finally:
                 _BOUND.reset(token)
@@ -224,11 +209,7 @@ _A2A_AGENT_MODULE = "google.adk.agents.remote_a2a_agent"
 
 
 def _skip_missing_a2a() -> None:
-    """Let ADK's per-invocation import of its optional A2A agent fail at once, as it will.
-
-    ADK tries that import on every invocation, and a failed import is not cached; ``None`` in
-    ``sys.modules`` makes every later try fail straight away.
-    """
+    """Let ADK's per-invocation import of its optional A2A agent fail at once (cached as None)."""
     if _A2A_AGENT_MODULE in sys.modules:
         return
     try:
@@ -282,11 +263,7 @@ def _final_text(events: list[Event], previous: str) -> str:
 def _answer_confirmations(
     activation: AdapterActivation, events: list[Event], session_events: Sequence[Event]
 ) -> list[types.Part]:
-    """Ask for each confirmation ADK requested; the answers, once every one is decided.
-
-    An approval is keyed by the request's place in the session too, so a later turn asking
-    again for the same call id and arguments is asked anew.
-    """
+    """Ask for each confirmation ADK requested (keyed by its place in the session); the answers."""
     answers: list[types.Part] = []
     for event in events:
         waiting_ids = event.long_running_tool_ids or set()
@@ -367,12 +344,9 @@ class AdkSessionTooLargeError(RuntimeError):
 
 @dataclass(frozen=True, slots=True)
 class SessionLimits:
-    """How much of a key's ADK session is kept between runs.
+    """How much of a key's ADK session is kept between runs: whole turns, the latest always.
 
-    A completed run's session keeps the latest whole turns (a turn starts with a user message,
-    so function calls and their responses stay together) within ``max_events`` events and
-    ``max_bytes`` of JSON; the latest turn is always kept. A session that is still over
-    ``hard_max_bytes`` fails the run with :class:`AdkSessionTooLargeError`.
+    A session still over ``hard_max_bytes`` fails the run with :class:`AdkSessionTooLargeError`.
     """
 
     max_events: int = 200
@@ -465,11 +439,7 @@ _BOUND: ContextVar[MemorySessionService | None] = ContextVar(
 
 
 class ActivationSessionService(MemorySessionService):
-    """The session service of a ``Runner`` shared by activations: each one's own sessions.
-
-    Its sessions are those of the ``MemorySessionService`` the running activation bound in a
-    context variable, so concurrent activations (each in its own task) never see each other's.
-    """
+    """The shared ``Runner``'s session service: the running activation's own sessions."""
 
     def __init__(self) -> None:
         """Hold no sessions of its own."""
@@ -483,7 +453,6 @@ class ActivationSessionService(MemorySessionService):
 
 
 _SESSIONS = ActivationSessionService()
-"""The session service of every adapter's ``Runner`` (each activation binds its own)."""
 
 
 _EMPTY_SESSION = Session(id="", app_name="", user_id="")
@@ -496,7 +465,6 @@ def load_session(memory: WorkingMemory, *, app_name: str, user_id: str) -> Sessi
     if blob is None:
         if type(user_id) is not str or type(app_name) is not str:
             return Session(id=user_id, app_name=app_name, user_id=user_id)
-        # Session(id=..., app_name=..., user_id=...) without re-validating two str fields.
         update = {
             "id": user_id,
             "app_name": app_name,
@@ -528,11 +496,7 @@ def save_session(memory: WorkingMemory, session: Session, limits: SessionLimits)
 
 
 def _untrimmed_blob(session: Session, limits: SessionLimits) -> bytes | None:
-    """The whole session's JSON when :func:`trim_events` would keep every event, else ``None``.
-
-    A session within the limits holds events within them (each an exact ``Event``), so one
-    encoding replaces the per-event sizing of trimming.
-    """
+    """The whole session's JSON when :func:`trim_events` would keep every event, else ``None``."""
     events = session.events
     if len(events) > limits.max_events:
         return None

@@ -1,9 +1,4 @@
-"""ADK's model and tools, answered through the running activation.
-
-:class:`BeamLlm` translates ADK requests into neutral ones carrying no ADK ids or timestamps.
-:class:`BeamTool` runs read-only registry tools inline and stages side-effecting ones; while an
-intent is unanswered it returns a placeholder that ends ADK's turn and is never committed.
-"""
+"""ADK's model and tools, answered through the running activation."""
 
 from __future__ import annotations
 
@@ -32,11 +27,7 @@ class AdkTranslationError(ValueError):
 
 
 class BeamLlm(BaseLlm):
-    """An ADK model that calls the model through the running activation (``ctx.call_model``).
-
-    ``model`` is the ``LlmRequest.model_id``; ``sampling_params`` are provider-native body
-    fields added to every request. Outside an adapter run a call raises ``AdapterUsageError``.
-    """
+    """An ADK model that calls the model through the running activation (``ctx.call_model``)."""
 
     sampling_params: dict[str, Any] = Field(default_factory=dict)
 
@@ -72,11 +63,7 @@ def neutral_request(
 
 
 def adk_response(response: LlmResponse, request: LlmRequest) -> AdkLlmResponse:
-    """The ADK ``LlmResponse`` of a neutral answer; every function call gets an id.
-
-    A call without an id gets one derived from the request and its position, never ADK's
-    random one (which would change the next request).
-    """
+    """The ADK ``LlmResponse`` of a neutral answer; a call without an id gets a derived one."""
     parts: list[types.Part] = []
     if response.text or not response.tool_calls:
         parts.append(text_part(response.text))
@@ -88,16 +75,12 @@ def adk_response(response: LlmResponse, request: LlmRequest) -> AdkLlmResponse:
     usage = _usage(response.usage)
     if model_version is not None and type(model_version) is not str:
         return AdkLlmResponse(content=content, model_version=model_version, usage_metadata=usage)
-    # content_of and _usage give exactly these types: nothing for the constructor to check.
     values = {"content": content, "model_version": model_version, "usage_metadata": usage}
     return filled(_LLM_RESPONSE, values)
 
 
-# ``google.genai`` models run a Python ``before`` validator over every field on construction.
-# Where the values are already of the declared types (checked: exactly ``str`` / ``int``), the
-# adapter fills in a copy of an empty instance instead (:func:`filled`): the same values and
-# fields-set as the validated constructor, in a handful of C calls. Anything else goes through
-# the constructor, which validates (and coerces or refuses) it.
+# ``google.genai`` models validate every field in Python on construction. Where the values are
+# exactly of the declared types, a copy of an empty instance is filled in instead (:func:`filled`).
 _PART = types.Part()
 _FUNCTION_CALL = types.FunctionCall()
 _CONTENT = types.Content()
@@ -112,11 +95,7 @@ _M = TypeVar("_M", bound=BaseModel)
 
 
 def filled(template: _M, update: dict[str, Any], fields_set: Collection[str] = ()) -> _M:
-    """``template.model_copy(update=update)``, ``fields_set`` (default: ``update``'s keys) set.
-
-    Pydantic's shallow copy without its Python-level steps; nothing is validated, so the
-    values must be of the declared types and the model must have no extra fields.
-    """
+    """``template.model_copy(update=update)`` without validation; ``fields_set`` marked set."""
     model = _new_object(type(template))
     values = template.__dict__.copy()
     values.update(update)
@@ -164,7 +143,6 @@ def function_declaration(
 
 
 def _function_call_part(call_id: str, name: str, args: dict[str, Any]) -> types.Part:
-    """``types.Part(function_call=types.FunctionCall(id=..., name=..., args=...))``."""
     if type(call_id) is not str or type(name) is not str or not all(type(k) is str for k in args):
         call = types.FunctionCall(id=call_id, name=name, args=args)
     else:
@@ -173,7 +151,6 @@ def _function_call_part(call_id: str, name: str, args: dict[str, Any]) -> types.
 
 
 def _usage(usage: TokenUsage) -> types.GenerateContentResponseUsageMetadata:
-    """The usage metadata of a neutral answer's token counts."""
     prompt, candidates, total = usage.input_tokens, usage.output_tokens, usage.total_tokens
     if type(prompt) is not int or type(candidates) is not int or type(total) is not int:
         return types.GenerateContentResponseUsageMetadata(
@@ -208,7 +185,6 @@ def _system_text(instruction: object) -> str:
 
 
 def _content_messages(content: types.Content) -> list[dict[str, Any]]:
-    """The neutral messages of one ADK ``Content`` (a model turn or a user/tool turn)."""
     texts: list[str] = []
     calls: list[dict[str, Any]] = []
     tool_messages: list[dict[str, Any]] = []
@@ -279,7 +255,6 @@ def _parameters(declaration: types.FunctionDeclaration) -> dict[str, Any]:
 
 
 def _sampling(config: types.GenerateContentConfig | None) -> dict[str, Any]:
-    """The sampling settings both providers read the same way: temperature, top_p, max_tokens."""
     if config is None:
         return {}
     sampling: dict[str, Any] = {}
@@ -294,9 +269,7 @@ def _sampling(config: types.GenerateContentConfig | None) -> dict[str, Any]:
 
 # -- tools --------------------------------------------------------------------------------
 ConfirmationRule = bool | Callable[[str, Mapping[str, Any], ToolContext], bool]
-"""Whether a call needs a person's confirmation: always, never, or per call
-(``rule(tool_name, arguments, tool_context) -> bool``; ``tool_context.state`` is the session's
-state, where :class:`~beam_agents.adapters.adk.AdkAgent`'s ``state`` hook puts event facts)."""
+"""Whether a call needs a person's confirmation: always, never, or ``rule(name, args, context)``."""
 
 PENDING_STATUS = "beam_agents: waiting for the effector"
 """The placeholder result of a side-effecting call still in flight (never committed)."""
@@ -320,11 +293,7 @@ class BeamTool(BaseTool):
     async def check_require_confirmation(
         self, args: dict[str, Any], tool_context: ToolContext
     ) -> bool:
-        """Whether this call still waits for a person (the tool's ``require_confirmation``).
-
-        A decided call waits no more, and a call with arguments the tool refuses is never put
-        to a person: :meth:`run_async` answers both.
-        """
+        """Whether this call still waits for a person (never once decided, or if refused)."""
         if not self._require_confirmation or tool_context.tool_confirmation is not None:
             return False  # nothing to ask, or decided already
         try:
@@ -334,23 +303,17 @@ class BeamTool(BaseTool):
         return self._asks(args, tool_context)
 
     def _asks(self, args: dict[str, Any], tool_context: ToolContext) -> bool:
-        """The confirmation rule's answer for this call (its arguments already checked)."""
         rule = self._require_confirmation
         if callable(rule):
             return bool(rule(self.name, args, tool_context))
         return bool(rule)
 
     async def run_async(self, *, args: dict[str, Any], tool_context: ToolContext) -> Any:
-        """Run the call through the activation; failures reach the model as ``{"error": ...}``.
-
-        Any other ``ToolError`` (a tool missing from ``AgentConfig.tool_registry``, or
-        registered as the other kind) is a misconfiguration and fails the activation.
-        """
+        """Run the call through the activation; failures reach the model as ``{"error": ...}``."""
         activation = current_activation()
         confirmation = tool_context.tool_confirmation
         if self._require_confirmation and confirmation is None:
-            # The gate asked nobody about arguments this tool refuses: say why, with this tool
-            # (the pipeline's registered tool of the same name could still accept them).
+            # The gate asked nobody about arguments this tool refuses: say why.
             try:
                 self.tool.validate_arguments(args)
             except ToolArgumentError as exc:
@@ -382,11 +345,7 @@ def beam_tools(
     require_confirmation: ConfirmationRule = False,
     names: Collection[str] | None = None,
 ) -> list[ToolUnion]:
-    """The registry's tools (or those in ``names``) as ADK tools, for ``LlmAgent(tools=...)``.
-
-    Read-only tools must also be in ``AgentConfig.tool_registry`` (they run with
-    ``ctx.run_tool``).
-    """
+    """The registry's tools (or those in ``names``) as ADK tools, for ``LlmAgent(tools=...)``."""
     chosen = [tool for tool in registry if names is None or tool.name in names]
     return [BeamTool(tool, require_confirmation=require_confirmation) for tool in chosen]
 
@@ -399,7 +358,6 @@ async def _run_inline(name: str, args: Mapping[str, Any]) -> Any:
     except ToolError:
         raise  # not the model's doing: the registry lacks the tool, or runs it as an effect
     except Exception as exc:
-        # As the tool loop tells a model: an inline failure reads like an effector ERROR result.
         return {"error": f"{name} failed: {type(exc).__name__}: {exc}"}
     return _plain(value)
 
@@ -407,21 +365,14 @@ async def _run_inline(name: str, args: Mapping[str, Any]) -> Any:
 def _call_key(
     name: str, args: Mapping[str, Any], tool_context: ToolContext
 ) -> tuple[str | int, ...]:
-    """The intent's key within one activation: the call's place, id, tool and arguments.
-
-    The place tells apart calls given the same id and arguments in different turns.
-    """
+    """The intent's key within one activation: the call's place, id, tool and arguments."""
     call_id = tool_context.function_call_id or ""
     position = call_position(tool_context.session.events, call_id, name)
     return ("adk-call", position, call_id, name, canonical_json(dict(args)))
 
 
 def call_position(events: Sequence[Event], call_id: str, name: str) -> int:
-    """The index of the latest event in ``events`` calling ``name`` as ``call_id``, else -1.
-
-    ADK appends a model turn before running its calls, and the session's committed prefix is
-    the same on every activation, so the index names the call within the run.
-    """
+    """The index of the latest event in ``events`` calling ``name`` as ``call_id``, else -1."""
     for index in range(len(events) - 1, -1, -1):
         for call in events[index].get_function_calls():
             if call.id == call_id and call.name == name:

@@ -1,9 +1,6 @@
 """Run a LangGraph graph as a ``RunAgent`` agent: ``RunAgent(LangGraphAgent(build))``.
 
-Every activation re-walks the graph from the run's starting checkpoint (``docs/adapters.md``):
-:class:`BeamChatModel` calls are ``ctx.call_model``, :func:`beam_tools` run or stage registry
-tools, and an ``interrupt()`` becomes an approval request. The thread's latest checkpoint is one
-``ctx.memory`` slot, written when a run completes.
+The thread's latest checkpoint is one ``ctx.memory`` slot, written when a run completes.
 """
 
 from __future__ import annotations
@@ -76,12 +73,10 @@ DEFAULT_CHECKPOINT_MAX_BYTES = 256 * 1024
 """How large the stored checkpoint may be unless ``checkpoint_max_bytes`` says otherwise."""
 
 _FORMAT = b"beam-agents/langgraph-checkpoint/1"
-"""The header of the slot: the saver's own serialized pieces, packed with msgpack."""
 
 _ROOT_NS = ""
 
 _SERDE = JsonPlusSerializer()
-"""LangGraph's serde, shared: it keeps no state between calls."""
 
 
 AnyGraph = Pregel[Any, Any, Any, Any]
@@ -112,12 +107,7 @@ def _approval_payload(value: object) -> dict[str, Any]:
 
 
 class LangGraphAgent(FrameworkAgent[AnyGraph]):
-    """A LangGraph graph as a ``RunAgent`` agent (an ``async (ctx) -> Complete | Suspend``).
-
-    The graph runs with ``max_concurrency=1``: parallel branches run one after another, in
-    LangGraph's task order, so every re-walk takes its steps in the same order. Only
-    :class:`BeamChatModel` is cached: any other chat model in the graph calls its provider
-    directly on every activation, uncached.
+    """A LangGraph graph as a ``RunAgent`` agent, run with ``max_concurrency=1``.
 
     Args:
         graph: A zero-argument function returning the graph (a ``StateGraph`` or a compiled
@@ -194,8 +184,7 @@ class LangGraphAgent(FrameworkAgent[AnyGraph]):
         graph = self.built()
         if graph.checkpointer is not None:  # its own (or False, True): the adapter's instead
             graph = graph.copy(update={"checkpointer": None})
-        # The saver goes in through the config, as LangGraph lends a parent's saver to a
-        # subgraph: no copy of the graph per activation.
+        # The saver goes in through the config, so the graph is not copied per activation.
         configurable = {
             **(self._config.get("configurable") or {}),
             "thread_id": saver.thread_id,
@@ -217,17 +206,12 @@ class LangGraphAgent(FrameworkAgent[AnyGraph]):
     async def _drive(
         self, graph: AnyGraph, config: RunnableConfig, run: GraphRun, payload: Any
     ) -> Any:
-        """Invoke the graph, resuming it while its interrupts have decisions.
-
-        Returns the final state, or ``None`` when an intent or approval is still pending.
-        """
+        """Invoke the graph, resuming it while its interrupts have decisions; ``None``: pending."""
         answered: set[str] = set()
         while True:
             run.restart()
             stopped, values, interrupts = await _run_graph(graph, payload, config)
-            if len(interrupts) > 1:
-                # Several questions at once: ask them in the order the saved state lists its
-                # tasks (the graph's node order), not the order the tasks ran in.
+            if len(interrupts) > 1:  # ask several in the graph's node order, not run order
                 interrupts = list((await graph.aget_state(config)).interrupts)
             answers: dict[str, Any] = {}
             waiting = False
@@ -262,11 +246,8 @@ class LangGraphAgent(FrameworkAgent[AnyGraph]):
             return values
 
 
-_INTERRUPT = "__interrupt__"
-"""The update key of a run's interrupts (LangGraph's private ``INTERRUPT`` constant)."""
-
+_INTERRUPT = "__interrupt__"  # LangGraph's private ``INTERRUPT`` constant
 _NOTHING: Any = object()
-"""No ``values`` came out of the run (the adapter then reads the state back)."""
 
 
 async def _run_graph(
@@ -274,10 +255,7 @@ async def _run_graph(
 ) -> tuple[bool, Any, list[Interrupt]]:
     """Run the graph once: whether it stopped early, its last values, its open interrupts.
 
-    The run's own stream says all of it, so the state is not read back from the checkpoint.
-    An ``__interrupt__`` update, even an empty one (a static breakpoint), means the run stopped
-    early. Checkpoints are written when the run exits (``durability="exit"``): only the last
-    one is kept.
+    An ``__interrupt__`` update, even an empty one (a static breakpoint), means it stopped early.
     """
     stopped = False
     values: Any = _NOTHING
@@ -299,11 +277,7 @@ async def _run_graph(
 
 # -- the checkpoint in ctx.memory ---------------------------------------------------------
 class CheckpointTooLargeError(ValueError):
-    """The thread's checkpoint is over ``checkpoint_max_bytes``: nothing is stored.
-
-    The activation fails (its run is not committed); trim the graph state, for example with
-    ``RemoveMessage`` or a summarizing node, or raise the limit (``ctx.memory`` holds 1 MiB).
-    """
+    """The thread's checkpoint is over ``checkpoint_max_bytes``: the activation fails."""
 
     def __init__(self, size: int, limit: int) -> None:
         super().__init__(
@@ -315,16 +289,10 @@ class CheckpointTooLargeError(ValueError):
 
 
 class BeamCheckpointSaver(InMemorySaver):
-    """An activation's checkpointer: LangGraph's in-memory saver plus load and export.
-
-    Only :meth:`export` leaves the activation, with only the thread's latest root checkpoint,
-    so the durable state stays bounded however long the thread runs.
-    """
+    """An activation's checkpointer: LangGraph's in-memory saver; only :meth:`export` leaves it."""
 
     def __init__(self, thread_id: str) -> None:
-        # ``InMemorySaver.__init__`` with its defaults, less the check that the serde has
-        # typed methods (a runtime ``Protocol`` isinstance, costly per activation): the shared
-        # ``JsonPlusSerializer`` has them.
+        # ``InMemorySaver.__init__`` less its costly check that the serde has typed methods.
         self.serde = _SERDE
         self.storage = defaultdict(lambda: defaultdict(dict))
         self.writes = defaultdict(dict)
@@ -362,10 +330,7 @@ class BeamCheckpointSaver(InMemorySaver):
         self._load_pieces(rest)
 
     def export(self, max_bytes: int) -> bytes | None:
-        """The thread's latest root checkpoint as bytes (``None`` if there is none).
-
-        Raises :class:`CheckpointTooLargeError` when it is over ``max_bytes``.
-        """
+        """The thread's latest root checkpoint as bytes (``None`` if there is none)."""
         checkpoints = self.storage[self.thread_id][_ROOT_NS]
         if not checkpoints:
             return None
@@ -407,9 +372,7 @@ class BeamCheckpointSaver(InMemorySaver):
                 stored[(task_id, index)] = (task_id, channel, (type_name, data), task_path)
 
 
-# LangGraph inspects the saver's ``put_writes`` (sync runs) or ``aput_writes`` (async runs)
-# signature on every run (does it take ``task_path``?); a cached ``__signature__`` answers that
-# without rebuilding it each time.
+# LangGraph inspects these signatures on every run; a cached ``__signature__`` answers at once.
 _method: Any
 for _method in (BeamCheckpointSaver.put_writes, BeamCheckpointSaver.aput_writes):
     _method.__signature__ = inspect.signature(_method)

@@ -1,9 +1,6 @@
 """LangGraph's model and tools, answered through the running activation.
 
-Requests are built from message content only, so a re-walk sends the same request. A call is
-keyed by its graph task and tool call id (or position), so a node re-run after ``interrupt()``
-gets its intent back. Sync nodes run in a worker thread; their calls run on the activation's
-event loop (:func:`run_on_loop`).
+A call is keyed by its graph task and tool call id (or position), so a re-walk finds it again.
 """
 
 from __future__ import annotations
@@ -51,8 +48,6 @@ PENDING_MARKER = "beam_agents.pending_intent"
 
 _RUN: ContextVar[GraphRun | None] = ContextVar("beam_agents_langgraph_run", default=None)
 _TOOL_CALL_ID: ContextVar[str | None] = ContextVar("beam_agents_tool_call_id", default=None)
-
-
 _T = TypeVar("_T")
 
 
@@ -92,11 +87,7 @@ def current_run() -> GraphRun:
 
 
 def run_on_loop(coro: Coroutine[Any, Any, _T], what: str) -> _T:
-    """Run ``coro`` on the activation's event loop from a sync node's worker thread.
-
-    ``what`` names the sync call for the error raised on the loop's own thread (a sync call
-    from an async node would block the loop it waits for).
-    """
+    """Run ``coro`` on the activation's event loop from a sync node's worker thread."""
     try:
         loop = current_run().loop
         try:
@@ -130,19 +121,6 @@ def is_pending_marker(value: object) -> bool:
     return isinstance(value, dict) and len(value) == 1 and PENDING_MARKER in value
 
 
-def _stage(
-    run: GraphRun,
-    tool_name: str,
-    arguments: Mapping[str, Any],
-    config: RunnableConfig,
-    ttl_ms: int | None,
-    tool: Tool[..., Any] | None = None,
-) -> Any:
-    return run.activation.act(
-        tool_name, arguments, call_key=run.call_key(config), ttl_ms=ttl_ms, tool=tool
-    )
-
-
 def stage(
     tool_name: str,
     arguments: Mapping[str, Any],
@@ -150,15 +128,15 @@ def stage(
     ttl_ms: int | None = None,
     tool: Tool[..., Any] | None = None,
 ) -> Any:
-    """Stage a side effect from inside a node, without waiting for it.
+    """Stage a side effect from inside a node: its value if answered, else :class:`Pending`.
 
-    Returns the tool's value if the effector has answered, else :class:`Pending` (the run then
-    completes only once the result is in); a failed result raises :class:`IntentFailedError`.
-    A node run again after ``interrupt()`` keeps its intent. Arguments are checked by
-    ``AgentConfig.tool_registry``'s tool, else by ``tool`` if given, else only by the effector.
+    A failed result raises :class:`IntentFailedError`. ``tool`` checks the arguments when
+    ``AgentConfig.tool_registry`` lacks the tool.
     """
     run = current_run()
-    return _stage(run, tool_name, arguments, get_config(), ttl_ms, tool)
+    return run.activation.act(
+        tool_name, arguments, call_key=run.call_key(get_config()), ttl_ms=ttl_ms, tool=tool
+    )
 
 
 def _content(tool_name: str, value: object) -> str:
@@ -172,12 +150,7 @@ def _content(tool_name: str, value: object) -> str:
 
 
 class BeamTool(BaseTool):
-    """A registry tool as a LangChain tool (``ToolNode``, ``bind_tools``, direct ``ainvoke``).
-
-    A pending intent pauses the graph with the adapter's marker ``interrupt()``. Tool failures
-    and invalid arguments reach the model as error tool messages; any other registry
-    ``ToolError`` fails the activation.
-    """
+    """A registry tool as a LangChain tool; a pending intent pauses the graph (``interrupt()``)."""
 
     beam_tool: Tool[..., Any]
     beam_schema: dict[str, Any]
@@ -221,7 +194,9 @@ class BeamTool(BaseTool):
                 raise ToolException(f"{name} failed: {type(exc).__name__}: {exc}") from exc
             return _content(name, value)
         try:
-            value = _stage(run, name, kwargs, config, self.ttl_ms, self.beam_tool)
+            value = run.activation.act(
+                name, kwargs, call_key=run.call_key(config), ttl_ms=self.ttl_ms, tool=self.beam_tool
+            )
         except (IntentFailedError, ToolArgumentError) as exc:
             raise ToolException(str(exc)) from exc
         if isinstance(value, Pending):
@@ -234,16 +209,11 @@ class BeamTool(BaseTool):
 
 
 def _introspected_once(method: Any) -> None:
-    """Resolve ``method``'s annotations and signature once, for LangChain's per-call checks.
-
-    LangChain inspects ``_run``/``_arun`` on every tool call (``inspect.signature`` and
-    ``get_type_hints``); cached here, at import.
-    """
+    """Resolve ``method``'s annotations and signature once, for LangChain's per-call checks."""
     hints = typing.get_type_hints(method)
     method.__annotations__ = hints
     method.__signature__ = inspect.signature(method)
-    # Only the ``RunnableConfig`` parameter matters to LangChain's per-call type-hint lookup:
-    # keep just that one, so the lookup resolves one annotation instead of all of them.
+    # LangChain's per-call lookup needs only the ``RunnableConfig`` annotation.
     method.__annotations__ = {name: hint for name, hint in hints.items() if name == "config"}
 
 
@@ -254,11 +224,7 @@ for _method in (BeamTool._run, BeamTool._arun):
 def beam_tools(
     tools: ToolRegistry | Iterable[Tool[..., Any]], *, ttl_ms: int | None = None
 ) -> list[BaseTool]:
-    """LangChain tools for ``tools`` (each must be in ``AgentConfig.tool_registry`` too).
-
-    ``ttl_ms`` is the TTL of the intents the side-effecting ones stage (default
-    ``AgentConfig.intent_ttl_ms``).
-    """
+    """LangChain tools for ``tools``, each also in ``AgentConfig.tool_registry``."""
     return [
         BeamTool(
             name=tool.name,
@@ -359,12 +325,7 @@ def _usage(response: LlmResponse) -> UsageMetadata:
 
 
 class BeamChatModel(BaseChatModel):
-    """A chat model that calls the pipeline's model through the running activation.
-
-    ``model_id`` and ``sampling_params`` go into every ``LlmRequest``. Use ``ainvoke`` from
-    async nodes and ``invoke`` from sync ones; a sync call on the event loop itself raises
-    :class:`AdapterUsageError`.
-    """
+    """A chat model that calls the pipeline's model through the running activation."""
 
     model_id: str
     sampling_params: dict[str, Any] | None = None
@@ -438,8 +399,7 @@ class BeamChatModel(BaseChatModel):
         return ChatResult(generations=[ChatGeneration(message=message)])
 
 
-# LangChain asks on every call whether ``_agenerate`` takes ``run_manager``
-# (``inspect.signature``); a cached ``__signature__`` answers without rebuilding it each time.
+# LangChain inspects ``_agenerate`` on every call; a cached ``__signature__`` answers at once.
 BeamChatModel._agenerate.__signature__ = inspect.signature(  # type: ignore[attr-defined]
     BeamChatModel._agenerate
 )

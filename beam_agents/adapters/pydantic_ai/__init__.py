@@ -1,9 +1,6 @@
 """Run a Pydantic AI agent as a ``RunAgent`` agent: ``RunAgent(PydanticAIAgent(build, ...))``.
 
-Every activation re-walks the run from its start (``docs/adapters.md``). The model is
-:class:`BeamModel`, the registry tools come from :class:`BeamToolset`, and an approval's decision
-resumes the run natively (``deferred_tool_results``) in the same activation. The key's message
-history is one ``ctx.memory`` slot, written when a run completes.
+The key's message history is one ``ctx.memory`` slot, written when a run completes.
 """
 
 from __future__ import annotations
@@ -90,7 +87,7 @@ def utf8_prompt(event: bytes) -> str:
 
 
 class PydanticAIAgent(FrameworkAgent[AbstractAgent[Any, Any]]):
-    """A Pydantic AI agent as a ``RunAgent`` agent (``async __call__(ctx) -> Complete | Suspend``).
+    """A Pydantic AI agent as a ``RunAgent`` agent.
 
     Args:
         agent: A zero-argument function returning the ``pydantic_ai.Agent`` (built once per
@@ -107,10 +104,6 @@ class PydanticAIAgent(FrameworkAgent[AbstractAgent[Any, Any]]):
         history_max_bytes: Hard limit on the stored history (:class:`HistoryTooLargeError`).
         suspend_timeout_ms: ``Suspend.timeout_ms`` of the run's suspensions.
         max_approval_rounds: Most approval resumes within one activation.
-
-    Tools outside ``AgentConfig.tool_registry`` (the agent's own ``@agent.tool`` functions)
-    run in the pipeline again on every activation of the run; the first such call of each
-    tool in a process logs a warning.
     """
 
     adapter: ClassVar[str] = ADAPTER
@@ -149,8 +142,7 @@ class PydanticAIAgent(FrameworkAgent[AbstractAgent[Any, Any]]):
         self._history = HistoryLimits(history_max_messages, history_max_bytes)
         self._suspend_timeout_ms = suspend_timeout_ms
         self._max_approval_rounds = max_approval_rounds
-        # What every run of the built agent is given (model, toolsets, capabilities, output
-        # type): made once per process, not every activation; see _run_options.
+        # What every run of the built agent is given, made once (see _run_options).
         self._options: tuple[AbstractAgent[Any, Any], object, dict[str, Any]] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -222,9 +214,7 @@ class PydanticAIAgent(FrameworkAgent[AbstractAgent[Any, Any]]):
     def _agent_tools(self, agent: AbstractAgent[Any, Any]) -> tuple[Any, ...] | None:
         """The one ``BeamToolset``'s tools as the agent's function tools, if they may stand in.
 
-        Only with a single default ``BeamToolset``, no agent tool timeout and no
-        ``override(toolsets=...)`` in force; both are private attributes, read with ``getattr``
-        (should they go, the toolset is passed as it is).
+        Only with no agent tool timeout and no ``override(toolsets=...)``: private attributes.
         """
         if len(self._toolsets) != 1 or getattr(agent, "_tool_timeout", _UNKNOWN) is not None:
             return None
@@ -236,10 +226,7 @@ class PydanticAIAgent(FrameworkAgent[AbstractAgent[Any, Any]]):
         return toolset.agent_tools()
 
     def _run_options(self, agent: AbstractAgent[Any, Any], only_registry: bool) -> dict[str, Any]:
-        """The keyword arguments of a run of ``agent`` but ``deps`` (a fresh dict each time).
-
-        Made once per built agent; the output type is worked out again should the agent's change.
-        """
+        """The keyword arguments of a run of ``agent`` but ``deps``, made once per built agent."""
         spec = agent.output_type
         options = self._options
         if options is None or options[0] is not agent or options[1] is not spec:
@@ -257,19 +244,14 @@ class PydanticAIAgent(FrameworkAgent[AbstractAgent[Any, Any]]):
             _with_deferred(agent)  # raises, as it would have for a new agent
         run = dict(options[2])
         run["toolsets"] = list(run["toolsets"])
-        # The warning capability costs every hook of the run a layer: left out when no tool
-        # outside the registry can run (see _registry_tools_only).
+        # The warning capability costs every hook a layer: left out when it cannot fire.
         run["capabilities"] = [] if only_registry else list(run["capabilities"])
         if "output_type" in run:
             run["output_type"] = list(run["output_type"])
         return run
 
     def _registry_tools_only(self, agent: AbstractAgent[Any, Any]) -> bool:
-        """Whether every tool a run of ``agent`` can call is an ``AgentConfig.tool_registry`` tool.
-
-        Conservatively: default ``BeamToolset``s, empty agent toolsets, default capabilities
-        and no override in force. Anything else keeps :class:`_LocalToolWarning`.
-        """
+        """Whether every tool a run of ``agent`` can call is surely a registry tool."""
         if not isinstance(agent, Agent) or not all(
             type(toolset) is BeamToolset and toolset.offers_activation_registry
             for toolset in self._toolsets
@@ -321,15 +303,14 @@ class PydanticAIAgent(FrameworkAgent[AbstractAgent[Any, Any]]):
         return None if waiting else decisions
 
 
-# The toolsets an agent holding no tool of its own has (its function toolset, empty), and the
-# capabilities every agent has; see PydanticAIAgent._registry_tools_only.
+# The toolsets of an agent with no tools of its own, and every agent's capabilities.
 _EMPTY_TOOLSET_TYPES: frozenset[type] = frozenset(
     {FunctionToolset, *(type(toolset) for toolset in Agent(output_type=str).toolsets)}
 )
 
 
 def _default_capability_types() -> frozenset[type]:
-    """The capabilities a plain ``Agent`` has (one of them private: if it moves, none known)."""
+    """The capabilities a plain ``Agent`` has (one is private: if it moves, none known)."""
     try:
         from pydantic_ai.capabilities._pending_messages import PendingMessageDrainCapability
     except ImportError:
@@ -391,11 +372,7 @@ def _with_deferred(agent: AbstractAgent[Any, Any]) -> object | None:
 
 
 def _has_output_validators(agent: AbstractAgent[Any, Any]) -> bool:
-    """Whether ``agent`` has ``@agent.output_validator`` functions.
-
-    Pydantic AI has no public way to ask; this reads the private ``Agent._output_validators``
-    (should it go, Pydantic AI's own error still stops the run).
-    """
+    """Whether ``agent`` has ``@agent.output_validator`` functions (a private attribute)."""
     return isinstance(agent, Agent) and bool(getattr(agent, "_output_validators", None))
 
 
@@ -423,11 +400,7 @@ class HistoryTooLargeError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class HistoryLimits:
-    """How much history a key keeps: at most ``max_messages`` messages and ``max_bytes`` bytes.
-
-    ``max_messages`` is a target: a turn longer than it is kept whole. ``max_bytes`` is a hard
-    limit (:class:`HistoryTooLargeError`). ``max_messages=0`` keeps no history at all.
-    """
+    """How much history a key keeps: whole turns within ``max_messages`` and ``max_bytes``."""
 
     max_messages: int = 40
     max_bytes: int = 256 * 1024
@@ -459,19 +432,14 @@ class HistoryLimits:
         memory.set(self.slot, self.encode(messages))
 
     def encode(self, messages: Sequence[ModelMessage]) -> bytes:
-        """``messages`` cut to the limits, as Pydantic AI's message JSON.
-
-        Each message is serialized once (the list whole when nothing is cut) and the kept ones
-        joined; only a first message given the system prompt is serialized again.
-        """
+        """``messages`` cut to the limits, as Pydantic AI's message JSON (each serialized once)."""
         count = len(messages)
         if count <= self.max_messages:
             whole = _dump(messages)
             if len(whole) <= self.max_bytes:
                 return whole  # the first cut (none) keeps everything
         cuts = [0, *(i for i in range(1, count) if _starts_turn(messages[i]))]
-        # Cuts keeping too many messages are skipped (but the last is taken if none fits), so
-        # only the messages from the first candidate on are serialized, each without its "[]".
+        # Only messages from the first cut within max_messages on are serialized.
         candidates = [cut for cut in cuts if count - cut <= self.max_messages] or cuts[-1:]
         low = candidates[0]
         encoded = [_dump([message])[1:-1] for message in messages[low:]]

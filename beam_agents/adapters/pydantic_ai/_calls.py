@@ -1,9 +1,4 @@
-"""Pydantic AI's model and toolset, answered through the running activation.
-
-:class:`BeamModel` sends only what the conversation says, so a re-walk sends the same bytes.
-:class:`BeamToolset` runs read-only registry tools inline and stages side-effecting ones,
-deferring the call (``CallDeferred``) while its intent is unanswered.
-"""
+"""Pydantic AI's model and toolset, answered through the running activation."""
 
 from __future__ import annotations
 
@@ -46,7 +41,6 @@ from beam_agents.model.client import LlmRequest, LlmResponse, tool_message
 from beam_agents.tools import Tool, ToolRegistry
 from beam_agents.tools.errors import ToolArgumentError, ToolError
 
-# ModelSettings fields passed on as sampling params under the same (provider-native) name.
 _SAMPLING_SETTINGS: tuple[ModelSettingName, ...] = ("temperature", "top_p", "max_tokens", "seed")
 
 
@@ -55,12 +49,7 @@ class UnsupportedContentError(TypeError):
 
 
 class BeamModel(Model):
-    """A Pydantic AI ``Model`` answered through the running activation's ``ctx.call_model``.
-
-    Outside an adapter run a request raises ``AdapterUsageError``. ``sampling_params`` are
-    provider-native fields, joined by the run's ``temperature``, ``top_p``, ``max_tokens`` and
-    ``seed``.
-    """
+    """A Pydantic AI ``Model`` answered through the running activation's ``ctx.call_model``."""
 
     unsupported_settings = frozenset(
         {
@@ -140,11 +129,7 @@ class BeamModel(Model):
         )
 
     def model_response(self, response: LlmResponse, request: LlmRequest) -> ModelResponse:
-        """``response`` to ``request`` as Pydantic AI's ``ModelResponse``.
-
-        Tool call ids are kept as given; a call without one is named after the request and its
-        position in the response.
-        """
+        """``response`` to ``request`` as Pydantic AI's ``ModelResponse``."""
         parts: list[ModelResponsePart] = []
         if response.text:
             parts.append(TextPart(content=response.text))
@@ -173,7 +158,6 @@ class BeamModel(Model):
 
 
 def _fallback_call_id(request: LlmRequest, index: int) -> str:
-    """A stable id for a tool call the provider gave none: its request and place in the answer."""
     return f"call-{request.content_digest()[:16]}-{index}"
 
 
@@ -254,8 +238,7 @@ INTENT_METADATA_KEY = "beam_agents.intent_id"
 ApprovalRule: TypeAlias = (
     bool | Collection[str] | Callable[[RunContext[Any], ToolDefinition, dict[str, Any]], bool]
 )
-"""Which calls need a person's approval: all, those of the named tools, or those a predicate
-(``(run_context, tool_def, arguments) -> bool``) picks."""
+"""Which calls need a person's approval: all, the named tools', or a predicate's picks."""
 
 _Tools: TypeAlias = dict[str, ToolsetTool[Any]]
 
@@ -266,12 +249,7 @@ _log = logging.getLogger(__name__)
 
 
 class BeamToolset(AbstractToolset[Any]):
-    """The tools of a ``ToolRegistry`` for a Pydantic AI agent run by ``PydanticAIAgent``.
-
-    ``registry=None`` offers ``AgentConfig.tool_registry``. ``approval_required`` makes calls
-    wait for a person's decision, asked as an approval intent. A failed, expired or rejected
-    intent reaches the model as the tool's failure text.
-    """
+    """The tools of a ``ToolRegistry`` (default ``AgentConfig.tool_registry``) for Pydantic AI."""
 
     def __init__(
         self,
@@ -291,10 +269,8 @@ class BeamToolset(AbstractToolset[Any]):
         self._max_retries = max_retries
         self._intent_ttl_ms = intent_ttl_ms
         self._id = toolset_id
-        # The last registry listed, its tools and their Pydantic AI tools (built once, not every
-        # model step); dropped when pickled.
+        # The last registry listed, its tools and their Pydantic AI tools; not pickled.
         self._listed: tuple[ToolRegistry, tuple[Tool[..., Any], ...], _Tools] | None = None
-        # The agent tools of the last registry (see agent_tools), built once per registry too.
         self._agent_tools: tuple[_Tools, tuple[AgentTool[Any], ...]] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -324,7 +300,6 @@ class BeamToolset(AbstractToolset[Any]):
         return dict(self._listed_tools())
 
     def _listed_tools(self) -> _Tools:
-        """The Pydantic AI tools of the registry offered (cached; see :meth:`get_tools`)."""
         registry = self.registry()
         registered = tuple(registry)
         listed = self._listed
@@ -344,11 +319,7 @@ class BeamToolset(AbstractToolset[Any]):
         return listed[2]
 
     def agent_tools(self) -> tuple[AgentTool[Any], ...] | None:
-        """The registry tools as agent function tools that run through :meth:`call_tool`.
-
-        Handed to ``Agent.override(tools=...)``, they spare a run a second toolset (and a task
-        per toolset per model step). ``None`` if Pydantic AI's ``Tool`` no longer allows it.
-        """
+        """The registry tools as agent function tools, for ``Agent.override(tools=...)``."""
         listed = self._listed_tools()
         cached = self._agent_tools
         if cached is not None and cached[0] is listed:
@@ -449,11 +420,7 @@ class BeamToolset(AbstractToolset[Any]):
 
 
 def call_key(kind: str, messages: Sequence[ModelMessage], tool_call_id: str | None) -> Hashable:
-    """The activation's key of a tool call: ``(kind, position of its response, tool call id)``.
-
-    Providers reuse tool call ids across turns, so the key adds the index of the latest
-    ``ModelResponse`` holding the call, the same on every re-walk.
-    """
+    """The activation's key of a tool call: ``(kind, position of its response, tool call id)``."""
     for index in range(len(messages) - 1, -1, -1):
         message = messages[index]
         if isinstance(message, ModelResponse) and any(
