@@ -34,7 +34,7 @@ from apache_beam.utils.timestamp import Timestamp
 from beam_agents._protos import ActivationRecord, AgentEnvelope, AgentError, ToolIntent, TraceEvent
 from beam_agents.core.activation import Activator, Plan, TimerFired, element_problem
 from beam_agents.core.agent import CoroutineDriver, epoch_clock, is_agent
-from beam_agents.core.config import TRIGGER_DEADLINE, TRIGGER_IDLE, AgentConfig, CommitInfo
+from beam_agents.core.config import TRIGGER_DEADLINE, TRIGGER_IDLE, AgentConfig
 from beam_agents.core.context import AgentFn, activation_services
 from beam_agents.core.model_calls import (
     METRICS_NAMESPACE,
@@ -47,7 +47,7 @@ from beam_agents.core.state import CONTINUATION, HEADER, MEMORY, KeyState
 from beam_agents.model.resilience import CircuitBreakers
 from beam_agents.tools import ToolConnection, ToolRunner
 
-__all__ = ["AgentConfig", "CommitInfo", "RunAgent", "RunAgentOutputs"]
+__all__ = ["RunAgent", "RunAgentOutputs"]
 
 
 OUTPUT_TAG = "output"
