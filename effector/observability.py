@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 from beam_agents._protos import ToolIntent, ToolResult
 
-_log = logging.getLogger("effector.observability")
+_log = logging.getLogger("effector.audit")
 
 _LATENCY_BUCKETS_S = (
     *(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5),
@@ -110,9 +110,6 @@ class EffectorMetrics:
             self._http.shutdown()
             self._http.server_close()
             self._http = None
-
-
-# -- audit lines --------------------------------------------------------------------------------
 
 
 def display_key(entity_key: bytes) -> str:

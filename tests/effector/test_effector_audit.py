@@ -16,7 +16,7 @@ from beam_agents.tools import ToolRegistry, tool
 from effector.observability import CONFLICT_HINT
 from effector.server import ServerSettings
 
-AUDIT = "effector.observability"
+AUDIT = "effector.audit"
 
 
 def audit_records(caplog: pytest.LogCaptureFixture, level: int) -> list[logging.LogRecord]:

@@ -145,7 +145,7 @@ async def test_a_found_effect_is_recorded_without_executing(
     sent = make_intent("notify", {"text": "hi"}, key=b"b")
     await crashed_with(url, paid, sent)
     Outside.found = {paid.intent_id: {"paid": 5, "receipt": "r-1"}, "hi": None}
-    caplog.set_level(logging.INFO, logger="effector.observability")
+    caplog.set_level(logging.INFO, logger="effector.audit")
     async with running_effector(url, REGISTRY, SETTINGS) as effector:
         response = await until(effector.client, paid.intent_id, IntentState.DONE)
         await until(effector.client, sent.intent_id, IntentState.DONE)
@@ -212,7 +212,7 @@ async def test_a_failing_reconciler_leaves_the_intent_in_doubt_and_its_key_held(
     behind = make_intent("pay", {"amount": 6}, key=b"k", seq=1)
     await crashed_with(url, doubtful)
     Outside.failing = failure
-    caplog.set_level(logging.WARNING, logger="effector.observability")
+    caplog.set_level(logging.WARNING, logger="effector.audit")
     async with running_effector(url, REGISTRY, SETTINGS) as effector:
         await effector.client.submit([behind])
         started = wall_clock_ms()

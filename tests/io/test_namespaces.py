@@ -123,7 +123,7 @@ def test_two_agents_with_their_own_namespaces_share_an_effector_cleanly(
     assert set(executions.values()) == {1}  # every effect exactly once
     assert set(executions) == minted("screening") | minted("ledger-v1")
     assert len(executions) == 2 * len(EVENTS)
-    loud = {"effector.observability", "beam_agents.io.effector_link"}
+    loud = {"effector.audit", "beam_agents.io.effector_link"}
     assert [r.getMessage() for r in caplog.records if r.name in loud] == []
     # Both agents read the whole log, so each is also handed the other's results, which it
     # refuses as not its own: the only errors either agent reports.
@@ -151,7 +151,7 @@ def test_without_namespaces_the_same_agents_conflict(
     executions = Counter(started(read_ledger(ledger)))
     assert set(executions) == minted(None) and set(executions.values()) == {1}
     # The effector logs each conflict, saying what differs; SubmitIntents each dead letter.
-    conflicts = [r.getMessage() for r in caplog.records if r.name == "effector.observability"]
+    conflicts = [r.getMessage() for r in caplog.records if r.name == "effector.audit"]
     assert len(conflicts) == len(EVENTS)
     assert all(CONFLICT_HINT in line and "args_json: recorded" in line for line in conflicts)
     letters = [r.getMessage() for r in caplog.records if r.name == "beam_agents.io.effector_link"]
