@@ -553,9 +553,6 @@ def _with_client(
     return run
 
 
-# -- the client commands ------------------------------------------------------------------------
-
-
 def status(client: EffectorClient, args: argparse.Namespace) -> int:
     """Print the counts of intents in each state and the log head, as one JSON object."""
     counts = client.status()

@@ -24,7 +24,6 @@ class _Client:
     """What both clients share: the channel and its stubs, the token and the deadline."""
 
     _channels: ClassVar[Any]
-    """Where channels come from: ``grpc`` or ``grpc.aio``."""
 
     def __init__(
         self,

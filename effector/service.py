@@ -55,27 +55,17 @@ from effector.worker import Worker, intake_rejection
 _log = logging.getLogger(__name__)
 
 MAX_SUBMIT_BATCH = 1_000
-"""The most intents one Submit may carry."""
 MAX_PUBLISH_BATCH = 1_000
-"""The most envelopes one Publish may carry."""
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
-"""The largest request or response message, in bytes."""
 DEFAULT_READ_BATCH = 500
-"""Envelopes per Read when the request leaves ``max_batch`` at 0."""
 MAX_READ_BATCH = 5_000
-"""The most envelopes one Read returns."""
 MAX_READ_WAIT_MS = 60_000
-"""The longest a Read waits for new envelopes."""
 DEFAULT_LIST_LIMIT = 100
-"""Intents per ListIntents when the request leaves ``limit`` at 0."""
 MAX_LIST_LIMIT = 1_000
-"""The most intents one ListIntents returns."""
 MAX_TELEMETRY_BATCH = 1_000
 """The most trace events one RecordTraces, or error records one RecordErrors, may carry."""
 DEFAULT_RECORD_RUNS = 100
-"""Runs per ListRecords page when the request leaves ``max_runs`` at 0."""
 MAX_RECORD_RUNS = 1_000
-"""The most runs one ListRecords page holds."""
 MAX_ENTITY_KEY_BYTES = 4_096
 """The longest entity key a trace event, error record or activation record may carry."""
 MAX_TEXT_FIELD_CHARS = 4_096

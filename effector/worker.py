@@ -475,9 +475,7 @@ def _not_found(claim: Claim, now_ms: int) -> NotFound:
 # -- backing off from a failing store -----------------------------------------------------------
 
 INITIAL_RETRY_S = 0.5
-"""The wait after an operation's first failure."""
 MAX_RETRY_S = 10.0
-"""The longest wait between two attempts of one operation."""
 
 
 def retry_delay_s(

@@ -43,16 +43,11 @@ CALLER: ContextVar[Approver | None] = ContextVar("effector_mcp_caller", default=
 is the approver its decisions record, and may be limited to channels."""
 
 DEFAULT_PENDING_LIMIT = 20
-"""Approvals ``list_pending_approvals`` returns when no limit is given."""
 MAX_PENDING_LIMIT = 100
-"""The most approvals one ``list_pending_approvals`` returns."""
 
 
 class ToolRefusal(Exception):
     """A tool call that cannot be carried out; its message is shown to the caller."""
-
-
-# -- arguments ----------------------------------------------------------------------------------
 
 
 class _Arguments(BaseModel):
@@ -95,9 +90,6 @@ class DecideArguments(IntentArguments):
         description="approve only: approve these arguments instead (validated against the "
         "tool the approval gates).",
     )
-
-
-# -- results ------------------------------------------------------------------------------------
 
 
 class PendingApproval(BaseModel):
@@ -165,9 +157,6 @@ class IntentStatus(BaseModel):
     deadline_ms: int = Field(description="When it expires at the effector (epoch ms); 0: never.")
     result: ResultInfo | None = Field(description="Once DONE: its result.")
     decision: DecisionInfo | None = Field(description="For a decided approval: the decision.")
-
-
-# -- the tools ----------------------------------------------------------------------------------
 
 
 def _json_value(text: str) -> Any:
@@ -335,10 +324,7 @@ class OperatorTools:
         return f"the decision on approval {intent_id} was not applied: {outcome.reason}"
 
 
-# -- the MCP server -----------------------------------------------------------------------------
-
 MCP_PATH = "/mcp"
-"""Where the endpoint answers."""
 
 _INSTRUCTIONS = (
     "Operator tools of a beam-agents effector. Agents ask for approval before some side "

@@ -17,7 +17,6 @@ from effector.store.intents import intent_id_problem
 WINDOWS = {15: "15 min", 60: "1 h", 360: "6 h", 1440: "24 h"}
 """The overview's windows, in minutes; it shows the last hour unless asked otherwise."""
 REFRESH_S = 10
-"""How often the overview reloads itself."""
 DEFAULT_RUNS = 50
 MAX_RUNS = 1_000
 """Runs on a key's page: the newest 50 unless more are asked for, at most 1,000."""

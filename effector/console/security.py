@@ -211,12 +211,9 @@ async def checked_form(request: Request) -> FormData:
     return form
 
 
-# -- backing off failed logins --------------------------------------------------------------------
-
 FREE_FAILURES = 3
 """Failed logins a client may make before it has to wait."""
 MAX_WAIT_S = 60.0
-"""The longest wait between two login attempts of one client."""
 FORGET_AFTER_S = 15 * 60.0
 """A client's failures are forgotten this long after its last one."""
 MAX_CLIENTS = 10_000

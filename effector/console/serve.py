@@ -23,7 +23,6 @@ from effector.store.errors import ConfigurationError
 _log = logging.getLogger(__name__)
 
 _STOP_GRACE_S = 5
-"""How long open requests may take to finish when the console stops."""
 
 
 class _Server(uvicorn.Server):

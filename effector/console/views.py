@@ -143,8 +143,6 @@ def chart(points: Sequence[tuple[int, int]], unit: str) -> Chart:
     return Chart(bars=bars, peak=peak, total=sum(value for _, value in points), latest=latest)
 
 
-# -- templates ------------------------------------------------------------------------------------
-
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 

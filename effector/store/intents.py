@@ -24,8 +24,6 @@ from beam_agents._protos import (
     canonical_json_bytes,
 )
 
-# -- the intent model ---------------------------------------------------------------------------
-
 _CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 """``str(uuid.UUID(...))``'s spelling: what every id matching it round-trips to."""
 
@@ -159,9 +157,6 @@ def approval_envelope(approval: Approval, entity_key: bytes) -> AgentEnvelope:
 def late_original_reason(compensation_id: str) -> str:
     """Why an original compensated before it arrived is refused (recorded, published)."""
     return f"compensated by {compensation_id} before it arrived; it will not run"
-
-
-# -- what a store answers -----------------------------------------------------------------------
 
 
 class SubmitOutcome(enum.Enum):

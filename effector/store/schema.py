@@ -72,9 +72,7 @@ class Dialect:
     """What differs between SQL backends."""
 
     blob: str
-    """The column type for bytes."""
     bigint: str
-    """The column type for 64-bit integers."""
     skip_locked: str
     """Appended to a SELECT that picks work: row locks other claimers skip over."""
     for_update: str

@@ -69,9 +69,7 @@ _T = TypeVar("_T")
 PRUNE_BATCH = 10_000
 """Rows deleted per table per transaction when old rows are forgotten."""
 _FAILED_SCAN_BATCH = 1_000
-"""DONE intents read per query while looking for failed ones."""
 _SEARCH_SCAN_BATCH = 500
-"""Intents read per query of each scan while searching."""
 MINUTE_MS = 60_000
 KEY_SEARCH_SCAN = 50_000
 """The most recently seen keys a key search looks through (an exact key is found at any age)."""
@@ -1251,44 +1249,38 @@ class SqlStore(abc.ABC):
         self, entity_key: bytes, max_runs: int, *, before_seq: int | None = None
     ) -> list[ActivationRecord]:
         """The records of the key's newest ``max_runs`` runs (below ``before_seq``), in order."""
-        bound, params = ("", ()) if before_seq is None else (" AND seq < ?", (before_seq,))
-
-        def newest(tx: sql.Tx) -> list[ActivationRecord]:
-            seqs = tx.execute(
-                f"""SELECT DISTINCT seq FROM effector_records WHERE entity_key = ?{bound}
-                    ORDER BY seq DESC LIMIT ?""",
-                (entity_key, *params, max_runs),
-            ).fetchall()
-            if not seqs:
-                return []
-            rows = tx.execute(
-                f"""SELECT record FROM effector_records WHERE entity_key = ? AND seq >= ?{bound}
-                    ORDER BY seq, trace_sequence""",
-                (entity_key, seqs[-1][0], *params),
-            ).fetchall()
-            return [ActivationRecord.FromString(bytes(blob)) for (blob,) in rows]
-
-        return [] if max_runs <= 0 else await self._run(newest, write=False)
+        run = ("effector_records", "record", "trace_sequence")
+        blobs = await self._newest_runs(*run, entity_key, max_runs, before_seq)
+        return [ActivationRecord.FromString(blob) for blob in blobs]
 
     async def traces_for_key(self, entity_key: bytes, max_runs: int) -> list[TraceEvent]:
         """The events of the key's newest ``max_runs`` runs, by seq then sequence."""
+        run = ("effector_traces", "event", "sequence, span_id")
+        blobs = await self._newest_runs(*run, entity_key, max_runs, None)
+        return [TraceEvent.FromString(blob) for blob in blobs]
 
-        def newest(tx: sql.Tx) -> list[TraceEvent]:
+    async def _newest_runs(
+        self, table: str, column: str, order: str, key: bytes, runs: int, before: int | None
+    ) -> list[bytes]:
+        """``column`` of the key's newest ``runs`` runs in ``table``, by seq then ``order``."""
+        bound, params = ("", ()) if before is None else (" AND seq < ?", (before,))
+
+        def newest(tx: sql.Tx) -> list[bytes]:
             seqs = tx.execute(
-                """SELECT DISTINCT seq FROM effector_traces WHERE entity_key = ?
-                   ORDER BY seq DESC LIMIT ?""",
-                (entity_key, max_runs),
+                f"""SELECT DISTINCT seq FROM {table} WHERE entity_key = ?{bound}
+                    ORDER BY seq DESC LIMIT ?""",
+                (key, *params, runs),
             ).fetchall()
             if not seqs:
                 return []
             rows = tx.execute(
-                """SELECT event FROM effector_traces WHERE entity_key = ? AND seq >= ?
-                   ORDER BY seq, sequence, span_id""",
-                (entity_key, seqs[-1][0]),
+                f"""SELECT {column} FROM {table} WHERE entity_key = ? AND seq >= ?{bound}
+                    ORDER BY seq, {order}""",
+                (key, seqs[-1][0], *params),
             ).fetchall()
-            return [TraceEvent.FromString(bytes(blob)) for (blob,) in rows]
+            return [bytes(blob) for (blob,) in rows]
 
-        return [] if max_runs <= 0 else await self._run(newest, write=False)
+        return [] if runs <= 0 else await self._run(newest, write=False)
 
     async def list_keys(self, search: bytes, limit: int) -> list[KeySummary]:
         """Keys containing ``search`` (all if empty), most recently seen first.
