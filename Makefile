@@ -31,11 +31,11 @@ dist: $(READY)
 proto: $(READY)
 	$(BIN)/python protos/generate.py
 
-## lint: ruff over everything, mypy over the packages and the benchmarks
+## lint: ruff over everything, mypy over the packages, the benchmarks and the examples
 lint: $(READY)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy beam_agents effector benchmarks
+	$(BIN)/mypy beam_agents effector benchmarks examples
 
 ## bench: the performance suite (under 10 minutes); writes BENCHMARKS.md
 bench: $(READY)

@@ -39,6 +39,7 @@ from beam_agents.adapters.base import (
     FrameworkAgent,
     Pending,
     current_activation,
+    utf8_prompt,
     warn_outside_registry,
 )
 from beam_agents.adapters.pydantic_ai._calls import (
@@ -81,11 +82,6 @@ class PydanticAIAdapterError(RuntimeError):
     """The agent ended in a way the adapter cannot continue (e.g. a foreign deferred call)."""
 
 
-def utf8_prompt(event: bytes) -> str:
-    """The default prompt: the event's bytes as UTF-8 text."""
-    return event.decode("utf-8")
-
-
 class PydanticAIAgent(FrameworkAgent[AbstractAgent[Any, Any]]):
     """A Pydantic AI agent as a ``RunAgent`` agent.
 
@@ -107,6 +103,7 @@ class PydanticAIAgent(FrameworkAgent[AbstractAgent[Any, Any]]):
     """
 
     adapter: ClassVar[str] = ADAPTER
+    _not_pickled: ClassVar[dict[str, Any]] = {"_options": None}
 
     def __init__(
         self,
@@ -144,11 +141,6 @@ class PydanticAIAgent(FrameworkAgent[AbstractAgent[Any, Any]]):
         self._max_approval_rounds = max_approval_rounds
         # What every run of the built agent is given, made once (see _run_options).
         self._options: tuple[AbstractAgent[Any, Any], object, dict[str, Any]] | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = super().__getstate__()
-        state["_options"] = None
-        return state
 
     def agent(self) -> AbstractAgent[Any, Any]:
         """The Pydantic AI agent (a builder is called once per process)."""
@@ -380,7 +372,7 @@ def _check_pickles(agent: AbstractAgent[Any, Any]) -> None:
     from apache_beam.internal import pickler  # the pickler RunAgent's DoFn goes through
 
     try:
-        pickler.loads(pickler.dumps(agent))  # type: ignore[no-untyped-call]
+        pickler.loads(pickler.dumps(agent))
     except Exception as exc:
         raise TypeError(
             f"this pydantic_ai Agent does not pickle ({type(exc).__name__}: {exc}), and "
