@@ -6,6 +6,7 @@ publishes its ``ToolResult`` on an ordered envelope log the pipeline reads back.
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -25,22 +26,19 @@ __all__ = [
 ]
 
 
+_HOMES = {
+    "EffectorClient": "effector.client",
+    "EffectorProcess": "effector.launch",
+    "EffectorThread": "effector.launch",
+    "EffectorToolRunner": "effector.worker",
+    "ServerSettings": "effector.server",
+    "WorkerSettings": "effector.worker",
+    "child_environment": "effector.launch",
+}
+
+
 def __getattr__(name: str) -> Any:
     # Lazy, so that ``import effector`` (and the CLI's --help) stays cheap.
-    if name == "EffectorClient":
-        from effector.client import EffectorClient
-
-        return EffectorClient
-    if name in ("EffectorProcess", "EffectorThread", "child_environment"):
-        import effector.launch
-
-        return getattr(effector.launch, name)
-    if name == "ServerSettings":
-        from effector.server import ServerSettings
-
-        return ServerSettings
-    if name in ("EffectorToolRunner", "WorkerSettings"):
-        import effector.worker
-
-        return getattr(effector.worker, name)
-    raise AttributeError(f"module 'effector' has no attribute {name!r}")
+    if name not in _HOMES:
+        raise AttributeError(f"module 'effector' has no attribute {name!r}")
+    return getattr(importlib.import_module(_HOMES[name]), name)

@@ -556,16 +556,8 @@ def _with_client(
 def status(client: EffectorClient, args: argparse.Namespace) -> int:
     """Print the counts of intents in each state and the log head, as one JSON object."""
     counts = client.status()
-    names = (
-        "pending",
-        "running",
-        "in_doubt",
-        "awaiting_decision",
-        "done",
-        "in_flight",
-        "head_offset",
-    )
-    print(json.dumps({name: getattr(counts, name) for name in names}, sort_keys=True))
+    fields = {field.name: getattr(counts, field.name) for field in counts.DESCRIPTOR.fields}
+    print(json.dumps(fields, sort_keys=True))
     return 0
 
 

@@ -301,10 +301,7 @@ def list_records_problem(request: ListRecordsRequest) -> str | None:
 def records_page(
     records: Sequence[ActivationRecord], max_runs: int, max_bytes: int
 ) -> tuple[list[ActivationRecord], int]:
-    """The page of ``records`` within ``max_bytes`` (its newest run always), next ``before_seq``.
-
-    ``before_seq`` 0 means no more pages.
-    """
+    """The page of ``records`` within ``max_bytes`` (its newest run always), next ``before_seq``."""
     sizes: dict[int, int] = {}
     for record in records:
         sizes[record.seq] = sizes.get(record.seq, 0) + record.ByteSize() + 16  # tag, length
@@ -471,10 +468,7 @@ def _tolerant(deserialize: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
 
 
 def add_effector_service(servicer: pb.EffectorServicer, server: grpc.aio.Server) -> None:
-    """Register the Effector RPCs on ``server``; undecodable bytes answer INVALID_ARGUMENT.
-
-    The generated registration would answer UNKNOWN, with the parser's exception in the details.
-    """
+    """Register the Effector RPCs on ``server``; undecodable bytes answer INVALID_ARGUMENT."""
     handlers = {
         method.name: grpc.unary_unary_rpc_method_handler(
             getattr(servicer, method.name),

@@ -325,11 +325,7 @@ class _Inbox:
 
 
 class _ToolThreads:
-    """Daemon threads that run sync tools: an idle one is reused, otherwise another starts.
-
-    Daemons, so an abandoned tool never holds up shutdown; unbounded, so abandoned tools never
-    starve new calls.
-    """
+    """Daemon threads that run sync tools: an idle one is reused, otherwise another starts."""
 
     _IDLE_EXIT_S = 60.0
 
@@ -541,7 +537,6 @@ class StoreOutage:
 
 _APPROVAL_EXPIRY_BATCH = 1_000
 DEFAULT_TELEMETRY_RETENTION_MS = 7 * 24 * 3_600_000
-"""How long stored trace events and error records are kept unless told otherwise."""
 
 
 GAUGE_COUNT_SHARE = 0.02

@@ -63,11 +63,10 @@ def group_runs(events: Iterable[TraceEvent]) -> list[list[TraceEvent]]:
     by_seq: dict[int, list[TraceEvent]] = {}
     for event in events:
         by_seq.setdefault(event.seq, []).append(event)
-    return [sorted(by_seq[seq], key=_sequence) for seq in sorted(by_seq, reverse=True)]
-
-
-def _sequence(event: TraceEvent) -> int:
-    return event.sequence
+    return [
+        sorted(by_seq[seq], key=lambda event: event.sequence)
+        for seq in sorted(by_seq, reverse=True)
+    ]
 
 
 def build_runs(events: Iterable[TraceEvent]) -> list[Run]:

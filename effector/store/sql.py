@@ -76,7 +76,6 @@ KEY_SEARCH_SCAN = 50_000
 _PAIRS_PER_STATEMENT = sql.ROWS_PER_STATEMENT // 2
 """``(entity_key, seq)`` pairs per counting statement (two parameters each)."""
 _IN_FLIGHT = (sql.PENDING, sql.RUNNING, sql.AWAITING, sql.IN_DOUBT)
-"""Every state but DONE."""
 _SUCCEEDED = frozenset({ToolResult.OK, ToolResult.NOT_NEEDED})
 """Results that are not failures: OK, and a compensation that had nothing to undo."""
 _RAN = frozenset({ToolResult.OK, ToolResult.ERROR})
@@ -84,7 +83,6 @@ _RAN = frozenset({ToolResult.OK, ToolResult.ERROR})
 _NO_CLAIM = (
     "claim_token = NULL, claimed_intent_id = NULL, lease_owner = NULL, lease_expires_at_ms = NULL"
 )
-"""Assignments that free a key row of its claim and lease."""
 _HEAD_COLUMNS = ("intent_id", "intent", "state", "attempts", "deadline_ms", "reconcile_failures")
 """What a claim reads of each key's head intent."""
 RECORD_COLUMNS = (
@@ -504,8 +502,7 @@ class SqlStore(abc.ABC):
     ) -> dict[str, str]:
         """Intents of a Submit compensated before they arrived, each with why it is refused.
 
-        Locks their key rows first (in key order), as a settling compensation does, so either
-        the settle sees the original or this sees its row.
+        Locks their key rows first, as a settling compensation does.
         """
         linked = [new for new in intents if new.intent.compensate_tool and new.rejection is None]
         keys = sorted({new.intent.entity_key for new in linked})
@@ -531,10 +528,7 @@ class SqlStore(abc.ABC):
     # -- execution: claims, results, leases ---------------------------------------------------
 
     async def claim(self, owner: str, limit: int, now_ms: int, lease_ms: int) -> ClaimBatch:
-        """Claim up to ``limit`` runnable intents, each the head of an idle key.
-
-        An expired head is refused instead (recorded as EXPIRED and published), never claimed.
-        """
+        """Claim up to ``limit`` runnable intents, each the head of an idle key."""
         batch, head = await self._run(
             lambda tx: self._claim_work(tx, owner, limit, now_ms, lease_ms)
         )
@@ -544,11 +538,7 @@ class SqlStore(abc.ABC):
     def _claim_work(
         self, tx: sql.Tx, owner: str, limit: int, now_ms: int, lease_ms: int
     ) -> tuple[ClaimBatch, int]:
-        """Claim the heads of idle keys (``SKIP LOCKED``); returns the batch and the log head.
-
-        A head that was started or is IN_DOUBT is claimed whatever its deadline (its reconciler
-        settles it).
-        """
+        """Claim the heads of idle keys (``SKIP LOCKED``); returns the batch and the log head."""
         keys = [
             bytes(row[0])
             for row in tx.execute(
@@ -1339,10 +1329,7 @@ class SqlStore(abc.ABC):
         return await self._run(found, write=False)
 
     async def mark_redriven(self, error_id: str, now_ms: int, *, again: bool = False) -> bool:
-        """Claim an error for a re-drive of its envelope, noting ``now_ms``; whether it did.
-
-        ``False`` if the error is unknown or, unless ``again``, was re-driven already.
-        """
+        """Claim an error for a re-drive (a second one only if ``again``); whether it did."""
         once = "" if again else " AND redriven_at_ms IS NULL"
         return await self._run(
             lambda tx: bool(
@@ -1529,10 +1516,7 @@ def _finish(
     now_ms: int,
     from_state: int,
 ) -> bytes | None:
-    """Record ``result`` and its ``envelope`` if still in ``from_state``; the envelope's bytes.
-
-    ``None`` if the intent had left ``from_state``: the first terminal result wins.
-    """
+    """Record ``result`` and its ``envelope`` if still in ``from_state`` (first result wins)."""
     published = envelope.SerializeToString()
     recorded = tx.execute(
         """UPDATE effector_intents SET state = ?, result = ?, completed_at_ms = ?,
@@ -1673,11 +1657,7 @@ def _insert(
 
 
 def _touch_keys(tx: sql.Tx, keys: Iterable[bytes], now_ms: int) -> None:
-    """Note that something about ``keys`` was recorded at ``now_ms``, locking their rows.
-
-    ``effector_key_activity`` keeps one row per key, so the keys page walks its index instead of
-    aggregating the traces.
-    """
+    """Note that something about ``keys`` was recorded at ``now_ms``, locking their rows."""
     rows = [(key, now_ms, 0) for key in sorted(keys)]
     for chunk in sql.chunks(rows):
         tx.execute(
