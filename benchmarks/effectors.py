@@ -310,7 +310,7 @@ def measure_store(
 ) -> list[Figure]:
     """Sustained intents/s and one-intent Submit calls/s of one store, beside their floors."""
     size = (1_000, 100, 1) if quick else (20_000, 500, 3)
-    calls, rounds = (200, 3) if quick else (4_000, 5)
+    calls, rounds = (200, 2) if quick else (4_000, 5)
     ingest = [effector_command(database("ingest"), concurrency=0)] * replicas
     executing = [effector_command(database("effector"))] * replicas
     with servers([NOOP_COMMAND] * replicas, NOOP_READY, logs) as noop:
