@@ -1,11 +1,7 @@
 """beam-agents: LLM agents as keyed, stateful, fault-tolerant Apache Beam transforms.
 
-Every name a pipeline needs is importable from here, e.g.
-``from beam_agents import RunAgent, AgentConfig, FakeLLM``. The import statements below are
-the one list of public names: type checkers read them as written, while at runtime they are
-only recorded, and each name is imported on first use. So ``import beam_agents`` (which the
-effector sidecar does) never pulls in Apache Beam. Importing the package also keeps Beam's
-import-time "apitools not found" notice out of the user's console.
+The import statements below are the one list of public names. Each is imported on first use,
+so ``import beam_agents`` never pulls in Apache Beam.
 """
 
 from __future__ import annotations
@@ -18,8 +14,7 @@ import types
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-_APITOOLS_NOTICE = "apitools not found"
-"""How the root-logger record starts that ``import apache_beam`` logs when apitools is absent."""
+_APITOOLS_NOTICE = "apitools not found"  # logged by ``import apache_beam`` without apitools
 
 
 def _drop_apitools_notice(record: logging.LogRecord) -> bool:
@@ -37,18 +32,14 @@ def _quiet_apitools_notice() -> None:
 
 _quiet_apitools_notice()
 
-_EXPORTS: dict[str, str] = {}
-"""Each public name and its module, recorded from the imports in the ``_recorded`` block."""
+_EXPORTS: dict[str, str] = {}  # each public name and its module
 
 
 @contextlib.contextmanager
 def _recorded(exports: dict[str, str]) -> Iterator[None]:
     """Record this module's ``from M import N`` statements in the block instead of running them.
 
-    Each ``N`` lands in ``exports`` as ``{N: M}`` and is left unbound, so :func:`_first_use`
-    imports it when it is first asked for. Imports made by any other module meanwhile run as
-    usual. ``__all__`` is set here, out of the type checkers' sight: they read the re-exports
-    from the ``N as N`` spelling instead.
+    ``__all__`` is set here, out of the type checkers' sight: they read the ``N as N`` spelling.
     """
     namespace = globals()
     real_import = builtins.__import__

@@ -1,9 +1,4 @@
-"""The tool-calling loop: let the model call tools until it answers, across suspensions.
-
-``await run_tool_loop(ctx, request)`` runs read-only tools inline and stages side-effecting ones,
-suspending while results are pending; it owns the run's snapshot, so run one loop per run
-(``docs/tools.md``, "The tool-calling loop").
-"""
+"""The tool-calling loop: let the model call tools until it answers, across suspensions."""
 
 from __future__ import annotations
 
@@ -48,10 +43,9 @@ class LoopOutcome:
 
     Attributes:
         text: The model's final answer (``""`` while suspended).
-        response: The model's last response (the final answer when done).
-        messages: The conversation: the last request's messages and the model's last turn.
-        pending_intent_ids: The intents of the current turn that have no result yet, in the
-            order of the tool calls (empty when done).
+        response: The model's last response.
+        messages: The last request's messages and the model's last turn.
+        pending_intent_ids: The current turn's intents without a result, in call order.
         iterations: Model calls the loop made, replayed ones included.
         suspend: The ``Suspend`` to return while intents are pending, else ``None``.
     """
@@ -78,8 +72,6 @@ class LoopOutcome:
 
 @dataclass(frozen=True, slots=True)
 class _Reply:
-    """The tool message content answering one call, and whether it reports a failure."""
-
     content: str
     is_error: bool = False
 
@@ -103,7 +95,6 @@ def _snapshot(request: LlmRequest) -> bytes:
 
 
 def _stored_request(snapshot: bytes) -> LlmRequest | None:
-    """The request a loop suspension stored, or ``None`` if the snapshot is not the loop's."""
     if not snapshot.startswith(_SNAPSHOT_PREFIX):
         return None
     stored = json.loads(snapshot)[_SNAPSHOT_FIELD]
@@ -147,7 +138,6 @@ async def _run_inline(ctx: ActivationContext, call: ToolCall) -> _Reply:
     except ToolArgumentError as exc:
         return _Reply(str(exc), is_error=True)
     except Exception as exc:
-        # The effector reports a failing tool as an ERROR result; an inline one reads the same.
         return _Reply(f"{call.name} failed: {type(exc).__name__}: {exc}", is_error=True)
     try:
         return _Reply(canonical_json(value))
@@ -181,18 +171,12 @@ async def run_tool_loop(
 
     Args:
         ctx: The activation context.
-        request: The conversation to start from; its ``tools_schema`` is replaced by the
-            registry's. Read only when the run starts: a resume continues the stored one, so
-            ``None`` is accepted then.
+        request: The conversation to start from, with the registry's tools. A resume continues
+            the stored one, so ``None`` is accepted then.
         registry: The tools the model may call (default: ``AgentConfig.tool_registry``).
-        max_iterations: Most model calls the loop makes; if the model still asks for tools on
-            the last one, :class:`ToolLoopLimitError` is raised (failing the activation unless
-            the agent handles it).
+        max_iterations: Most model calls; one more ask for tools raises :class:`ToolLoopLimitError`.
         intent_ttl_ms: TTL of the intents the loop stages (default ``AgentConfig.intent_ttl_ms``).
         suspend_timeout_ms: ``Suspend.timeout_ms`` of the loop's suspensions.
-
-    Returns:
-        A :class:`LoopOutcome`; return its ``outcome`` from the agent, or use its parts.
     """
     if isinstance(max_iterations, bool) or not isinstance(max_iterations, int):
         raise TypeError(f"max_iterations must be an int, got {type(max_iterations).__name__}")
@@ -258,7 +242,6 @@ async def run_tool_loop(
 async def _answer(
     ctx: ActivationContext, tools: ToolRegistry, call: ToolCall, intent_ttl_ms: int | None
 ) -> _Reply | str:
-    """The reply to ``call``, or the id of the intent whose result it still waits for."""
     if call.name not in tools:
         offered = ", ".join(sorted(tools.names())) or "none"
         return _Reply(f"unknown tool {call.name!r}; the tools are: {offered}", is_error=True)

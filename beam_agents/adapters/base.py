@@ -100,6 +100,11 @@ class IntentFailedError(Exception):
         self.result = result
 
 
+def utf8_prompt(event: bytes) -> str:
+    """The default prompt: the event's bytes as UTF-8 text."""
+    return event.decode("utf-8")
+
+
 def output_bytes(value: object) -> bytes:
     """An agent's final answer as ``Complete.output``: text as UTF-8, a model or value as JSON."""
     if isinstance(value, bytes):
@@ -266,6 +271,7 @@ class FrameworkAgent(ABC, Generic[_Built]):
 
     adapter: ClassVar[str]
     """The ``Suspend.adapter`` name of this adapter's suspensions."""
+    _not_pickled: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, source: _Built | Callable[[], _Built]) -> None:
         self._source = source
@@ -274,7 +280,7 @@ class FrameworkAgent(ABC, Generic[_Built]):
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_built"] = None
+        state.update(_built=None, **self._not_pickled)
         del state["_lock"]
         return state
 

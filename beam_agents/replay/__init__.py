@@ -1,8 +1,4 @@
-"""Replay and backtest: recorded activations read back, re-run offline, and compared.
-
-The ``beam-agents`` command (:mod:`.cli`) replays records against the current agent code or
-backtests a candidate over records or envelope files (``docs/replay.md``).
-"""
+"""Replay and backtest: recorded activations read back, re-run offline, and compared."""
 
 from beam_agents.replay.inputs import (
     EnvelopeFileError,

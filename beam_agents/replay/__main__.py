@@ -1,8 +1,4 @@
-"""``python -m beam_agents.replay``: the ``beam-agents`` command.
-
-The same as the console script ``beam-agents`` that the package installs: ``replay`` and
-``backtest`` (see :mod:`beam_agents.replay.cli`).
-"""
+"""``python -m beam_agents.replay``: the ``beam-agents`` command (``replay``, ``backtest``)."""
 
 import sys
 

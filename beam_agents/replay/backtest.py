@@ -2,9 +2,7 @@
 # (Beam's own API is mostly unannotated; the pipeline is glue around it.)
 """``beam-agents backtest``: a candidate agent over recorded history, as a Beam batch pipeline.
 
-The pipeline groups each key's records (or, with ``--envelopes``, its envelopes) and runs the
-candidate over them (:class:`KeyBacktest`); nothing is executed. :func:`run_backtest` sums the
-per-key results into ``report.json``, ``report.md`` and ``report.html`` (``docs/replay.md``).
+Each key's records (or envelopes) run through :class:`KeyBacktest`; nothing is executed.
 """
 
 from __future__ import annotations
@@ -22,6 +20,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_agents._protos import ActivationRecord, AgentEnvelope, RecordedMemory, canonical_json
 from beam_agents.core.config import AgentConfig
+from beam_agents.core.context import AgentFn
 from beam_agents.core.observability import PLAIN_DECODER, decoder_name
 from beam_agents.replay.inputs import (
     BadInput,
@@ -61,7 +60,7 @@ class RunSide:
     waits: bool = False
 
     def add(self, record: ActivationRecord) -> None:
-        """Count one committed activation of the run."""
+        """Count one committed activation."""
         self.activations += 1
         if record.outcome == ActivationRecord.COMPLETE and record.output:
             self.outputs.append(record.output.decode("utf-8", errors="backslashreplace"))
@@ -97,7 +96,6 @@ def _short(value: object) -> str:
 
 
 def _output_changes(recorded: list[str], candidate: list[str]) -> list[str]:
-    """``output.FIELD: old -> new`` for JSON objects (one output each side), else one line."""
     if recorded == candidate:
         return []
     if not candidate or not recorded:
@@ -167,15 +165,20 @@ class RunPair:
 class KeyBacktest:
     """Backtests keys one at a time with an offline activator whose calls the pools answer.
 
-    A recorded result or approval is fed only if the candidate waits for the same intent; a run
-    still waiting on an intent the record never had, when the next event comes, waits on a new
-    effect and is ended.
+    A recorded result or approval is fed only if the candidate waits for the same intent.
     """
 
-    def __init__(self, activator: OfflineActivator, model: PooledModel, tools: PooledTools) -> None:
-        self._activator = activator
-        self._model = model
-        self._tools = tools
+    def __init__(self, agent: AgentFn, config: AgentConfig, *, strict: bool) -> None:
+        progress = Progress()
+        self._model = PooledModel(make_provider(config), progress, strict=strict)
+        self._tools = PooledTools(Usage(), progress, strict=strict)
+        self._activator = OfflineActivator(
+            agent, config, self._model, self._tools, progress, retry=True
+        )
+
+    def close(self) -> None:
+        """Close the candidate's provider and the event loop."""
+        self._activator.close()
 
     def run(self, records: Sequence[ActivationRecord]) -> dict[str, Any]:
         """Backtest one key's records (in commit order); the key's result."""
@@ -185,10 +188,7 @@ class KeyBacktest:
     def walk(
         self, records: Sequence[ActivationRecord], memory: RecordedMemory | None = None
     ) -> tuple[list[RunPair], Usage, bool]:
-        """Run the candidate over one key's records: its runs, calls and whether it drifted.
-
-        ``memory``: the key's memory before the first record, when it did not record its own.
-        """
+        """Run the candidate over one key's records (``memory``: before them, if not recorded)."""
         check_records(records, self._model.decoder_name, self._activator.namespace)
         usage = self._model.usage = self._tools.usage = Usage()
         self._model.start_key(records)
@@ -211,11 +211,7 @@ class KeyBacktest:
         return runs, usage, drift
 
     def run_envelopes(self, key: bytes, envelopes: Sequence[AgentEnvelope]) -> dict[str, Any]:
-        """Run the candidate over one key's envelopes (in order) from a new key; its result.
-
-        Each external event starts a run; results and approvals are skipped, since no record
-        says which of the candidate's intents they answer.
-        """
+        """Run the candidate over one key's envelopes from a new key; results and approvals skip."""
         usage = self._model.usage = self._tools.usage = Usage()
         self._model.start_key(())
         self._tools.start_key(())
@@ -240,11 +236,7 @@ class KeyBacktest:
         envelope: AgentEnvelope,
         namespace: str = "",
     ) -> bool:
-        """Run ``envelope`` as part of ``run``; whether it drifted.
-
-        Drift: a call nothing answers, even one the agent caught. ``namespace``: the record's
-        intent namespace (empty: the config's).
-        """
+        """Run ``envelope`` as part of ``run``; whether a call went unanswered (drift)."""
         self._model.miss = self._tools.miss = None
         plan = self._activator.element(cells, key, envelope, namespace)
         for committed in plan.records:
@@ -254,7 +246,6 @@ class KeyBacktest:
         return self._model.miss is not None or self._tools.miss is not None
 
     def _fed(self, record: ActivationRecord, run: RunPair, cells: KeyCells) -> bool:
-        """Whether ``record``'s envelope goes to the candidate (results: only if it waits)."""
         if record.trigger == TRIGGER_EVENT:
             return True
         answer = _answered_intent(record.envelope)
@@ -265,7 +256,6 @@ class KeyBacktest:
         return run.candidate.ids.get(answer) == run.recorded.ids.get(answer)
 
     def _close(self, runs: list[RunPair], cells: KeyCells, next_seq: int | None) -> None:
-        """End the candidate's open run: one still waiting on an unrecorded intent waits."""
         suspended = cells.continuation
         if runs and suspended is not None:
             run = runs[-1]
@@ -317,7 +307,6 @@ def _key_result(
 def _envelope_result(
     key: bytes, runs: list[RunPair], usage: Usage, drift: bool, skipped: int
 ) -> dict[str, Any]:
-    """One key's result over envelopes: every run as the candidate did it (no baseline)."""
     return {
         "key": key_text(key),
         "runs": len(runs),
@@ -339,9 +328,6 @@ def _envelope_result(
 
 
 # -- the pipeline -------------------------------------------------------------------------
-REPORT_FILES = ("report.json", "report.md", "report.html")
-
-
 Placed = tuple[int, int, int, bytes]
 """An envelope read from a file: its event time, file number, byte offset, and its bytes."""
 
@@ -359,10 +345,7 @@ def _keyed_envelopes(file: tuple[int, str]) -> Iterator[tuple[bytes, Placed]]:
 
 
 class _BacktestKeys(beam.DoFn):
-    """Runs the candidate over each key's grouped input; emits the key's result as JSON.
-
-    Envelopes run in event-time order, ties in the order of the files and within them.
-    """
+    """Runs the candidate over each key's input (envelopes in event-time order); JSON out."""
 
     def __init__(self, agent: str, config: str | None, strict: bool, envelopes: bool) -> None:
         super().__init__()
@@ -372,18 +355,11 @@ class _BacktestKeys(beam.DoFn):
         self._envelopes = envelopes
 
     def setup(self) -> None:
-        """Load the candidate and its config; build its offline activator and answer pools."""
         config = load_config(self._config_spec)
-        provider = make_provider(config)
-        progress = Progress()
-        model = PooledModel(provider, progress, strict=self._strict)
-        tools = PooledTools(Usage(), progress, strict=self._strict)
         agent = load_agent(self._agent_spec)
-        self._activator = OfflineActivator(agent, config, model, tools, progress, retry=True)
-        self._keys = KeyBacktest(self._activator, model, tools)
+        self._keys = KeyBacktest(agent, config, strict=self._strict)
 
     def process(self, element: tuple[bytes, Any]) -> Iterator[str]:
-        """Backtest one key."""
         key, items = element
         if self._envelopes:
             envelopes = [AgentEnvelope.FromString(placed[-1]) for placed in sorted(items)]
@@ -392,8 +368,7 @@ class _BacktestKeys(beam.DoFn):
             yield canonical_json(self._keys.run(by_key(items)[key]))
 
     def teardown(self) -> None:
-        """Close the event loop."""
-        self._activator.close()
+        self._keys.close()
 
 
 def build(
@@ -435,7 +410,6 @@ def _write(path: str, text: str) -> None:
 
 
 def _check_input(paths: Sequence[str], config: AgentConfig, envelopes: bool) -> list[str]:
-    """The input files, every one read and checked (:class:`BadInput` before any pipeline)."""
     if envelopes:
         return envelope_files(paths)
     files = expand(paths)
@@ -456,7 +430,6 @@ def _run_pipeline(
     envelopes: bool,
     pipeline_args: Sequence[str],
 ) -> None:
-    """Build and run the pipeline; its failure (a runner, a worker) is :class:`BadInput`."""
     try:
         with beam.Pipeline(options=PipelineOptions(list(pipeline_args))) as pipeline:
             build(pipeline, files, agent, config, strict=strict, out=out, envelopes=envelopes)
@@ -476,10 +449,9 @@ def run_backtest(
     pipeline_args: Sequence[str] = (),
     envelopes: bool = False,
 ) -> dict[str, Any]:
-    """Backtest ``agent`` (``module:function``) over the records in ``paths``; the report.
+    """Backtest ``agent`` (``module:function``) over the records (or envelopes) in ``paths``.
 
-    With ``envelopes``, ``paths`` name envelope files, run with no baseline. Every input is
-    checked before the pipeline starts; bad input and a failed pipeline raise :class:`BadInput`.
+    Bad input and a failed pipeline raise :class:`BadInput`.
     """
     load_agent(agent)
     files = _check_input(paths, load_config(config), envelopes)
@@ -554,6 +526,7 @@ def _cost(tokens: Mapping[str, Sequence[int]], prices: Mapping[str, Price]) -> f
     return round(sum(prices[m].cost(i, o) for m, (i, o) in tokens.items() if m in prices), 6)
 
 
+# What only a backtest with (COMPARED) or without (CANDIDATE_ONLY) a recorded side reports.
 COMPARED = (
     "runs_changed",
     "keys_changed",
@@ -562,14 +535,11 @@ COMPARED = (
     "top_changes",
     "changed_runs",
 )
-"""What only a backtest with a recorded side reports (``null`` without one)."""
 CANDIDATE_ONLY = ("envelopes_skipped", "top_decisions", "candidate_runs")
-"""What only a backtest over envelopes (no recorded side) reports (``null`` with one)."""
 NO_BASELINE = "no baseline (a backtest over envelopes has no recorded side to compare with)"
 
 
 def _by_tool(lines: Sequence[str], by_tool: dict[str, Counter[str]]) -> None:
-    """Count the intent lines of a run's changes (``added``, ``removed``) or decisions."""
     for line in lines:
         verb, _, tool = line.partition(": ")
         if verb in ("intent added", "intent removed"):
@@ -585,11 +555,7 @@ def build_report(
     *,
     baseline: bool = True,
 ) -> dict[str, Any]:
-    """The whole report as JSON data: sorted, nothing from the clock.
-
-    Without a ``baseline`` (``KeyBacktest.run_envelopes``), what compares is ``null`` and the
-    candidate's decisions are counted instead of changes.
-    """
+    """The whole report as JSON data: sorted, nothing from the clock (no baseline: no compares)."""
     results = sorted(results, key=lambda result: str(result["key"]))
     sides = ("recorded", "candidate") if baseline else ("candidate",)
     tokens: dict[str, dict[str, list[int]]] = {"recorded": {}, "candidate": {}}
@@ -671,12 +637,10 @@ def build_report(
     return report
 
 
-Table = tuple[str, list[str], list[list[str]] | None]
-"""A section's title, column headers and rows (``None``: it compares, and there is no baseline)."""
+Table = tuple[str, list[str], list[list[str]] | None]  # title, headers, rows (None: no baseline)
 
 
 def _summary(report: Mapping[str, Any]) -> list[str]:
-    """The report's summary lines."""
     tokens, cost = report["tokens"], report["cost"]
 
     def total(side: str, index: int) -> int:
@@ -724,7 +688,6 @@ def _summary(report: Mapping[str, Any]) -> list[str]:
 
 
 def _sections(report: Mapping[str, Any]) -> tuple[list[str], list[Table]]:
-    """The report's summary lines and tables, for either rendering."""
     baseline = report["baseline"]
     counted = ("added", "removed") if baseline else ("candidate",)
     tools = [
@@ -764,7 +727,6 @@ def _sections(report: Mapping[str, Any]) -> tuple[list[str], list[Table]]:
 
 
 def _empty(rows: list[list[str]] | None) -> str:
-    """What a section without rows says."""
     return "None." if rows is not None else NO_BASELINE[0].upper() + NO_BASELINE[1:] + "."
 
 

@@ -1,7 +1,4 @@
-"""The ``beam-agents`` command: ``replay`` and ``backtest`` (``python -m beam_agents.replay``).
-
-Exit statuses: 0 the same, 1 divergent, 2 bad input (one line on stderr), 3 drift.
-"""
+"""The ``beam-agents`` command: ``replay`` and ``backtest`` (``python -m beam_agents.replay``)."""
 
 from __future__ import annotations
 
@@ -38,15 +35,13 @@ from beam_agents.replay.replay import (
 )
 
 PROG = "beam-agents"
-_SHOWN = 200
-"""Characters of a step's description shown in text output (JSON has it all)."""
+_SHOWN = 200  # characters of a step's description shown in text output
 
 
 class _Parser(argparse.ArgumentParser):
     """Usage errors are bad input: one line on stderr, exit 2."""
 
     def error(self, message: str) -> NoReturn:
-        """Print ``message`` on one line and exit 2."""
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: {message}\n")
 
 
@@ -124,7 +119,6 @@ def _print_run(report: RunReport) -> None:
 
 
 def _recording(options: argparse.Namespace) -> dict[bytes, list[ActivationRecord]]:
-    """The records to replay: the files named, or ``--key``'s in the effector."""
     if options.effector is None:
         if not options.records:
             raise BadInput("nothing to replay: give records files, or --effector with --key")

@@ -2,9 +2,7 @@
 # (Beam's filesystem API is unannotated.)
 """What replay and backtest read: records, envelope files, and what the command line names.
 
-Records and envelope files share one framing: a header, then each message as a varint length
-and its bytes. Every problem is a :class:`BadInput` or a :class:`FramedFileError` of one line,
-on which the command exits 2 (``docs/replay.md``).
+Records and envelope files share one framing: a header, then varint-length-prefixed messages.
 """
 
 from __future__ import annotations
@@ -115,7 +113,6 @@ class Framing(Generic[M]):
     """A kind of framed file: its header, name suffix, message type, and error to raise."""
 
     kind: str
-    """What the files hold, in messages (``records``)."""
     magic: bytes
     suffix: str
     message_type: type[M]
@@ -126,7 +123,6 @@ RECORDS = Framing("records", MAGIC, SUFFIX, ActivationRecord, RecordFileError)
 
 
 def _varint(data: bytes, offset: int) -> tuple[int, int]:
-    """Decode the varint at ``offset``; return it and the offset after it."""
     value = shift = 0
     while True:
         if offset >= len(data):
@@ -193,10 +189,7 @@ def _match(pattern: str, error: type[FramedFileError]) -> list[str]:
 
 
 def _expand(path: str, framing: Framing[Any]) -> list[str]:
-    """The files ``path`` names: a glob's matches, a directory's ``*SUFFIX``, or itself.
-
-    A directory is searched at any depth, so the parent of a ``WriteRecords`` directory works.
-    """
+    """The files ``path`` names: a glob's matches, a directory's ``*SUFFIX`` at any depth, or it."""
     suffix, error = framing.suffix, framing.error
     if any(char in path for char in "*?["):
         found = _match(path, error)
@@ -236,25 +229,18 @@ def read_file(name: str) -> list[ActivationRecord]:
     return parse_records(read_bytes(name), name)
 
 
-def order_key(record: ActivationRecord) -> tuple[int, int]:
-    """Where ``record`` stands among its key's records: by run, then position in the run."""
-    return record.seq, record.trace_sequence
-
-
 def by_key(records: Iterable[ActivationRecord]) -> dict[bytes, list[ActivationRecord]]:
     """Records grouped by key (keys sorted), each key's in commit order, duplicates dropped."""
     grouped: dict[bytes, dict[tuple[int, int], ActivationRecord]] = {}
     for record in records:
-        grouped.setdefault(record.entity_key, {}).setdefault(order_key(record), record)
+        order = (record.seq, record.trace_sequence)
+        grouped.setdefault(record.entity_key, {}).setdefault(order, record)
     return {key: [runs[at] for at in sorted(runs)] for key, runs in sorted(grouped.items())}
 
 
 # -- envelope files -----------------------------------------------------------------------
 ENVELOPES_MAGIC = b"BEAM-AGENTS-ENVELOPES/1\n"
-"""The first bytes of every envelope file (format version 1)."""
-
 ENVELOPES_SUFFIX = ".envelopes"
-"""The file name suffix of envelope files; a directory is read as its ``*.envelopes`` files."""
 
 
 class EnvelopeFileError(FramedFileError):
@@ -272,10 +258,7 @@ def encode_envelopes(envelopes: Iterable[AgentEnvelope]) -> bytes:
 
 
 def write_envelopes(path: str, envelopes: Iterable[AgentEnvelope]) -> None:
-    """Write ``envelopes`` to the envelope file ``path`` (local or any Beam filesystem).
-
-    Name it ``*.envelopes`` so that a directory of such files is read whole.
-    """
+    """Write ``envelopes`` to the envelope file ``path`` (name it ``*.envelopes``)."""
     with FileSystems.create(path) as handle:
         handle.write(encode_envelopes(envelopes))
 
@@ -283,9 +266,7 @@ def write_envelopes(path: str, envelopes: Iterable[AgentEnvelope]) -> None:
 class WriteEnvelopes(WriteFramed):
     """Write ``AgentEnvelope``s to ``path`` (a directory), one envelope file per shard.
 
-    Files are named ``envelopes-SSSSS-of-NNNNN.envelopes``; unbounded input is windowed as
-    ``WriteRecords`` windows it. To keep what a pipeline's ``RunAgent`` receives, write the
-    envelopes of its input: ``keyed | beam.Values() | WriteEnvelopes(path)``.
+    To keep what a ``RunAgent`` receives: ``keyed | beam.Values() | WriteEnvelopes(path)``.
     """
 
     MAGIC = ENVELOPES_MAGIC
@@ -293,20 +274,15 @@ class WriteEnvelopes(WriteFramed):
     SUFFIX = ENVELOPES_SUFFIX
 
 
-def parse_envelopes(data: bytes, name: str = "<envelopes>") -> list[tuple[int, AgentEnvelope]]:
-    """The envelopes in the bytes of one envelope file, each with its byte offset."""
-    envelopes = parse_framed(data, name, ENVELOPES)
+def read_envelope_file(name: str) -> list[tuple[int, AgentEnvelope]]:
+    """The envelopes of the envelope file ``name``, each with its byte offset."""
+    envelopes = parse_framed(read_bytes(name, EnvelopeFileError), name, ENVELOPES)
     for start, envelope in envelopes:
         if not envelope.entity_key or envelope.WhichOneof("payload") is None:
             raise EnvelopeFileError(
                 f"{name} has an envelope at byte {start} with no entity_key or no payload"
             )
     return envelopes
-
-
-def read_envelope_file(name: str) -> list[tuple[int, AgentEnvelope]]:
-    """The envelopes of the envelope file ``name``, each with its byte offset."""
-    return parse_envelopes(read_bytes(name, EnvelopeFileError), name)
 
 
 def envelope_files(paths: Sequence[str]) -> list[str]:
@@ -318,8 +294,7 @@ def envelope_files(paths: Sequence[str]) -> list[str]:
 
 
 # -- records stored in the effector -------------------------------------------------------
-PAGE_RUNS = 500
-"""Runs asked for per ``ListRecords`` call (the effector may send fewer)."""
+PAGE_RUNS = 500  # runs asked for per ListRecords call
 TIMEOUT_S = 30.0
 
 

@@ -1,9 +1,7 @@
 """Re-running an agent offline: a key's state in memory, its calls answered from records.
 
-:class:`OfflineActivator` runs the core's ``Activator`` over :class:`KeyCells`. Replay answers
-only with the record's own calls (:class:`RecordedModel`, :class:`RecordedTools`); backtest
-answers from anywhere in the key's records and sends the rest to the candidate's provider
-(:class:`PooledModel`, :class:`PooledTools`). A call nobody answers is a :class:`Miss`.
+Replay answers only with the record's own calls (``Recorded*``); backtest answers from the
+key's records and sends the rest to the candidate's provider (``Pooled*``).
 """
 
 from __future__ import annotations
@@ -70,11 +68,7 @@ class RecordedToolFailure(Exception):
 
 @dataclass(frozen=True)
 class Miss:
-    """A call the record could not answer (``kind``: ``"model"`` or ``"tool"``).
-
-    ``recorded`` is the record's call at the same position (``None``, drift: it has no more);
-    ``position`` its place among the activation's calls and intents; ``step`` a model call's.
-    """
+    """A call the record could not answer; ``recorded``: its call there (``None``: drift)."""
 
     kind: str
     name: str
@@ -102,11 +96,7 @@ class Progress:
 
 
 def check_records(records: Iterable[ActivationRecord], decoder: str, namespace: str | None) -> None:
-    """Refuse (:class:`BadInput`) records this replay cannot answer faithfully.
-
-    ``decoder``: how the config's provider decodes raw bodies (:data:`PLAIN_DECODER` without
-    one); ``namespace``: the config's intent namespace (``None``: each record's own is used).
-    """
+    """Refuse (:class:`BadInput`) records the config's decoder and namespace cannot replay."""
     for record in records:
         if namespace is not None and record.intent_namespace != namespace:
             raise BadInput(
@@ -132,20 +122,16 @@ class _Decoding(ModelClient):
         self._decoder = None if decoder is None else as_model_client(decoder)
         self.model = "" if self._decoder is None else self._decoder.model
         self.decoder_name = PLAIN_DECODER if decoder is None else decoder_name(decoder)
-        """How recorded bodies are decoded (``RecordedModelCall.decoder``)."""
 
     @property
     def gen_ai_provider_name(self) -> str:
-        """The production client's provider name, so replayed traces name it too."""
         decoder = self._decoder
         return "replay" if decoder is None else decoder.gen_ai_provider_name
 
     def decode(self, raw: bytes) -> LlmResponse:
-        """Decode ``raw`` with the production client's decoder."""
         return decode_plain(raw) if self._decoder is None else self._decoder.decode(raw)
 
     def answer(self, call: RecordedModelCall) -> LlmResponse:
-        """The recorded response, with its recorded usage."""
         response = self.decode(call.response)
         usage = TokenUsage(input_tokens=call.input_tokens, output_tokens=call.output_tokens)
         return dataclasses.replace(response, usage=usage)
@@ -187,8 +173,7 @@ class RecordedTools(ToolRunner):
         self._calls: list[RecordedToolCall] = []
         self._used: set[int] = set()
         self.miss: Miss | None = None
-        self.unrecorded: RecordedToolCall | None = None
-        """A matching call whose result was never recorded (it had no JSON form)."""
+        self.unrecorded: RecordedToolCall | None = None  # a match whose result had no JSON form
 
     def start(self, record: ActivationRecord) -> None:
         """Answer the activation of ``record`` next."""
@@ -222,10 +207,7 @@ def checked_arguments(tool: Tool[..., Any], arguments: Mapping[str, Any]) -> Non
 
 
 def recorded_result(call: RecordedToolCall, tool: Tool[..., Any]) -> Any:
-    """The value a recorded tool call returned, or its failure raised again.
-
-    The value is rebuilt as ``tool``'s return annotation says (``Tool.decode_result``).
-    """
+    """The value a recorded tool call returned (``tool.decode_result``), or its failure raised."""
     if call.error_type:
         raise RecordedToolFailure(f"{call.error_type}: {call.error_message}")
     return tool.decode_result(call.result_json)
@@ -238,8 +220,7 @@ class Usage:
     reused: int = 0
     new: int = 0
     new_tool_calls: int = 0
-    tokens: dict[str, list[int]] | None = None
-    """Model name to ``[input, output]`` tokens of the candidate's calls (reused and new)."""
+    tokens: dict[str, list[int]] | None = None  # model name to [input, output] tokens
 
     def spend(self, model: str, input_tokens: int, output_tokens: int) -> None:
         """Count one call's tokens under ``model``."""
@@ -332,7 +313,7 @@ CLOSE_TIMEOUT_S = 30.0
 
 
 class _Cell:
-    """A value cell (bytes or ``None``; the memory's: its elements), readable as Beam's state is."""
+    """A value cell, readable as Beam's state is."""
 
     __slots__ = ("value",)
 
@@ -344,7 +325,7 @@ class _Cell:
 
 
 class _Bag(_Cell):
-    """A bag cell (the memory, the buffer), whose elements :attr:`value` holds (``None``: empty)."""
+    """A bag cell, whose elements :attr:`value` holds (``None``: empty)."""
 
     def read(self) -> list[bytes]:
         return list(self.value or ())
@@ -389,10 +370,7 @@ class KeyCells:
 
 
 def memory_blob(recorded: RecordedMemory, seq: int) -> bytes | None:
-    """The ``MemoryState`` a recorded memory (of run ``seq``) rebuilds.
-
-    A slot recorded by digest only (over ``max_value_bytes``) cannot be rebuilt: :class:`BadInput`.
-    """
+    """The ``MemoryState`` a recorded memory (of run ``seq``) rebuilds, if every slot was kept."""
     lost = [entry.key for entry in recorded.slots if not entry.HasField("slot")]
     if lost:
         raise BadInput(
@@ -433,8 +411,7 @@ def cells_for(
 ) -> KeyCells:
     """The key's state just before ``record``'s activation, rebuilt from the recording.
 
-    ``earlier``: the run's activations before it (their calls fill the replay cache);
-    ``memory``: the key's memory as last known, used when ``record`` did not record its own.
+    ``earlier`` fill the replay cache; ``memory`` serves when ``record`` recorded none.
     """
     cells = KeyCells()
     resumed = record.trigger != TRIGGER_EVENT and record.HasField("continuation_before")
@@ -462,11 +439,7 @@ def last_memory(
 
 
 class OfflineActivator:
-    """An ``Activator`` for one agent and config over :class:`KeyCells`, recording everything.
-
-    ``retry`` keeps the config's model retry policy; :attr:`staged` is the last activation's
-    staged record, kept even when it failed.
-    """
+    """An ``Activator`` for one agent and config over :class:`KeyCells`, recording everything."""
 
     def __init__(
         self,
@@ -523,11 +496,7 @@ class OfflineActivator:
     def element(
         self, cells: KeyCells, key: bytes, envelope: AgentEnvelope, namespace: str = ""
     ) -> Plan:
-        """Run one envelope against ``cells`` and apply the state it commits.
-
-        ``namespace``: the intent namespace a new run mints its ids in (a record's
-        ``intent_namespace``); empty: the config's.
-        """
+        """Run one envelope against ``cells`` and apply its state (``namespace``: the record's)."""
         self.staged = None
         chosen = namespace or self._config.namespace
         activator = self._activators.get(chosen)

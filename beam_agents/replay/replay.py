@@ -1,8 +1,6 @@
 """``beam-agents replay``: re-run recorded runs against the current agent code, offline.
 
-Each recorded activation is replayed on the state its record rebuilds, its calls answered only
-from the record. A run is ``same``, or stops at its first difference (:func:`first_divergence`).
-:func:`fork` replays a key's history up to a seq and lets a candidate continue (``docs/replay.md``).
+A run is ``same``, or stops at its first difference; :func:`fork` lets a candidate continue.
 """
 
 from __future__ import annotations
@@ -23,8 +21,6 @@ from beam_agents.replay.inputs import BadInput, RecordFileError, make_provider
 from beam_agents.replay.offline import (
     Miss,
     OfflineActivator,
-    PooledModel,
-    PooledTools,
     Progress,
     RecordedModel,
     RecordedTools,
@@ -84,11 +80,6 @@ def _intent_op(intent: ToolIntent) -> Op:
     return Op(kind, intent.step_index, intent.tool_name, intent.args_json)
 
 
-def miss_op(miss: Miss) -> Op:
-    """The step a call the record could not answer would have been."""
-    return Op(miss.kind, miss.step, miss.name, miss.content)
-
-
 @dataclass(frozen=True)
 class Divergence:
     """The first difference between a recorded activation and its replay."""
@@ -96,8 +87,6 @@ class Divergence:
     status: str
     """:data:`DIVERGENT` or :data:`DRIFT`."""
     kind: str
-    """``model``, ``tool``, ``intent``, ``approval``, ``outcome``, ``output``, ``memory`` or
-    ``error``."""
     step: int | None
     recorded: str
     replayed: str
@@ -116,7 +105,6 @@ class Divergence:
 
 
 def _pretty(text: str) -> list[str]:
-    """JSON text indented (so a diff shows the changed field), other text as is."""
     try:
         return json.dumps(json.loads(text), indent=2, sort_keys=True).splitlines()
     except ValueError:
@@ -158,7 +146,6 @@ def _slots(memory: RecordedMemory) -> dict[str, str]:
 
 
 def _memory_after(side: ActivationRecord, given: RecordedMemory) -> dict[str, str]:
-    """A side's memory afterwards: its own, or (it never touched memory) the one it was given."""
     return _slots(side.memory_after if side.memory_after.known else given)
 
 
@@ -172,14 +159,16 @@ def first_divergence(
 ) -> Divergence | None:
     """The first difference, or ``None`` when the replay did exactly what was recorded.
 
-    ``replayed`` is the replay's record, ``None`` when the activation failed; then ``partial``
-    holds the steps it made before failing and ``error`` the failure. ``miss`` is the call the
-    record could not answer, if any (even when the agent caught the error and committed): the
-    replay is compared up to it. ``given``: the memory the replay started from.
+    ``replayed`` is ``None`` when the activation failed, after the steps in ``partial``.
+    The replay is compared up to ``miss``, the call the record could not answer.
     """
     ours = ops_of(recorded)
     made = list(partial) if replayed is None else ops_of(replayed)
-    theirs = [*made[: miss.position], miss_op(miss)] if miss else made
+    theirs = (
+        [*made[: miss.position], Op(miss.kind, miss.step, miss.name, miss.content)]
+        if miss
+        else made
+    )
     for at in range(max(len(ours), len(theirs))):
         mine = ours[at] if at < len(ours) else None
         other = theirs[at] if at < len(theirs) else None
@@ -227,10 +216,8 @@ class RunReport:
     key: bytes
     seq: int
     activations: int
-    """How many of the run's recorded activations were replayed."""
     divergence: Divergence | None = None
-    activation: int = 0
-    """The activation (0 = the run's first) the divergence is in."""
+    activation: int = 0  # the activation (0: the run's first) the divergence is in
     trigger: str = ""
 
     @property
@@ -345,7 +332,6 @@ def exit_status(reports: Sequence[RunReport]) -> int:
 def _history(
     records: Sequence[ActivationRecord], agent: AgentFn, config: AgentConfig
 ) -> tuple[list[RunReport], RecordedMemory | None]:
-    """Replay the history; return its reports and the key's last known memory."""
     replayer = Replayer(agent, config)
     try:
         reports = replayer.replay_key(records)
@@ -363,15 +349,11 @@ def continue_with(
     strict: bool,
 ) -> tuple[list[RunPair], Usage, bool]:
     """The candidate over ``records`` from the state ``memory`` describes."""
-    provider = make_provider(config)
-    progress = Progress()
-    model = PooledModel(provider, progress, strict=strict)
-    tools = PooledTools(Usage(), progress, strict=strict)
-    activator = OfflineActivator(candidate, config, model, tools, progress, retry=True)
+    backtest = KeyBacktest(candidate, config, strict=strict)
     try:
-        return KeyBacktest(activator, model, tools).walk(records, memory)
+        return backtest.walk(records, memory)
     finally:
-        activator.close()
+        backtest.close()
 
 
 def fork(

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from google.adk.agents.base_agent import BaseAgent
 from google.adk.agents.llm_agent import LlmAgent
@@ -46,6 +46,7 @@ from beam_agents.adapters.base import (
     AdapterActivation,
     FrameworkAgent,
     Pending,
+    utf8_prompt,
     warn_outside_registry,
 )
 from beam_agents.core.agent import Complete, Suspend
@@ -82,10 +83,6 @@ class AdkRunError(RuntimeError):
     """The ADK agent cannot run as configured, or did not settle within ``max_rounds``."""
 
 
-def _prompt_text(event: bytes) -> str:
-    return event.decode("utf-8")
-
-
 def _same_text(text: str) -> object:
     return text
 
@@ -107,13 +104,14 @@ class AdkAgent(FrameworkAgent[BaseAgent]):
     """
 
     adapter = ADK_ADAPTER
+    _not_pickled: ClassVar[dict[str, Any]] = {"_shared_runner": None, "_closes_toolsets": False}
 
     def __init__(
         self,
         agent: BaseAgent | Callable[[], BaseAgent],
         *,
         app_name: str = "beam_agents",
-        prompt: Callable[[bytes], str] = _prompt_text,
+        prompt: Callable[[bytes], str] = utf8_prompt,
         state: Callable[[bytes], Mapping[str, Any]] | None = None,
         output: Callable[[str], object] = _same_text,
         session_limits: SessionLimits | None = None,
@@ -147,12 +145,6 @@ class AdkAgent(FrameworkAgent[BaseAgent]):
         _use_beam_models(built, root=True)
         _warn_of_pipeline_tools(built)
         return built
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = super().__getstate__()
-        state["_shared_runner"] = None
-        state["_closes_toolsets"] = False
-        return state
 
     def _runner(self) -> Runner:
         """The ``Runner`` every activation uses (built once, with the agent)."""

@@ -1,7 +1,6 @@
 """Tools from MCP servers: read-only ones run inline, side-effecting ones only in the effector.
 
-``load_mcp_tools(McpServer.stdio(...) or McpServer.http(...))`` lists a server's tools into a
-``ToolRegistry``. Needs the ``[mcp]`` extra. See ``docs/tools.md``, "MCP tools".
+Needs the ``[mcp]`` extra. See ``docs/tools.md``, "MCP tools".
 """
 
 from beam_agents.tools.mcp._sessions import (

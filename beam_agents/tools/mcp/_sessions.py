@@ -1,8 +1,7 @@
 """MCP servers and this process's sessions to them: ``McpServer``, the errors, ``SessionPool``.
 
-An MCP session must be entered and left by one task and needs its loop running, so every
-session lives on one daemon thread's loop; callers on any loop reach it through futures. A
-broken session is reopened by the next call, after a backoff.
+An MCP session must be entered and left by one task, so every session lives on one daemon
+thread's loop; callers on any loop reach it through futures.
 """
 
 from __future__ import annotations
@@ -31,19 +30,12 @@ from beam_agents.tools.errors import ToolError
 _log = logging.getLogger(__name__)
 
 DEFAULT_CALL_TIMEOUT_S = 30.0
-"""How long one inline ``tools/call`` may take unless the server says otherwise."""
-
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
-"""How long connecting (spawning or reaching the server, and the handshake) may take."""
 
 
 @dataclass(frozen=True)
 class McpServer:
-    """An MCP server description; hashable, picklable, and the key of its process-wide session.
-
-    Build one with :meth:`stdio` or :meth:`http`. The repr shows no environment values or
-    header values, which often hold credentials.
-    """
+    """An MCP server description (:meth:`stdio`, :meth:`http`); its repr shows no credentials."""
 
     transport: Literal["stdio", "http"]
     command: str = ""
@@ -64,11 +56,7 @@ class McpServer:
         call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
     ) -> McpServer:
-        """A server run as ``command args`` and spoken to over its stdin and stdout.
-
-        ``env`` is added to a minimal default environment (the MCP SDK's), not to this
-        process's, so secrets of the pipeline do not leak to the server by accident.
-        """
+        """A server run as ``command args``; ``env`` joins the SDK's minimal one, not ours."""
         if not isinstance(command, str) or not command:
             raise ValueError(f"McpServer.stdio needs a command, got {command!r}")
         if isinstance(args, str):
@@ -132,11 +120,7 @@ class McpError(ToolError):
 
 
 class McpConnectionError(McpError, ConnectionError):
-    """The server could not be reached, or the connection broke during the call.
-
-    ``sent`` tells whether the request had gone out: a call that was never sent is safe to
-    make again; one that was may have run.
-    """
+    """The server could not be reached, or broke off; ``sent``: the request may have run."""
 
     def __init__(self, message: str, *, tool_name: str | None = None, sent: bool = False) -> None:
         super().__init__(message, tool_name=tool_name)
@@ -148,10 +132,7 @@ class McpTimeoutError(McpError, TimeoutError):
 
 
 class McpToolError(McpError):
-    """The server ran the tool and reported failure (an ``isError`` result or a JSON-RPC error).
-
-    ``content`` is the text the server returned with the failure.
-    """
+    """The server ran the tool and reported failure; ``content`` is the text it returned."""
 
     def __init__(self, message: str, *, tool_name: str | None = None, content: str = "") -> None:
         super().__init__(message, tool_name=tool_name)
@@ -205,17 +186,11 @@ class SessionPool:
         self._sessions: dict[McpServer, _Session] = {}
         self._guard = threading.Lock()
         self._closed = False
+        # Per server, a version and the tools it lists, re-listed on ``list_changed``.
         self.catalog: dict[McpServer, tuple[int, dict[str, mcp_types.Tool]]] = {}
-        """Per server, a version and the tools it lists, re-listed on ``list_changed``."""
-
-    # -- from any thread -------------------------------------------------------------------
 
     def acquire(self, server: McpServer) -> None:
-        """Hold ``server``'s session open until as many releases; start connecting now.
-
-        Never waits and never raises: a server that cannot be reached is logged, and calls
-        connect again.
-        """
+        """Hold ``server``'s session open until as many releases; start connecting now."""
         session = self._session(server)
         with self._guard:
             session.refs += 1
@@ -292,8 +267,6 @@ class SessionPool:
                 self.run(self._close(session), _CLOSE_WAIT_S)
         self._closed = True
         self._loop.call_soon_threadsafe(self._loop.stop)
-
-    # -- on the pool's loop ----------------------------------------------------------------
 
     def _session(self, server: McpServer) -> _Session:
         with self._guard:

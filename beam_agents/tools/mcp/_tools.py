@@ -1,8 +1,4 @@
-"""``McpTool``: one tool of an MCP server as a registry ``Tool``, and :func:`load_mcp_tools`.
-
-Arguments are validated by a Pydantic model built from the tool's ``inputSchema``
-(:func:`arguments_model`); what it cannot express is left to the server.
-"""
+"""``McpTool``: one tool of an MCP server as a registry ``Tool``, and :func:`load_mcp_tools`."""
 
 from __future__ import annotations
 
@@ -46,10 +42,7 @@ def load_mcp_tools(
 ) -> ToolRegistry:
     """The tools ``server`` lists, as a registry to merge with ``@tool`` registries.
 
-    A tool annotated ``readOnlyHint: true`` is read-only; every other one is side-effecting.
-    ``side_effect`` overrides that: a bool for every tool, or ``{"tool": False}`` per tool. The
-    listing is fetched once per process and kept current on ``tools/list_changed``. Names are
-    the server's after ``prefix``, characters providers refuse replaced by ``_``.
+    Only a ``readOnlyHint: true`` tool is read-only, unless ``side_effect`` says otherwise.
     """
     if not isinstance(server, McpServer):
         raise TypeError(f"load_mcp_tools takes an McpServer, got {type(server).__name__}")
@@ -66,13 +59,7 @@ def load_mcp_tools(
 
 
 class McpTool(Tool[..., Any]):
-    """A tool an MCP server offers: its ``inputSchema`` is the schema the model sees.
-
-    A read-only one, called, returns an awaitable of the call's result. A side-effecting one is
-    reached only through :meth:`unwrap`, by the effector, which sends the intent id in
-    ``_meta``. The result is the structured content, else the text; ``isError`` raises
-    ``McpToolError``.
-    """
+    """A tool an MCP server offers; a side-effecting one runs only in the effector."""
 
     def __init__(
         self,
@@ -92,8 +79,6 @@ class McpTool(Tool[..., Any]):
         self._side_effect = side_effect
         self._version = 0
         self._adopt(definition)
-
-    # -- what the model sees and what validates ------------------------------------------
 
     @property
     def server(self) -> McpServer:
@@ -156,8 +141,6 @@ class McpTool(Tool[..., Any]):
     def decode_result(self, data: bytes | str) -> Any:
         return json.loads(data) if data else None
 
-    # -- calling -------------------------------------------------------------------------
-
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call a read-only tool: an awaitable of its result. A side-effecting one is refused."""
         if self._side_effect:
@@ -195,8 +178,6 @@ class McpTool(Tool[..., Any]):
             timeout_s=self._server.call_timeout_s,
         )
         return _value(self, result)
-
-    # -- identity ------------------------------------------------------------------------
 
     def _adopt(self, definition: mcp_types.Tool) -> None:
         schema = definition.input_schema
