@@ -7,6 +7,7 @@ out answers a tool error saying why. With a token, a request without it is answe
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -253,17 +254,10 @@ class OperatorTools:
             decision=_decision_of(record),
         )
 
-    async def approve(self, arguments: DecideArguments, client: str) -> DecisionMade:
-        """Approve one approval intent, recording the configured identity and the reason."""
-        return await self._send_decision(arguments, approved=True, client=client)
-
-    async def deny(self, arguments: DecideArguments, client: str) -> DecisionMade:
-        """Deny one approval intent, recording the configured identity and the reason."""
-        return await self._send_decision(arguments, approved=False, client=client)
-
-    async def _send_decision(
-        self, arguments: DecideArguments, *, approved: bool, client: str
+    async def decide(
+        self, arguments: DecideArguments, client: str, *, approved: bool
     ) -> DecisionMade:
+        """Approve or deny one approval intent as the configured identity, with the reason."""
         intent_id = _checked_id(arguments.intent_id)
         digest = arguments.args_digest
         if not digest:
@@ -372,7 +366,10 @@ def _tools(tools: OperatorTools) -> dict[str, tuple[types.Tool, type[BaseModel],
                 handler,
                 _DECIDING,
             )
-            for verb, handler in (("Approve", tools.approve), ("Deny", tools.deny))
+            for verb, handler in (
+                ("Approve", functools.partial(tools.decide, approved=True)),
+                ("Deny", functools.partial(tools.decide, approved=False)),
+            )
         ),
         (
             "intent_status",
