@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel
 
-from beam_agents._protos import Approval, ToolResult, canonical_json_bytes
+from beam_agents._protos import ToolResult, canonical_json_bytes
 from beam_agents.core.activation import DEADLINE_APPROVER
 from beam_agents.core.agent import Complete, Suspend, enter_task
 from beam_agents.core.context import ActivationContext
@@ -250,17 +250,13 @@ class AdapterActivation:
             return None
         if approval.approver == DEADLINE_APPROVER:
             return Decision(False, approval.approver, approval.reason, timed_out=True)
-        return _decided(approval)
+        return Decision(approval.approved, approval.approver, approval.reason)
 
 
 def _refused(result: ToolResult) -> Decision:
     """The effector's answer to an approval intent: it expired, or was refused unasked."""
     reason = result_reply("approval", result)[0]
     return Decision(False, reason=reason, timed_out=result.status == ToolResult.EXPIRED)
-
-
-def _decided(approval: Approval) -> Decision:
-    return Decision(approval.approved, approval.approver, approval.reason)
 
 
 _Built = TypeVar("_Built")

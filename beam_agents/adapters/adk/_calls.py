@@ -124,24 +124,6 @@ def content_of(role: str, parts: list[types.Part]) -> types.Content:
     return filled(_CONTENT, {"role": role, "parts": parts})
 
 
-def function_declaration(
-    name: str, description: str, parameters_json_schema: dict[str, Any]
-) -> types.FunctionDeclaration:
-    """``types.FunctionDeclaration(name=..., description=..., parameters_json_schema=...)``."""
-    if type(name) is not str or type(description) is not str:
-        return types.FunctionDeclaration(
-            name=name, description=description, parameters_json_schema=parameters_json_schema
-        )
-    return filled(
-        _DECLARATION,
-        {
-            "name": name,
-            "description": description,
-            "parameters_json_schema": parameters_json_schema,
-        },
-    )
-
-
 def _function_call_part(call_id: str, name: str, args: dict[str, Any]) -> types.Part:
     if type(call_id) is not str or type(name) is not str or not all(type(k) is str for k in args):
         call = types.FunctionCall(id=call_id, name=name, args=args)
@@ -288,7 +270,13 @@ class BeamTool(BaseTool):
         self._require_confirmation = require_confirmation
 
     def _get_declaration(self) -> types.FunctionDeclaration:
-        return function_declaration(self.name, self.description, self._parameters)
+        name, description, schema = self.name, self.description, self._parameters
+        if type(name) is not str or type(description) is not str:
+            return types.FunctionDeclaration(
+                name=name, description=description, parameters_json_schema=schema
+            )
+        update = {"name": name, "description": description, "parameters_json_schema": schema}
+        return filled(_DECLARATION, update)
 
     async def check_require_confirmation(
         self, args: dict[str, Any], tool_context: ToolContext

@@ -39,7 +39,7 @@ from beam_agents.adapters.base import (
     Pending,
     current_activation,
 )
-from beam_agents.model.client import LlmRequest, LlmResponse, tool_message
+from beam_agents.model.client import LlmRequest, tool_message
 from beam_agents.tools import Tool, ToolRegistry
 from beam_agents.tools.errors import ToolArgumentError, ToolError
 
@@ -315,15 +315,6 @@ def neutral_tool(
     }
 
 
-def _usage(response: LlmResponse) -> UsageMetadata:
-    usage = response.usage
-    return UsageMetadata(
-        input_tokens=usage.input_tokens,
-        output_tokens=usage.output_tokens,
-        total_tokens=usage.total_tokens,
-    )
-
-
 class BeamChatModel(BaseChatModel):
     """A chat model that calls the pipeline's model through the running activation."""
 
@@ -384,13 +375,18 @@ class BeamChatModel(BaseChatModel):
             raise ValueError("BeamChatModel does not take stop=; use sampling_params")
         activation = current_activation()
         response = await activation.call_model(self.request(messages, kwargs.get("tools")))
+        usage = response.usage
         message = AIMessage(
             content=response.text,
             tool_calls=[
                 {"id": call.id, "name": call.name, "args": dict(call.arguments)}
                 for call in response.tool_calls
             ],
-            usage_metadata=_usage(response),
+            usage_metadata=UsageMetadata(
+                input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens,
+                total_tokens=usage.total_tokens,
+            ),
             response_metadata={
                 "model_name": response.model or self.model_id,
                 "stop_reason": response.stop_reason,
