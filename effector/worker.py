@@ -540,9 +540,8 @@ DEFAULT_TELEMETRY_RETENTION_MS = 7 * 24 * 3_600_000
 
 
 GAUGE_COUNT_SHARE = 0.02
-"""The most of the time the queue-depth gauge's count may take, up to the cap below: after a
-count that took T, the next waits T / this (a backlog of 100,000 intents is counted every few
-seconds, not each), but never longer than ``GAUGE_COUNT_WAIT_MAX_S``."""
+"""The most of the time the gauges' count may take: after a count that took T, the next waits
+T / this (at most ``GAUGE_COUNT_WAIT_MAX_S``)."""
 GAUGE_COUNT_WAIT_MAX_S = 30.0
 """The longest the gauges go uncounted, however slow one count was (a stall, not the count)."""
 
@@ -552,11 +551,7 @@ class WorkerSettings:
     """How the worker paces itself; every duration is in milliseconds."""
 
     concurrency: int = 64
-    """Intents executed at once (each of a different key).
-
-    0 makes an ingest-only replica: it records, publishes and keeps house, but never claims;
-    the other replicas on its (PostgreSQL) store execute.
-    """
+    """Intents executed at once (each of a different key); 0 makes an ingest-only replica."""
     lease_ms: int = 30_000
     """How long a claim stays valid without renewal; renewed every third of it."""
     result_retention_ms: int = 7 * 24 * 3_600_000
@@ -564,8 +559,7 @@ class WorkerSettings:
     poll_interval_ms: int = 100
     """The longest the worker sleeps before looking for work it was not told about."""
     housekeeping_interval_ms: int = 1_000
-    """How often approvals are expired, leases renewed and gauges refreshed (the gauges less
-    often while counting the intents in flight is slow: see ``GAUGE_COUNT_SHARE``)."""
+    """How often approvals are expired, leases renewed and gauges refreshed."""
 
     def __post_init__(self) -> None:
         if self.concurrency < 0:

@@ -71,16 +71,6 @@ def tls_context(certificate: bytes, key: bytes, what: str = "the console") -> ss
     return context
 
 
-def _crash_logger(what: str) -> Callable[[asyncio.Task[None]], None]:
-    """A done-callback that logs a server (``what``) that stopped with an error while serving."""
-
-    def log_crash(task: asyncio.Task[None]) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            _log.error("%s stopped serving", what, exc_info=task.exception())
-
-    return log_crash
-
-
 class ConsoleServer:
     """An HTTP(S) server: bound on construction (a bad address or key fails then), started later.
 
@@ -132,7 +122,11 @@ class ConsoleServer:
                 failed.result()  # re-raises what stopped it
                 raise ConfigurationError(f"{self._what} stopped while it started")
             await asyncio.sleep(0.01)
-        self._task.add_done_callback(_crash_logger(self._what))
+        self._task.add_done_callback(self._log_crash)
+
+    def _log_crash(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            _log.error("%s stopped serving", self._what, exc_info=task.exception())
 
     async def stop(self) -> None:
         """Stop accepting connections, let open requests finish, and release the socket."""

@@ -86,18 +86,18 @@ class PostgresStore(SqlStore):
             raise
         return store
 
-    def _connect(self) -> psycopg.Connection[Any]:
-        return psycopg.connect(
-            self._conninfo, autocommit=True, connect_timeout=10, cursor_factory=psycopg.RawCursor
-        )
-
     def _transaction(self, work: Callable[[Tx], _T], *, write: bool) -> _T:
         connection: psycopg.Connection[Any] | None = None
         try:
             try:
                 connection = self._idle.get_nowait()
             except queue.Empty:
-                connection = self._connect()
+                connection = psycopg.connect(
+                    self._conninfo,
+                    autocommit=True,
+                    connect_timeout=10,
+                    cursor_factory=psycopg.RawCursor,
+                )
             attempt = 1
             while True:
                 try:

@@ -783,11 +783,7 @@ class SqlStore(abc.ABC):
         await self._run(release_claims)
 
     async def mark_in_doubt(self, claim: Claim, reason: str, now_ms: int, retry_at_ms: int) -> bool:
-        """Leave a claimed intent IN_DOUBT (its reconciler failed) until ``retry_at_ms``.
-
-        The key stays held until then. ``False`` if the claim lost its key or the intent is not
-        RUNNING.
-        """
+        """Leave a claimed intent IN_DOUBT, its key held, until ``retry_at_ms``; whether it did."""
 
         def in_doubt(tx: sql.Tx) -> bool:
             held = tx.execute(
@@ -1273,11 +1269,7 @@ class SqlStore(abc.ABC):
         return [] if runs <= 0 else await self._run(newest, write=False)
 
     async def list_keys(self, search: bytes, limit: int) -> list[KeySummary]:
-        """Keys containing ``search`` (all if empty), most recently seen first.
-
-        A search looks through the :data:`KEY_SEARCH_SCAN` most recently seen keys, plus the
-        key equal to ``search``.
-        """
+        """Keys containing ``search`` (all if empty) among the :data:`KEY_SEARCH_SCAN` newest."""
         return await self._run(lambda tx: self._list_keys(tx, search, limit), write=False)
 
     def _list_keys(self, tx: sql.Tx, search: bytes, limit: int) -> list[KeySummary]:
@@ -1485,9 +1477,8 @@ def _start_running(tx: sql.Tx, candidates: Sequence[Claim], now_ms: int) -> list
     """Mark the candidates' intents RUNNING (started now), counting the attempt; returns them."""
     started: set[str] = set()
     for chunk in sql.chunks(candidates):
-        # ``+state``: the state is checked on the rows the id finds, never searched. With many
-        # ids SQLite's planner otherwise walks the by-state index through every queued intent
-        # instead (a claim then cost O(backlog): 100 µs a row with 60,000 intents queued).
+        # ``+state``: checked on the rows the id finds, never searched; otherwise SQLite's planner
+        # walks the by-state index through every queued intent.
         started.update(
             row[0]
             for row in tx.execute(

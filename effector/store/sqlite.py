@@ -197,21 +197,12 @@ def _lock_exclusively(path: Path) -> IO[bytes]:
 
 
 # -- WAL checkpoints ----------------------------------------------------------------------------
-# A checkpoint copies committed pages from the write-ahead log into the database file and syncs
-# it. Left to SQLite, the committing connection runs one inside its commit whenever the log
-# passes ``wal_autocheckpoint`` pages, so the one writer stops to copy and sync every few group
-# commits. The Checkpointer runs PASSIVE checkpoints soon after commits, beside the writer, never
-# waiting for its lock. Such a checkpoint cannot let the log start over while commits keep
-# coming, so the writer keeps ``wal_autocheckpoint`` at BACKSTOP_PAGES: under sustained writes
-# the log grows to that size (64 MiB), then the writer's own checkpoint lets it start over.
+# Left to SQLite, the one writer would stop to checkpoint inside its commits. The Checkpointer
+# runs PASSIVE checkpoints beside it instead; those cannot restart the log while commits keep
+# coming, so the writer's own checkpoint at BACKSTOP_PAGES (64 MiB of log) is the backstop.
 
 BACKSTOP_PAGES = 16_384
-"""The writer's ``wal_autocheckpoint``: how long the log grows under sustained writes.
-
-In a tight loop of 128-row commits (fsynced), against SQLite's default of 1,000 pages with no
-thread beside it: 40% more commits, p99 commit 3.3 ms instead of 12; the commit that runs the
-writer's checkpoint, one in a few thousand, took up to 50 ms instead of 15.
-"""
+"""The writer's ``wal_autocheckpoint``: how long the log grows under sustained writes."""
 
 PAGE_BYTES = 4_096
 """SQLite's default page size, which the store keeps."""
