@@ -1,17 +1,16 @@
 """beam-agents: LLM agents as keyed, stateful, fault-tolerant Apache Beam transforms.
 
-The import statements below are the one list of public names. Each is imported on first use,
-so ``import beam_agents`` never pulls in Apache Beam.
+The ``TYPE_CHECKING`` imports below are the one list of public names: type checkers read them,
+and at runtime the same statements are read as a table, each name imported on first use. So
+``import beam_agents`` never pulls in Apache Beam.
 """
 
 from __future__ import annotations
 
-import builtins
-import contextlib
+import ast
 import importlib
 import logging
-import types
-from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 _APITOOLS_NOTICE = "apitools not found"  # logged by ``import apache_beam`` without apitools
@@ -32,44 +31,7 @@ def _quiet_apitools_notice() -> None:
 
 _quiet_apitools_notice()
 
-_EXPORTS: dict[str, str] = {}  # each public name and its module
-
-
-@contextlib.contextmanager
-def _recorded(exports: dict[str, str]) -> Iterator[None]:
-    """Record this module's ``from M import N`` statements in the block instead of running them.
-
-    ``__all__`` is set here, out of the type checkers' sight: they read the ``N as N`` spelling.
-    """
-    namespace = globals()
-    real_import = builtins.__import__
-
-    def record(
-        name: str,
-        globals: Mapping[str, object] | None = None,
-        locals: Mapping[str, object] | None = None,
-        fromlist: Sequence[str] | None = (),
-        level: int = 0,
-    ) -> types.ModuleType:
-        if globals is not namespace:
-            return real_import(name, globals, locals, fromlist, level)
-        names = fromlist or ()
-        exports.update(dict.fromkeys(names, name))
-        placeholder = types.ModuleType(name)
-        placeholder.__dict__.update(dict.fromkeys(names))
-        return placeholder
-
-    builtins.__import__ = record
-    try:
-        yield
-    finally:
-        builtins.__import__ = real_import
-        for name in exports:
-            namespace.pop(name, None)
-        namespace["__all__"] = [*exports, "__version__"]
-
-
-with _recorded(_EXPORTS):
+if TYPE_CHECKING:
     from beam_agents._protos import AgentEnvelope as AgentEnvelope
     from beam_agents._protos import Approval as Approval
     from beam_agents._protos import IntentState as IntentState
@@ -106,6 +68,22 @@ with _recorded(_EXPORTS):
     from beam_agents.tools import Reconciled as Reconciled
     from beam_agents.tools import ToolRegistry as ToolRegistry
     from beam_agents.tools import tool as tool
+
+
+def _exports() -> dict[str, str]:
+    """Each public name and its module, read from the ``TYPE_CHECKING`` imports above."""
+    tree = ast.parse(Path(__file__).read_text(encoding="utf-8"))
+    block = next(node for node in tree.body if isinstance(node, ast.If))
+    return {
+        alias.name: str(node.module)
+        for node in block.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+
+
+_EXPORTS = _exports()
+__all__ = [*_EXPORTS, "__version__"]
 
 __version__: str
 """The installed distribution's version (``0+unknown`` in a source tree never installed)."""
