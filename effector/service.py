@@ -30,7 +30,6 @@ from beam_agents._protos import (
     AgentEnvelope,
     AgentError,
     IntentState,
-    ListRecordsRequest,
     ToolIntent,
     TraceEvent,
     approval_digest,
@@ -201,7 +200,9 @@ def parse_tokens(text: str, source: str) -> Tokens:
     if len(lines) == 1:
         return Tokens.single(lines[0][1])
     approvers = tuple(_named(source, number, line) for number, line in lines)
-    _check_distinct(approvers, source)
+    for distinct in ({a.name for a in approvers}, {a.token for a in approvers}):
+        if len(distinct) != len(approvers):
+            raise ConfigurationError(f"token file {source!r} names an approver or a token twice")
     return Tokens(approvers)
 
 
@@ -227,14 +228,6 @@ def _named(source: str, number: int, line: str) -> Approver:
             raise ConfigurationError(f"{where}: the channel list of {name!r} is empty")
         channels = frozenset("" if channel == EMPTY_CHANNEL else channel for channel in listed)
     return Approver(name, token, channels)
-
-
-def _check_distinct(approvers: Sequence[Approver], source: str) -> None:
-    """Refuse two lines with one name or one token."""
-    names = [approver.name for approver in approvers]
-    tokens = [approver.token for approver in approvers]
-    if len(set(names)) != len(names) or len(set(tokens)) != len(tokens):
-        raise ConfigurationError(f"token file {source!r} names an approver or a token twice")
 
 
 # -- what a request may carry -------------------------------------------------------------------
@@ -289,15 +282,6 @@ def activation_record_problem(record: ActivationRecord) -> str | None:
     return _entity_key_problem(record.entity_key)
 
 
-def list_records_problem(request: ListRecordsRequest) -> str | None:
-    """Why a ListRecords request is invalid, or ``None``."""
-    if not 0 < len(request.entity_key) <= MAX_ENTITY_KEY_BYTES:
-        return f"entity_key must be 1 to {MAX_ENTITY_KEY_BYTES} bytes"
-    if request.max_runs < 0 or request.before_seq < 0:
-        return "max_runs and before_seq must not be negative"
-    return None
-
-
 def records_page(
     records: Sequence[ActivationRecord], max_runs: int, max_bytes: int
 ) -> tuple[list[ActivationRecord], int]:
@@ -345,16 +329,6 @@ def recorded_approver(identity: Approver | None, claimed: str) -> str:
     if identity is not None and identity.name:
         return identity.name
     return claimed
-
-
-def digest_problem(args_digest: str) -> str | None:
-    """Why ``args_digest`` is not a digest (empty is accepted), or ``None``."""
-    if args_digest and (
-        len(args_digest) != DIGEST_CHARS
-        or any(char not in "0123456789abcdef" for char in args_digest)
-    ):
-        return f"args_digest must be {DIGEST_CHARS} lowercase hex digits, got {args_digest!r}"
-    return None
 
 
 def screen_decision(
@@ -700,9 +674,13 @@ class EffectorService(pb.EffectorServicer):
         for name, text in (("approver", approver), ("reason", reason)):
             if len(text) > MAX_TEXT_FIELD_CHARS:
                 raise _invalid(f"{name} is longer than {MAX_TEXT_FIELD_CHARS} characters")
-        problem = digest_problem(args_digest)
-        if problem is not None:
-            raise _invalid(problem)
+        if args_digest and (
+            len(args_digest) != DIGEST_CHARS
+            or any(char not in "0123456789abcdef" for char in args_digest)
+        ):
+            raise _invalid(
+                f"args_digest must be {DIGEST_CHARS} lowercase hex digits, got {args_digest!r}"
+            )
         if identity is not None or edited_args_json:
             record = await self.store.get_intent(intent_id)
             refused, edited_args_json = screen_decision(
@@ -821,9 +799,10 @@ class EffectorService(pb.EffectorServicer):
         self, request: pb.ListRecordsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListRecordsResponse:
         """A page of one key's activation records: its newest runs before ``before_seq``."""
-        problem = list_records_problem(request)
-        if problem is not None:
-            raise _invalid(problem)
+        if not 0 < len(request.entity_key) <= MAX_ENTITY_KEY_BYTES:
+            raise _invalid(f"entity_key must be 1 to {MAX_ENTITY_KEY_BYTES} bytes")
+        if request.max_runs < 0 or request.before_seq < 0:
+            raise _invalid("max_runs and before_seq must not be negative")
         max_runs = min(request.max_runs or DEFAULT_RECORD_RUNS, MAX_RECORD_RUNS)
         found = await self.store.records_for_key(
             request.entity_key, max_runs, before_seq=request.before_seq or None

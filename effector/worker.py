@@ -574,11 +574,6 @@ class WorkerSettings:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
 
 
-def default_owner() -> str:
-    """An owner id unique to this process, recorded on its leases (for diagnosis)."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
 class Worker:
     """Executes the intents of one store; see the module docstring for the phase order."""
 
@@ -604,7 +599,7 @@ class Worker:
         self._runner = runner
         self._metrics = metrics
         self._settings = settings
-        self._owner = owner or default_owner()
+        self._owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._clock = clock
         self._claims: dict[str, Claim] = {}
         self._reserved = 0

@@ -46,16 +46,6 @@ def intent_id_problem(intent_id: str) -> str | None:
     return None
 
 
-def serialize_intent(intent: ToolIntent) -> bytes:
-    """Serialize an intent deterministically, so that equal intents store equal bytes."""
-    return intent.SerializeToString(deterministic=True)
-
-
-def intent_digest(serialized_intent: bytes) -> bytes:
-    """Digest every field of a serialized intent, for the same-id-different-content check."""
-    return hashlib.sha256(serialized_intent).digest()
-
-
 def error_id_for(error: AgentError) -> str:
     """The id of an ``.errors`` record: a SHA-256 of what a retry or replay reproduces (32 hex)."""
     stable = AgentError(

@@ -104,11 +104,6 @@ def flatten(rows: Sequence[Sequence[Any]]) -> list[Any]:
     return [value for row in rows for value in row]
 
 
-def optional_bytes(blob: bytes | None) -> bytes | None:
-    """A nullable BLOB as bytes (PostgreSQL hands BYTEA back as memoryview)."""
-    return None if blob is None else bytes(blob)
-
-
 def parse_result(blob: bytes | None) -> ToolResult | None:
     """A nullable serialized ``ToolResult``."""
     return None if blob is None else ToolResult.FromString(bytes(blob))

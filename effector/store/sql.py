@@ -10,6 +10,7 @@ import abc
 import asyncio
 import dataclasses
 import functools
+import hashlib
 import heapq
 import itertools
 import logging
@@ -55,12 +56,10 @@ from effector.store.intents import (
     error_id_for,
     expired_result,
     expiry_deadline_ms,
-    intent_digest,
     late_original_reason,
     new_result,
     rejected_result,
     result_envelope,
-    serialize_intent,
 )
 
 _log = logging.getLogger(__name__)
@@ -425,8 +424,8 @@ class SqlStore(abc.ABC):
                 else new
                 for new in intents
             ]
-        blobs = [serialize_intent(new.intent) for new in intents]
-        digests = [intent_digest(blob) for blob in blobs]
+        blobs = [new.intent.SerializeToString(deterministic=True) for new in intents]
+        digests = [hashlib.sha256(blob).digest() for blob in blobs]
         # The first of several requests for one id in a batch is the one recorded.
         order = sorted(range(len(intents)), key=lambda i: (intents[i].intent.intent_id, i))
         first_of: dict[str, int] = {}
@@ -1427,7 +1426,10 @@ def _known_intents(tx: sql.Tx, intent_ids: Sequence[str]) -> dict[str, _Known]:
             chunk,
         ).fetchall():
             known[intent_id] = _Known(
-                bytes(digest), state, sql.parse_result(result), sql.optional_bytes(published)
+                bytes(digest),
+                state,
+                sql.parse_result(result),
+                None if published is None else bytes(published),
             )
     return known
 

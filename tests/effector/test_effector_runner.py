@@ -184,7 +184,7 @@ async def test_execute_rejects_what_cannot_run_and_never_runs_it(case: str, ledg
     assert intake_rejection(make_registry(), intent) == result.error_message
 
 
-def test_rejection_reason_covers_kind_and_expiry() -> None:
+def test_intake_rejection_covers_kind_and_expiry() -> None:
     registry = make_registry()
     assert intake_rejection(registry, make_intent("add", {"a": 1})) is None
     unknown_kind = make_intent("add", {"a": 1})
