@@ -21,8 +21,7 @@ from pathlib import Path
 
 from beam_agents.tools import ToolRegistry, tool
 from benchmarks.report import REPO_ROOT, Result, load_average, machine_info, render_markdown, table
-from effector.cli import READY_PREFIX
-from effector.launch import EffectorProcess, child_environment
+from effector.launch import READY_PREFIX, EffectorProcess, child_environment
 
 EFFECTOR_READY = READY_PREFIX
 

@@ -1,6 +1,6 @@
 """``beam-agents-effector`` / ``python -m effector``: run an effector, or talk to one.
 
-``serve`` runs one, wiring in the console and the MCP endpoint when asked (:func:`running_server`).
+``serve`` runs one through :func:`effector.launch.running_server` (console and MCP as asked).
 The other commands exit 0 when the call did what was asked, 1 when it did not, and 2 with one
 line on stderr when misconfigured. Every flag can also come from ``BEAM_AGENTS_EFFECTOR_<FLAG>``.
 """
@@ -17,8 +17,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -27,45 +26,23 @@ import grpc
 from beam_agents._protos import GetIntentResponse, IntentState, ToolIntent, ToolResult
 from beam_agents.tools import ToolRegistry
 from effector.client import EffectorClient
+from effector.launch import CONSOLE_PREFIX, MCP_PREFIX, READY_PREFIX, env_name, running_server
 from effector.observability import display_key, payload_text
-from effector.server import (
-    DEFAULT_MCP_IDENTITY,
-    EffectorServer,
-    ServerSettings,
-    WebEndpoint,
-    check_tls_pair,
-    check_token,
-)
+from effector.server import DEFAULT_MCP_IDENTITY, ServerSettings, check_tls_pair, check_token
 from effector.service import (
     DEFAULT_LIST_LIMIT,
     MAX_LIST_LIMIT,
-    EffectorService,
     Tokens,
-    is_loopback_host,
     parse_host_port,
     parse_tokens,
 )
-from effector.store import open_store
 from effector.store.errors import ConfigurationError, StoreError
-from effector.store.intents import wall_clock_ms
 from effector.worker import WorkerSettings
 
 PROG = "beam-agents-effector"
-ENV_PREFIX = "BEAM_AGENTS_EFFECTOR_"
 DEFAULT_ADDRESS = "127.0.0.1:50051"
-READY_PREFIX = "effector listening on "
-"""``serve`` prints this and the bound ``HOST:PORT`` on stdout once it is ready."""
-CONSOLE_PREFIX = "effector console on "
-"""With a console, ``serve`` prints this and its URL on the line after the ready line."""
-MCP_PREFIX = "effector mcp on "
-"""With ``--mcp-listen``, ``serve`` prints this and the endpoint's URL after the console's."""
 
 _log = logging.getLogger("effector")
-
-
-def env_name(flag: str) -> str:
-    """The environment variable that supplies ``--flag``."""
-    return ENV_PREFIX + flag.lstrip("-").replace("-", "_").upper()
 
 
 class _Parser(argparse.ArgumentParser):
@@ -463,59 +440,6 @@ def _server_settings(args: argparse.Namespace) -> ServerSettings:
             result_retention_ms=args.result_retention_s * 1000,
         ),
     )
-
-
-def bind_console(service: EffectorService, settings: ServerSettings) -> WebEndpoint:
-    """The web console's server, bound but not started."""
-    # Imported here: an effector without a console never loads Starlette, Jinja2 or uvicorn.
-    from effector.console.app import create_app
-    from effector.console.serve import ConsoleServer
-
-    assert settings.console_listen is not None
-    host, port = parse_host_port(settings.console_listen)
-    app = create_app(
-        service,
-        token=settings.token,
-        tokens=service.tokens,
-        loopback_only=not settings.token and is_loopback_host(host),
-        https=settings.tls is not None,
-    )
-    return ConsoleServer(app, host, port, tls=settings.tls)
-
-
-def bind_mcp(service: EffectorService, settings: ServerSettings) -> WebEndpoint:
-    """The operator MCP endpoint's server, bound but not started."""
-    # Imported here: an effector without the endpoint never loads the MCP SDK.
-    from effector.console.mcp import bind_mcp_endpoint
-
-    assert settings.mcp_listen is not None
-    host, port = parse_host_port(settings.mcp_listen)
-    return bind_mcp_endpoint(
-        service, host, port, identity=settings.mcp_identity, token=settings.token, tls=settings.tls
-    )
-
-
-@asynccontextmanager
-async def running_server(
-    store_url: str,
-    registry: ToolRegistry,
-    settings: ServerSettings,
-    *,
-    clock: Callable[[], int] = wall_clock_ms,
-) -> AsyncIterator[EffectorServer]:
-    """Serve the store at ``store_url`` (console and MCP endpoint as asked) for a ``with`` block."""
-    store = await open_store(store_url)
-    try:
-        server = EffectorServer(
-            store, registry, settings, clock=clock, bind_console=bind_console, bind_mcp=bind_mcp
-        )
-        await server.start()
-        try:
-            yield server
-        finally:
-            await server.stop()
-    finally:
-        await store.close()
 
 
 async def _serve(args: argparse.Namespace) -> int:

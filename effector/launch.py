@@ -1,7 +1,7 @@
-"""Start an effector for a ``with`` block: a subprocess, or a thread of this process.
+"""Start an effector: :func:`running_server`, and for a ``with`` block a subprocess or a thread.
 
-Both return once the effector is ready, listen on 127.0.0.1 unless told otherwise, and stop
-what they started.
+:func:`running_server` is the one place that wires in the console and the operator MCP endpoint
+(:mod:`effector.console`, loaded only when asked). Here too: the lines ``serve`` prints.
 """
 
 from __future__ import annotations
@@ -15,17 +15,85 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
 from beam_agents.tools import ToolRegistry
-from effector.cli import CONSOLE_PREFIX, READY_PREFIX, env_name, running_server
-from effector.server import EffectorServer, ServerSettings
+from effector.server import EffectorServer, ServerSettings, WebEndpoint
+from effector.service import EffectorService, is_loopback_host, parse_host_port
+from effector.store import open_store
+from effector.store.intents import wall_clock_ms
 
 _T = TypeVar("_T")
 
 LOOPBACK = "127.0.0.1"
+ENV_PREFIX = "BEAM_AGENTS_EFFECTOR_"
+READY_PREFIX = "effector listening on "
+"""``serve`` prints this and the bound ``HOST:PORT`` on stdout once it is ready."""
+CONSOLE_PREFIX = "effector console on "
+"""With a console, ``serve`` prints this and its URL on the line after the ready line."""
+MCP_PREFIX = "effector mcp on "
+"""With ``--mcp-listen``, ``serve`` prints this and the endpoint's URL after the console's."""
+
+
+def env_name(flag: str) -> str:
+    """The environment variable that supplies ``--flag``."""
+    return ENV_PREFIX + flag.lstrip("-").replace("-", "_").upper()
+
+
+def bind_console(service: EffectorService, settings: ServerSettings) -> WebEndpoint:
+    """The web console's server, bound but not started."""
+    # Imported here: an effector without a console never loads Starlette, Jinja2 or uvicorn.
+    from effector.console.app import create_app
+    from effector.console.serve import ConsoleServer
+
+    assert settings.console_listen is not None
+    host, port = parse_host_port(settings.console_listen)
+    app = create_app(
+        service,
+        token=settings.token,
+        tokens=service.tokens,
+        loopback_only=not settings.token and is_loopback_host(host),
+        https=settings.tls is not None,
+    )
+    return ConsoleServer(app, host, port, tls=settings.tls)
+
+
+def bind_mcp(service: EffectorService, settings: ServerSettings) -> WebEndpoint:
+    """The operator MCP endpoint's server, bound but not started."""
+    # Imported here: an effector without the endpoint never loads the MCP SDK.
+    from effector.console.mcp import bind_mcp_endpoint
+
+    assert settings.mcp_listen is not None
+    host, port = parse_host_port(settings.mcp_listen)
+    return bind_mcp_endpoint(
+        service, host, port, identity=settings.mcp_identity, token=settings.token, tls=settings.tls
+    )
+
+
+@asynccontextmanager
+async def running_server(
+    store_url: str,
+    registry: ToolRegistry,
+    settings: ServerSettings,
+    *,
+    clock: Callable[[], int] = wall_clock_ms,
+) -> AsyncIterator[EffectorServer]:
+    """Serve the store at ``store_url`` (console and MCP endpoint as asked) for a ``with`` block."""
+    store = await open_store(store_url)
+    try:
+        server = EffectorServer(
+            store, registry, settings, clock=clock, bind_console=bind_console, bind_mcp=bind_mcp
+        )
+        await server.start()
+        try:
+            yield server
+        finally:
+            await server.stop()
+    finally:
+        await store.close()
 
 
 class EffectorStartError(RuntimeError):

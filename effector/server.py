@@ -2,7 +2,7 @@
 
 :class:`EffectorServer` serves one store, tool registry and worker over ``grpc.aio``. Its web
 endpoints (console, MCP) come from binders it is given, so this module never imports
-:mod:`effector.console`: :func:`effector.cli.running_server` gives them.
+:mod:`effector.console`: :func:`effector.launch.running_server` gives them.
 """
 
 from __future__ import annotations

@@ -196,11 +196,11 @@ def test_there_is_no_import_circle_between_subpackages() -> None:
     assert strongly_connected(units) == []
 
 
-CONSOLE_WIRING = {"effector.cli"}
+CONSOLE_WIRING = {"effector.launch"}
 """The one effector module outside the console that imports it (the ``[console]`` extra)."""
 
 
-def test_only_the_command_line_wires_the_console() -> None:
+def test_only_the_launcher_wires_the_console() -> None:
     offenders = sorted(
         name
         for name, path in MODULES.items()

@@ -1,6 +1,6 @@
 """The effector's web console and operator MCP endpoint: the ``[console]`` extra.
 
-Only :mod:`effector.cli` imports this package: it binds both for ``serve --console-listen`` and
+Only :mod:`effector.launch` imports this package: it binds both for ``--console-listen`` and
 ``--mcp-listen``. Actions go through the same service code as the gRPC ``Decide`` and ``Publish``.
 """
 

@@ -25,9 +25,9 @@ from effector_harness import self_signed_certificate
 from beam_agents.tools import ToolRegistry
 from effector import launch
 from effector import server as server_module
-from effector.cli import env_name, running_server
 from effector.client import AsyncEffectorClient
 from effector.console import ConsoleServer
+from effector.launch import env_name, running_server
 from effector.server import ServerSettings
 from effector.store.errors import ConfigurationError
 from tests.console.harness import TOKEN, client_for, start_effector

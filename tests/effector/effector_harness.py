@@ -25,8 +25,8 @@ from effector_test_tools import make_registry
 from beam_agents._protos import GetIntentResponse, IntentState, ToolIntent, canonical_json
 from beam_agents.tools import ToolRegistry
 from effector import launch
-from effector.cli import running_server
 from effector.client import AsyncEffectorClient
+from effector.launch import running_server
 from effector.server import EffectorServer, ServerSettings
 from effector.store.intents import wall_clock_ms
 from effector.store.sql import SqlStore

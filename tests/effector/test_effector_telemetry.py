@@ -21,7 +21,7 @@ from effector_test_tools import make_registry
 
 import beam_agents._protos as pb
 from effector import cli
-from effector.cli import running_server
+from effector.launch import running_server
 from effector.server import EffectorServer, ServerSettings
 from effector.service import MAX_ENTITY_KEY_BYTES, MAX_TELEMETRY_BATCH
 from effector.store.errors import ConfigurationError

@@ -40,8 +40,8 @@ from mcp_types import CallToolResult
 
 from beam_agents._protos import IntentState, SubmitAck, ToolIntent, ToolResult
 from effector import launch
-from effector.cli import MCP_PREFIX
 from effector.client import AsyncEffectorClient
+from effector.launch import MCP_PREFIX
 from effector.server import ServerSettings
 from effector.store.errors import ConfigurationError
 
@@ -316,7 +316,8 @@ def test_an_effector_without_the_endpoint_never_imports_mcp(tmp_path: Path) -> N
     probe = (
         "import asyncio, sys\n"
         "from effector_test_tools import make_registry\n"
-        "from effector.cli import main, running_server\n"
+        "from effector.cli import main\n"
+        "from effector.launch import running_server\n"
         "from effector.server import ServerSettings\n"
         "async def serve():\n"
         f"    async with running_server('sqlite:///{tmp_path / 's.db'}', make_registry(),\n"

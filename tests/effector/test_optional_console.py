@@ -30,7 +30,8 @@ class NotInstalled:
 
 sys.meta_path.insert(0, NotInstalled())
 import effector, effector.server, effector.service, effector.worker, effector.store, effector.cli
-from effector.cli import main, running_server
+from effector.cli import main
+from effector.launch import running_server
 from effector.server import ServerSettings
 from effector_test_tools import make_registry
 

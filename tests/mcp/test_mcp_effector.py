@@ -29,8 +29,8 @@ from beam_agents._protos import (
 from beam_agents.tools import ToolRegistry
 from beam_agents.tools.mcp import McpServer, load_mcp_tools
 from beam_agents.tools.mcp._sessions import session_pool
-from effector.cli import running_server
 from effector.client import AsyncEffectorClient
+from effector.launch import running_server
 from effector.server import ServerSettings
 from effector.worker import WorkerSettings
 from tests.mcp.conftest import RAW_SERVER, stdio_server
