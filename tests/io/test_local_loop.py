@@ -183,3 +183,29 @@ def test_read_envelopes_with_a_test_stream_fails_before_anything_is_published(
         with pytest.raises(ValueError, match="ReadEnvelopes and TestStream cannot share"):
             pipeline.run()
         assert eff.run(eff.server.store.counts()).head_offset == 0  # nothing was published
+
+
+def test_one_readme_loop_run_passes_through_at_most_25_project_files(tmp_path: Path) -> None:
+    """A reader follows one event through a dozen files: every thread's calls are counted."""
+    local_loop = _example()
+    packages = (str(REPO / "beam_agents"), str(REPO / "effector"))
+    seen: set[str] = set()
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        path = frame.f_code.co_filename
+        if event == "call" and path.startswith(packages) and "_pb2" not in path:
+            seen.add(str(Path(path).relative_to(REPO)))
+
+    sys.setprofile(profile)
+    threading.setprofile(profile)
+    try:
+        with EffectorThread(
+            f"sqlite:///{tmp_path}/effector.db", local_loop.make_registry()
+        ) as effector:
+            local_loop.run(effector.address, str(tmp_path))
+    finally:
+        sys.setprofile(None)
+        threading.setprofile(None)
+    assert local_loop.read_lines(str(tmp_path))[0] == "denied o-0"
+    assert {"beam_agents/core/activation.py", "effector/worker.py"} <= seen
+    assert len(seen) <= 25, sorted(seen)
