@@ -4,18 +4,15 @@ from __future__ import annotations
 
 from beam_agents.core.agent import FallbackContext
 from beam_agents.core.config import (
-    MAX_REQUIRED_APPROVALS,
     Deny,
     Drop,
     Escalate,
     HitlPolicy,
     Route,
     TimeoutRoute,
-    check_required_approvals,
 )
 
 __all__ = [
-    "MAX_REQUIRED_APPROVALS",
     "Deny",
     "Drop",
     "Escalate",
@@ -23,5 +20,4 @@ __all__ = [
     "HitlPolicy",
     "Route",
     "TimeoutRoute",
-    "check_required_approvals",
 ]

@@ -39,16 +39,10 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-SHIM = '"""Temporary alias (issue 41)'
-"""How a module moved during issue 41 starts at its old path (skipped: they go once it lands)."""
-
-
 def source_modules() -> dict[str, Path]:
     modules = {}
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):
-            if path.read_text().startswith(SHIM):
-                continue
             if not str(path.relative_to(ROOT)).startswith(GENERATED) or path.name == "__init__.py":
                 modules[module_name(path)] = path
     return modules

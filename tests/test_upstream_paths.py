@@ -21,9 +21,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 UPSTREAM_PATHS: dict[str, list[str]] = {
     "beam_agents._protos": ["AgentEnvelope", "ToolResult", "TraceEvent", "ToolIntent", "Approval"],
-    "beam_agents.core.agent": ["Complete", "Suspend", "intent_id_for"],
+    "beam_agents.core.agent": ["Complete", "Suspend", "intent_id_for", "FallbackContext"],
     "beam_agents.core.context": ["ActivationContext"],
-    "beam_agents.hitl": ["Route", "HitlPolicy", "Deny", "FallbackContext"],
+    "beam_agents.hitl": ["Route", "HitlPolicy", "Deny", "Drop", "Escalate", "FallbackContext"],
     "beam_agents.model.client": ["LlmRequest"],
     "beam_agents.model.fake": ["FakeLLM", "match_any", "respond_with"],
     "beam_agents.tools": ["tool", "Tool", "ToolRegistry", "ToolRunner", "IntentInfo"],
@@ -45,6 +45,13 @@ def test_each_upstream_path_imports_and_exposes_its_names(path: str) -> None:
         assert value is not None, f"{path}.{name}"
         if name in beam_agents.__all__:  # one object, whichever path imports it
             assert value is getattr(beam_agents, name), f"{path}.{name}"
+
+
+def test_the_hitl_module_re_exports_the_policy_that_lives_with_the_config() -> None:
+    from beam_agents.core.config import HitlPolicy
+    from beam_agents.hitl import HitlPolicy as Documented
+
+    assert Documented is HitlPolicy
 
 
 def test_every_root_name_resolves() -> None:

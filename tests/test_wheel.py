@@ -19,6 +19,10 @@ import pytest
 
 from tests.test_docs import quick_start, run_quick_start
 
+# The fresh venv installs every dependency from the package index inside a fixture, which the
+# per-test timeout counts.
+pytestmark = pytest.mark.timeout(900)
+
 REPO = Path(__file__).resolve().parents[1]
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
 
