@@ -104,7 +104,7 @@ class KeyState:
             self._header = (
                 decode_versioned(KeyHeader, blob, HEADER_SCHEMA_VERSION)
                 if blob
-                else KeyHeader(schema_version=HEADER_SCHEMA_VERSION, suspended=False)
+                else KeyHeader(schema_version=HEADER_SCHEMA_VERSION)
             )
         return self._header
 
