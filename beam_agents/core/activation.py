@@ -54,9 +54,9 @@ from beam_agents.core.context import (
     ActivationContext,
     ActivationServices,
     AgentFn,
-    ReplayCursor,
     Resumption,
     Staged,
+    StepCursor,
     StepRecord,
     run_namespace,
     stage_route_compensations,
@@ -219,10 +219,9 @@ class Activator:
             load_memory=state.read_memory,
             load_cache=_no_committed_calls,
         )
-        record = staged(ctx)
-        outcome = self._activate(plan, ctx, record, TRIGGER_EVENT, envelope, envelope_bytes)
+        outcome = self._activate(plan, ctx, staged(ctx), TRIGGER_EVENT, envelope, envelope_bytes)
         if outcome is not None:
-            self._commit(plan, ctx, record, outcome, TRIGGER_EVENT, None)
+            self._commit(plan, ctx, staged(ctx), outcome, TRIGGER_EVENT, None)
 
     def _buffer_event(self, plan: Plan, key: bytes, envelope: AgentEnvelope) -> None:
         state = plan.state
@@ -274,26 +273,25 @@ class Activator:
             )
             return
         assert suspended is not None
-        admitted = with_answer(suspended, answer)
+        answered = with_answer(suspended, answer)
         now_ms = envelope.event_time_ms
         ctx = ActivationContext(
             entity_key=key,
-            seq=admitted.seq,
+            seq=answered.seq,
             now_ms=now_ms,
             event=b"",
-            first_step=admitted.next_step,
+            first_step=answered.next_step,
             trace=TraceRecorder(
-                key, admitted.seq, admitted.trace_id, admitted.trace_sequence, now_ms
+                key, answered.seq, answered.trace_id, answered.trace_sequence, now_ms
             ),
             services=self._services,
             load_memory=state.read_memory,
             load_cache=state.read_cache,
-            resumption=resumption(admitted, answer),
+            resumption=resumption(answered, answer),
         )
-        record = staged(ctx)
-        outcome = self._activate(plan, ctx, record, trigger, envelope, None)
+        outcome = self._activate(plan, ctx, staged(ctx), trigger, envelope, None)
         if outcome is not None:
-            self._commit(plan, ctx, record, outcome, trigger, admitted)
+            self._commit(plan, ctx, staged(ctx), outcome, trigger, answered)
 
     # -- activation and commit -----------------------------------------------------------
 
@@ -301,22 +299,22 @@ class Activator:
         self,
         plan: Plan,
         ctx: ActivationContext,
-        record: Staged,
+        staged: Staged,
         trigger: str,
         envelope: AgentEnvelope,
         envelope_bytes: bytes | None,
     ) -> Outcome | None:
         """Run the agent; on failure plan the error and its trace and return ``None``."""
-        trace = record.trace
+        trace = staged.trace
         if self._record is not None:
-            record.recording = ActivationRecorder(
+            staged.recording = ActivationRecorder(
                 self._record, envelope, trigger, ctx.high_water_step
             )
         trace.record(TraceEvent.ACTIVATION_START, ctx.high_water_step, {"trigger": trigger})
         failure: BaseException
         try:
             outcome = self._run(self._agent(ctx), self._config.activation_timeout_s)
-            return self._checked(outcome, record)
+            return self._checked(outcome, staged)
         except (Exception, asyncio.CancelledError) as exc:
             failure = exc
         reason = _failure_reason(failure)
@@ -339,10 +337,10 @@ class Activator:
         )
         return None
 
-    def _checked(self, outcome: object, record: Staged) -> Outcome:
-        if record.budget_error is not None:
+    def _checked(self, outcome: object, staged: Staged) -> Outcome:
+        if staged.budget_error is not None:
             # The agent caught it, but a run past its budget must not commit.
-            raise record.budget_error
+            raise staged.budget_error
         if isinstance(outcome, Complete):
             if not isinstance(outcome.output, bytes):
                 raise InvalidOutcomeError(
@@ -350,7 +348,7 @@ class Activator:
                 )
             return outcome
         if isinstance(outcome, Suspend):
-            if not record.pending_after() and self._suspension_timeout(outcome) is None:
+            if not staged.pending_after() and self._suspension_timeout(outcome) is None:
                 raise InvalidOutcomeError(
                     "the agent suspended with no pending intents and no timeout, so nothing "
                     "could ever resume it; stage an intent first, set Suspend(timeout_ms=...), "
@@ -365,15 +363,15 @@ class Activator:
         self,
         plan: Plan,
         ctx: ActivationContext,
-        record: Staged,
+        staged: Staged,
         outcome: Outcome,
         trigger: str,
         base: Continuation | None,
     ) -> None:
         """Plan a successful activation's state, timers and outputs (``base``: the resumed run)."""
         state = plan.state
-        if record.recording is not None:  # first: it reads the state this commit replaces
-            recorded = record.recording.finish(ctx.entity_key, ctx.seq, record, outcome, state)
+        if staged.recording is not None:  # first: it reads the state this commit replaces
+            recorded = staged.recording.finish(ctx.entity_key, ctx.seq, staged, outcome, state)
             plan.records = (*plan.records, recorded)
         was_suspended = state.continuation is not None
         suspended: Continuation | None = None
@@ -381,7 +379,7 @@ class Activator:
             timeout = self._suspension_timeout(outcome)
             suspended = suspend(
                 base,
-                record,
+                staged,
                 seq=ctx.seq,
                 started_at_ms=ctx.now_ms,
                 snapshot=outcome.snapshot,
@@ -389,20 +387,20 @@ class Activator:
                 deadline_ms=0 if timeout is None else self.processing_ms() + timeout,
             )
         else:
-            record.trace.record(
+            staged.trace.record(
                 TraceEvent.ACTIVATION_END,
-                record.cursor.high_water_step,
-                record.closing_attributes({"output_bytes": str(len(outcome.output))}),
+                staged.cursor.high_water_step,
+                staged.closing_attributes({"output_bytes": str(len(outcome.output))}),
             )
         if self._config.before_commit is not None:
             first_step = 0 if base is None else base.next_step
             self._before_commit(ctx.entity_key, ctx.seq, trigger, first_step)
-        memory = record.memory
+        memory = staged.memory
         if memory is not None and memory.changed:
             state.write_memory(memory.encode())
         self._write_header(plan, max(state.header.next_seq, ctx.seq + 1), ctx.now_ms)
         if suspended is not None:
-            cache = record.cache
+            cache = staged.cache
             if cache is not None and cache.changed:
                 suspended.replay_cache = cache.encode()
             state.write_continuation(suspended)
@@ -410,9 +408,9 @@ class Activator:
         elif was_suspended:
             state.end_run()
             plan.deadline_ms = 0
-        if record.intents:
-            plan.intents.extend(record.intents)
-        plan.traces.extend(record.trace.events)
+        if staged.intents:
+            plan.intents.extend(staged.intents)
+        plan.traces.extend(staged.trace.events)
         if isinstance(outcome, Complete):
             if outcome.output:
                 plan.outputs.append(outcome.output)
@@ -565,28 +563,28 @@ def pending_kind(continuation: Continuation, intent_id: str) -> int:
 
 def with_answer(suspended: Continuation, answer: ToolResult | Approval) -> Continuation:
     """The run with ``answer`` (to one of its pending intents) applied."""
-    admitted = _copy(suspended)
+    answered = _copy(suspended)
     pending = pending_of(suspended)
     del pending[[intent_id for intent_id, _ in pending].index(answer.intent_id)]
-    _set_pending(admitted, pending)
-    _answer(admitted, answer)
-    return admitted
+    _set_pending(answered, pending)
+    _answer(answered, answer)
+    return answered
 
 
-def resumption(admitted: Continuation, answer: ToolResult | Approval) -> Resumption:
-    """What the activation that ``answer`` starts resumes from (``admitted`` includes it)."""
+def resumption(answered: Continuation, answer: ToolResult | Approval) -> Resumption:
+    """What the activation that ``answer`` starts resumes from (``answered`` includes it)."""
     is_approval = isinstance(answer, Approval)
     return Resumption(
         result=None if is_approval else answer,  # type: ignore[arg-type]
         approval=answer if is_approval else None,  # type: ignore[arg-type]
-        snapshot=admitted.snapshot,
-        results={result.intent_id: result for result in admitted.results},
-        pending=tuple(pending_of(admitted)),
-        tokens_used=admitted.tokens_used,
-        steps=admitted.steps,
-        namespace=run_namespace(admitted),
-        approvals={approval.intent_id: approval for approval in admitted.approvals},
-        compensations=admitted.compensations,
+        snapshot=answered.snapshot,
+        results={result.intent_id: result for result in answered.results},
+        pending=tuple(pending_of(answered)),
+        tokens_used=answered.tokens_used,
+        steps=answered.steps,
+        namespace=run_namespace(answered),
+        approvals={approval.intent_id: approval for approval in answered.approvals},
+        compensations=answered.compensations,
     )
 
 
@@ -602,7 +600,7 @@ def suspend(
 ) -> Continuation:
     """The continuation a ``Suspend`` persists, and its ``SUSPENDED`` trace.
 
-    ``base`` is the resumed run with its answer admitted, or ``None`` for a new run.
+    ``base`` is the resumed run with its answer applied, or ``None`` for a new run.
     """
     pending = staged.pending_after()
     next_step = staged.cursor.high_water_step
@@ -653,7 +651,7 @@ def escalate(
             "pending_intent_ids": [pending_id for pending_id, _ in kept],
         }
     )
-    asked = Staged(trace, ReplayCursor(step), namespace=run_namespace(suspended))
+    asked = Staged(trace, StepCursor(step), namespace=run_namespace(suspended))
     asked.stage_intent(
         ToolIntent.APPROVAL,
         APPROVAL_TOOL_NAME,

@@ -166,7 +166,7 @@ class ActivationContext:
             self._approvals: Mapping[str, Approval] = _NO_APPROVALS
             self._pending_ids = _NONE_PENDING
             self._staged = Staged(
-                trace, ReplayCursor(first_step), namespace=services.intent_namespace
+                trace, StepCursor(first_step), namespace=services.intent_namespace
             )
         else:
             self._result = resumption.result
@@ -184,7 +184,7 @@ class ActivationContext:
             )
             self._staged = Staged(
                 trace,
-                ReplayCursor(first_step, resumption.steps),
+                StepCursor(first_step, resumption.steps),
                 pending,
                 resumption.tokens_used,
                 namespace=resumption.namespace,
@@ -505,7 +505,7 @@ StepRecord = Continuation.StepRecord
 """One recorded step of a run (kind and content digest), as the continuation stores it."""
 
 
-class ReplayCursor:
+class StepCursor:
     """Hands out step positions, replaying the run's recorded steps while they match."""
 
     __slots__ = ("_high_water", "_recorded", "_replay_end", "_step", "new_steps")
@@ -701,7 +701,7 @@ class Staged:
     def __init__(
         self,
         trace: TraceRecorder,
-        cursor: ReplayCursor,
+        cursor: StepCursor,
         carried: tuple[tuple[str, int], ...] = (),
         tokens_before: int = 0,
         *,
@@ -977,7 +977,7 @@ def stage_route_compensations(suspended: Continuation, trace: TraceRecorder) -> 
     One per linked effect not yet compensated unless its result says it never ran.
     """
     outcome = {result.intent_id: result.status for result in suspended.results}
-    staged = Staged(trace, ReplayCursor(suspended.next_step), namespace=run_namespace(suspended))
+    staged = Staged(trace, StepCursor(suspended.next_step), namespace=run_namespace(suspended))
     for link in sorted(suspended.compensations, key=lambda link: -link.step_index):
         if link.compensation_intent_id or outcome.get(link.intent_id) in NEVER_RAN:
             continue

@@ -147,7 +147,7 @@ class CircuitBreaker:
     def _cooldown_left(self) -> float:
         return self._opened_at + self.reset_timeout_s - self._clock()
 
-    def admit(self) -> None:
+    def allow(self) -> None:
         """Let a call through (then record its outcome), or raise :class:`CircuitOpenError`."""
         state = self.state
         if state is CircuitState.CLOSED:
@@ -170,13 +170,13 @@ class CircuitBreaker:
         )
 
     def record_success(self) -> None:
-        """Record that the admitted call succeeded (the endpoint answered): close the circuit."""
+        """Record that the allowed call succeeded (the endpoint answered): close the circuit."""
         self._state = CircuitState.CLOSED
         self._consecutive_failures = 0
         self._trial_in_flight = False
 
     def record_failure(self) -> None:
-        """Record that the admitted call failed in a way that says the endpoint is unhealthy."""
+        """Record that the allowed call failed in a way that says the endpoint is unhealthy."""
         self._consecutive_failures += 1
         if self._trial_in_flight or self._consecutive_failures >= self.failure_threshold:
             self._state = CircuitState.OPEN
@@ -184,7 +184,7 @@ class CircuitBreaker:
         self._trial_in_flight = False
 
     def release(self) -> None:
-        """Record that the admitted call ended without a verdict (cancelled, or a local bug)."""
+        """Record that the allowed call ended without a verdict (cancelled, or a local bug)."""
         self._trial_in_flight = False
 
 
@@ -259,7 +259,7 @@ async def call_with_resilience(
         started = clock()
         if breaker is not None:
             try:
-                breaker.admit()
+                breaker.allow()
             except CircuitOpenError as refused:
                 _report(on_attempt, Attempt(number, "failed", refused))
                 raise refused from last_error

@@ -116,11 +116,11 @@ def resume(
         base, staged(ctx), seq=SEQ, started_at_ms=1_000, snapshot=b"", adapter="", deadline_ms=0
     )
     answer = ToolResult(intent_id=answered, status=ToolResult.OK, payload=b"1")
-    admitted = with_answer(suspended, answer)
+    answered = with_answer(suspended, answer)
     next_ctx = make_context(
-        seq=SEQ, first_step=admitted.next_step, resumption=resumption(admitted, answer)
+        seq=SEQ, first_step=answered.next_step, resumption=resumption(answered, answer)
     )
-    return next_ctx, admitted
+    return next_ctx, answered
 
 
 def test_a_re_walk_returns_the_same_ids_and_stages_nothing_new() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from beam_agents._protos import Approval, Continuation, ToolIntent, ToolResult
 from beam_agents.core.activation import resumption, suspend, with_answer
-from beam_agents.core.context import ReplayCursor, Staged, StepRecord, intent_step_digest
+from beam_agents.core.context import Staged, StepCursor, StepRecord, intent_step_digest
 from beam_agents.core.observability import TraceRecorder, trace_id_for
 
 KEY = b"k"
@@ -32,17 +32,17 @@ def waiting() -> Continuation:
 
 def test_admitting_a_result_moves_it_from_pending_to_answered() -> None:
     answer = ToolResult(intent_id="a", status=ToolResult.OK, payload=b"1")
-    admitted = with_answer(waiting(), answer)
-    assert list(admitted.pending_intent_ids) == ["b"]
-    assert list(admitted.pending_kinds) == [ToolIntent.APPROVAL]
-    assert list(admitted.answered_intent_ids) == ["a"] and list(admitted.results) == [answer]
+    answered = with_answer(waiting(), answer)
+    assert list(answered.pending_intent_ids) == ["b"]
+    assert list(answered.pending_kinds) == [ToolIntent.APPROVAL]
+    assert list(answered.answered_intent_ids) == ["a"] and list(answered.results) == [answer]
     assert waiting().pending_intent_ids == ["a", "b"]
 
 
 def test_admitting_an_approval_records_the_decision() -> None:
     decision = Approval(intent_id="b", approved=True, approver="ana")
-    admitted = with_answer(waiting(), decision)
-    assert list(admitted.approvals) == [decision] and list(admitted.results) == []
+    answered = with_answer(waiting(), decision)
+    assert list(answered.approvals) == [decision] and list(answered.results) == []
 
 
 def test_the_resumption_carries_what_the_run_received_and_still_waits_for() -> None:
@@ -57,7 +57,7 @@ def test_the_resumption_carries_what_the_run_received_and_still_waits_for() -> N
 def staged_resume(base: Continuation) -> Staged:
     """A resumed activation of ``base``'s run that staged one more intent at step 2."""
     trace = TraceRecorder(KEY, 1, base.trace_id, base.trace_sequence, 9)
-    cursor = ReplayCursor(base.next_step, base.steps)
+    cursor = StepCursor(base.next_step, base.steps)
     record = Staged(trace, cursor, (("b", 3),), 40)
     record.stage_intent(ToolIntent.TOOL, "ship", "{}", 100, "")
     assert [intent.step_index for intent in record.intents] == [2]

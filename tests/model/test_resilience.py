@@ -254,15 +254,15 @@ def test_breaker_opens_after_the_threshold_and_fails_fast() -> None:
     fake = FakeTime()
     breaker = CircuitBreaker(failure_threshold=3, reset_timeout_s=30.0, endpoint="e", clock=fake)
     for _ in range(2):
-        breaker.admit()
+        breaker.allow()
         breaker.record_failure()
     assert breaker.state is CircuitState.CLOSED and breaker.consecutive_failures == 2
-    breaker.admit()
+    breaker.allow()
     breaker.record_failure()
     assert breaker.state is CircuitState.OPEN
     fake.now += 10.0
     with pytest.raises(CircuitOpenError) as raised:
-        breaker.admit()
+        breaker.allow()
     assert raised.value.endpoint == "e"
     assert raised.value.retry_after_s == pytest.approx(20.0)
     assert "3 consecutive failures" in str(raised.value)
@@ -271,60 +271,60 @@ def test_breaker_opens_after_the_threshold_and_fails_fast() -> None:
 
 def test_a_success_resets_the_failure_count() -> None:
     breaker = CircuitBreaker(failure_threshold=2, clock=FakeTime())
-    breaker.admit()
+    breaker.allow()
     breaker.record_failure()
-    breaker.admit()
+    breaker.allow()
     breaker.record_success()
-    breaker.admit()
+    breaker.allow()
     breaker.record_failure()
     assert breaker.state is CircuitState.CLOSED
 
 
-def test_half_open_admits_one_trial_whose_success_closes() -> None:
+def test_half_open_allows_one_trial_whose_success_closes() -> None:
     fake = FakeTime()
     breaker = CircuitBreaker(failure_threshold=1, reset_timeout_s=5.0, clock=fake)
-    breaker.admit()
+    breaker.allow()
     breaker.record_failure()
     fake.now += 4.9
     assert breaker.state is CircuitState.OPEN
     fake.now += 0.1
     assert breaker.state is CircuitState.HALF_OPEN
-    breaker.admit()
+    breaker.allow()
     with pytest.raises(CircuitOpenError, match="trial call is in flight"):
-        breaker.admit()
+        breaker.allow()
     breaker.record_success()
     assert breaker.state is CircuitState.CLOSED
-    breaker.admit()
-    breaker.admit()
+    breaker.allow()
+    breaker.allow()
 
 
 def test_a_failed_trial_reopens_for_a_fresh_cool_down() -> None:
     fake = FakeTime()
     breaker = CircuitBreaker(failure_threshold=2, reset_timeout_s=5.0, clock=fake)
     for _ in range(2):
-        breaker.admit()
+        breaker.allow()
         breaker.record_failure()
     fake.now += 5.0
-    breaker.admit()
+    breaker.allow()
     breaker.record_failure()
     assert breaker.state is CircuitState.OPEN
     fake.now += 4.0
     with pytest.raises(CircuitOpenError):
-        breaker.admit()
+        breaker.allow()
     fake.now += 1.0
-    breaker.admit()
+    breaker.allow()
     assert breaker.state is CircuitState.HALF_OPEN
 
 
 def test_a_released_trial_lets_another_trial_in() -> None:
     fake = FakeTime()
     breaker = CircuitBreaker(failure_threshold=1, reset_timeout_s=1.0, clock=fake)
-    breaker.admit()
+    breaker.allow()
     breaker.record_failure()
     fake.now += 1.0
-    breaker.admit()
+    breaker.allow()
     breaker.release()
-    breaker.admit()
+    breaker.allow()
     assert breaker.state is CircuitState.HALF_OPEN
 
 
@@ -351,7 +351,7 @@ def test_registry_keeps_one_breaker_per_endpoint_and_registries_are_independent(
     assert breakers.for_endpoint("http://a#m1") is first
     other = breakers.for_endpoint("http://a#m2")
     assert other is not first and len(breakers) == 2
-    first.admit()
+    first.allow()
     first.record_failure()
     assert first.state is CircuitState.OPEN
     assert other.state is CircuitState.CLOSED
@@ -370,7 +370,7 @@ def test_registry_keeps_one_breaker_per_endpoint_and_registries_are_independent(
 async def test_an_open_circuit_refuses_without_calling() -> None:
     fake = FakeTime()
     breaker = CircuitBreaker(failure_threshold=1, reset_timeout_s=30.0, clock=fake)
-    breaker.admit()
+    breaker.allow()
     breaker.record_failure()
     call = Script(fake, "never")
     attempts: list[Attempt] = []
@@ -423,7 +423,7 @@ async def test_bad_requests_do_not_count_against_the_endpoint() -> None:
 async def test_a_cancelled_trial_does_not_wedge_the_breaker() -> None:
     fake = FakeTime()
     breaker = CircuitBreaker(failure_threshold=1, reset_timeout_s=1.0, clock=fake)
-    breaker.admit()
+    breaker.allow()
     breaker.record_failure()
     fake.now += 1.0
     started = asyncio.Event()
