@@ -39,6 +39,8 @@ def queued(alias: str, *, check_state: bool = True) -> str:
 
 ROWS_PER_STATEMENT = 200
 """Rows per multi-row statement, well under every backend's limit on bound parameters."""
+PRUNE_BATCH = 10_000
+"""Rows deleted per table per transaction when old rows are forgotten."""
 
 _T = TypeVar("_T")
 

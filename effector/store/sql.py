@@ -1,7 +1,9 @@
 """``SqlStore``: the durable record both SQL backends share, one method per store verb.
 
 Each verb runs one transaction on the backend's executor threads (its SQL is the ``_verb``
-method beside it). Time is always passed in (``now_ms``): the store never reads a clock.
+method beside it); the telemetry verbs are inherited from
+:class:`~effector.store.telemetry.TelemetryTables`. Time is always passed in (``now_ms``): the
+store never reads a clock.
 """
 
 from __future__ import annotations
@@ -17,21 +19,18 @@ import logging
 import math
 import os
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import effector.store.schema as sql
 from beam_agents._protos import (
-    ActivationRecord,
     AgentEnvelope,
-    AgentError,
     Approval,
     IntentState,
     ToolIntent,
     ToolResult,
-    TraceEvent,
     approval_digest,
 )
 from effector.store.intents import (
@@ -41,19 +40,15 @@ from effector.store.intents import (
     CompensationSettlement,
     Completion,
     Decision,
-    ErrorRecord,
     IntentRecord,
-    KeySummary,
     LogRecord,
     NewIntent,
     Overview,
-    Recorded,
     StoreCounts,
     SubmitOutcome,
     SubmitResult,
     approval_envelope,
     decision_result,
-    error_id_for,
     expired_result,
     expiry_deadline_ms,
     late_original_reason,
@@ -61,19 +56,14 @@ from effector.store.intents import (
     rejected_result,
     result_envelope,
 )
+from effector.store.telemetry import TelemetryTables
 
 _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
-PRUNE_BATCH = 10_000
-"""Rows deleted per table per transaction when old rows are forgotten."""
 _FAILED_SCAN_BATCH = 1_000
 _SEARCH_SCAN_BATCH = 500
 MINUTE_MS = 60_000
-KEY_SEARCH_SCAN = 50_000
-"""The most recently seen keys a key search looks through (an exact key is found at any age)."""
-_PAIRS_PER_STATEMENT = sql.ROWS_PER_STATEMENT // 2
-"""``(entity_key, seq)`` pairs per counting statement (two parameters each)."""
 _IN_FLIGHT = (sql.PENDING, sql.RUNNING, sql.AWAITING, sql.IN_DOUBT)
 _SUCCEEDED = frozenset({ToolResult.OK, ToolResult.NOT_NEEDED})
 """Results that are not failures: OK, and a compensation that had nothing to undo."""
@@ -89,21 +79,6 @@ RECORD_COLUMNS = (
     "in_doubt_reason, retry_at_ms"
 )
 """The columns :func:`intent_record` reads, in order."""
-_TOKEN_ATTRIBUTES = ("gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens")
-_TRACE_COLUMNS = (
-    "trace_id, span_id, entity_key, seq, sequence, event_type, wall_start_ms, tokens, event, "
-    "recorded_at_ms"
-)
-_ERROR_COLUMNS = "error_id, error, recorded_at_ms, redriven_at_ms"
-_RECORD_COLUMNS = "entity_key, seq, trace_sequence, record, recorded_at_ms"
-_KEY_SUMMARY = f"""SELECT a.entity_key, a.runs, a.last_seen_ms,
-      (SELECT COUNT(*) FROM effector_intents AS i
-       WHERE i.entity_key = a.entity_key AND {sql.queued("i", check_state=False)})
-      + (SELECT COUNT(*) FROM effector_intents AS i
-         WHERE i.entity_key = a.entity_key AND i.state = 3)
-    FROM {{source}} AS a"""
-"""A :class:`KeySummary` per activity row of ``source``; open intents probe two partial indexes."""
-_NEWEST_KEYS = "ORDER BY a.last_seen_ms DESC, a.entity_key DESC"
 _EXECUTED = "state = 4 AND started_at_ms IS NOT NULL"
 """DONE intents that were executed (not decided, rejected or expired without a claim)."""
 
@@ -141,24 +116,6 @@ def intent_record(row: Sequence[Any]) -> IntentRecord:
         in_doubt_reason=in_doubt_reason or "",
         retry_at_ms=retry_at_ms,
     )
-
-
-def model_tokens(event: TraceEvent) -> int:
-    """Input plus output tokens of an LLM_CALL event; a missing or unreadable count is 0."""
-    if event.event_type != TraceEvent.LLM_CALL:
-        return 0
-    total = 0
-    for name in _TOKEN_ATTRIBUTES:
-        try:
-            total += max(int(event.attributes.get(name, "0")), 0)
-        except ValueError:
-            continue
-    return total
-
-
-def _error_record(row: Any) -> ErrorRecord:
-    error_id, blob, recorded_at_ms, redriven_at_ms = row
-    return ErrorRecord(error_id, AgentError.FromString(bytes(blob)), recorded_at_ms, redriven_at_ms)
 
 
 # -- compensation verdicts ----------------------------------------------------------------------
@@ -325,7 +282,7 @@ class _Known:
     published_envelope: bytes | None
 
 
-class SqlStore(abc.ABC):
+class SqlStore(TelemetryTables, abc.ABC):
     """The store over SQL; each backend supplies its connections and transactions.
 
     Guarantees on every backend: one record per intent id (a second submit of the id never
@@ -1176,216 +1133,11 @@ class SqlStore(abc.ABC):
         """Forget DONE intents, envelopes and idle keys older than the retention; rows removed."""
         return await self._run(lambda tx: _prune(tx, now_ms - retention_ms))
 
-    # -- telemetry and the console ------------------------------------------------------------
-
-    async def record_traces(self, events: Sequence[TraceEvent], now_ms: int) -> Recorded:
-        """Store trace events, idempotent on ``(trace_id, span_id)``: a stored one is kept."""
-        return await self._run(lambda tx: _record_traces(tx, events, now_ms))
-
-    async def record_errors(self, errors: Sequence[AgentError], now_ms: int) -> Recorded:
-        """Store ``.errors`` records under their ``error_id_for`` digest; a stored one is kept."""
-
-        def record(tx: sql.Tx) -> Recorded:
-            rows = [
-                (
-                    error_id_for(error),
-                    error.entity_key,
-                    error.reason,
-                    error.SerializeToString(),
-                    now_ms,
-                )
-                for error in errors
-            ]
-            columns = "error_id, entity_key, reason, error, recorded_at_ms"
-            recorded, inserted = _insert(tx, "effector_errors", columns, rows, "entity_key")
-            _touch_keys(tx, {bytes(key) for (key,) in inserted}, now_ms)
-            return recorded
-
-        return await self._run(record)
-
-    async def record_activations(
-        self, records: Sequence[ActivationRecord], now_ms: int
-    ) -> Recorded:
-        """Store activation records, idempotent on ``(entity_key, seq, trace_sequence)``."""
-
-        def record(tx: sql.Tx) -> Recorded:
-            rows = sorted(
-                (
-                    record.entity_key,
-                    record.seq,
-                    record.trace_sequence,
-                    record.SerializeToString(deterministic=True),
-                    now_ms,
-                )
-                for record in records
-            )  # by the whole identity: concurrent writers lock rows in the same order
-            recorded = 0
-            for chunk in sql.chunks(rows):
-                recorded += tx.execute(
-                    f"INSERT INTO effector_records ({_RECORD_COLUMNS}) VALUES "
-                    f"{sql.row_marks(len(chunk), 5)} ON CONFLICT DO NOTHING",
-                    sql.flatten(chunk),
-                ).rowcount
-            return Recorded(recorded=recorded, duplicates=len(rows) - recorded)
-
-        return await self._run(record)
-
-    async def records_for_key(
-        self, entity_key: bytes, max_runs: int, *, before_seq: int | None = None
-    ) -> list[ActivationRecord]:
-        """The records of the key's newest ``max_runs`` runs (below ``before_seq``), in order."""
-        run = ("effector_records", "record", "trace_sequence")
-        blobs = await self._newest_runs(*run, entity_key, max_runs, before_seq)
-        return [ActivationRecord.FromString(blob) for blob in blobs]
-
-    async def traces_for_key(self, entity_key: bytes, max_runs: int) -> list[TraceEvent]:
-        """The events of the key's newest ``max_runs`` runs, by seq then sequence."""
-        run = ("effector_traces", "event", "sequence, span_id")
-        blobs = await self._newest_runs(*run, entity_key, max_runs, None)
-        return [TraceEvent.FromString(blob) for blob in blobs]
-
-    async def _newest_runs(
-        self, table: str, column: str, order: str, key: bytes, runs: int, before: int | None
-    ) -> list[bytes]:
-        """``column`` of the key's newest ``runs`` runs in ``table``, by seq then ``order``."""
-        bound, params = ("", ()) if before is None else (" AND seq < ?", (before,))
-
-        def newest(tx: sql.Tx) -> list[bytes]:
-            seqs = tx.execute(
-                f"""SELECT DISTINCT seq FROM {table} WHERE entity_key = ?{bound}
-                    ORDER BY seq DESC LIMIT ?""",
-                (key, *params, runs),
-            ).fetchall()
-            if not seqs:
-                return []
-            rows = tx.execute(
-                f"""SELECT {column} FROM {table} WHERE entity_key = ? AND seq >= ?{bound}
-                    ORDER BY seq, {order}""",
-                (key, seqs[-1][0], *params),
-            ).fetchall()
-            return [bytes(blob) for (blob,) in rows]
-
-        return [] if runs <= 0 else await self._run(newest, write=False)
-
-    async def list_keys(self, search: bytes, limit: int) -> list[KeySummary]:
-        """Keys containing ``search`` (all if empty) among the :data:`KEY_SEARCH_SCAN` newest."""
-        return await self._run(lambda tx: self._list_keys(tx, search, limit), write=False)
-
-    def _list_keys(self, tx: sql.Tx, search: bytes, limit: int) -> list[KeySummary]:
-        if not search:
-            rows = tx.execute(
-                f"{_KEY_SUMMARY.format(source='effector_key_activity')} {_NEWEST_KEYS} LIMIT ?",
-                (limit,),
-            ).fetchall()
-        else:
-            recent = f"(SELECT * FROM effector_key_activity AS a {_NEWEST_KEYS} LIMIT ?)"
-            contains = self._dialect.contains_bytes.format(haystack="a.entity_key", needle="?")
-            rows = tx.execute(
-                f"{_KEY_SUMMARY.format(source=recent)} WHERE {contains} {_NEWEST_KEYS} LIMIT ?",
-                (KEY_SEARCH_SCAN, search, limit),
-            ).fetchall()
-            rows += tx.execute(
-                f"{_KEY_SUMMARY.format(source='effector_key_activity')} WHERE a.entity_key = ?",
-                (search,),
-            ).fetchall()
-        found = {bytes(key): (int(runs), int(seen), int(open_)) for key, runs, seen, open_ in rows}
-        newest = sorted(found, key=lambda key: (found[key][1], key), reverse=True)[:limit]
-        return [KeySummary(key, *found[key]) for key in newest]
-
-    async def list_errors(self, entity_key: bytes | None, limit: int) -> list[ErrorRecord]:
-        """Stored errors (of one key, if given), newest first, at most ``limit``."""
-        where, params = (
-            ("WHERE entity_key = ? ", (entity_key,)) if entity_key is not None else ("", ())
-        )
-
-        def listed(tx: sql.Tx) -> list[ErrorRecord]:
-            rows = tx.execute(
-                f"""SELECT {_ERROR_COLUMNS} FROM effector_errors {where}
-                    ORDER BY recorded_at_ms DESC, error_id DESC LIMIT ?""",
-                (*params, limit),
-            ).fetchall()
-            return [_error_record(row) for row in rows]
-
-        return await self._run(listed, write=False)
-
-    async def get_error(self, error_id: str) -> ErrorRecord | None:
-        """One stored error, or ``None`` if it is unknown (or pruned)."""
-
-        def found(tx: sql.Tx) -> ErrorRecord | None:
-            row = tx.execute(
-                f"SELECT {_ERROR_COLUMNS} FROM effector_errors WHERE error_id = ?", (error_id,)
-            ).fetchone()
-            return None if row is None else _error_record(row)
-
-        return await self._run(found, write=False)
-
-    async def mark_redriven(self, error_id: str, now_ms: int, *, again: bool = False) -> bool:
-        """Claim an error for a re-drive (a second one only if ``again``); whether it did."""
-        once = "" if again else " AND redriven_at_ms IS NULL"
-        return await self._run(
-            lambda tx: bool(
-                tx.execute(
-                    f"UPDATE effector_errors SET redriven_at_ms = ? WHERE error_id = ?{once}",
-                    (now_ms, error_id),
-                ).rowcount
-            )
-        )
+    # -- the console ----------------------------------------------------------------------------
 
     async def overview(self, now_ms: int, window_ms: int) -> Overview:
         """The figures of the console's overview page, over whole minutes up to now."""
         return await self._run(lambda tx: _overview(tx, now_ms, window_ms), write=False)
-
-    async def prune_telemetry(self, now_ms: int, retention_ms: int) -> int:
-        """Forget telemetry stored before ``now_ms - retention_ms``; returns rows removed."""
-        cutoff, removed = now_ms - retention_ms, 0
-        while True:
-            batch = await self._run(lambda tx: self._prune_telemetry(tx, cutoff))
-            removed += batch
-            if batch < PRUNE_BATCH:
-                return removed
-
-    def _prune_telemetry(self, tx: sql.Tx, cutoff_ms: int) -> int:
-        """Forget up to a batch of traces, errors, records and idle keys from before the cutoff."""
-        idle = tx.execute(
-            """SELECT entity_key FROM effector_key_activity WHERE last_seen_ms < ?
-               ORDER BY last_seen_ms LIMIT ?""",
-            (cutoff_ms, PRUNE_BATCH),
-        ).fetchall()
-        gone = tx.execute(
-            """DELETE FROM effector_traces WHERE (trace_id, span_id) IN (
-                 SELECT trace_id, span_id FROM effector_traces WHERE recorded_at_ms < ?
-                 ORDER BY recorded_at_ms LIMIT ?)
-               RETURNING entity_key, seq""",
-            (cutoff_ms, PRUNE_BATCH),
-        ).fetchall()
-        runs = sorted({(bytes(key), int(seq)) for key, seq in gone})
-        idle_keys = sorted({bytes(key) for (key,) in idle})
-        if self._dialect.for_update:  # SQLite needs no row locks: one writer at a time
-            for chunk in sql.chunks(sorted({key for key, _ in runs}.union(idle_keys))):
-                tx.execute(
-                    f"""SELECT entity_key FROM effector_key_activity
-                        WHERE entity_key IN ({sql.marks(len(chunk))})
-                        ORDER BY entity_key{self._dialect.for_update}""",
-                    chunk,
-                ).fetchall()
-        left = _events_by_run(tx, runs)
-        emptied = Counter(key for key, seq in runs if not left[key, seq])
-        _add_runs(tx, Counter({key: -count for key, count in emptied.items()}))
-        removed = len(gone)
-        for chunk in sql.chunks(idle_keys):
-            removed += tx.execute(
-                f"""DELETE FROM effector_key_activity
-                    WHERE entity_key IN ({sql.marks(len(chunk))})
-                    AND runs = 0 AND last_seen_ms < ?""",
-                (*chunk, cutoff_ms),
-            ).rowcount
-        removed += sql.delete_oldest(
-            tx, "effector_errors", ["error_id"], "recorded_at_ms", cutoff_ms, PRUNE_BATCH
-        )
-        identity = ["entity_key", "seq", "trace_sequence"]
-        return removed + sql.delete_oldest(
-            tx, "effector_records", identity, "recorded_at_ms", cutoff_ms, PRUNE_BATCH
-        )
 
 
 # -- transaction steps shared by several verbs --------------------------------------------------
@@ -1610,10 +1362,16 @@ def _counts(tx: sql.Tx, *, done: bool = True) -> StoreCounts:
 def _prune(tx: sql.Tx, cutoff: int) -> int:
     """Forget a batch of DONE intents, envelopes, idle keys, votes and compensation rows."""
     removed = sql.delete_oldest(
-        tx, "effector_intents", ["intent_id"], "completed_at_ms", cutoff, PRUNE_BATCH, "state = 4"
+        tx,
+        "effector_intents",
+        ["intent_id"],
+        "completed_at_ms",
+        cutoff,
+        sql.PRUNE_BATCH,
+        "state = 4",
     )
     removed += sql.delete_oldest(
-        tx, "effector_envelopes", ["log_offset"], "appended_at_ms", cutoff, PRUNE_BATCH
+        tx, "effector_envelopes", ["log_offset"], "appended_at_ms", cutoff, sql.PRUNE_BATCH
     )
     removed += tx.execute(
         "DELETE FROM effector_keys WHERE pending = 0 AND claim_token IS NULL"
@@ -1630,90 +1388,8 @@ def _prune(tx: sql.Tx, cutoff: int) -> int:
         ["original_intent_id"],
         "recorded_at_ms",
         cutoff,
-        PRUNE_BATCH,
+        sql.PRUNE_BATCH,
     )
-
-
-def _insert(
-    tx: sql.Tx, table: str, columns: str, rows: Sequence[Sequence[Any]], returning: str
-) -> tuple[Recorded, list[Any]]:
-    """Insert ``rows`` (sorted), keeping rows already stored; counts, and ``returning`` of new."""
-    width = columns.count(",") + 1
-    inserted: list[Any] = []
-    for chunk in sql.chunks(sorted(rows, key=lambda row: (row[0], row[1]))):
-        inserted += tx.execute(
-            f"INSERT INTO {table} ({columns}) VALUES {sql.row_marks(len(chunk), width)} "
-            f"ON CONFLICT DO NOTHING RETURNING {returning}",
-            sql.flatten(chunk),
-        ).fetchall()
-    return Recorded(recorded=len(inserted), duplicates=len(rows) - len(inserted)), inserted
-
-
-def _touch_keys(tx: sql.Tx, keys: Iterable[bytes], now_ms: int) -> None:
-    """Note that something about ``keys`` was recorded at ``now_ms``, locking their rows."""
-    rows = [(key, now_ms, 0) for key in sorted(keys)]
-    for chunk in sql.chunks(rows):
-        tx.execute(
-            f"""INSERT INTO effector_key_activity (entity_key, last_seen_ms, runs)
-                VALUES {sql.row_marks(len(chunk), 3)}
-                ON CONFLICT (entity_key) DO UPDATE SET last_seen_ms = CASE
-                  WHEN excluded.last_seen_ms > effector_key_activity.last_seen_ms
-                  THEN excluded.last_seen_ms ELSE effector_key_activity.last_seen_ms END""",
-            sql.flatten(chunk),
-        )
-
-
-def _events_by_run(tx: sql.Tx, runs: Sequence[tuple[bytes, int]]) -> Counter[tuple[bytes, int]]:
-    """How many trace events each ``(entity_key, seq)`` of ``runs`` has stored (none: absent)."""
-    stored: Counter[tuple[bytes, int]] = Counter()
-    for chunk in sql.chunks(runs, _PAIRS_PER_STATEMENT):
-        rows = tx.execute(
-            f"""SELECT entity_key, seq, COUNT(*) FROM effector_traces
-                WHERE {" OR ".join(["(entity_key = ? AND seq = ?)"] * len(chunk))}
-                GROUP BY entity_key, seq""",
-            sql.flatten(chunk),
-        ).fetchall()
-        stored.update({(bytes(key), int(seq)): int(count) for key, seq, count in rows})
-    return stored
-
-
-def _add_runs(tx: sql.Tx, runs: Counter[bytes]) -> None:
-    """Add ``runs[key]`` (negative: take away) to each key's run count."""
-    changes = [(change, key) for key, change in sorted(runs.items()) if change]
-    if changes:
-        tx.executemany(
-            "UPDATE effector_key_activity SET runs = runs + ? WHERE entity_key = ?", changes
-        )
-
-
-def _record_traces(tx: sql.Tx, events: Sequence[TraceEvent], now_ms: int) -> Recorded:
-    """Store trace events; one already stored under ``(trace_id, span_id)`` is kept as it is.
-
-    Key rows are locked before runs are counted, so concurrent calls count a run once.
-    """
-    rows = [
-        (
-            event.trace_id,
-            event.span_id,
-            event.entity_key,
-            event.seq,
-            event.sequence,
-            event.event_type,
-            event.wall_start_unix_nano // 1_000_000 or now_ms,
-            model_tokens(event),
-            event.SerializeToString(deterministic=True),
-            now_ms,
-        )
-        for event in events
-    ]
-    recorded, inserted = _insert(tx, "effector_traces", _TRACE_COLUMNS, rows, "entity_key, seq")
-    if not inserted:
-        return recorded
-    new: Counter[tuple[bytes, int]] = Counter((bytes(key), int(seq)) for key, seq in inserted)
-    _touch_keys(tx, {key for key, _ in new}, now_ms)
-    stored = _events_by_run(tx, sorted(new))
-    _add_runs(tx, Counter(key for (key, seq), count in new.items() if stored[key, seq] == count))
-    return recorded
 
 
 def _overview(tx: sql.Tx, now_ms: int, window_ms: int) -> Overview:

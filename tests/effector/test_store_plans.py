@@ -20,6 +20,7 @@ from effector_harness import make_intent
 from test_store_telemetry import T0, agent_error, llm_span, span
 
 import effector.store.sql as store_sql
+import effector.store.telemetry as telemetry
 from beam_agents._protos import IntentState, ToolIntent, ToolResult
 from effector.store import open_store
 from effector.store.intents import ClaimRequest, Completion, NewIntent, new_result
@@ -146,7 +147,7 @@ def test_a_search_by_tool_follows_the_tool_index(planned: Any, state: Any) -> No
 
 def test_recording_and_pruning_traces_probe_indexes(planned: Any) -> None:
     events = [span(b"k1", 3, 0), span(b"new", 0, 0), span(b"new", 0, 1)]
-    tx = planned(lambda tx: store_sql._record_traces(tx, events, T0 + 5))
+    tx = planned(lambda tx: telemetry._record_traces(tx, events, T0 + 5))
     no_table_scans(tx)
     counted = tx.plan_of("SELECT entity_key, seq, COUNT(*) FROM effector_traces")
     assert "effector_traces_by_key (entity_key=? AND seq=?)" in " ".join(counted)

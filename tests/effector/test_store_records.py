@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-import effector.store.sql as store_sql
+import effector.store.schema as schema
 from beam_agents._protos import ActivationRecord, AgentEnvelope
 from effector.service import records_page
 from effector.store.sql import SqlStore
@@ -69,7 +69,7 @@ async def test_records_for_key_pages_whole_runs_newest_first_each_in_order(
 async def test_records_are_pruned_with_the_telemetry(
     store: SqlStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(store_sql, "PRUNE_BATCH", 2)  # pruning takes several transactions
+    monkeypatch.setattr(schema, "PRUNE_BATCH", 2)  # pruning takes several transactions
     await store.record_activations([record(b"old", seq) for seq in range(5)], T0)
     await store.record_activations([record(b"new", 0)], T0 + 1_000)
     assert await store.prune_telemetry(T0 + 1_500, 1_000) == 5

@@ -12,7 +12,9 @@ import hashlib
 import pytest
 from effector_harness import make_intent
 
+import effector.store.schema as schema
 import effector.store.sql as store_sql
+import effector.store.telemetry as telemetry
 from beam_agents._protos import (
     AgentEnvelope,
     AgentError,
@@ -330,7 +332,7 @@ async def test_overview_figures_on_known_data(store: SqlStore) -> None:
 async def test_prune_telemetry_forgets_only_what_is_past_the_retention(
     store: SqlStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(store_sql, "PRUNE_BATCH", 2)  # pruning takes several transactions
+    monkeypatch.setattr(schema, "PRUNE_BATCH", 2)  # pruning takes several transactions
     await store.record_traces([span(b"old", 0, n) for n in range(5)], T0)
     await store.record_errors([agent_error(b"old", str(n)) for n in range(3)], T0)
     await store.record_traces([span(b"mixed", 0, 0)], T0)
@@ -375,7 +377,7 @@ async def test_a_keys_runs_count_each_run_once_however_its_events_arrive(
 async def test_a_key_search_looks_at_the_newest_keys_and_finds_an_exact_key(
     store: SqlStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(store_sql, "KEY_SEARCH_SCAN", 2)
+    monkeypatch.setattr(telemetry, "KEY_SEARCH_SCAN", 2)
     for n, key in enumerate([b"order-1", b"order-2", b"order-3", b"other"]):
         await store.record_errors([agent_error(key, "x")], T0 + n)
     assert [k.entity_key for k in await store.list_keys(b"order", 10)] == [b"order-3"]
