@@ -1,7 +1,9 @@
-"""The Beam glue: the only package that imports Apache Beam (``testing`` aside).
+"""The runtime's Beam glue: the ``RunAgent`` transform and its DoFn, effector I/O and the sinks.
 
 ``run_agent`` holds ``RunAgent``, ``effector_link`` the transforms that talk to the effector and
 ``sinks`` the outputs' writers. Closing the loop on each runner: ``docs/loop.md``.
+``core``, ``model`` and ``tools`` import no Beam; ``replay`` and ``testing`` build pipelines of
+their own, and the Pydantic AI adapter uses Beam's pickler.
 """
 
 from beam_agents.io.effector_link import (

@@ -26,7 +26,7 @@ def _definition(name: str, value: object) -> str:
     assigned = re.compile(rf"^{re.escape(name)}\b\s*(?::[^=\n]*)?=", re.MULTILINE)
     for module_name, loaded in sorted(sys.modules.items()):
         if not module_name.startswith("beam_agents.") or loaded.__name__ != module_name:
-            continue  # another package, or an alias left at a moved module's old path
+            continue  # another package, or a module entered in sys.modules under a second name
         source = getattr(loaded, "__file__", None)
         if vars(loaded).get(name) is value and source and assigned.search(Path(source).read_text()):
             return f"{module_name}.{name}"
