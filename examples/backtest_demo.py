@@ -18,8 +18,8 @@ import tempfile
 from pathlib import Path
 
 from beam_agents import ActivationContext, AgentConfig, Complete, Suspend
-from beam_agents.replay.backtest import Price, render_markdown, run_backtest
-from beam_agents.replay.cli import main as beam_agents_command
+from beam_agents.replay import Price, render_markdown, run_backtest
+from beam_agents.replay import main as beam_agents_command
 from effector import EffectorClient, EffectorProcess, child_environment
 
 from fraud_tools import LEDGER_ENV, make_pipeline_registry
