@@ -243,7 +243,7 @@ class Activator:
             )
             return
         state.buffer(envelope.SerializeToString())
-        self._write_header(plan, state.header.next_seq, envelope.event_time_ms)
+        state.write_header(self._next_header(plan, state.header.next_seq, envelope.event_time_ms))
 
     def _apply_answer(
         self,
@@ -398,16 +398,18 @@ class Activator:
         memory = staged.memory
         if memory is not None and memory.changed:
             state.write_memory(memory.encode())
-        self._write_header(plan, max(state.header.next_seq, ctx.seq + 1), ctx.now_ms)
+        header = self._next_header(plan, max(state.header.next_seq, ctx.seq + 1), ctx.now_ms)
         if suspended is not None:
             cache = staged.cache
             if cache is not None and cache.changed:
                 suspended.replay_cache = cache.encode()
-            state.write_continuation(suspended)
+            state.write_continuation(suspended, header)
             plan.deadline_ms = suspended.deadline_ms
         elif was_suspended:
-            state.end_run()
+            state.end_run(header)
             plan.deadline_ms = 0
+        else:
+            state.write_header(header)
         if staged.intents:
             plan.intents.extend(staged.intents)
         plan.traces.extend(staged.trace.events)
@@ -432,23 +434,20 @@ class Activator:
         if hook is not None:
             hook(CommitInfo(entity_key=key, seq=seq, trigger=trigger, first_step=first_step))
 
-    def _write_header(self, plan: Plan, next_seq: int, activity_ms: int) -> None:
-        """Store the header; arm the idle timer if this key has none armed."""
-        state = plan.state
-        previous = state.header
+    def _next_header(self, plan: Plan, next_seq: int, activity_ms: int) -> KeyHeader:
+        """The header to store (the caller stores it); arm the idle timer if none is armed."""
+        previous = plan.state.header
         last_activity_ms = max(previous.last_activity_ms, activity_ms)
-        state.write_header(
-            KeyHeader(
-                schema_version=HEADER_SCHEMA_VERSION,
-                next_seq=next_seq,
-                last_activity_ms=last_activity_ms,
-            )
-        )
         ttl_ms = self._config.ttl_ms
         # A zero last activity means no idle timer is armed (a fresh or cleaned-up key); an
         # armed timer that fires early re-arms itself, so it need not move on every element.
         if ttl_ms is not None and previous.last_activity_ms == 0:
             plan.idle_ms = last_activity_ms + ttl_ms
+        return KeyHeader(
+            schema_version=HEADER_SCHEMA_VERSION,
+            next_seq=next_seq,
+            last_activity_ms=last_activity_ms,
+        )
 
     def _drain(self, plan: Plan, key: bytes) -> None:
         """Run the events buffered during a suspension that just ended, until one suspends."""

@@ -141,9 +141,14 @@ class KeyState:
             self._continuation_read = True
         return self._continuation
 
-    def write_continuation(self, continuation: Continuation | None) -> None:
-        """Store ``continuation`` (``None`` clears it); the header's ``suspended`` follows."""
-        header = self.header
+    def write_continuation(
+        self, continuation: Continuation | None, header: KeyHeader | None = None
+    ) -> None:
+        """Store ``continuation`` (``None`` clears it); the header's ``suspended`` follows.
+
+        ``header``: the key's new header, stored with it (serialized once, ``suspended`` set);
+        without one the current header is stored again only if its ``suspended`` changes.
+        """
         self._continuation = continuation
         self._continuation_read = True
         if continuation is None:
@@ -151,10 +156,13 @@ class KeyState:
         else:
             continuation.schema_version = CONTINUATION_SCHEMA_VERSION
             self.writes[CONTINUATION] = continuation.SerializeToString(deterministic=True)
-        if header.suspended != (continuation is not None):
-            updated = KeyHeader()
-            updated.CopyFrom(header)
-            self.write_header(updated)
+        if header is None:
+            current = self.header
+            if current.suspended == (continuation is not None):
+                return
+            header = KeyHeader()
+            header.CopyFrom(current)
+        self.write_header(header)
 
     def buffered(self) -> list[bytes]:
         """The serialized envelopes buffered while suspended, oldest first."""
@@ -170,9 +178,12 @@ class KeyState:
         self.buffer_reset = True
         self.buffer_added = list(envelopes)
 
-    def end_run(self) -> None:
-        """The suspended run ended: clear its continuation, which holds its replay cache."""
-        self.write_continuation(None)
+    def end_run(self, header: KeyHeader | None = None) -> None:
+        """The suspended run ended: clear its continuation, which holds its replay cache.
+
+        ``header``: the key's new header, as for :meth:`write_continuation`.
+        """
+        self.write_continuation(None, header)
 
     def wipe(self) -> None:
         """Idle-key cleanup: clear everything but the header."""
