@@ -87,6 +87,7 @@ def make_events() -> list[AgentEnvelope]:
     ]
 
 
+# --8<-- [start:run]
 def run(target: str, out_dir: str, **pipeline_args: Any) -> None:
     """The loop: read events and results from the effector, run the agent, submit its intents."""
     with beam.Pipeline(**pipeline_args) as pipeline:
@@ -96,6 +97,9 @@ def run(target: str, out_dir: str, **pipeline_args: Any) -> None:
         )
         outputs.intents | SubmitIntents(target)
         outputs.output | beam.Map(bytes.decode) | beam.io.WriteToText(f"{out_dir}/decisions")
+
+
+# --8<-- [end:run]
 
 
 def read_lines(out_dir: str) -> list[str]:

@@ -65,10 +65,13 @@ def test_the_readme_loop_denies_the_unanswered_approval_and_completes_the_shippe
     ]
 
 
-def test_the_readme_shows_the_loop_as_the_example_runs_it() -> None:
-    readme = (REPO / "README.md").read_text()
+def test_the_docs_show_the_loop_as_the_example_runs_it() -> None:
+    """docs/loop.md includes the example's ``run`` between its snippet markers."""
+    assert '--8<-- "examples/local_loop.py:run"' in (REPO / "docs" / "loop.md").read_text()
+    example = (REPO / "examples" / "local_loop.py").read_text()
+    shown = example.split("# --8<-- [start:run]\n")[1].split("# --8<-- [end:run]")[0]
     source = inspect.getsource(_example().run)
-    assert source in readme
+    assert shown.rstrip() + "\n" == source
     assert "beam.Pipeline(**pipeline_args)" in source  # no runner: the default one
 
 
