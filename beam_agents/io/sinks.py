@@ -158,7 +158,7 @@ class ExportTraces(beam.PTransform[PCollection[TraceEvent], PCollection[Any]]):
     batch that still fails is dropped with the rest of its bundle, and the pipeline goes on.
     Each bundle that dropped spans logs one WARNING. Beam metrics (namespace
     ``beam_agents.io``): ``otlp_spans_exported``, ``otlp_spans_dropped``. Span names and
-    attributes: ``docs/loop.md``.
+    attributes: ``docs/operations.md``.
     """
 
     def __init__(
