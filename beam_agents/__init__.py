@@ -33,6 +33,7 @@ _quiet_apitools_notice()
 
 if TYPE_CHECKING:
     from beam_agents._protos import AgentEnvelope as AgentEnvelope
+    from beam_agents._protos import AgentError as AgentError
     from beam_agents._protos import Approval as Approval
     from beam_agents._protos import IntentState as IntentState
     from beam_agents._protos import ToolIntent as ToolIntent
