@@ -82,11 +82,19 @@ def main() -> int:
     print(f"{'figure':64} {'base':>6} {'base range':>13} {'head':>6} {'change':>7}")
     for figure, head_ratios in seen["head"].items():
         base_ratios = seen["base"].get(figure)
+        new = statistics.median(head_ratios)
         if base_ratios:
-            old, new = statistics.median(base_ratios), statistics.median(head_ratios)
+            old = statistics.median(base_ratios)
             spread = f"{min(base_ratios):.2f}-{max(base_ratios):.2f}"
             change = (new / old - 1) * 100
             print(f"{figure[:64]:64} {old:6.2f} {spread:>13} {new:6.2f} {change:+6.1f}%")
+        else:
+            print(f"{figure[:64]:64} {'-':>6} {'-':>13} {new:6.2f} {'-':>7}")
+    for figure, base_ratios in seen["base"].items():
+        if figure not in seen["head"]:
+            old = statistics.median(base_ratios)
+            spread = f"{min(base_ratios):.2f}-{max(base_ratios):.2f}"
+            print(f"{figure[:64]:64} {old:6.2f} {spread:>13} {'-':>6} {'-':>7}")
     return 0
 
 
