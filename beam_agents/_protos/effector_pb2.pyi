@@ -17,12 +17,14 @@ class IntentState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     AWAITING_DECISION: _ClassVar[IntentState]
     DONE: _ClassVar[IntentState]
     IN_DOUBT: _ClassVar[IntentState]
+    WITHDRAWN: _ClassVar[IntentState]
 INTENT_STATE_UNSPECIFIED: IntentState
 PENDING: IntentState
 RUNNING: IntentState
 AWAITING_DECISION: IntentState
 DONE: IntentState
 IN_DOUBT: IntentState
+WITHDRAWN: IntentState
 
 class SubmitRequest(_message.Message):
     __slots__ = ("intents", "redeliver_results")
@@ -63,14 +65,16 @@ class SubmitResponse(_message.Message):
     def __init__(self, acks: _Optional[_Iterable[_Union[SubmitAck, _Mapping]]] = ...) -> None: ...
 
 class ReadRequest(_message.Message):
-    __slots__ = ("from_offset", "max_batch", "wait_ms")
+    __slots__ = ("from_offset", "max_batch", "wait_ms", "max_bytes")
     FROM_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MAX_BATCH_FIELD_NUMBER: _ClassVar[int]
     WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     from_offset: int
     max_batch: int
     wait_ms: int
-    def __init__(self, from_offset: _Optional[int] = ..., max_batch: _Optional[int] = ..., wait_ms: _Optional[int] = ...) -> None: ...
+    max_bytes: int
+    def __init__(self, from_offset: _Optional[int] = ..., max_batch: _Optional[int] = ..., wait_ms: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
 
 class EnvelopeRecord(_message.Message):
     __slots__ = ("offset", "envelope")
@@ -151,10 +155,12 @@ class PublishRequest(_message.Message):
     def __init__(self, envelopes: _Optional[_Iterable[_Union[_messages_pb2.AgentEnvelope, _Mapping]]] = ...) -> None: ...
 
 class PublishResponse(_message.Message):
-    __slots__ = ("offsets",)
+    __slots__ = ("offsets", "problems")
     OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    PROBLEMS_FIELD_NUMBER: _ClassVar[int]
     offsets: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, offsets: _Optional[_Iterable[int]] = ...) -> None: ...
+    problems: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, offsets: _Optional[_Iterable[int]] = ..., problems: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class StatusRequest(_message.Message):
     __slots__ = ()

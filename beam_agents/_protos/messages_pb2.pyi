@@ -49,12 +49,14 @@ class ToolResult(_message.Message):
         EXPIRED: _ClassVar[ToolResult.Status]
         REJECTED: _ClassVar[ToolResult.Status]
         NOT_NEEDED: _ClassVar[ToolResult.Status]
+        WITHDRAWN: _ClassVar[ToolResult.Status]
     STATUS_UNSPECIFIED: ToolResult.Status
     OK: ToolResult.Status
     ERROR: ToolResult.Status
     EXPIRED: ToolResult.Status
     REJECTED: ToolResult.Status
     NOT_NEEDED: ToolResult.Status
+    WITHDRAWN: ToolResult.Status
     INTENT_ID_FIELD_NUMBER: _ClassVar[int]
     ENTITY_KEY_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
@@ -74,15 +76,17 @@ class ToolResult(_message.Message):
     def __init__(self, intent_id: _Optional[str] = ..., entity_key: _Optional[bytes] = ..., seq: _Optional[int] = ..., status: _Optional[_Union[ToolResult.Status, str]] = ..., payload: _Optional[bytes] = ..., error_message: _Optional[str] = ..., completed_at_ms: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class ToolIntent(_message.Message):
-    __slots__ = ("intent_id", "entity_key", "seq", "step_index", "tool_name", "args_json", "created_at_ms", "expires_at_ms", "kind", "trace_id", "channel", "edited_from", "required_approvals", "gated_tool", "compensates_intent_id", "compensate_tool", "compensate_args_json")
+    __slots__ = ("intent_id", "entity_key", "seq", "step_index", "tool_name", "args_json", "created_at_ms", "expires_at_ms", "kind", "trace_id", "channel", "edited_from", "required_approvals", "gated_tool", "withdraws_intent_id", "compensates_intent_id", "compensate_tool", "compensate_args_json")
     class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         KIND_UNSPECIFIED: _ClassVar[ToolIntent.Kind]
         TOOL: _ClassVar[ToolIntent.Kind]
         APPROVAL: _ClassVar[ToolIntent.Kind]
+        WITHDRAWAL: _ClassVar[ToolIntent.Kind]
     KIND_UNSPECIFIED: ToolIntent.Kind
     TOOL: ToolIntent.Kind
     APPROVAL: ToolIntent.Kind
+    WITHDRAWAL: ToolIntent.Kind
     INTENT_ID_FIELD_NUMBER: _ClassVar[int]
     ENTITY_KEY_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
@@ -97,6 +101,7 @@ class ToolIntent(_message.Message):
     EDITED_FROM_FIELD_NUMBER: _ClassVar[int]
     REQUIRED_APPROVALS_FIELD_NUMBER: _ClassVar[int]
     GATED_TOOL_FIELD_NUMBER: _ClassVar[int]
+    WITHDRAWS_INTENT_ID_FIELD_NUMBER: _ClassVar[int]
     COMPENSATES_INTENT_ID_FIELD_NUMBER: _ClassVar[int]
     COMPENSATE_TOOL_FIELD_NUMBER: _ClassVar[int]
     COMPENSATE_ARGS_JSON_FIELD_NUMBER: _ClassVar[int]
@@ -114,10 +119,11 @@ class ToolIntent(_message.Message):
     edited_from: ApprovalEdit
     required_approvals: int
     gated_tool: str
+    withdraws_intent_id: str
     compensates_intent_id: str
     compensate_tool: str
     compensate_args_json: str
-    def __init__(self, intent_id: _Optional[str] = ..., entity_key: _Optional[bytes] = ..., seq: _Optional[int] = ..., step_index: _Optional[int] = ..., tool_name: _Optional[str] = ..., args_json: _Optional[str] = ..., created_at_ms: _Optional[int] = ..., expires_at_ms: _Optional[int] = ..., kind: _Optional[_Union[ToolIntent.Kind, str]] = ..., trace_id: _Optional[str] = ..., channel: _Optional[str] = ..., edited_from: _Optional[_Union[ApprovalEdit, _Mapping]] = ..., required_approvals: _Optional[int] = ..., gated_tool: _Optional[str] = ..., compensates_intent_id: _Optional[str] = ..., compensate_tool: _Optional[str] = ..., compensate_args_json: _Optional[str] = ...) -> None: ...
+    def __init__(self, intent_id: _Optional[str] = ..., entity_key: _Optional[bytes] = ..., seq: _Optional[int] = ..., step_index: _Optional[int] = ..., tool_name: _Optional[str] = ..., args_json: _Optional[str] = ..., created_at_ms: _Optional[int] = ..., expires_at_ms: _Optional[int] = ..., kind: _Optional[_Union[ToolIntent.Kind, str]] = ..., trace_id: _Optional[str] = ..., channel: _Optional[str] = ..., edited_from: _Optional[_Union[ApprovalEdit, _Mapping]] = ..., required_approvals: _Optional[int] = ..., gated_tool: _Optional[str] = ..., withdraws_intent_id: _Optional[str] = ..., compensates_intent_id: _Optional[str] = ..., compensate_tool: _Optional[str] = ..., compensate_args_json: _Optional[str] = ...) -> None: ...
 
 class TraceEvent(_message.Message):
     __slots__ = ("trace_id", "span_id", "parent_span_id", "entity_key", "seq", "step_index", "event_type", "attributes", "start_ms", "end_ms", "sequence", "wall_start_unix_nano", "wall_end_unix_nano")
@@ -189,7 +195,7 @@ class AgentEnvelope(_message.Message):
     def __init__(self, entity_key: _Optional[bytes] = ..., event_time_ms: _Optional[int] = ..., external_event: _Optional[bytes] = ..., tool_result: _Optional[_Union[ToolResult, _Mapping]] = ..., approval: _Optional[_Union[Approval, _Mapping]] = ...) -> None: ...
 
 class AgentError(_message.Message):
-    __slots__ = ("entity_key", "reason", "detail", "event_time_ms", "envelope", "seq", "traceback")
+    __slots__ = ("entity_key", "reason", "detail", "event_time_ms", "envelope", "seq", "traceback", "trace_id")
     ENTITY_KEY_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     DETAIL_FIELD_NUMBER: _ClassVar[int]
@@ -197,6 +203,7 @@ class AgentError(_message.Message):
     ENVELOPE_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     TRACEBACK_FIELD_NUMBER: _ClassVar[int]
+    TRACE_ID_FIELD_NUMBER: _ClassVar[int]
     entity_key: bytes
     reason: str
     detail: str
@@ -204,7 +211,8 @@ class AgentError(_message.Message):
     envelope: bytes
     seq: int
     traceback: str
-    def __init__(self, entity_key: _Optional[bytes] = ..., reason: _Optional[str] = ..., detail: _Optional[str] = ..., event_time_ms: _Optional[int] = ..., envelope: _Optional[bytes] = ..., seq: _Optional[int] = ..., traceback: _Optional[str] = ...) -> None: ...
+    trace_id: str
+    def __init__(self, entity_key: _Optional[bytes] = ..., reason: _Optional[str] = ..., detail: _Optional[str] = ..., event_time_ms: _Optional[int] = ..., envelope: _Optional[bytes] = ..., seq: _Optional[int] = ..., traceback: _Optional[str] = ..., trace_id: _Optional[str] = ...) -> None: ...
 
 class IntentDeadLetter(_message.Message):
     __slots__ = ("intent", "reason", "outcome")
