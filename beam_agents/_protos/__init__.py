@@ -6,6 +6,7 @@ messages from here, not from them.
 
 import hashlib
 import json
+import uuid
 from typing import Any
 
 from beam_agents._protos.effector_pb2 import (
@@ -96,7 +97,60 @@ def approval_digest(args_json: str) -> str:
     return hashlib.sha256(f"2|approval|{args_json}".encode()).hexdigest()
 
 
+MIN_TIME_MS = -62_135_596_800_000
+"""0001-01-01T00:00:00Z: the earliest time any message may carry (ms since the epoch)."""
+MAX_TIME_MS = 253_402_300_799_999
+"""9999-12-31T23:59:59.999Z: the latest time any message may carry, so every reader can show it."""
+MAX_JSON_DEPTH = 64
+"""How deeply JSON a client sends (arguments, attributes) may nest."""
+_WITHDRAWAL_NAMESPACE = uuid.UUID("7c15948c-8da8-45a7-ba0a-4fa0a876e622")
+
+
+def time_problem(name: str, value_ms: int) -> str | None:
+    """Why ``value_ms`` is outside the times messages may carry, or ``None``."""
+    if MIN_TIME_MS <= value_ms <= MAX_TIME_MS:
+        return None
+    return f"{name} {value_ms} is outside years 1-9999 ({MIN_TIME_MS} to {MAX_TIME_MS} ms)"
+
+
+def json_depth(text: str) -> int:
+    """How deeply the arrays and objects of JSON ``text`` nest (0 for a scalar)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
+def json_depth_problem(name: str, text: str) -> str | None:
+    """Why JSON ``text`` nests too deeply to accept, or ``None``."""
+    if text.count("[") + text.count("{") <= MAX_JSON_DEPTH or json_depth(text) <= MAX_JSON_DEPTH:
+        return None
+    return f"{name} nests deeper than {MAX_JSON_DEPTH} levels"
+
+
+def withdrawal_id_for(intent_id: str) -> str:
+    """The id of the WITHDRAWAL intent that withdraws ``intent_id``: a pure function of it."""
+    return str(uuid.uuid5(_WITHDRAWAL_NAMESPACE, intent_id))
+
+
 __all__ = [
+    "MAX_JSON_DEPTH",
+    "MAX_TIME_MS",
+    "MIN_TIME_MS",
     "ActivationRecord",
     "AgentEnvelope",
     "AgentError",
@@ -149,4 +203,8 @@ __all__ = [
     "approval_digest",
     "canonical_json",
     "canonical_json_bytes",
+    "json_depth",
+    "json_depth_problem",
+    "time_problem",
+    "withdrawal_id_for",
 ]
