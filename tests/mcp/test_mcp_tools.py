@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import pickle
+import re
 import sqlite3
 import subprocess
 import sys
@@ -309,6 +310,35 @@ def test_an_unreachable_server_fails_to_load_with_a_typed_error(tmp_path: Path) 
             load_mcp_tools(missing)
     finally:
         session_pool().forget(missing)
+
+
+def test_giving_up_on_an_unreachable_server_says_so_with_the_attempts(tmp_path: Path) -> None:
+    missing = McpServer.stdio(str(tmp_path / "no-such-server"), connect_timeout_s=2)
+    try:
+        with pytest.raises(McpConnectionError) as raised:
+            load_mcp_tools(missing)  # retries with backoff until its 2 s are spent
+    finally:
+        session_pool().forget(missing)
+    message = str(raised.value)
+    assert "next attempt" not in message
+    gave_up = re.search(r"gave up after (\d+) failed attempts in a row; last error: (.+)", message)
+    assert gave_up is not None, message
+    assert int(gave_up[1]) >= 2
+    assert "No such file" in gave_up[2] or "FileNotFoundError" in gave_up[2], message
+
+
+def test_giving_up_on_a_hung_server_counts_its_one_attempt() -> None:
+    hung = McpServer.stdio(
+        sys.executable, ["-c", "import time; time.sleep(60)"], connect_timeout_s=1
+    )
+    try:
+        with pytest.raises(McpConnectionError) as raised:
+            load_mcp_tools(hung)
+    finally:
+        session_pool().forget(hung)
+    message = str(raised.value)
+    ending = r"gave up after 1 failed attempt in a row; last error: no answer within [\d.]+ s$"
+    assert re.search(ending, message), message
 
 
 def test_a_list_changed_notification_refreshes_the_listing(ticket_server: McpServer) -> None:

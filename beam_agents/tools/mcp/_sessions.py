@@ -290,7 +290,7 @@ class SessionPool:
                 try:
                     return await client.call_tool(name, arguments, meta=meta)  # type: ignore[arg-type]
                 except _CONNECTION_ERRORS as exc:
-                    self._drop(session, client)
+                    self._drop(session, client, _reason(exc))
                     raise McpConnectionError(
                         f"the connection to MCP server {label} failed during {name!r}: "
                         f"{_reason(exc)}",
@@ -308,7 +308,7 @@ class SessionPool:
             ) from None
         except MCPError as exc:
             if exc.code == mcp_types.CONNECTION_CLOSED:
-                self._drop(session, client)
+                self._drop(session, client, "the server closed it")
                 raise McpConnectionError(
                     f"the connection to MCP server {label} closed during {name!r}",
                     tool_name=name,
@@ -340,19 +340,15 @@ class SessionPool:
                     return session.client
                 wait = session.retry_at - self._loop.time()
                 if wait > 0 and self._loop.time() + wait >= deadline:
-                    raise McpConnectionError(
-                        f"cannot connect to MCP server {session.server.label}: "
-                        f"{session.last_error} (next attempt in {wait:.1f} s)",
-                        tool_name=name or None,
-                    )
+                    raise _gave_up(session, name)
                 if wait > 0:
                     await asyncio.sleep(wait)
                 limit = min(session.server.connect_timeout_s, deadline - self._loop.time())
                 try:
                     return await self._open(session, limit)
-                except McpConnectionError as exc:
+                except McpConnectionError:
                     if self._loop.time() >= deadline:
-                        raise McpConnectionError(str(exc), tool_name=name or None) from None
+                        raise _gave_up(session, name) from None
 
     async def _open(self, session: _Session, timeout_s: float) -> Client:
         ready: asyncio.Future[Client] = self._loop.create_future()
@@ -455,7 +451,7 @@ class SessionPool:
                 f"MCP server {label} listed its tools malformed: {_problems(exc)}"
             ) from None
         except _CONNECTION_ERRORS as exc:
-            self._drop(session, client)
+            self._drop(session, client, _reason(exc))
             raise McpConnectionError(
                 f"listing the tools of MCP server {label} failed: {_reason(exc)}"
             ) from None
@@ -476,7 +472,7 @@ class SessionPool:
         session.tasks.add(task)
         task.add_done_callback(session.tasks.discard)
 
-    def _drop(self, session: _Session, client: Client | None) -> None:
+    def _drop(self, session: _Session, client: Client | None, reason: str) -> None:
         """Give up on ``client`` after a failure, unless a newer session already replaced it."""
         if client is None or session.client is not client:
             return
@@ -484,6 +480,7 @@ class SessionPool:
             session.stop.set()
         session.client = None
         session.failures += 1
+        session.last_error = f"the session broke off ({reason})"
         session.retry_at = self._loop.time() + _BACKOFF_FIRST_S
 
     async def _close(self, session: _Session, *, only_unheld: bool = False) -> None:
@@ -515,6 +512,17 @@ async def _opened(server: McpServer, on_message: Any) -> AsyncIterator[Client]:
             target = streamable_http_client(server.url, http_client=http)
         client = Client(target, message_handler=on_message, cache=None)
         yield await stack.enter_async_context(client)
+
+
+def _gave_up(session: _Session, name: str) -> McpConnectionError:
+    """The error of a call whose deadline ends before the session's next connection attempt."""
+    failures = session.failures
+    return McpConnectionError(
+        f"cannot connect to MCP server {session.server.label}: gave up after {failures} "
+        f"failed attempt{'' if failures == 1 else 's'} in a row; "
+        f"last error: {session.last_error or 'none recorded'}",
+        tool_name=name or None,
+    )
 
 
 async def _awaited(awaitable: Awaitable[_T]) -> _T:
