@@ -46,6 +46,7 @@ from beam_agents.replay.offline import (
 )
 
 WAITS = "waits on a new effect"
+FAILED = "activation failed"
 
 
 @dataclass
@@ -122,7 +123,7 @@ def changes(recorded: RunSide, candidate: RunSide) -> list[str]:
     found += [f"intent added: {tool}" for tool, _ in sorted((theirs - mine).elements())]
     found += [f"intent removed: {tool}" for tool, _ in sorted((mine - theirs).elements())]
     if candidate.error:
-        found.append(f"activation failed: {candidate.error}")
+        found.append(f"{FAILED}: {candidate.error}")
     if candidate.waits:
         found.append(WAITS)
     return found
@@ -142,7 +143,7 @@ def decisions(side: RunSide) -> list[str]:
             found.append(f"output: {_short(value)}")
     found += [f"intent: {tool}" for tool, _ in sorted(side.intents)]
     if side.error:
-        found.append(f"activation failed: {side.error}")
+        found.append(f"{FAILED}: {side.error}")
     if side.waits:
         found.append(WAITS)
     return found or ["no output"]
@@ -567,21 +568,23 @@ def build_report(
     for result in results:
         for side in sides:
             _add_tokens(tokens[side], result["tokens"][side])
-        if result[listed]:
-            per_key.append(
-                {"key": result["key"], "runs": result["runs"], "changed": len(result[listed])}
-            )
+        changed = 0
         for run in result[listed]:
             found = run[lines_of]
-            outputs_changed += any(change.startswith("output") for change in found)
+            if any(change.startswith(FAILED) for change in found):
+                failed += 1  # counted apart: a failed run's decision is unknown, not changed
+            else:
+                changed += 1
+                outputs_changed += any(change.startswith("output") for change in found)
             waits += any(change.startswith("waits") for change in found)
-            failed += any(change.startswith("activation failed") for change in found)
             _by_tool(found, by_tool)
             for change in sorted(set(found)):
                 common[change] += 1
                 shown = examples.setdefault(change, [])
                 if len(shown) < EXAMPLES_PER_CHANGE:
                     shown.append({"key": result["key"], "seq": run["seq"]})
+        if changed:
+            per_key.append({"key": result["key"], "runs": result["runs"], "changed": changed})
     models = sorted(tokens["recorded"].keys() | tokens["candidate"].keys())
     cost = {side: _cost(tokens[side], prices) for side in tokens}
     shared = 1 if baseline else 2  # a decision of one run alone (an id, say) is not common
@@ -656,6 +659,8 @@ def _summary(report: Mapping[str, Any]) -> list[str]:
             f"Runs whose decision changed: {report['runs_changed']:,}, on "
             f"{len(report['keys_changed']):,} keys; outputs changed: "
             f"{report['outputs_changed']:,}.",
+            f"Runs with a failed activation: {report['runs_failed']:,} "
+            "(counted apart: their decision is unknown, not changed).",
         ]
         spent = [
             f"Tokens in/out: recorded {total('recorded', 0):,}/{total('recorded', 1):,}, "
@@ -670,6 +675,7 @@ def _summary(report: Mapping[str, Any]) -> list[str]:
             f"({report['activations']['candidate']:,} activations) on {report['keys']:,} keys"
             + (f"; {skipped:,} result and approval envelopes skipped." if skipped else "."),
             f"Decisions changed: {NO_BASELINE}; the candidate's own decisions are listed.",
+            f"Runs with a failed activation: {report['runs_failed']:,}.",
         ]
         spent = [
             f"Tokens in/out: candidate {total('candidate', 0):,}/{total('candidate', 1):,}.",
@@ -681,8 +687,7 @@ def _summary(report: Mapping[str, Any]) -> list[str]:
         f"{report['model_calls']['new']:,} new; new read-only tool calls: "
         f"{report['new_tool_calls']:,}.",
         *spent,
-        f"Runs that wait on a new effect: {report['runs_waiting_on_new_effects']:,}; runs with a "
-        f"failed activation: {report['runs_failed']:,}"
+        f"Runs that wait on a new effect: {report['runs_waiting_on_new_effects']:,}"
         + ("; drift: a new model or tool call under --strict." if report["drift"] else "."),
     ]
 

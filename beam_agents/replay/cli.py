@@ -195,7 +195,9 @@ def _backtest(options: argparse.Namespace, pipeline_args: Sequence[str]) -> int:
     print(f"{PROG} backtest: report.json, report.md and report.html in {out}", file=sys.stderr)
     if report["drift"]:
         return EXIT_DRIFT
-    return EXIT_DIVERGENT if report["runs_changed"] else EXIT_SAME
+    if report["baseline"] and (report["runs_changed"] or report["runs_failed"]):
+        return EXIT_DIVERGENT  # a run that failed differs from the recorded one too
+    return EXIT_SAME
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -108,6 +108,13 @@ def test_strict_makes_a_new_model_request_drift(history: Path, tmp_path: Path) -
     assert status == 3 and report["drift"]
     assert agents.PROVIDER.call_count == calls
     assert report["model_calls"]["new"] == 0
+    # Every run failed on its first new request: failures, counted apart from changed decisions.
+    assert (report["runs_failed"], report["runs_changed"], report["keys_changed"]) == (1_000, 0, [])
+    assert report["outputs_changed"] == 0 and report["decisions_changed_per_key"] == []
+    markdown = (tmp_path / "report.md").read_text()
+    assert "- Runs whose decision changed: 0, on 0 keys; outputs changed: 0.\n" in markdown
+    assert "- Runs with a failed activation: 1,000 (counted apart" in markdown
+    assert "## Decisions changed per key\n\nNone." in markdown
 
 
 def _store_status(target: str) -> str:
