@@ -21,6 +21,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.test import TestModel
 
 from beam_agents import (
     AgentConfig,
@@ -524,3 +525,34 @@ def test_a_call_needing_approval_with_arguments_the_tool_refuses_asks_nobody() -
     assert outputs.errors == [] and outputs.intents == []  # no approval, no effect
     [output] = outputs.output
     assert output.startswith(b"got ") and b"apply_effect" in output and b"amount" in output
+
+
+# -- the framework's own test model ------------------------------------------------------------
+
+
+def build_test_model_agent() -> Agent[None, str]:
+    """An agent on Pydantic AI's ``TestModel``: it calls every tool once, then answers."""
+    return Agent(TestModel(), system_prompt=scenario.SYSTEM_PROMPT)
+
+
+def test_an_agent_on_the_frameworks_test_model_runs_with_it() -> None:
+    provider = SharedProvider(FakeLLM([]))  # answers nothing: every model call is TestModel's
+    agent = PydanticAIAgent(build_test_model_agent, model_id="unused")
+    apply_id = intent_id_for(KEY, 0, 0)  # no ctx.call_model step comes before it
+    stream = (
+        EnvelopeStream()
+        .event(KEY, _event("e1"), at_ms=1_000)
+        .result(KEY, apply_id, payload=APPLIED_PAYLOAD, at_ms=2_000)
+    )
+    outputs = _run(stream, provider, agent)
+    assert outputs.errors == []
+    assert provider.fake.call_count == 0
+    [intent] = _tool_intents(outputs)
+    assert (intent.tool_name, intent.intent_id) == ("apply_effect", apply_id)
+    assert json.loads(intent.args_json) == {"event_id": "a", "amount": 0}  # TestModel's values
+    [output] = outputs.output
+    # TestModel's final answer is every tool's return: the inline lookup and the effect's result.
+    assert json.loads(output) == {
+        "lookup_account": scenario.lookup_account.unwrap()("a"),
+        "apply_effect": json.loads(APPLIED_PAYLOAD),
+    }

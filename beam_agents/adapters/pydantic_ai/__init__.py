@@ -23,6 +23,9 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
+from pydantic_ai.models import Model
+from pydantic_ai.models.function import FunctionModel
+from pydantic_ai.models.test import TestModel
 from pydantic_ai.tools import (
     DeferredToolRequests,
     DeferredToolResults,
@@ -223,7 +226,8 @@ class PydanticAIAgent(FrameworkAgent[AbstractAgent[Any, Any]]):
         options = self._options
         if options is None or options[0] is not agent or options[1] is not spec:
             run: dict[str, Any] = {
-                "model": BeamModel(self._model_id, sampling_params=self._sampling_params),
+                "model": _test_double(agent)
+                or BeamModel(self._model_id, sampling_params=self._sampling_params),
                 "toolsets": self._toolsets,
                 "capabilities": (_LocalToolWarning(),),
             }
@@ -338,6 +342,12 @@ def denial_message(decision: Decision) -> str:
     else:
         text = f"denied by {decision.approver}" if decision.approver else "denied"
     return f"{text}: {decision.reason}" if decision.reason else text
+
+
+def _test_double(agent: AbstractAgent[Any, Any]) -> Model | None:
+    """The agent's own ``TestModel`` or ``FunctionModel``, kept: it answers locally, uncached."""
+    model = agent.model
+    return model if isinstance(model, TestModel | FunctionModel) else None
 
 
 def _mentions_deferred(spec: object) -> bool:
