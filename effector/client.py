@@ -63,9 +63,16 @@ class EffectorClient(_Client):
         response = self._stub.Submit(request, **self._call())
         return list(response.acks)
 
-    def read(self, from_offset: int, *, max_batch: int = 0, wait_ms: int = 0) -> pb.ReadResponse:
-        """Envelopes from ``from_offset`` on; waits up to ``wait_ms`` when there are none yet."""
-        request = pb.ReadRequest(from_offset=from_offset, max_batch=max_batch, wait_ms=wait_ms)
+    def read(
+        self, from_offset: int, *, max_batch: int = 0, wait_ms: int = 0, max_bytes: int = 0
+    ) -> pb.ReadResponse:
+        """Envelopes from ``from_offset`` on, within ``max_bytes`` (0: the server's default).
+
+        Waits up to ``wait_ms`` when there are none yet.
+        """
+        request = pb.ReadRequest(
+            from_offset=from_offset, max_batch=max_batch, wait_ms=wait_ms, max_bytes=max_bytes
+        )
         response: pb.ReadResponse = self._stub.Read(request, **self._call(wait_ms))
         return response
 
@@ -99,9 +106,14 @@ class EffectorClient(_Client):
         return response
 
     def publish(self, envelopes: Iterable[pb.AgentEnvelope]) -> list[int]:
-        """Append external events to the envelope log; returns their offsets."""
-        response = self._stub.Publish(pb.PublishRequest(envelopes=envelopes), **self._call())
-        return list(response.offsets)
+        """Append external events to the envelope log; their offsets (0: refused, see below)."""
+        return list((self.publish_report(envelopes)).offsets)
+
+    def publish_report(self, envelopes: Iterable[pb.AgentEnvelope]) -> pb.PublishResponse:
+        """Append external events; each one's offset, and its problem if it was refused."""
+        request = pb.PublishRequest(envelopes=envelopes)
+        response: pb.PublishResponse = self._stub.Publish(request, **self._call())
+        return response
 
     def status(self) -> pb.StatusResponse:
         """How many intents are in each state, and the log's head offset."""
@@ -151,10 +163,15 @@ class AsyncEffectorClient(_Client):
         return list(response.acks)
 
     async def read(
-        self, from_offset: int, *, max_batch: int = 0, wait_ms: int = 0
+        self, from_offset: int, *, max_batch: int = 0, wait_ms: int = 0, max_bytes: int = 0
     ) -> pb.ReadResponse:
-        """Envelopes from ``from_offset`` on; waits up to ``wait_ms`` when there are none yet."""
-        request = pb.ReadRequest(from_offset=from_offset, max_batch=max_batch, wait_ms=wait_ms)
+        """Envelopes from ``from_offset`` on, within ``max_bytes`` (0: the server's default).
+
+        Waits up to ``wait_ms`` when there are none yet.
+        """
+        request = pb.ReadRequest(
+            from_offset=from_offset, max_batch=max_batch, wait_ms=wait_ms, max_bytes=max_bytes
+        )
         response: pb.ReadResponse = await self._stub.Read(request, **self._call(wait_ms))
         return response
 
@@ -188,9 +205,14 @@ class AsyncEffectorClient(_Client):
         return response
 
     async def publish(self, envelopes: Iterable[pb.AgentEnvelope]) -> list[int]:
-        """Append external events to the envelope log; returns their offsets."""
-        response = await self._stub.Publish(pb.PublishRequest(envelopes=envelopes), **self._call())
-        return list(response.offsets)
+        """Append external events to the envelope log; their offsets (0: refused, see below)."""
+        return list((await self.publish_report(envelopes)).offsets)
+
+    async def publish_report(self, envelopes: Iterable[pb.AgentEnvelope]) -> pb.PublishResponse:
+        """Append external events; each one's offset, and its problem if it was refused."""
+        request = pb.PublishRequest(envelopes=envelopes)
+        response: pb.PublishResponse = await self._stub.Publish(request, **self._call())
+        return response
 
     async def status(self) -> pb.StatusResponse:
         """How many intents are in each state, and the log's head offset."""

@@ -1,13 +1,15 @@
 """What the effector tells its operators: Prometheus metrics and one log line per refusal.
 
 :class:`EffectorMetrics` keeps one server's metrics in a registry of its own. The audit
-functions log every intent the effector refuses or fails, once, when recorded.
+functions log every intent the effector refuses or fails, once, when recorded, and every
+decision attempt; :class:`EscapingFilter` keeps what a client sent from forging log lines.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import re
 from collections.abc import Sequence
 from wsgiref.simple_server import WSGIServer
 
@@ -15,7 +17,32 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 from beam_agents._protos import ToolIntent, ToolResult
 
+_UNSAFE_CHARACTERS = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]"
+)
+"""Control, line-separating, invisible and bidi characters: what could forge or hide log text."""
+
+
+def escape_text(text: str) -> str:
+    """``text`` with every control, newline and bidi character spelled as its escape."""
+    return _UNSAFE_CHARACTERS.sub(lambda found: ascii(found.group())[1:-1], text)
+
+
+class EscapingFilter(logging.Filter):
+    """Escapes the unsafe characters of every argument of a log line, so none forges a line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Rewrite ``record.args`` in place (numbers stay numbers); always keep the record."""
+        if isinstance(record.args, tuple):
+            record.args = tuple(
+                arg if isinstance(arg, int | float) else escape_text(str(arg))
+                for arg in record.args
+            )
+        return True
+
+
 _log = logging.getLogger("effector.audit")
+_log.addFilter(EscapingFilter())
 
 _LATENCY_BUCKETS_S = (
     *(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5),
@@ -231,3 +258,16 @@ def in_doubt(intent: ToolIntent, attempt: int, reason: str, retry_in_ms: int) ->
 def not_needed(intent: ToolIntent, reason: str) -> None:
     """A compensation was recorded NOT_NEEDED: the intent it undoes never ran."""
     _log.info("NOT_NEEDED %s: %s", describe(intent), reason)
+
+
+def decision(intent_id: str, approved: bool, approver: str, applied: bool, reason: str) -> None:
+    """A decision was attempted (by gRPC, the console, MCP or the CLI): applied, or why not."""
+    outcome = "applied" if applied else "not applied"
+    _log.info(
+        "DECISION %s intent %s by %s: %s%s",
+        "approve" if approved else "deny",
+        _cut(intent_id),
+        _cut(repr(approver)),
+        outcome,
+        f" ({reason})" if reason else "",
+    )

@@ -15,11 +15,12 @@ import ipaddress
 import json
 import logging
 import re
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import grpc
+from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError, Message
 from google.protobuf.message_factory import GetMessageClass
 
@@ -34,6 +35,8 @@ from beam_agents._protos import (
     TraceEvent,
     approval_digest,
     canonical_json,
+    json_depth_problem,
+    time_problem,
 )
 from beam_agents._protos.effector_pb2 import DESCRIPTOR as _EFFECTOR_FILE
 from beam_agents.tools import ToolRegistry
@@ -43,6 +46,7 @@ from effector.store.errors import ConfigurationError, StoreError
 from effector.store.intents import (
     Decision,
     IntentRecord,
+    LogRecord,
     NewIntent,
     Recorded,
     SubmitOutcome,
@@ -52,6 +56,7 @@ from effector.store.sql import SqlStore
 from effector.worker import Worker, intake_rejection
 
 _log = logging.getLogger(__name__)
+_log.addFilter(audit.EscapingFilter())
 
 MAX_SUBMIT_BATCH = 1_000
 MAX_PUBLISH_BATCH = 1_000
@@ -69,8 +74,24 @@ MAX_ENTITY_KEY_BYTES = 4_096
 """The longest entity key a trace event, error record or activation record may carry."""
 MAX_TEXT_FIELD_CHARS = 4_096
 """The longest ``approver`` or ``reason`` a decision may carry."""
+MAX_ARGS_JSON_BYTES = 1024 * 1024
+"""The largest JSON an intent or a decision may carry in one field (arguments, edits)."""
+MAX_ENVELOPE_BYTES = 4 * 1024 * 1024
+"""The largest envelope Publish appends: two always fit in one Read answer."""
+MAX_READ_BYTES = MAX_MESSAGE_BYTES // 2
+"""The default and largest ``ReadRequest.max_bytes``; one envelope more still fits a message."""
+MAX_RECORD_BYTES = 4 * 1024 * 1024
+"""The largest activation record RecordActivations stores."""
+MAX_ATTRIBUTES = 256
+"""The most attributes one trace event may carry."""
+MAX_ATTRIBUTE_NAME_CHARS = 256
+MAX_ATTRIBUTE_VALUE_BYTES = 64 * 1024
+MAX_ERROR_TEXT_CHARS = 64 * 1024
+"""The longest ``detail`` or ``traceback`` an ``.errors`` record may carry."""
 DIGEST_CHARS = 64
 """The length of an args digest (SHA-256, hex)."""
+_RECORD_OVERHEAD_BYTES = 32
+"""What one ``EnvelopeRecord`` adds to its envelope in a Read answer, at most (tags, offset)."""
 _TRACE_ID = re.compile(r"[0-9a-f]{32}")
 _SPAN_ID = re.compile(r"[0-9a-f]{16}")
 
@@ -175,13 +196,14 @@ class Tokens:
         return found
 
     def identify_bearer(self, header: str | bytes | None) -> Approver | None:
-        """The holder of the token in an ``authorization: Bearer <token>`` value, or ``None``."""
+        """The holder of the token in an ``authorization: Bearer <token>`` value (any case)."""
         if header is None:
             return None
         value = header.encode() if isinstance(header, str) else header
-        if not value.startswith(b"Bearer "):
+        scheme, _, token = value.partition(b" ")
+        if scheme.lower() != b"bearer":  # RFC 9110: the scheme is case-insensitive
             return None
-        return self.identify(value[len(b"Bearer ") :])
+        return self.identify(token.lstrip(b" "))
 
 
 def parse_tokens(text: str, source: str) -> Tokens:
@@ -233,26 +255,6 @@ def _named(source: str, number: int, line: str) -> Approver:
 # -- what a request may carry -------------------------------------------------------------------
 
 
-def identity_problem(intent: ToolIntent) -> str | None:
-    """Why an intent cannot even be recorded (bad id or empty key), or ``None`` if it can."""
-    problem = intent_id_problem(intent.intent_id)
-    if problem is None and not intent.entity_key:
-        problem = f"intent {intent.intent_id} has an empty entity_key"
-    return problem
-
-
-def external_event_problem(envelope: AgentEnvelope) -> str | None:
-    """Why ``envelope`` may not be published by a caller (only external events), or ``None``."""
-    if not envelope.entity_key:
-        return "has an empty entity_key"
-    if envelope.WhichOneof("payload") != "external_event":
-        return (
-            "is not an external_event: tool results and approvals are published only by the "
-            "effector itself"
-        )
-    return None
-
-
 def _entity_key_problem(entity_key: bytes) -> str | None:
     if not entity_key:
         return "has an empty entity_key"
@@ -261,25 +263,176 @@ def _entity_key_problem(entity_key: bytes) -> str | None:
     return None
 
 
+def _json_problem(name: str, text: str, max_bytes: int = MAX_ARGS_JSON_BYTES) -> str | None:
+    """Why the JSON text of field ``name`` is too large or nests too deeply, or ``None``."""
+    if len(text) * 4 > max_bytes and (size := len(text.encode("utf-8"))) > max_bytes:
+        return f"has {name} of {size} bytes (at most {max_bytes})"
+    problem = json_depth_problem(name, text)
+    return None if problem is None else f"has JSON nested too deeply: {problem}"
+
+
+_INT64 = FieldDescriptor.TYPE_INT64
+_STRING = FieldDescriptor.TYPE_STRING
+_MESSAGE = FieldDescriptor.TYPE_MESSAGE
+
+
+def bounds_problem(message: Message, max_json_bytes: int = MAX_ARGS_JSON_BYTES) -> str | None:
+    """Why a message holds a time, wall-clock nanos or JSON out of bounds, or ``None``.
+
+    Walks every nested message without recursion: each ``*_ms`` field is a time (years 1-9999),
+    each ``*_unix_nano`` is 0 or later than the epoch, each ``*_json`` is JSON of at most
+    ``max_json_bytes`` nested at most ``MAX_JSON_DEPTH`` deep.
+    """
+    stack: list[tuple[Message, str]] = [(message, "")]
+    while stack:
+        current, path = stack.pop()
+        for described, value in current.ListFields():
+            name = path + described.name
+            if described.type == _MESSAGE:
+                stack.extend((child, f"{name}.") for child in _submessages(described, value))
+                continue
+            values = value if described.is_repeated else [value]
+            problem = _field_problem(described, name, values, max_json_bytes)
+            if problem is not None:
+                return problem
+    return None
+
+
+def _submessages(described: FieldDescriptor, value: Any) -> list[Message]:
+    """The messages a message-typed field holds (a map's values, if they are messages)."""
+    entry = described.message_type
+    if entry is not None and entry.GetOptions().map_entry:
+        holds_messages = entry.fields_by_name["value"].type == _MESSAGE
+        return list(value.values()) if holds_messages else []
+    return list(value) if described.is_repeated else [value]
+
+
+def _field_problem(
+    described: FieldDescriptor, name: str, values: Iterable[Any], max_json_bytes: int
+) -> str | None:
+    for value in values:
+        if described.type == _INT64 and described.name.endswith("_ms"):
+            problem = time_problem(name, value)
+            if problem is not None:
+                return f"has a time out of range: {problem}"
+        elif described.type == _INT64 and described.name.endswith("_unix_nano") and value < 0:
+            return f"has {name} {value}: wall-clock nanos are 0 (not measured) or after 1970"
+        elif described.type == _STRING and described.name.endswith("_json"):
+            problem = _json_problem(name, value, max_json_bytes)
+            if problem is not None:
+                return problem
+    return None
+
+
+def _text_problem(message: Message, allowed: Iterable[str] = ()) -> str | None:
+    """Why a plain text field of ``message`` (not JSON) is over ``MAX_TEXT_FIELD_CHARS``."""
+    for described, value in message.ListFields():
+        plain = not (described.name.endswith("_json") or described.name in allowed)
+        text = described.type == _STRING and not described.is_repeated
+        if plain and text and len(value) > MAX_TEXT_FIELD_CHARS:
+            return (
+                f"has a {described.name} of {len(value)} characters "
+                f"(at most {MAX_TEXT_FIELD_CHARS})"
+            )
+    return None
+
+
+def intent_problem(intent: ToolIntent) -> str | None:
+    """Why an intent cannot even be recorded, or ``None`` if it can.
+
+    Its id, key, times, text lengths and JSON sizes and depths are checked here; what a valid
+    intent may still be refused for (an unknown tool, bad arguments) is recorded as REJECTED.
+    """
+    problem = intent_id_problem(intent.intent_id)
+    if problem is not None:
+        return problem
+    problem = (
+        _entity_key_problem(intent.entity_key)
+        or _text_problem(intent)
+        or _text_problem(intent.edited_from)
+        or bounds_problem(intent)
+    )
+    return None if problem is None else f"intent {intent.intent_id} {problem}"
+
+
+def external_event_problem(envelope: AgentEnvelope) -> str | None:
+    """Why ``envelope`` may not be published by a caller (only external events), or ``None``."""
+    problem = _entity_key_problem(envelope.entity_key)
+    if problem is not None:
+        return problem
+    if envelope.WhichOneof("payload") != "external_event":
+        return (
+            "is not an external_event: tool results and approvals are published only by the "
+            "effector itself"
+        )
+    size = envelope.ByteSize()
+    if size > MAX_ENVELOPE_BYTES:
+        return (
+            f"is {size} bytes, over the cap of {MAX_ENVELOPE_BYTES} (so that every Read answer "
+            "fits in one message)"
+        )
+    return bounds_problem(envelope)
+
+
 def trace_event_problem(event: TraceEvent) -> str | None:
-    """Why a trace event cannot be stored (its ids or key), or ``None`` if it can."""
+    """Why a trace event cannot be stored (ids, key, times, attributes), or ``None`` if it can."""
     if not _TRACE_ID.fullmatch(event.trace_id):
         return f"has trace_id {event.trace_id[:64]!r}, not 32 lowercase hex digits"
     if not _SPAN_ID.fullmatch(event.span_id):
         return f"has span_id {event.span_id[:64]!r}, not 16 lowercase hex digits"
-    return _entity_key_problem(event.entity_key)
+    return (
+        _entity_key_problem(event.entity_key)
+        or _text_problem(event)
+        or bounds_problem(event)
+        or _attributes_problem(event.attributes)
+    )
+
+
+def _attributes_problem(attributes: Mapping[str, str]) -> str | None:
+    if len(attributes) > MAX_ATTRIBUTES:
+        return f"has {len(attributes)} attributes (at most {MAX_ATTRIBUTES})"
+    for name, value in attributes.items():
+        if len(name) > MAX_ATTRIBUTE_NAME_CHARS:
+            return (
+                f"has an attribute name of {len(name)} characters "
+                f"(at most {MAX_ATTRIBUTE_NAME_CHARS})"
+            )
+        problem = _json_problem(f"attribute {name[:64]!r}", value, MAX_ATTRIBUTE_VALUE_BYTES)
+        if problem is not None:
+            return problem
+    return None
 
 
 def agent_error_problem(error: AgentError) -> str | None:
-    """Why an ``.errors`` record cannot be stored (its key), or ``None`` if it can."""
-    return _entity_key_problem(error.entity_key)
+    """Why an ``.errors`` record cannot be stored (key, times, sizes), or ``None`` if it can."""
+    problem = (
+        _entity_key_problem(error.entity_key)
+        or _text_problem(error, allowed=("detail", "traceback"))
+        or bounds_problem(error)
+    )
+    if problem is not None:
+        return problem
+    for name, text in (("detail", error.detail), ("traceback", error.traceback)):
+        if len(text) > MAX_ERROR_TEXT_CHARS:
+            return f"has a {name} of {len(text)} characters (at most {MAX_ERROR_TEXT_CHARS})"
+    if len(error.envelope) > MAX_ENVELOPE_BYTES:
+        return f"has an envelope of {len(error.envelope)} bytes (at most {MAX_ENVELOPE_BYTES})"
+    try:
+        envelope = AgentEnvelope.FromString(error.envelope)
+    except DecodeError:
+        return None  # a malformed element is what some errors record; it is stored as bytes
+    problem = bounds_problem(envelope)
+    return None if problem is None else f"has an envelope that {problem}"
 
 
 def activation_record_problem(record: ActivationRecord) -> str | None:
-    """Why an activation record cannot be stored (its key or place), or ``None`` if it can."""
+    """Why an activation record cannot be stored (key, place, size, times), or ``None``."""
     if record.seq < 0 or record.trace_sequence < 0:
         return f"has seq {record.seq} and trace_sequence {record.trace_sequence}, not both >= 0"
-    return _entity_key_problem(record.entity_key)
+    size = record.ByteSize()
+    if size > MAX_RECORD_BYTES:
+        return f"is {size} bytes (at most {MAX_RECORD_BYTES})"
+    return _entity_key_problem(record.entity_key) or bounds_problem(record, MAX_RECORD_BYTES)
 
 
 def records_page(
@@ -539,7 +692,7 @@ class EffectorService(pb.EffectorServicer):
         acks: list[pb.SubmitAck] = []
         to_record: list[NewIntent] = []
         for intent in request.intents:
-            problem = identity_problem(intent)
+            problem = intent_problem(intent)
             if problem is None:
                 to_record.append(NewIntent(intent, intake_rejection(self.registry, intent)))
                 acks.append(pb.SubmitAck(intent_id=intent.intent_id))
@@ -599,21 +752,36 @@ class EffectorService(pb.EffectorServicer):
     async def Read(
         self, request: pb.ReadRequest, context: grpc.aio.ServicerContext
     ) -> pb.ReadResponse:
-        """Envelopes from an offset, in order; waits up to ``wait_ms`` if there are none yet."""
-        if request.from_offset < 0 or request.max_batch < 0 or request.wait_ms < 0:
-            raise _invalid("from_offset, max_batch and wait_ms must not be negative")
+        """Envelopes from an offset, in order, within ``max_bytes`` (at least one if any).
+
+        Waits up to ``wait_ms`` if there are none yet.
+        """
+        if min(request.from_offset, request.max_batch, request.wait_ms, request.max_bytes) < 0:
+            raise _invalid("from_offset, max_batch, wait_ms and max_bytes must not be negative")
         from_offset = max(request.from_offset, 1)
         limit = min(request.max_batch or DEFAULT_READ_BATCH, MAX_READ_BATCH)
-        records = await self.store.read(from_offset, limit)
+        max_bytes = min(request.max_bytes or MAX_READ_BYTES, MAX_READ_BYTES)
+        records = await self._read(from_offset, limit, max_bytes)
         if not records and request.wait_ms:
             await self.store.wait_for_offset(
                 from_offset, min(request.wait_ms, MAX_READ_WAIT_MS) / 1000
             )
-            records = await self.store.read(from_offset, limit)
+            records = await self._read(from_offset, limit, max_bytes)
         return pb.ReadResponse(
             records=[pb.EnvelopeRecord(offset=r.offset, envelope=r.envelope) for r in records],
             next_offset=records[-1].offset + 1 if records else from_offset,
         )
+
+    async def _read(self, from_offset: int, limit: int, max_bytes: int) -> list[LogRecord]:
+        """At most ``limit`` envelopes from ``from_offset`` within ``max_bytes``, one at least."""
+        records = await self.store.read(from_offset, limit)
+        kept = total = 0
+        for record in records:
+            size = record.envelope.ByteSize() + _RECORD_OVERHEAD_BYTES
+            if kept and total + size > max_bytes:
+                break
+            kept, total = kept + 1, total + size
+        return records[:kept]
 
     @_guarded
     async def GetIntent(
@@ -664,13 +832,47 @@ class EffectorService(pb.EffectorServicer):
         edited_args_json: str = "",
         identity: Approver | None = None,
     ) -> Decision:
-        """Screen a decision and record it: the one path of ``Decide``, the console and MCP.
+        """Screen a decision and record it: the one path of ``Decide``, the console, MCP and CLI.
 
         A named ``identity`` (the caller's token) is the approver recorded. Raises ``ValueError``
-        (with a message safe to show) for an invalid request.
+        (with a message safe to show) for an invalid request. Every attempt logs one line.
         """
-        _check_intent_id(intent_id)
         approver = recorded_approver(identity, approver)
+        try:
+            decision = await self._decide(
+                intent_id,
+                approved=approved,
+                approver=approver,
+                reason=reason,
+                args_digest=args_digest,
+                edited_args_json=edited_args_json,
+                identity=identity,
+            )
+        except _RequestError as exc:
+            audit.decision(intent_id, approved, approver, False, f"invalid request: {exc.message}")
+            raise
+        except BaseException as exc:
+            audit.decision(intent_id, approved, approver, False, f"failed: {type(exc).__name__}")
+            raise
+        audit.decision(intent_id, approved, approver, decision.applied, decision.reason)
+        return decision
+
+    async def _decide(
+        self,
+        intent_id: str,
+        *,
+        approved: bool,
+        approver: str,
+        reason: str,
+        args_digest: str,
+        edited_args_json: str,
+        identity: Approver | None,
+    ) -> Decision:
+        _check_intent_id(intent_id)
+        if edited_args_json:
+            problem = _json_problem("edited_args_json", edited_args_json)
+            if problem is not None:
+                raise _invalid(f"the decision {problem}")
         for name, text in (("approver", approver), ("reason", reason)):
             if len(text) > MAX_TEXT_FIELD_CHARS:
                 raise _invalid(f"{name} is longer than {MAX_TEXT_FIELD_CHARS} characters")
@@ -713,24 +915,52 @@ class EffectorService(pb.EffectorServicer):
     async def Publish(
         self, request: pb.PublishRequest, context: grpc.aio.ServicerContext
     ) -> pb.PublishResponse:
-        """Append external events to the envelope log (an event time of 0 is stamped now)."""
-        return pb.PublishResponse(offsets=await self.publish(request.envelopes))
+        """Append external events to the envelope log, each refused alone if out of bounds."""
+        offsets, problems = await self.publish_each(request.envelopes)
+        return pb.PublishResponse(offsets=offsets, problems=problems)
 
-    async def publish(self, envelopes_in: Sequence[pb.AgentEnvelope]) -> list[int]:
-        """Validate and append external events; ``ValueError`` (safe to show) if invalid."""
-        _check_batch_size(len(envelopes_in), MAX_PUBLISH_BATCH, "Publish", "envelopes")
-        now = self.clock()
-        envelopes: list[pb.AgentEnvelope] = []
-        for position, envelope in enumerate(envelopes_in):
+    async def publish(self, envelopes: Sequence[pb.AgentEnvelope]) -> list[int]:
+        """Append external events, all or none; ``ValueError`` (safe to show) if one is invalid."""
+        _check_batch_size(len(envelopes), MAX_PUBLISH_BATCH, "Publish", "envelopes")
+        for position, envelope in enumerate(envelopes):
             problem = external_event_problem(envelope)
             if problem is not None:
                 raise _invalid(f"envelope {position} {problem}")
-            stamped = pb.AgentEnvelope()
-            stamped.CopyFrom(envelope)
-            if not stamped.event_time_ms:
-                stamped.event_time_ms = now
-            envelopes.append(stamped)
-        return await self.store.publish(envelopes, now)
+        offsets, _ = await self.publish_each(envelopes)
+        return offsets
+
+    async def publish_each(
+        self, envelopes: Sequence[pb.AgentEnvelope]
+    ) -> tuple[list[int], list[str]]:
+        """Append the valid external events (an event time of 0 is stamped now).
+
+        Returns each envelope's offset (0 if refused) and problem ("" if appended), in order.
+        """
+        _check_batch_size(len(envelopes), MAX_PUBLISH_BATCH, "Publish", "envelopes")
+        now = self.clock()
+        problems = [external_event_problem(envelope) or "" for envelope in envelopes]
+        valid: list[pb.AgentEnvelope] = []
+        for envelope, problem in zip(envelopes, problems, strict=True):
+            if not problem:
+                stamped = pb.AgentEnvelope()
+                stamped.CopyFrom(envelope)
+                if not stamped.event_time_ms:
+                    stamped.event_time_ms = now
+                valid.append(stamped)
+        appended = iter(await self.store.publish(valid, now) if valid else [])
+        offsets = [0 if problem else next(appended) for problem in problems]
+        refused = [(i, problem) for i, problem in enumerate(problems) if problem]
+        if refused:
+            _log.warning(
+                "Publish: refused %d of %d envelopes (the rest were appended); the first, "
+                "envelope %d: %s",
+                len(refused),
+                len(envelopes),
+                *refused[0],
+            )
+        return offsets, [
+            f"envelope {i} {problem}" if problem else "" for i, problem in enumerate(problems)
+        ]
 
     @_guarded
     async def ListIntents(

@@ -330,11 +330,21 @@ async def test_publish_and_long_poll_read(tmp_path: Path) -> None:
         assert everything.next_offset == 3
         limited = await client.read(1, max_batch=1)
         assert ([r.offset for r in limited.records], limited.next_offset) == ([1], 2)
+        with pytest.raises(grpc.aio.AioRpcError) as error:
+            await client.publish([])
+        assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         forged = AgentEnvelope(entity_key=b"k", tool_result=ToolResult(intent_id="x"))
-        for refused in ([], [forged], [AgentEnvelope(external_event=b"no key")]):
-            with pytest.raises(grpc.aio.AioRpcError) as error:
-                await client.publish(refused)
-            assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        report = await client.publish_report(
+            [forged, AgentEnvelope(external_event=b"no key"), AgentEnvelope(entity_key=b"k")]
+        )
+        assert list(report.offsets) == [0, 0, 0]
+        assert [problem.split(" ", 2)[2] for problem in report.problems] == [
+            "is not an external_event: tool results and approvals are published only by the "
+            "effector itself",
+            "has an empty entity_key",
+            "is not an external_event: tool results and approvals are published only by the "
+            "effector itself",
+        ]
         assert (await client.status()).head_offset == 2
 
 
