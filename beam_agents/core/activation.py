@@ -23,6 +23,7 @@ from beam_agents._protos import (
     ToolResult,
     TraceEvent,
     canonical_json,
+    withdrawal_id_for,
 )
 from beam_agents.core.agent import (
     ActivationTimeoutError,
@@ -34,6 +35,7 @@ from beam_agents.core.agent import (
     Outcome,
     Suspend,
     epoch_clock,
+    intent_id_for,
 )
 from beam_agents.core.config import (
     TRIGGER_APPROVAL,
@@ -126,8 +128,12 @@ def error_record(
     seq: int,
     *,
     traceback: str = "",
+    trace_id: str = "",
 ) -> AgentError:
-    """An ``.errors`` record (``envelope``: the original envelope's bytes, if any)."""
+    """An ``.errors`` record (``envelope``: the original envelope's bytes, if any).
+
+    ``trace_id``: the trace id of the run the error belongs to ("" for none).
+    """
     return AgentError(
         entity_key=entity_key,
         reason=reason.value,
@@ -136,6 +142,7 @@ def error_record(
         envelope=envelope,
         seq=seq,
         traceback=traceback,
+        trace_id=trace_id,
     )
 
 
@@ -152,7 +159,9 @@ class Activator:
     """Decides, for one agent and config, what each element and timer does to a key.
 
     ``ticks``: the deadline timer is a tick at which the run's deadline is checked, not a timer
-    set for it (``docs/concepts/runtime.md``, "Clocks").
+    set for it (``docs/concepts/runtime.md``, "Clocks"). ``bounded``: the input ends, so a
+    suspension the agent gave no timeout gets no implicit deadline either (the pipeline's end
+    is its end).
     """
 
     def __init__(
@@ -163,9 +172,11 @@ class Activator:
         run: RunCoroutine,
         *,
         ticks: bool = False,
+        bounded: bool = False,
     ) -> None:
         self._agent = agent
         self._ticks = ticks
+        self._bounded = bounded
         self._config = config
         self._services = services
         self._run = run
@@ -208,13 +219,15 @@ class Activator:
         state = plan.state
         seq = state.header.next_seq
         now_ms = envelope.event_time_ms
+        namespace = self._services.intent_namespace
+        trace_id = trace_id_for(key, seq, namespace)
         ctx = ActivationContext(
             entity_key=key,
             seq=seq,
             now_ms=now_ms,
             event=envelope.external_event,
             first_step=0,
-            trace=TraceRecorder(key, seq, trace_id_for(key, seq), 0, now_ms),
+            trace=TraceRecorder(key, seq, trace_id, 0, now_ms, namespace=namespace),
             services=self._services,
             load_memory=state.read_memory,
             load_cache=_no_committed_calls,
@@ -239,6 +252,7 @@ class Activator:
                     envelope.event_time_ms,
                     envelope.SerializeToString(),
                     suspended.seq,
+                    trace_id=suspended.trace_id,
                 )
             )
             return
@@ -269,6 +283,7 @@ class Activator:
                     envelope.event_time_ms,
                     envelope.SerializeToString(),
                     state.header.next_seq if suspended is None else suspended.seq,
+                    trace_id="" if suspended is None else suspended.trace_id,
                 )
             )
             return
@@ -282,7 +297,12 @@ class Activator:
             event=b"",
             first_step=answered.next_step,
             trace=TraceRecorder(
-                key, answered.seq, answered.trace_id, answered.trace_sequence, now_ms
+                key,
+                answered.seq,
+                answered.trace_id,
+                answered.trace_sequence,
+                now_ms,
+                namespace=run_namespace(answered),
             ),
             services=self._services,
             load_memory=state.read_memory,
@@ -333,6 +353,7 @@ class Activator:
                 envelope.SerializeToString() if envelope_bytes is None else envelope_bytes,
                 ctx.seq,
                 traceback=failure_traceback,
+                trace_id=trace.trace_id,
             )
         )
         return None
@@ -370,13 +391,15 @@ class Activator:
     ) -> None:
         """Plan a successful activation's state, timers and outputs (``base``: the resumed run)."""
         state = plan.state
+        timeout = self._suspension_timeout(outcome) if isinstance(outcome, Suspend) else None
+        if timeout is not None:
+            bound_approvals(staged.intents, timeout)
         if staged.recording is not None:  # first: it reads the state this commit replaces
             recorded = staged.recording.finish(ctx.entity_key, ctx.seq, staged, outcome, state)
             plan.records = (*plan.records, recorded)
         was_suspended = state.continuation is not None
         suspended: Continuation | None = None
         if isinstance(outcome, Suspend):
-            timeout = self._suspension_timeout(outcome)
             suspended = suspend(
                 base,
                 staged,
@@ -384,7 +407,7 @@ class Activator:
                 started_at_ms=ctx.now_ms,
                 snapshot=outcome.snapshot,
                 adapter=outcome.adapter,
-                deadline_ms=0 if timeout is None else self.processing_ms() + timeout,
+                deadline_ms=self._suspension_deadline(timeout, staged, base),
             )
         else:
             staged.trace.record(
@@ -410,6 +433,10 @@ class Activator:
             plan.deadline_ms = 0
         else:
             state.write_header(header)
+        if isinstance(outcome, Complete) and base is not None:
+            plan.intents.extend(
+                withdrawals(ctx.entity_key, base, awaited(base), COMPLETED, ctx.now_ms)
+            )
         if staged.intents:
             plan.intents.extend(staged.intents)
         plan.traces.extend(staged.trace.events)
@@ -424,6 +451,30 @@ class Activator:
             return outcome.timeout_ms
         policy = self._config.hitl_policy
         return None if policy is None else policy.timeout_ms
+
+    def _suspension_deadline(
+        self, timeout: int | None, staged: Staged, base: Continuation | None
+    ) -> int:
+        """The processing-time deadline of a suspension (0: none, only in a bounded pipeline).
+
+        Without a timeout it is the longest TTL window of the pending intents plus
+        ``AgentConfig.result_grace_ms``, and never earlier than the run's previous deadline.
+        """
+        now_ms = self.processing_ms()
+        if timeout is not None:
+            return now_ms + timeout
+        if self._bounded:
+            return 0
+        default_ttl_ms = self._config.intent_ttl_ms
+        windows = [
+            intent.expires_at_ms - intent.created_at_ms if intent.expires_at_ms else default_ttl_ms
+            for intent in staged.intents
+        ]
+        earlier_ms = 0 if base is None else base.deadline_ms
+        if staged.carried and not earlier_ms:
+            windows.append(default_ttl_ms)  # their windows are not kept: assume the default
+        longest = max(windows, default=0)
+        return max(earlier_ms, now_ms + longest + self._config.result_grace_ms)
 
     def processing_ms(self) -> int:
         """Now, in milliseconds, on the clock deadlines are placed on."""
@@ -484,6 +535,7 @@ class Activator:
         plan.traces.extend(taken.traces)
         plan.outputs.extend(taken.outputs)
         plan.errors.extend(taken.errors)
+        plan.intents.extend(taken.withdrawals)
         plan.intents.extend(taken.compensations)
         if taken.escalated is None:
             state.end_run()
@@ -514,6 +566,9 @@ class Activator:
         )
         if wiped is not None:
             plan.deadline_ms = 0
+            reason = f"{WIPED}: the key was idle for {ttl_ms} ms"
+            at_ms = current.last_activity_ms
+            plan.intents.extend(withdrawals(key, wiped, awaited(wiped), reason, at_ms))
             detail = (
                 f"run seq {wiped.seq} was still suspended, waiting for "
                 f"{len(wiped.pending_intent_ids)} intents, when the key's state was cleaned up "
@@ -527,6 +582,7 @@ class Activator:
                     current.last_activity_ms,
                     b"",
                     wiped.seq,
+                    trace_id=wiped.trace_id,
                 )
             )
             self._drain(plan, key)
@@ -660,6 +716,7 @@ def escalate(
         required_approvals=required_approvals,
     )
     [intent] = asked.intents
+    bound_approvals(asked.intents, timeout_ms)
     for intent_id in superseded:
         _answer(
             escalated,
@@ -690,6 +747,72 @@ def escalate(
     escalated.escalations = suspended.escalations + 1
     escalated.trace_sequence = trace.next_sequence
     return escalated, intent
+
+
+# -- withdrawals: what a run that leaves a suspension no longer waits for ----------------------
+COMPLETED = "the run completed without waiting for it"
+DENIED = "the run's deadline passed and its timeout route denied it"
+DROPPED = "the run's deadline passed and its timeout route dropped it"
+ROUTE_FAILED = "the run's deadline passed and its timeout route failed; the run ended undecided"
+ESCALATED = "the approval timed out and was escalated: a new approval request replaces it"
+WIPED = "the run was wiped by idle-key cleanup while it waited"
+
+
+def awaited(run: Continuation) -> list[str]:
+    """The intents ``run`` still waits for: its pending ones but compensations (never awaited)."""
+    compensations = {link.compensation_intent_id for link in run.compensations}
+    return [intent_id for intent_id in run.pending_intent_ids if intent_id not in compensations]
+
+
+def withdrawals(
+    key: bytes, run: Continuation, targets: Sequence[str], reason: str, at_ms: int
+) -> list[ToolIntent]:
+    """One ``WITHDRAWAL`` intent per id in ``targets``: ``run`` no longer waits for them.
+
+    A pure function of its arguments, so a retried bundle mints the same bytes.
+    """
+    if not targets:
+        return []
+    steps = _steps_of(key, run, set(targets))
+    args_json = canonical_json({"reason": reason})
+    return [
+        ToolIntent(
+            intent_id=withdrawal_id_for(target),
+            entity_key=key,
+            seq=run.seq,
+            step_index=steps.get(target, 0),
+            tool_name="",
+            args_json=args_json,
+            created_at_ms=at_ms,
+            expires_at_ms=0,
+            kind=ToolIntent.WITHDRAWAL,
+            trace_id=run.trace_id,
+            withdraws_intent_id=target,
+        )
+        for target in targets
+    ]
+
+
+def _steps_of(key: bytes, run: Continuation, wanted: set[str]) -> dict[str, int]:
+    """The step each id in ``wanted`` was staged at by ``run`` (ids are minted from steps)."""
+    namespace = run_namespace(run)
+    found: dict[str, int] = {}
+    for step in range(max(run.next_step, len(run.steps))):
+        intent_id = intent_id_for(key, run.seq, step, namespace)
+        if intent_id in wanted:
+            found[intent_id] = step
+            if len(found) == len(wanted):
+                break
+    return found
+
+
+def bound_approvals(intents: Iterable[ToolIntent], timeout_ms: int) -> None:
+    """Make no ``APPROVAL`` intent outlive the suspension's ``timeout_ms`` (in place)."""
+    for intent in intents:
+        if intent.kind == ToolIntent.APPROVAL:
+            bound = intent.created_at_ms + timeout_ms
+            if not intent.expires_at_ms or intent.expires_at_ms > bound:
+                intent.expires_at_ms = bound
 
 
 def timed_out_approval(suspended: Continuation, intent_id: str) -> bool:
@@ -838,6 +961,8 @@ class DeadlineOutcome:
     intent: ToolIntent | None = None
     compensations: list[ToolIntent] = field(default_factory=list)
     """What a ``Deny(compensate=True)`` staged: the run's effects undone, newest first."""
+    withdrawals: list[ToolIntent] = field(default_factory=list)
+    """One ``WITHDRAWAL`` per intent the run stopped waiting for."""
 
 
 def fallback_context(key: bytes, suspended: Continuation, fired_ms: int) -> FallbackContext:
@@ -882,7 +1007,14 @@ def deadline_outcome(
 ) -> DeadlineOutcome:
     """Apply ``route`` to the timed-out run ``suspended`` (``now_ms``: the key's last activity)."""
     step = suspended.next_step
-    trace = TraceRecorder(key, suspended.seq, suspended.trace_id, suspended.trace_sequence, now_ms)
+    trace = TraceRecorder(
+        key,
+        suspended.seq,
+        suspended.trace_id,
+        suspended.trace_sequence,
+        now_ms,
+        namespace=run_namespace(suspended),
+    )
     trace.record(TraceEvent.ACTIVATION_START, step, {"trigger": TRIGGER_DEADLINE})
     if isinstance(route, RouteFailure):
         failure = f"{type(route.error).__name__}: {route.error}"
@@ -902,8 +1034,13 @@ def deadline_outcome(
             b"",
             suspended.seq,
             traceback=failure_traceback,
+            trace_id=suspended.trace_id,
         )
-        return DeadlineOutcome(traces=[trace.failure(step, attributes)], errors=[error])
+        return DeadlineOutcome(
+            traces=[trace.failure(step, attributes)],
+            errors=[error],
+            withdrawals=withdrawals(key, suspended, awaited(suspended), ROUTE_FAILED, now_ms),
+        )
     if isinstance(route, Escalate):
         assert policy is not None
         escalated, intent = escalate(
@@ -915,14 +1052,30 @@ def deadline_outcome(
             channel=policy.approval_channel,
             required_approvals=policy.required_approvals,
         )
-        return DeadlineOutcome(traces=trace.events, escalated=escalated, intent=intent)
+        replaced = [
+            intent_id
+            for intent_id, kind in pending_of(suspended)
+            if kind == ToolIntent.APPROVAL and intent_id not in escalated.pending_intent_ids
+        ]
+        return DeadlineOutcome(
+            traces=trace.events,
+            escalated=escalated,
+            intent=intent,
+            withdrawals=withdrawals(key, suspended, replaced, ESCALATED, now_ms),
+        )
     denied = isinstance(route, Deny)
     compensations = []
     if isinstance(route, Deny) and route.compensate:
         compensations = stage_route_compensations(suspended, trace)
         step += len(compensations)
     trace.record(TraceEvent.ACTIVATION_END, step, {"route": "deny" if denied else "drop"})
-    outcome = DeadlineOutcome(traces=trace.events, compensations=compensations)
+    outcome = DeadlineOutcome(
+        traces=trace.events,
+        compensations=compensations,
+        withdrawals=withdrawals(
+            key, suspended, awaited(suspended), DENIED if denied else DROPPED, now_ms
+        ),
+    )
     if isinstance(route, Deny):
         if route.output:
             outcome.outputs.append(route.output)
@@ -933,7 +1086,15 @@ def deadline_outcome(
             "dropped it"
         )
         outcome.errors.append(
-            error_record(key, ErrorReason.SUSPENSION_DROPPED, detail, now_ms, b"", suspended.seq)
+            error_record(
+                key,
+                ErrorReason.SUSPENSION_DROPPED,
+                detail,
+                now_ms,
+                b"",
+                suspended.seq,
+                trace_id=suspended.trace_id,
+            )
         )
     return outcome
 

@@ -46,6 +46,9 @@ DEFAULT_ACTIVATION_TIMEOUT_S = 300.0
 DEFAULT_MAX_BUFFERED_EVENTS = 1_000
 """How many external events may wait for one key's suspended run."""
 
+DEFAULT_RESULT_GRACE_MS = 300_000
+"""How long past its intents' longest TTL a run with no timeout waits for a result: 5 minutes."""
+
 
 def _require(condition: bool, message: str) -> None:
     if not condition:
@@ -105,6 +108,10 @@ class AgentConfig:
             run keeps the namespace it started with.
         record: ``True`` (or a ``RecordOptions``) emits one ``ActivationRecord`` per commit on
             ``.records``, for ``beam-agents replay`` (``docs/replay.md``).
+        result_grace_ms: A suspension with neither ``Suspend.timeout_ms`` nor a ``HitlPolicy``
+            still gets a deadline: the longest TTL window of its pending intents plus this
+            grace (processing time, default 5 minutes), so no run waits forever for a result
+            that never comes (``docs/concepts/runtime.md``, "The lifecycle of a run").
     """
 
     provider_factory: Callable[[], CompletesRequests] | None = None
@@ -124,6 +131,7 @@ class AgentConfig:
     max_tokens_per_run: int | None = None
     namespace: str | None = None
     record: bool | RecordOptions = False
+    result_grace_ms: int = DEFAULT_RESULT_GRACE_MS
 
     def __post_init__(self) -> None:
         _require(
@@ -150,6 +158,11 @@ class AgentConfig:
             self.hitl_policy is None or isinstance(self.hitl_policy, HitlPolicy),
             "AgentConfig.hitl_policy must be a beam_agents.HitlPolicy or None, got "
             f"{type(self.hitl_policy).__name__}",
+        )
+        _require(
+            _is_count(self.result_grace_ms, 1),
+            "AgentConfig.result_grace_ms must be a positive int of milliseconds, got "
+            f"{self.result_grace_ms!r}",
         )
         for name in ("intent_ttl_ms", "max_buffered_events", "model_cache_max_entries"):
             value = getattr(self, name)

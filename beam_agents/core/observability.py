@@ -68,18 +68,35 @@ def identity_of(event: TraceEvent) -> bytes:
     return kept.SerializeToString(deterministic=True)
 
 
-def trace_id_for(entity_key: bytes, seq: int) -> str:
-    """The trace id of run ``seq`` of ``entity_key``."""
-    return uuid5_hex(TRACE_NAMESPACE, f"{entity_key.hex()}|{seq}")
+@functools.lru_cache(maxsize=256)
+def _trace_space(namespace: str) -> uuid.UUID:
+    """The uuid5 namespace of the trace ids of runs in the intent namespace ``namespace``."""
+    return uuid.uuid5(TRACE_NAMESPACE, f"namespace:{namespace}")
+
+
+def trace_id_for(entity_key: bytes, seq: int, namespace: str | None = None) -> str:
+    """The trace id of run ``seq`` of ``entity_key`` in ``namespace`` (``AgentConfig.namespace``).
+
+    Without a namespace: ``uuid5(TRACE_NAMESPACE, f"{entity_key.hex()}|{seq}")``, as always;
+    with one, the same name under a namespace of its own, so runs of different namespaces on one
+    key never share a trace id.
+    """
+    space = TRACE_NAMESPACE if namespace is None else _trace_space(namespace)
+    return uuid5_hex(space, f"{entity_key.hex()}|{seq}")
+
+
+def span_salt_for(trace_id: str, namespace: str | None) -> int:
+    """What a run's span ids are XORed with: 0 without a namespace, else from its trace id."""
+    return 0 if namespace is None else int(trace_id[16:32], 16)
 
 
 @functools.lru_cache(maxsize=1024)
-def span_id_for(sequence: int, event_type: int) -> str:
-    """The span id of the event at ``sequence`` (of type ``event_type``) in its trace."""
-    return f"{sequence:012x}{event_type:04x}"
+def span_id_for(sequence: int, event_type: int, salt: int = 0) -> str:
+    """The span id of the event at ``sequence`` (of type ``event_type``) in its trace.
 
-
-_ROOT_SPAN = span_id_for(0, _START)
+    ``salt`` (:func:`span_salt_for`) keeps a namespaced run's span ids apart from any other's.
+    """
+    return f"{((sequence << 16) | event_type) ^ salt:016x}"
 
 
 class TraceRecorder:
@@ -93,6 +110,7 @@ class TraceRecorder:
         "_now_ms",
         "_opened",
         "_root_span",
+        "_salt",
         "_seq",
         "_trace_id",
         "events",
@@ -106,6 +124,8 @@ class TraceRecorder:
         first_sequence: int,
         now_ms: int,
         clock: Callable[[], int] = time.time_ns,
+        *,
+        namespace: str | None = None,
     ) -> None:
         self._clock = clock
         self._opened: TraceEvent | None = None
@@ -114,10 +134,12 @@ class TraceRecorder:
         self._trace_id = trace_id
         self._first_sequence = first_sequence
         self._now_ms = now_ms
+        salt = self._salt = span_salt_for(trace_id, namespace)
+        root_span = span_id_for(0, _START, salt)
         self._activation_span = (
-            _ROOT_SPAN if first_sequence == 0 else span_id_for(first_sequence, _START)
+            root_span if first_sequence == 0 else span_id_for(first_sequence, _START, salt)
         )
-        self._root_span = "" if first_sequence == 0 else _ROOT_SPAN
+        self._root_span = "" if first_sequence == 0 else root_span
         self.events: list[TraceEvent] = []
 
     @property
@@ -162,7 +184,7 @@ class TraceRecorder:
         # and zero-valued scalars are skipped (proto3 serializes them identically either way).
         event = TraceEvent()
         event.trace_id = self._trace_id
-        event.span_id = span_id_for(sequence, event_type)
+        event.span_id = span_id_for(sequence, event_type, self._salt)
         parent = self._root_span if event_type in _PARENTLESS else self._activation_span
         if parent:
             event.parent_span_id = parent

@@ -195,7 +195,14 @@ class RunAgent(beam.PTransform[PCollection[tuple[bytes, AgentEnvelope]], RunAgen
             ).with_outputs(ERRORS_TAG, main="admitted")
             keyed, admission_errors = admitted.admitted, admitted[ERRORS_TAG]
         activate = (
-            beam.ParDo(agent_dofn(self._agent, config, ticks=_ticks(keyed.pipeline.runner)))
+            beam.ParDo(
+                agent_dofn(
+                    self._agent,
+                    config,
+                    ticks=_ticks(keyed.pipeline.runner),
+                    bounded=bool(keyed.is_bounded),
+                )
+            )
             .with_input_types(_ENVELOPE_PAIR)
             .with_output_types(
                 bytes,
@@ -363,11 +370,14 @@ def _timer_callback(spec: TimerSpec, timer: str, name: str, doc: str) -> Any:
 class AgentDoFn(beam.DoFn):
     """Runs one agent over ``(key, AgentEnvelope)`` elements; see the module docstring."""
 
-    def __init__(self, agent: AgentFn, config: AgentConfig, *, ticks: bool = False) -> None:
+    def __init__(
+        self, agent: AgentFn, config: AgentConfig, *, ticks: bool = False, bounded: bool = False
+    ) -> None:
         super().__init__()
         self._agent = agent
         self._config = config
         self._ticks = ticks
+        self._bounded = bounded
         # Every copy of this DoFn (a retried bundle may get a fresh one) shares one memo.
         self._memo_scope = uuid.uuid4().hex
         self._driver: CoroutineDriver | None = None
@@ -405,7 +415,9 @@ class AgentDoFn(beam.DoFn):
         for connection in self._connections:  # MCP sessions: opened now, closed in teardown
             connection.open()
         services = activation_services(config, gateway, ToolRunner(), driver.time_left_s)
-        self._activator = Activator(self._agent, config, services, driver.run, ticks=self._ticks)
+        self._activator = Activator(
+            self._agent, config, services, driver.run, ticks=self._ticks, bounded=self._bounded
+        )
         self._tick_clock = self._activator.processing_ms if self._ticks else None
 
     def start_bundle(self) -> None:
@@ -494,7 +506,12 @@ class _AgentDoFnWithoutTtl(AgentDoFn):
         return super().process(element, header, memory, continuation, buffer, deadline, None)
 
 
-def agent_dofn(agent: AgentFn, config: AgentConfig, *, ticks: bool = False) -> AgentDoFn:
-    """The ``DoFn`` running ``agent``: its ``process`` binds the idle timer only under a TTL."""
+def agent_dofn(
+    agent: AgentFn, config: AgentConfig, *, ticks: bool = False, bounded: bool = False
+) -> AgentDoFn:
+    """The ``DoFn`` running ``agent``: its ``process`` binds the idle timer only under a TTL.
+
+    ``bounded``: its input ends (a batch pipeline); see ``Activator``.
+    """
     kind = AgentDoFn if config.ttl_ms is not None else _AgentDoFnWithoutTtl
-    return kind(agent, config, ticks=ticks)
+    return kind(agent, config, ticks=ticks, bounded=bounded)

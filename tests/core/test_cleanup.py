@@ -6,6 +6,7 @@ events that were waiting; the key's next run takes the next seq, so intent and t
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,7 +15,7 @@ from apache_beam.pvalue import TaggedOutput
 from apache_beam.utils.timestamp import Timestamp
 
 from beam_agents import AgentConfig, Complete, Suspend
-from beam_agents._protos import AgentError, ToolIntent
+from beam_agents._protos import AgentError, ToolIntent, withdrawal_id_for
 from beam_agents.core.agent import intent_id_for
 from beam_agents.core.context import ActivationContext
 from beam_agents.core.observability import trace_id_for
@@ -103,7 +104,15 @@ def test_cleanup_reports_a_wiped_suspension_and_then_runs_what_was_waiting() -> 
     ]
     wiped = next(error for error in outputs.errors if error.reason == "suspension_wiped")
     assert wiped.seq == 0 and "waiting for 1 intents" in wiped.detail
-    assert [intent.kind for intent in outputs.intents] == [ToolIntent.TOOL]
+    assert wiped.trace_id == trace_id_for(K, 0)
+    # The wiped run no longer waits for its intent: it withdraws it at the effector.
+    [staged] = [intent for intent in outputs.intents if intent.kind == ToolIntent.TOOL]
+    [withdrawal] = [intent for intent in outputs.intents if intent.kind == ToolIntent.WITHDRAWAL]
+    assert withdrawal.withdraws_intent_id == staged.intent_id
+    assert withdrawal.intent_id == withdrawal_id_for(staged.intent_id)
+    assert withdrawal.seq == 0 and withdrawal.step_index == staged.step_index
+    assert withdrawal.created_at_ms == 2_000  # the key's last activity, when cleanup happened
+    assert "idle-key cleanup" in json.loads(withdrawal.args_json)["reason"]
 
 
 # -- one key driven through AgentDoFn -------------------------------------------------------

@@ -118,7 +118,11 @@ def test_escalation_answers_pending_approvals_no_and_asks_again() -> None:
     assert escalated is not None and intent is not None
     assert intent.intent_id == intent_id_for(KEY, 2, 3) and intent.step_index == 3
     assert intent.kind == ToolIntent.APPROVAL and intent.channel == "ops"
-    assert intent.created_at_ms == 50 and intent.expires_at_ms == 60_050
+    # The fresh approval never outlives the new deadline: its TTL is cut to the 5 s timeout.
+    assert intent.created_at_ms == 50 and intent.expires_at_ms == 5_050
+    [withdrawal] = outcome.withdrawals  # the replaced approval; the tool intent is still awaited
+    assert withdrawal.withdraws_intent_id == intent_id_for(KEY, 2, 2)
+    assert withdrawal.kind == ToolIntent.WITHDRAWAL and withdrawal.step_index == 2
     assert list(escalated.pending_intent_ids) == [intent_id_for(KEY, 2, 0), intent.intent_id]
     [answered] = escalated.approvals
     assert answered.intent_id == intent_id_for(KEY, 2, 2) and not answered.approved
@@ -217,7 +221,8 @@ def test_an_approval_in_time_resumes_the_agent_and_the_deadline_never_fires() ->
         "approval",
         "ops",
     )
-    assert (intent.created_at_ms, intent.expires_at_ms) == (1_000, 31_000)
+    # The policy's 30 s TTL is cut to its timeout: the approval never outlives the run's wait.
+    assert (intent.created_at_ms, intent.expires_at_ms) == (1_000, 1_000 + TIMEOUT_MS)
     assert json.loads(intent.args_json) == {"amount": 12500}
     assert trace_names(outputs).count("ACTIVATION_START") == 2
 
@@ -272,9 +277,18 @@ def test_escalate_re_asks_at_most_max_escalations_times_then_denies() -> None:
         streaming=True,
     )
     assert outputs.output == [b"no decision"]
-    asks = sorted(outputs.intents, key=lambda intent: intent.step_index)
+    asks = sorted(
+        (intent for intent in outputs.intents if intent.kind != ToolIntent.WITHDRAWAL),
+        key=lambda intent: intent.step_index,
+    )
     assert [intent.intent_id for intent in asks] == [intent_id_for(K, 0, s) for s in range(3)]
     assert {intent.kind for intent in asks} == {ToolIntent.APPROVAL}
+    # Each escalation withdraws the request it replaces; the final denial withdraws the last.
+    withdrawn = [i for i in outputs.intents if i.kind == ToolIntent.WITHDRAWAL]
+    assert sorted(i.withdraws_intent_id for i in withdrawn) == sorted(i.intent_id for i in asks)
+    reasons = sorted(json.loads(i.args_json)["reason"] for i in withdrawn)
+    assert sum("escalated" in reason for reason in reasons) == 2
+    assert sum("denied" in reason for reason in reasons) == 1
     assert {intent.channel for intent in asks} == {"ops"}
     assert [json.loads(intent.args_json).get("escalation") for intent in asks] == [None, 1, 2]
     assert json.loads(asks[1].args_json)["supersedes"] == [original]
@@ -297,7 +311,8 @@ def test_an_escalated_approval_granted_in_time_resumes_the_agent() -> None:
     )
     assert outputs.output == [f"declined:manager:{escalation}".encode()]
     assert outputs.errors == []
-    assert len(outputs.intents) == 2
+    kinds = sorted(ToolIntent.Kind.Name(intent.kind) for intent in outputs.intents)
+    assert kinds == ["APPROVAL", "APPROVAL", "WITHDRAWAL"]  # the replaced request is withdrawn
 
 
 async def waits_with_its_own_timeout(ctx: ActivationContext) -> Suspend:

@@ -205,10 +205,11 @@ def test_escalations_are_recorded_so_later_resumes_still_replay() -> None:
     config = AgentConfig(hitl_policy=escalate_once(), processing_clock=epoch_clock)
     outputs = run_agent(streamed(stream), approve_then_ship, config, streaming=True)
     assert outputs.errors == [] and outputs.output == [b"shipped"]
-    assert sorted((i.step_index, i.tool_name) for i in outputs.intents) == [
-        (0, "approval"),
-        (1, "approval"),
-        (2, "ship"),
+    assert sorted((i.step_index, i.tool_name, i.kind) for i in outputs.intents) == [
+        (0, "", ToolIntent.WITHDRAWAL),  # the escalation replaced the first request
+        (0, "approval", ToolIntent.APPROVAL),
+        (1, "approval", ToolIntent.APPROVAL),
+        (2, "ship", ToolIntent.TOOL),
     ]
 
 

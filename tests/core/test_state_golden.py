@@ -68,7 +68,8 @@ async def plans_again_on_resume(ctx: ActivationContext) -> Complete | Suspend:
 
 def started(agent: Any, fake: FakeLLM | None) -> AgentDoFn:
     config: dict[str, Any] = {} if fake is None else {"provider_factory": lambda: fake}
-    dofn = AgentDoFn(agent, AgentConfig(**config))
+    # Bounded, as a batch pipeline's: no implicit deadline, so no wall-clock time in the bytes.
+    dofn = AgentDoFn(agent, AgentConfig(**config), bounded=True)
     dofn.setup()
     return dofn
 
