@@ -441,14 +441,19 @@ def _reject_unsupported_kind(parameter: inspect.Parameter, tool_name: str) -> No
     )
 
 
+def resolve_hint(function: Callable[..., Any], annotation: Any) -> Any:
+    """``annotation`` (one of ``function``'s) evaluated in the function's globals; may raise."""
+    holder = types.SimpleNamespace(__annotations__={"hint": annotation})
+    namespace = getattr(function, "__globals__", {})
+    return typing.get_type_hints(holder, globalns=namespace, include_extras=True)["hint"]
+
+
 def _resolve_annotation(
     function: Callable[..., Any], parameter: inspect.Parameter, tool_name: str
 ) -> Any:
     # One parameter at a time, so an unresolvable annotation is reported against its parameter.
-    holder = types.SimpleNamespace(__annotations__={parameter.name: parameter.annotation})
-    namespace = getattr(function, "__globals__", {})
     try:
-        hints = typing.get_type_hints(holder, globalns=namespace, include_extras=True)
+        return resolve_hint(function, parameter.annotation)
     except Exception as error:  # evaluating an annotation can raise anything; all mean "broken"
         raise ToolDefinitionError(
             f"tool {tool_name!r}: the annotation of parameter {parameter.name!r} "
@@ -456,7 +461,6 @@ def _resolve_annotation(
             tool_name=tool_name,
             parameter=parameter.name,
         ) from error
-    return hints[parameter.name]
 
 
 def _strip_annotated(hint: Any) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import importlib
@@ -16,7 +17,13 @@ from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from beam_agents.tools._schema import ArgumentSpec, IntentInfo, derive_arguments, read_docstring
+from beam_agents.tools._schema import (
+    ArgumentSpec,
+    IntentInfo,
+    derive_arguments,
+    read_docstring,
+    resolve_hint,
+)
 from beam_agents.tools.errors import SideEffectToolError, ToolDefinitionError, ToolNotFoundError
 
 
@@ -244,16 +251,23 @@ class Tool(Generic[_P, _R]):
         """Pickle by reference to the function, the decorator's arguments and the reconciler.
 
         The generated argument model is never pickled (dill cannot pickle ``create_model``
-        classes); unpickling reuses the module's Tool or applies the decorator again.
+        classes); unpickling reuses the module's Tool or applies the decorator again. A function
+        copied by value takes its string annotations along resolved: its copy's globals hold
+        only the names its code uses.
         """
+        reference = _reference_to(self._function)
         arguments: tuple[Any, ...] = (
-            _reference_to(self._function),
+            reference,
             self._name,
             self._description_override,
             self._side_effect,
         )
-        if self._reconciler is not None:
-            arguments = (*arguments, _reference_to(self._reconciler))
+        resolved = {} if isinstance(reference, tuple) else _resolved_annotations(self._function)
+        if self._reconciler is not None or resolved:
+            reconciler = self._reconciler
+            arguments = (*arguments, None if reconciler is None else _reference_to(reconciler))
+        if resolved:
+            arguments = (*arguments, resolved)
         return (_restore_tool, arguments)
 
 
@@ -342,14 +356,35 @@ def _reference_to(function: Callable[..., Any]) -> _FunctionReference:
     return function
 
 
+def _resolved_annotations(function: Callable[..., Any]) -> dict[str, Any]:
+    """``function``'s string annotations (``from __future__ import annotations``), resolved."""
+    resolved: dict[str, Any] = {}
+    for name, annotation in getattr(function, "__annotations__", {}).items():
+        if isinstance(annotation, str):
+            with contextlib.suppress(Exception):  # unresolvable here too: it stays a string
+                resolved[name] = resolve_hint(function, annotation)
+    return resolved
+
+
+def _fill_annotations(function: Callable[..., Any], resolved: Mapping[str, Any]) -> None:
+    """Give a function copied by value the annotations its new globals cannot resolve."""
+    annotations = function.__annotations__
+    for name, hint in resolved.items():
+        try:
+            resolve_hint(function, annotations.get(name))
+        except Exception:
+            annotations[name] = hint
+
+
 def _restore_tool(
     reference: _FunctionReference,
     name: str,
     description: str | None,
     side_effect: bool,
     reconciler: _FunctionReference | None = None,
+    annotations: Mapping[str, Any] | None = None,
 ) -> Tool[Any, Any]:
-    """Rebuild a pickled Tool (see :meth:`Tool.__reduce__`); pickles without a reconciler too."""
+    """Rebuild a pickled Tool (see :meth:`Tool.__reduce__`); older pickles load too."""
     found = _lookup(*reference) if isinstance(reference, tuple) else reference
     if isinstance(found, Tool):
         decorated_alike = (found.name, found._description_override, found.side_effect) == (
@@ -365,6 +400,8 @@ def _restore_tool(
             f"cannot unpickle tool {name!r}: {reference!r} is no longer a function",
             tool_name=name,
         )
+    if annotations:
+        _fill_annotations(found, annotations)
     rebuilt = Tool(found, name=name, description=description, side_effect=side_effect)
     if reconciler is not None:
         found_reconciler = _lookup(*reconciler) if isinstance(reconciler, tuple) else reconciler

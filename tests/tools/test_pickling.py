@@ -1,6 +1,7 @@
 """Tools and registries pickle by reference to their functions, under cloudpickle and dill."""
 
 import copy
+import os
 import pickle
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import cloudpickle
 import dill
 import pytest
 
+import beam_agents
 from beam_agents.tools import IntentInfo, Tool, ToolRegistry, ToolRunner, tool
 from beam_agents.tools.errors import (
     SideEffectToolError,
@@ -163,3 +165,86 @@ def test_errors_pickle_with_their_attributes(pickler: str) -> None:
         assert type(restored) is type(error)
         assert str(restored) == str(error)
         assert vars(restored) == vars(error)
+
+
+MAIN_TOOLS = '''
+from __future__ import annotations
+
+import sys
+from typing import Literal
+
+import dill
+from apache_beam.internal import pickler
+
+from beam_agents.tools import IntentInfo, ToolRegistry, tool
+
+
+@tool(side_effect=True)
+def send(to: str, speed: Literal["fast", "slow"], *, intent: IntentInfo) -> str:
+    """Send a parcel."""
+    return f"{intent.intent_id}: {to} {speed}"
+
+
+@tool
+def weigh(grams: int, unit: Literal["g", "kg"] = "g") -> float:
+    """Weigh a parcel."""
+    return grams / (1000 if unit == "kg" else 1)
+
+
+registry = ToolRegistry([send, weigh])
+with open(sys.argv[1], "wb") as payload:
+    payload.write(pickler.dumps(registry))  # Beam's pickler, as RunAgent pickles its DoFn
+with open(sys.argv[2], "wb") as payload:
+    payload.write(dill.dumps(registry))
+'''
+
+WORKER = """
+import sys
+
+import dill
+from apache_beam.internal import pickler
+
+from beam_agents.tools import IntentInfo
+from beam_agents.tools.errors import ToolArgumentError
+
+intent = IntentInfo(intent_id="i-1", entity_key=b"k", seq=0, step_index=0, attempt=1)
+with open(sys.argv[1], "rb") as beam_payload, open(sys.argv[2], "rb") as dill_payload:
+    registries = {
+        pickler.DEFAULT_PICKLE_LIB: pickler.loads(beam_payload.read()),
+        "dill": dill.loads(dill_payload.read()),
+    }
+for name, registry in registries.items():
+    send, weigh = registry.get("send"), registry.get("weigh")
+    arguments = send.validate_arguments({"to": "Oslo", "speed": "fast"})
+    print(name, send.unwrap()(intent=intent, **arguments), weigh(grams=1500, unit="kg"))
+    try:
+        send.validate_arguments({"to": "Oslo", "speed": "warp"})
+    except ToolArgumentError as error:
+        print(name, "refused", [field for field, _ in error.problems])
+"""
+
+
+def test_a_main_module_tool_with_postponed_annotations_unpickles_in_another_process(
+    tmp_path: Path,
+) -> None:
+    """A script's tools (``__main__``, ``from __future__ import annotations``) reach workers."""
+    root = str(Path(beam_agents.__file__).parents[1])
+    (tmp_path / "pipeline.py").write_text(MAIN_TOOLS)
+    (tmp_path / "worker.py").write_text(WORKER)
+    payloads = [str(tmp_path / "beam.bin"), str(tmp_path / "dill.bin")]
+    for script in ("pipeline.py", "worker.py"):  # each its own __main__, as driver and worker
+        completed = subprocess.run(
+            [sys.executable, str(tmp_path / script), *payloads],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            env={**os.environ, "PYTHONPATH": root},
+        )
+        assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.splitlines() == [
+        "cloudpickle i-1: Oslo fast 1.5",
+        "cloudpickle refused ['speed']",
+        "dill i-1: Oslo fast 1.5",
+        "dill refused ['speed']",
+    ]
