@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import random
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -34,14 +35,16 @@ from beam_agents._protos import (
     AgentEnvelope,
     EffectorStub,
     IntentDeadLetter,
+    IntentState,
+    ListIntentsRequest,
     PublishRequest,
     ReadRequest,
     StatusRequest,
     SubmitAck,
     SubmitRequest,
     ToolIntent,
+    time_problem,
 )
-from beam_agents.core.observability import LogBudget
 
 # -- reaching the effector: target, bearer token, TLS and limits ------------------------------
 _MAX_MESSAGE_BYTES = 16 * 1024 * 1024
@@ -228,10 +231,6 @@ _T = TypeVar("_T")
 
 # -- SubmitIntents: hand staged intents to the effector, once per intent id -------------------
 _DEAD_LETTER = "dead_letter"
-DEAD_LETTER_LOG_LINES = 10
-"""The most dead-letter WARNING lines one ``SubmitIntents`` instance logs per interval."""
-DEAD_LETTER_LOG_INTERVAL_S = 60.0
-"""The interval of :data:`DEAD_LETTER_LOG_LINES`; lines past it are counted, then summarized."""
 
 
 @dataclass(frozen=True)
@@ -368,16 +367,12 @@ class _SubmitIntentsFn(beam.DoFn):
 
     def setup(self) -> None:
         """Open the channel and resolve the token (from the worker's environment, if so told)."""
-        self._log_budget = LogBudget(DEAD_LETTER_LOG_LINES, DEAD_LETTER_LOG_INTERVAL_S)
         self._metadata = self._connection.metadata()
         self._channel = self._connection.open_channel()
         self._stub = self._connection.stub(self._channel)
 
     def teardown(self) -> None:
-        """Say how many dead letters were not logged; close the channel."""
-        budget = getattr(self, "_log_budget", None)
-        if budget is not None:
-            self._log_suppressed(budget.take_suppressed(final=True))
+        """Close the channel."""
         channel = getattr(self, "_channel", None)
         if channel is not None:
             channel.close()
@@ -419,7 +414,6 @@ class _SubmitIntentsFn(beam.DoFn):
     def finish_bundle(self) -> Iterator[Any]:
         """Submit what is left of the batch."""
         yield from self._submit_batch()
-        self._log_suppressed(self._log_budget.take_suppressed())
 
     def _submit_batch(self) -> Iterator[Any]:
         batch, self._batch, self._batch_bytes = self._batch, [], 0
@@ -482,31 +476,31 @@ class _SubmitIntentsFn(beam.DoFn):
         return list(response.acks)
 
     def _dead_letter(self, letter: Any) -> TaggedOutput[str, Any]:
+        """Count and log one dead letter (every one: a run may be waiting for it)."""
         self._dead_lettered.inc()
         value = letter.value if isinstance(letter, WindowedValue) else letter
-        if self._log_budget.allow():
-            intent = value.intent
-            _log.warning(
-                "SubmitIntents to %s: dead letter for intent %s (key %s, tool %r)%s: %s",
-                self._connection.target,
-                intent.intent_id or "(none)",
-                _key_text(intent.entity_key),
-                intent.tool_name,
-                f" {value.outcome}" if value.outcome else "",
-                value.reason,
-            )
+        intent = value.intent
+        _log.error(
+            "SubmitIntents to %s: dead letter for intent %s (key %s, %s, tool %r)%s: %s; %s",
+            self._connection.target,
+            intent.intent_id or "(none)",
+            _key_text(intent.entity_key),
+            ToolIntent.Kind.Name(intent.kind) if intent.kind in _KIND_NAMES else intent.kind,
+            intent.tool_name,
+            f" {value.outcome}" if value.outcome else "",
+            value.reason,
+            _DEAD_LETTER_CONSEQUENCE.get(intent.kind, "it never reaches the effector"),
+        )
         return TaggedOutput(_DEAD_LETTER, letter)
 
-    def _log_suppressed(self, count: int) -> None:
-        if count:
-            _log.warning(
-                "SubmitIntents to %s: %d more dead letter(s) were not logged (at most %d lines "
-                "per %.0f s); see the dead_letter output and the intents_dead_lettered counter",
-                self._connection.target,
-                count,
-                DEAD_LETTER_LOG_LINES,
-                DEAD_LETTER_LOG_INTERVAL_S,
-            )
+
+_KIND_NAMES = frozenset(ToolIntent.Kind.values())
+_DEAD_LETTER_CONSEQUENCE = {
+    ToolIntent.TOOL: "it never runs, and the run waiting for it takes its deadline route",
+    ToolIntent.APPROVAL: "nobody is asked, and the run waiting for it takes its deadline route",
+    ToolIntent.WITHDRAWAL: "the effector may still offer the intent it withdraws",
+}
+"""What a dead letter of each kind means for its run, said in its log line."""
 
 
 class SubmitIntents(beam.PTransform[PCollection[ToolIntent], SubmitIntentsOutputs]):
@@ -516,8 +510,9 @@ class SubmitIntents(beam.PTransform[PCollection[ToolIntent], SubmitIntentsOutput
     transiently is retried with exponential backoff and full jitter (``initial_backoff_s``
     doubling up to ``max_backoff_s``, at most ``max_attempts`` calls, each with a deadline of
     ``rpc_timeout_s``); each retry logs a WARNING. A batch that still fails goes to
-    ``dead_letter``, as does every intent the effector rejects. Each dead letter logs a
-    WARNING, at most :data:`DEAD_LETTER_LOG_LINES` per :data:`DEAD_LETTER_LOG_INTERVAL_S`.
+    ``dead_letter``, as does every intent the effector rejects. Each dead letter logs one
+    ERROR line with the intent's id, key and the reason, whether or not ``dead_letter`` is
+    consumed: the run waiting for it hears nothing and takes its deadline route.
     A wrong token fails the pipeline with ``PermissionError``.
 
     ``target`` is ``HOST:PORT`` with ``token`` or ``token_env`` and ``tls_root_cert``, or an
@@ -576,6 +571,12 @@ _MAX_POLL_WAIT_MS = 60_000
 """The effector waits at most this long in one Read."""
 _RETRY_INITIAL_S = 0.1
 _RETRY_MAX_S = 5.0
+_READ_MAX_BYTES = _MAX_MESSAGE_BYTES // 2
+"""The bytes of envelopes one ``Read`` asks for: its answer stays under the message limit."""
+DEFAULT_PROGRESS_INTERVAL_S = 15.0
+"""How often ``ReadEnvelopes`` says how far it got, by default."""
+_AWAITING_SHOWN = 3
+"""Approvals awaiting a decision named in the line saying why an idle reader does not stop."""
 
 
 class _LogRestrictions(RestrictionProvider):
@@ -666,17 +667,20 @@ class _ReadLogFn(beam.DoFn):
         poll_wait_ms: int,
         stop_when_idle_s: float | None,
         watermark_lag_s: float,
+        progress_interval_s: float | None = DEFAULT_PROGRESS_INTERVAL_S,
     ) -> None:
         self._connection = connection
         self._max_batch = max_batch
         self._poll_wait_ms = poll_wait_ms
         self._stop_when_idle_s = stop_when_idle_s
         self._watermark_lag = Duration.of(watermark_lag_s)
+        self._progress_interval_s = progress_interval_s
         self._read = Metrics.counter(_METRICS_NAMESPACE, "envelopes_read")
+        self._skipped = Metrics.counter(_METRICS_NAMESPACE, "envelopes_skipped")
         self._retries = Metrics.counter(_METRICS_NAMESPACE, "read_retries")
 
     def setup(self) -> None:
-        """Open the channel; reset the idle clock and the failure count."""
+        """Open the channel; reset the idle clock, the failure count and the progress counts."""
         self._metadata = self._connection.metadata()
         self._channel = self._connection.open_channel()
         self._stub = self._connection.stub(self._channel)
@@ -684,6 +688,10 @@ class _ReadLogFn(beam.DoFn):
         # is meant for local runs, where one instance reads the whole log.
         self._idle_since: float | None = None
         self._failures = 0
+        self._read_total = 0
+        self._skipped_total = 0
+        self._last_report = time.monotonic()
+        self._last_blocked_report: float | None = None
 
     def teardown(self) -> None:
         """Close the channel."""
@@ -699,10 +707,14 @@ class _ReadLogFn(beam.DoFn):
     ) -> Iterator[Any]:
         """One poll: emit what arrived, then defer the rest of the log (or stop when idle)."""
         position = tracker.current_restriction().start
+        self._report_progress(position)
         try:
             response = self._stub.Read(
                 ReadRequest(
-                    from_offset=position, max_batch=self._max_batch, wait_ms=self._poll_wait_ms
+                    from_offset=position,
+                    max_batch=self._max_batch,
+                    wait_ms=self._poll_wait_ms,
+                    max_bytes=_READ_MAX_BYTES,
                 ),
                 timeout=_RPC_TIMEOUT_S + self._poll_wait_ms / 1000,
                 metadata=self._metadata,
@@ -723,14 +735,58 @@ class _ReadLogFn(beam.DoFn):
             if not tracker.try_claim(record.offset):
                 return
             envelope = record.envelope
+            problem = time_problem("event_time_ms", envelope.event_time_ms)
+            if problem is not None:
+                self._skip(record.offset, envelope, problem)
+                continue
             timestamp = Timestamp(micros=envelope.event_time_ms * 1000)
             newest = timestamp if newest is None else max(newest, timestamp)
             self._read.inc()
+            self._read_total += 1
             yield TimestampedValue((envelope.entity_key, envelope), timestamp)
         # With nothing to read the reader is at the head of the log, so the watermark may
         # follow the clock; otherwise it follows the newest event time read.
         self._advance_watermark(watermark, (newest or Timestamp.now()) - self._watermark_lag)
         tracker.defer_remainder()
+
+    def _skip(self, offset: int, envelope: AgentEnvelope, problem: str) -> None:
+        """Log and count an envelope no pipeline can take (Beam cannot timestamp it)."""
+        self._skipped.inc()
+        self._skipped_total += 1
+        _log.error(
+            "ReadEnvelopes from %s: skipped the envelope at offset %d (key %s, %s): %s, so "
+            "Beam cannot timestamp it; the envelopes around it are delivered",
+            self._connection.target,
+            offset,
+            _key_text(envelope.entity_key),
+            envelope.WhichOneof("payload") or "no payload",
+            problem,
+        )
+
+    def _report_progress(self, position: int) -> None:
+        """Say how far the read got, once per progress interval."""
+        interval = self._progress_interval_s
+        now = time.monotonic()
+        if interval is None or now - self._last_report < interval:
+            return
+        self._last_report = now
+        try:
+            status = self._stub.Status(
+                StatusRequest(), timeout=_RPC_TIMEOUT_S, metadata=self._metadata
+            )
+        except grpc.RpcError as error:
+            effector = f"effector status unavailable ({_describe(error)})"
+        else:
+            effector = (
+                f"effector: {status.in_flight} intent(s) in flight "
+                f"({status.awaiting_decision} awaiting a decision), {status.done} done, "
+                f"log head {status.head_offset}"
+            )
+        skipped = f", {self._skipped_total} skipped" if self._skipped_total else ""
+        progress_line(
+            f"ReadEnvelopes: {self._read_total} envelope(s) read{skipped}, next offset "
+            f"{position}; {effector}"
+        )
 
     def _advance_watermark(self, watermark: Any, candidate: Timestamp) -> None:
         current = watermark.current_watermark()
@@ -749,7 +805,52 @@ class _ReadLogFn(beam.DoFn):
         status = self._stub.Status(StatusRequest(), timeout=_RPC_TIMEOUT_S, metadata=self._metadata)
         # The store counts before it reads the head, so a result published after the counts
         # shows in the head and is read before stopping.
-        return bool(status.in_flight == 0 and status.head_offset < position)
+        if status.in_flight == 0 and status.head_offset < position:
+            return True
+        if status.in_flight:
+            self._say_why_not_stopping(now - self._idle_since, status)
+        return False
+
+    def _say_why_not_stopping(self, idle_s: float, status: Any) -> None:
+        """Log, once per progress interval, what keeps an idle reader from stopping."""
+        interval = self._progress_interval_s or DEFAULT_PROGRESS_INTERVAL_S
+        now = time.monotonic()
+        last = self._last_blocked_report
+        if last is not None and now - last < interval:
+            return
+        self._last_blocked_report = now
+        awaiting = ""
+        if status.awaiting_decision:
+            awaiting = (
+                f"; approvals awaiting a decision: {self._awaiting_ids()} (decide them with "
+                "beam-agents-effector approve/deny, or wait for them to expire)"
+            )
+        _log.warning(
+            "ReadEnvelopes: idle for %.0f s but not stopping: the effector at %s has %d "
+            "intent(s) in flight (%d pending, %d running, %d in doubt, %d awaiting a decision)%s",
+            idle_s,
+            self._connection.target,
+            status.in_flight,
+            status.pending,
+            status.running,
+            status.in_doubt,
+            status.awaiting_decision,
+            awaiting,
+        )
+
+    def _awaiting_ids(self) -> str:
+        """The first approvals awaiting a decision, by id (or why they cannot be listed)."""
+        try:
+            listed = self._stub.ListIntents(
+                ListIntentsRequest(state=IntentState.AWAITING_DECISION, limit=_AWAITING_SHOWN),
+                timeout=_RPC_TIMEOUT_S,
+                metadata=self._metadata,
+            )
+        except grpc.RpcError as error:
+            return f"(not listed: {_describe(error)})"
+        return ", ".join(
+            f"{intent.intent_id} (key {_key_text(intent.entity_key)})" for intent in listed.intents
+        )
 
     def _back_off(self, error: grpc.RpcError) -> None:
         if not _is_transient(error):
@@ -784,7 +885,13 @@ class ReadEnvelopes(beam.PTransform[PBegin, PCollection[tuple[bytes, AgentEnvelo
     - ``max_batch``: envelopes per ``Read``; ``poll_wait_ms``: how long one ``Read`` waits
       (at most 60 000).
     - ``watermark_lag_s``: how far the watermark trails the newest event time read.
+    - ``progress_interval_s``: how often one line says how far the read got and what the
+      effector holds (INFO, or stderr when INFO is not logged); ``None`` says nothing. An idle
+      reader that does not stop says why, with the approvals it waits for (WARNING).
     - ``token``, ``token_env``, ``tls_root_cert``: as for :class:`EffectorConnection`.
+
+    An envelope whose ``event_time_ms`` is outside years 1-9999 cannot be timestamped: it is
+    skipped with an ERROR line and counted (``envelopes_skipped``); the rest are delivered.
 
     Reading retries transient failures indefinitely; a wrong token fails the pipeline with
     ``PermissionError``. Publishing is not retried, since a cut-off ``Publish`` may have been
@@ -802,11 +909,17 @@ class ReadEnvelopes(beam.PTransform[PBegin, PCollection[tuple[bytes, AgentEnvelo
         max_batch: int = 500,
         poll_wait_ms: int = 200,
         watermark_lag_s: float = 60.0,
+        progress_interval_s: float | None = DEFAULT_PROGRESS_INTERVAL_S,
         token: str | None = None,
         token_env: str | None = None,
         tls_root_cert: str | os.PathLike[str] | bytes | None = None,
     ) -> None:
         super().__init__()
+        if progress_interval_s is not None and not progress_interval_s > 0:
+            raise ValueError(
+                f"progress_interval_s must be positive (or None for no progress lines), got "
+                f"{progress_interval_s}"
+            )
         if start_offset is not None and start_offset < 1:
             raise ValueError(f"start_offset counts from 1, got {start_offset}")
         if stop_when_idle_s is not None and stop_when_idle_s <= 0:
@@ -822,7 +935,12 @@ class ReadEnvelopes(beam.PTransform[PBegin, PCollection[tuple[bytes, AgentEnvelo
             connection, _encode_events(events or ()), start_offset
         )
         self._read_fn = _ReadLogFn(
-            connection, max_batch, poll_wait_ms, stop_when_idle_s, watermark_lag_s
+            connection,
+            max_batch,
+            poll_wait_ms,
+            stop_when_idle_s,
+            watermark_lag_s,
+            progress_interval_s,
         )
 
     def expand(self, pbegin: PBegin) -> PCollection[tuple[bytes, AgentEnvelope]]:
@@ -837,6 +955,14 @@ class ReadEnvelopes(beam.PTransform[PBegin, PCollection[tuple[bytes, AgentEnvelo
         return envelopes
 
 
+def progress_line(text: str) -> None:
+    """Log ``text`` at INFO, or write it to stderr when INFO lines would not be shown."""
+    if _log.isEnabledFor(logging.INFO):
+        _log.info("%s", text)
+    else:
+        print(text, file=sys.stderr, flush=True)
+
+
 def _encode_events(events: Iterable[AgentEnvelope]) -> list[bytes]:
     encoded: list[bytes] = []
     for position, envelope in enumerate(events):
@@ -846,6 +972,9 @@ def _encode_events(events: Iterable[AgentEnvelope]) -> list[bytes]:
             )
         if not envelope.entity_key:
             raise ValueError(f"event {position} has an empty entity_key")
+        problem = time_problem("event_time_ms", envelope.event_time_ms)
+        if problem is not None:
+            raise ValueError(f"event {position}: {problem}")
         if envelope.WhichOneof("payload") != "external_event":
             raise ValueError(
                 f"event {position} is not an external_event envelope: only the effector "

@@ -6,24 +6,25 @@ import logging
 import re
 from collections.abc import Iterator
 
+import apache_beam as beam
 import grpc
 import pytest
 from effector_harness import BackgroundEffector, make_intent
 
 from beam_agents.core.observability import LogBudget
 from beam_agents.io import SubmitIntents
-from beam_agents.io import effector_link as submit_module
 from effector.launch import free_port
-from tests.io.io_harness import counter, record_intent, submit_all
+from tests.io.io_harness import counter, record_intent, run_pipeline, submit_all
 
 LOGGER = "beam_agents.io.effector_link"
 
 
 def submit_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """What SubmitIntents logged at WARNING or above (dead letters are ERROR lines)."""
     return [
         record.getMessage()
         for record in caplog.records
-        if record.name == LOGGER and record.levelno == logging.WARNING
+        if record.name == LOGGER and record.levelno >= logging.WARNING
     ]
 
 
@@ -43,22 +44,26 @@ def test_each_dead_letter_logs_a_warning_with_the_intent_id_and_the_reason(
     assert accepted.intent_id not in caplog.text
 
 
-def test_dead_letter_warnings_are_rate_limited_and_the_rest_are_counted(
-    effector: BackgroundEffector,
-    caplog: pytest.LogCaptureFixture,
-    monkeypatch: pytest.MonkeyPatch,
+def test_every_dead_letter_logs_its_own_error_line_even_when_nobody_reads_the_output(
+    effector: BackgroundEffector, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(submit_module, "DEAD_LETTER_LOG_LINES", 3)
-    intents = [make_intent("missing", key=f"k{i}".encode()) for i in range(8)]
+    """Forty dead letters, none read downstream: forty ERROR lines, one per intent id."""
+    intents = [make_intent("missing", key=f"k\u202e{i}".encode()) for i in range(40)]
+    transform = SubmitIntents(effector.address)
     with caplog.at_level(logging.WARNING, logger=LOGGER):
-        _, letters, result = submit_all(intents, SubmitIntents(effector.address))
-    assert len(letters) == 8 and counter(result, "intents_dead_lettered") == 8
-    lines = submit_warnings(caplog)
-    individual = [line for line in lines if "dead letter for intent" in line]
-    summaries = [line for line in lines if "were not logged" in line]
-    assert len(individual) == 3
-    assert len(summaries) == 1
-    assert "5 more dead letter(s) were not logged (at most 3 lines per 60 s)" in summaries[0]
+        result = run_pipeline(lambda pipeline: pipeline | beam.Create(intents) | transform)
+    assert counter(result, "intents_dead_lettered") == 40
+    errors = [
+        record.getMessage()
+        for record in caplog.records
+        if record.name == LOGGER and record.levelno == logging.ERROR
+    ]
+    assert len(errors) == 40
+    for intent in intents:
+        [line] = [line for line in errors if intent.intent_id in line]
+        assert "REJECTED" in line and "unknown tool 'missing'" in line
+        assert "0x" + intent.entity_key.hex() in line  # a key with U+202E is shown as hex
+        assert "takes its deadline route" in line
 
 
 def test_the_log_budget_allows_lines_per_window_and_summarizes_the_rest() -> None:
