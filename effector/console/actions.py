@@ -26,7 +26,7 @@ from effector.console.security import (
     local_path,
     set_session_cookie,
 )
-from effector.console.views import render, service_of
+from effector.console.views import raw_download, render, service_of
 from effector.service import MAX_TEXT_FIELD_CHARS, external_event_problem
 from effector.store.intents import ErrorRecord, intent_id_problem
 
@@ -132,6 +132,21 @@ async def error_page(request: Request) -> Response:
     return await render(request, "error.html", context)
 
 
+async def error_raw(request: Request) -> Response:
+    """One of an error's stored values, byte for byte, as a download."""
+    record, envelope, _ = await _error(request)
+    values = {
+        "detail": record.error.detail.encode(),
+        "traceback": record.error.traceback.encode(),
+        "envelope": record.error.envelope,
+        "external_event": b"" if envelope is None else envelope.external_event,
+    }
+    what: str = request.path_params["what"]
+    if what not in values:
+        raise HTTPException(404, f"an error has no value {what!r}; ask for {', '.join(values)}")
+    return raw_download(values[what], f"error-{record.error_id}-{what}")
+
+
 async def confirm_redrive(request: Request) -> Response:
     """Ask before publishing an error's envelope again."""
     record, envelope, problem = await _error(request)
@@ -233,6 +248,7 @@ ROUTES = [
     Route("/approvals/{intent_id}", send_decision, methods=["POST"], name="decide"),
     Route("/errors", errors, name="errors"),
     Route("/errors/{error_id}", error_page, name="error"),
+    Route("/errors/{error_id}/raw/{what}", error_raw, name="error_raw"),
     Route("/errors/{error_id}/redrive", confirm_redrive, name="confirm_redrive"),
     Route("/errors/{error_id}/redrive", redrive, methods=["POST"], name="redrive"),
     Route("/login", login_form, name="login_form"),

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass, field
+
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -9,10 +12,19 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 import effector.console.views as views
-from beam_agents._protos import IntentState
-from effector.console.runs import build_runs, memory_slots
-from effector.console.views import render, service_of
-from effector.store.intents import intent_id_problem
+from beam_agents._protos import IntentState, ToolIntent, ToolResult
+from effector.console.runs import (
+    SPANS_PER_PAGE,
+    closing_events,
+    memory_slots,
+    page_of_run,
+    run_head,
+    run_heads,
+    run_spans,
+)
+from effector.console.views import raw_download, render, service_of
+from effector.store.intents import IntentRecord, intent_id_problem
+from effector.store.sql import SqlStore
 
 WINDOWS = {15: "15 min", 60: "1 h", 360: "6 h", 1440: "24 h"}
 """The overview's windows, in minutes; it shows the last hour unless asked otherwise."""
@@ -21,6 +33,8 @@ DEFAULT_RUNS = 50
 MAX_RUNS = 1_000
 """Runs on a key's page: the newest 50 unless more are asked for, at most 1,000."""
 LIST_LIMIT = 200
+WITHDRAWN_SHOWN = 20
+"""Withdrawn intents a key's page lists, newest first."""
 """Rows on the keys, intents and errors lists."""
 OPEN_STATES = (
     IntentState.AWAITING_DECISION,
@@ -28,7 +42,10 @@ OPEN_STATES = (
     IntentState.RUNNING,
     IntentState.IN_DOUBT,
 )
-_STATES = {IntentState.Name(state): state for state in (*OPEN_STATES, IntentState.DONE)}
+_STATES = {
+    IntentState.Name(state): state
+    for state in (*OPEN_STATES, IntentState.DONE, IntentState.WITHDRAWN)
+}
 
 
 def number(request: Request, name: str, default: int, allowed: range | tuple[int, ...]) -> int:
@@ -91,11 +108,11 @@ async def keys(request: Request) -> Response:
 
 
 async def key_page(request: Request) -> Response:
-    """One key: its runs with their waterfalls, open intents, memory slots and errors."""
+    """One key: its runs (one page of spans each), open intents, memory slots and errors."""
     key = entity_key(request)
     wanted = number(request, "runs", DEFAULT_RUNS, range(1, MAX_RUNS + 1))
     store = service_of(request).store
-    events = await store.traces_for_key(key, wanted)
+    heads = await run_heads(store, key, wanted)
     open_intents = [
         record
         for state in OPEN_STATES
@@ -103,18 +120,43 @@ async def key_page(request: Request) -> Response:
             state=state, tool_name=None, entity_key=key, limit=LIST_LIMIT
         )
     ]
+    withdrawn = await store.search_intents(
+        state=IntentState.WITHDRAWN, tool_name=None, entity_key=key, limit=WITHDRAWN_SHOWN
+    )
     errors = await store.list_errors(key, 20)
-    runs = await run_in_threadpool(build_runs, events)
+    runs = []
+    for head in heads:
+        events = await run_spans(store, key, head, 1)
+        runs.append(await run_in_threadpool(page_of_run, head, heads, events, 1, errors))
+    seqs = len({head.seq for head in heads})
     context = {
         "key": key,
         "runs": runs,
         "wanted": wanted,
-        "more": min(wanted * 4, MAX_RUNS) if len(runs) == wanted and wanted < MAX_RUNS else 0,
+        "more": min(wanted * 4, MAX_RUNS) if seqs == wanted and wanted < MAX_RUNS else 0,
         "open_intents": open_intents,
-        "slots": memory_slots(events),
+        "withdrawn": withdrawn,
+        "spans_per_page": SPANS_PER_PAGE,
+        "slots": memory_slots(await closing_events(store, key)),
         "errors": errors,
     }
     return await render(request, "key.html", context)
+
+
+async def run_page(request: Request) -> Response:
+    """One run of a key, one page of its spans at a time."""
+    key = entity_key(request)
+    trace_id: str = request.path_params["trace_id"]
+    store = service_of(request).store
+    head = await run_head(store, key, trace_id)
+    if head is None:
+        raise HTTPException(404, "no such run of this key (unknown, or pruned)")
+    pages = max(-(-head.spans // SPANS_PER_PAGE), 1)
+    page = number(request, "page", 1, range(1, pages + 1))
+    events = await run_spans(store, key, head, page)
+    errors = [e for e in await store.list_errors(key, LIST_LIMIT) if e.error.trace_id == trace_id]
+    run = await run_in_threadpool(page_of_run, head, [head], events, page, errors)
+    return await render(request, "run.html", {"key": key, "run": run})
 
 
 async def intents(request: Request) -> Response:
@@ -141,18 +183,115 @@ async def intents(request: Request) -> Response:
     return await render(request, "intents.html", context)
 
 
-async def intent_page(request: Request) -> Response:
-    """One intent: arguments, lifecycle with times, attempts, and result or error."""
+@dataclass(frozen=True, slots=True)
+class IntentLinks:
+    """The intents one intent's page links to: what it undoes or withdraws, what allowed it."""
+
+    compensates: str = ""
+    compensated_by: str = ""
+    approved_by: str = ""
+    """The approval that allowed this tool intent (edited, or gating these same arguments)."""
+    allowed: list[str] = field(default_factory=list)
+    """The tool intents this approval allowed."""
+    withdraws: str = ""
+
+
+def _approved(record: IntentRecord) -> bool:
+    """Whether an approval's stored decision approved it."""
+    result = record.result
+    if result is None or result.status != ToolResult.OK:
+        return False
+    try:
+        decided = json.loads(result.payload)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(decided, dict) and decided.get("approved") is True
+
+
+def _allows(approval: IntentRecord, tool: ToolIntent) -> bool:
+    """Whether ``approval`` is the approval that allowed ``tool`` to run."""
+    asked = approval.intent
+    if tool.HasField("edited_from"):
+        return tool.edited_from.approval_intent_id == asked.intent_id
+    return (
+        asked.kind == ToolIntent.APPROVAL
+        and asked.seq == tool.seq
+        and asked.gated_tool == tool.tool_name
+        and asked.args_json == tool.args_json  # the same arguments: the same args digest
+        and _approved(approval)
+    )
+
+
+async def intent_links(store: SqlStore, record: IntentRecord) -> IntentLinks:
+    """How ``record`` relates to the other intents of its key (among its newest)."""
+    intent = record.intent
+    neighbours = await store.search_intents(
+        state=None, tool_name=None, entity_key=intent.entity_key, limit=LIST_LIMIT
+    )
+    compensated_by = next(
+        (
+            n.intent.intent_id
+            for n in neighbours
+            if n.intent.compensates_intent_id == intent.intent_id
+        ),
+        "",
+    )
+    approved_by, allowed = "", []
+    if intent.kind == ToolIntent.TOOL:
+        approved_by = next(
+            (n.intent.intent_id for n in neighbours if _allows(n, intent)),
+            intent.edited_from.approval_intent_id,
+        )
+    elif intent.kind == ToolIntent.APPROVAL:
+        allowed = [
+            n.intent.intent_id
+            for n in neighbours
+            if n.intent.kind == ToolIntent.TOOL and _allows(record, n.intent)
+        ]
+    return IntentLinks(
+        compensates=intent.compensates_intent_id,
+        compensated_by=compensated_by,
+        approved_by=approved_by,
+        allowed=allowed,
+        withdraws=intent.withdraws_intent_id,
+    )
+
+
+async def _intent(request: Request) -> IntentRecord:
     record = await service_of(request).store.get_intent(checked_intent_id(request))
     if record is None:
         raise HTTPException(404, "no such intent (unknown, or pruned after its retention)")
-    return await render(request, "intent.html", {"record": record})
+    return record
+
+
+async def intent_page(request: Request) -> Response:
+    """One intent: arguments, lifecycle with times, attempts, result or error, related intents."""
+    record = await _intent(request)
+    links = await intent_links(service_of(request).store, record)
+    return await render(request, "intent.html", {"record": record, "links": links})
+
+
+async def intent_raw(request: Request) -> Response:
+    """One of an intent's stored values, byte for byte, as a download."""
+    record = await _intent(request)
+    result = record.result or ToolResult()
+    values = {
+        "args": record.intent.args_json.encode(),
+        "payload": result.payload,
+        "error": result.error_message.encode(),
+    }
+    what: str = request.path_params["what"]
+    if what not in values:
+        raise HTTPException(404, f"an intent has no value {what!r}; ask for {', '.join(values)}")
+    return raw_download(values[what], f"intent-{record.intent.intent_id}-{what}")
 
 
 ROUTES = [
     Route("/", overview, name="overview"),
     Route("/keys", keys, name="keys"),
     Route("/keys/{key_hex}", key_page, name="key"),
+    Route("/keys/{key_hex}/runs/{trace_id}", run_page, name="run"),
     Route("/intents", intents, name="intents"),
     Route("/intents/{intent_id}", intent_page, name="intent"),
+    Route("/intents/{intent_id}/raw/{what}", intent_raw, name="intent_raw"),
 ]

@@ -1,17 +1,25 @@
 """A key's runs as the keys page draws them: one span waterfall per run, plus its memory.
 
-A run is one ``seq`` of a key. Bars are placed by the spans' wall-clock times, else by event
-time, else one after another.
+A run is one trace of a key: its ``seq`` and its trace id, which differ between namespaces
+sharing a key and seq. Bars are placed by the spans' wall-clock times, else by event time,
+else one after another. A run shows at most :data:`SPANS_PER_PAGE` spans at a time; its
+further spans are on pages of their own, read from the store a page at a time.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
 
+import effector.store.schema as sql
 from beam_agents._protos import TraceEvent
 from effector.console.views import duration, when
+from effector.readable import cut, parsed_json
+from effector.store.intents import ErrorRecord
+from effector.store.sql import SqlStore
+
+_T = TypeVar("_T")
 
 _MIN_WIDTH = 0.5
 """The narrowest bar, in per cent of the run, so that an instant still shows."""
@@ -23,6 +31,16 @@ _STATUS_BY_LAST_EVENT = {
 }
 MEMORY_SLOTS = "beam_agents.memory.slots"
 DEADLINE = "beam_agents.deadline_ms"
+NAMESPACE = "beam_agents.namespace"
+"""The attribute naming the run's ``AgentConfig.namespace``, where the pipeline records it."""
+SPANS_PER_PAGE = 200
+"""Spans of one run drawn at a time; the rest are on the run's further pages."""
+ATTRIBUTE_CHARS = 2_000
+"""The most characters of one attribute value a span's tooltip shows."""
+_MEMORY_SCAN = 20
+_CLOSING = (TraceEvent.ACTIVATION_END, TraceEvent.SUSPENDED, TraceEvent.ERROR)
+"""The events that close an activation, where the memory's slots are reported."""
+"""Closing events (newest first) searched for the memory's slots."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,27 +63,56 @@ class Span:
 
 @dataclass(frozen=True, slots=True)
 class Run:
-    """One run of a key, with its waterfall."""
+    """One run of a key (one trace), with its waterfall: one page of its spans."""
 
     seq: int
     trace_id: str
     status: str
-    """``completed``, ``suspended``, ``failed`` or ``running`` (by its newest event)."""
+    """``completed``, ``suspended``, ``failed`` or ``running`` (by its newest event shown)."""
     started: str
     took: str
     timing: str
     """How its bars are placed: ``wall clock``, ``event time`` or ``order``."""
     spans: list[Span]
+    namespace: str = ""
+    """The run's namespace, where its spans name it."""
+    anchor: str = ""
+    """The id of its section on the key's page: ``run-SEQ``, plus the trace when seqs repeat."""
+    span_count: int = 0
+    """How many spans the run has in all."""
+    page: int = 1
+    shown: int = 0
+    """How many of its spans this page draws."""
+    errors: list[ErrorRecord] = field(default_factory=list)
+
+    @property
+    def pages(self) -> int:
+        """How many pages its spans fill."""
+        return max(-(-self.span_count // SPANS_PER_PAGE), 1)
+
+    @property
+    def first_shown(self) -> int:
+        """The position (from 1) of the first span on this page."""
+        return (self.page - 1) * SPANS_PER_PAGE + 1
+
+
+@dataclass(frozen=True, slots=True)
+class RunHead:
+    """A run as the store lists it: its seq, trace and how many spans it has."""
+
+    seq: int
+    trace_id: str
+    spans: int
 
 
 def group_runs(events: Iterable[TraceEvent]) -> list[list[TraceEvent]]:
-    """Events grouped by run (seq), newest run first, each run's events in sequence order."""
-    by_seq: dict[int, list[TraceEvent]] = {}
+    """Events grouped by run (seq and trace), newest run first, each in sequence order."""
+    by_run: dict[tuple[int, str], list[TraceEvent]] = {}
     for event in events:
-        by_seq.setdefault(event.seq, []).append(event)
+        by_run.setdefault((event.seq, event.trace_id), []).append(event)
     return [
-        sorted(by_seq[seq], key=lambda event: event.sequence)
-        for seq in sorted(by_seq, reverse=True)
+        sorted(by_run[run], key=lambda event: event.sequence)
+        for run in sorted(by_run, key=lambda run: (-run[0], run[1]))
     ]
 
 
@@ -74,14 +121,133 @@ def build_runs(events: Iterable[TraceEvent]) -> list[Run]:
     return [_run(run) for run in group_runs(events)]
 
 
+def _anchor(head: RunHead, heads: Sequence[RunHead]) -> str:
+    shared = sum(1 for other in heads if other.seq == head.seq) > 1
+    return f"run-{head.seq}-{head.trace_id}" if shared else f"run-{head.seq}"
+
+
+def _errors_of(
+    head: RunHead, heads: Sequence[RunHead], errors: Sequence[ErrorRecord]
+) -> list[ErrorRecord]:
+    """The errors of one run: by trace id, or by seq when the error names no trace."""
+    alone = sum(1 for other in heads if other.seq == head.seq) == 1
+    return [
+        record
+        for record in errors
+        if record.error.trace_id == head.trace_id
+        or (not record.error.trace_id and alone and record.error.seq == head.seq)
+    ]
+
+
+def page_of_run(
+    head: RunHead,
+    heads: Sequence[RunHead],
+    events: Sequence[TraceEvent],
+    page: int,
+    errors: Sequence[ErrorRecord] = (),
+) -> Run:
+    """The waterfall of one page of a run's spans, with its place among the key's runs."""
+    drawn = _run(list(events)) if events else _empty_run(head)
+    namespace = next((e.attributes[NAMESPACE] for e in events if NAMESPACE in e.attributes), "")
+    return Run(
+        seq=head.seq,
+        trace_id=head.trace_id,
+        status=drawn.status,
+        started=drawn.started,
+        took=drawn.took,
+        timing=drawn.timing,
+        spans=drawn.spans,
+        namespace=namespace,
+        anchor=_anchor(head, heads),
+        span_count=head.spans,
+        page=page,
+        shown=len(events),
+        errors=_errors_of(head, heads, errors),
+    )
+
+
+def _empty_run(head: RunHead) -> Run:
+    return Run(head.seq, head.trace_id, "running", "-", "-", "order", [])
+
+
+async def run_heads(store: SqlStore, entity_key: bytes, max_runs: int) -> list[RunHead]:
+    """The key's newest ``max_runs`` seqs, each trace of them a run, newest first."""
+
+    def heads(tx: sql.Tx) -> list[RunHead]:
+        seqs = tx.execute(
+            """SELECT DISTINCT seq FROM effector_traces WHERE entity_key = ?
+               ORDER BY seq DESC LIMIT ?""",
+            (entity_key, max_runs),
+        ).fetchall()
+        if not seqs:
+            return []
+        rows = tx.execute(
+            """SELECT seq, trace_id, COUNT(*) FROM effector_traces
+               WHERE entity_key = ? AND seq >= ? GROUP BY seq, trace_id
+               ORDER BY seq DESC, trace_id""",
+            (entity_key, seqs[-1][0]),
+        ).fetchall()
+        return [RunHead(int(seq), str(trace), int(count)) for seq, trace, count in rows]
+
+    return await _read(store, heads)
+
+
+async def run_head(store: SqlStore, entity_key: bytes, trace_id: str) -> RunHead | None:
+    """The run of the key with this trace id, or ``None`` if the store holds none."""
+
+    def head(tx: sql.Tx) -> RunHead | None:
+        row = tx.execute(
+            """SELECT seq, COUNT(*) FROM effector_traces WHERE trace_id = ? AND entity_key = ?
+               GROUP BY seq ORDER BY seq DESC LIMIT 1""",
+            (trace_id, entity_key),
+        ).fetchone()
+        return None if row is None else RunHead(int(row[0]), trace_id, int(row[1]))
+
+    return await _read(store, head)
+
+
+async def run_spans(
+    store: SqlStore, entity_key: bytes, head: RunHead, page: int
+) -> list[TraceEvent]:
+    """One page of a run's spans, in sequence order (at most :data:`SPANS_PER_PAGE`)."""
+
+    def spans(tx: sql.Tx) -> list[TraceEvent]:
+        rows = tx.execute(
+            """SELECT event FROM effector_traces
+               WHERE entity_key = ? AND seq = ? AND trace_id = ?
+               ORDER BY sequence, span_id LIMIT ? OFFSET ?""",
+            (entity_key, head.seq, head.trace_id, SPANS_PER_PAGE, (page - 1) * SPANS_PER_PAGE),
+        ).fetchall()
+        return [TraceEvent.FromString(bytes(blob)) for (blob,) in rows]
+
+    return await _read(store, spans)
+
+
+async def closing_events(store: SqlStore, entity_key: bytes) -> list[TraceEvent]:
+    """The key's newest closing events (where the memory's slots are reported)."""
+
+    def closing(tx: sql.Tx) -> list[TraceEvent]:
+        rows = tx.execute(
+            """SELECT event FROM effector_traces WHERE entity_key = ? AND event_type IN (?, ?, ?)
+               ORDER BY seq DESC, sequence DESC LIMIT ?""",
+            (entity_key, *_CLOSING, _MEMORY_SCAN),
+        ).fetchall()
+        return [TraceEvent.FromString(bytes(blob)) for (blob,) in rows]
+
+    return await _read(store, closing)
+
+
+async def _read(store: SqlStore, work: Callable[[sql.Tx], _T]) -> _T:
+    """Run one read-only transaction on the store (its telemetry tables, read a page at a time)."""
+    # The store has no verb that reads a run a page at a time; until it has, read it here.
+    return await store._run(work, write=False)
+
+
 def memory_slots(events: Sequence[TraceEvent]) -> list[tuple[str, int]] | None:
     """The memory slots and sizes reported last (on an activation's closing event), or ``None``."""
     for event in sorted(events, key=lambda e: (e.seq, e.sequence), reverse=True):
         if MEMORY_SLOTS in event.attributes:
-            try:
-                slots = json.loads(event.attributes[MEMORY_SLOTS])
-            except ValueError:
-                return None
+            slots = parsed_json(event.attributes[MEMORY_SLOTS])
             if not isinstance(slots, dict):
                 return None
             return sorted((str(name), _int(size)) for name, size in slots.items())
@@ -140,7 +306,7 @@ def _run(events: list[TraceEvent]) -> Run:
                 detail,
                 *place(index, start, end),
                 took(start, end),
-                "\n".join(f"{name}={found[name]}" for name in sorted(found)),
+                _tooltip(found),
                 found.get("intent_id", "") if kind == "intent" else "",
             )
         )
@@ -166,6 +332,15 @@ def _run(events: list[TraceEvent]) -> Run:
         timing=timing,
         spans=spans,
     )
+
+
+def _tooltip(found: Mapping[str, str]) -> str:
+    """Every attribute as ``name=value`` lines, each value cut to :data:`ATTRIBUTE_CHARS`."""
+    lines = []
+    for name in sorted(found):
+        value, left_out = cut(found[name], ATTRIBUTE_CHARS)
+        lines.append(f"{name}={value}" + (f"… ({left_out} more characters)" if left_out else ""))
+    return "\n".join(lines)
 
 
 def _describe(event: TraceEvent, found: Mapping[str, str]) -> tuple[str, str, str]:

@@ -5,22 +5,31 @@ Formatting is pure (the current time is passed in); templates never format value
 
 from __future__ import annotations
 
-import datetime
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import jinja2
+from markupsafe import Markup
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import HTMLResponse
+from starlette.responses import HTMLResponse, Response
 
 from beam_agents._protos import IntentState, ToolIntent, ToolResult
 from effector.console.security import CSRF_FIELD, Sessions
-from effector.observability import display_key, payload_text
+from effector.observability import display_key
+from effector.readable import (
+    SHOWN_CHARS,
+    cut,
+    hidden_characters,
+    moment,
+    out_of_range,
+    parsed_json,
+    visible,
+)
 from effector.service import EffectorService
 from effector.store.intents import IntentRecord, expiry_deadline_ms
 
@@ -44,11 +53,16 @@ def key_from_search(text: str) -> bytes:
 
 
 def when(ms: int | None) -> str:
-    """Epoch milliseconds as ``YYYY-MM-DD HH:MM:SS.mmm UTC``; ``-`` for none or 0."""
+    """Epoch milliseconds as ``YYYY-MM-DD HH:MM:SS.mmm UTC``; ``-`` for none or 0.
+
+    A time outside years 1-9999 is shown as ``out of range (N ms)``.
+    """
     if not ms:
         return "-"
-    moment = datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
-    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{moment.microsecond // 1000:03d} UTC"
+    found = moment(ms)
+    if found is None:
+        return out_of_range(ms)
+    return found.strftime("%Y-%m-%d %H:%M:%S.") + f"{found.microsecond // 1000:03d} UTC"
 
 
 def duration(ms: float | None) -> str:
@@ -73,20 +87,48 @@ def age(ms: int | None, now_ms: int) -> str:
     """How long ago ``ms`` was (``3 min ago``), or how far ahead (``in 20 s``)."""
     if not ms:
         return "-"
+    if moment(ms) is None:
+        return "out of range"
     delta = now_ms - ms
     return f"{duration(abs(delta))} ago" if delta >= 0 else f"in {duration(-delta)}"
 
 
-def pretty_json(value: str | bytes) -> str:
-    """JSON text indented for reading; anything that is not JSON as plain (or hex) text."""
-    text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+@dataclass(frozen=True, slots=True)
+class Shown:
+    """A stored value as a page shows it: bounded, its hiding characters marked and named."""
+
+    text: str
+    left_out: int = 0
+    """Characters not shown (the raw bytes have them all)."""
+    hidden: list[str] = field(default_factory=list)
+    """The hiding characters it holds, named (``U+202E RIGHT-TO-LEFT OVERRIDE``)."""
+
+
+def pretty_json(value: str | bytes) -> Shown:
+    """JSON indented for reading when small and shallow enough; else its text, cut to a bound.
+
+    Bytes that are not UTF-8 are shown as ``0x`` and hex.
+    """
+    if isinstance(value, bytes):
+        try:
+            text = value.decode("utf-8")
+        except UnicodeDecodeError:
+            shown, left_out = cut("0x" + value[: SHOWN_CHARS // 2].hex())
+            return Shown(shown, left_out + 2 * max(len(value) - SHOWN_CHARS // 2, 0))
+    else:
+        text = value
     if not text:
-        return "-"
-    try:
-        parsed = json.loads(text)
-    except ValueError:
-        return payload_text(value) if isinstance(value, bytes) else text
-    return json.dumps(parsed, indent=2, sort_keys=True, ensure_ascii=False)
+        return Shown("-")
+    parsed = parsed_json(text)
+    if parsed is not None or text.strip() == "null":
+        text = json.dumps(parsed, indent=2, sort_keys=True, ensure_ascii=False)
+    return plain(text)
+
+
+def plain(text: str) -> Shown:
+    """Text as a page shows it, cut to a bound, its hiding characters marked and named."""
+    shown, left_out = cut(text or "-")
+    return Shown(visible(shown), left_out, hidden_characters(shown))
 
 
 def deadline(record: IntentRecord) -> int:
@@ -100,8 +142,8 @@ def decision(payload: bytes) -> str:
         decided = json.loads(payload)
         verdict = "approved" if decided["approved"] else "denied"
         text = f"{verdict} by {decided.get('approver') or 'someone unnamed'}"
-    except (ValueError, TypeError, KeyError):
-        return payload_text(payload)
+    except (ValueError, TypeError, KeyError, RecursionError):
+        return pretty_json(payload).text
     return f"{text}: {decided['reason']}" if decided.get("reason") else text
 
 
@@ -146,6 +188,15 @@ def chart(points: Sequence[tuple[int, int]], unit: str) -> Chart:
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
+def readable(value: Any) -> Any:
+    """What every ``{{ }}`` of a template prints: text bounded, its hiding characters marked."""
+    if isinstance(value, Markup) or not isinstance(value, str):
+        return value
+    shown, left_out = cut(value)
+    shown = visible(shown)
+    return f"{shown}… ({left_out} more characters)" if left_out else shown
+
+
 def environment() -> jinja2.Environment:
     """The templates, with autoescaping on, strict undefined names and the view filters."""
     env = jinja2.Environment(
@@ -154,6 +205,7 @@ def environment() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=readable,
     )
     env.filters.update(
         when=when,
@@ -161,6 +213,7 @@ def environment() -> jinja2.Environment:
         key_text=display_key,
         hex=bytes.hex,
         pretty_json=pretty_json,
+        plain=plain,
         state_name=IntentState.Name,
         status_name=ToolResult.Status.Name,
         kind_name=ToolIntent.Kind.Name,
@@ -187,9 +240,19 @@ async def render(
         "csrf_token": sessions.csrf_token(session) if session else "",
         "login_required": sessions.login_required,
         "signed_in": session is not None,
+        "identity": sessions.approver_of(session),
         "now_ms": service_of(request).clock(),
         **context,
     }
     templates: jinja2.Environment = request.app.state.templates
     html = await run_in_threadpool(templates.get_template(template).render, page)
     return HTMLResponse(html, status_code)
+
+
+def raw_download(value: bytes, name: str) -> Response:
+    """``value`` byte for byte, as a file to save (never rendered by the browser)."""
+    return Response(
+        value,
+        media_type="application/octet-stream",
+        headers={"Content-Disposition": f'attachment; filename="{name}.bin"'},
+    )

@@ -146,8 +146,8 @@ def test_keys_times_and_durations_read_well() -> None:
         "-",
     ]
     assert views.age(1_000, 61_000) == "60.0 s ago" and views.age(5_000, 1_000) == "in 4.0 s"
-    assert views.pretty_json('{"b":1,"a":[2]}') == '{\n  "a": [\n    2\n  ],\n  "b": 1\n}'
-    assert views.pretty_json(b"\xff\x00") == "0xff00" and views.pretty_json("") == "-"
+    assert views.pretty_json('{"b":1,"a":[2]}').text == '{\n  "a": [\n    2\n  ],\n  "b": 1\n}'
+    assert views.pretty_json(b"\xff\x00").text == "0xff00" and views.pretty_json("").text == "-"
     approved = json.dumps({"approved": True, "approver": "dana", "reason": "fine"}).encode()
     assert views.decision(approved) == "approved by dana: fine"
 
