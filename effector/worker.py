@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import effector.observability as audit
-from beam_agents._protos import ToolIntent, ToolResult, canonical_json_bytes
+from beam_agents._protos import ToolIntent, ToolResult, canonical_json_bytes, withdrawal_id_for
 from beam_agents.tools import IntentInfo, Reconciled, Tool, ToolRegistry
 from beam_agents.tools.errors import ToolArgumentError, ToolNotFoundError
 from effector.observability import EffectorMetrics
@@ -119,8 +119,12 @@ def intake_rejection(registry: ToolRegistry, intent: ToolIntent) -> str | None:
             prepare_call(registry, intent)
         except IntentRejectedError as exc:
             return str(exc)
+    elif intent.kind == ToolIntent.WITHDRAWAL:
+        return withdrawal_problem(intent)
     else:
         return f"unknown intent kind {int(intent.kind)}"
+    if intent.withdraws_intent_id:
+        return "only a WITHDRAWAL intent may set withdraws_intent_id"
     expires_at_ms, created_at_ms = intent.expires_at_ms, intent.created_at_ms
     if expires_at_ms != 0 and expires_at_ms < created_at_ms:
         return f"expires_at_ms ({expires_at_ms}) precedes created_at_ms ({created_at_ms})"
@@ -144,6 +148,32 @@ def intake_rejection(registry: ToolRegistry, intent: ToolIntent) -> str | None:
         prepare_call(registry, undo)
     except IntentRejectedError as exc:
         return f"its compensation cannot run: {exc}"
+    return None
+
+
+def withdrawal_problem(withdrawal: ToolIntent) -> str | None:
+    """Why a WITHDRAWAL intent is malformed, or ``None`` (the store checks its target's key)."""
+    target = withdrawal.withdraws_intent_id
+    problem = intent_id_problem(target)
+    if problem is not None:
+        return f"withdraws_intent_id: {problem}"
+    expected = withdrawal_id_for(target)
+    if withdrawal.intent_id != expected:
+        return (
+            f"a withdrawal of intent {target} must have the id withdrawal_id_for({target}) = "
+            f"{expected}, not {withdrawal.intent_id}"
+        )
+    try:
+        arguments = parse_arguments(withdrawal.args_json)
+    except (ValueError, RecursionError):
+        arguments = None
+    if not isinstance(arguments, dict) or set(arguments) != {"reason"}:
+        return 'args_json of a withdrawal must be a JSON object {"reason": "..."}'
+    if not isinstance(arguments["reason"], str):
+        return "the reason of a withdrawal must be a string"
+    linked = withdrawal.compensate_tool or withdrawal.compensate_args_json
+    if linked or withdrawal.compensates_intent_id:
+        return "only a TOOL intent may compensate or be compensated"
     return None
 
 

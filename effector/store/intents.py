@@ -24,6 +24,9 @@ from beam_agents._protos import (
     canonical_json_bytes,
 )
 
+INT64_MAX = 2**63 - 1
+"""The largest value a SQL BIGINT (and SQLite's INTEGER) holds."""
+
 _CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 """``str(uuid.UUID(...))``'s spelling: what every id matching it round-trips to."""
 
@@ -54,6 +57,7 @@ def error_id_for(error: AgentError) -> str:
         reason=error.reason,
         event_time_ms=error.event_time_ms,
         envelope=error.envelope,
+        trace_id=error.trace_id,
     )
     return hashlib.sha256(stable.SerializeToString(deterministic=True)).hexdigest()[:32]
 
@@ -62,12 +66,13 @@ def expiry_deadline_ms(intent: ToolIntent, first_received_at_ms: int) -> int:
     """The wall-clock instant after which the intent is expired; 0 means never.
 
     The TTL window is anchored at ``max(created_at_ms, first_received_at_ms)``, so replaying an
-    old backlog does not mass-expire it.
+    old backlog does not mass-expire it. Clamped to ``[1, INT64_MAX]``, so any pair of times a
+    client sends fits a BIGINT column (a deadline before 1 has passed already, like 1).
     """
     if intent.expires_at_ms == 0:
         return 0
     window = intent.expires_at_ms - intent.created_at_ms
-    return max(intent.created_at_ms, first_received_at_ms) + window
+    return min(max(max(intent.created_at_ms, first_received_at_ms) + window, 1), INT64_MAX)
 
 
 def new_result(
@@ -144,6 +149,40 @@ def approval_envelope(approval: Approval, entity_key: bytes) -> AgentEnvelope:
     )
 
 
+def withdrawal_reason(withdrawal: ToolIntent) -> str:
+    """The reason a WITHDRAWAL intent gives (its ``args_json``), or its raw text if unreadable."""
+    try:
+        reason = json.loads(withdrawal.args_json).get("reason")
+    except (ValueError, AttributeError, RecursionError):
+        reason = None
+    return reason if isinstance(reason, str) else withdrawal.args_json[:256]
+
+
+def withdrawn_result(intent: ToolIntent, withdrawal: ToolIntent, *, now_ms: int) -> ToolResult:
+    """The WITHDRAWN result stored (never published) for an intent its run stopped waiting for."""
+    message = (
+        f"withdrawn by {withdrawal.intent_id} before it started: {withdrawal_reason(withdrawal)}"
+    )
+    return new_result(
+        intent, ToolResult.WITHDRAWN, completed_at_ms=now_ms, attempt=0, error_message=message
+    )
+
+
+def conflict_result(refused: ToolIntent, recorded: ToolIntent, *, now_ms: int) -> ToolResult:
+    """The REJECTED result published to a submission refused as a conflict with ``recorded``."""
+    differing = [
+        field.name
+        for field in ToolIntent.DESCRIPTOR.fields
+        if getattr(refused, field.name) != getattr(recorded, field.name)
+    ]
+    reason = (
+        f"conflict: intent {refused.intent_id} is already recorded with different content "
+        f"(differing fields: {', '.join(differing)}); the first submission is kept and this one "
+        "is refused (set AgentConfig.namespace when two agents or pipelines share an effector)"
+    )
+    return rejected_result(refused, reason, now_ms=now_ms)
+
+
 def late_original_reason(compensation_id: str) -> str:
     """Why an original compensated before it arrived is refused (recorded, published)."""
     return f"compensated by {compensation_id} before it arrived; it will not run"
@@ -180,7 +219,10 @@ class SubmitResult:
     recorded: ToolIntent | None = None
     """For a CONFLICT, the intent recorded under the id (the one kept), to say what differs."""
     rejection: str | None = None
-    """Why the store recorded a new intent REJECTED itself: its compensation came first."""
+    """Why the store recorded a new intent REJECTED itself: its compensation came first, or (a
+    withdrawal) its target is of another key."""
+    refusal: ToolResult | None = None
+    """For a CONFLICT, the REJECTED result published to the refused submission."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,6 +337,8 @@ class StoreCounts:
     head_offset: int
     in_doubt: int = 0
     """Intents whose reconciler failed: held, neither executed again nor DONE."""
+    withdrawn: int = 0
+    """Intents their runs stopped waiting for before they started: terminal, never run."""
 
 
 @dataclass(frozen=True, slots=True)

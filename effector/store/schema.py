@@ -21,6 +21,7 @@ RUNNING = IntentState.RUNNING
 AWAITING = IntentState.AWAITING_DECISION
 DONE = IntentState.DONE
 IN_DOUBT = IntentState.IN_DOUBT
+WITHDRAWN = IntentState.WITHDRAWN
 QUEUED_STATES = "(1, 2, 5)"
 """A key's queue (PENDING, RUNNING, IN_DOUBT) in SQL."""
 _QUEUE_CONDITION = "{row}kind = 1 AND {row}completed_at_ms IS NULL"
@@ -127,11 +128,14 @@ def append(tx: Tx, envelopes: Sequence[bytes], now_ms: int) -> list[int]:
     ).fetchone()
     first = int(head) - len(envelopes) + 1
     offsets = list(range(first, int(head) + 1))
-    rows = [(offset, envelope, now_ms) for offset, envelope in zip(offsets, envelopes, strict=True)]
+    rows = [
+        (offset, envelope, len(envelope), now_ms)
+        for offset, envelope in zip(offsets, envelopes, strict=True)
+    ]
     for chunk in chunks(rows):
         tx.execute(
-            "INSERT INTO effector_envelopes (log_offset, envelope, appended_at_ms) VALUES "
-            + row_marks(len(chunk), 3),
+            "INSERT INTO effector_envelopes (log_offset, envelope, size_bytes, appended_at_ms)"
+            " VALUES " + row_marks(len(chunk), 4),
             flatten(chunk),
         )
     return offsets
@@ -203,6 +207,9 @@ def schema_statements(dialect: Dialect) -> list[str]:
         # Partial: claiming and starting an intent (PENDING -> RUNNING) never writes it.
         """CREATE INDEX IF NOT EXISTS effector_intents_completed
             ON effector_intents (state, completed_at_ms, started_at_ms) WHERE state = 4""",
+        # WITHDRAWN intents by completion (retention).
+        """CREATE INDEX IF NOT EXISTS effector_intents_withdrawn
+            ON effector_intents (state, completed_at_ms) WHERE state = 6""",
         # The console's search by tool, newest first within a state.
         """CREATE INDEX IF NOT EXISTS effector_intents_by_tool
             ON effector_intents (tool_name, state, received_at_ms, intent_id)""",
@@ -226,6 +233,7 @@ def schema_statements(dialect: Dialect) -> list[str]:
         f"""CREATE TABLE IF NOT EXISTS effector_envelopes (
             log_offset {bigint} PRIMARY KEY,
             envelope {blob} NOT NULL,
+            size_bytes {bigint} NOT NULL,
             appended_at_ms {bigint} NOT NULL)""",
         """CREATE INDEX IF NOT EXISTS effector_envelopes_age
             ON effector_envelopes (appended_at_ms)""",
@@ -272,10 +280,11 @@ def schema_statements(dialect: Dialect) -> list[str]:
         f"""CREATE TABLE IF NOT EXISTS effector_records (
             entity_key {blob} NOT NULL,
             seq {bigint} NOT NULL,
+            intent_namespace TEXT NOT NULL,
             trace_sequence INTEGER NOT NULL,
             record {blob} NOT NULL,
             recorded_at_ms {bigint} NOT NULL,
-            PRIMARY KEY (entity_key, seq, trace_sequence))""",
+            PRIMARY KEY (entity_key, seq, intent_namespace, trace_sequence))""",
         """CREATE INDEX IF NOT EXISTS effector_records_age
             ON effector_records (recorded_at_ms)""",
         f"""CREATE TABLE IF NOT EXISTS effector_approval_votes (

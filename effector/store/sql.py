@@ -32,6 +32,7 @@ from beam_agents._protos import (
     ToolIntent,
     ToolResult,
     approval_digest,
+    withdrawal_id_for,
 )
 from effector.store.intents import (
     Claim,
@@ -48,6 +49,7 @@ from effector.store.intents import (
     SubmitOutcome,
     SubmitResult,
     approval_envelope,
+    conflict_result,
     decision_result,
     expired_result,
     expiry_deadline_ms,
@@ -55,6 +57,7 @@ from effector.store.intents import (
     new_result,
     rejected_result,
     result_envelope,
+    withdrawn_result,
 )
 from effector.store.telemetry import TelemetryTables
 
@@ -65,6 +68,8 @@ _FAILED_SCAN_BATCH = 1_000
 _SEARCH_SCAN_BATCH = 500
 MINUTE_MS = 60_000
 _IN_FLIGHT = (sql.PENDING, sql.RUNNING, sql.AWAITING, sql.IN_DOUBT)
+_WITHDRAWABLE = frozenset({ToolIntent.TOOL, ToolIntent.APPROVAL})
+"""The kinds of intent a WITHDRAWAL withdraws."""
 _SUCCEEDED = frozenset({ToolResult.OK, ToolResult.NOT_NEEDED})
 """Results that are not failures: OK, and a compensation that had nothing to undo."""
 _RAN = frozenset({ToolResult.OK, ToolResult.ERROR})
@@ -144,6 +149,15 @@ def verdict(
             now_ms=now_ms,
         )
     problem = _mismatch(original.intent, compensation)
+    if problem is None and original.state == IntentState.WITHDRAWN:
+        return new_result(
+            compensation,
+            ToolResult.NOT_NEEDED,
+            completed_at_ms=now_ms,
+            attempt=attempt,
+            error_message=f"compensated intent {target} was withdrawn, so it never ran: "
+            "nothing to undo",
+        )
     if problem is None and (original.state != IntentState.DONE or original.result is None):
         state = IntentState.Name(original.state)
         problem = f"compensated intent {target} is {state}, not DONE, when its compensation ran"
@@ -280,6 +294,11 @@ class _Known:
     state: IntentState
     result: ToolResult | None
     published_envelope: bytes | None
+    entity_key: bytes
+    seq: int
+    kind: ToolIntent.Kind = ToolIntent.TOOL
+    withdrawal: ToolIntent | None = None
+    """A recorded valid WITHDRAWAL intent itself (to withdraw its target if it comes later)."""
 
 
 class SqlStore(TelemetryTables, abc.ABC):
@@ -381,20 +400,53 @@ class SqlStore(TelemetryTables, abc.ABC):
                 else new
                 for new in intents
             ]
-        blobs = [new.intent.SerializeToString(deterministic=True) for new in intents]
-        digests = [hashlib.sha256(blob).digest() for blob in blobs]
         # The first of several requests for one id in a batch is the one recorded.
         order = sorted(range(len(intents)), key=lambda i: (intents[i].intent.intent_id, i))
         first_of: dict[str, int] = {}
         for index in order:
             first_of.setdefault(intents[index].intent.intent_id, index)
+        # One lookup per batch: its ids, the withdrawal of each (it may have come first), and the
+        # target of each withdrawal.
+        withdrawal_of = {
+            intent_id: withdrawal_id_for(intent_id)
+            for intent_id, index in first_of.items()
+            if intents[index].intent.kind in _WITHDRAWABLE
+        }
+        targets = {
+            intents[index].intent.withdraws_intent_id
+            for index in first_of.values()
+            if intents[index].intent.kind == ToolIntent.WITHDRAWAL
+        }
+        known = _known_intents(tx, sorted({*first_of, *withdrawal_of.values(), *targets}))
+        foreign = _foreign_withdrawals(intents, first_of, known)
+        if foreign:
+            refused.update(foreign)
+            intents = [
+                dataclasses.replace(new, rejection=foreign[new.intent.intent_id])
+                if new.intent.intent_id in foreign and new.rejection is None
+                else new
+                for new in intents
+            ]
+        blobs = [new.intent.SerializeToString(deterministic=True) for new in intents]
+        digests = [hashlib.sha256(blob).digest() for blob in blobs]
+        withdrawals = _withdrawals_by_target(intents, first_of, known)
         candidates: dict[str, _Known] = {}
         rows: list[tuple[Any, ...]] = []
         for intent_id, index in first_of.items():
+            if intent_id in known:
+                continue
             intent = intents[index].intent
-            state, result = _initial_state(intents[index], now_ms)
-            published = None if result is None else result_envelope(result).SerializeToString()
-            candidates[intent_id] = _Known(digests[index], state, result, published)
+            state, result = _initial_state(intents[index], withdrawals.get(intent_id), now_ms)
+            # Neither a withdrawal nor a withdrawn intent is published: no run waits for it.
+            unpublished = state == sql.WITHDRAWN or intent.kind == ToolIntent.WITHDRAWAL
+            published = (
+                None
+                if result is None or unpublished
+                else result_envelope(result).SerializeToString()
+            )
+            candidates[intent_id] = _Known(
+                digests[index], state, result, published, intent.entity_key, intent.seq
+            )
             rows.append(
                 (
                     intent_id,
@@ -415,8 +467,11 @@ class SqlStore(TelemetryTables, abc.ABC):
                 )
             )
         inserted = _insert_intents(tx, rows)
-        known = _known_intents(tx, [i for i in first_of if i not in inserted])
+        # Recorded by a concurrent transaction since the lookup (PostgreSQL only): read them now.
+        raced = [intent_id for intent_id in candidates if intent_id not in inserted]
+        known.update(_known_intents(tx, raced))
         known.update((intent_id, candidates[intent_id]) for intent_id in inserted)
+        self._withdraw_recorded(tx, inserted, known, withdrawals, now_ms)
         answers: list[SubmitResult | None] = [None] * len(intents)
         conflicts: list[int] = []
         envelopes: dict[int, bytes] = {}  # appended in request order
@@ -449,6 +504,7 @@ class SqlStore(TelemetryTables, abc.ABC):
                     conflicts.append(index)
         if conflicts:
             _explain_conflicts(tx, intents, first_of, inserted, conflicts, answers)
+            envelopes.update(_publish_conflicts(intents, conflicts, answers, now_ms))
         _add_pending(tx, new_work, now_ms)
         offsets = sql.append(tx, [envelopes[index] for index in sorted(envelopes)], now_ms)
         return [answer for answer in answers if answer is not None], sql.head_after(offsets)
@@ -458,10 +514,13 @@ class SqlStore(TelemetryTables, abc.ABC):
     ) -> dict[str, str]:
         """Intents of a Submit compensated before they arrived, each with why it is refused.
 
-        Locks their key rows first, as a settling compensation does.
+        Locks their key rows first, as a settling compensation does; with row locks (PostgreSQL),
+        the key rows of the whole batch, so that an intent and its withdrawal submitted at once
+        through two connections see each other.
         """
         linked = [new for new in intents if new.intent.compensate_tool and new.rejection is None]
-        keys = sorted({new.intent.entity_key for new in linked})
+        locked = intents if self._dialect.for_update else linked
+        keys = sorted({new.intent.entity_key for new in locked})
         for keys_chunk in sql.chunks(keys):
             tx.execute(
                 f"""INSERT INTO effector_keys (entity_key, pending, ready_at_ms)
@@ -480,6 +539,56 @@ class SqlStore(TelemetryTables, abc.ABC):
             ).fetchall():
                 refused[original] = late_original_reason(compensation)
         return refused
+
+    def _withdraw_recorded(
+        self,
+        tx: sql.Tx,
+        inserted: set[str],
+        known: dict[str, _Known],
+        withdrawals: dict[str, ToolIntent],
+        now_ms: int,
+    ) -> None:
+        """Withdraw the recorded targets of the withdrawals just inserted, if still withdrawable.
+
+        A target withdraws if it is AWAITING_DECISION, or PENDING and never started; one RUNNING,
+        IN_DOUBT or DONE is left as it is. Updates ``known`` with what changed.
+        """
+        rows = []
+        for target, withdrawal in withdrawals.items():
+            recorded = known.get(target)
+            if withdrawal.intent_id not in inserted or target in inserted or recorded is None:
+                continue
+            stub = ToolIntent(intent_id=target, entity_key=recorded.entity_key, seq=recorded.seq)
+            result = withdrawn_result(stub, withdrawal, now_ms=now_ms)
+            rows.append((target, withdrawal.entity_key, result.SerializeToString()))
+        withdrawn: Counter[bytes] = Counter()
+        for chunk in sql.chunks(sorted(rows)):
+            for intent_id, kind, entity_key, result in tx.execute(
+                f"""WITH withdrawn (intent_id, entity_key, result) AS
+                      (VALUES {sql.row_marks(len(chunk), 3)})
+                    UPDATE effector_intents SET state = ?, result = withdrawn.result,
+                      completed_at_ms = ?
+                    FROM withdrawn
+                    WHERE effector_intents.intent_id = withdrawn.intent_id
+                      AND effector_intents.entity_key = withdrawn.entity_key
+                      AND (effector_intents.state = ? OR (effector_intents.state = ?
+                           AND effector_intents.attempts = 0))
+                    RETURNING effector_intents.intent_id, effector_intents.kind,
+                      effector_intents.entity_key, effector_intents.result""",
+                [*sql.flatten(chunk), sql.WITHDRAWN, now_ms, sql.AWAITING, sql.PENDING],
+            ).fetchall():
+                known[intent_id] = dataclasses.replace(
+                    known[intent_id], state=sql.WITHDRAWN, result=sql.parse_result(result)
+                )
+                if kind == ToolIntent.TOOL:
+                    withdrawn[bytes(entity_key)] += 1
+        for gone in sql.chunks(sorted(withdrawn.items())):
+            tx.execute(
+                f"""WITH gone (entity_key, removed) AS (VALUES {sql.row_marks(len(gone), 2)})
+                    UPDATE effector_keys SET pending = pending - gone.removed
+                    FROM gone WHERE effector_keys.entity_key = gone.entity_key""",
+                sql.flatten(gone),
+            )
 
     # -- execution: claims, results, leases ---------------------------------------------------
 
@@ -901,6 +1010,13 @@ class SqlStore(TelemetryTables, abc.ABC):
         state, deadline_ms, result = row[1], row[2], sql.parse_result(row[3])
         if intent.kind != ToolIntent.APPROVAL:
             return Decision(False, state, "not an approval intent", result), 0
+        if state == sql.WITHDRAWN:
+            why = "" if result is None else f" ({result.error_message})"
+            withdrawn = (
+                f"withdrawn: the run that asked for this approval no longer waits for it{why}; "
+                "the decision is not recorded and the gated tool will not run"
+            )
+            return Decision(False, state, withdrawn, result), 0
         if state == sql.DONE:
             assert result is not None
             expired = result.status == ToolResult.EXPIRED
@@ -1000,14 +1116,35 @@ class SqlStore(TelemetryTables, abc.ABC):
         self._announce(sql.head_after(offsets))
         return offsets
 
-    async def read(self, from_offset: int, max_records: int) -> list[LogRecord]:
-        """Envelopes with offset ``>= from_offset``, in offset order, at most ``max_records``."""
+    async def read(
+        self, from_offset: int, max_records: int, max_bytes: int | None = None
+    ) -> list[LogRecord]:
+        """Envelopes with offset ``>= from_offset``, in offset order, at most ``max_records``.
+
+        With ``max_bytes``, also at most that many bytes of serialized envelopes, except that the
+        first envelope available is always returned, however large: a reader always progresses.
+        """
 
         def read_log(tx: sql.Tx) -> list[LogRecord]:
+            last: int | None = None
+            if max_bytes is not None:
+                total = 0
+                for offset, size in tx.execute(
+                    """SELECT log_offset, size_bytes FROM effector_envelopes
+                       WHERE log_offset >= ? ORDER BY log_offset LIMIT ?""",
+                    (from_offset, max_records),
+                ).fetchall():
+                    total += int(size)
+                    if last is not None and total > max_bytes:
+                        break
+                    last = int(offset)
+                if last is None:
+                    return []
+            bound, params = ("", ()) if last is None else (" AND log_offset <= ?", (last,))
             rows = tx.execute(
-                """SELECT log_offset, envelope FROM effector_envelopes
-                   WHERE log_offset >= ? ORDER BY log_offset LIMIT ?""",
-                (from_offset, max_records),
+                f"""SELECT log_offset, envelope FROM effector_envelopes
+                    WHERE log_offset >= ?{bound} ORDER BY log_offset LIMIT ?""",
+                (from_offset, *params, max_records),
             ).fetchall()
             return [
                 LogRecord(int(offset), AgentEnvelope.FromString(bytes(blob)))
@@ -1114,7 +1251,7 @@ class SqlStore(TelemetryTables, abc.ABC):
             states = (
                 [state]
                 if state is not None
-                else [sql.PENDING, sql.RUNNING, sql.IN_DOUBT, sql.AWAITING, sql.DONE]
+                else [sql.PENDING, sql.RUNNING, sql.IN_DOUBT, sql.AWAITING, sql.DONE, sql.WITHDRAWN]
             )
             scans = [_newest_first(tx, [*conditions, ("state = ?", each)]) for each in states]
         rows = heapq.merge(*scans, key=lambda row: (row[4], row[-1]), reverse=True)
@@ -1130,7 +1267,7 @@ class SqlStore(TelemetryTables, abc.ABC):
         return counts
 
     async def prune(self, now_ms: int, retention_ms: int) -> int:
-        """Forget DONE intents, envelopes and idle keys older than the retention; rows removed."""
+        """Forget DONE and WITHDRAWN intents, envelopes and idle keys older than the retention."""
         return await self._run(lambda tx: _prune(tx, now_ms - retention_ms))
 
     # -- the console ----------------------------------------------------------------------------
@@ -1143,12 +1280,93 @@ class SqlStore(TelemetryTables, abc.ABC):
 # -- transaction steps shared by several verbs --------------------------------------------------
 
 
-def _initial_state(new: NewIntent, now_ms: int) -> tuple[IntentState, ToolResult | None]:
+def _initial_state(
+    new: NewIntent, withdrawal: ToolIntent | None, now_ms: int
+) -> tuple[IntentState, ToolResult | None]:
+    """The state and result a new intent is recorded with (``withdrawal``: it came first)."""
     if new.rejection is not None:
         return sql.DONE, rejected_result(new.intent, new.rejection, now_ms=now_ms)
+    if new.intent.kind == ToolIntent.WITHDRAWAL:
+        return sql.DONE, new_result(new.intent, ToolResult.OK, completed_at_ms=now_ms, attempt=0)
+    if withdrawal is not None and withdrawal.entity_key == new.intent.entity_key:
+        return sql.WITHDRAWN, withdrawn_result(new.intent, withdrawal, now_ms=now_ms)
     if new.intent.kind == ToolIntent.APPROVAL:
         return sql.AWAITING, None
     return sql.PENDING, None
+
+
+def _foreign_withdrawals(
+    intents: Sequence[NewIntent], first_of: dict[str, int], known: dict[str, _Known]
+) -> dict[str, str]:
+    """New WITHDRAWAL intents whose known target is of another key or kind, each with why."""
+    refused: dict[str, str] = {}
+    for intent_id, index in first_of.items():
+        withdrawal = intents[index]
+        if withdrawal.intent.kind != ToolIntent.WITHDRAWAL or withdrawal.rejection is not None:
+            continue
+        if intent_id in known:
+            continue
+        target_id = withdrawal.intent.withdraws_intent_id
+        target: tuple[bytes, int] | None = None
+        if target_id in known:
+            target = known[target_id].entity_key, known[target_id].kind
+        elif target_id in first_of:
+            intent = intents[first_of[target_id]].intent
+            target = intent.entity_key, intent.kind
+        if target is None:
+            continue
+        if target[0] != withdrawal.intent.entity_key:
+            refused[intent_id] = (
+                f"withdraws intent {target_id}, which belongs to another entity key: a run "
+                "withdraws only its own intents"
+            )
+        elif target[1] not in _WITHDRAWABLE:
+            refused[intent_id] = (
+                f"withdraws intent {target_id}, which is a withdrawal itself: only TOOL and "
+                "APPROVAL intents are withdrawn"
+            )
+    return refused
+
+
+def _withdrawals_by_target(
+    intents: Sequence[NewIntent], first_of: dict[str, int], known: dict[str, _Known]
+) -> dict[str, ToolIntent]:
+    """The valid withdrawal of each target it names: the recorded one, else the batch's."""
+    withdrawals: dict[str, ToolIntent] = {}
+    for intent_id, index in first_of.items():
+        new = intents[index]
+        valid = new.intent.kind == ToolIntent.WITHDRAWAL and new.rejection is None
+        if valid and intent_id not in known:
+            withdrawals[new.intent.withdraws_intent_id] = new.intent
+    for recorded in known.values():
+        if recorded.withdrawal is not None:
+            withdrawals[recorded.withdrawal.withdraws_intent_id] = recorded.withdrawal
+    return withdrawals
+
+
+def _publish_conflicts(
+    intents: Sequence[NewIntent],
+    conflicts: Sequence[int],
+    answers: list[SubmitResult | None],
+    now_ms: int,
+) -> dict[int, bytes]:
+    """The REJECTED result envelope of each conflicting submission, by request index.
+
+    Published every time a conflicting submission arrives, a repeated one included: a retried
+    submit may be the only one whose answer reaches the run, and a run ignores a result it has
+    already applied. A WITHDRAWAL's conflict publishes nothing (no run waits for it).
+    """
+    envelopes: dict[int, bytes] = {}
+    for index in conflicts:
+        answer = answers[index]
+        refused = intents[index].intent
+        assert answer is not None and answer.recorded is not None
+        if refused.kind == ToolIntent.WITHDRAWAL:
+            continue
+        result = conflict_result(refused, answer.recorded, now_ms=now_ms)
+        envelopes[index] = result_envelope(result).SerializeToString()
+        answers[index] = dataclasses.replace(answer, refusal=result)
+    return envelopes
 
 
 def _insert_intents(tx: sql.Tx, rows: Sequence[Sequence[Any]]) -> set[str]:
@@ -1170,18 +1388,26 @@ def _insert_intents(tx: sql.Tx, rows: Sequence[Sequence[Any]]) -> set[str]:
 
 
 def _known_intents(tx: sql.Tx, intent_ids: Sequence[str]) -> dict[str, _Known]:
+    """What is recorded under each of ``intent_ids`` that is (a withdrawal's intent included)."""
     known: dict[str, _Known] = {}
     for chunk in sql.chunks(intent_ids):
-        for intent_id, digest, state, result, published in tx.execute(
-            f"""SELECT intent_id, digest, state, result, published_envelope
+        for intent_id, digest, state, result, published, key, seq, kind, blob in tx.execute(
+            f"""SELECT intent_id, digest, state, result, published_envelope, entity_key, seq,
+                  kind, CASE WHEN kind = {int(ToolIntent.WITHDRAWAL)} THEN intent END
                 FROM effector_intents WHERE intent_id IN ({sql.marks(len(chunk))})""",
             chunk,
         ).fetchall():
+            parsed = sql.parse_result(result)
+            valid = blob is not None and parsed is not None and parsed.status == ToolResult.OK
             known[intent_id] = _Known(
                 bytes(digest),
                 state,
-                sql.parse_result(result),
+                parsed,
                 None if published is None else bytes(published),
+                bytes(key),
+                int(seq),
+                kind,
+                ToolIntent.FromString(bytes(blob)) if valid else None,
             )
     return known
 
@@ -1356,6 +1582,7 @@ def _counts(tx: sql.Tx, *, done: bool = True) -> StoreCounts:
         done=int(by_state.get(sql.DONE, 0)),
         head_offset=sql.read_head(tx),
         in_doubt=int(by_state.get(sql.IN_DOUBT, 0)),
+        withdrawn=int(by_state.get(sql.WITHDRAWN, 0)),
     )
 
 
@@ -1369,6 +1596,15 @@ def _prune(tx: sql.Tx, cutoff: int) -> int:
         cutoff,
         sql.PRUNE_BATCH,
         "state = 4",
+    )
+    removed += sql.delete_oldest(
+        tx,
+        "effector_intents",
+        ["intent_id"],
+        "completed_at_ms",
+        cutoff,
+        sql.PRUNE_BATCH,
+        "state = 6",
     )
     removed += sql.delete_oldest(
         tx, "effector_envelopes", ["log_offset"], "appended_at_ms", cutoff, sql.PRUNE_BATCH

@@ -28,7 +28,7 @@ _TRACE_COLUMNS = (
     "recorded_at_ms"
 )
 _ERROR_COLUMNS = "error_id, error, recorded_at_ms, redriven_at_ms"
-_RECORD_COLUMNS = "entity_key, seq, trace_sequence, record, recorded_at_ms"
+_RECORD_COLUMNS = "entity_key, seq, intent_namespace, trace_sequence, record, recorded_at_ms"
 _KEY_SUMMARY = f"""SELECT a.entity_key, a.runs, a.last_seen_ms,
       (SELECT COUNT(*) FROM effector_intents AS i
        WHERE i.entity_key = a.entity_key AND {sql.queued("i", check_state=False)})
@@ -39,8 +39,15 @@ _KEY_SUMMARY = f"""SELECT a.entity_key, a.runs, a.last_seen_ms,
 _NEWEST_KEYS = "ORDER BY a.last_seen_ms DESC, a.entity_key DESC"
 
 
+MAX_EVENT_TOKENS = 2**32
+"""The most tokens one event counts for: far above any model call, far below BIGINT sums."""
+
+
 def model_tokens(event: TraceEvent) -> int:
-    """Input plus output tokens of an LLM_CALL event; a missing or unreadable count is 0."""
+    """Input plus output tokens of an LLM_CALL event; a missing or unreadable count is 0.
+
+    At most :data:`MAX_EVENT_TOKENS`, so sums over many events stay within a BIGINT.
+    """
     if event.event_type != TraceEvent.LLM_CALL:
         return 0
     total = 0
@@ -49,7 +56,7 @@ def model_tokens(event: TraceEvent) -> int:
             total += max(int(event.attributes.get(name, "0")), 0)
         except ValueError:
             continue
-    return total
+    return min(total, MAX_EVENT_TOKENS)
 
 
 def _error_record(row: Any) -> ErrorRecord:
@@ -93,13 +100,18 @@ class TelemetryTables:
     async def record_activations(
         self, records: Sequence[ActivationRecord], now_ms: int
     ) -> Recorded:
-        """Store activation records, idempotent on ``(entity_key, seq, trace_sequence)``."""
+        """Store activation records, idempotent on their run and place in it.
+
+        A run is ``(entity_key, seq, intent_namespace)``: runs of different namespaces on one key
+        and seq are kept apart.
+        """
 
         def record(tx: sql.Tx) -> Recorded:
             rows = sorted(
                 (
                     record.entity_key,
                     record.seq,
+                    record.intent_namespace,
                     record.trace_sequence,
                     record.SerializeToString(deterministic=True),
                     now_ms,
@@ -110,7 +122,7 @@ class TelemetryTables:
             for chunk in sql.chunks(rows):
                 recorded += tx.execute(
                     f"INSERT INTO effector_records ({_RECORD_COLUMNS}) VALUES "
-                    f"{sql.row_marks(len(chunk), 5)} ON CONFLICT DO NOTHING",
+                    f"{sql.row_marks(len(chunk), 6)} ON CONFLICT DO NOTHING",
                     sql.flatten(chunk),
                 ).rowcount
             return Recorded(recorded=recorded, duplicates=len(rows) - recorded)
@@ -121,7 +133,7 @@ class TelemetryTables:
         self, entity_key: bytes, max_runs: int, *, before_seq: int | None = None
     ) -> list[ActivationRecord]:
         """The records of the key's newest ``max_runs`` runs (below ``before_seq``), in order."""
-        run = ("effector_records", "record", "trace_sequence")
+        run = ("effector_records", "record", "intent_namespace, trace_sequence")
         blobs = await self._newest_runs(*run, entity_key, max_runs, before_seq)
         return [ActivationRecord.FromString(blob) for blob in blobs]
 
@@ -265,7 +277,7 @@ class TelemetryTables:
         removed += sql.delete_oldest(
             tx, "effector_errors", ["error_id"], "recorded_at_ms", cutoff_ms, sql.PRUNE_BATCH
         )
-        identity = ["entity_key", "seq", "trace_sequence"]
+        identity = ["entity_key", "seq", "intent_namespace", "trace_sequence"]
         return removed + sql.delete_oldest(
             tx, "effector_records", identity, "recorded_at_ms", cutoff_ms, sql.PRUNE_BATCH
         )

@@ -548,13 +548,15 @@ async def test_redelivery_skips_work_not_yet_done_conflicts_and_plain_duplicates
         IntentState.DONE,
         False,
     )
-    assert len(await raw_log(store)) == 1
+    # Only the conflict's refusal was appended, never the kept intent's result again.
+    assert len(await raw_log(store)) == 2
     # Once the running intent finishes, its result is published once, by the completion.
     await store.complete([ok(claims[running.intent_id])], T0 + 4)
     log = await store.read(1, 10)
-    assert [r.envelope.tool_result.intent_id for r in log] == [
-        finished.intent_id,
-        running.intent_id,
+    assert [(r.envelope.tool_result.intent_id, r.envelope.tool_result.status) for r in log] == [
+        (finished.intent_id, ToolResult.OK),
+        (conflicting.intent_id, ToolResult.REJECTED),
+        (running.intent_id, ToolResult.OK),
     ]
 
 
@@ -666,12 +668,14 @@ async def test_concurrent_submits_answer_as_if_recorded_one_after_another(
         (SubmitOutcome.CONFLICT, False),
         (SubmitOutcome.DUPLICATE, False),
     ]
-    # The rejection (first submit) is published before the redelivery (third), as submitted.
+    # The rejection (first submit) is published before the redelivery (third) and the
+    # conflict's refusal (fourth), as submitted.
     log = [envelope.tool_result for envelope in await envelopes(store)]
     assert [(r.intent_id, r.status) for r in log] == [
         (finished.intent_id, ToolResult.OK),
         (refused.intent_id, ToolResult.REJECTED),
         (finished.intent_id, ToolResult.OK),
+        (changed.intent_id, ToolResult.REJECTED),
     ]
     batch = await store.claim("w", 10, T0 + 5, LEASE)
     assert sorted(c.intent.args_json for c in batch.claims) == ['{"a":1}', "{}"]

@@ -172,8 +172,10 @@ def test_polling_the_counts_seeks_the_states_in_flight_not_the_done_ones(planned
 
 def test_pruning_done_intents_range_scans_them_by_completion(planned: Any) -> None:
     tx = planned(lambda tx: store_sql._prune(tx, T0 + 50))
-    old = tx.plan_of("DELETE FROM effector_intents")
-    assert any("effector_intents_completed (state=? AND completed_at_ms<?)" in s for s in old)
+    done = tx.plan_of("FROM effector_intents WHERE state = 4 AND completed_at_ms")
+    assert any("effector_intents_completed (state=? AND completed_at_ms<?)" in s for s in done)
+    withdrawn = tx.plan_of("FROM effector_intents WHERE state = 6 AND completed_at_ms")
+    assert any("effector_intents_withdrawn (state=? AND completed_at_ms<?)" in s for s in withdrawn)
 
 
 @pytest_asyncio.fixture
