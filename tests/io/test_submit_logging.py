@@ -11,10 +11,15 @@ import grpc
 import pytest
 from effector_harness import BackgroundEffector, make_intent
 
+from beam_agents import AgentConfig, Complete, Deny, HitlPolicy, RunAgent, Suspend
+from beam_agents._protos import AgentEnvelope, ToolIntent
+from beam_agents.core.agent import intent_id_for
+from beam_agents.core.context import ActivationContext
 from beam_agents.core.observability import LogBudget
-from beam_agents.io import SubmitIntents
+from beam_agents.hitl import FallbackContext
+from beam_agents.io import ReadEnvelopes, SubmitIntents
 from effector.launch import free_port
-from tests.io.io_harness import counter, record_intent, run_pipeline, submit_all
+from tests.io.io_harness import Collector, counter, record_intent, run_pipeline, submit_all
 
 LOGGER = "beam_agents.io.effector_link"
 
@@ -141,3 +146,50 @@ def test_an_auth_failure_raises_permission_error_at_once(code: grpc.StatusCode) 
         assert stub.calls == 1
     finally:
         fn.teardown()
+
+
+# -- a dead-lettered intent: loud, and its run takes its deadline route -----------------------
+def deny_unanswered(fallback: FallbackContext) -> Deny:
+    return Deny(b"denied " + fallback.snapshot)
+
+
+async def records_then_waits(ctx: ActivationContext) -> Complete | Suspend:
+    if ctx.is_resume:
+        return Complete(output=b"resumed")
+    ctx.act("record", {"note": ctx.event.decode()})
+    return Suspend(snapshot=ctx.event)
+
+
+def test_a_run_whose_intent_is_dead_lettered_takes_its_deadline_route(
+    effector: BackgroundEffector, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Events come from a real effector; the intents go to an address nobody listens on."""
+    unreachable = f"127.0.0.1:{free_port()}"
+    policy = HitlPolicy(
+        timeout_ms=1_500, intent_ttl_ms=60_000, approval_channel="", on_timeout=deny_unanswered
+    )
+    event = AgentEnvelope(entity_key=b"acct-9", event_time_ms=1_000, external_event=b"order-9")
+    output, letters = Collector.new(), Collector.new()
+
+    def build(pipeline: beam.Pipeline) -> None:
+        events = pipeline | ReadEnvelopes(
+            effector.address, events=[event], stop_when_idle_s=2.0, poll_wait_ms=50
+        )
+        outputs = events | RunAgent(records_then_waits, AgentConfig(hitl_policy=policy))
+        submitted = outputs.intents | SubmitIntents(
+            unreachable, max_attempts=2, initial_backoff_s=0.01, max_backoff_s=0.02
+        )
+        submitted.dead_letter | "Letters" >> letters.sink()
+        outputs.output | "Output" >> output.sink()
+
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        run_pipeline(build)
+    assert output.values() == [b"denied order-9"]
+    staged = intent_id_for(b"acct-9", 0, 0)
+    dead = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    [line] = [line for line in dead if f"dead letter for intent {staged} " in line]
+    assert "key acct-9" in line and "failed after 2 attempt(s): UNAVAILABLE" in line
+    assert "takes its deadline route" in line
+    # The deny route withdraws the intent; that notice cannot be delivered either, and says so.
+    kinds = sorted(ToolIntent.Kind.Name(letter.intent.kind) for letter in letters.values())
+    assert kinds == ["TOOL", "WITHDRAWAL"]
