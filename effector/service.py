@@ -90,8 +90,8 @@ MAX_ERROR_TEXT_CHARS = 64 * 1024
 """The longest ``detail`` or ``traceback`` an ``.errors`` record may carry."""
 DIGEST_CHARS = 64
 """The length of an args digest (SHA-256, hex)."""
-_RECORD_OVERHEAD_BYTES = 32
-"""What one ``EnvelopeRecord`` adds to its envelope in a Read answer, at most (tags, offset)."""
+_ITEM_OVERHEAD_BYTES = 32
+"""What one item adds to its size in an answer, at most (tags, lengths, a Read's offset)."""
 _TRACE_ID = re.compile(r"[0-9a-f]{32}")
 _SPAN_ID = re.compile(r"[0-9a-f]{16}")
 
@@ -652,6 +652,17 @@ def _response(message: type[_Message], answer: Any, **more: Any) -> _Message:
     return message(**fields, **more)
 
 
+def _fitting(sizes: Iterable[int], max_bytes: int = MAX_READ_BYTES) -> int:
+    """How many items of these ``sizes``, from the first, fit in ``max_bytes`` (one at least)."""
+    kept = total = 0
+    for size in sizes:
+        total += size + _ITEM_OVERHEAD_BYTES
+        if kept and total > max_bytes:
+            break
+        kept += 1
+    return kept
+
+
 def _check_intent_id(intent_id: str) -> None:
     problem = intent_id_problem(intent_id)
     if problem is not None:
@@ -775,13 +786,7 @@ class EffectorService(pb.EffectorServicer):
     async def _read(self, from_offset: int, limit: int, max_bytes: int) -> list[LogRecord]:
         """At most ``limit`` envelopes from ``from_offset`` within ``max_bytes``, one at least."""
         records = await self.store.read(from_offset, limit)
-        kept = total = 0
-        for record in records:
-            size = record.envelope.ByteSize() + _RECORD_OVERHEAD_BYTES
-            if kept and total + size > max_bytes:
-                break
-            kept, total = kept + 1, total + size
-        return records[:kept]
+        return records[: _fitting((r.envelope.ByteSize() for r in records), max_bytes)]
 
     @_guarded
     async def GetIntent(
@@ -966,7 +971,10 @@ class EffectorService(pb.EffectorServicer):
     async def ListIntents(
         self, request: pb.ListIntentsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListIntentsResponse:
-        """Intents in one state (or failed ones), oldest first by receipt, at most ``limit``."""
+        """Intents in one state (or failed ones), oldest first: at most ``limit``, one at least.
+
+        The answer also stays within ``MAX_READ_BYTES``, so large arguments never overflow it.
+        """
         if request.state not in _LISTABLE_STATES:
             raise _invalid(f"state must be one of {_LISTABLE_NAMES}, got {request.state}")
         if request.limit < 0:
@@ -976,10 +984,12 @@ class EffectorService(pb.EffectorServicer):
             if request.state != pb.IntentState.DONE:
                 raise _invalid("failed_only lists DONE intents: set state to DONE")
             failed = await self.store.list_failed(limit)
+            failed = failed[: _fitting(i.ByteSize() + r.ByteSize() for i, r in failed)]
             return pb.ListIntentsResponse(
                 intents=[intent for intent, _ in failed], results=[result for _, result in failed]
             )
-        return pb.ListIntentsResponse(intents=await self.store.list_intents(request.state, limit))
+        intents = await self.store.list_intents(request.state, limit)
+        return pb.ListIntentsResponse(intents=intents[: _fitting(i.ByteSize() for i in intents)])
 
     @_guarded
     async def Status(

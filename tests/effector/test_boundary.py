@@ -510,3 +510,25 @@ async def test_the_bearer_scheme_is_case_insensitive(tmp_path: Path) -> None:
         assert decided.applied
         envelopes = await effector.client.read(1)
         assert [r.envelope.approval.approver for r in envelopes.records] == ["bob"]
+
+
+@pytest.mark.asyncio
+async def test_list_intents_answers_fit_whatever_the_arguments_weigh(tmp_path: Path) -> None:
+    heavy = canonical_json({"note": "n" * (MAX_ARGS_JSON_BYTES - 64)})
+    approvals = [
+        make_intent("", heavy, key=b"ask", step=n, kind=ToolIntent.APPROVAL) for n in range(20)
+    ]
+    unknown_tool = [make_intent("no_such_tool", heavy, key=b"bad", step=n) for n in range(20)]
+    async with running_effector(sqlite_url(tmp_path / "s.db")) as effector:
+        client = effector.client
+        everything = approvals + unknown_tool
+        for start in range(0, len(everything), 10):
+            acks = await client.submit(everything[start : start + 10])
+            assert all(ack.outcome != SubmitAck.OUTCOME_UNSPECIFIED for ack in acks)
+        pending = await client.list_intents(IntentState.AWAITING_DECISION)
+        failed = await client.list_failed()
+    assert 1 <= len(pending) < len(approvals)
+    assert {intent.intent_id for intent in pending} < {intent.intent_id for intent in approvals}
+    assert sum(intent.ByteSize() for intent in pending) <= MAX_READ_BYTES
+    assert 1 <= len(failed) < len(unknown_tool)
+    assert {result.status for _, result in failed} == {ToolResult.REJECTED}
