@@ -1,8 +1,10 @@
 """The effector's service operations: what gRPC, the console and the MCP endpoint all run.
 
 :class:`EffectorService` is the ``beam_agents.v1.Effector`` servicer; it checks every request
-against the limits below and answers with a status code, never a crash. Its ``decide`` and
-``publish`` are the one path a decision or an external event takes, from any of the three doors.
+against the limits below, item by item: an item out of bounds (a time outside years 1-9999, JSON
+too large or too deep, an oversized envelope) is refused alone, with a reason, never a crash.
+Its ``decide`` and ``publish`` are the one path a decision or an external event takes, from any
+of the three doors (the CLI decides over gRPC); every decision attempt logs one line.
 """
 
 from __future__ import annotations
@@ -46,7 +48,6 @@ from effector.store.errors import ConfigurationError, StoreError
 from effector.store.intents import (
     Decision,
     IntentRecord,
-    LogRecord,
     NewIntent,
     Recorded,
     SubmitOutcome,
@@ -91,7 +92,7 @@ MAX_ERROR_TEXT_CHARS = 64 * 1024
 DIGEST_CHARS = 64
 """The length of an args digest (SHA-256, hex)."""
 _ITEM_OVERHEAD_BYTES = 32
-"""What one item adds to its size in an answer, at most (tags, lengths, a Read's offset)."""
+"""What one item adds to its size in an answer, at most (its tag and length)."""
 _TRACE_ID = re.compile(r"[0-9a-f]{32}")
 _SPAN_ID = re.compile(r"[0-9a-f]{16}")
 
@@ -772,21 +773,16 @@ class EffectorService(pb.EffectorServicer):
         from_offset = max(request.from_offset, 1)
         limit = min(request.max_batch or DEFAULT_READ_BATCH, MAX_READ_BATCH)
         max_bytes = min(request.max_bytes or MAX_READ_BYTES, MAX_READ_BYTES)
-        records = await self._read(from_offset, limit, max_bytes)
+        records = await self.store.read(from_offset, limit, max_bytes)
         if not records and request.wait_ms:
             await self.store.wait_for_offset(
                 from_offset, min(request.wait_ms, MAX_READ_WAIT_MS) / 1000
             )
-            records = await self._read(from_offset, limit, max_bytes)
+            records = await self.store.read(from_offset, limit, max_bytes)
         return pb.ReadResponse(
             records=[pb.EnvelopeRecord(offset=r.offset, envelope=r.envelope) for r in records],
             next_offset=records[-1].offset + 1 if records else from_offset,
         )
-
-    async def _read(self, from_offset: int, limit: int, max_bytes: int) -> list[LogRecord]:
-        """At most ``limit`` envelopes from ``from_offset`` within ``max_bytes``, one at least."""
-        records = await self.store.read(from_offset, limit)
-        return records[: _fitting((r.envelope.ByteSize() for r in records), max_bytes)]
 
     @_guarded
     async def GetIntent(
