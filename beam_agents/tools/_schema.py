@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import copy
 import inspect
+import reprlib
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -17,6 +18,7 @@ from pydantic.fields import FieldInfo
 from pydantic.json_schema import GenerateJsonSchema
 from pydantic_core import PydanticUndefined
 
+from beam_agents._protos import MAX_JSON_DEPTH
 from beam_agents.tools.errors import ToolArgumentError, ToolDefinitionError
 
 # -- IntentInfo: the intent a side-effecting tool executes for --------------------------------
@@ -119,6 +121,48 @@ def strict_parameters(parameters: Mapping[str, Any], *, tool_name: str) -> Schem
             f"tool {tool_name!r} cannot be exported in strict mode: {error}", tool_name=tool_name
         ) from None
     return strict
+
+
+def nesting_depth(value: object, limit: int) -> int:
+    """How deeply the mappings and lists of ``value`` nest (0: a scalar), counted to ``limit + 1``.
+
+    Iterative, so no depth raises ``RecursionError``; a cycle counts as too deep.
+    """
+    deepest = 0
+    pending: list[tuple[object, int]] = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, Mapping):
+            children: Iterable[object] = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            break
+        pending.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def nesting_problems(arguments: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The arguments that nest deeper than JSON arguments may (``MAX_JSON_DEPTH``), as problems."""
+    allowed = MAX_JSON_DEPTH - 1  # the arguments object itself is the first level
+    return [
+        (name, f"nests deeper than {MAX_JSON_DEPTH} levels (counting the arguments object)")
+        for name, value in arguments.items()
+        if nesting_depth(value, allowed) > allowed
+    ]
+
+
+_SHOWN = reprlib.Repr()
+_SHOWN.maxlevel, _SHOWN.maxstring, _SHOWN.maxother, _SHOWN.maxlong = 4, 80, 80, 80
+
+
+def shown_input(value: object, limit: int) -> str:
+    """A ``repr`` of ``value`` for an error message: at most ``limit`` characters, cheaply."""
+    shown = _SHOWN.repr(value)
+    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
 
 
 def drop_nulls_meaning_default(
@@ -324,6 +368,9 @@ class ArgumentSpec:
                 tool_name=self.tool_name,
                 problems=[(repr(key), "argument name is not a string") for key in bad_keys],
             )
+        too_deep = nesting_problems(arguments)
+        if too_deep:
+            raise argument_error(self.tool_name, too_deep)
         payload = drop_nulls_meaning_default(arguments, self.json_schema)
         try:
             validated = self.model.model_validate(payload)
@@ -351,17 +398,19 @@ class ArgumentSpec:
             else:
                 message = detail["msg"]
                 if detail["type"] != "missing":
-                    shown = repr(detail["input"])
-                    if len(shown) > _MAX_SHOWN_INPUT:
-                        shown = shown[: _MAX_SHOWN_INPUT - 3] + "..."
-                    message += f" (got {shown})"
+                    message += f" (got {shown_input(detail['input'], _MAX_SHOWN_INPUT)})"
             problems.append((location, message))
-        listing = "; ".join(f"{location}: {message}" for location, message in problems)
-        return ToolArgumentError(
-            f"invalid arguments for tool {self.tool_name!r}: {listing}",
-            tool_name=self.tool_name,
-            problems=problems,
-        )
+        return argument_error(self.tool_name, problems)
+
+
+def argument_error(tool_name: str, problems: Sequence[tuple[str, str]]) -> ToolArgumentError:
+    """The error for ``problems``, ``(location, message)`` pairs, each listed in its message."""
+    listing = "; ".join(f"{location}: {message}" for location, message in problems)
+    return ToolArgumentError(
+        f"invalid arguments for tool {tool_name!r}: {listing}",
+        tool_name=tool_name,
+        problems=problems,
+    )
 
 
 def derive_arguments(

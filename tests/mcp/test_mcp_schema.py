@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import mcp.types as mcp_types
 import pytest
 from pydantic import ValidationError
 
+from beam_agents.tools.errors import ToolArgumentError, ToolDefinitionError
+from beam_agents.tools.mcp import McpServer, McpTool
 from beam_agents.tools.mcp._tools import arguments_model
 
 SCHEMA: dict[str, Any] = {
@@ -103,3 +106,43 @@ def test_what_the_model_cannot_express_is_left_to_the_server() -> None:
     )
     value = {"node": {"next": {"next": 1}}, "mixed": 5, "remote": [1], "extra": True}
     assert loose.model_validate(value).model_dump(by_alias=True, exclude_unset=True) == value
+
+
+# -- hostile schemas and arguments: deep nesting is a typed error, never a RecursionError ------
+
+
+def _deep_schema(depth: int) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"inner": schema}}
+    return schema
+
+
+def _deep_array(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("depth", [1_000, 200_000])
+def test_an_input_schema_nested_too_deep_is_a_definition_error(depth: int) -> None:
+    with pytest.raises(ToolDefinitionError, match="inputSchema nests deeper than 64 levels"):
+        arguments_model("deep", _deep_schema(depth))
+    listed = mcp_types.Tool(name="deep", input_schema=_deep_schema(depth))
+    with pytest.raises(ToolDefinitionError, match="nests deeper than 64 levels"):
+        McpTool(McpServer.http("http://127.0.0.1:9/mcp"), listed, side_effect=False)
+
+
+@pytest.mark.parametrize("depth", [1_000, 200_000])
+def test_arguments_nested_too_deep_are_refused_before_any_call(depth: int) -> None:
+    listed = mcp_types.Tool(
+        name="store", input_schema={"type": "object", "properties": {"data": {}, "note": {}}}
+    )
+    store = McpTool(McpServer.http("http://127.0.0.1:9/mcp"), listed, side_effect=True)
+    with pytest.raises(ToolArgumentError) as raised:
+        store.validate_arguments({"note": "fine", "data": _deep_array(depth)})
+    assert raised.value.problems == (
+        ("data", "nests deeper than 64 levels (counting the arguments object)"),
+    )
+    assert store.validate_arguments({"data": _deep_array(63)}) == {"data": _deep_array(63)}

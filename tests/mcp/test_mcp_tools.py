@@ -197,6 +197,11 @@ def test_server_errors_and_is_error_results_raise_typed_errors(ticket_server: Mc
         _inline(registry, "refuse", reason="not today")
     assert refused.value.content == "refused: not today"
     assert refused.value.tool_name == "refuse"
+    hostile = "line 1\nline 2\r\n\x1b[31mred\x1b[0m \x00 \u202eevil\u202c \t end"
+    with pytest.raises(McpToolError) as refused:  # control characters stay data, unchanged
+        _inline(registry, "refuse", reason=hostile)
+    assert refused.value.content == f"refused: {hostile}"
+    assert str(refused.value).endswith(f"failed: refused: {hostile}")
     with pytest.raises(McpToolError, match="read_file"):
         _inline(registry, "read_file", path="no/such/file")
     with pytest.raises(McpToolError, match=r"refused tool 'protocol_error'.*code -32602"):

@@ -5,6 +5,7 @@ from collections.abc import Awaitable
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from beam_agents.tools import IntentInfo, ToolRunner, tool
 from beam_agents.tools.errors import SideEffectToolError, ToolArgumentError
@@ -227,3 +228,108 @@ async def test_runner_refuses_side_effecting_tools_from_the_toolbox() -> None:
 async def test_runner_takes_tools_only() -> None:
     with pytest.raises(TypeError, match="takes a Tool"):
         await ToolRunner().run(toolbox.lookup_customer.unwrap(), {"customer_id": "c"})  # type: ignore[arg-type]
+
+
+# -- hostile data: deep, cyclic, huge, control characters ------------------------------------
+
+
+class Branch(BaseModel):
+    """A recursive argument type: each branch may hold another."""
+
+    child: "Branch | None" = None
+
+
+@tool
+def take_anything(
+    anything: Any = None,
+    mapping: dict[str, Any] | None = None,
+    items: list[Any] | None = None,
+    branch: Branch | None = None,
+    text: str = "",
+    count: int = 0,
+) -> str:
+    """Take arguments of many shapes.
+
+    Args:
+        anything: Any JSON.
+        mapping: A JSON object.
+        items: A JSON array.
+        branch: A recursive model.
+        text: A string.
+        count: An integer.
+    """
+    return "taken"
+
+
+def _nested(depth: int, field: str) -> Any:
+    """``depth`` levels of arrays (``items``/``anything``/``text``/``count``) or objects."""
+    value: Any = {} if field in ("mapping", "branch") else []
+    for _ in range(depth - 1):
+        value = (
+            {"child" if field == "branch" else "a": value} if isinstance(value, dict) else [value]
+        )
+    return value
+
+
+@pytest.mark.parametrize("depth", [1_000, 200_000])
+@pytest.mark.parametrize("field", ["anything", "mapping", "items", "branch", "text", "count"])
+def test_arguments_nested_too_deep_are_refused_with_a_typed_error(depth: int, field: str) -> None:
+    with pytest.raises(ToolArgumentError) as raised:
+        take_anything.validate_arguments({"text": "fine", field: _nested(depth, field)})
+    assert raised.value.problems == (
+        (field, "nests deeper than 64 levels (counting the arguments object)"),
+    )
+    assert raised.value.tool_name == "take_anything"
+
+
+@pytest.mark.parametrize("field", ["anything", "mapping", "items", "branch"])
+def test_arguments_as_deep_as_the_wire_allows_are_accepted(field: str) -> None:
+    deepest = _nested(63, field)  # 64 levels with the arguments object, as Submit accepts
+    assert field in take_anything.validate_arguments({field: deepest})
+    with pytest.raises(ToolArgumentError, match="nests deeper than 64 levels"):
+        take_anything.validate_arguments(
+            {field: [deepest] if field != "branch" else {"child": deepest}}
+        )
+
+
+def test_a_cyclic_argument_is_refused_with_a_typed_error() -> None:
+    looped: list[Any] = []
+    looped.append(looped)
+    with pytest.raises(ToolArgumentError, match="items: nests deeper than 64 levels"):
+        take_anything.validate_arguments({"items": looped})
+
+
+def test_a_huge_string_is_validated_and_its_refusal_stays_short() -> None:
+    huge = "9" * 20_000_000 + "x"
+    assert take_anything.validate_arguments({"text": huge})["text"] is huge
+    with pytest.raises(ToolArgumentError) as raised:
+        take_anything.validate_arguments({"count": huge, "mapping": {"k": [huge] * 1_000}})
+    assert [location for location, _ in raised.value.problems] == ["count"]
+    assert len(str(raised.value)) < 400
+
+
+HOSTILE_TEXT = "line 1\nline 2\r\n\x1b[31mred\x1b[0m \x00 \u202eevil\u202c \t end"
+
+
+def test_hostile_argument_names_are_kept_as_data_in_the_problems() -> None:
+    with pytest.raises(ToolArgumentError) as raised:
+        take_anything.validate_arguments({HOSTILE_TEXT: 1})
+    [(location, message)] = raised.value.problems
+    assert location == HOSTILE_TEXT
+    assert message.startswith("unknown argument")
+
+
+@pytest.mark.asyncio
+async def test_a_tools_error_message_with_control_characters_comes_back_unchanged() -> None:
+    @tool
+    def complain(reason: str) -> str:
+        """Fail with the reason given.
+
+        Args:
+            reason: What to say.
+        """
+        raise RuntimeError(reason)
+
+    with pytest.raises(RuntimeError) as raised:
+        await ToolRunner().run(complain, {"reason": HOSTILE_TEXT})
+    assert str(raised.value) == HOSTILE_TEXT

@@ -14,7 +14,15 @@ from typing import Annotated, Any, Literal, Optional, Union
 import mcp.types as mcp_types
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from beam_agents.tools._schema import IntentInfo, drop_nulls_meaning_default
+from beam_agents._protos import MAX_JSON_DEPTH
+from beam_agents.tools._schema import (
+    IntentInfo,
+    argument_error,
+    drop_nulls_meaning_default,
+    nesting_depth,
+    nesting_problems,
+    shown_input,
+)
 from beam_agents.tools._tool import Tool, ToolConnection, ToolRegistry
 from beam_agents.tools.errors import SideEffectToolError, ToolArgumentError, ToolDefinitionError
 from beam_agents.tools.mcp._sessions import (
@@ -122,6 +130,9 @@ class McpTool(Tool[..., Any]):
                 f"tool {self._name!r}: arguments must be a mapping of parameter name to value",
                 tool_name=self._name,
             )
+        too_deep = nesting_problems(arguments)
+        if too_deep:
+            raise argument_error(self._name, too_deep)
         arguments = _wire(arguments)
         # A null for an optional argument that cannot be null means "leave it out" (as for
         # @tool); a schema whose references do not resolve leaves that to the model.
@@ -300,14 +311,9 @@ def _argument_error(tool_name: str, error: ValidationError) -> ToolArgumentError
         location = ".".join(str(part) for part in detail["loc"]) or "(arguments)"
         message = "unknown argument" if detail["type"] == "extra_forbidden" else detail["msg"]
         if detail["type"] not in ("missing", "extra_forbidden"):
-            message += f" (got {str(repr(detail['input']))[:80]})"
+            message += f" (got {shown_input(detail['input'], 80)})"
         problems.append((location, message))
-    listing = "; ".join(f"{location}: {message}" for location, message in problems)
-    return ToolArgumentError(
-        f"invalid arguments for tool {tool_name!r}: {listing}",
-        tool_name=tool_name,
-        problems=problems,
-    )
+    return argument_error(tool_name, problems)
 
 
 # -- arguments models from JSON Schema -----------------------------------------------------
@@ -336,6 +342,11 @@ _NOT_IDENTIFIER = re.compile(r"\W")
 
 def arguments_model(tool_name: str, schema: dict[str, Any]) -> type[BaseModel]:
     """The model that validates a call's arguments against ``schema`` (an object schema)."""
+    if nesting_depth(schema, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
+        raise ToolDefinitionError(
+            f"MCP tool {tool_name!r}: its inputSchema nests deeper than {MAX_JSON_DEPTH} levels",
+            tool_name=tool_name,
+        )
     builder = _Builder(tool_name, schema)
     return builder.object_model(f"{_identifier(tool_name)}_arguments", schema, ())
 
