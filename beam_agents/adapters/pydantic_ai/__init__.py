@@ -93,7 +93,8 @@ class PydanticAIAgent(FrameworkAgent[AbstractAgent[Any, Any]]):
             process; preferred, as ``RunAgent`` pickles this object), or an ``Agent`` that
             pickles.
         model_id: The ``LlmRequest.model_id`` of the run's model calls; the agent's own model
-            is replaced by :class:`BeamModel` for every run.
+            is replaced by :class:`BeamModel` for every run, unless it is Pydantic AI's
+            ``TestModel`` or ``FunctionModel``, which answer locally, uncached.
         prompt: The user prompt for an event (default: the event as UTF-8).
         deps: The run's ``deps`` from the event (default: none).
         toolsets: Toolsets added to every run (default: one :class:`BeamToolset` over
