@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime
 import functools
 import importlib
 import json
@@ -24,15 +23,24 @@ from typing import Any, NoReturn
 import grpc
 
 from beam_agents._protos import GetIntentResponse, IntentState, ToolIntent, ToolResult
-from beam_agents.tools import ToolRegistry
+from beam_agents.tools import Tool, ToolRegistry
 from effector.client import EffectorClient
-from effector.launch import CONSOLE_PREFIX, MCP_PREFIX, READY_PREFIX, env_name, running_server
+from effector.launch import (
+    CONSOLE_PREFIX,
+    MCP_PREFIX,
+    METRICS_PREFIX,
+    READY_PREFIX,
+    env_name,
+    running_server,
+)
 from effector.observability import display_key, payload_text
+from effector.readable import iso_time, one_line
 from effector.server import DEFAULT_MCP_IDENTITY, ServerSettings, check_tls_pair, check_token
 from effector.service import (
     DEFAULT_LIST_LIMIT,
     MAX_LIST_LIMIT,
     Tokens,
+    format_host_port,
     parse_host_port,
     parse_tokens,
 )
@@ -146,7 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="run an effector server",
         description="Run an effector: gRPC server, worker and, if asked, metrics, web console "
         "and MCP endpoint. Prints 'effector listening on HOST:PORT' when ready, then 'effector "
-        "console on URL' and 'effector mcp on URL' if served; SIGTERM/SIGINT drain and exit 0.",
+        "console on URL', 'effector mcp on URL' and 'effector metrics on URL' (with the port "
+        "picked for port 0) if served; SIGTERM/SIGINT drain and exit 0.",
     )
     _option(
         serve,
@@ -299,20 +308,24 @@ def build_parser() -> argparse.ArgumentParser:
         "show",
         help="print everything recorded about one intent",
         description="Print one intent as the effector recorded it, one field per line: its "
-        "kind, state, key, tool and arguments, attempts, creation and expiry times and, once "
-        "it is DONE, its result's status, completion time, payload and error. Exits 1 if the "
+        "kind, state, key, tool and arguments, attempts, creation and expiry times (the "
+        "pipeline's event time) and, once it is DONE or WITHDRAWN, its result's status, "
+        "completion time (the effector's wall clock), payload and error. Each time is labelled "
+        "with its clock; control and bidi characters print as ⟨U+XXXX⟩ marks. Exits 1 if the "
         "effector has no such intent.",
     )
     show.add_argument("intent_id", metavar="INTENT_ID", help="the intent's id")
     approve = commands.add_parser(
         "approve",
         help="approve an approval intent",
-        description="Approve an APPROVAL intent; exits 1 if the decision was not applied.",
+        description="Approve an APPROVAL intent; exits 1, saying why, if the decision was not "
+        "applied (unknown, already decided, expired or withdrawn).",
     )
     deny = commands.add_parser(
         "deny",
         help="deny an approval intent",
-        description="Deny an APPROVAL intent; exits 1 if the decision was not applied.",
+        description="Deny an APPROVAL intent; exits 1, saying why, if the decision was not "
+        "applied (unknown, already decided, expired or withdrawn).",
     )
     for client_command in (status, pending, failed, show, approve, deny):
         _option(
@@ -379,6 +392,11 @@ def load_registry(spec: str) -> ToolRegistry:
             found = getattr(found, part)
         except AttributeError:
             raise ConfigurationError(f"{module_name!r} has no attribute {attribute!r}") from None
+    if isinstance(found, Tool):
+        raise ConfigurationError(
+            f"{spec} is a tool ({found.name!r}), not a ToolRegistry: name a "
+            f"ToolRegistry([...]) holding it, or a zero-argument callable returning one"
+        )
     if not isinstance(found, ToolRegistry) and callable(found):
         try:
             found = found()
@@ -452,12 +470,24 @@ async def _serve(args: argparse.Namespace) -> int:
         loop.add_signal_handler(signum, stop.set)
     async with running_server(args.store, registry, settings) as server:
         print(f"{READY_PREFIX}{server.address}", flush=True)
-        for prefix, url in ((CONSOLE_PREFIX, server.console_url), (MCP_PREFIX, server.mcp_url)):
+        for prefix, url in (
+            (CONSOLE_PREFIX, server.console_url),
+            (MCP_PREFIX, server.mcp_url),
+            (METRICS_PREFIX, metrics_url(server.metrics_port, args.metrics_listen)),
+        ):
             if url is not None:
                 print(f"{prefix}{url}", flush=True)
         await stop.wait()
         _log.info("signal received, draining")
     return 0
+
+
+def metrics_url(port: int | None, listen: str | None) -> str | None:
+    """The metrics endpoint's URL on the port it bound (the one picked when 0 was asked)."""
+    if port is None or listen is None:
+        return None
+    host, _ = parse_host_port(listen)
+    return f"http://{format_host_port(host, port)}/metrics"
 
 
 def _with_client(
@@ -524,6 +554,9 @@ def send_decision(client: EffectorClient, args: argparse.Namespace, *, approved:
         if not shown.found:
             print(f"no intent {args.intent_id}", file=sys.stderr)
             return 1
+        if shown.state == IntentState.WITHDRAWN:
+            print(f"not applied: {withdrawn_text(shown)}", file=sys.stderr)
+            return 1
         digest = shown.args_digest
     decision = client.decide(
         args.intent_id,
@@ -533,38 +566,62 @@ def send_decision(client: EffectorClient, args: argparse.Namespace, *, approved:
         args_digest=digest,
         edited_args_json=getattr(args, "edit", ""),
     )
-    if decision.applied and decision.state == IntentState.AWAITING_DECISION:
-        print(f"voted on {args.intent_id}: {decision.reason}")
+    if not decision.applied:
+        if decision.state == IntentState.INTENT_STATE_UNSPECIFIED:
+            print(f"no intent {args.intent_id}", file=sys.stderr)
+        else:
+            state = IntentState.Name(decision.state)
+            print(f"not applied: {one_line(decision.reason)} (state {state})", file=sys.stderr)
+        return 1
+    if decision.state == IntentState.AWAITING_DECISION:
+        print(f"voted on {args.intent_id}: {one_line(decision.reason)}")
         return 0
-    if decision.applied:
-        print(f"{'approved' if approved else 'denied'} {args.intent_id}")
-        return 0
-    if decision.state == IntentState.INTENT_STATE_UNSPECIFIED:
-        print(f"no intent {args.intent_id}", file=sys.stderr)
-    else:
-        state = IntentState.Name(decision.state)
-        print(f"not applied: {decision.reason} (state {state})", file=sys.stderr)
-    return 1
+    if decision.result.status != ToolResult.OK:
+        status_name = ToolResult.Status.Name(decision.result.status)
+        print(
+            f"not applied: the approval is {status_name}: "
+            f"{one_line(decision.result.error_message) or '-'}",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"{'approved' if approved else 'denied'} {args.intent_id}")
+    return 0
+
+
+def withdrawn_text(response: GetIntentResponse) -> str:
+    """Why a WITHDRAWN intent was withdrawn, on one line."""
+    reason = one_line(response.result.error_message) if response.HasField("result") else ""
+    return f"intent {response.intent.intent_id} was withdrawn: {reason or 'no reason recorded'}"
 
 
 def inbox_line(intent: ToolIntent) -> str:
-    """``<intent_id> <entity_key> <args_json>``: one approval awaiting a decision, on one line."""
+    """``<intent_id> <entity_key> <args_json>``: one approval awaiting a decision, on one line.
+
+    Line breaks, escapes and bidi controls in the arguments show as ``⟨U+...⟩`` marks.
+    """
     # Recorded approvals hold valid JSON, where a raw line break can only be insignificant
     # whitespace, so replacing it keeps the arguments intact and the entry on one line.
     args_json = (intent.args_json or "{}").replace("\r", " ").replace("\n", " ")
-    return f"{intent.intent_id} {display_key(intent.entity_key)} {args_json}"
+    return f"{one_line(intent.intent_id)} {display_key(intent.entity_key)} {one_line(args_json)}"
 
 
 def failed_line(intent: ToolIntent, result: ToolResult) -> str:
     """``<intent_id> <entity_key> <tool> <STATUS> <error>``: one failed intent, on one line."""
     status_name = ToolResult.Status.Name(result.status)
-    error = " ".join(result.error_message.split())
-    line = f"{intent.intent_id} {display_key(intent.entity_key)} {intent.tool_name} {status_name}"
+    error = one_line(" ".join(result.error_message.split()))
+    line = (
+        f"{one_line(intent.intent_id)} {display_key(intent.entity_key)} "
+        f"{one_line(intent.tool_name)} {status_name}"
+    )
     return f"{line} {error}" if error else line
 
 
+EVENT_TIME = "pipeline event time"
+WALL_CLOCK = "effector wall clock"
+
+
 def intent_report(response: GetIntentResponse) -> list[tuple[str, str]]:
-    """The ``(field, value)`` lines ``show`` prints for one recorded intent."""
+    """The ``(field, value)`` lines ``show`` prints for one recorded intent, each one line."""
     intent = response.intent
     lines = [
         ("intent_id", intent.intent_id),
@@ -578,24 +635,35 @@ def intent_report(response: GetIntentResponse) -> list[tuple[str, str]]:
     ]
     if intent.kind == ToolIntent.APPROVAL:
         lines.append(("channel", intent.channel or "-"))
+    if intent.compensates_intent_id:
+        lines.append(("compensates", intent.compensates_intent_id))
+    if intent.withdraws_intent_id:
+        lines.append(("withdraws", intent.withdraws_intent_id))
     lines += approval_lines(response)
+    if response.state == IntentState.WITHDRAWN:
+        lines.append(("withdrawn", withdrawn_text(response)))
     lines += [
         ("attempts", str(response.attempts)),
         *_in_doubt_lines(response),
-        ("created_at", timestamp(intent.created_at_ms)),
-        ("expires_at", timestamp(intent.expires_at_ms) if intent.expires_at_ms else "never"),
+        ("created_at", f"{timestamp(intent.created_at_ms)} [{EVENT_TIME}]"),
+        (
+            "expires_at",
+            f"{timestamp(intent.expires_at_ms)} [{EVENT_TIME}]"
+            if intent.expires_at_ms
+            else "never",
+        ),
     ]
     if response.HasField("result"):
         result = response.result
         lines += [
             ("result", ToolResult.Status.Name(result.status)),
-            ("completed_at", timestamp(result.completed_at_ms)),
+            ("completed_at", f"{timestamp(result.completed_at_ms)} [{WALL_CLOCK}]"),
             ("payload", payload_text(result.payload)),
             ("error", " ".join(result.error_message.split()) or "-"),
         ]
     else:
         lines.append(("result", "- (not DONE yet)"))
-    return lines
+    return [(name, one_line(value)) for name, value in lines]
 
 
 def approval_lines(response: GetIntentResponse) -> list[tuple[str, str]]:
@@ -622,13 +690,13 @@ def _in_doubt_lines(response: GetIntentResponse) -> list[tuple[str, str]]:
     if response.state != IntentState.IN_DOUBT:
         return []
     reason = " ".join(response.in_doubt_reason.split()) or "-"
-    return [("in_doubt", reason), ("retry_at", timestamp(response.retry_at_ms))]
+    return [("in_doubt", reason), ("retry_at", f"{timestamp(response.retry_at_ms)} [{WALL_CLOCK}]")]
 
 
 def timestamp(ms: int) -> str:
-    """Epoch milliseconds as UTC ISO 8601 with the number itself: ``...T12:00:00.000Z (ms)``."""
-    when = datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
-    return f"{when.isoformat(timespec='milliseconds').replace('+00:00', 'Z')} ({ms})"
+    """Epoch ms as ISO 8601 UTC with the number: ``...T12:00:00.000Z (ms)``; or out of range."""
+    shown = iso_time(ms)
+    return shown if shown.startswith("out of range") else f"{shown} ({ms})"
 
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {

@@ -36,6 +36,8 @@ CONSOLE_PREFIX = "effector console on "
 """With a console, ``serve`` prints this and its URL on the line after the ready line."""
 MCP_PREFIX = "effector mcp on "
 """With ``--mcp-listen``, ``serve`` prints this and the endpoint's URL after the console's."""
+METRICS_PREFIX = "effector metrics on "
+"""With ``--metrics-listen``, ``serve`` prints this and the metrics URL (its real port) last."""
 
 
 def env_name(flag: str) -> str:

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -21,11 +22,19 @@ from effector_harness import (
 )
 from effector_test_tools import read_ledger
 
-from beam_agents._protos import IntentState, SubmitAck, ToolIntent, ToolResult
+from beam_agents._protos import (
+    IntentState,
+    SubmitAck,
+    ToolIntent,
+    ToolResult,
+    approval_digest,
+    withdrawal_id_for,
+)
 from effector.cli import inbox_line
 from effector.client import EffectorClient
 from effector.observability import display_key
 from effector.store import open_store
+from effector.store.intents import NewIntent
 
 SERVE_FLAGS = [
     "--tools",
@@ -89,6 +98,11 @@ def _misconfigurations(tmp_path: Path) -> dict[str, tuple[list[str], dict[str, s
             "not a ToolRegistry",
         ),
         "factory fails": ([*base, "--tools", "effector_test_tools:read_ledger"], {}, "failed"),
+        "a tool, not a registry": (
+            [*base, "--tools", "effector_test_tools:add"],
+            {},
+            "effector_test_tools:add is a tool ('add'), not a ToolRegistry",
+        ),
         "bad spec": ([*base, "--tools", "effector_test_tools"], {}, "MODULE:ATTRIBUTE"),
         "bad store": (
             [*base, "--store", "mysql://db"],
@@ -315,9 +329,9 @@ def test_show_failed_and_unknown_ids_against_a_server_on_a_plain_store_path(
         assert (fields["kind"], fields["state"], fields["tool"]) == ("TOOL", "DONE", "add")
         assert (fields["entity_key"], fields["args"], fields["attempts"]) == ("k-1", '{"a":1}', "1")
         assert (fields["result"], fields["payload"], fields["error"]) == ("OK", "2", "-")
-        assert fields["created_at"].endswith(f"Z ({added.created_at_ms})")
-        assert fields["expires_at"].endswith(f"Z ({added.expires_at_ms})")
-        assert fields["completed_at"].endswith(")")
+        assert fields["created_at"].endswith(f"Z ({added.created_at_ms}) [pipeline event time]")
+        assert fields["expires_at"].endswith(f"Z ({added.expires_at_ms}) [pipeline event time]")
+        assert fields["completed_at"].endswith(") [effector wall clock]")
         errored = run_cli("show", failing.intent_id, *target).stdout
         assert "error:        RuntimeError: boom again" in errored.splitlines()
         assert "expires_at:   never" in errored.splitlines()
@@ -326,3 +340,102 @@ def test_show_failed_and_unknown_ids_against_a_server_on_a_plain_store_path(
             assert missing.returncode == 1, command
             assert (missing.stdout, missing.stderr.strip()) == ("", f"no intent {nobody}")
     assert path.exists()
+
+
+EVIL = "acct-\u202e4321-evil\x1b[2J\x1b]0;owned\x07"
+
+
+async def _seed_hostile(url: str) -> tuple[ToolIntent, ToolIntent, ToolIntent]:
+    """A bidi and escape-laden approval with impossible times, a refused tool, a withdrawn one."""
+    hostile = make_intent("", {"to": EVIL}, key=b"k\x1b", kind=ToolIntent.APPROVAL)
+    hostile.expires_at_ms = 2**62
+    hostile.created_at_ms = -(2**63)
+    refused = make_intent("pay\u202e", {"a": 1}, key=b"k-2", seq=1)
+    gone = make_intent("", {"refund": "r-1"}, key=b"k-3", seq=2, kind=ToolIntent.APPROVAL)
+    withdrawal = ToolIntent(
+        intent_id=withdrawal_id_for(gone.intent_id),
+        entity_key=gone.entity_key,
+        seq=gone.seq,
+        step_index=5,
+        kind=ToolIntent.WITHDRAWAL,
+        withdraws_intent_id=gone.intent_id,
+        args_json='{"reason":"the run completed without it"}',
+        created_at_ms=gone.created_at_ms,
+    )
+    store = await open_store(url)
+    try:
+        now = int(time.time() * 1000)
+        await store.submit([NewIntent(hostile), NewIntent(gone)], now)
+        await store.submit([NewIntent(refused, rejection="bad\x1b[31m\nred\u202e")], now)
+        await store.submit([NewIntent(withdrawal)], now)
+    finally:
+        await store.close()
+    return hostile, refused, gone
+
+
+def test_show_pending_and_failed_print_hostile_rows_on_one_line_without_escapes(
+    tmp_path: Path,
+) -> None:
+    url = sqlite_url(tmp_path / "s.db")
+    hostile, refused, gone = asyncio.run(_seed_hostile(url))
+    with EffectorProcess("--tools", TOOLS, "--store", url, "--listen", "127.0.0.1:0") as effector:
+        target = ["--target", effector.address]
+        outputs = {
+            "pending": run_cli("pending", *target),
+            "failed": run_cli("failed", *target),
+            "show": run_cli("show", hostile.intent_id, *target),
+            "show refused": run_cli("show", refused.intent_id, *target),
+        }
+    for name, result in outputs.items():
+        assert result.returncode == 0, (name, result.stderr)
+        for bad in ("\x1b", "\u202e", "\x07", "\r"):
+            assert bad not in result.stdout, (name, bad)
+    [pending] = outputs["pending"].stdout.splitlines()
+    assert pending.startswith(f"{hostile.intent_id} 0x6b1b ")
+    assert '{"to":"acct-⟨U+202E⟩4321-evil\\u001b[2J\\u001b]0;owned\\u0007"}' in pending
+    [failed] = outputs["failed"].stdout.splitlines()
+    assert failed.startswith(f"{refused.intent_id} k-2 pay⟨U+202E⟩ REJECTED bad⟨U+001B⟩[31m red")
+    shown = dict(line.split(":", 1) for line in outputs["show"].stdout.splitlines())
+    assert shown["created_at"].strip() == f"out of range ({-(2**63)} ms) [pipeline event time]"
+    assert shown["expires_at"].strip() == f"out of range ({2**62} ms) [pipeline event time]"
+    assert "⟨U+202E⟩" in shown["args"]
+    assert gone.intent_id not in outputs["pending"].stdout
+
+
+def test_deciding_a_withdrawn_approval_prints_why_and_exits_1(tmp_path: Path) -> None:
+    url = sqlite_url(tmp_path / "s.db")
+    _, _, gone = asyncio.run(_seed_hostile(url))
+    with EffectorProcess("--tools", TOOLS, "--store", url, "--listen", "127.0.0.1:0") as effector:
+        target = ["--target", effector.address]
+        shown = run_cli("show", gone.intent_id, *target)
+        digest = approval_digest(gone.args_json)
+        decisions = {
+            "approve": run_cli("approve", gone.intent_id, *target),
+            "deny": run_cli("deny", gone.intent_id, *target),
+            "approve --digest": run_cli("approve", gone.intent_id, *target, "--digest", digest),
+            "deny --digest": run_cli("deny", gone.intent_id, *target, "--digest", digest),
+        }
+        with EffectorClient(effector.address) as client:
+            after = client.get_intent(gone.intent_id)
+    fields = {k: v.strip() for k, v in (line.split(":", 1) for line in shown.stdout.splitlines())}
+    assert (fields["state"], fields["result"]) == ("WITHDRAWN", "WITHDRAWN")
+    assert "the run completed without it" in fields["withdrawn"]
+    for name, result in decisions.items():
+        assert result.returncode == 1, (name, result.stdout)
+        assert result.stdout == "", name
+        assert "withdrawn" in result.stderr and "not applied" in result.stderr, name
+    assert "the run completed without it" in decisions["approve"].stderr
+    assert after.state == IntentState.WITHDRAWN
+
+
+def test_serve_prints_the_metrics_port_it_picked(tmp_path: Path) -> None:
+    args = ["--tools", TOOLS, "--store", sqlite_url(tmp_path / "s.db"), "--listen", "127.0.0.1:0"]
+    with EffectorProcess(*args, "--metrics-listen", "127.0.0.1:0") as effector:
+        assert effector.process.stdout is not None
+        line = effector.process.stdout.readline().strip()
+        assert line.startswith("effector metrics on http://127.0.0.1:"), line
+        url = line.removeprefix("effector metrics on ")
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        assert port > 0
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            assert b"effector_intents_in_doubt" in answer.read()
