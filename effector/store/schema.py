@@ -86,6 +86,14 @@ class Dialect:
     """A condition true when bytes ``{haystack}`` contain bytes ``{needle}`` (SQL templates)."""
 
 
+def text(value: str) -> str:
+    """``value`` as a TEXT column holds it: NUL, which PostgreSQL refuses, becomes U+FFFD.
+
+    Only columns that index or search carry it; the record's own bytes keep the original.
+    """
+    return value.replace("\x00", "\ufffd") if "\x00" in value else value
+
+
 def marks(count: int) -> str:
     """``count`` placeholders: ``?, ?, ?``."""
     return ", ".join("?" * count)
@@ -191,12 +199,16 @@ def schema_statements(dialect: Dialect) -> list[str]:
             tool_name TEXT NOT NULL DEFAULT '',
             in_doubt_reason TEXT,
             retry_at_ms {bigint},
-            reconcile_failures INTEGER NOT NULL DEFAULT 0)""",
+            reconcile_failures INTEGER NOT NULL DEFAULT 0,
+            withdraws_intent_id TEXT)""",
         # The queue of each key: TOOL intents not yet DONE (only they are PENDING, RUNNING or
         # IN_DOUBT). The condition's columns close the key: counting a queue reads no row.
         f"""CREATE INDEX IF NOT EXISTS effector_intents_queue
             ON effector_intents (entity_key, seq, step_index, kind, completed_at_ms)
             WHERE {QUEUE_INDEX_CONDITION}""",
+        # WITHDRAWAL intents by the intent each withdraws: a Submit finds what came first.
+        """CREATE INDEX IF NOT EXISTS effector_intents_withdrawals
+            ON effector_intents (withdraws_intent_id) WHERE kind = 3""",
         """CREATE INDEX IF NOT EXISTS effector_intents_awaiting
             ON effector_intents (deadline_ms) WHERE state = 3 AND deadline_ms > 0""",
         # A key's approvals awaiting a decision (the console's keys page); the constant state

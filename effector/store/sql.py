@@ -32,7 +32,6 @@ from beam_agents._protos import (
     ToolIntent,
     ToolResult,
     approval_digest,
-    withdrawal_id_for,
 )
 from effector.store.intents import (
     Claim,
@@ -405,19 +404,24 @@ class SqlStore(TelemetryTables, abc.ABC):
         first_of: dict[str, int] = {}
         for index in order:
             first_of.setdefault(intents[index].intent.intent_id, index)
-        # One lookup per batch: its ids, the withdrawal of each (it may have come first), and the
-        # target of each withdrawal.
-        withdrawal_of = {
-            intent_id: withdrawal_id_for(intent_id)
+        # One lookup per batch: the withdrawal recorded for each intent (it may come first; found
+        # by the target it names, on the small index of withdrawals), and each withdrawal with its
+        # target. The ids recorded already are read after the insert (duplicates are rare).
+        withdrawable = [
+            intent_id
             for intent_id, index in first_of.items()
             if intents[index].intent.kind in _WITHDRAWABLE
-        }
-        targets = {
-            intents[index].intent.withdraws_intent_id
+        ]
+        withdrawing = {
+            identity
             for index in first_of.values()
             if intents[index].intent.kind == ToolIntent.WITHDRAWAL
+            for identity in (
+                intents[index].intent.intent_id,
+                intents[index].intent.withdraws_intent_id,
+            )
         }
-        known = _known_intents(tx, sorted({*first_of, *withdrawal_of.values(), *targets}))
+        known = _known_intents(tx, sorted(withdrawing), withdrawn=withdrawable)
         foreign = _foreign_withdrawals(intents, first_of, known)
         if foreign:
             refused.update(foreign)
@@ -463,13 +467,12 @@ class SqlStore(TelemetryTables, abc.ABC):
                     None if result is None else result.SerializeToString(),
                     None if result is None else now_ms,
                     published,
-                    intent.tool_name,
+                    sql.text(intent.tool_name),
+                    intent.withdraws_intent_id or None,
                 )
             )
         inserted = _insert_intents(tx, rows)
-        # Recorded by a concurrent transaction since the lookup (PostgreSQL only): read them now.
-        raced = [intent_id for intent_id in candidates if intent_id not in inserted]
-        known.update(_known_intents(tx, raced))
+        known.update(_known_intents(tx, [i for i in candidates if i not in inserted]))
         known.update((intent_id, candidates[intent_id]) for intent_id in inserted)
         self._withdraw_recorded(tx, inserted, known, withdrawals, now_ms)
         answers: list[SubmitResult | None] = [None] * len(intents)
@@ -863,7 +866,13 @@ class SqlStore(TelemetryTables, abc.ABC):
                     """UPDATE effector_intents SET state = ?, in_doubt_reason = ?,
                          retry_at_ms = ?, reconcile_failures = reconcile_failures + 1
                        WHERE intent_id = ? AND state = ?""",
-                    (sql.IN_DOUBT, reason, retry_at_ms, claim.intent.intent_id, sql.RUNNING),
+                    (
+                        sql.IN_DOUBT,
+                        sql.text(reason),
+                        retry_at_ms,
+                        claim.intent.intent_id,
+                        sql.RUNNING,
+                    ),
                 ).rowcount
             )
 
@@ -955,7 +964,8 @@ class SqlStore(TelemetryTables, abc.ABC):
         if required == 1:
             return self._apply_decision(tx, intent_id, decision)
         earlier = _votes(tx, intent_id)
-        if any(earlier_vote.approver == ballot.approver for earlier_vote in earlier):
+        voter = sql.text(ballot.approver)
+        if any(sql.text(earlier_vote.approver) == voter for earlier_vote in earlier):
             again = (
                 f"{ballot.approver!r} already voted on this approval; a quorum of {required} "
                 "needs distinct approvers"
@@ -980,7 +990,7 @@ class SqlStore(TelemetryTables, abc.ABC):
                    (intent_id, approver, position, vote, recorded_at_ms) VALUES (?, ?, ?, ?, ?)""",
                 (
                     intent_id,
-                    ballot.approver,
+                    voter,
                     len(earlier),
                     recorded.SerializeToString(),
                     ballot.decided_at_ms,
@@ -1242,7 +1252,7 @@ class SqlStore(TelemetryTables, abc.ABC):
         if entity_key is not None:
             conditions.append(("entity_key = ?", entity_key))
         if tool_name is not None:
-            conditions.append(("tool_name = ?", tool_name))
+            conditions.append(("tool_name = ?", sql.text(tool_name)))
         if entity_key is not None:
             if state is not None:
                 conditions.append(("state = ?", state))
@@ -1378,8 +1388,8 @@ def _insert_intents(tx: sql.Tx, rows: Sequence[Sequence[Any]]) -> set[str]:
             for row in tx.execute(
                 f"""INSERT INTO effector_intents (intent_id, entity_key, seq, step_index, kind,
                     digest, intent, state, received_at_ms, deadline_ms, attempts, result,
-                    completed_at_ms, published_envelope, tool_name)
-                   VALUES {sql.row_marks(len(chunk), 15)}
+                    completed_at_ms, published_envelope, tool_name, withdraws_intent_id)
+                   VALUES {sql.row_marks(len(chunk), 16)}
                    ON CONFLICT (intent_id) DO NOTHING RETURNING intent_id""",
                 sql.flatten(chunk),
             ).fetchall()
@@ -1387,28 +1397,47 @@ def _insert_intents(tx: sql.Tx, rows: Sequence[Sequence[Any]]) -> set[str]:
     return inserted
 
 
-def _known_intents(tx: sql.Tx, intent_ids: Sequence[str]) -> dict[str, _Known]:
-    """What is recorded under each of ``intent_ids`` that is (a withdrawal's intent included)."""
-    known: dict[str, _Known] = {}
-    for chunk in sql.chunks(intent_ids):
-        for intent_id, digest, state, result, published, key, seq, kind, blob in tx.execute(
-            f"""SELECT intent_id, digest, state, result, published_envelope, entity_key, seq,
-                  kind, CASE WHEN kind = {int(ToolIntent.WITHDRAWAL)} THEN intent END
-                FROM effector_intents WHERE intent_id IN ({sql.marks(len(chunk))})""",
+_KNOWN_COLUMNS = f"""intent_id, digest, state, result, published_envelope, entity_key, seq, kind,
+    CASE WHEN kind = {int(ToolIntent.WITHDRAWAL)} THEN intent END"""
+"""What :func:`_known_intents` reads of each row (a withdrawal's intent too)."""
+
+
+def _known_intents(
+    tx: sql.Tx, intent_ids: Sequence[str], *, withdrawn: Sequence[str] = ()
+) -> dict[str, _Known]:
+    """What is recorded under ``intent_ids``, and the withdrawals naming ``withdrawn``, by id."""
+    rows = [
+        row
+        for chunk in sql.chunks(intent_ids)
+        for row in tx.execute(
+            f"""SELECT {_KNOWN_COLUMNS} FROM effector_intents
+                WHERE intent_id IN ({sql.marks(len(chunk))})""",
             chunk,
-        ).fetchall():
-            parsed = sql.parse_result(result)
-            valid = blob is not None and parsed is not None and parsed.status == ToolResult.OK
-            known[intent_id] = _Known(
-                bytes(digest),
-                state,
-                parsed,
-                None if published is None else bytes(published),
-                bytes(key),
-                int(seq),
-                kind,
-                ToolIntent.FromString(bytes(blob)) if valid else None,
-            )
+        ).fetchall()
+    ]
+    rows += [
+        row
+        for chunk in sql.chunks(withdrawn)
+        for row in tx.execute(
+            f"""SELECT {_KNOWN_COLUMNS} FROM effector_intents
+                WHERE kind = 3 AND withdraws_intent_id IN ({sql.marks(len(chunk))})""",
+            chunk,
+        ).fetchall()
+    ]
+    known: dict[str, _Known] = {}
+    for intent_id, digest, state, result, published, key, seq, kind, blob in rows:
+        parsed = sql.parse_result(result)
+        valid = blob is not None and parsed is not None and parsed.status == ToolResult.OK
+        known[intent_id] = _Known(
+            bytes(digest),
+            state,
+            parsed,
+            None if published is None else bytes(published),
+            bytes(key),
+            int(seq),
+            kind,
+            ToolIntent.FromString(bytes(blob)) if valid else None,
+        )
     return known
 
 

@@ -84,7 +84,7 @@ class TelemetryTables:
                 (
                     error_id_for(error),
                     error.entity_key,
-                    error.reason,
+                    sql.text(error.reason),
                     error.SerializeToString(),
                     now_ms,
                 )
@@ -111,7 +111,7 @@ class TelemetryTables:
                 (
                     record.entity_key,
                     record.seq,
-                    record.intent_namespace,
+                    sql.text(record.intent_namespace),
                     record.trace_sequence,
                     record.SerializeToString(deterministic=True),
                     now_ms,

@@ -431,3 +431,34 @@ async def test_huge_token_counts_do_not_break_the_overview(store: SqlStore) -> N
     assert (await store.record_traces(events, T0)).recorded == 3
     overview = await store.overview(T0 + 1, 60_000)
     assert sum(tokens for _, tokens in overview.tokens_per_minute) > 0
+
+
+@pytest.mark.asyncio
+async def test_nul_and_bidi_characters_in_searchable_text_are_stored(store: SqlStore) -> None:
+    odd = "a\x00\u202eb"
+    unknown_tool = make_intent(odd, key=b"n", created_at_ms=T0)
+    asked = approval(key=b"q", quorum=2)
+    await store.submit([NewIntent(unknown_tool, rejection="unknown tool"), NewIntent(asked)], T0)
+    [found] = await store.search_intents(state=None, tool_name=odd, entity_key=None, limit=5)
+    assert found.intent == unknown_tool
+    vote = await store.record_vote(
+        asked.intent_id, approved=True, approver=odd, reason=odd, now_ms=T0
+    )
+    assert vote.applied
+    again = await store.record_vote(
+        asked.intent_id, approved=True, approver=odd, reason="", now_ms=T0
+    )
+    assert not again.applied and "already voted" in again.reason
+    assert [v.approver for v in await store.approval_votes(asked.intent_id)] == [odd]
+    error = AgentError(entity_key=b"n", reason=odd, trace_id="c" * 32)
+    assert (await store.record_errors([error], T0)).recorded == 1
+    assert [e.error for e in await store.list_errors(b"n", 5)] == [error]
+    record = ActivationRecord(entity_key=b"n", seq=1, intent_namespace=odd)
+    assert (await store.record_activations([record], T0)).recorded == 1
+    assert await store.records_for_key(b"n", 5) == [record]
+    tool = make_intent("add", key=b"d", created_at_ms=T0)
+    await store.submit([NewIntent(tool)], T0)
+    [claim] = (await store.claim("w", 1, T0, LEASE)).claims
+    assert await store.mark_in_doubt(claim, odd, T0, T0 + 10)
+    in_doubt = await store.get_intent(tool.intent_id)
+    assert in_doubt is not None and in_doubt.in_doubt_reason.startswith("a")
