@@ -2,7 +2,8 @@
 
 Every change is a POST whose form passes :func:`~effector.console.security.checked_form`. It
 goes through :meth:`EffectorService.decide` or :meth:`EffectorService.publish`, so the console
-can do nothing gRPC cannot. Actions are logged with the client's address, never the token.
+can do nothing gRPC cannot. Logins and re-drives are logged with the client's address, never the
+token; a decision is logged once, by :meth:`EffectorService.decide`.
 """
 
 from __future__ import annotations
@@ -84,14 +85,6 @@ async def send_decision(request: Request) -> Response:
         )
     except ValueError as refused:
         raise HTTPException(400, str(refused)) from None
-    _log.info(
-        "console: %s of intent %s by %r from %s %s",
-        "approval" if _DECISIONS[decision] else "denial",
-        intent_id,
-        approver,
-        client_address(request),
-        "applied" if outcome.applied else f"not applied ({outcome.reason})",
-    )
     if not outcome.applied:
         raise HTTPException(409, f"the decision was not applied: {outcome.reason}")
     return RedirectResponse(f"/approvals?decided={intent_id}", 303)

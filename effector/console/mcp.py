@@ -25,6 +25,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from beam_agents._protos import IntentState, ToolIntent, ToolResult, approval_digest, canonical_json
 from effector.console.serve import ConsoleServer
 from effector.observability import display_key, payload_text
+from effector.readable import cut, hidden_characters, iso_time, parsed_json
 from effector.service import (
     MAX_TEXT_FIELD_CHARS,
     Approver,
@@ -93,19 +94,32 @@ class DecideArguments(IntentArguments):
     )
 
 
+WALL_CLOCK = "the effector's wall clock, ms since the epoch (UTC)"
+"""The one clock of every time the endpoint answers with."""
+_ARGS = (
+    "The arguments under approval: parsed JSON, or their text (cut to a bound) when too large "
+    "or too deep to parse; warnings say so."
+)
+
+
 class PendingApproval(BaseModel):
     """One approval awaiting a decision."""
 
     intent_id: str
     entity_key: str = Field(description="The agent's key: text, or 0x and its hex.")
     tool: str = Field(description="The tool the approval is about; empty if none is named.")
-    args: Any = Field(description="The arguments under approval (parsed JSON).")
+    args: Any = Field(description=_ARGS)
     channel: str = Field(description="The channel the approval was asked on; may be empty.")
-    created_at_ms: int
-    deadline_ms: int = Field(description="When it expires undecided (epoch ms); 0 for never.")
+    received_at_ms: int = Field(description=f"When the effector received it: {WALL_CLOCK}.")
+    deadline_ms: int = Field(description=f"When it expires undecided: {WALL_CLOCK}; 0 for never.")
+    deadline: str = Field(description="deadline_ms as ISO 8601 UTC text, or 'never'.")
     args_digest: str = Field(description="The digest of args: send it back with a decision.")
     gated_tool: str = Field(description="The tool whose call it gates (edits are checked).")
     required_approvals: int = Field(description="Distinct approvers needed (any deny denies).")
+    warnings: list[str] = Field(
+        description="What to look at closely before deciding: characters that hide or reorder "
+        "text (a right-to-left override), arguments cut for size."
+    )
 
 
 class PendingApprovals(BaseModel):
@@ -113,6 +127,7 @@ class PendingApprovals(BaseModel):
 
     approvals: list[PendingApproval]
     pending: int = Field(description="How many approvals await a decision in all.")
+    clock: str = Field(default=WALL_CLOCK, description="The clock of every time listed.")
 
 
 class DecisionInfo(BaseModel):
@@ -138,7 +153,7 @@ class DecisionMade(DecisionInfo):
 class ResultInfo(BaseModel):
     """An intent's terminal result."""
 
-    status: str = Field(description="OK, ERROR, EXPIRED or REJECTED.")
+    status: str = Field(description="OK, ERROR, EXPIRED, REJECTED, NOT_NEEDED or WITHDRAWN.")
     payload: Any = Field(description="The result: parsed JSON, else text or 0x hex; null if none.")
     error: str | None
     completed_at_ms: int
@@ -148,34 +163,50 @@ class IntentStatus(BaseModel):
     """The answer of ``intent_status``."""
 
     intent_id: str
-    kind: str = Field(description="TOOL or APPROVAL.")
-    state: str = Field(description="PENDING, RUNNING, AWAITING_DECISION or DONE.")
+    kind: str = Field(description="TOOL, APPROVAL or WITHDRAWAL.")
+    state: str = Field(
+        description="PENDING, RUNNING, IN_DOUBT, AWAITING_DECISION, DONE or WITHDRAWN (its run "
+        "stopped waiting for it: it never runs nor can be decided; result.error says why)."
+    )
     entity_key: str
     tool: str
-    args: Any
+    args: Any = Field(description=_ARGS)
     attempts: int
-    created_at_ms: int
-    deadline_ms: int = Field(description="When it expires at the effector (epoch ms); 0: never.")
+    created_at_ms: int = Field(description="When the pipeline created it: its event time (ms).")
+    deadline_ms: int = Field(
+        description=f"When it expires at the effector: {WALL_CLOCK}; 0 for never."
+    )
+    warnings: list[str] = Field(description="Characters that hide or reorder text; cut values.")
     result: ResultInfo | None = Field(description="Once DONE: its result.")
     decision: DecisionInfo | None = Field(description="For a decided approval: the decision.")
 
 
-def _json_value(text: str) -> Any:
-    """``text`` parsed as JSON, or ``text`` itself if it is not JSON."""
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
+def _json_value(text: str) -> tuple[Any, list[str]]:
+    """``text`` parsed as JSON (else its text, cut), and what a reader should look closely at."""
+    warnings = [f"holds {name}" for name in hidden_characters(text)]
+    parsed = parsed_json(text)
+    if parsed is not None or text.strip() == "null":
+        return parsed, warnings
+    shown, left_out = cut(text)
+    if left_out:
+        warnings.append(f"cut: {left_out} more characters not shown (too large to list whole)")
+    return shown, warnings
 
 
 def _payload(payload: bytes) -> Any:
-    """A result's payload: parsed JSON, else printable text or ``0x`` hex; ``None`` if empty."""
+    """A payload: parsed JSON, else printable text or ``0x`` hex (cut); ``None`` if empty."""
     if not payload:
         return None
     try:
-        return json.loads(payload)
-    except ValueError:
-        return payload_text(payload)
+        text = payload.decode("utf-8")
+    except UnicodeDecodeError:
+        return cut(payload_text(payload))[0]
+    parsed = parsed_json(text)
+    return parsed if parsed is not None else cut(payload_text(payload))[0]
+
+
+def _deadline_text(deadline_ms: int) -> str:
+    return "never" if not deadline_ms else iso_time(deadline_ms)
 
 
 def _decision_of(record: IntentRecord) -> DecisionInfo | None:
@@ -191,6 +222,27 @@ def _decision_of(record: IntentRecord) -> DecisionInfo | None:
         return DecisionInfo.model_validate_json(result.payload)
     except ValidationError:
         return None
+
+
+def _pending(record: IntentRecord) -> PendingApproval:
+    """One approval as ``list_pending_approvals`` lists it, every time on the effector's clock."""
+    intent = record.intent
+    args, warnings = _json_value(intent.args_json or "{}")
+    deadline_ms = expiry_deadline_ms(intent, record.received_at_ms)
+    return PendingApproval(
+        intent_id=intent.intent_id,
+        entity_key=display_key(intent.entity_key),
+        tool=intent.tool_name,
+        args=args,
+        channel=intent.channel,
+        received_at_ms=record.received_at_ms,
+        deadline_ms=deadline_ms,
+        deadline=_deadline_text(deadline_ms),
+        args_digest=approval_digest(intent.args_json),
+        gated_tool=intent.gated_tool,
+        required_approvals=max(intent.required_approvals, 1),
+        warnings=warnings,
+    )
 
 
 def _checked_id(intent_id: str) -> str:
@@ -210,22 +262,7 @@ class OperatorTools:
     async def list_pending_approvals(self, arguments: ListPendingArguments) -> PendingApprovals:
         """The approvals awaiting a decision, oldest first, with their deadlines."""
         waiting, pending = await self._service.pending_approvals(arguments.limit)
-        approvals = [
-            PendingApproval(
-                intent_id=r.intent.intent_id,
-                entity_key=display_key(r.intent.entity_key),
-                tool=r.intent.tool_name,
-                args=_json_value(r.intent.args_json or "{}"),
-                channel=r.intent.channel,
-                created_at_ms=r.intent.created_at_ms,
-                deadline_ms=expiry_deadline_ms(r.intent, r.received_at_ms),
-                args_digest=approval_digest(r.intent.args_json),
-                gated_tool=r.intent.gated_tool,
-                required_approvals=max(r.intent.required_approvals, 1),
-            )
-            for r in waiting
-        ]
-        return PendingApprovals(approvals=approvals, pending=pending)
+        return PendingApprovals(approvals=[_pending(r) for r in waiting], pending=pending)
 
     async def intent_status(self, arguments: IntentArguments) -> IntentStatus:
         """Everything recorded about one intent, as ``show`` prints it."""
@@ -233,13 +270,15 @@ class OperatorTools:
         if record is None:
             raise ToolRefusal(f"no intent {arguments.intent_id} (unknown, or pruned)")
         intent, result = record.intent, record.result
+        args, warnings = _json_value(intent.args_json or "{}")
         return IntentStatus(
             intent_id=intent.intent_id,
             kind=ToolIntent.Kind.Name(intent.kind),
             state=IntentState.Name(record.state),
             entity_key=display_key(intent.entity_key),
             tool=intent.tool_name,
-            args=_json_value(intent.args_json or "{}"),
+            args=args,
+            warnings=warnings,
             attempts=record.attempts,
             created_at_ms=intent.created_at_ms,
             deadline_ms=expiry_deadline_ms(intent, record.received_at_ms),
@@ -248,7 +287,7 @@ class OperatorTools:
             else ResultInfo(
                 status=ToolResult.Status.Name(result.status),
                 payload=_payload(result.payload),
-                error=result.error_message or None,
+                error=cut(result.error_message)[0] or None,
                 completed_at_ms=result.completed_at_ms,
             ),
             decision=_decision_of(record),
@@ -276,14 +315,6 @@ class OperatorTools:
             )
         except ValueError as refused:
             raise ToolRefusal(str(refused)) from None
-        _log.info(
-            "mcp: %s of intent %s by %r from %s %s",
-            "approval" if approved else "denial",
-            intent_id,
-            self._identity,
-            client,
-            "applied" if outcome.applied else f"not applied ({outcome.reason})",
-        )
         if not outcome.applied:
             raise ToolRefusal(await self._not_applied(intent_id, outcome))
         verdict: Literal["approved", "denied"] = "approved" if approved else "denied"
@@ -308,6 +339,12 @@ class OperatorTools:
         record = await self._service.store.get_intent(intent_id)
         if record is not None and record.intent.kind != ToolIntent.APPROVAL:
             return f"intent {intent_id} is a tool call, not an approval: only approvals are decided"
+        if record is not None and record.state == IntentState.WITHDRAWN:
+            why = record.result.error_message if record.result is not None else ""
+            return (
+                f"approval {intent_id} was withdrawn: {why or 'its run no longer waits for it'}; "
+                "nothing was decided"
+            )
         earlier = None if record is None else _decision_of(record)
         if outcome.reason == "already decided" and earlier is not None:
             verdict = "approved" if earlier.approved else "denied"
