@@ -95,6 +95,25 @@ async def test_traces_and_errors_are_stored_once_and_counted(tmp_path: Path) -> 
 
 
 @pytest.mark.asyncio
+async def test_errors_and_records_of_different_runs_are_stored_apart(tmp_path: Path) -> None:
+    async with effector_stub(tmp_path) as (server, stub):
+        errors = [error("same") for _ in range(3)]
+        errors[0].trace_id, errors[1].trace_id, errors[2].trace_id = "a" * 32, "b" * 32, "a" * 32
+        answer = await stub.RecordErrors(pb.RecordErrorsRequest(errors=errors))
+        assert (answer.recorded, answer.duplicates) == (2, 1)
+        assert error_id_for(errors[0]) != error_id_for(errors[1])
+        assert error_id_for(error("same")) != error_id_for(errors[0])
+        records = [
+            pb.ActivationRecord(entity_key=b"k", seq=0, intent_namespace=namespace)
+            for namespace in ("", "v2", "v2")
+        ]
+        stored = await stub.RecordActivations(pb.RecordActivationsRequest(records=records))
+        assert (stored.recorded, stored.duplicates) == (2, 1)
+        kept = await server.store.records_for_key(b"k", 10)
+        assert sorted(r.intent_namespace for r in kept) == ["", "v2"]
+
+
+@pytest.mark.asyncio
 async def test_batches_are_bounded(tmp_path: Path) -> None:
     async with effector_stub(tmp_path) as (server, stub):
         too_many = [event(n) for n in range(MAX_TELEMETRY_BATCH + 1)]
