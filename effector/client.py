@@ -106,8 +106,8 @@ class EffectorClient(_Client):
         return response
 
     def publish(self, envelopes: Iterable[pb.AgentEnvelope]) -> list[int]:
-        """Append external events to the envelope log; their offsets (0: refused, see below)."""
-        return list((self.publish_report(envelopes)).offsets)
+        """Append external events; their offsets, 0 for a refused one (see ``publish_report``)."""
+        return list(self.publish_report(envelopes).offsets)
 
     def publish_report(self, envelopes: Iterable[pb.AgentEnvelope]) -> pb.PublishResponse:
         """Append external events; each one's offset, and its problem if it was refused."""
@@ -205,7 +205,7 @@ class AsyncEffectorClient(_Client):
         return response
 
     async def publish(self, envelopes: Iterable[pb.AgentEnvelope]) -> list[int]:
-        """Append external events to the envelope log; their offsets (0: refused, see below)."""
+        """Append external events; their offsets, 0 for a refused one (see ``publish_report``)."""
         return list((await self.publish_report(envelopes)).offsets)
 
     async def publish_report(self, envelopes: Iterable[pb.AgentEnvelope]) -> pb.PublishResponse:
