@@ -21,6 +21,7 @@ from effector.console.runs import (
     run_head,
     run_heads,
     run_spans,
+    spans_per_run,
 )
 from effector.console.views import raw_download, render, service_of
 from effector.store.intents import IntentRecord, intent_id_problem
@@ -124,9 +125,9 @@ async def key_page(request: Request) -> Response:
         state=IntentState.WITHDRAWN, tool_name=None, entity_key=key, limit=WITHDRAWN_SHOWN
     )
     errors = await store.list_errors(key, 20)
-    runs = []
+    runs, limit = [], spans_per_run(len(heads))
     for head in heads:
-        events = await run_spans(store, key, head, 1)
+        events = await run_spans(store, key, head, 1, limit)
         runs.append(await run_in_threadpool(page_of_run, head, heads, events, 1, errors))
     seqs = len({head.seq for head in heads})
     context = {
@@ -136,7 +137,7 @@ async def key_page(request: Request) -> Response:
         "more": min(wanted * 4, MAX_RUNS) if seqs == wanted and wanted < MAX_RUNS else 0,
         "open_intents": open_intents,
         "withdrawn": withdrawn,
-        "spans_per_page": SPANS_PER_PAGE,
+        "spans_per_run": limit,
         "slots": memory_slots(await closing_events(store, key)),
         "errors": errors,
     }

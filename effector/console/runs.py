@@ -35,6 +35,9 @@ NAMESPACE = "beam_agents.namespace"
 """The attribute naming the run's ``AgentConfig.namespace``, where the pipeline records it."""
 SPANS_PER_PAGE = 200
 """Spans of one run drawn at a time; the rest are on the run's further pages."""
+KEY_PAGE_SPANS = 5_000
+"""Spans a key's page draws in all: its runs share them, each drawing 20 at least."""
+_FEWEST_SPANS = 20
 ATTRIBUTE_CHARS = 2_000
 """The most characters of one attribute value a span's tooltip shows."""
 _MEMORY_SCAN = 20
@@ -94,6 +97,18 @@ class Run:
     def first_shown(self) -> int:
         """The position (from 1) of the first span on this page."""
         return (self.page - 1) * SPANS_PER_PAGE + 1
+
+    @property
+    def last_shown(self) -> int:
+        """The position of the last span on this page."""
+        return self.first_shown + self.shown - 1
+
+    @property
+    def next_page(self) -> int:
+        """The run page that goes on from here (0: none); page 1 again if this one drew few."""
+        if self.last_shown >= self.span_count:
+            return 0
+        return self.page + 1 if self.shown >= SPANS_PER_PAGE else self.page
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,17 +221,22 @@ async def run_head(store: SqlStore, entity_key: bytes, trace_id: str) -> RunHead
     return await _read(store, head)
 
 
+def spans_per_run(runs: int) -> int:
+    """How many spans each of ``runs`` runs draws on a key's page (its share of the budget)."""
+    return min(SPANS_PER_PAGE, max(_FEWEST_SPANS, KEY_PAGE_SPANS // max(runs, 1)))
+
+
 async def run_spans(
-    store: SqlStore, entity_key: bytes, head: RunHead, page: int
+    store: SqlStore, entity_key: bytes, head: RunHead, page: int, limit: int = SPANS_PER_PAGE
 ) -> list[TraceEvent]:
-    """One page of a run's spans, in sequence order (at most :data:`SPANS_PER_PAGE`)."""
+    """Page ``page`` of a run's spans in sequence order, its first ``limit`` at most."""
 
     def spans(tx: sql.Tx) -> list[TraceEvent]:
         rows = tx.execute(
             """SELECT event FROM effector_traces
                WHERE entity_key = ? AND seq = ? AND trace_id = ?
                ORDER BY sequence, span_id LIMIT ? OFFSET ?""",
-            (entity_key, head.seq, head.trace_id, SPANS_PER_PAGE, (page - 1) * SPANS_PER_PAGE),
+            (entity_key, head.seq, head.trace_id, limit, (page - 1) * SPANS_PER_PAGE),
         ).fetchall()
         return [TraceEvent.FromString(bytes(blob)) for (blob,) in rows]
 

@@ -232,3 +232,25 @@ def test_withdrawn_intents_show_as_withdrawn_and_leave_the_inbox(
         assert 'id="withdrawn"' in key_page and asked.intent_id in key_page
         listed = client.get("/intents", params={"state": "WITHDRAWN"}).text
         assert asked.intent_id in listed
+
+
+def test_many_runs_share_the_key_pages_span_budget(effector: EffectorThread) -> None:
+    store = effector.server.store
+    template = agent_run(KEY, 0, time.time_ns())[1]
+    spans = []
+    for seq in range(100):
+        for sequence in range(300):
+            event = TraceEvent()
+            event.CopyFrom(template)
+            event.seq, event.sequence = seq, sequence
+            event.trace_id = f"{seq:032x}"
+            event.span_id = f"{sequence:016x}"
+            spans.append(event)
+    effector.run(store.record_traces(spans, now_ms()), 120)
+    with client_for(effector, timeout=60) as client:
+        page = client.get(f"/keys/{KEY.hex()}", params={"runs": "100"})
+    assert page.status_code == 200
+    assert page.text.count('<section class="run"') == 100
+    assert page.text.count('<tr class="llm">') == 100 * 50
+    assert page.text.count("spans 1-50 of 300") == 100
+    assert f'href="/keys/{KEY.hex()}/runs/{0:032x}?page=1">all its spans' in page.text
