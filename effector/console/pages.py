@@ -84,6 +84,7 @@ async def overview(request: Request) -> Response:
         ("IN_DOUBT", counts.in_doubt),
         ("AWAITING_DECISION", counts.awaiting_decision),
         ("DONE", counts.done),
+        ("WITHDRAWN", counts.withdrawn),
     ]
     context = {
         "figures": figures,

@@ -232,6 +232,8 @@ def test_withdrawn_intents_show_as_withdrawn_and_leave_the_inbox(
         assert 'id="withdrawn"' in key_page and asked.intent_id in key_page
         listed = client.get("/intents", params={"state": "WITHDRAWN"}).text
         assert asked.intent_id in listed
+        overview = client.get("/").text
+        assert 'WITHDRAWN</a></th><td class="num">1</td>' in overview
 
 
 def test_many_runs_share_the_key_pages_span_budget(effector: EffectorThread) -> None:
