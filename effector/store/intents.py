@@ -128,7 +128,10 @@ def decision_result(intent: ToolIntent, approval: Approval) -> ToolResult:
     if len(approval.approvers) > 1:
         decision["approvers"] = list(approval.approvers)
     if approval.edited_args_json:
-        decision["edited_args"] = json.loads(approval.edited_args_json)
+        try:
+            decision["edited_args"] = json.loads(approval.edited_args_json)
+        except (ValueError, RecursionError):  # the service checks it; kept as text if not
+            decision["edited_args"] = approval.edited_args_json
     payload = canonical_json_bytes(decision)
     return new_result(
         intent, ToolResult.OK, completed_at_ms=approval.decided_at_ms, attempt=0, payload=payload

@@ -462,3 +462,17 @@ async def test_nul_and_bidi_characters_in_searchable_text_are_stored(store: SqlS
     assert await store.mark_in_doubt(claim, odd, T0, T0 + 10)
     in_doubt = await store.get_intent(tool.intent_id)
     assert in_doubt is not None and in_doubt.in_doubt_reason.startswith("a")
+
+
+@pytest.mark.asyncio
+async def test_a_decision_with_unreadable_edited_arguments_is_stored(store: SqlStore) -> None:
+    asked = approval(key=b"e")
+    await store.submit([NewIntent(asked)], T0)
+    deep = "[" * 100_000 + "]" * 100_000
+    decision = await store.record_vote(
+        asked.intent_id, approved=True, approver="a", reason="", now_ms=T0, edited_args_json=deep
+    )
+    assert decision.applied and decision.result is not None
+    assert deep.encode() in decision.result.payload
+    [published] = await log_of(store)
+    assert published.approval.edited_args_json == deep
