@@ -812,7 +812,7 @@ class _ReadLogFn(beam.DoFn):
         return False
 
     def _say_why_not_stopping(self, idle_s: float, status: Any) -> None:
-        """Log, once per progress interval, what keeps an idle reader from stopping."""
+        """Say, once per progress interval, what keeps an idle reader from stopping."""
         interval = self._progress_interval_s or DEFAULT_PROGRESS_INTERVAL_S
         now = time.monotonic()
         last = self._last_blocked_report
@@ -825,17 +825,11 @@ class _ReadLogFn(beam.DoFn):
                 f"; approvals awaiting a decision: {self._awaiting_ids()} (decide them with "
                 "beam-agents-effector approve/deny, or wait for them to expire)"
             )
-        _log.warning(
-            "ReadEnvelopes: idle for %.0f s but not stopping: the effector at %s has %d "
-            "intent(s) in flight (%d pending, %d running, %d in doubt, %d awaiting a decision)%s",
-            idle_s,
-            self._connection.target,
-            status.in_flight,
-            status.pending,
-            status.running,
-            status.in_doubt,
-            status.awaiting_decision,
-            awaiting,
+        progress_line(
+            f"ReadEnvelopes: idle for {idle_s:.0f} s but not stopping: the effector at "
+            f"{self._connection.target} has {status.in_flight} intent(s) in flight "
+            f"({status.pending} pending, {status.running} running, {status.in_doubt} in doubt, "
+            f"{status.awaiting_decision} awaiting a decision){awaiting}"
         )
 
     def _awaiting_ids(self) -> str:
@@ -886,8 +880,9 @@ class ReadEnvelopes(beam.PTransform[PBegin, PCollection[tuple[bytes, AgentEnvelo
       (at most 60 000).
     - ``watermark_lag_s``: how far the watermark trails the newest event time read.
     - ``progress_interval_s``: how often one line says how far the read got and what the
-      effector holds (INFO, or stderr when INFO is not logged); ``None`` says nothing. An idle
-      reader that does not stop says why, with the approvals it waits for (WARNING).
+      effector holds (INFO, or stderr when INFO is not logged); ``None``: no such line. An
+      idle reader that does not stop says why as often (every 15 s with ``None``), naming
+      the approvals it waits for.
     - ``token``, ``token_env``, ``tls_root_cert``: as for :class:`EffectorConnection`.
 
     An envelope whose ``event_time_ms`` is outside years 1-9999 cannot be timestamped: it is

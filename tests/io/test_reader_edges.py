@@ -132,7 +132,7 @@ def test_an_idle_reader_held_by_an_approval_says_which_until_it_expires(
     )
     with caplog.at_level(logging.INFO, logger=LOGGER):
         run_pipeline(lambda pipeline: pipeline | transform | collector.sink())
-    waits = [line for line in lines(caplog, logging.WARNING) if "not stopping" in line]
+    waits = [line for line in lines(caplog, logging.INFO) if "not stopping" in line]
     assert waits, "an idle reader held by an approval said nothing"
     assert "1 awaiting a decision" in waits[0] and approval.intent_id in waits[0]
     assert "(key held)" in waits[0]
