@@ -366,3 +366,35 @@ def test_a_retried_deadline_bundle_withdraws_with_byte_identical_intents(tmp_pat
     assert sorted(w.withdraws_intent_id for w in withdrawn) == sorted(
         intent_id_for(K, 0, step) for step in (0, 1)
     )
+
+
+async def acts_then_completes(ctx: ActivationContext) -> Complete | Suspend:
+    if ctx.is_resume:
+        return Complete(output=b"done")
+    ctx.act("ship", {})
+    return Suspend(timeout_ms=60_000)
+
+
+def test_a_resumed_run_keeps_the_trace_and_span_ids_of_the_namespace_it_started_in(
+    clock: Clock,
+) -> None:
+    """Started under v1, resumed by a pipeline redeployed with v2: still v1's ids."""
+    traces: list[TraceEvent] = []
+    cells = InMemoryKeyState()
+    for namespace, envelope in (
+        ("v1", event(K, b"go", 1_000)[1]),
+        ("v2", result(intent_id_for(K, 0, 0, "v1"), 2_000)),
+    ):
+        config = AgentConfig(namespace=namespace, processing_clock=clock)
+        for dofn in started(acts_then_completes, config):
+            traces += of_type(cells.process(dofn, K, envelope), TraceEvent)
+    assert {event.trace_id for event in traces} == {trace_id_for(K, 0, "v1")}
+    resumed = [event for event in traces if event.sequence >= 3]
+    assert resumed and all(event.parent_span_id == resumed[0].span_id for event in resumed[1:])
+    v1_only = InMemoryKeyState()
+    for dofn in started(acts_then_completes, AgentConfig(namespace="v1", processing_clock=clock)):
+        v1_only.process(dofn, K, event(K, b"go", 1_000)[1])
+        expected = of_type(
+            v1_only.process(dofn, K, result(intent_id_for(K, 0, 0, "v1"), 2_000)), TraceEvent
+        )
+    assert [e.span_id for e in resumed] == [e.span_id for e in expected]

@@ -15,6 +15,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.trace import StatusCode
 
 from beam_agents._protos import TraceEvent
+from beam_agents.core.observability import TraceRecorder, trace_id_for
 from beam_agents.io._otlp_spans import _to_span
 from beam_agents.io.sinks import ExportSettings, _ExportTracesFn
 
@@ -104,3 +105,21 @@ def test_only_a_batch_the_collector_failed_gives_up_on_the_rest_of_the_bundle(
     assert stub.batches == [1, 1, 1]
     [warning] = [r.getMessage() for r in caplog.records if r.name == "beam_agents.io.sinks"]
     assert "dropped 4 span(s) of this bundle: cannot encode it." in warning
+
+
+def test_runs_of_two_namespaces_on_one_key_export_spans_that_share_no_id() -> None:
+    """The OTLP export of run 0 of one key, without a namespace and in ``v2``."""
+    contexts = []
+    for namespace in (None, "v2"):
+        trace = TraceRecorder(
+            b"acct-1", 0, trace_id_for(b"acct-1", 0, namespace), 0, 1_000, namespace=namespace
+        )
+        trace.record(TraceEvent.ACTIVATION_START, 0, {"trigger": "event"})
+        trace.record(TraceEvent.INTENT_EMITTED, 0, {"intent_id": "i", "tool_name": "t"})
+        trace.record(TraceEvent.ACTIVATION_END, 1)
+        spans = [_to_span(event, Resource.create({})) for event in trace.events]
+        assert all(span.parent.span_id == spans[0].context.span_id for span in spans[1:])
+        contexts.append({(span.context.trace_id, span.context.span_id) for span in spans})
+    plain, v2 = contexts
+    assert {trace for trace, _ in plain}.isdisjoint({trace for trace, _ in v2})
+    assert {span for _, span in plain}.isdisjoint({span for _, span in v2})
