@@ -415,7 +415,7 @@ class SqlStore(TelemetryTables, abc.ABC):
         withdrawing = {
             identity
             for index in first_of.values()
-            if intents[index].intent.kind == ToolIntent.WITHDRAWAL
+            if _is_withdrawal(intents[index])
             for identity in (
                 intents[index].intent.intent_id,
                 intents[index].intent.withdraws_intent_id,
@@ -468,7 +468,7 @@ class SqlStore(TelemetryTables, abc.ABC):
                     None if result is None else now_ms,
                     published,
                     sql.text(intent.tool_name),
-                    intent.withdraws_intent_id or None,
+                    intent.withdraws_intent_id if _is_withdrawal(intents[index]) else None,
                 )
             )
         inserted = _insert_intents(tx, rows)
@@ -1305,6 +1305,11 @@ def _initial_state(
     return sql.PENDING, None
 
 
+def _is_withdrawal(new: NewIntent) -> bool:
+    """Whether ``new`` is a WITHDRAWAL that passed intake (its target id is a canonical UUID)."""
+    return new.intent.kind == ToolIntent.WITHDRAWAL and new.rejection is None
+
+
 def _foreign_withdrawals(
     intents: Sequence[NewIntent], first_of: dict[str, int], known: dict[str, _Known]
 ) -> dict[str, str]:
@@ -1312,9 +1317,7 @@ def _foreign_withdrawals(
     refused: dict[str, str] = {}
     for intent_id, index in first_of.items():
         withdrawal = intents[index]
-        if withdrawal.intent.kind != ToolIntent.WITHDRAWAL or withdrawal.rejection is not None:
-            continue
-        if intent_id in known:
+        if not _is_withdrawal(withdrawal) or intent_id in known:
             continue
         target_id = withdrawal.intent.withdraws_intent_id
         target: tuple[bytes, int] | None = None
@@ -1345,8 +1348,7 @@ def _withdrawals_by_target(
     withdrawals: dict[str, ToolIntent] = {}
     for intent_id, index in first_of.items():
         new = intents[index]
-        valid = new.intent.kind == ToolIntent.WITHDRAWAL and new.rejection is None
-        if valid and intent_id not in known:
+        if _is_withdrawal(new) and intent_id not in known:
             withdrawals[new.intent.withdraws_intent_id] = new.intent
     for recorded in known.values():
         if recorded.withdrawal is not None:

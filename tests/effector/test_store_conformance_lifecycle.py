@@ -476,3 +476,27 @@ async def test_a_decision_with_unreadable_edited_arguments_is_stored(store: SqlS
     assert deep.encode() in decision.result.payload
     [published] = await log_of(store)
     assert published.approval.edited_args_json == deep
+
+
+@pytest.mark.asyncio
+async def test_refused_withdrawals_with_any_target_text_are_recorded(store: SqlStore) -> None:
+    garbled = withdrawal(make_intent("add", key=b"g", created_at_ms=T0))
+    garbled.withdraws_intent_id = "\x00\u202e" * 1000
+    stray = make_intent("add", key=b"g", step=1, created_at_ms=T0)
+    stray.withdraws_intent_id = "\x00"
+    fine = make_intent("add", key=b"g", step=2, created_at_ms=T0)
+
+    answers = await store.submit(
+        [
+            NewIntent(garbled, rejection="withdraws_intent_id: not a UUID"),
+            NewIntent(stray, rejection="only a WITHDRAWAL intent may set withdraws_intent_id"),
+            NewIntent(fine),
+        ],
+        T0,
+    )
+
+    assert [a.state for a in answers] == [IntentState.DONE, IntentState.DONE, IntentState.PENDING]
+    record = await store.get_intent(garbled.intent_id)
+    assert record is not None and record.intent == garbled
+    # The refused TOOL intent's REJECTED result is published; the withdrawal's is not.
+    assert [e.tool_result.intent_id for e in await log_of(store)] == [stray.intent_id]
