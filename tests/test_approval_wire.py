@@ -1,13 +1,17 @@
-"""Golden bytes of the approval fields (digest, edit, quorum): additive tags, fixed forever."""
+"""Golden bytes of the approval and lifecycle fields: additive tags, fixed forever."""
 
 from __future__ import annotations
 
 from beam_agents._protos import (
+    AgentError,
     Approval,
     ApprovalEdit,
     DecideRequest,
     GetIntentResponse,
+    IntentState,
+    ReadRequest,
     ToolIntent,
+    ToolResult,
 )
 
 
@@ -42,3 +46,18 @@ def test_records_written_before_the_fields_read_with_their_defaults() -> None:
     assert (reread.required_approvals, reread.gated_tool) == (0, "")
     # A plain single-approver intent staged today has the bytes it had before quorums.
     assert reread.SerializeToString() == old_intent.SerializeToString()
+
+
+def test_withdrawal_is_kind_3_naming_its_target_in_tag_15() -> None:
+    intent = ToolIntent(kind=ToolIntent.WITHDRAWAL, withdraws_intent_id="t")
+    assert intent.SerializeToString() == b"H\x03z\x01t"
+
+
+def test_withdrawn_is_state_6_and_result_status_6() -> None:
+    assert (IntentState.WITHDRAWN, ToolResult.WITHDRAWN) == (6, 6)
+    assert ToolResult(status=ToolResult.WITHDRAWN).SerializeToString() == b" \x06"
+
+
+def test_an_errors_trace_id_is_tag_8_and_a_reads_byte_bound_tag_4() -> None:
+    assert AgentError(trace_id="t").SerializeToString() == b"B\x01t"
+    assert ReadRequest(max_bytes=5).SerializeToString() == b" \x05"
