@@ -688,6 +688,8 @@ class _ReadLogFn(beam.DoFn):
         # is meant for local runs, where one instance reads the whole log.
         self._idle_since: float | None = None
         self._failures = 0
+        self._batch_limit = self._max_batch
+        """Envelopes asked for per ``Read``: halved while answers are too large to receive."""
         self._read_total = 0
         self._skipped_total = 0
         self._last_report = time.monotonic()
@@ -712,7 +714,7 @@ class _ReadLogFn(beam.DoFn):
             response = self._stub.Read(
                 ReadRequest(
                     from_offset=position,
-                    max_batch=self._max_batch,
+                    max_batch=self._batch_limit,
                     wait_ms=self._poll_wait_ms,
                     max_bytes=_READ_MAX_BYTES,
                 ),
@@ -721,10 +723,12 @@ class _ReadLogFn(beam.DoFn):
             )
             stop = not response.records and self._idle_and_drained(position)
         except grpc.RpcError as error:
-            self._back_off(error)
+            if not self._ask_for_less(error, position):
+                self._back_off(error)
             tracker.defer_remainder()
             return
         self._failures = 0
+        self._batch_limit = min(self._max_batch, self._batch_limit * 2)
         if stop:
             tracker.try_claim(_LOG_END)
             return
@@ -748,6 +752,21 @@ class _ReadLogFn(beam.DoFn):
         # follow the clock; otherwise it follows the newest event time read.
         self._advance_watermark(watermark, (newest or Timestamp.now()) - self._watermark_lag)
         tracker.defer_remainder()
+
+    def _ask_for_less(self, error: grpc.RpcError, position: int) -> bool:
+        """Halve the batch after an answer too large to receive; whether it could."""
+        if _status_code(error) != grpc.StatusCode.RESOURCE_EXHAUSTED or self._batch_limit == 1:
+            return False
+        self._batch_limit //= 2
+        _log.warning(
+            "reading the envelope log at %s from offset %d: the answer was too large to "
+            "receive (%s); asking for at most %d envelope(s) per read",
+            self._connection.target,
+            position,
+            _describe(error),
+            self._batch_limit,
+        )
+        return True
 
     def _skip(self, offset: int, envelope: AgentEnvelope, problem: str) -> None:
         """Log and count an envelope no pipeline can take (Beam cannot timestamp it)."""

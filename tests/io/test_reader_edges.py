@@ -12,6 +12,7 @@ import logging
 import re
 from pathlib import Path
 
+import grpc
 import pytest
 from effector_harness import BackgroundEffector, make_intent
 
@@ -140,3 +141,46 @@ def test_an_idle_reader_held_by_an_approval_says_which_until_it_expires(
     [_, (_, expired)] = collector.values()
     assert expired.tool_result.intent_id == approval.intent_id
     assert expired.tool_result.status == ToolResult.EXPIRED
+
+
+def test_envelopes_too_large_to_read_together_are_read_one_answer_at_a_time(
+    store_url: str, ledger: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two 9 MiB events side by side (issue 42): one Read could not carry both."""
+    huge = [envelope(b"huge-%d" % n, 2_000 + n, bytes([65 + n]) * (9 << 20)) for n in range(2)]
+    small = [envelope(b"small-%d" % n, 1_000 + n, b"s") for n in range(2)]
+    asyncio.run(_append_to_the_log(store_url, [small[0], *huge, small[1]]))
+    collector = Collector.new()
+    with BackgroundEffector(store_url) as effector:
+        transform = ReadEnvelopes(
+            effector.address, start_offset=1, stop_when_idle_s=0.5, poll_wait_ms=50
+        )
+        run_pipeline(lambda pipeline: pipeline | transform | collector.sink())
+    read = [env for _, env in collector.values()]
+    assert [env.entity_key for env in read] == [b"small-0", b"huge-0", b"huge-1", b"small-1"]
+    assert [len(env.external_event) for env in read] == [1, 9 << 20, 9 << 20, 1]
+
+
+class _TooLarge(grpc.RpcError):
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.RESOURCE_EXHAUSTED
+
+    def details(self) -> str:
+        return "Received message larger than max (18900000 vs. 16777216)"
+
+
+def test_against_an_effector_that_does_not_bound_its_answers_the_reader_asks_for_less(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    reader = ReadEnvelopes("127.0.0.1:1", max_batch=500)._read_fn
+    reader.setup()
+    try:
+        with caplog.at_level(logging.WARNING, logger=LOGGER):
+            halvings = 0
+            while reader._ask_for_less(_TooLarge(), 7):
+                halvings += 1
+        assert reader._batch_limit == 1 and halvings == 8  # 500 -> 250 -> ... -> 1
+        assert "asking for at most 1 envelope(s) per read" in caplog.messages[-1]
+        assert "from offset 7" in caplog.messages[-1]
+    finally:
+        reader.teardown()
