@@ -34,7 +34,7 @@ from effector.launch import (
     running_server,
 )
 from effector.observability import display_key, payload_text
-from effector.readable import iso_time, one_line
+from effector.readable import enum_name, iso_time, one_line
 from effector.server import DEFAULT_MCP_IDENTITY, ServerSettings, check_tls_pair, check_token
 from effector.service import (
     DEFAULT_LIST_LIMIT,
@@ -570,14 +570,14 @@ def send_decision(client: EffectorClient, args: argparse.Namespace, *, approved:
         if decision.state == IntentState.INTENT_STATE_UNSPECIFIED:
             print(f"no intent {args.intent_id}", file=sys.stderr)
         else:
-            state = IntentState.Name(decision.state)
+            state = enum_name(IntentState, decision.state)
             print(f"not applied: {one_line(decision.reason)} (state {state})", file=sys.stderr)
         return 1
     if decision.state == IntentState.AWAITING_DECISION:
         print(f"voted on {args.intent_id}: {one_line(decision.reason)}")
         return 0
     if decision.result.status != ToolResult.OK:
-        status_name = ToolResult.Status.Name(decision.result.status)
+        status_name = enum_name(ToolResult.Status, decision.result.status)
         print(
             f"not applied: the approval is {status_name}: "
             f"{one_line(decision.result.error_message) or '-'}",
@@ -607,7 +607,7 @@ def inbox_line(intent: ToolIntent) -> str:
 
 def failed_line(intent: ToolIntent, result: ToolResult) -> str:
     """``<intent_id> <entity_key> <tool> <STATUS> <error>``: one failed intent, on one line."""
-    status_name = ToolResult.Status.Name(result.status)
+    status_name = enum_name(ToolResult.Status, result.status)
     error = one_line(" ".join(result.error_message.split()))
     line = (
         f"{one_line(intent.intent_id)} {display_key(intent.entity_key)} "
@@ -625,8 +625,8 @@ def intent_report(response: GetIntentResponse) -> list[tuple[str, str]]:
     intent = response.intent
     lines = [
         ("intent_id", intent.intent_id),
-        ("kind", ToolIntent.Kind.Name(intent.kind)),
-        ("state", IntentState.Name(response.state)),
+        ("kind", enum_name(ToolIntent.Kind, intent.kind)),
+        ("state", enum_name(IntentState, response.state)),
         ("entity_key", display_key(intent.entity_key)),
         ("seq", str(intent.seq)),
         ("step_index", str(intent.step_index)),
@@ -656,7 +656,7 @@ def intent_report(response: GetIntentResponse) -> list[tuple[str, str]]:
     if response.HasField("result"):
         result = response.result
         lines += [
-            ("result", ToolResult.Status.Name(result.status)),
+            ("result", enum_name(ToolResult.Status, result.status)),
             ("completed_at", f"{timestamp(result.completed_at_ms)} [{WALL_CLOCK}]"),
             ("payload", payload_text(result.payload)),
             ("error", " ".join(result.error_message.split()) or "-"),

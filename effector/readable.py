@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime
 import json
 import unicodedata
-from typing import Any
+from typing import Any, Protocol
 
 from beam_agents._protos import MAX_JSON_DEPTH, MAX_TIME_MS, MIN_TIME_MS, json_depth
 
@@ -21,6 +21,18 @@ _HIDING_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Co"})
 _LAYOUT = frozenset("\n\t")
 SHOWN_CHARS = 65_536
 """The most characters of one value a page or answer shows; the rest is left out, and said so."""
+
+
+class _Enum(Protocol):
+    def Name(self, number: int) -> str: ...
+
+
+def enum_name(enum: _Enum, number: int) -> str:
+    """A protobuf enum value's name; ``UNKNOWN (7)`` for a number the enum does not define."""
+    try:
+        return enum.Name(number)
+    except ValueError:
+        return f"UNKNOWN ({number})"
 
 
 def moment(ms: int) -> datetime.datetime | None:

@@ -25,7 +25,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from beam_agents._protos import IntentState, ToolIntent, ToolResult, approval_digest, canonical_json
 from effector.console.serve import ConsoleServer
 from effector.observability import display_key, payload_text
-from effector.readable import cut, hidden_characters, iso_time, parsed_json
+from effector.readable import cut, enum_name, hidden_characters, iso_time, parsed_json
 from effector.service import (
     MAX_TEXT_FIELD_CHARS,
     Approver,
@@ -273,8 +273,8 @@ class OperatorTools:
         args, warnings = _json_value(intent.args_json or "{}")
         return IntentStatus(
             intent_id=intent.intent_id,
-            kind=ToolIntent.Kind.Name(intent.kind),
-            state=IntentState.Name(record.state),
+            kind=enum_name(ToolIntent.Kind, intent.kind),
+            state=enum_name(IntentState, record.state),
             entity_key=display_key(intent.entity_key),
             tool=intent.tool_name,
             args=args,
@@ -285,7 +285,7 @@ class OperatorTools:
             result=None
             if result is None
             else ResultInfo(
-                status=ToolResult.Status.Name(result.status),
+                status=enum_name(ToolResult.Status, result.status),
                 payload=_payload(result.payload),
                 error=cut(result.error_message)[0] or None,
                 completed_at_ms=result.completed_at_ms,

@@ -15,7 +15,7 @@ from typing import TypeVar
 import effector.store.schema as sql
 from beam_agents._protos import TraceEvent
 from effector.console.views import duration, when
-from effector.readable import cut, parsed_json
+from effector.readable import cut, enum_name, parsed_json
 from effector.store.intents import ErrorRecord
 from effector.store.sql import SqlStore
 
@@ -401,4 +401,4 @@ def _describe(event: TraceEvent, found: Mapping[str, str]) -> tuple[str, str, st
         return "end", "completed", detail
     if event.event_type == TraceEvent.ERROR:
         return "error", "error", found.get("reason", "") or found.get("error", "")
-    return "other", TraceEvent.EventType.Name(event.event_type).lower(), ""
+    return "other", enum_name(TraceEvent.EventType, event.event_type).lower(), ""

@@ -5,6 +5,7 @@ Formatting is pure (the current time is passed in); templates never format value
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Sequence
@@ -24,6 +25,7 @@ from effector.observability import display_key
 from effector.readable import (
     SHOWN_CHARS,
     cut,
+    enum_name,
     hidden_characters,
     moment,
     out_of_range,
@@ -214,9 +216,9 @@ def environment() -> jinja2.Environment:
         hex=bytes.hex,
         pretty_json=pretty_json,
         plain=plain,
-        state_name=IntentState.Name,
-        status_name=ToolResult.Status.Name,
-        kind_name=ToolIntent.Kind.Name,
+        state_name=functools.partial(enum_name, IntentState),
+        status_name=functools.partial(enum_name, ToolResult.Status),
+        kind_name=functools.partial(enum_name, ToolIntent.Kind),
         decision=decision,
     )
     env.globals.update(age=age, deadline=deadline, csrf_field=CSRF_FIELD)

@@ -68,6 +68,19 @@ def _hostile_intents() -> list[ToolIntent]:
     return [far, deep, huge]
 
 
+def _unknown_kind() -> ToolIntent:
+    """An intent of a kind this effector does not know (recorded REJECTED)."""
+    return ToolIntent(
+        intent_id=intent_id_for(KEY, 3, 0),
+        entity_key=KEY,
+        seq=3,
+        tool_name="t",
+        args_json="{}",
+        created_at_ms=now_ms(),
+        kind=99,  # type: ignore[arg-type]
+    )
+
+
 def _hostile_error() -> AgentError:
     envelope = AgentEnvelope(entity_key=KEY, event_time_ms=INT64_MAX, external_event=HUGE.encode())
     return AgentError(
@@ -88,6 +101,8 @@ def test_every_page_renders_impossible_times_deep_and_huge_values(
     effector.run(store.record_traces(_hostile_events(), now_ms()))
     intents = _hostile_intents()
     effector.run(submit(store, *intents))
+    odd = _unknown_kind()
+    effector.run(store.submit([NewIntent(odd, rejection="unknown kind 99")], now_ms()))
     effector.run(store.record_errors([_hostile_error()], now_ms()))
     [error] = effector.run(store.list_errors(KEY, 10))
     pages = [
@@ -99,7 +114,8 @@ def test_every_page_renders_impossible_times_deep_and_huge_values(
         "/errors",
         f"/errors/{error.error_id}",
         f"/errors/{error.error_id}/redrive",
-        *(f"/intents/{intent.intent_id}" for intent in intents),
+        *(f"/intents/{intent.intent_id}" for intent in (*intents, odd)),
+        f"/intents?key={KEY.decode()}",
     ]
     with client_for(effector, timeout=60) as client:
         answers = {path: client.get(path) for path in pages}
@@ -132,6 +148,7 @@ def test_every_page_renders_impossible_times_deep_and_huge_values(
             ("external_event", HUGE.encode()),
         ):
             assert client.get(f"/errors/{error.error_id}/raw/{what}").content == expected
+        assert "UNKNOWN (99)" in answers[f"/intents/{odd.intent_id}"].text
         inbox = answers["/approvals"].text
         assert "out of range (" in inbox
         assert client.get(f"/intents/{intents[0].intent_id}/raw/nothing").status_code == 404

@@ -17,6 +17,7 @@ from effector_harness import (
     TOOLS,
     EffectorProcess,
     cli_environment,
+    intent_id,
     make_intent,
     run_cli,
 )
@@ -362,9 +363,12 @@ async def _seed_hostile(url: str) -> tuple[ToolIntent, ToolIntent, ToolIntent]:
         args_json='{"reason":"the run completed without it"}',
         created_at_ms=gone.created_at_ms,
     )
+    odd = make_intent("t", key=b"k-4", seq=3)
+    odd.kind = 99  # type: ignore[assignment]
     store = await open_store(url)
     try:
         now = int(time.time() * 1000)
+        await store.submit([NewIntent(odd, rejection="unknown kind 99")], now)
         await store.submit([NewIntent(hostile), NewIntent(gone)], now)
         await store.submit([NewIntent(refused, rejection="bad\x1b[31m\nred\u202e")], now)
         await store.submit([NewIntent(withdrawal)], now)
@@ -385,6 +389,7 @@ def test_show_pending_and_failed_print_hostile_rows_on_one_line_without_escapes(
             "failed": run_cli("failed", *target),
             "show": run_cli("show", hostile.intent_id, *target),
             "show refused": run_cli("show", refused.intent_id, *target),
+            "show unknown kind": run_cli("show", intent_id(b"k-4", 3, 0), *target),
         }
     for name, result in outputs.items():
         assert result.returncode == 0, (name, result.stderr)
@@ -393,13 +398,15 @@ def test_show_pending_and_failed_print_hostile_rows_on_one_line_without_escapes(
     [pending] = outputs["pending"].stdout.splitlines()
     assert pending.startswith(f"{hostile.intent_id} 0x6b1b ")
     assert '{"to":"acct-⟨U+202E⟩4321-evil\\u001b[2J\\u001b]0;owned\\u0007"}' in pending
-    [failed] = outputs["failed"].stdout.splitlines()
-    assert failed.startswith(f"{refused.intent_id} k-2 pay⟨U+202E⟩ REJECTED bad⟨U+001B⟩[31m red")
+    failed = outputs["failed"].stdout.splitlines()
+    assert len(failed) == 2
+    assert failed[0].startswith(f"{refused.intent_id} k-2 pay⟨U+202E⟩ REJECTED bad⟨U+001B⟩[31m red")
     shown = dict(line.split(":", 1) for line in outputs["show"].stdout.splitlines())
     assert shown["created_at"].strip() == f"out of range ({-(2**63)} ms) [pipeline event time]"
     assert shown["expires_at"].strip() == f"out of range ({2**62} ms) [pipeline event time]"
     assert "⟨U+202E⟩" in shown["args"]
     assert gone.intent_id not in outputs["pending"].stdout
+    assert "kind:         UNKNOWN (99)" in outputs["show unknown kind"].stdout.splitlines()
 
 
 def test_deciding_a_withdrawn_approval_prints_why_and_exits_1(tmp_path: Path) -> None:

@@ -47,6 +47,9 @@ async def test_hostile_rows_are_listed_flagged_and_withdrawn_ones_refused(tmp_pa
         intents = [evil, deep, huge, gone]
         await running.store.submit([NewIntent(intent) for intent in intents], now)
         await running.store.submit([NewIntent(withdrawal)], now)
+        odd = make_intent("t", key=b"e")
+        odd.kind = 99  # type: ignore[assignment]
+        await running.store.submit([NewIntent(odd, rejection="unknown kind 99")], now)
         url = running.server.mcp_url
         assert url is not None
         async with mcp_client(url, None) as client:
@@ -65,6 +68,8 @@ async def test_hostile_rows_are_listed_flagged_and_withdrawn_ones_refused(tmp_pa
             assert any("cut:" in w for w in by_id[huge.intent_id]["warnings"])
             status = await call(client, "intent_status", intent_id=deep.intent_id)
             assert status["created_at_ms"] == -(2**63)
+            unknown = await call(client, "intent_status", intent_id=odd.intent_id)
+            assert (unknown["kind"], unknown["result"]["status"]) == ("UNKNOWN (99)", "REJECTED")
             withdrawn = await call(client, "intent_status", intent_id=gone.intent_id)
             assert (withdrawn["state"], withdrawn["result"]["status"]) == ("WITHDRAWN", "WITHDRAWN")
             assert "the run took its deadline route" in withdrawn["result"]["error"]
