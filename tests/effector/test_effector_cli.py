@@ -364,7 +364,7 @@ async def _seed_hostile(url: str) -> tuple[ToolIntent, ToolIntent, ToolIntent]:
         created_at_ms=gone.created_at_ms,
     )
     odd = make_intent("t", key=b"k-4", seq=3)
-    odd.kind = 99  # type: ignore[assignment]
+    odd.kind = ToolIntent.Kind.ValueType(99)
     store = await open_store(url)
     try:
         now = int(time.time() * 1000)

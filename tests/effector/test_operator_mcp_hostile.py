@@ -48,7 +48,7 @@ async def test_hostile_rows_are_listed_flagged_and_withdrawn_ones_refused(tmp_pa
         await running.store.submit([NewIntent(intent) for intent in intents], now)
         await running.store.submit([NewIntent(withdrawal)], now)
         odd = make_intent("t", key=b"e")
-        odd.kind = 99  # type: ignore[assignment]
+        odd.kind = ToolIntent.Kind.ValueType(99)
         await running.store.submit([NewIntent(odd, rejection="unknown kind 99")], now)
         url = running.server.mcp_url
         assert url is not None
