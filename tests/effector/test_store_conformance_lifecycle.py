@@ -9,6 +9,8 @@ trace and namespace; reads are bounded by bytes; times near the INT64 limits are
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from effector_harness import make_intent
 
@@ -23,6 +25,7 @@ from beam_agents._protos import (
     canonical_json,
     withdrawal_id_for,
 )
+from effector.store import open_store
 from effector.store.intents import Claim, Completion, NewIntent, SubmitOutcome, new_result
 from effector.store.sql import SqlStore
 
@@ -500,3 +503,27 @@ async def test_refused_withdrawals_with_any_target_text_are_recorded(store: SqlS
     assert record is not None and record.intent == garbled
     # The refused TOOL intent's REJECTED result is published; the withdrawal's is not.
     assert [e.tool_result.intent_id for e in await log_of(store)] == [stray.intent_id]
+
+
+@pytest.mark.asyncio
+async def test_an_intent_and_its_withdrawal_submitted_at_once_through_two_connections(
+    store: SqlStore, store_url: str
+) -> None:
+    # PostgreSQL: a second store is a second connection (replicas); SQLite allows one process.
+    other = await open_store(store_url) if store_url.startswith("postgres") else store
+    try:
+        for round_ in range(25):
+            targets = [
+                make_intent("add", key=f"r{round_}-{n}".encode(), created_at_ms=T0)
+                for n in range(4)
+            ]
+            await asyncio.gather(
+                store.submit([NewIntent(t) for t in targets], T0),
+                other.submit([NewIntent(withdrawal(t)) for t in reversed(targets)], T0),
+            )
+            assert [await state_of(store, t) for t in targets] == [IntentState.WITHDRAWN] * 4
+        assert (await store.claim("w", 200, T0 + 1, LEASE)).claims == []
+        assert (await store.counts()).withdrawn == 100
+    finally:
+        if other is not store:
+            await other.close()
