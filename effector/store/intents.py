@@ -314,7 +314,7 @@ class IntentRecord:
     intent: ToolIntent
     state: IntentState
     result: ToolResult | None
-    """The terminal result, once the intent is DONE."""
+    """The terminal result, once the intent is DONE (or WITHDRAWN: stored, never published)."""
     attempts: int
     """How many times the intent has been claimed for execution."""
     received_at_ms: int = 0

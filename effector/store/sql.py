@@ -307,8 +307,9 @@ class SqlStore(TelemetryTables, abc.ABC):
     creates a second record); a result is recorded in the transaction that appends its
     envelope, whose bytes are kept for redelivery; log offsets start at 1, increase by one and
     become visible in offset order; at most one live claim per key, a key's intents claimed in
-    ``(seq, step_index)`` order, each only after the one before it is DONE; a claim whose lease
-    ran out may be claimed again; an IN_DOUBT intent holds its key until its retry time.
+    ``(seq, step_index)`` order, each only after the one before it is DONE or WITHDRAWN; a
+    claim whose lease ran out may be claimed again; an IN_DOUBT intent holds its key until its
+    retry time; a WITHDRAWN intent never runs and its result is never published.
 
     ``claim_with_results``: :meth:`complete_and_claim` runs in one transaction (SQLite, whose
     writes are serialized anyway, saves a commit); otherwise in two, so the key rows the
@@ -364,9 +365,12 @@ class SqlStore(TelemetryTables, abc.ABC):
     ) -> list[SubmitResult]:
         """Record new intents (deduplicated by id) and answer for each, in request order.
 
-        A later request for a recorded id is a DUPLICATE (same digest) or a CONFLICT. With
+        A later request for a recorded id is a DUPLICATE (same digest) or a CONFLICT; each
+        CONFLICT appends a REJECTED result for the refused submission. With
         ``redeliver_results``, every DUPLICATE already DONE appends its result's envelope again,
-        byte for byte. Concurrent submits share one transaction.
+        byte for byte. A WITHDRAWAL is recorded DONE, unpublished, and withdraws its target
+        (AWAITING_DECISION, or PENDING and never started) now or when it arrives. Concurrent
+        submits share one transaction.
         """
         return await self._submissions(_Submission(intents, now_ms, redeliver_results))
 
