@@ -154,7 +154,8 @@ async def redrive(request: Request) -> Response:
     record, envelope, problem = await _error(request)
     if envelope is None or problem is not None:
         raise HTTPException(409, f"this error cannot be re-driven: {problem}")
-    requester = str(form.get("requester", "")).strip()
+    identity = request.app.state.sessions.approver_of(request.state.session)
+    requester = identity.name if identity is not None else str(form.get("requester", "")).strip()
     if not requester or len(requester) > MAX_TEXT_FIELD_CHARS:
         raise HTTPException(400, "say who re-drives, in a few words: the name is logged")
     service = service_of(request)

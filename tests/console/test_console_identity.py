@@ -8,14 +8,26 @@ and no live button. Arguments holding a right-to-left override are flagged and s
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
+import pytest
 from selenium import webdriver
 from selenium.webdriver.common.by import By
 
 from beam_agents._protos import IntentState
 from effector.service import parse_tokens
-from tests.console.harness import KEY, body_text, console_url, follow, intent, start_effector
+from tests.console.harness import (
+    KEY,
+    body_text,
+    client_for,
+    console_url,
+    csrf_of,
+    follow,
+    intent,
+    seed,
+    start_effector,
+)
 from tests.console.runs_data import approval_intent, now_ms, submit
 
 TOKENS = "dana:dana-secret-1\nsam:sam-secret-2:payments\n"
@@ -64,3 +76,18 @@ def test_an_unnamed_token_and_no_token_say_so(page: webdriver.Chrome, tmp_path: 
         _log_in(page, console_url(effector), "shared-secret-3")
         shown = page.find_element(By.ID, "signed-in-as").text
         assert "signed in with the effector's token" in shown
+
+
+def test_a_named_token_redrives_under_its_name_without_asking_one(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    with start_effector(tmp_path, tokens=parse_tokens(TOKENS, "tokens")) as effector:
+        ids = seed(effector)
+        with client_for(effector) as client:
+            assert client.post("/login", data={"token": "dana-secret-1"}).status_code == 303
+            confirm = client.get(f"/errors/{ids['error']}/redrive").text
+            assert 'name="requester"' not in confirm
+            path = f"/errors/{ids['error']}/redrive"
+            assert client.post(path, data={"csrf_token": csrf_of(confirm)}).status_code == 303
+    assert any(f"error {ids['error']} re-driven by 'dana'" in line for line in caplog.messages)
