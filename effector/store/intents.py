@@ -24,6 +24,7 @@ from beam_agents._protos import (
     canonical_json_bytes,
 )
 
+_KIND_NUMBERS = frozenset(ToolIntent.Kind.values())
 INT64_MAX = 2**63 - 1
 """The largest value a SQL BIGINT (and SQLite's INTEGER) holds."""
 
@@ -178,10 +179,16 @@ def conflict_result(refused: ToolIntent, recorded: ToolIntent, *, now_ms: int) -
         for field in ToolIntent.DESCRIPTOR.fields
         if getattr(refused, field.name) != getattr(recorded, field.name)
     ]
+    kept = (
+        f"{ToolIntent.Kind.Name(recorded.kind) if recorded.kind in _KIND_NUMBERS else 'intent'} "
+        f"{recorded.tool_name[:64]!r} at seq {recorded.seq} step {recorded.step_index} of key "
+        f"{recorded.entity_key[:32].hex()}"
+    )
     reason = (
         f"conflict: intent {refused.intent_id} is already recorded with different content "
-        f"(differing fields: {', '.join(differing)}); the first submission is kept and this one "
-        "is refused (set AgentConfig.namespace when two agents or pipelines share an effector)"
+        f"(the kept one: {kept}; differing fields: {', '.join(differing)}); the first "
+        "submission is kept and this one is refused (set AgentConfig.namespace when two agents "
+        "or pipelines share an effector)"
     )
     return rejected_result(refused, reason, now_ms=now_ms)
 
