@@ -527,3 +527,17 @@ async def test_an_intent_and_its_withdrawal_submitted_at_once_through_two_connec
     finally:
         if other is not store:
             await other.close()
+
+
+@pytest.mark.asyncio
+async def test_withdrawn_intents_are_forgotten_after_the_retention(store: SqlStore) -> None:
+    target = make_intent("add", created_at_ms=T0)
+    asked = approval(key=b"p")
+    notices = [withdrawal(target), withdrawal(asked)]
+    await store.submit([NewIntent(i) for i in (target, asked, *notices)], T0)
+    await store.prune(T0 + 5, 10)  # within the retention
+    assert await state_of(store, target) == IntentState.WITHDRAWN
+    assert await store.prune(T0 + 100, 10) >= 4
+    for intent in (target, asked, *notices):
+        assert await store.get_intent(intent.intent_id) is None
+    assert (await store.counts()).withdrawn == 0
