@@ -13,10 +13,10 @@ import time
 from typing import Any
 
 import apache_beam as beam
-from effector_harness import BackgroundEffector
+from effector_harness import BackgroundEffector, make_intent
 
 from beam_agents import AgentConfig, Complete, Deny, HitlPolicy, RunAgent, Suspend
-from beam_agents._protos import AgentEnvelope, IntentState, SubmitAck, ToolIntent
+from beam_agents._protos import AgentEnvelope, IntentState, SubmitAck, ToolIntent, ToolResult
 from beam_agents.core.agent import intent_id_for
 from beam_agents.core.context import ActivationContext
 from beam_agents.hitl import FallbackContext
@@ -118,3 +118,29 @@ def test_a_denied_run_leaves_no_approval_offered_after_its_wait(
         assert shown.state in (IntentState.WITHDRAWN, IntentState.DONE)
         assert client.status().awaiting_decision == 0
         assert not client.decide(approval_id, approved=True, approver="ann").applied
+
+
+async def reads_its_result(ctx: ActivationContext) -> Complete | Suspend:
+    if not ctx.is_resume:
+        ctx.act("record", {"note": "mine"})
+        return Suspend(snapshot=b"r-7", timeout_ms=60_000)
+    result = ctx.resume_result
+    assert result is not None
+    return Complete(output=ToolResult.Status.Name(result.status).encode())
+
+
+def test_a_conflict_reaches_the_waiting_run_as_a_rejected_result(
+    effector: BackgroundEffector,
+) -> None:
+    """Another submission already holds the run's intent id with other arguments (point 3)."""
+    taken = make_intent("record", {"note": "someone else's"}, key=KEY)
+    taken.intent_id = intent_id_for(KEY, 0, 0)
+    with EffectorClient(effector.address) as client:
+        [ack] = client.submit([taken])
+        assert ack.outcome == SubmitAck.ACCEPTED
+    output, outcomes, letters, seconds = loop(effector, reads_its_result)
+    assert output == [b"REJECTED"]  # resumed at once, not after its one-minute timeout
+    assert seconds < 50
+    assert outcomes == {taken.intent_id: SubmitAck.REJECTED}
+    [letter] = letters
+    assert letter.intent.intent_id == taken.intent_id and "conflict" in letter.reason.lower()
