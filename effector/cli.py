@@ -731,4 +731,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _one_line(text: str) -> str:
-    return " ".join(text.split())
+    return one_line(" ".join(text.split()))
