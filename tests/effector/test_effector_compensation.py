@@ -9,7 +9,14 @@ import pytest
 from effector_harness import make_intent, running_effector, wait_done
 from effector_test_tools import make_registry, read_ledger
 
-from beam_agents._protos import SubmitAck, ToolIntent, ToolResult
+from beam_agents._protos import (
+    IntentState,
+    SubmitAck,
+    ToolIntent,
+    ToolResult,
+    canonical_json,
+    withdrawal_id_for,
+)
 from effector.worker import intake_rejection
 
 
@@ -79,6 +86,32 @@ async def test_an_original_arriving_after_its_undo_is_refused_and_never_runs(
     assert f"compensated by {undo.intent_id} before it arrived" in ack.reason
     assert refused[late.intent_id].result.status == ToolResult.REJECTED
     assert [row for row in read_ledger(ledger) if row.intent_id == late.intent_id] == []
+
+
+@pytest.mark.asyncio
+async def test_the_compensation_of_a_withdrawn_effect_is_not_needed(
+    tmp_path: Path, ledger: Path
+) -> None:
+    withdrawn = paid(0, key=b"order-4")
+    undo = refund(withdrawn, 1)
+    notice = ToolIntent(
+        intent_id=withdrawal_id_for(withdrawn.intent_id),
+        entity_key=withdrawn.entity_key,
+        kind=ToolIntent.WITHDRAWAL,
+        withdraws_intent_id=withdrawn.intent_id,
+        args_json=canonical_json({"reason": "the run completed"}),
+    )
+    async with running_effector(f"sqlite:///{tmp_path / 'e.db'}") as effector:
+        # The run withdrew the payment, then undid it (a saga's cleanup), all in one Submit.
+        acks = await effector.client.submit([withdrawn, notice, undo])
+        assert [a.outcome for a in acks] == [SubmitAck.ACCEPTED] * 3
+        settled = await wait_done(effector.client, [undo.intent_id])
+        shown = await effector.client.get_intent(withdrawn.intent_id)
+    result = settled[undo.intent_id].result
+    assert result.status == ToolResult.NOT_NEEDED
+    assert f"compensated intent {withdrawn.intent_id} was withdrawn" in result.error_message
+    assert shown.state == IntentState.WITHDRAWN
+    assert read_ledger(ledger) == []  # neither the effect nor its undo ran
 
 
 def test_submit_checks_the_compensation_fields() -> None:
