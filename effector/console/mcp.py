@@ -293,9 +293,7 @@ class OperatorTools:
             decision=_decision_of(record),
         )
 
-    async def decide(
-        self, arguments: DecideArguments, client: str, *, approved: bool
-    ) -> DecisionMade:
+    async def decide(self, arguments: DecideArguments, *, approved: bool) -> DecisionMade:
         """Approve or deny one approval intent as the configured identity, with the reason."""
         intent_id = _checked_id(arguments.intent_id)
         digest = arguments.args_digest
@@ -368,7 +366,7 @@ _RECORDED = (
     "The decision is recorded with this endpoint's configured identity as the approver and "
     "released to the agent at once; it cannot be changed later."
 )
-_Handler = Callable[[Any, str], Awaitable[BaseModel]]
+_Handler = Callable[[Any], Awaitable[BaseModel]]
 _READ_ONLY = types.ToolAnnotations(read_only_hint=True, open_world_hint=False)
 _DECIDING = types.ToolAnnotations(
     read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False
@@ -378,10 +376,10 @@ _DECIDING = types.ToolAnnotations(
 def _tools(tools: OperatorTools) -> dict[str, tuple[types.Tool, type[BaseModel], _Handler]]:
     """Each tool's definition, its arguments model and its handler, by name."""
 
-    async def listing(arguments: Any, client: str) -> BaseModel:
+    async def listing(arguments: Any) -> BaseModel:
         return await tools.list_pending_approvals(arguments)
 
-    async def status(arguments: Any, client: str) -> BaseModel:
+    async def status(arguments: Any) -> BaseModel:
         return await tools.intent_status(arguments)
 
     entries: list[tuple[str, str, type[BaseModel], type[BaseModel], _Handler, Any]] = [
@@ -449,12 +447,6 @@ def _argument_problems(error: ValidationError) -> str:
     return "invalid arguments: " + "; ".join(problems)
 
 
-def _client_of(ctx: ServerRequestContext[Any, Any]) -> str:
-    """The calling client's address, for the log."""
-    client = getattr(ctx.request, "client", None)
-    return f"{client.host}:{client.port}" if client is not None else "an unknown client"
-
-
 def _caller_of(ctx: ServerRequestContext[Any, Any], service: EffectorService) -> Approver | None:
     """The holder of the call's bearer token, if the effector has tokens."""
     headers = getattr(ctx.request, "headers", None)
@@ -478,7 +470,7 @@ def create_mcp_server(service: EffectorService, identity: str) -> Server[Any]:
         _, model, handler = tools[params.name]
         reset = CALLER.set(_caller_of(ctx, service))
         try:
-            answer = await handler(model.model_validate(params.arguments or {}), _client_of(ctx))
+            answer = await handler(model.model_validate(params.arguments or {}))
         except ValidationError as invalid:
             return _error(_argument_problems(invalid))
         except ToolRefusal as refused:
