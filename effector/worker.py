@@ -68,10 +68,16 @@ class IntentRejectedError(Exception):
 
 
 def parse_arguments(args_json: str) -> Any:
-    """Decode ``args_json``; empty text means no arguments. Raises ``ValueError`` if not JSON."""
+    """Decode ``args_json``; empty text means no arguments. Raises ``ValueError`` if not JSON.
+
+    JSON nested too deeply for the decoder is a ``ValueError`` too, not a ``RecursionError``.
+    """
     if not args_json:
         return {}
-    return json.loads(args_json)
+    try:
+        return json.loads(args_json)
+    except RecursionError:
+        raise ValueError("it nests too deeply to decode") from None
 
 
 def prepare_call(
@@ -165,7 +171,7 @@ def withdrawal_problem(withdrawal: ToolIntent) -> str | None:
         )
     try:
         arguments = parse_arguments(withdrawal.args_json)
-    except (ValueError, RecursionError):
+    except ValueError:
         arguments = None
     if not isinstance(arguments, dict) or set(arguments) != {"reason"}:
         return 'args_json of a withdrawal must be a JSON object {"reason": "..."}'

@@ -198,3 +198,21 @@ def test_intake_rejection_covers_kind_and_expiry() -> None:
     reason = intake_rejection(registry, approval)
     assert reason is not None and "not JSON" in reason
     assert intake_rejection(registry, make_intent("", "", kind=ToolIntent.APPROVAL)) is None
+
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize("kind", [ToolIntent.TOOL, ToolIntent.APPROVAL])
+def test_arguments_too_deep_to_decode_are_a_rejection_not_a_crash(kind: ToolIntent.Kind) -> None:
+    intent = make_intent("add", DEEP, kind=kind)
+    reason = intake_rejection(make_registry(), intent)
+    assert reason is not None and "nests too deeply" in reason
+
+
+@pytest.mark.asyncio
+async def test_executing_arguments_too_deep_to_decode_records_a_rejection() -> None:
+    intent = make_intent("add", '{"a":' + DEEP + "}")
+    result = await EffectorToolRunner().execute(make_registry(), intent, attempt=1, clock=lambda: 5)
+    assert result.status == ToolResult.REJECTED
+    assert "nests too deeply" in result.error_message
