@@ -8,6 +8,7 @@ and refuses to decide the withdrawn approval, saying why.
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 
@@ -75,3 +76,19 @@ async def test_hostile_rows_are_listed_flagged_and_withdrawn_ones_refused(tmp_pa
             assert "the run took its deadline route" in withdrawn["result"]["error"]
             why = await refused(client, "approve", intent_id=gone.intent_id, reason="ok")
             assert "withdrawn" in why and "the run took its deadline route" in why
+
+
+@pytest.mark.asyncio
+async def test_an_mcp_decision_logs_one_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    settings = ServerSettings(mcp_listen="127.0.0.1:0", worker=FAST_WORKER)
+    asked = make_intent("", {"refund": "r-2"}, key=b"f", kind=ToolIntent.APPROVAL)
+    async with running_effector(sqlite_url(tmp_path / "s.db"), settings=settings) as running:
+        await running.store.submit([NewIntent(asked)], int(time.time() * 1000))
+        assert running.server.mcp_url is not None
+        async with mcp_client(running.server.mcp_url, None) as client:
+            await call(client, "approve", intent_id=asked.intent_id, reason="fine")
+    lines = [line for line in caplog.messages if asked.intent_id in line]
+    assert lines == [f"DECISION approve intent {asked.intent_id} by 'mcp-operator': applied"]
