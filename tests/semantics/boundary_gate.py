@@ -15,10 +15,14 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urljoin, urlsplit
 
@@ -31,6 +35,7 @@ from mcp.client.streamable_http import streamable_http_client
 import beam_agents._protos as pb
 from beam_agents._protos import AgentEnvelope, time_problem
 from beam_agents.io import ReadEnvelopes
+from effector.launch import child_environment
 from tests.io.io_harness import Collector, run_pipeline
 
 Expectation = Literal["valid", "must", "either"]
@@ -57,6 +62,7 @@ BIG_ENVELOPE_BYTES = 9 * 1024 * 1024
 MESSAGE_CAP_BYTES = 16 * 1024 * 1024
 """The largest gRPC message the effector and its clients take (their documented default)."""
 CALL_TIMEOUT_S = 30.0
+REPO = Path(__file__).resolve().parents[2]
 
 
 def deep_json(depth: int, leaf: str = "1") -> str:
@@ -127,7 +133,7 @@ FIXED_PAGES = (
     "/approvals",
     "/errors",
 )
-PAGES_PER_SWEEP = 120
+PAGES_PER_SWEEP = 80
 """Pages past the fixed ones each sweep fetches at most: hostile items first, then the rest."""
 
 
@@ -164,6 +170,7 @@ class Readers:
     failures: list[str] = field(default_factory=list)
     pages: int = 0
     mcp_calls: int = 0
+    seconds: float = 0.0
     touched: Touched = field(default_factory=Touched)
     broken: set[str] = field(default_factory=set)
     """Pages that have failed (each is reported once)."""
@@ -184,6 +191,7 @@ class Readers:
 
     def sweep(self, batch: str) -> None:
         """Every fixed page, the pages of what the batch touched and the links on them, and MCP."""
+        started = time.monotonic()
         keys, intents = self.touched.take(PAGES_PER_SWEEP)
         paths = [*FIXED_PAGES, *(f"/keys/{key.hex()}" for key in keys)]
         paths += [f"/intents/{intent_id}" for intent_id in intents]
@@ -195,6 +203,7 @@ class Readers:
         for path in [p for p in dict.fromkeys(found) if p not in seen][:PAGES_PER_SWEEP]:
             self._page(batch, path, seen)
         asyncio.run(self._mcp(batch, intents))
+        self.seconds += time.monotonic() - started
 
     def _page(self, batch: str, path: str, seen: set[str]) -> list[str]:
         """Fetch one page (a failure unless it renders); the local GET links it holds."""
@@ -219,6 +228,34 @@ class Readers:
             for link in (_local(path, href) for href in _HREF.findall(answer.text))
             if link is not None
         ]
+
+    def redrive_errors(self, batch: str) -> int:
+        """Re-drive every error the errors page lists that offers it; how many were published.
+
+        None may answer 500, and one that says it published must name a real offset.
+        """
+        listing = self._get("/errors")
+        ids = dict.fromkeys(re.findall(r'href="/errors/([0-9a-f]+)"', listing.text))
+        published = 0
+        for error_id in ids:
+            confirm = self._get(f"/errors/{error_id}/redrive")
+            csrf = re.search(r'name="csrf_token" value="([0-9a-f]+)"', confirm.text)
+            if confirm.status_code != 200 or csrf is None:
+                continue
+            form = {"csrf_token": csrf.group(1), "requester": SPOOF}
+            answer = self._console().post(f"/errors/{error_id}/redrive", data=form)
+            location = answer.headers.get("location", "")
+            if answer.status_code >= 500:
+                self._broken(batch, f"POST /errors/{error_id}/redrive", f"-> {answer.status_code}")
+            elif answer.status_code == 303 and "offset=" in location:
+                offset = location.rsplit("offset=", 1)[1]
+                if not offset.isdigit() or int(offset) < 1:
+                    self.failures.append(
+                        f"after {batch}: POST /errors/{error_id}/redrive says it published "
+                        f"at {location!r}"
+                    )
+                published += 1
+        return published
 
     def _get(self, path: str) -> httpx.Response:
         """GET ``path``; once more on a fresh connection if the kept-alive one was dropped."""
@@ -308,12 +345,53 @@ def walk_the_log(stub: Any, head: int, failures: list[str]) -> int:
     return reads
 
 
-def delivered_by_pipeline(address: str, token: str) -> list[AgentEnvelope]:
-    """Every envelope ``ReadEnvelopes`` delivers from the start of the log until it is idle."""
+PIPELINE_TIMEOUT_S = 120.0
+"""Far longer than reading any fuzzed log takes; a reader that retries forever hits it."""
+
+
+def delivered_by_pipeline(address: str, token: str, scratch: Path) -> list[AgentEnvelope]:
+    """Every envelope ``ReadEnvelopes`` delivers from the start of the log until it is idle.
+
+    The pipeline runs in a child process (``python -m tests.semantics.boundary_gate``), so a
+    reader that never finishes is stopped: ``TimeoutError`` then, ``RuntimeError`` if it fails.
+    """
+    out = scratch / "delivered.bin"
+    command = [sys.executable, "-m", "tests.semantics.boundary_gate", address, str(out)]
+    # The repository, and the effector tests' helpers that the I/O harness imports.
+    environment = child_environment(REPO, REPO / "tests" / "effector", GATE_TOKEN_ENV=token)
+    try:
+        finished = subprocess.run(
+            command,
+            env=environment,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=PIPELINE_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        raise TimeoutError(f"ReadEnvelopes did not finish in {PIPELINE_TIMEOUT_S:.0f}s") from None
+    if finished.returncode != 0:
+        tail = "\n".join(finished.stderr.strip().splitlines()[-5:])
+        raise RuntimeError(f"ReadEnvelopes failed (exit {finished.returncode}): {tail}")
+    data, envelopes, position = out.read_bytes(), [], 0
+    while position < len(data):
+        size = int.from_bytes(data[position : position + 4], "big")
+        envelopes.append(AgentEnvelope.FromString(data[position + 4 : position + 4 + size]))
+        position += 4 + size
+    return envelopes
+
+
+def _deliver(address: str, out: Path) -> None:
+    """The child's side: run the pipeline, then write each envelope length-prefixed to ``out``."""
     collector = Collector.new()
-    transform = ReadEnvelopes(address, token=token, stop_when_idle_s=2.0, poll_wait_ms=50)
+    transform = ReadEnvelopes(
+        address, token=os.environ["GATE_TOKEN_ENV"], stop_when_idle_s=2.0, poll_wait_ms=50
+    )
     run_pipeline(lambda pipeline: pipeline | transform | collector.sink())
-    return [envelope for _, envelope in collector.values()]
+    with out.open("wb") as sink:
+        for _, envelope in collector.values():
+            raw = envelope.SerializeToString()
+            sink.write(len(raw).to_bytes(4, "big") + raw)
 
 
 def counts_of(envelopes: Iterable[AgentEnvelope]) -> dict[tuple[bytes, bytes], int]:
@@ -341,3 +419,7 @@ def failures_logged(log: str) -> list[str]:
         exception = lines[end][:300] if end < len(lines) else "?"
         found.setdefault(re.sub(r"\d+", "N", exception), f"{exception}\n    at {frame}")
     return list(found.values())
+
+
+if __name__ == "__main__":
+    _deliver(sys.argv[1], Path(sys.argv[2]))

@@ -1171,6 +1171,11 @@ def hostile_errors(fuzzer: Fuzzer) -> None:
     request = pb.RecordErrorsRequest(errors=[e for e, _ in errors])
     code, response = fuzzer.call("RecordErrors", request)
     fuzzer.check("RecordErrors", request, code, response, [e for _, e in errors], hostile=True)
+    # Re-driving publishes an envelope the errors hold: the log's own bounds apply to it too
+    # (the final ReadEnvelopes pipeline reads whatever it appended).
+    before = len(fuzzer.readers.failures)
+    fuzzer.readers.redrive_errors("hostile RecordErrors")
+    fuzzer.failures += fuzzer.readers.failures[before:]
 
 
 BIG_RECORD_BYTES = 6 * 1024 * 1024
@@ -1246,6 +1251,12 @@ HOSTILE: dict[str, Callable[[Fuzzer], None]] = {
 # -- the effector fuzzing gate ------------------------------------------------------------
 
 
+_CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", MESSAGE_CAP_BYTES),
+    ("grpc.max_send_message_length", MESSAGE_CAP_BYTES),
+]
+
+
 @pytest.fixture
 def fuzzer(tmp_path: Path, ledger: Path) -> Iterator[Fuzzer]:
     store = f"sqlite:///{tmp_path / 'effector.db'}"
@@ -1266,12 +1277,6 @@ def fuzzer(tmp_path: Path, ledger: Path) -> Iterator[Fuzzer]:
     # What the effector logged (shown when the gate fails): its tracebacks say where it broke.
     for log in effector.logs:
         print("\n".join(failures_logged(log)))
-
-
-_CHANNEL_OPTIONS = [
-    ("grpc.max_receive_message_length", MESSAGE_CAP_BYTES),
-    ("grpc.max_send_message_length", MESSAGE_CAP_BYTES),
-]
 
 
 def fuzz_random_bytes(fuzzer: Fuzzer, name: str) -> None:
@@ -1438,11 +1443,11 @@ def wait_until_all_done(fuzzer: Fuzzer, timeout_s: float = 60) -> dict[str, pb.G
     return done
 
 
-def check_delivery(fuzzer: Fuzzer, address: str) -> int:
+def check_delivery(fuzzer: Fuzzer, scratch: Path) -> int:
     """A ``ReadEnvelopes`` pipeline over the fuzzed log delivers every envelope on it."""
     head = fuzzer.stub.Status(pb.StatusRequest(), timeout=CALL_TIMEOUT_S).head_offset
     try:
-        delivered = delivered_by_pipeline(address, TOKEN)
+        delivered = delivered_by_pipeline(fuzzer.address, TOKEN, scratch)
     except Exception as error:  # the pipeline failing is the finding, whatever it raised
         fuzzer.fail(f"ReadEnvelopes over the fuzzed log (head {head}) failed: {error!r:.400}")
         return 0
@@ -1463,7 +1468,7 @@ def check_delivery(fuzzer: Fuzzer, address: str) -> int:
 
 
 def test_fuzzing_every_effector_rpc(
-    fuzzer: Fuzzer, ledger: Path, gate_report: Callable[[str, str], None]
+    fuzzer: Fuzzer, ledger: Path, tmp_path: Path, gate_report: Callable[[str, str], None]
 ) -> None:
     started = time.monotonic()
     last_submit = started
@@ -1487,7 +1492,7 @@ def test_fuzzing_every_effector_rpc(
     done = wait_until_all_done(fuzzer)
     fuzzer.after_batch("the last decisions")
     read_all_of_the_log(fuzzer, "the fuzzing")
-    delivered = check_delivery(fuzzer, fuzzer.address)
+    delivered = check_delivery(fuzzer, tmp_path)
     statuses = Counter(ToolResult.Status.Name(record.result.status) for record in done.values())
     executions = Ledger.read(ledger).invocation_counts()
     # Nothing ran that was not accepted, nothing ran twice, every accepted tool intent that
@@ -1521,7 +1526,7 @@ def test_fuzzing_every_effector_rpc(
         f"structured={cases - random_bytes}) over "
         f"{len(MESSAGES)} rpcs, healthy after each of {2 * len(MESSAGES)} batches, "
         f"console_pages={fuzzer.readers.pages} mcp_calls={fuzzer.readers.mcp_calls} (none "
-        f"failed), accepted={len(model.accepted_tools)} tools + "
+        f"failed, {fuzzer.readers.seconds:.0f}s), accepted={len(model.accepted_tools)} tools + "
         f"{len(model.accepted_approvals)} approvals all DONE {dict(sorted(statuses.items()))}, "
         f"recorded_rejections={len(model.rejected)} "
         f"executed={len(executions)} (never a rejected one, none twice) "
