@@ -398,3 +398,24 @@ def test_a_resumed_run_keeps_the_trace_and_span_ids_of_the_namespace_it_started_
             v1_only.process(dofn, K, result(intent_id_for(K, 0, 0, "v1"), 2_000)), TraceEvent
         )
     assert [e.span_id for e in resumed] == [e.span_id for e in expected]
+
+
+def test_every_error_of_a_run_names_its_trace_and_errors_of_no_run_name_none(
+    clock: Clock,
+) -> None:
+    config = AgentConfig(namespace="v2", processing_clock=clock, max_buffered_events=1)
+    for dofn in started(acts_then_completes, config):
+        cells = InMemoryKeyState()
+        stray = result("not-an-intent-of-this-run", 1_500)
+        [no_run] = of_type(cells.process(dofn, K, stray), AgentError)
+        cells.process(dofn, K, event(K, b"go", 2_000)[1])
+        [not_pending] = of_type(cells.process(dofn, K, stray), AgentError)
+        cells.process(dofn, K, event(K, b"queued", 3_000)[1])
+        [overflow] = of_type(cells.process(dofn, K, event(K, b"more", 4_000)[1]), AgentError)
+        params = {name: cell for name, cell in cells.params().items() if name != "idle"}
+        [malformed] = of_type(dofn.process((K, "not an envelope"), **params), AgentError)
+    assert (no_run.reason, no_run.trace_id) == ("orphaned_result", "")
+    assert (malformed.reason, malformed.trace_id) == ("malformed_element", "")
+    run_trace = trace_id_for(K, 0, "v2")
+    assert (not_pending.reason, not_pending.trace_id) == ("orphaned_result", run_trace)
+    assert (overflow.reason, overflow.trace_id) == ("buffer_overflow", run_trace)
