@@ -231,6 +231,13 @@ _T = TypeVar("_T")
 
 # -- SubmitIntents: hand staged intents to the effector, once per intent id -------------------
 _DEAD_LETTER = "dead_letter"
+_KIND_NAMES = {value: name for name, value in ToolIntent.Kind.items()}
+_DEAD_LETTER_CONSEQUENCE = {
+    ToolIntent.TOOL: "it never runs, and the run waiting for it takes its deadline route",
+    ToolIntent.APPROVAL: "nobody is asked, and the run waiting for it takes its deadline route",
+    ToolIntent.WITHDRAWAL: "the effector may still offer the intent it withdraws",
+}
+"""What a dead letter of each kind means for its run, said in its log line."""
 
 
 @dataclass(frozen=True)
@@ -485,22 +492,13 @@ class _SubmitIntentsFn(beam.DoFn):
             self._connection.target,
             intent.intent_id or "(none)",
             _key_text(intent.entity_key),
-            ToolIntent.Kind.Name(intent.kind) if intent.kind in _KIND_NAMES else intent.kind,
+            _KIND_NAMES.get(intent.kind, f"kind {intent.kind}"),
             intent.tool_name,
             f" {value.outcome}" if value.outcome else "",
             value.reason,
             _DEAD_LETTER_CONSEQUENCE.get(intent.kind, "it never reaches the effector"),
         )
         return TaggedOutput(_DEAD_LETTER, letter)
-
-
-_KIND_NAMES = frozenset(ToolIntent.Kind.values())
-_DEAD_LETTER_CONSEQUENCE = {
-    ToolIntent.TOOL: "it never runs, and the run waiting for it takes its deadline route",
-    ToolIntent.APPROVAL: "nobody is asked, and the run waiting for it takes its deadline route",
-    ToolIntent.WITHDRAWAL: "the effector may still offer the intent it withdraws",
-}
-"""What a dead letter of each kind means for its run, said in its log line."""
 
 
 class SubmitIntents(beam.PTransform[PCollection[ToolIntent], SubmitIntentsOutputs]):
