@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
-from markupsafe import Markup
+from markupsafe import Markup, escape
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
@@ -105,6 +105,11 @@ class Shown:
     hidden: list[str] = field(default_factory=list)
     """The hiding characters it holds, named (``U+202E RIGHT-TO-LEFT OVERRIDE``)."""
 
+    @property
+    def html(self) -> Markup:
+        """The text escaped for a page, whole (bounded already, so no field cut applies)."""
+        return escape(self.text)
+
 
 def pretty_json(value: str | bytes) -> Shown:
     """JSON indented for reading when small and shallow enough; else its text, cut to a bound.
@@ -190,11 +195,15 @@ def chart(points: Sequence[tuple[int, int]], unit: str) -> Chart:
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
+FIELD_CHARS = 1_000
+"""The most characters of one field (a reason, a tool's name) a page prints; values are Shown."""
+
+
 def readable(value: Any) -> Any:
-    """What every ``{{ }}`` of a template prints: text bounded, its hiding characters marked."""
+    """What every ``{{ }}`` of a template prints: text cut to a field, hiding characters marked."""
     if isinstance(value, Markup) or not isinstance(value, str):
         return value
-    shown, left_out = cut(value)
+    shown, left_out = cut(value, FIELD_CHARS)
     shown = visible(shown)
     return f"{shown}… ({left_out} more characters)" if left_out else shown
 
@@ -213,7 +222,7 @@ def environment() -> jinja2.Environment:
         when=when,
         duration=duration,
         key_text=display_key,
-        hex=bytes.hex,
+        hex=lambda value: Markup(value.hex()),  # hex digits only: safe, and never cut
         pretty_json=pretty_json,
         plain=plain,
         state_name=functools.partial(enum_name, IntentState),
