@@ -24,7 +24,7 @@ _T = TypeVar("_T")
 _MIN_WIDTH = 0.5
 """The narrowest bar, in per cent of the run, so that an instant still shows."""
 
-_STATUS_BY_LAST_EVENT = {
+_STATUS_BY_LAST_EVENT: dict[int, str] = {
     TraceEvent.ACTIVATION_END: "completed",
     TraceEvent.SUSPENDED: "suspended",
     TraceEvent.ERROR: "failed",
@@ -71,7 +71,7 @@ class Run:
     seq: int
     trace_id: str
     status: str
-    """``completed``, ``suspended``, ``failed`` or ``running`` (by its newest event shown)."""
+    """``completed``, ``suspended``, ``failed`` or ``running`` (by its newest event)."""
     started: str
     took: str
     timing: str
@@ -118,6 +118,8 @@ class RunHead:
     seq: int
     trace_id: str
     spans: int
+    last_event: int = TraceEvent.EVENT_TYPE_UNSPECIFIED
+    """The type of its newest event, which says how the run stands."""
 
 
 def group_runs(events: Iterable[TraceEvent]) -> list[list[TraceEvent]]:
@@ -167,7 +169,7 @@ def page_of_run(
     return Run(
         seq=head.seq,
         trace_id=head.trace_id,
-        status=drawn.status,
+        status=_STATUS_BY_LAST_EVENT.get(head.last_event, "running"),
         started=drawn.started,
         took=drawn.took,
         timing=drawn.timing,
@@ -202,7 +204,10 @@ async def run_heads(store: SqlStore, entity_key: bytes, max_runs: int) -> list[R
                ORDER BY seq DESC, trace_id""",
             (entity_key, seqs[-1][0]),
         ).fetchall()
-        return [RunHead(int(seq), str(trace), int(count)) for seq, trace, count in rows]
+        return [
+            RunHead(int(seq), str(trace), int(count), _last_event(tx, entity_key, int(seq), trace))
+            for seq, trace, count in rows
+        ]
 
     return await _read(store, heads)
 
@@ -216,9 +221,23 @@ async def run_head(store: SqlStore, entity_key: bytes, trace_id: str) -> RunHead
                GROUP BY seq ORDER BY seq DESC LIMIT 1""",
             (trace_id, entity_key),
         ).fetchone()
-        return None if row is None else RunHead(int(row[0]), trace_id, int(row[1]))
+        if row is None:
+            return None
+        seq = int(row[0])
+        return RunHead(seq, trace_id, int(row[1]), _last_event(tx, entity_key, seq, trace_id))
 
     return await _read(store, head)
+
+
+def _last_event(tx: sql.Tx, entity_key: bytes, seq: int, trace_id: str) -> int:
+    """The type of a run's newest event (by its position in the run)."""
+    row = tx.execute(
+        """SELECT event_type FROM effector_traces
+           WHERE entity_key = ? AND seq = ? AND trace_id = ?
+           ORDER BY sequence DESC, span_id DESC LIMIT 1""",
+        (entity_key, seq, trace_id),
+    ).fetchone()
+    return TraceEvent.EVENT_TYPE_UNSPECIFIED if row is None else int(row[0])
 
 
 def spans_per_run(runs: int) -> int:

@@ -177,6 +177,7 @@ def test_a_run_of_100000_spans_gives_a_bounded_page_quickly_with_links_onwards(
         event.sequence = sequence
         event.span_id = f"{sequence:016x}"
         spans.append(event)
+    spans[-1].event_type = TraceEvent.ACTIVATION_END  # the run completed, 99,800 spans later
     for start in range(0, len(spans), 10_000):
         effector.run(store.record_traces(spans[start : start + 10_000], now_ms()), 120)
     with client_for(effector, timeout=60) as client:
@@ -186,6 +187,7 @@ def test_a_run_of_100000_spans_gives_a_bounded_page_quickly_with_links_onwards(
         assert page.status_code == 200 and took < 3, took
         assert len(page.content) < 1_000_000, len(page.content)
         assert "spans 1-200 of 100000" in page.text and "page 1 of 500" in page.text
+        assert 'class="status completed"' in page.text
         onwards = f"/keys/{KEY.hex()}/runs/{template.trace_id}?page=2"
         assert f'href="{onwards}"' in page.text
         last = client.get(f"/keys/{KEY.hex()}/runs/{template.trace_id}?page=500")
