@@ -38,6 +38,8 @@ import itertools
 import json
 import random
 import re
+import subprocess
+import sys
 import time
 import uuid
 from collections import Counter
@@ -66,7 +68,7 @@ from beam_agents._protos import (
 from beam_agents.core.agent import ErrorReason
 from beam_agents.core.context import ActivationContext
 from beam_agents.io import ReadEnvelopes
-from effector.launch import free_port
+from effector.launch import child_environment, free_port
 from tests.core.harness import created, run_agent
 from tests.semantics.boundary_gate import (
     BIG_ENVELOPE_BYTES,
@@ -79,6 +81,7 @@ from tests.semantics.boundary_gate import (
     MESSAGE_CAP_BYTES,
     MUST,
     OUT_OF_RANGE_TIMES,
+    REPO,
     SPOOF,
     VALID,
     VERY_DEEP,
@@ -187,6 +190,8 @@ class Model:
     head: int = 0
     """The highest offset known to be on the log."""
     record_keys: set[bytes] = field(default_factory=set)
+    hostile_intents: set[str] = field(default_factory=set)
+    """Recorded intents holding odd values (edge times, spoofing text, huge arguments)."""
     cases: Counter[str] = field(default_factory=Counter)
 
     def known_ids(self) -> list[str]:
@@ -548,8 +553,11 @@ class Fuzzer:
         if name == "Submit":
             for intent in request.intents:
                 if intent.intent_id in self.model.recorded:
-                    hostile_intent = out_of_bounds(intent) is not None or _odd(intent.args_json)
+                    edges = {intent.created_at_ms, intent.expires_at_ms} & set(EDGE_TIMES)
+                    hostile_intent = hostile or bool(edges) or _odd(intent.args_json)
                     touched.intent(intent.intent_id, hostile_intent)
+                    if hostile_intent:
+                        self.model.hostile_intents.add(intent.intent_id)
                     touched.key(intent.entity_key, hostile_intent)
         elif name in ("RecordTraces", "RecordErrors", "RecordActivations"):
             items: Sequence[Any] = request.events if name == "RecordTraces" else _items(request)
@@ -1402,6 +1410,40 @@ def fuzz_structured(fuzzer: Fuzzer, name: str) -> None:
     case()
 
 
+CLI_SHOWS = 12
+"""How many hostile intents ``show`` prints (each is one CLI process)."""
+RAW_MARKS = re.compile("[\u202a-\u202e\u2066-\u2069\u200e\u200f\x00-\x08\x0b-\x1f\x7f]")
+"""Bidi and control characters the CLI must print as visible marks, never raw."""
+
+
+def check_the_cli(fuzzer: Fuzzer) -> int:
+    """``status``, ``pending``, ``failed`` and ``show`` over what the store holds; runs made.
+
+    Each must answer (exit 0) without a traceback, printing bidi and control characters as
+    visible marks.
+    """
+    environment = child_environment(REPO, BEAM_AGENTS_EFFECTOR_TOKEN=TOKEN)
+    target = ("--target", fuzzer.address)
+    commands = [["status"], ["pending", "--limit", "1000"], ["failed", "--limit", "1000"]]
+    commands += [["show", i] for i in sorted(fuzzer.model.hostile_intents)[:CLI_SHOWS]]
+    for command in commands:
+        finished = subprocess.run(
+            [sys.executable, "-m", "effector", *command, *target],
+            capture_output=True,
+            text=True,
+            env=environment,
+            timeout=60,
+        )
+        shown = f"beam-agents-effector {' '.join(command)}"
+        raw = RAW_MARKS.search(finished.stdout)
+        if finished.returncode != 0 or "Traceback" in finished.stderr:
+            tail = _brief_text(finished.stderr.strip()[-300:])
+            fuzzer.fail(f"{shown} exited {finished.returncode}: {tail}")
+        elif raw is not None:
+            fuzzer.fail(f"{shown} printed a raw {raw.group()!r}")
+    return len(commands)
+
+
 def decide_the_rest(fuzzer: Fuzzer) -> int:
     """Deny every approval still awaiting a decision; how many there were.
 
@@ -1488,6 +1530,7 @@ def test_fuzzing_every_effector_rpc(
     # The longest approval TTL generated (2 s, from receipt at the latest) and a margin, counted
     # from the last Submit, so that those have expired (the later RPCs' fuzzing takes longer).
     time.sleep(max(0.0, last_submit + APPROVAL_EXPIRY_WAIT_S - time.monotonic()))
+    cli_runs = check_the_cli(fuzzer)
     decided_by_hand = decide_the_rest(fuzzer)
     done = wait_until_all_done(fuzzer)
     fuzzer.after_batch("the last decisions")
@@ -1526,7 +1569,8 @@ def test_fuzzing_every_effector_rpc(
         f"structured={cases - random_bytes}) over "
         f"{len(MESSAGES)} rpcs, healthy after each of {2 * len(MESSAGES)} batches, "
         f"console_pages={fuzzer.readers.pages} mcp_calls={fuzzer.readers.mcp_calls} (none "
-        f"failed, {fuzzer.readers.seconds:.0f}s), accepted={len(model.accepted_tools)} tools + "
+        f"failed, {fuzzer.readers.seconds:.0f}s) cli_runs={cli_runs} (none failed), "
+        f"accepted={len(model.accepted_tools)} tools + "
         f"{len(model.accepted_approvals)} approvals all DONE {dict(sorted(statuses.items()))}, "
         f"recorded_rejections={len(model.rejected)} "
         f"executed={len(executions)} (never a rejected one, none twice) "
