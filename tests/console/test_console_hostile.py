@@ -24,7 +24,7 @@ from beam_agents._protos import (
 from beam_agents.core.agent import intent_id_for
 from effector.launch import EffectorThread
 from effector.store.intents import NewIntent
-from tests.console.harness import client_for
+from tests.console.harness import client_for, csrf_of
 from tests.console.runs_data import agent_run, approval_intent, now_ms, submit
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -251,6 +251,12 @@ def test_withdrawn_intents_show_as_withdrawn_and_leave_the_inbox(
         assert 'id="withdrawn"' in key_page and asked.intent_id in key_page
         listed = client.get("/intents", params={"state": "WITHDRAWN"}).text
         assert asked.intent_id in listed
+        effector.run(submit(store, approval_intent(b"other", 0, {"refund": "r-2"}, now_ms())))
+        csrf = csrf_of(client.get("/approvals").text)
+        form = {"csrf_token": csrf, "decision": "approve", "approver": "dana"}
+        late = client.post(f"/approvals/{asked.intent_id}", data=form)
+        assert late.status_code == 409
+        assert "withdrawn" in late.text and "the run took its deadline route" in late.text
         overview = client.get("/").text
         assert 'WITHDRAWN</a></th><td class="num">1</td>' in overview
 
