@@ -119,8 +119,8 @@ def _ticks(runner: object) -> bool:
     return isinstance(runner, FnApiRunner)
 
 
-def _fed_by_test_stream(pcoll: PCollection[Any]) -> bool:
-    """Whether a ``TestStream`` is upstream of ``pcoll`` (its runner then keeps a test clock)."""
+def _upstream(pcoll: PCollection[Any], matches: Callable[[Any], bool]) -> bool:
+    """Whether a transform upstream of ``pcoll`` ``matches``."""
     seen: set[int] = set()
     producers = [pcoll.producer]
     while producers:
@@ -128,11 +128,32 @@ def _fed_by_test_stream(pcoll: PCollection[Any]) -> bool:
         if applied is None or id(applied) in seen:
             continue
         seen.add(id(applied))
-        if isinstance(applied.transform, TestStream):
+        if matches(applied.transform):
             return True
         producers.extend(upstream.producer for upstream in applied.main_inputs.values())
         producers.extend(applied.parts)
     return False
+
+
+def _fed_by_test_stream(pcoll: PCollection[Any]) -> bool:
+    """Whether a ``TestStream`` is upstream of ``pcoll`` (its runner then keeps a test clock)."""
+    return _upstream(pcoll, lambda transform: isinstance(transform, TestStream))
+
+
+def _unbounded_read(transform: Any) -> bool:
+    """Whether ``transform`` reads without end (a DoFn doing unbounded work per element).
+
+    ``ReadEnvelopes`` is one, although Beam counts its output as bounded.
+    """
+    fn = getattr(transform, "fn", None)
+    process = getattr(fn, "process", None)
+    # ``is True``: every DoFn has an ``unbounded_per_element`` (the decorator, a static method).
+    return any(getattr(marked, "unbounded_per_element", None) is True for marked in (fn, process))
+
+
+def _bounded(pcoll: PCollection[Any]) -> bool:
+    """Whether ``pcoll`` ends: Beam says so and nothing upstream reads without end."""
+    return bool(pcoll.is_bounded) and not _upstream(pcoll, _unbounded_read)
 
 
 class _AdmitElements(beam.DoFn):
@@ -200,7 +221,7 @@ class RunAgent(beam.PTransform[PCollection[tuple[bytes, AgentEnvelope]], RunAgen
                     self._agent,
                     config,
                     ticks=_ticks(keyed.pipeline.runner),
-                    bounded=bool(keyed.is_bounded),
+                    bounded=_bounded(keyed),
                 )
             )
             .with_input_types(_ENVELOPE_PAIR)

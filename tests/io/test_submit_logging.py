@@ -1,4 +1,4 @@
-"""SubmitIntents says what goes wrong: dead letters, retries and a wrong token, in the log."""
+"""SubmitIntents says what goes wrong, in the log; a run whose intent it cannot deliver moves on."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from beam_agents.core.context import ActivationContext
 from beam_agents.core.observability import LogBudget
 from beam_agents.hitl import FallbackContext
 from beam_agents.io import ReadEnvelopes, SubmitIntents
+from beam_agents.io.run_agent import _bounded
 from effector.launch import free_port
 from tests.io.io_harness import Collector, counter, record_intent, run_pipeline, submit_all
 
@@ -193,3 +194,38 @@ def test_a_run_whose_intent_is_dead_lettered_takes_its_deadline_route(
     # The deny route withdraws the intent; that notice cannot be delivered either, and says so.
     kinds = sorted(ToolIntent.Kind.Name(letter.intent.kind) for letter in letters.values())
     assert kinds == ["TOOL", "WITHDRAWAL"]
+
+
+async def records_and_waits_without_timeout(ctx: ActivationContext) -> Complete | Suspend:
+    if ctx.is_resume:
+        return Complete(output=b"resumed")
+    ctx.act("record", {"note": ctx.event.decode()}, ttl_ms=500)
+    return Suspend(snapshot=ctx.event)
+
+
+def test_a_run_with_no_timeout_whose_intent_is_dead_lettered_is_not_stranded(
+    effector: BackgroundEffector,
+) -> None:
+    """No Suspend timeout, no policy: the intent's TTL plus the grace still ends the wait."""
+    event = AgentEnvelope(entity_key=b"acct-9", event_time_ms=1_000, external_event=b"order-9")
+    errors = Collector.new()
+
+    def build(pipeline: beam.Pipeline) -> None:
+        events = pipeline | ReadEnvelopes(
+            effector.address, events=[event], stop_when_idle_s=0.5, poll_wait_ms=50
+        )
+        config = AgentConfig(result_grace_ms=700)
+        outputs = events | RunAgent(records_and_waits_without_timeout, config)
+        outputs.intents | SubmitIntents(f"127.0.0.1:{free_port()}", max_attempts=1)
+        outputs.errors | "Errors" >> errors.sink()
+
+    run_pipeline(build)
+    [dropped] = errors.values()
+    assert dropped.reason == "suspension_dropped" and dropped.entity_key == b"acct-9"
+    assert "1 intents pending" in dropped.detail
+
+
+def test_a_pipeline_reading_the_effector_counts_as_unbounded_and_a_created_one_as_bounded() -> None:
+    pipeline = beam.Pipeline()
+    assert not _bounded(pipeline | ReadEnvelopes("127.0.0.1:1") | beam.Map(lambda pair: pair))
+    assert _bounded(pipeline | beam.Create([1]))
