@@ -90,13 +90,20 @@ def span_salt_for(trace_id: str, namespace: str | None) -> int:
     return 0 if namespace is None else int(trace_id[16:32], 16)
 
 
-@functools.lru_cache(maxsize=1024)
 def span_id_for(sequence: int, event_type: int, salt: int = 0) -> str:
     """The span id of the event at ``sequence`` (of type ``event_type``) in its trace.
 
     ``salt`` (:func:`span_salt_for`) keeps a namespaced run's span ids apart from any other's.
     """
+    if not salt:
+        return _unsalted_span_id(sequence, event_type)
     return f"{((sequence << 16) | event_type) ^ salt:016x}"
+
+
+@functools.lru_cache(maxsize=1024)
+def _unsalted_span_id(sequence: int, event_type: int) -> str:
+    """The span ids of runs without a namespace: the same positions recur in every run."""
+    return f"{sequence:012x}{event_type:04x}"
 
 
 class TraceRecorder:
