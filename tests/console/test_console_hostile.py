@@ -214,6 +214,7 @@ def test_runs_of_two_namespaces_on_one_key_and_seq_show_apart_with_their_errors(
     assert page.count('<section class="run"') == 2
     assert f'id="run-0-{plain[0].trace_id}"' in page and f'id="run-0-{"f" * 32}"' in page
     assert "namespace v2" in page
+    assert "one of several runs 0, of different namespaces" in page  # the run naming none
     v2 = page[page.index(f'id="run-0-{"f" * 32}"') :]
     v2 = v2[: v2.index("</section>")]
     assert "Errors of this run" in v2 and 'class="status suspended"' in v2
