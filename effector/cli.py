@@ -231,7 +231,8 @@ def build_parser() -> argparse.ArgumentParser:
     _option(
         serve,
         "--metrics-listen",
-        "serve Prometheus metrics over HTTP on this address (off unless given)",
+        "serve Prometheus metrics over HTTP on this address (off unless given); port 0 picks a "
+        "free port (printed when ready)",
         metavar="HOST:PORT",
         type=_host_port,
     )
