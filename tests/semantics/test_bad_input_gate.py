@@ -190,6 +190,10 @@ class Model:
     head: int = 0
     """The highest offset known to be on the log."""
     record_keys: set[bytes] = field(default_factory=set)
+    withdrawals: set[str] = field(default_factory=set)
+    """Accepted WITHDRAWAL intents: recorded DONE, never executed."""
+    withdrawn: set[str] = field(default_factory=set)
+    """Approvals a withdrawal named while they awaited a decision: WITHDRAWN for good."""
     hostile_intents: set[str] = field(default_factory=set)
     """Recorded intents holding odd values (edge times, spoofing text, huge arguments)."""
     cases: Counter[str] = field(default_factory=Counter)
@@ -272,6 +276,8 @@ def ack_problem(
         model.rejected.add(intent.intent_id)
     elif ack.outcome != pb.SubmitAck.ACCEPTED:
         return "a first submission neither ACCEPTED nor REJECTED"
+    elif intent.kind == ToolIntent.WITHDRAWAL:
+        model.withdrawals.add(intent.intent_id)
     elif intent.kind == ToolIntent.APPROVAL:
         model.accepted_approvals.add(intent.intent_id)
     else:
@@ -340,6 +346,7 @@ def check_decide(
         # Only an accepted approval, once (it may also have expired first: then not applied).
         assert request.intent_id in model.accepted_approvals, request.intent_id
         assert request.intent_id not in model.decided, "an approval was decided twice"
+        assert request.intent_id not in model.withdrawn, "a withdrawn approval was decided"
         assert json_depth_problem("edited_args_json", request.edited_args_json) is None
         model.decided.add(request.intent_id)
     else:
@@ -1025,10 +1032,67 @@ def hostile_submits(fuzzer: Fuzzer) -> None:
     code, response = fuzzer.call("Submit", request)
     flaws: list[str | None] = [None] * (len(odd) - 1) + [f"{EITHER_FLAW} a 1 MB argument"]
     fuzzer.check("Submit", request, code, response, flaws, hostile=True)
+    hostile_withdrawals(fuzzer, odd[0], odd[1], odd[2])
+
+
+def withdrawal(target: ToolIntent, **fields: Any) -> ToolIntent:
+    """A run's notice that it no longer waits for ``target`` (fields override)."""
+    intent = ToolIntent(
+        intent_id=pb.withdrawal_id_for(target.intent_id),
+        entity_key=target.entity_key,
+        kind=ToolIntent.WITHDRAWAL,
+        withdraws_intent_id=target.intent_id,
+        args_json=canonical_json({"reason": SPOOF}),
+        created_at_ms=int(time.time() * 1000),
+        trace_id="hostile",
+    )
+    for name, value in fields.items():
+        setattr(intent, name, value)
+    return intent
+
+
+def hostile_withdrawals(
+    fuzzer: Fuzzer, target: ToolIntent, other: ToolIntent, third: ToolIntent
+) -> None:
+    """Withdrawals that name another key's intent, carry a forged id or nest too deeply are
+    refused alone; the valid one withdraws its pending approval, which can then not be decided.
+    """
+    batch = [
+        (touch_intent(b"hostile-w", "a"), None),
+        (withdrawal(other, entity_key=b"someone-else"), "withdraws another key's intent"),
+        (withdrawal(third, intent_id=fresh_id()), "an id that is not withdrawal_id_for"),
+        (withdrawal(third, args_json=deep_object(DEEP)), "a reason nested 1,000 deep"),
+        (withdrawal(target), None),
+        (touch_intent(b"hostile-w", "b"), None),
+    ]
+    request = pb.SubmitRequest(intents=[intent for intent, _ in batch])
+    code, response = fuzzer.call("Submit", request)
+    fuzzer.check("Submit", request, code, response, [f for _, f in batch], hostile=True)
+    for intent_id, state in (
+        (target.intent_id, pb.IntentState.WITHDRAWN),
+        (other.intent_id, pb.IntentState.AWAITING_DECISION),
+        (third.intent_id, pb.IntentState.AWAITING_DECISION),
+    ):
+        found = fuzzer.stub.GetIntent(pb.GetIntentRequest(intent_id=intent_id), timeout=10)
+        if found.state != state:
+            fuzzer.fail(
+                f"after hostile withdrawals: approval {intent_id} is "
+                f"{pb.IntentState.Name(found.state)}, not {pb.IntentState.Name(state)}"
+            )
+    fuzzer.model.withdrawn.add(target.intent_id)
+    notice = pb.withdrawal_id_for(target.intent_id)
+    fuzzer.model.hostile_intents.update({target.intent_id} | {notice} & set(fuzzer.model.recorded))
 
 
 def hostile_decisions(fuzzer: Fuzzer) -> None:
-    """Edited arguments nested past the limit, and spoofing text, on pending approvals."""
+    """Edited arguments nested past the limit, and spoofing text, on pending approvals; a
+    decision on a withdrawn approval, refused with a reason that says so."""
+    for intent_id in sorted(fuzzer.model.withdrawn):
+        request = pb.DecideRequest(intent_id=intent_id, approved=True, approver=SPOOF)
+        code, response = fuzzer.call("Decide", request)
+        fuzzer.check("Decide", request, code, response)
+        if response is not None and "withdrawn" not in response.reason.lower():
+            fuzzer.fail(f"Decide of withdrawn {intent_id}: the reason {response.reason!r}")
     pending = sorted(fuzzer.model.accepted_approvals - fuzzer.model.decided)[:4]
     for intent_id in pending:
         for edited in (deep_object(DEEP), deep_object(VERY_DEEP)):
@@ -1477,6 +1541,10 @@ def wait_until_all_done(fuzzer: Fuzzer, timeout_s: float = 60) -> dict[str, pb.G
                 waiting.discard(intent_id)
             elif record.state == pb.IntentState.DONE:
                 done[intent_id] = record
+                waiting.discard(intent_id)
+            elif intent_id in fuzzer.model.withdrawn:
+                if record.state != pb.IntentState.WITHDRAWN:
+                    fuzzer.fail(f"withdrawn approval {intent_id} is {record.state}")
                 waiting.discard(intent_id)
         if waiting and time.monotonic() > deadline:
             fuzzer.fail(f"{len(waiting)} accepted intent(s) never finished: {sorted(waiting)[:3]}")
