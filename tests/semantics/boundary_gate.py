@@ -229,6 +229,24 @@ class Readers:
             if link is not None
         ]
 
+    def deny_by_mcp(self, intent_ids: Sequence[str]) -> None:
+        """Deny each approval through the MCP endpoint with a spoofing reason; each must apply."""
+        asyncio.run(self._deny(list(intent_ids)))
+
+    async def _deny(self, intent_ids: list[str]) -> None:
+        headers = {"authorization": f"Bearer {self.token}"}
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=60) as http,
+            Client(streamable_http_client(self.mcp_url, http_client=http)) as client,
+        ):
+            for intent_id in intent_ids:
+                self.mcp_calls += 1
+                arguments = {"intent_id": intent_id, "reason": SPOOF}
+                result = await client.call_tool("deny", arguments)
+                if result.is_error:
+                    text = " ".join(getattr(c, "text", "") for c in result.content)[:200]
+                    self.failures.append(f"MCP deny {intent_id} -> error {text}")
+
     def redrive_errors(self, batch: str) -> int:
         """Re-drive every error the errors page lists that offers it; how many were published.
 

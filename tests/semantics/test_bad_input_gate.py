@@ -13,16 +13,19 @@ token, web console and operator MCP endpoint) takes property-based fuzzing of al
   year 10000; JSON nested past the depth limit; U+202E and control characters);
 - hostile batches after each RPC's fuzzing (:mod:`tests.semantics.boundary_gate`): a batch of
   good items and one bad item records the good ones and refuses the bad one alone; envelopes
-  of 9 MiB and one just under the message cap; activation records of megabytes.
+  of 9 MiB and one just under the message cap; activation records of megabytes; forged
+  withdrawals; decisions with edited arguments nested 200,000 deep; re-drives of stored
+  errors whose envelopes carry impossible times.
 
 A model of the effector's contract (written from the protos and issue 42, not from its code)
 predicts each answer: the status code (never INTERNAL or UNKNOWN), and per item what must be
 refused and what must be taken. After each batch the health check must say SERVING, and every
 console page and the MCP endpoint's read tools must answer without a 500 or a tool error. At
-the end the whole log must be readable with ``Read`` and delivered by a ``ReadEnvelopes``
-pipeline, every ACCEPTED intent must reach DONE, no intent that was not accepted may have run
-(the gate tools record every execution), and none may have run twice. Every failure found is
-listed at once.
+the end the CLI prints what the store holds (``status``, ``pending``, ``failed``, ``show``)
+with bidi and control characters as marks, the hostile approvals are denied through MCP, the
+whole log must be readable with ``Read`` and delivered by a ``ReadEnvelopes`` pipeline, every
+ACCEPTED intent must reach DONE, no intent that was not accepted may have run (the gate tools
+record every execution), and none may have run twice. Every failure found is listed at once.
 
 **RunAgent.** A seeded mix of good events and malformed elements (empty key, key mismatch,
 no payload, results and approvals for keys with nothing pending, a huge event, values that
@@ -1599,6 +1602,17 @@ def test_fuzzing_every_effector_rpc(
     # from the last Submit, so that those have expired (the later RPCs' fuzzing takes longer).
     time.sleep(max(0.0, last_submit + APPROVAL_EXPIRY_WAIT_S - time.monotonic()))
     cli_runs = check_the_cli(fuzzer)
+    # The approvals holding hostile values are denied through the MCP endpoint, the rest by gRPC.
+    pending = {
+        intent.intent_id
+        for intent in fuzzer.stub.ListIntents(
+            pb.ListIntentsRequest(state=pb.IntentState.AWAITING_DECISION, limit=MAX_LIST_LIMIT),
+            timeout=CALL_TIMEOUT_S,
+        ).intents
+    }
+    before = len(fuzzer.readers.failures)
+    fuzzer.readers.deny_by_mcp(sorted(pending & model.hostile_intents))
+    fuzzer.failures += fuzzer.readers.failures[before:]
     decided_by_hand = decide_the_rest(fuzzer)
     done = wait_until_all_done(fuzzer)
     fuzzer.after_batch("the last decisions")
