@@ -394,8 +394,17 @@ class SqlStore(TelemetryTables, abc.ABC):
     def _submit(
         self, tx: sql.Tx, intents: Sequence[NewIntent], now_ms: int, redeliver: Sequence[bool]
     ) -> tuple[list[SubmitResult], int]:
-        """Record ``intents``; returns the answers and the log head after what it appended."""
-        refused = self._refused_originals(tx, intents, now_ms)
+        """Record ``intents``; returns the answers and the log head after what it appended.
+
+        With row locks (PostgreSQL), an intent and its withdrawal submitted at once through two
+        connections must see each other: both lock their key row before looking for the other.
+        A batch holding approvals or withdrawals locks its keys first; a batch of TOOL intents
+        only (the bulk of the traffic) locks them as it counts their work, and looks again.
+        """
+        lock_first = bool(self._dialect.for_update) and any(
+            new.intent.kind != ToolIntent.TOOL for new in intents
+        )
+        refused = self._refused_originals(tx, intents, now_ms, lock_all=lock_first)
         if refused:
             intents = [
                 dataclasses.replace(new, rejection=refused[new.intent.intent_id])
@@ -478,7 +487,13 @@ class SqlStore(TelemetryTables, abc.ABC):
         inserted = _insert_intents(tx, rows)
         known.update(_known_intents(tx, [i for i in candidates if i not in inserted]))
         known.update((intent_id, candidates[intent_id]) for intent_id in inserted)
-        self._withdraw_recorded(tx, inserted, known, withdrawals, now_ms)
+        targets = [
+            (target, known[target].entity_key, known[target].seq, withdrawal)
+            for target, withdrawal in withdrawals.items()
+            if withdrawal.intent_id in inserted and target in known and target not in inserted
+        ]
+        for target, result in self._withdraw(tx, targets, now_ms).items():
+            known[target] = dataclasses.replace(known[target], state=sql.WITHDRAWN, result=result)
         answers: list[SubmitResult | None] = [None] * len(intents)
         conflicts: list[int] = []
         envelopes: dict[int, bytes] = {}  # appended in request order
@@ -513,20 +528,36 @@ class SqlStore(TelemetryTables, abc.ABC):
             _explain_conflicts(tx, intents, first_of, inserted, conflicts, answers)
             envelopes.update(_publish_conflicts(intents, conflicts, answers, now_ms))
         _add_pending(tx, new_work, now_ms)
+        if self._dialect.for_update and not lock_first and new_work:
+            # The key rows are locked now: a withdrawal committed meanwhile is visible.
+            fresh = [i for i in inserted if known[i].state == sql.PENDING]
+            late = _known_intents(tx, (), withdrawn=fresh)
+            found = {
+                k.withdrawal.withdraws_intent_id: k.withdrawal
+                for k in late.values()
+                if k.withdrawal
+            }
+            targets = [
+                (i, known[i].entity_key, known[i].seq, found[i]) for i in fresh if i in found
+            ]
+            for target, result in self._withdraw(tx, targets, now_ms).items():
+                index = first_of[target]
+                answer = answers[index]
+                assert answer is not None
+                answers[index] = dataclasses.replace(answer, state=sql.WITHDRAWN, result=result)
         offsets = sql.append(tx, [envelopes[index] for index in sorted(envelopes)], now_ms)
         return [answer for answer in answers if answer is not None], sql.head_after(offsets)
 
     def _refused_originals(
-        self, tx: sql.Tx, intents: Sequence[NewIntent], now_ms: int
+        self, tx: sql.Tx, intents: Sequence[NewIntent], now_ms: int, *, lock_all: bool
     ) -> dict[str, str]:
         """Intents of a Submit compensated before they arrived, each with why it is refused.
 
-        Locks their key rows first, as a settling compensation does; with row locks (PostgreSQL),
-        the key rows of the whole batch, so that an intent and its withdrawal submitted at once
-        through two connections see each other.
+        Locks their key rows first, as a settling compensation does (``lock_all``: the key rows
+        of the whole batch).
         """
         linked = [new for new in intents if new.intent.compensate_tool and new.rejection is None]
-        locked = intents if self._dialect.for_update else linked
+        locked = intents if lock_all else linked
         keys = sorted({new.intent.entity_key for new in locked})
         for keys_chunk in sql.chunks(keys):
             tx.execute(
@@ -547,30 +578,34 @@ class SqlStore(TelemetryTables, abc.ABC):
                 refused[original] = late_original_reason(compensation)
         return refused
 
-    def _withdraw_recorded(
+    def _withdraw(
         self,
         tx: sql.Tx,
-        inserted: set[str],
-        known: dict[str, _Known],
-        withdrawals: dict[str, ToolIntent],
+        targets: Sequence[tuple[str, bytes, int, ToolIntent]],
         now_ms: int,
-    ) -> None:
-        """Withdraw the recorded targets of the withdrawals just inserted, if still withdrawable.
+    ) -> dict[str, ToolResult]:
+        """Withdraw recorded intents ``(id, key, seq, withdrawal)`` that have not started.
 
-        A target withdraws if it is AWAITING_DECISION, or PENDING and never started; one RUNNING,
-        IN_DOUBT or DONE is left as it is. Updates ``known`` with what changed.
+        An intent AWAITING_DECISION, or PENDING and never started, of the withdrawal's key is
+        WITHDRAWN (leaving its key's queue); one RUNNING, IN_DOUBT or DONE is left as it is.
+        Returns the WITHDRAWN results recorded, by intent id.
         """
-        rows = []
-        for target, withdrawal in withdrawals.items():
-            recorded = known.get(target)
-            if withdrawal.intent_id not in inserted or target in inserted or recorded is None:
-                continue
-            stub = ToolIntent(intent_id=target, entity_key=recorded.entity_key, seq=recorded.seq)
-            result = withdrawn_result(stub, withdrawal, now_ms=now_ms)
-            rows.append((target, withdrawal.entity_key, result.SerializeToString()))
+        results = {
+            target: withdrawn_result(
+                ToolIntent(intent_id=target, entity_key=entity_key, seq=seq),
+                withdrawal,
+                now_ms=now_ms,
+            )
+            for target, entity_key, seq, withdrawal in targets
+        }
+        rows = sorted(
+            (target, withdrawal.entity_key, results[target].SerializeToString())
+            for target, _, _, withdrawal in targets
+        )
+        recorded: dict[str, ToolResult] = {}
         withdrawn: Counter[bytes] = Counter()
-        for chunk in sql.chunks(sorted(rows)):
-            for intent_id, kind, entity_key, result in tx.execute(
+        for chunk in sql.chunks(rows):
+            for intent_id, kind, entity_key in tx.execute(
                 f"""WITH withdrawn (intent_id, entity_key, result) AS
                       (VALUES {sql.row_marks(len(chunk), 3)})
                     UPDATE effector_intents SET state = ?, result = withdrawn.result,
@@ -581,12 +616,10 @@ class SqlStore(TelemetryTables, abc.ABC):
                       AND (effector_intents.state = ? OR (effector_intents.state = ?
                            AND effector_intents.attempts = 0))
                     RETURNING effector_intents.intent_id, effector_intents.kind,
-                      effector_intents.entity_key, effector_intents.result""",
+                      effector_intents.entity_key""",
                 [*sql.flatten(chunk), sql.WITHDRAWN, now_ms, sql.AWAITING, sql.PENDING],
             ).fetchall():
-                known[intent_id] = dataclasses.replace(
-                    known[intent_id], state=sql.WITHDRAWN, result=sql.parse_result(result)
-                )
+                recorded[intent_id] = results[intent_id]
                 if kind == ToolIntent.TOOL:
                     withdrawn[bytes(entity_key)] += 1
         for gone in sql.chunks(sorted(withdrawn.items())):
@@ -596,6 +629,7 @@ class SqlStore(TelemetryTables, abc.ABC):
                     FROM gone WHERE effector_keys.entity_key = gone.entity_key""",
                 sql.flatten(gone),
             )
+        return recorded
 
     # -- execution: claims, results, leases ---------------------------------------------------
 

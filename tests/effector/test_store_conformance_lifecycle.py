@@ -505,16 +505,17 @@ async def test_refused_withdrawals_with_any_target_text_are_recorded(store: SqlS
     assert [e.tool_result.intent_id for e in await log_of(store)] == [stray.intent_id]
 
 
+@pytest.mark.parametrize("kind", [ToolIntent.TOOL, ToolIntent.APPROVAL])
 @pytest.mark.asyncio
 async def test_an_intent_and_its_withdrawal_submitted_at_once_through_two_connections(
-    store: SqlStore, store_url: str
+    store: SqlStore, store_url: str, kind: ToolIntent.Kind
 ) -> None:
     # PostgreSQL: a second store is a second connection (replicas); SQLite allows one process.
     other = await open_store(store_url) if store_url.startswith("postgres") else store
     try:
         for round_ in range(25):
             targets = [
-                make_intent("add", key=f"r{round_}-{n}".encode(), created_at_ms=T0)
+                make_intent("add", key=f"r{round_}-{n}".encode(), kind=kind, created_at_ms=T0)
                 for n in range(4)
             ]
             await asyncio.gather(
