@@ -119,6 +119,8 @@ def record_expectation(record: pb.ActivationRecord) -> Expectation:
 # -- the readers ---------------------------------------------------------------------------
 
 _HREF = re.compile(r'href="([^"#]+)"')
+RAW_MARKS = re.compile("[\u202a-\u202e\u2066-\u2069\u200e\u200f\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+"""Bidi and control characters a page or the CLI must show as visible marks, never raw."""
 FIXED_PAGES = (
     "/",
     "/?window=1440",
@@ -219,8 +221,11 @@ class Readers:
         if answer.status_code >= 500 or answer.status_code in (401, 403):
             snippet = re.sub(r"\s+", " ", answer.text)[:200]
             self._broken(batch, path, f"-> {answer.status_code} {snippet}")
-        elif elapsed > 20:
+        elif elapsed > 30:
             self._broken(batch, path, f"took {elapsed:.0f}s")
+        elif (raw := RAW_MARKS.search(answer.text)) is not None:
+            around = answer.text[max(0, raw.start() - 60) : raw.end() + 20]
+            self._broken(batch, path, f"shows a raw {raw.group()!r} in {around!r}")
         if answer.status_code != 200 or "html" not in answer.headers.get("content-type", ""):
             return []
         return [

@@ -84,6 +84,7 @@ from tests.semantics.boundary_gate import (
     MESSAGE_CAP_BYTES,
     MUST,
     OUT_OF_RANGE_TIMES,
+    RAW_MARKS,
     REPO,
     SPOOF,
     VALID,
@@ -1479,8 +1480,6 @@ def fuzz_structured(fuzzer: Fuzzer, name: str) -> None:
 
 CLI_SHOWS = 12
 """How many hostile intents ``show`` prints (each is one CLI process)."""
-RAW_MARKS = re.compile("[\u202a-\u202e\u2066-\u2069\u200e\u200f\x00-\x08\x0b-\x1f\x7f]")
-"""Bidi and control characters the CLI must print as visible marks, never raw."""
 
 
 def check_the_cli(fuzzer: Fuzzer) -> int:
