@@ -646,13 +646,14 @@ def intent_report(response: GetIntentResponse) -> list[tuple[str, str]]:
     lines += [
         ("attempts", str(response.attempts)),
         *_in_doubt_lines(response),
-        ("created_at", f"{timestamp(intent.created_at_ms)} [{EVENT_TIME}]"),
+        ("received_at", f"{timestamp(response.received_at_ms)} [{WALL_CLOCK}]"),
         (
-            "expires_at",
-            f"{timestamp(intent.expires_at_ms)} [{EVENT_TIME}]"
-            if intent.expires_at_ms
+            "deadline",
+            f"{timestamp(response.deadline_ms)} [{WALL_CLOCK}]"
+            if response.deadline_ms
             else "never",
         ),
+        ("staged_at", f"{timestamp(intent.created_at_ms)} [{EVENT_TIME}]"),
     ]
     if response.HasField("result"):
         result = response.result

@@ -260,14 +260,17 @@ def not_needed(intent: ToolIntent, reason: str) -> None:
     _log.info("NOT_NEEDED %s: %s", describe(intent), reason)
 
 
-def decision(intent_id: str, approved: bool, approver: str, applied: bool, reason: str) -> None:
+def decision(
+    intent_id: str, approved: bool, approver: str, applied: bool, reason: str, origin: str = ""
+) -> None:
     """A decision was attempted (by gRPC, the console, MCP or the CLI): applied, or why not."""
     outcome = "applied" if applied else "not applied"
     _log.info(
-        "DECISION %s intent %s by %s: %s%s",
+        "DECISION %s intent %s by %s%s: %s%s",
         "approve" if approved else "deny",
         _cut(intent_id),
         _cut(repr(approver)),
+        f" via {_cut(origin)}" if origin else "",
         outcome,
         f" ({reason})" if reason else "",
     )

@@ -51,6 +51,7 @@ from effector.store.intents import (
     NewIntent,
     Recorded,
     SubmitOutcome,
+    expiry_deadline_ms,
     intent_id_problem,
 )
 from effector.store.sql import SqlStore
@@ -741,9 +742,12 @@ class EffectorService(pb.EffectorServicer):
                     self.metrics.redelivered.inc()
             elif answer.outcome is SubmitOutcome.CONFLICT:
                 ack.outcome = pb.SubmitAck.REJECTED
+                if answer.refusal is not None:  # what the waiting run receives, published
+                    ack.result.CopyFrom(answer.refusal)
                 ack.reason = (
                     f"conflict: intent {new.intent.intent_id} is already recorded with different "
-                    f"content ({audit.CONFLICT_HINT}); the first submission is kept"
+                    f"content ({audit.CONFLICT_HINT}); the first submission is kept, and a "
+                    "REJECTED result was published to the run that submitted this one"
                 )
                 self.metrics.rejected.labels("conflict").inc()
                 audit.conflict(new.intent, answer.recorded)
@@ -802,6 +806,8 @@ class EffectorService(pb.EffectorServicer):
             attempts=record.attempts,
             in_doubt_reason=record.in_doubt_reason if in_doubt else "",
             retry_at_ms=(record.retry_at_ms or 0) if in_doubt else 0,
+            received_at_ms=record.received_at_ms,
+            deadline_ms=expiry_deadline_ms(record.intent, record.received_at_ms),
         )
         await add_approval_details(self.store, record, response)
         return response
@@ -819,6 +825,7 @@ class EffectorService(pb.EffectorServicer):
             args_digest=request.args_digest,
             edited_args_json=request.edited_args_json,
             identity=caller(self.tokens, context.invocation_metadata()),
+            origin=f"gRPC from {context.peer()}",
         )
         return _response(pb.DecideResponse, decision)
 
@@ -832,11 +839,13 @@ class EffectorService(pb.EffectorServicer):
         args_digest: str = "",
         edited_args_json: str = "",
         identity: Approver | None = None,
+        origin: str = "",
     ) -> Decision:
         """Screen a decision and record it: the one path of ``Decide``, the console, MCP and CLI.
 
         A named ``identity`` (the caller's token) is the approver recorded. Raises ``ValueError``
-        (with a message safe to show) for an invalid request. Every attempt logs one line.
+        (with a message safe to show) for an invalid request. Every attempt logs one line, with
+        ``origin`` (the path and client it came from).
         """
         approver = recorded_approver(identity, approver)
         try:
@@ -850,12 +859,14 @@ class EffectorService(pb.EffectorServicer):
                 identity=identity,
             )
         except _RequestError as exc:
-            audit.decision(intent_id, approved, approver, False, f"invalid request: {exc.message}")
+            problem = f"invalid request: {exc.message}"
+            audit.decision(intent_id, approved, approver, False, problem, origin)
             raise
         except BaseException as exc:
-            audit.decision(intent_id, approved, approver, False, f"failed: {type(exc).__name__}")
+            failure = f"failed: {type(exc).__name__}"
+            audit.decision(intent_id, approved, approver, False, failure, origin)
             raise
-        audit.decision(intent_id, approved, approver, decision.applied, decision.reason)
+        audit.decision(intent_id, approved, approver, decision.applied, decision.reason, origin)
         return decision
 
     async def _decide(

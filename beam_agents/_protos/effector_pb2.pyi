@@ -99,7 +99,7 @@ class GetIntentRequest(_message.Message):
     def __init__(self, intent_id: _Optional[str] = ...) -> None: ...
 
 class GetIntentResponse(_message.Message):
-    __slots__ = ("found", "state", "intent", "result", "attempts", "in_doubt_reason", "retry_at_ms", "votes", "args_digest")
+    __slots__ = ("found", "state", "intent", "result", "attempts", "in_doubt_reason", "retry_at_ms", "votes", "args_digest", "received_at_ms", "deadline_ms")
     FOUND_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     INTENT_FIELD_NUMBER: _ClassVar[int]
@@ -109,6 +109,8 @@ class GetIntentResponse(_message.Message):
     RETRY_AT_MS_FIELD_NUMBER: _ClassVar[int]
     VOTES_FIELD_NUMBER: _ClassVar[int]
     ARGS_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    RECEIVED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
     found: bool
     state: IntentState
     intent: _messages_pb2.ToolIntent
@@ -118,7 +120,9 @@ class GetIntentResponse(_message.Message):
     retry_at_ms: int
     votes: _containers.RepeatedCompositeFieldContainer[_messages_pb2.Approval]
     args_digest: str
-    def __init__(self, found: _Optional[bool] = ..., state: _Optional[_Union[IntentState, str]] = ..., intent: _Optional[_Union[_messages_pb2.ToolIntent, _Mapping]] = ..., result: _Optional[_Union[_messages_pb2.ToolResult, _Mapping]] = ..., attempts: _Optional[int] = ..., in_doubt_reason: _Optional[str] = ..., retry_at_ms: _Optional[int] = ..., votes: _Optional[_Iterable[_Union[_messages_pb2.Approval, _Mapping]]] = ..., args_digest: _Optional[str] = ...) -> None: ...
+    received_at_ms: int
+    deadline_ms: int
+    def __init__(self, found: _Optional[bool] = ..., state: _Optional[_Union[IntentState, str]] = ..., intent: _Optional[_Union[_messages_pb2.ToolIntent, _Mapping]] = ..., result: _Optional[_Union[_messages_pb2.ToolResult, _Mapping]] = ..., attempts: _Optional[int] = ..., in_doubt_reason: _Optional[str] = ..., retry_at_ms: _Optional[int] = ..., votes: _Optional[_Iterable[_Union[_messages_pb2.Approval, _Mapping]]] = ..., args_digest: _Optional[str] = ..., received_at_ms: _Optional[int] = ..., deadline_ms: _Optional[int] = ...) -> None: ...
 
 class DecideRequest(_message.Message):
     __slots__ = ("intent_id", "approved", "approver", "reason", "args_digest", "edited_args_json")
@@ -167,7 +171,7 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("pending", "running", "awaiting_decision", "done", "head_offset", "in_flight", "in_doubt")
+    __slots__ = ("pending", "running", "awaiting_decision", "done", "head_offset", "in_flight", "in_doubt", "withdrawn")
     PENDING_FIELD_NUMBER: _ClassVar[int]
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     AWAITING_DECISION_FIELD_NUMBER: _ClassVar[int]
@@ -175,6 +179,7 @@ class StatusResponse(_message.Message):
     HEAD_OFFSET_FIELD_NUMBER: _ClassVar[int]
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
     IN_DOUBT_FIELD_NUMBER: _ClassVar[int]
+    WITHDRAWN_FIELD_NUMBER: _ClassVar[int]
     pending: int
     running: int
     awaiting_decision: int
@@ -182,7 +187,8 @@ class StatusResponse(_message.Message):
     head_offset: int
     in_flight: int
     in_doubt: int
-    def __init__(self, pending: _Optional[int] = ..., running: _Optional[int] = ..., awaiting_decision: _Optional[int] = ..., done: _Optional[int] = ..., head_offset: _Optional[int] = ..., in_flight: _Optional[int] = ..., in_doubt: _Optional[int] = ...) -> None: ...
+    withdrawn: int
+    def __init__(self, pending: _Optional[int] = ..., running: _Optional[int] = ..., awaiting_decision: _Optional[int] = ..., done: _Optional[int] = ..., head_offset: _Optional[int] = ..., in_flight: _Optional[int] = ..., in_doubt: _Optional[int] = ..., withdrawn: _Optional[int] = ...) -> None: ...
 
 class ListIntentsRequest(_message.Message):
     __slots__ = ("state", "limit", "failed_only")

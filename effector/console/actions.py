@@ -82,6 +82,7 @@ async def send_decision(request: Request) -> Response:
             args_digest=str(form.get("args_digest", "")),
             edited_args_json=str(form.get("edited_args", "")).strip(),
             identity=identity,
+            origin=f"console from {request.client.host if request.client else 'unknown'}",
         )
     except ValueError as refused:
         raise HTTPException(400, str(refused)) from None

@@ -310,6 +310,7 @@ class OperatorTools:
                 args_digest=digest,
                 edited_args_json="" if edited is None else canonical_json(edited),
                 identity=CALLER.get(),
+                origin="the operator MCP endpoint",
             )
         except ValueError as refused:
             raise ToolRefusal(str(refused)) from None

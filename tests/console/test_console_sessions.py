@@ -100,7 +100,9 @@ def test_decisions_log_once_and_redrives_with_address_and_name(
         assert client.post(path, data=redrive).status_code == 409
     lines = [r.getMessage() for r in caplog.records if r.name == "effector.console.actions"]
     decided = [line for line in caplog.messages if ids["approval"] in line and "lee" in line]
-    assert decided == [f"DECISION deny intent {ids['approval']} by 'lee': applied"]
+    assert decided == [
+        f"DECISION deny intent {ids['approval']} by 'lee' via console from 127.0.0.1: applied"
+    ]
     assert any(
         line.startswith(f"console: error {ids['error']} re-driven by 'dana' from 127.0.0.1")
         for line in lines

@@ -330,12 +330,17 @@ def test_show_failed_and_unknown_ids_against_a_server_on_a_plain_store_path(
         assert (fields["kind"], fields["state"], fields["tool"]) == ("TOOL", "DONE", "add")
         assert (fields["entity_key"], fields["args"], fields["attempts"]) == ("k-1", '{"a":1}', "1")
         assert (fields["result"], fields["payload"], fields["error"]) == ("OK", "2", "-")
-        assert fields["created_at"].endswith(f"Z ({added.created_at_ms}) [pipeline event time]")
-        assert fields["expires_at"].endswith(f"Z ({added.expires_at_ms}) [pipeline event time]")
+        assert fields["staged_at"].endswith(f"Z ({added.created_at_ms}) [pipeline event time]")
+        received_ms = int(fields["received_at"].rsplit("(", 1)[1].split(")")[0])
+        assert fields["received_at"].endswith(f"Z ({received_ms}) [effector wall clock]")
+        window_ms = added.expires_at_ms - added.created_at_ms
+        deadline_ms = max(added.created_at_ms, received_ms) + window_ms
+        assert fields["deadline"].endswith(f"Z ({deadline_ms}) [effector wall clock]")
         assert fields["completed_at"].endswith(") [effector wall clock]")
         errored = run_cli("show", failing.intent_id, *target).stdout
         assert "error:        RuntimeError: boom again" in errored.splitlines()
-        assert "expires_at:   never" in errored.splitlines()
+        errored_fields = dict(line.split(":", 1) for line in errored.splitlines())
+        assert errored_fields["deadline"].strip() == "never"
         for command in ("show", "approve", "deny"):
             missing = run_cli(command, nobody, *target)
             assert missing.returncode == 1, command
@@ -402,8 +407,8 @@ def test_show_pending_and_failed_print_hostile_rows_on_one_line_without_escapes(
     assert len(failed) == 2
     assert failed[0].startswith(f"{refused.intent_id} k-2 pay⟨U+202E⟩ REJECTED bad⟨U+001B⟩[31m red")
     shown = dict(line.split(":", 1) for line in outputs["show"].stdout.splitlines())
-    assert shown["created_at"].strip() == f"out of range ({-(2**63)} ms) [pipeline event time]"
-    assert shown["expires_at"].strip() == f"out of range ({2**62} ms) [pipeline event time]"
+    assert shown["staged_at"].strip() == f"out of range ({-(2**63)} ms) [pipeline event time]"
+    assert shown["deadline"].strip() == f"out of range ({2**63 - 1} ms) [effector wall clock]"
     assert "⟨U+202E⟩" in shown["args"]
     assert gone.intent_id not in outputs["pending"].stdout
     assert "kind:         UNKNOWN (99)" in outputs["show unknown kind"].stdout.splitlines()

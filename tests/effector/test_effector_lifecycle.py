@@ -116,7 +116,8 @@ async def test_deciding_a_withdrawn_approval_is_refused_and_says_why(tmp_path: P
         assert not decision.applied
         assert decision.state == IntentState.WITHDRAWN
         assert "withdrawn" in decision.reason and REASON in decision.reason
-        assert (await client.status()).awaiting_decision == 0
+        status = await client.status()
+        assert (status.awaiting_decision, status.withdrawn, status.in_flight) == (0, 1, 0)
         assert (await client.read(1, wait_ms=0)).records == []
 
 
@@ -162,5 +163,7 @@ async def test_a_conflicting_submission_resumes_its_run_with_a_rejection(tmp_pat
         )
         assert "conflict" in refusals[0].error_message
         assert "args_json" in refusals[0].error_message
+        assert ack.result == refusals[0]  # the ack says what the waiting run receives
+        assert "REJECTED result was published" in ack.reason
         shown = await client.get_intent(first.intent_id)
         assert shown.intent == first and shown.result.status == ToolResult.OK

@@ -91,4 +91,9 @@ async def test_an_mcp_decision_logs_one_line(
         async with mcp_client(running.server.mcp_url, None) as client:
             await call(client, "approve", intent_id=asked.intent_id, reason="fine")
     lines = [line for line in caplog.messages if asked.intent_id in line]
-    assert lines == [f"DECISION approve intent {asked.intent_id} by 'mcp-operator': applied"]
+    assert lines == [
+        (
+            f"DECISION approve intent {asked.intent_id} by 'mcp-operator' "
+            "via the operator MCP endpoint: applied"
+        )
+    ]
