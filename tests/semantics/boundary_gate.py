@@ -7,7 +7,8 @@
   (:data:`MUST`), a value in range is taken (:data:`VALID`), and for values the contract does not
   pin either way (:data:`EITHER`) only the readers that follow are held to account.
 - :class:`Readers`: after every batch, every console page (logged in with the token) and the
-  operator MCP endpoint's read tools; none may answer 500 or a tool error.
+  operator MCP endpoint's read tools; none may answer 500 or a tool error, and no page may show
+  a bidi or control character raw. It also re-drives stored errors and denies approvals.
 - :func:`delivered_by_pipeline`: every envelope of the log, read by ``ReadEnvelopes`` on Beam's
   FnApiRunner until the log is idle.
 """
@@ -76,6 +77,7 @@ def deep_object(depth: int) -> str:
 
 
 def time_in_range(value_ms: int) -> bool:
+    """Whether a message may carry ``value_ms`` (years 1-9999)."""
     return time_problem("t", value_ms) is None
 
 
@@ -109,10 +111,12 @@ def trace_expectation(event: pb.TraceEvent) -> Expectation:
 
 
 def error_expectation(error: pb.AgentError) -> Expectation:
+    """What ``RecordErrors`` owes one dead letter, from its event time alone."""
     return MUST if not time_in_range(error.event_time_ms) else EITHER
 
 
 def record_expectation(record: pb.ActivationRecord) -> Expectation:
+    """What ``RecordActivations`` owes one record, from its envelope's event time alone."""
     return MUST if not time_in_range(record.envelope.event_time_ms) else EITHER
 
 
@@ -218,7 +222,9 @@ class Readers:
             self._broken(batch, path, f"failed: {error!r}")
             return []
         elapsed = time.monotonic() - started
-        if answer.status_code >= 500 or answer.status_code in (401, 403):
+        if answer.headers.get("location", "").startswith("/login"):
+            self._broken(batch, path, "sent to the login: the session was lost, nothing rendered")
+        elif answer.status_code >= 500 or answer.status_code in (401, 403):
             snippet = re.sub(r"\s+", " ", answer.text)[:200]
             self._broken(batch, path, f"-> {answer.status_code} {snippet}")
         elif elapsed > 30:
