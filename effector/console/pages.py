@@ -18,8 +18,6 @@ from effector.console.runs import (
     closing_events,
     memory_slots,
     page_of_run,
-    run_head,
-    run_heads,
     run_spans,
     spans_per_run,
 )
@@ -114,7 +112,7 @@ async def key_page(request: Request) -> Response:
     key = entity_key(request)
     wanted = number(request, "runs", DEFAULT_RUNS, range(1, MAX_RUNS + 1))
     store = service_of(request).store
-    heads = await run_heads(store, key, wanted)
+    heads = await store.trace_runs(key, wanted)
     open_intents = [
         record
         for state in OPEN_STATES
@@ -150,7 +148,7 @@ async def run_page(request: Request) -> Response:
     key = entity_key(request)
     trace_id: str = request.path_params["trace_id"]
     store = service_of(request).store
-    head = await run_head(store, key, trace_id)
+    head = await store.trace_run(key, trace_id)
     if head is None:
         raise HTTPException(404, "no such run of this key (unknown, or pruned)")
     pages = max(-(-head.spans // SPANS_PER_PAGE), 1)

@@ -8,18 +8,15 @@ further spans are on pages of their own, read from the store a page at a time.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
 
-import effector.store.schema as sql
 from beam_agents._protos import TraceEvent
 from effector.console.views import duration, when
 from effector.readable import cut, enum_name, parsed_json
 from effector.store.intents import ErrorRecord
 from effector.store.sql import SqlStore
-
-_T = TypeVar("_T")
+from effector.store.telemetry import RunHead
 
 _MIN_WIDTH = 0.5
 """The narrowest bar, in per cent of the run, so that an instant still shows."""
@@ -111,17 +108,6 @@ class Run:
         return self.page + 1 if self.shown >= SPANS_PER_PAGE else self.page
 
 
-@dataclass(frozen=True, slots=True)
-class RunHead:
-    """A run as the store lists it: its seq, trace and how many spans it has."""
-
-    seq: int
-    trace_id: str
-    spans: int
-    last_event: int = TraceEvent.EVENT_TYPE_UNSPECIFIED
-    """The type of its newest event, which says how the run stands."""
-
-
 def group_runs(events: Iterable[TraceEvent]) -> list[list[TraceEvent]]:
     """Events grouped by run (seq and trace), newest run first, each in sequence order."""
     by_run: dict[tuple[int, str], list[TraceEvent]] = {}
@@ -187,59 +173,6 @@ def _empty_run(head: RunHead) -> Run:
     return Run(head.seq, head.trace_id, "running", "-", "-", "order", [])
 
 
-async def run_heads(store: SqlStore, entity_key: bytes, max_runs: int) -> list[RunHead]:
-    """The key's newest ``max_runs`` seqs, each trace of them a run, newest first."""
-
-    def heads(tx: sql.Tx) -> list[RunHead]:
-        seqs = tx.execute(
-            """SELECT DISTINCT seq FROM effector_traces WHERE entity_key = ?
-               ORDER BY seq DESC LIMIT ?""",
-            (entity_key, max_runs),
-        ).fetchall()
-        if not seqs:
-            return []
-        rows = tx.execute(
-            """SELECT seq, trace_id, COUNT(*) FROM effector_traces
-               WHERE entity_key = ? AND seq >= ? GROUP BY seq, trace_id
-               ORDER BY seq DESC, trace_id""",
-            (entity_key, seqs[-1][0]),
-        ).fetchall()
-        return [
-            RunHead(int(seq), str(trace), int(count), _last_event(tx, entity_key, int(seq), trace))
-            for seq, trace, count in rows
-        ]
-
-    return await _read(store, heads)
-
-
-async def run_head(store: SqlStore, entity_key: bytes, trace_id: str) -> RunHead | None:
-    """The run of the key with this trace id, or ``None`` if the store holds none."""
-
-    def head(tx: sql.Tx) -> RunHead | None:
-        row = tx.execute(
-            """SELECT seq, COUNT(*) FROM effector_traces WHERE trace_id = ? AND entity_key = ?
-               GROUP BY seq ORDER BY seq DESC LIMIT 1""",
-            (trace_id, entity_key),
-        ).fetchone()
-        if row is None:
-            return None
-        seq = int(row[0])
-        return RunHead(seq, trace_id, int(row[1]), _last_event(tx, entity_key, seq, trace_id))
-
-    return await _read(store, head)
-
-
-def _last_event(tx: sql.Tx, entity_key: bytes, seq: int, trace_id: str) -> int:
-    """The type of a run's newest event (by its position in the run)."""
-    row = tx.execute(
-        """SELECT event_type FROM effector_traces
-           WHERE entity_key = ? AND seq = ? AND trace_id = ?
-           ORDER BY sequence DESC, span_id DESC LIMIT 1""",
-        (entity_key, seq, trace_id),
-    ).fetchone()
-    return TraceEvent.EVENT_TYPE_UNSPECIFIED if row is None else int(row[0])
-
-
 def spans_per_run(runs: int) -> int:
     """How many spans each of ``runs`` runs draws on a key's page (its share of the budget)."""
     return min(SPANS_PER_PAGE, max(_FEWEST_SPANS, KEY_PAGE_SPANS // max(runs, 1)))
@@ -249,37 +182,12 @@ async def run_spans(
     store: SqlStore, entity_key: bytes, head: RunHead, page: int, limit: int = SPANS_PER_PAGE
 ) -> list[TraceEvent]:
     """Page ``page`` of a run's spans in sequence order, its first ``limit`` at most."""
-
-    def spans(tx: sql.Tx) -> list[TraceEvent]:
-        rows = tx.execute(
-            """SELECT event FROM effector_traces
-               WHERE entity_key = ? AND seq = ? AND trace_id = ?
-               ORDER BY sequence, span_id LIMIT ? OFFSET ?""",
-            (entity_key, head.seq, head.trace_id, limit, (page - 1) * SPANS_PER_PAGE),
-        ).fetchall()
-        return [TraceEvent.FromString(bytes(blob)) for (blob,) in rows]
-
-    return await _read(store, spans)
+    return await store.run_spans(entity_key, head, (page - 1) * SPANS_PER_PAGE, limit)
 
 
 async def closing_events(store: SqlStore, entity_key: bytes) -> list[TraceEvent]:
     """The key's newest closing events (where the memory's slots are reported)."""
-
-    def closing(tx: sql.Tx) -> list[TraceEvent]:
-        rows = tx.execute(
-            """SELECT event FROM effector_traces WHERE entity_key = ? AND event_type IN (?, ?, ?)
-               ORDER BY seq DESC, sequence DESC LIMIT ?""",
-            (entity_key, *_CLOSING, _MEMORY_SCAN),
-        ).fetchall()
-        return [TraceEvent.FromString(bytes(blob)) for (blob,) in rows]
-
-    return await _read(store, closing)
-
-
-async def _read(store: SqlStore, work: Callable[[sql.Tx], _T]) -> _T:
-    """Run one read-only transaction on the store (its telemetry tables, read a page at a time)."""
-    # The store has no verb that reads a run a page at a time; until it has, read it here.
-    return await store._run(work, write=False)
+    return await store.newest_events_of_types(entity_key, _CLOSING, _MEMORY_SCAN)
 
 
 def memory_slots(events: Sequence[TraceEvent]) -> list[tuple[str, int]] | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import effector.store.schema as sql
@@ -37,6 +38,17 @@ _KEY_SUMMARY = f"""SELECT a.entity_key, a.runs, a.last_seen_ms,
     FROM {{source}} AS a"""
 """A :class:`KeySummary` per activity row of ``source``; open intents probe two partial indexes."""
 _NEWEST_KEYS = "ORDER BY a.last_seen_ms DESC, a.entity_key DESC"
+
+
+@dataclass(frozen=True, slots=True)
+class RunHead:
+    """A run as the store lists it: its seq, trace and how many spans it has."""
+
+    seq: int
+    trace_id: str
+    spans: int
+    last_event: int = TraceEvent.EVENT_TYPE_UNSPECIFIED
+    """The type of its newest event, which says how the run stands."""
 
 
 MAX_EVENT_TOKENS = 2**32
@@ -142,6 +154,79 @@ class TelemetryTables:
         run = ("effector_traces", "event", "sequence, span_id")
         blobs = await self._newest_runs(*run, entity_key, max_runs, None)
         return [TraceEvent.FromString(blob) for blob in blobs]
+
+    async def trace_runs(self, entity_key: bytes, max_runs: int) -> list[RunHead]:
+        """The runs of the key's newest ``max_runs`` seqs (a run per trace), newest first."""
+
+        def heads(tx: sql.Tx) -> list[RunHead]:
+            seqs = tx.execute(
+                """SELECT DISTINCT seq FROM effector_traces WHERE entity_key = ?
+                   ORDER BY seq DESC LIMIT ?""",
+                (entity_key, max_runs),
+            ).fetchall()
+            if not seqs:
+                return []
+            rows = tx.execute(
+                """SELECT seq, trace_id, COUNT(*) FROM effector_traces
+                   WHERE entity_key = ? AND seq >= ? GROUP BY seq, trace_id
+                   ORDER BY seq DESC, trace_id""",
+                (entity_key, seqs[-1][0]),
+            ).fetchall()
+            return [
+                RunHead(int(seq), str(trace), int(count), _last_event(tx, entity_key, seq, trace))
+                for seq, trace, count in rows
+            ]
+
+        return [] if max_runs <= 0 else await self._run(heads, write=False)
+
+    async def trace_run(self, entity_key: bytes, trace_id: str) -> RunHead | None:
+        """The key's run with this trace id, or ``None`` if none is stored."""
+
+        def head(tx: sql.Tx) -> RunHead | None:
+            row = tx.execute(
+                """SELECT seq, COUNT(*) FROM effector_traces WHERE trace_id = ? AND entity_key = ?
+                   GROUP BY seq ORDER BY seq DESC LIMIT 1""",
+                (trace_id, entity_key),
+            ).fetchone()
+            if row is None:
+                return None
+            seq = int(row[0])
+            return RunHead(seq, trace_id, int(row[1]), _last_event(tx, entity_key, seq, trace_id))
+
+        return await self._run(head, write=False)
+
+    async def run_spans(
+        self, entity_key: bytes, head: RunHead, offset: int, limit: int
+    ) -> list[TraceEvent]:
+        """At most ``limit`` of a run's events in sequence order, from position ``offset``."""
+
+        def spans(tx: sql.Tx) -> list[TraceEvent]:
+            rows = tx.execute(
+                """SELECT event FROM effector_traces
+                   WHERE entity_key = ? AND seq = ? AND trace_id = ?
+                   ORDER BY sequence, span_id LIMIT ? OFFSET ?""",
+                (entity_key, head.seq, head.trace_id, limit, offset),
+            ).fetchall()
+            return [TraceEvent.FromString(bytes(blob)) for (blob,) in rows]
+
+        return await self._run(spans, write=False)
+
+    async def newest_events_of_types(
+        self, entity_key: bytes, event_types: Sequence[int], limit: int
+    ) -> list[TraceEvent]:
+        """The key's newest ``limit`` events of the given types, newest first."""
+        marks = ", ".join("?" * len(event_types))
+
+        def newest(tx: sql.Tx) -> list[TraceEvent]:
+            rows = tx.execute(
+                f"""SELECT event FROM effector_traces
+                    WHERE entity_key = ? AND event_type IN ({marks})
+                    ORDER BY seq DESC, sequence DESC LIMIT ?""",
+                (entity_key, *event_types, limit),
+            ).fetchall()
+            return [TraceEvent.FromString(bytes(blob)) for (blob,) in rows]
+
+        return await self._run(newest, write=False)
 
     async def _newest_runs(
         self, table: str, column: str, order: str, key: bytes, runs: int, before: int | None
@@ -284,6 +369,17 @@ class TelemetryTables:
 
 
 # -- transaction steps --------------------------------------------------------------------------
+
+
+def _last_event(tx: sql.Tx, entity_key: bytes, seq: int, trace_id: str) -> int:
+    """The type of a run's newest event (by its position in the run)."""
+    row = tx.execute(
+        """SELECT event_type FROM effector_traces
+           WHERE entity_key = ? AND seq = ? AND trace_id = ?
+           ORDER BY sequence DESC, span_id DESC LIMIT 1""",
+        (entity_key, seq, trace_id),
+    ).fetchone()
+    return TraceEvent.EVENT_TYPE_UNSPECIFIED if row is None else int(row[0])
 
 
 def _insert(

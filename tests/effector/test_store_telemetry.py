@@ -59,6 +59,33 @@ def llm_span(key: bytes, seq: int, at_ms: int, tokens_in: str, tokens_out: str) 
     )
 
 
+@pytest.mark.asyncio
+async def test_runs_are_listed_per_trace_and_read_a_page_at_a_time(store: SqlStore) -> None:
+    plain = [span(b"k", 4, n) for n in range(5)]
+    other = [span(b"k", 4, n) for n in range(3)]  # the same run in another namespace
+    for event in other:
+        event.trace_id = "f" * 32
+    other[-1].event_type = TraceEvent.ACTIVATION_END
+    older = [span(b"k", 1, 0, TraceEvent.SUSPENDED)]
+    await store.record_traces([*plain, *other, *older, span(b"other", 4, 0)], T0)
+    heads = await store.trace_runs(b"k", 10)
+    assert [(h.seq, h.trace_id, h.spans) for h in heads] == [
+        (4, plain[0].trace_id, 5),
+        (4, "f" * 32, 3),
+        (1, older[0].trace_id, 1),
+    ]
+    assert heads[1].last_event == TraceEvent.ACTIVATION_END
+    assert [(h.seq, h.spans) for h in await store.trace_runs(b"k", 1)] == [(4, 5), (4, 3)]
+    assert await store.trace_runs(b"k", 0) == [] and await store.trace_runs(b"none", 5) == []
+    assert await store.trace_run(b"k", "f" * 32) == heads[1]
+    assert await store.trace_run(b"other", "f" * 32) is None
+    assert await store.run_spans(b"k", heads[0], 1, 3) == plain[1:4]
+    assert await store.run_spans(b"k", heads[1], 2, 10) == other[2:]
+    closing = (TraceEvent.ACTIVATION_END, TraceEvent.SUSPENDED)
+    assert await store.newest_events_of_types(b"k", closing, 10) == [other[-1], *older]
+    assert await store.newest_events_of_types(b"k", closing, 1) == [other[-1]]
+
+
 def agent_error(key: bytes, detail: str, reason: str = "activation_error") -> AgentError:
     envelope = AgentEnvelope(entity_key=key, external_event=detail.encode())
     return AgentError(
