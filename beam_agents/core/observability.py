@@ -9,6 +9,7 @@ import hashlib
 import inspect
 import logging
 import os
+import sys
 import sysconfig
 import time
 import traceback
@@ -467,6 +468,19 @@ def traceback_tail(text: str, frames: int) -> str:
     starts = [i for i, line in enumerate(lines) if line.startswith('  File "')]
     first = starts[-frames] if len(starts) >= frames else (starts[0] if starts else 0)
     return "\n".join(lines[first:])
+
+
+# -- progress: one short line now and then, visible without any logging set up ----------------
+progress_log = logging.getLogger("beam_agents.progress")
+"""Where progress lines go: ``ReadEnvelopes``' reads, runs waiting out their deadlines."""
+
+
+def progress_line(text: str) -> None:
+    """Log ``text`` at INFO on :data:`progress_log`, or write it to stderr if INFO is not shown."""
+    if progress_log.isEnabledFor(logging.INFO):
+        progress_log.info("%s", text)
+    else:
+        print(text, file=sys.stderr, flush=True)
 
 
 # -- activation records: what AgentConfig(record=...) emits on .records -----------------------

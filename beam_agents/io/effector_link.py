@@ -9,7 +9,6 @@ import json
 import logging
 import os
 import random
-import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +44,7 @@ from beam_agents._protos import (
     ToolIntent,
     time_problem,
 )
+from beam_agents.core.observability import progress_line
 
 # -- reaching the effector: target, bearer token, TLS and limits ------------------------------
 _MAX_MESSAGE_BYTES = 16 * 1024 * 1024
@@ -965,14 +965,6 @@ class ReadEnvelopes(beam.PTransform[PBegin, PCollection[tuple[bytes, AgentEnvelo
             | "ReadLog" >> beam.ParDo(self._read_fn).with_output_types(tuple[bytes, AgentEnvelope])
         )
         return envelopes
-
-
-def progress_line(text: str) -> None:
-    """Log ``text`` at INFO, or write it to stderr when INFO lines would not be shown."""
-    if _log.isEnabledFor(logging.INFO):
-        _log.info("%s", text)
-    else:
-        print(text, file=sys.stderr, flush=True)
 
 
 def _encode_events(events: Iterable[AgentEnvelope]) -> list[bytes]:

@@ -42,7 +42,7 @@ from beam_agents.core.model_calls import (
     ModelGateway,
     answer_memo,
 )
-from beam_agents.core.observability import ErrorLog
+from beam_agents.core.observability import ErrorLog, progress_line
 from beam_agents.core.state import CONTINUATION, HEADER, MEMORY, KeyState
 from beam_agents.model.resilience import CircuitBreakers
 from beam_agents.tools import ToolConnection, ToolRunner
@@ -261,6 +261,8 @@ _BUFFER = BagStateSpec("buffer", BytesCoder())
 _DEADLINE = TimerSpec("deadline", TimeDomain.REAL_TIME)
 _IDLE = TimerSpec("idle", TimeDomain.WATERMARK)
 _EARLY_TIMER_PAUSE_S = 0.02
+WAITING_REPORT_INTERVAL_S = 15.0
+"""How often a DoFn whose runs wait out their deadlines on a local runner says so."""
 
 # DoFn parameter defaults, built once (Beam recognizes them by value). Typed Any because Beam
 # substitutes the runtime state object, timer, key or timestamp for each of them.
@@ -379,6 +381,8 @@ def _timer_callback(spec: TimerSpec, timer: str, name: str, doc: str) -> Any:
         if plan.errors:
             self._error_log.report(plan.errors)
         self._early_fires += plan.early
+        if timer == TRIGGER_DEADLINE:
+            self._note_waiting(key, plan)
         return _applied(
             plan, header, memory, continuation, buffer, deadline, idle, self._tick_clock
         )
@@ -408,6 +412,9 @@ class AgentDoFn(beam.DoFn):
         self._counters: _BeamModelCounters | None = None
         self._early_fires = 0
         self._idle_bundle = True
+        self._waiting: dict[bytes, int] = {}
+        """Keys whose deadline ticked before its time, with that deadline (ms)."""
+        self._waiting_said = time.monotonic()
         self._connections: list[ToolConnection] = []
         self._error_log = ErrorLog()  # every .errors record is logged, rate-limited
 
@@ -457,7 +464,28 @@ class AgentDoFn(beam.DoFn):
         if self._early_fires and self._idle_bundle:
             # A local runner fires a re-armed processing-time timer again when the bundle ends;
             # the pause keeps a key waiting out its deadline from spinning a core.
+            self._say_who_waits()
             time.sleep(_EARLY_TIMER_PAUSE_S)
+
+    def _note_waiting(self, key: bytes, plan: Plan) -> None:
+        """Remember a key whose deadline ticked early; forget one whose deadline was taken."""
+        if plan.early and plan.deadline_ms:
+            self._waiting[key] = plan.deadline_ms
+        else:
+            self._waiting.pop(key, None)
+
+    def _say_who_waits(self) -> None:
+        """Say, once per interval, how many runs wait out their deadlines and for how long."""
+        now = time.monotonic()
+        if not self._waiting or now - self._waiting_said < WAITING_REPORT_INTERVAL_S:
+            return
+        self._waiting_said = now
+        assert self._activator is not None
+        next_s = max(0.0, (min(self._waiting.values()) - self._activator.processing_ms()) / 1000)
+        progress_line(
+            f"RunAgent: {len(self._waiting)} suspended run(s) wait for a result or their "
+            f"deadline; the next deadline is in {next_s:.0f} s"
+        )
 
     def teardown(self) -> None:
         """Close the tool connections, the model client and the event loop."""
@@ -495,6 +523,8 @@ class AgentDoFn(beam.DoFn):
         assert self._activator is not None
         self._idle_bundle = False
         key, envelope = element
+        if self._waiting:
+            self._waiting.pop(key, None)  # an answer may end the wait; a tick says again
         state = KeyState(header, memory, continuation, buffer)
         plan = self._activator.activate(key, envelope, state)
         if plan.errors:

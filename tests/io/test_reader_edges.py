@@ -17,12 +17,14 @@ import pytest
 from effector_harness import BackgroundEffector, make_intent
 
 from beam_agents._protos import AgentEnvelope, ToolIntent, ToolResult
-from beam_agents.io import ReadEnvelopes, effector_link
+from beam_agents.core.observability import progress_line
+from beam_agents.io import ReadEnvelopes
 from effector.client import EffectorClient
 from effector.store import open_store
 from tests.io.io_harness import Collector, counter, run_pipeline
 
 LOGGER = "beam_agents.io.effector_link"
+PROGRESS = "beam_agents.progress"
 
 
 def envelope(key: bytes, at_ms: int, payload: bytes = b"e") -> AgentEnvelope:
@@ -38,8 +40,8 @@ async def _append_to_the_log(url: str, envelopes: list[AgentEnvelope]) -> None:
         await store.close()
 
 
-def lines(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == LOGGER and r.levelno == level]
+def lines(caplog: pytest.LogCaptureFixture, level: int, logger: str = LOGGER) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == logger and r.levelno == level]
 
 
 def test_envelopes_beam_cannot_timestamp_are_skipped_loudly_and_the_rest_delivered(
@@ -89,9 +91,9 @@ def test_the_reader_says_how_far_it_got(
         poll_wait_ms=50,
         progress_interval_s=0.2,
     )
-    with caplog.at_level(logging.INFO, logger=LOGGER):
+    with caplog.at_level(logging.INFO, logger=PROGRESS):
         run_pipeline(lambda pipeline: pipeline | transform | Collector.new().sink())
-    progress = [line for line in lines(caplog, logging.INFO) if line.startswith("ReadEnvelopes:")]
+    progress = [line for line in lines(caplog, logging.INFO, PROGRESS) if "envelope(s)" in line]
     assert progress, "no progress line"
     assert re.search(
         r"^ReadEnvelopes: 3 envelope\(s\) read, next offset 4; effector: 0 intent\(s\) in "
@@ -103,11 +105,11 @@ def test_the_reader_says_how_far_it_got(
 def test_progress_goes_to_stderr_when_info_lines_are_not_logged(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    logger = logging.getLogger(LOGGER)
+    logger = logging.getLogger(PROGRESS)
     previous = logger.level
     logger.setLevel(logging.WARNING)
     try:
-        effector_link.progress_line("ReadEnvelopes: 7 envelope(s) read")
+        progress_line("ReadEnvelopes: 7 envelope(s) read")
     finally:
         logger.setLevel(previous)
     assert capsys.readouterr().err == "ReadEnvelopes: 7 envelope(s) read\n"
@@ -131,9 +133,9 @@ def test_an_idle_reader_held_by_an_approval_says_which_until_it_expires(
         poll_wait_ms=50,
         progress_interval_s=0.5,
     )
-    with caplog.at_level(logging.INFO, logger=LOGGER):
+    with caplog.at_level(logging.INFO, logger=PROGRESS):
         run_pipeline(lambda pipeline: pipeline | transform | collector.sink())
-    waits = [line for line in lines(caplog, logging.INFO) if "not stopping" in line]
+    waits = [line for line in lines(caplog, logging.INFO, PROGRESS) if "not stopping" in line]
     assert waits, "an idle reader held by an approval said nothing"
     assert "1 awaiting a decision" in waits[0] and approval.intent_id in waits[0]
     assert "(key held)" in waits[0]

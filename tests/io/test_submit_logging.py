@@ -17,7 +17,7 @@ from beam_agents.core.agent import intent_id_for
 from beam_agents.core.context import ActivationContext
 from beam_agents.core.observability import LogBudget
 from beam_agents.hitl import FallbackContext
-from beam_agents.io import ReadEnvelopes, SubmitIntents
+from beam_agents.io import ReadEnvelopes, SubmitIntents, run_agent
 from beam_agents.io.run_agent import _bounded
 from effector.launch import free_port
 from tests.io.io_harness import Collector, counter, record_intent, run_pipeline, submit_all
@@ -205,8 +205,14 @@ async def records_and_waits_without_timeout(ctx: ActivationContext) -> Complete 
 
 def test_a_run_with_no_timeout_whose_intent_is_dead_lettered_is_not_stranded(
     effector: BackgroundEffector,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """No Suspend timeout, no policy: the intent's TTL plus the grace still ends the wait."""
+    """No Suspend timeout, no policy: the intent's TTL plus the grace still ends the wait.
+
+    After the read stops, the pipeline waits out the deadline and says so.
+    """
+    monkeypatch.setattr(run_agent, "WAITING_REPORT_INTERVAL_S", 0.3)
     event = AgentEnvelope(entity_key=b"acct-9", event_time_ms=1_000, external_event=b"order-9")
     errors = Collector.new()
 
@@ -214,12 +220,20 @@ def test_a_run_with_no_timeout_whose_intent_is_dead_lettered_is_not_stranded(
         events = pipeline | ReadEnvelopes(
             effector.address, events=[event], stop_when_idle_s=0.5, poll_wait_ms=50
         )
-        config = AgentConfig(result_grace_ms=700)
+        config = AgentConfig(result_grace_ms=2_000)
         outputs = events | RunAgent(records_and_waits_without_timeout, config)
         outputs.intents | SubmitIntents(f"127.0.0.1:{free_port()}", max_attempts=1)
         outputs.errors | "Errors" >> errors.sink()
 
-    run_pipeline(build)
+    with caplog.at_level(logging.INFO, logger="beam_agents.progress"):
+        run_pipeline(build)
+    waiting = [line for line in caplog.messages if line.startswith("RunAgent: ")]
+    assert waiting, "the pipeline waited out a deadline without a word"
+    assert re.fullmatch(
+        r"RunAgent: 1 suspended run\(s\) wait for a result or their deadline; the next "
+        r"deadline is in [0-2] s",
+        waiting[0],
+    )
     [dropped] = errors.values()
     assert dropped.reason == "suspension_dropped" and dropped.entity_key == b"acct-9"
     assert "1 intents pending" in dropped.detail
