@@ -47,6 +47,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,6 +74,7 @@ from beam_agents.core.context import ActivationContext
 from beam_agents.io import ReadEnvelopes
 from effector.launch import child_environment, free_port
 from tests.core.harness import created, run_agent
+from tests.pg import PostgresServer
 from tests.semantics.boundary_gate import (
     BIG_ENVELOPE_BYTES,
     DEEP,
@@ -1333,9 +1335,10 @@ _CHANNEL_OPTIONS = [
 ]
 
 
-@pytest.fixture
-def fuzzer(tmp_path: Path, ledger: Path) -> Iterator[Fuzzer]:
-    store = f"sqlite:///{tmp_path / 'effector.db'}"
+@contextmanager
+def fuzzer_on(store: str, tmp_path: Path, ledger: Path) -> Iterator[Fuzzer]:
+    """A :class:`Fuzzer` on an effector subprocess over ``store``, with its token, console
+    and MCP endpoint; the effector's tracebacks are printed when it stops."""
     token_file = tmp_path / "token"
     token_file.write_text(f"{TOKEN}\n")
     mcp_port = free_port()
@@ -1353,6 +1356,12 @@ def fuzzer(tmp_path: Path, ledger: Path) -> Iterator[Fuzzer]:
     # What the effector logged (shown when the gate fails): its tracebacks say where it broke.
     for log in effector.logs:
         print("\n".join(failures_logged(log)))
+
+
+@pytest.fixture
+def fuzzer(tmp_path: Path, ledger: Path) -> Iterator[Fuzzer]:
+    with fuzzer_on(f"sqlite:///{tmp_path / 'effector.db'}", tmp_path, ledger) as on_sqlite:
+        yield on_sqlite
 
 
 def fuzz_random_bytes(fuzzer: Fuzzer, name: str) -> None:
@@ -1600,6 +1609,41 @@ def test_fuzzing_every_effector_rpc(
     # The longest approval TTL generated (2 s, from receipt at the latest) and a margin, counted
     # from the last Submit, so that those have expired (the later RPCs' fuzzing takes longer).
     time.sleep(max(0.0, last_submit + APPROVAL_EXPIRY_WAIT_S - time.monotonic()))
+    figures = finish(fuzzer, ledger, tmp_path)
+    random_bytes = sum(n for kind, n in model.cases.items() if kind.endswith("/bytes"))
+    gate_report(
+        "bad-input",
+        f"effector: cases={cases} (random_bytes={random_bytes} "
+        f"structured={cases - random_bytes}) over {len(MESSAGES)} rpcs, healthy after each of "
+        f"{2 * len(MESSAGES)} batches, {figures} in {time.monotonic() - started:.0f}s",
+    )
+
+
+def test_the_hostile_batches_on_postgresql(
+    postgres: PostgresServer, ledger: Path, tmp_path: Path, gate_report: Callable[[str, str], None]
+) -> None:
+    """The hostile batches alone, on PostgreSQL: its integers overflow where SQLite's do not."""
+    started = time.monotonic()
+    store = postgres.create_database("bad_input")
+    with fuzzer_on(store, tmp_path, ledger) as fuzzer:
+        for name, hostile in HOSTILE.items():
+            hostile(fuzzer)
+            fuzzer.after_batch(f"hostile {name} requests")
+        figures = finish(fuzzer, ledger, tmp_path)
+    gate_report(
+        "bad-input",
+        f"postgresql: hostile batches of {len(HOSTILE)} rpcs, {figures} "
+        f"in {time.monotonic() - started:.0f}s",
+    )
+
+
+def finish(fuzzer: Fuzzer, ledger: Path, scratch: Path) -> str:
+    """The end of a gate run: the CLI, the last decisions (hostile ones by MCP), every intent
+    done, the whole log read and delivered, the ledger checked; all failures asserted at once.
+
+    Returns the run's figures for the gate's report line.
+    """
+    model = fuzzer.model
     cli_runs = check_the_cli(fuzzer)
     # The approvals holding hostile values are denied through the MCP endpoint, the rest by gRPC.
     pending = {
@@ -1616,7 +1660,7 @@ def test_fuzzing_every_effector_rpc(
     done = wait_until_all_done(fuzzer)
     fuzzer.after_batch("the last decisions")
     read_all_of_the_log(fuzzer, "the fuzzing")
-    delivered = check_delivery(fuzzer, tmp_path)
+    delivered = check_delivery(fuzzer, scratch)
     statuses = Counter(ToolResult.Status.Name(record.result.status) for record in done.values())
     executions = Ledger.read(ledger).invocation_counts()
     # Nothing ran that was not accepted, nothing ran twice, every accepted tool intent that
@@ -1643,12 +1687,7 @@ def test_fuzzing_every_effector_rpc(
     )
     print(listed)
     assert not fuzzer.failures, f"{len(fuzzer.failures)} failure(s):\n{listed}"
-    random_bytes = sum(n for kind, n in model.cases.items() if kind.endswith("/bytes"))
-    gate_report(
-        "bad-input",
-        f"effector: cases={cases} (random_bytes={random_bytes} "
-        f"structured={cases - random_bytes}) over "
-        f"{len(MESSAGES)} rpcs, healthy after each of {2 * len(MESSAGES)} batches, "
+    return (
         f"console_pages={fuzzer.readers.pages} mcp_calls={fuzzer.readers.mcp_calls} (none "
         f"failed, {fuzzer.readers.seconds:.0f}s) cli_runs={cli_runs} (none failed), "
         f"accepted={len(model.accepted_tools)} tools + "
@@ -1656,8 +1695,7 @@ def test_fuzzing_every_effector_rpc(
         f"recorded_rejections={len(model.rejected)} "
         f"executed={len(executions)} (never a rejected one, none twice) "
         f"decided_while_fuzzing={len(model.decided)} decided_after={decided_by_hand} "
-        f"published={len(model.published)} delivered_by_ReadEnvelopes={delivered} "
-        f"in {time.monotonic() - started:.0f}s",
+        f"published={len(model.published)} delivered_by_ReadEnvelopes={delivered}"
     )
 
 
