@@ -61,6 +61,9 @@ class ToolTimeoutError(EffectorError, TimeoutError):
 
 MAX_ERROR_MESSAGE_CHARS = 4_096
 """Error messages in results are cut to this length, so one failure cannot bloat the log."""
+MAX_RESULT_PAYLOAD_BYTES = 3 * 1024 * 1024
+"""The largest return value a result carries: its envelope stays under Publish's envelope cap,
+so every Read answer can deliver it. A tool returning more fails (ERROR)."""
 
 
 class IntentRejectedError(Exception):
@@ -310,21 +313,27 @@ class EffectorToolRunner:
         return value
 
 
-class _ResultNotJsonError(Exception):
-    pass
+class _UnsendableResultError(Exception):
+    """A tool's return value that no result can carry: not JSON, or too large."""
 
 
 def _encode(tool: Tool[..., Any], value: Any) -> bytes:
     try:
-        return canonical_json_bytes(value)
-    except (TypeError, ValueError) as exc:
-        raise _ResultNotJsonError(
+        payload = canonical_json_bytes(value)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise _UnsendableResultError(
             f"tool {tool.name!r} returned a value that is not JSON-encodable: {exc}"
         ) from None
+    if len(payload) > MAX_RESULT_PAYLOAD_BYTES:
+        raise _UnsendableResultError(
+            f"tool {tool.name!r} returned {len(payload)} bytes of JSON, over the cap of "
+            f"{MAX_RESULT_PAYLOAD_BYTES} a result may carry; return a reference to the data instead"
+        )
+    return payload
 
 
 def _describe(exc: BaseException) -> str:
-    if isinstance(exc, (ToolTimeoutError, _ResultNotJsonError)):
+    if isinstance(exc, (ToolTimeoutError, _UnsendableResultError)):
         return str(exc)
     return f"{type(exc).__name__}: {exc}"
 
@@ -475,7 +484,7 @@ async def ask_reconciler(
     )
     try:
         answer = await runner.reconcile(tool, kwargs, info)
-        payload = None if answer is None else canonical_json_bytes(answer.value)
+        payload = None if answer is None else _encode(tool, answer.value)
     # A reconciler that calls sys.exit() failed; it does not stop the effector.
     except (Exception, SystemExit) as exc:
         reason = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_MESSAGE_CHARS]

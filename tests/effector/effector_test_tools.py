@@ -149,6 +149,12 @@ def not_json() -> object:
 
 
 @tool(side_effect=True)
+def huge(size: int) -> str:
+    """Return a string of ``size`` characters."""
+    return "x" * size
+
+
+@tool(side_effect=True)
 def exits() -> None:
     """Call sys.exit, which must fail the tool and not the effector."""
     sys.exit(3)
@@ -167,4 +173,6 @@ def lookup(name: str) -> str:
 
 def make_registry() -> ToolRegistry:
     """A fresh registry of every tool above."""
-    return ToolRegistry([record, slow, gate, async_slow, add, fail, not_json, exits, noop, lookup])
+    return ToolRegistry(
+        [record, slow, gate, async_slow, add, fail, not_json, huge, exits, noop, lookup]
+    )

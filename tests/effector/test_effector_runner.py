@@ -14,7 +14,12 @@ from beam_agents._protos import ToolIntent, ToolResult
 from beam_agents.tools import IntentInfo, ToolRegistry, tool
 from beam_agents.tools.errors import ToolArgumentError
 from effector import EffectorToolRunner
-from effector.worker import ToolRefusedError, ToolTimeoutError, intake_rejection
+from effector.worker import (
+    MAX_RESULT_PAYLOAD_BYTES,
+    ToolRefusedError,
+    ToolTimeoutError,
+    intake_rejection,
+)
 
 INFO = IntentInfo(intent_id="i-1", entity_key=b"k", seq=3, step_index=1, attempt=2)
 calls: list[str] = []
@@ -147,6 +152,11 @@ async def test_execute_maps_every_outcome_to_a_status(ledger: object) -> None:
     not_json = await _execute(make_intent("not_json"))
     assert not_json.status == ToolResult.ERROR
     assert "not JSON-encodable" in not_json.error_message
+    largest = await _execute(make_intent("huge", {"size": MAX_RESULT_PAYLOAD_BYTES - 2}))
+    assert (largest.status, len(largest.payload)) == (ToolResult.OK, MAX_RESULT_PAYLOAD_BYTES)
+    too_big = await _execute(make_intent("huge", {"size": 9 * 1024 * 1024}))
+    assert (too_big.status, too_big.payload) == (ToolResult.ERROR, b"")
+    assert "over the cap" in too_big.error_message and "9437186 bytes" in too_big.error_message
     exits = await _execute(make_intent("exits"))
     assert (exits.status, exits.error_message) == (ToolResult.ERROR, "SystemExit: 3")
     recorded = await _execute(make_intent("record", {"note": "n"}, key=b"kk", seq=7, step=2))
