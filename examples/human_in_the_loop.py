@@ -29,6 +29,7 @@ from beam_agents import (
     HitlPolicy,
     RunAgent,
     Suspend,
+    ToolIntent,
     ToolRegistry,
     canonical_json_bytes,
     intent_id_for,
@@ -121,7 +122,11 @@ def main() -> None:
             label="decisions",
         )
         kinds = outputs.intents | "Kinds" >> beam.Map(
-            lambda intent: (intent.entity_key, intent.tool_name, intent.channel)
+            lambda intent: (
+                intent.entity_key,
+                intent.tool_name or ToolIntent.Kind.Name(intent.kind),
+                intent.channel,
+            )
         )
         assert_that(
             kinds,
@@ -131,6 +136,8 @@ def main() -> None:
                     (approved_key, "approval", "refund-reviewers"),
                     (approved_key, "pay_refund", ""),
                     (ignored_key, "approval", "refund-reviewers"),
+                    # The deny route ended the wait: the unanswered approval is withdrawn.
+                    (ignored_key, "WITHDRAWAL", ""),
                 ]
             ),
             label="intents",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from beam_agents import AgentConfig, Complete, Suspend, ToolRegistry, intent_id_for
+from beam_agents._protos import withdrawal_id_for
 from beam_agents.adapters import AdapterActivation, Decision, Pending
 from beam_agents.core.context import ActivationContext
 from beam_agents.testing import EnvelopeStream
@@ -47,7 +48,8 @@ def test_an_escalated_approval_keeps_the_escalations_answer_on_every_re_walk() -
         streamed(stream), two_approvals, AgentConfig(hitl_policy=escalate_once()), streaming=True
     )
     assert outputs.errors == []
-    assert [i.intent_id for i in outputs.intents] == [asked_a, escalation, asked_b]
+    withdrawn_a = withdrawal_id_for(asked_a)  # the escalation replaced A's approval
+    assert [i.intent_id for i in outputs.intents] == [asked_a, withdrawn_a, escalation, asked_b]
     # The last activation re-walks A after bob denied B: A is still alice's "yes".
     assert outputs.output == [b"A:True:alice:False,B:False:bob:False"]
 
@@ -63,7 +65,13 @@ def test_an_escalation_nobody_answers_reads_as_timed_out() -> None:
     outputs = run_agent(
         streamed(stream), two_approvals, AgentConfig(hitl_policy=escalate_once()), streaming=True
     )
-    assert [i.intent_id for i in outputs.intents] == [asked_a, intent_id_for(KEY, 0, 1)]
+    escalation = intent_id_for(KEY, 0, 1)
+    assert [i.intent_id for i in outputs.intents] == [
+        asked_a,
+        withdrawal_id_for(asked_a),  # replaced by the escalation
+        escalation,
+        withdrawal_id_for(escalation),  # the exhausted route denies: nothing is awaited
+    ]
     assert outputs.errors == []
     assert outputs.output == []  # the exhausted route denies with an empty output
 
