@@ -55,6 +55,8 @@ _CLOSING = frozenset((TraceEvent.SUSPENDED, TraceEvent.ACTIVATION_END))
 
 DEADLINE_ATTRIBUTE = "beam_agents.deadline_ms"
 """A ``SUSPENDED`` event's processing-time deadline: read from a clock, so not identity."""
+NAMESPACE_ATTRIBUTE = "beam_agents.namespace"
+"""The run namespace (``AgentConfig.namespace``) on an activation's first event, if it has one."""
 MEMORY_SLOTS_ATTRIBUTE = "beam_agents.memory.slots"
 """The key's memory slot sizes after the activation: a canonical JSON object name -> bytes."""
 
@@ -115,6 +117,7 @@ class TraceRecorder:
         "_clock",
         "_entity_key",
         "_first_sequence",
+        "_namespace",
         "_now_ms",
         "_opened",
         "_root_span",
@@ -142,6 +145,7 @@ class TraceRecorder:
         self._trace_id = trace_id
         self._first_sequence = first_sequence
         self._now_ms = now_ms
+        self._namespace = namespace
         salt = self._salt = span_salt_for(trace_id, namespace)
         root_span = span_id_for(0, _START, salt)
         self._activation_span = (
@@ -234,6 +238,8 @@ class TraceRecorder:
         events.append(event)
         if event_type == _START:
             self._opened = event
+            if self._namespace:
+                event.attributes[NAMESPACE_ATTRIBUTE] = self._namespace
         elif event_type in _CLOSING and self._opened is not None:
             self._opened.wall_end_unix_nano = now
 
@@ -255,9 +261,12 @@ class TraceRecorder:
         now = self._clock()
         opened = self._opened
         started_ns = now if opened is None else opened.wall_start_unix_nano
-        return self._event(
+        event = self._event(
             TraceEvent.ERROR, self._first_sequence, step_index, attributes, started_ns, now
         )
+        if self._namespace:
+            event.attributes[NAMESPACE_ATTRIBUTE] = self._namespace
+        return event
 
 
 # -- failures: what an exception that failed an activation says on .errors --------------------

@@ -59,6 +59,8 @@ def test_two_namespaces_on_one_key_and_seq_show_as_two_runs(effector: EffectorTh
         trace: page[page.index(f'id="run-0-{trace}"') :].split("</section>", 1)[0]
         for trace in (plain, v2)
     }
+    assert '<span class="namespace">namespace v2</span>' in sections[v2]
+    assert 'class="namespace hint"' in sections[plain]  # no namespace, one of several runs 0
     assert 'class="status completed"' in sections[plain]
     assert 'class="status failed"' in sections[v2]
     assert "Errors of this run" in sections[v2] and "Errors of this run" not in sections[plain]

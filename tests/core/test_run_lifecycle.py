@@ -77,6 +77,13 @@ def test_runs_of_different_namespaces_on_one_key_share_no_trace_span_or_error_id
         [failure] = [e for e in outputs.traces if e.event_type == TraceEvent.ERROR]
         assert error.trace_id == failure.trace_id != ""
     assert plain.errors[0].trace_id != v2.errors[0].trace_id
+    # The run's first span names its namespace, so a reader can label the run.
+    for outputs, expected in ((plain, None), (v2, "v2")):
+        firsts = (TraceEvent.ACTIVATION_START, TraceEvent.ERROR)
+        starts = [e for e in outputs.traces if e.event_type in firsts]
+        assert starts and all(
+            e.attributes.get("beam_agents.namespace") == expected for e in starts
+        ), starts
 
 
 def test_runs_without_a_namespace_keep_todays_ids() -> None:
