@@ -36,6 +36,8 @@ from mcp.client.streamable_http import streamable_http_client
 import beam_agents._protos as pb
 from beam_agents._protos import AgentEnvelope, time_problem
 from beam_agents.io import ReadEnvelopes
+from effector.console.actions import ROUTES as ACTION_ROUTES
+from effector.console.pages import ROUTES as PAGE_ROUTES
 from effector.launch import child_environment
 from tests.io.io_harness import Collector, run_pipeline
 
@@ -123,6 +125,7 @@ def record_expectation(record: pb.ActivationRecord) -> Expectation:
 # -- the readers ---------------------------------------------------------------------------
 
 _HREF = re.compile(r'href="([^"#]+)"')
+_ERROR_PAGE = re.compile(r"/errors/[0-9a-f]+")
 RAW_MARKS = re.compile("[\u202a-\u202e\u2066-\u2069\u200e\u200f\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 """Bidi and control characters a page or the CLI must show as visible marks, never raw."""
 FIXED_PAGES = (
@@ -139,7 +142,16 @@ FIXED_PAGES = (
     "/approvals",
     "/errors",
 )
+GET_ROUTES = [
+    route
+    for route in (*PAGE_ROUTES, *ACTION_ROUTES)
+    if "GET" in (route.methods or ()) and not route.path.startswith("/login")
+]
+"""Every page the console serves (its login aside): each sweep of a gate run must reach all."""
 PAGES_PER_SWEEP = 80
+LINK_LEVELS = 2
+LINKS_PER_ROUTE = 6
+"""Links followed per console route at each level of a sweep."""
 """Pages past the fixed ones each sweep fetches at most: hostile items first, then the rest."""
 
 
@@ -180,6 +192,8 @@ class Readers:
     touched: Touched = field(default_factory=Touched)
     broken: set[str] = field(default_factory=set)
     """Pages that have failed (each is reported once)."""
+    reached: set[str] = field(default_factory=set)
+    """The console routes (their path patterns) some fetched page belonged to."""
     _http: httpx.Client | None = None
 
     def _console(self) -> httpx.Client:
@@ -201,13 +215,17 @@ class Readers:
         keys, intents = self.touched.take(PAGES_PER_SWEEP)
         paths = [*FIXED_PAGES, *(f"/keys/{key.hex()}" for key in keys)]
         paths += [f"/intents/{intent_id}" for intent_id in intents]
+        paths += [f"/intents/{intent_id}/raw/args" for intent_id in intents[:5]]
         seen: set[str] = set()
         found: list[str] = []
         for path in paths:
             found += self._page(batch, path, seen)
-        # One level of links from those pages: error pages, runs, other keys and intents.
-        for path in [p for p in dict.fromkeys(found) if p not in seen][:PAGES_PER_SWEEP]:
-            self._page(batch, path, seen)
+        # Two levels of links from those pages (error pages, their raw values and re-drive
+        # forms, runs, other keys and intents), a few of each route's at each level.
+        for _ in range(LINK_LEVELS):
+            following, found = _a_few_of_each_route(found, seen), []
+            for path in following:
+                found += self._page(batch, path, seen)
         asyncio.run(self._mcp(batch, intents))
         self.seconds += time.monotonic() - started
 
@@ -215,6 +233,8 @@ class Readers:
         """Fetch one page (a failure unless it renders); the local GET links it holds."""
         seen.add(path)
         self.pages += 1
+        bare = path.split("?", 1)[0]
+        self.reached.update(r.path for r in GET_ROUTES if r.path_regex.fullmatch(bare))
         started = time.monotonic()
         try:
             answer = self._get(path)
@@ -229,16 +249,19 @@ class Readers:
             self._broken(batch, path, f"-> {answer.status_code} {snippet}")
         elif elapsed > 30:
             self._broken(batch, path, f"took {elapsed:.0f}s")
-        elif (raw := RAW_MARKS.search(answer.text)) is not None:
+        elif _is_page(answer) and (raw := RAW_MARKS.search(answer.text)) is not None:
             around = answer.text[max(0, raw.start() - 60) : raw.end() + 20]
             self._broken(batch, path, f"shows a raw {raw.group()!r} in {around!r}")
-        if answer.status_code != 200 or "html" not in answer.headers.get("content-type", ""):
+        if answer.status_code != 200 or not _is_page(answer):
             return []
-        return [
-            link
-            for link in (_local(path, href) for href in _HREF.findall(answer.text))
-            if link is not None
-        ]
+        links = [_local(path, href) for href in _HREF.findall(answer.text)]
+        if _ERROR_PAGE.fullmatch(path):  # its raw values are linked only when cut short
+            links += [f"{path}/raw/envelope", f"{path}/raw/detail"]
+        return [link for link in links if link is not None]
+
+    def unreached(self) -> list[str]:
+        """The console's pages no sweep has fetched."""
+        return sorted({route.path for route in GET_ROUTES} - self.reached)
 
     def deny_by_mcp(self, intent_ids: Sequence[str]) -> None:
         """Deny each approval through the MCP endpoint with a spoofing reason; each must apply."""
@@ -327,6 +350,27 @@ class Readers:
                     self.failures.append(f"after {batch}: MCP {tool} {arguments} -> error {text}")
         if any(status >= 500 for status in statuses):
             self.failures.append(f"after {batch}: MCP HTTP statuses {sorted(set(statuses))}")
+
+
+def _a_few_of_each_route(links: Iterable[str], seen: set[str]) -> list[str]:
+    """Up to ``LINKS_PER_ROUTE`` of ``links`` not fetched yet per console route, in order."""
+    taken: dict[str, int] = {}
+    chosen = []
+    for link in dict.fromkeys(links):
+        if link in seen:
+            continue
+        bare = link.split("?", 1)[0]
+        route = next((r.path for r in GET_ROUTES if r.path_regex.fullmatch(bare)), bare)
+        if taken.get(route, 0) < LINKS_PER_ROUTE:
+            taken[route] = taken.get(route, 0) + 1
+            chosen.append(link)
+    return chosen
+
+
+def _is_page(answer: httpx.Response) -> bool:
+    """An HTML page to read (not a download of raw stored bytes, which are shown as they are)."""
+    html = "html" in answer.headers.get("content-type", "")
+    return html and "attachment" not in answer.headers.get("content-disposition", "")
 
 
 def _local(base: str, href: str) -> str | None:

@@ -80,6 +80,7 @@ from tests.semantics.boundary_gate import (
     DEEP,
     EDGE_TIMES,
     EITHER,
+    GET_ROUTES,
     HOSTILE_CHARS,
     INT64_MAX,
     INT64_MIN,
@@ -1681,6 +1682,8 @@ def finish(fuzzer: Fuzzer, ledger: Path, scratch: Path) -> str:
             fuzzer.fail(f"{len(broken)} intent(s) {text}: {sorted(broken)[:3]}")
     if not fuzzer.healthy():
         fuzzer.fail("unhealthy at the end")
+    if fuzzer.readers.unreached():
+        fuzzer.fail(f"no sweep reached the console's {fuzzer.readers.unreached()}")
     failures = Counter(re.sub(r"[0-9a-f-]{36}", "<id>", failure) for failure in fuzzer.failures)
     listed = "\n".join(
         f"{count} x {failure}" if count > 1 else failure for failure, count in failures.items()
@@ -1688,8 +1691,9 @@ def finish(fuzzer: Fuzzer, ledger: Path, scratch: Path) -> str:
     print(listed)
     assert not fuzzer.failures, f"{len(fuzzer.failures)} failure(s):\n{listed}"
     return (
-        f"console_pages={fuzzer.readers.pages} mcp_calls={fuzzer.readers.mcp_calls} (none "
-        f"failed, {fuzzer.readers.seconds:.0f}s) cli_runs={cli_runs} (none failed), "
+        f"console_pages={fuzzer.readers.pages} (all {len(GET_ROUTES)} routes) "
+        f"mcp_calls={fuzzer.readers.mcp_calls} (none failed, {fuzzer.readers.seconds:.0f}s) "
+        f"cli_runs={cli_runs} (none failed), "
         f"accepted={len(model.accepted_tools)} tools + "
         f"{len(model.accepted_approvals)} approvals all DONE {dict(sorted(statuses.items()))}, "
         f"recorded_rejections={len(model.rejected)} "
