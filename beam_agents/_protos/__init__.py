@@ -142,6 +142,11 @@ def json_depth_problem(name: str, text: str) -> str | None:
     return f"{name} nests deeper than {MAX_JSON_DEPTH} levels"
 
 
+def submission_digest(intent: ToolIntent) -> bytes:
+    """SHA-256 of an intent's deterministic serialization: which submission a refusal answers."""
+    return hashlib.sha256(intent.SerializeToString(deterministic=True)).digest()
+
+
 def withdrawal_id_for(intent_id: str) -> str:
     """The id of the WITHDRAWAL intent that withdraws ``intent_id``: a pure function of it."""
     return str(uuid.uuid5(_WITHDRAWAL_NAMESPACE, intent_id))
@@ -205,6 +210,7 @@ __all__ = [
     "canonical_json_bytes",
     "json_depth",
     "json_depth_problem",
+    "submission_digest",
     "time_problem",
     "withdrawal_id_for",
 ]

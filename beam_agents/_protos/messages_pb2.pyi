@@ -40,7 +40,7 @@ class ApprovalEdit(_message.Message):
     def __init__(self, approval_intent_id: _Optional[str] = ..., edited_by: _Optional[str] = ..., diff_json: _Optional[str] = ...) -> None: ...
 
 class ToolResult(_message.Message):
-    __slots__ = ("intent_id", "entity_key", "seq", "status", "payload", "error_message", "completed_at_ms", "attempt")
+    __slots__ = ("intent_id", "entity_key", "seq", "status", "payload", "error_message", "completed_at_ms", "attempt", "refused_submission_digest")
     class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STATUS_UNSPECIFIED: _ClassVar[ToolResult.Status]
@@ -65,6 +65,7 @@ class ToolResult(_message.Message):
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     COMPLETED_AT_MS_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_SUBMISSION_DIGEST_FIELD_NUMBER: _ClassVar[int]
     intent_id: str
     entity_key: bytes
     seq: int
@@ -73,7 +74,8 @@ class ToolResult(_message.Message):
     error_message: str
     completed_at_ms: int
     attempt: int
-    def __init__(self, intent_id: _Optional[str] = ..., entity_key: _Optional[bytes] = ..., seq: _Optional[int] = ..., status: _Optional[_Union[ToolResult.Status, str]] = ..., payload: _Optional[bytes] = ..., error_message: _Optional[str] = ..., completed_at_ms: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
+    refused_submission_digest: bytes
+    def __init__(self, intent_id: _Optional[str] = ..., entity_key: _Optional[bytes] = ..., seq: _Optional[int] = ..., status: _Optional[_Union[ToolResult.Status, str]] = ..., payload: _Optional[bytes] = ..., error_message: _Optional[str] = ..., completed_at_ms: _Optional[int] = ..., attempt: _Optional[int] = ..., refused_submission_digest: _Optional[bytes] = ...) -> None: ...
 
 class ToolIntent(_message.Message):
     __slots__ = ("intent_id", "entity_key", "seq", "step_index", "tool_name", "args_json", "created_at_ms", "expires_at_ms", "kind", "trace_id", "channel", "edited_from", "required_approvals", "gated_tool", "withdraws_intent_id", "compensates_intent_id", "compensate_tool", "compensate_args_json")
