@@ -25,13 +25,15 @@ _sym_db = _symbol_database.Default()
 from beam_agents._protos import messages_pb2 as beam__agents_dot___protos_dot_messages__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1f\x62\x65\x61m_agents/_protos/state.proto\x12\x0e\x62\x65\x61m_agents.v1\x1a\"beam_agents/_protos/messages.proto\"`\n\nMemorySlot\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0f\n\x05value\x18\x02 \x01(\x0cH\x00\x12)\n\x04ring\x18\x03 \x01(\x0b\x32\x19.beam_agents.v1.RingItemsH\x00\x42\t\n\x07\x63ontent\"\x1a\n\tRingItems\x12\r\n\x05items\x18\x01 \x03(\x0c\"P\n\x0bMemoryState\x12\x16\n\x0eschema_version\x18\x01 \x01(\r\x12)\n\x05slots\x18\x02 \x03(\x0b\x32\x1a.beam_agents.v1.MemorySlot\"\x9a\x01\n\x0fModelCacheEntry\x12\x11\n\tcache_key\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\x03\x12\x12\n\nstep_index\x18\x03 \x01(\x05\x12\x10\n\x08response\x18\x04 \x01(\x0c\x12\x14\n\x0cinput_tokens\x18\x05 \x01(\x03\x12\x15\n\routput_tokens\x18\x06 \x01(\x03\x12\x14\n\x0cstored_at_ms\x18\x07 \x01(\x03\"V\n\nModelCache\x12\x16\n\x0eschema_version\x18\x01 \x01(\r\x12\x30\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\x1f.beam_agents.v1.ModelCacheEntry\"\x83\x06\n\x0c\x43ontinuation\x12\x16\n\x0eschema_version\x18\x01 \x01(\r\x12\x0b\n\x03seq\x18\x02 \x01(\x03\x12\x11\n\tnext_step\x18\x03 \x01(\x05\x12\x10\n\x08snapshot\x18\x04 \x01(\x0c\x12\x0f\n\x07\x61\x64\x61pter\x18\x05 \x01(\t\x12\x1a\n\x12pending_intent_ids\x18\x06 \x03(\t\x12\x13\n\x0b\x64\x65\x61\x64line_ms\x18\x07 \x01(\x03\x12+\n\x07results\x18\x08 \x03(\x0b\x32\x1a.beam_agents.v1.ToolResult\x12+\n\tapprovals\x18\t \x03(\x0b\x32\x18.beam_agents.v1.Approval\x12\x10\n\x08trace_id\x18\n \x01(\t\x12\x13\n\x0b\x65scalations\x18\x0b \x01(\x05\x12\x15\n\rstarted_at_ms\x18\x0c \x01(\x03\x12\x13\n\x0btokens_used\x18\r \x01(\x03\x12\x36\n\rpending_kinds\x18\x0e \x03(\x0e\x32\x1f.beam_agents.v1.ToolIntent.Kind\x12\x1b\n\x13\x61nswered_intent_ids\x18\x0f \x03(\t\x12\x16\n\x0etrace_sequence\x18\x10 \x01(\x05\x12\x36\n\x05steps\x18\x11 \x03(\x0b\x32\'.beam_agents.v1.Continuation.StepRecord\x12\x18\n\x10intent_namespace\x18\x12 \x01(\t\x12\x37\n\rcompensations\x18\x13 \x03(\x0b\x32 .beam_agents.v1.CompensationLink\x12\x14\n\x0creplay_cache\x18\x14 \x01(\x0c\x1a\xab\x01\n\nStepRecord\x12:\n\x04kind\x18\x01 \x01(\x0e\x32,.beam_agents.v1.Continuation.StepRecord.Kind\x12\x0e\n\x06\x64igest\x18\x02 \x01(\x0c\"Q\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\t\n\x05MODEL\x10\x01\x12\n\n\x06INTENT\x10\x02\x12\x0c\n\x08\x41PPROVAL\x10\x03\x12\x0e\n\nESCALATION\x10\x04\"\x7f\n\x10\x43ompensationLink\x12\x11\n\tintent_id\x18\x01 \x01(\t\x12\x12\n\nstep_index\x18\x02 \x01(\x05\x12\x11\n\ttool_name\x18\x03 \x01(\t\x12\x11\n\targs_json\x18\x04 \x01(\t\x12\x1e\n\x16\x63ompensation_intent_id\x18\x05 \x01(\t\"b\n\tKeyHeader\x12\x16\n\x0eschema_version\x18\x01 \x01(\r\x12\x10\n\x08next_seq\x18\x02 \x01(\x03\x12\x18\n\x10last_activity_ms\x18\x03 \x01(\x03\x12\x11\n\tsuspended\x18\x05 \x01(\x08\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1f\x62\x65\x61m_agents/_protos/state.proto\x12\x0e\x62\x65\x61m_agents.v1\x1a\"beam_agents/_protos/messages.proto\"`\n\nMemorySlot\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0f\n\x05value\x18\x02 \x01(\x0cH\x00\x12)\n\x04ring\x18\x03 \x01(\x0b\x32\x19.beam_agents.v1.RingItemsH\x00\x42\t\n\x07\x63ontent\"\x1a\n\tRingItems\x12\r\n\x05items\x18\x01 \x03(\x0c\"P\n\x0bMemoryState\x12\x16\n\x0eschema_version\x18\x01 \x01(\r\x12)\n\x05slots\x18\x02 \x03(\x0b\x32\x1a.beam_agents.v1.MemorySlot\"\x9a\x01\n\x0fModelCacheEntry\x12\x11\n\tcache_key\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\x03\x12\x12\n\nstep_index\x18\x03 \x01(\x05\x12\x10\n\x08response\x18\x04 \x01(\x0c\x12\x14\n\x0cinput_tokens\x18\x05 \x01(\x03\x12\x15\n\routput_tokens\x18\x06 \x01(\x03\x12\x14\n\x0cstored_at_ms\x18\x07 \x01(\x03\"V\n\nModelCache\x12\x16\n\x0eschema_version\x18\x01 \x01(\r\x12\x30\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\x1f.beam_agents.v1.ModelCacheEntry\"\x8e\x07\n\x0c\x43ontinuation\x12\x16\n\x0eschema_version\x18\x01 \x01(\r\x12\x0b\n\x03seq\x18\x02 \x01(\x03\x12\x11\n\tnext_step\x18\x03 \x01(\x05\x12\x10\n\x08snapshot\x18\x04 \x01(\x0c\x12\x0f\n\x07\x61\x64\x61pter\x18\x05 \x01(\t\x12\x1a\n\x12pending_intent_ids\x18\x06 \x03(\t\x12\x13\n\x0b\x64\x65\x61\x64line_ms\x18\x07 \x01(\x03\x12+\n\x07results\x18\x08 \x03(\x0b\x32\x1a.beam_agents.v1.ToolResult\x12+\n\tapprovals\x18\t \x03(\x0b\x32\x18.beam_agents.v1.Approval\x12\x10\n\x08trace_id\x18\n \x01(\t\x12\x13\n\x0b\x65scalations\x18\x0b \x01(\x05\x12\x15\n\rstarted_at_ms\x18\x0c \x01(\x03\x12\x13\n\x0btokens_used\x18\r \x01(\x03\x12\x36\n\rpending_kinds\x18\x0e \x03(\x0e\x32\x1f.beam_agents.v1.ToolIntent.Kind\x12\x1b\n\x13\x61nswered_intent_ids\x18\x0f \x03(\t\x12\x16\n\x0etrace_sequence\x18\x10 \x01(\x05\x12\x36\n\x05steps\x18\x11 \x03(\x0b\x32\'.beam_agents.v1.Continuation.StepRecord\x12\x18\n\x10intent_namespace\x18\x12 \x01(\t\x12\x37\n\rcompensations\x18\x13 \x03(\x0b\x32 .beam_agents.v1.CompensationLink\x12\x14\n\x0creplay_cache\x18\x14 \x01(\x0c\x12O\n\x12submission_digests\x18\x15 \x03(\x0b\x32\x33.beam_agents.v1.Continuation.SubmissionDigestsEntry\x1a\xab\x01\n\nStepRecord\x12:\n\x04kind\x18\x01 \x01(\x0e\x32,.beam_agents.v1.Continuation.StepRecord.Kind\x12\x0e\n\x06\x64igest\x18\x02 \x01(\x0c\"Q\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\t\n\x05MODEL\x10\x01\x12\n\n\x06INTENT\x10\x02\x12\x0c\n\x08\x41PPROVAL\x10\x03\x12\x0e\n\nESCALATION\x10\x04\x1a\x38\n\x16SubmissionDigestsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c:\x02\x38\x01\"\x7f\n\x10\x43ompensationLink\x12\x11\n\tintent_id\x18\x01 \x01(\t\x12\x12\n\nstep_index\x18\x02 \x01(\x05\x12\x11\n\ttool_name\x18\x03 \x01(\t\x12\x11\n\targs_json\x18\x04 \x01(\t\x12\x1e\n\x16\x63ompensation_intent_id\x18\x05 \x01(\t\"b\n\tKeyHeader\x12\x16\n\x0eschema_version\x18\x01 \x01(\r\x12\x10\n\x08next_seq\x18\x02 \x01(\x03\x12\x18\n\x10last_activity_ms\x18\x03 \x01(\x03\x12\x11\n\tsuspended\x18\x05 \x01(\x08\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'beam_agents._protos.state_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_CONTINUATION_SUBMISSIONDIGESTSENTRY']._loaded_options = None
+  _globals['_CONTINUATION_SUBMISSIONDIGESTSENTRY']._serialized_options = b'8\001'
   _globals['_MEMORYSLOT']._serialized_start=87
   _globals['_MEMORYSLOT']._serialized_end=183
   _globals['_RINGITEMS']._serialized_start=185
@@ -43,13 +45,15 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_MODELCACHE']._serialized_start=452
   _globals['_MODELCACHE']._serialized_end=538
   _globals['_CONTINUATION']._serialized_start=541
-  _globals['_CONTINUATION']._serialized_end=1312
-  _globals['_CONTINUATION_STEPRECORD']._serialized_start=1141
-  _globals['_CONTINUATION_STEPRECORD']._serialized_end=1312
-  _globals['_CONTINUATION_STEPRECORD_KIND']._serialized_start=1231
-  _globals['_CONTINUATION_STEPRECORD_KIND']._serialized_end=1312
-  _globals['_COMPENSATIONLINK']._serialized_start=1314
-  _globals['_COMPENSATIONLINK']._serialized_end=1441
-  _globals['_KEYHEADER']._serialized_start=1443
-  _globals['_KEYHEADER']._serialized_end=1541
+  _globals['_CONTINUATION']._serialized_end=1451
+  _globals['_CONTINUATION_STEPRECORD']._serialized_start=1222
+  _globals['_CONTINUATION_STEPRECORD']._serialized_end=1393
+  _globals['_CONTINUATION_STEPRECORD_KIND']._serialized_start=1312
+  _globals['_CONTINUATION_STEPRECORD_KIND']._serialized_end=1393
+  _globals['_CONTINUATION_SUBMISSIONDIGESTSENTRY']._serialized_start=1395
+  _globals['_CONTINUATION_SUBMISSIONDIGESTSENTRY']._serialized_end=1451
+  _globals['_COMPENSATIONLINK']._serialized_start=1453
+  _globals['_COMPENSATIONLINK']._serialized_end=1580
+  _globals['_KEYHEADER']._serialized_start=1582
+  _globals['_KEYHEADER']._serialized_end=1680
 # @@protoc_insertion_point(module_scope)

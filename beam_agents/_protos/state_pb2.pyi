@@ -59,7 +59,7 @@ class ModelCache(_message.Message):
     def __init__(self, schema_version: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[ModelCacheEntry, _Mapping]]] = ...) -> None: ...
 
 class Continuation(_message.Message):
-    __slots__ = ("schema_version", "seq", "next_step", "snapshot", "adapter", "pending_intent_ids", "deadline_ms", "results", "approvals", "trace_id", "escalations", "started_at_ms", "tokens_used", "pending_kinds", "answered_intent_ids", "trace_sequence", "steps", "intent_namespace", "compensations", "replay_cache")
+    __slots__ = ("schema_version", "seq", "next_step", "snapshot", "adapter", "pending_intent_ids", "deadline_ms", "results", "approvals", "trace_id", "escalations", "started_at_ms", "tokens_used", "pending_kinds", "answered_intent_ids", "trace_sequence", "steps", "intent_namespace", "compensations", "replay_cache", "submission_digests")
     class StepRecord(_message.Message):
         __slots__ = ("kind", "digest")
         class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
@@ -79,6 +79,13 @@ class Continuation(_message.Message):
         kind: Continuation.StepRecord.Kind
         digest: bytes
         def __init__(self, kind: _Optional[_Union[Continuation.StepRecord.Kind, str]] = ..., digest: _Optional[bytes] = ...) -> None: ...
+    class SubmissionDigestsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: bytes
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
     SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     NEXT_STEP_FIELD_NUMBER: _ClassVar[int]
@@ -99,6 +106,7 @@ class Continuation(_message.Message):
     INTENT_NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     COMPENSATIONS_FIELD_NUMBER: _ClassVar[int]
     REPLAY_CACHE_FIELD_NUMBER: _ClassVar[int]
+    SUBMISSION_DIGESTS_FIELD_NUMBER: _ClassVar[int]
     schema_version: int
     seq: int
     next_step: int
@@ -119,7 +127,8 @@ class Continuation(_message.Message):
     intent_namespace: str
     compensations: _containers.RepeatedCompositeFieldContainer[CompensationLink]
     replay_cache: bytes
-    def __init__(self, schema_version: _Optional[int] = ..., seq: _Optional[int] = ..., next_step: _Optional[int] = ..., snapshot: _Optional[bytes] = ..., adapter: _Optional[str] = ..., pending_intent_ids: _Optional[_Iterable[str]] = ..., deadline_ms: _Optional[int] = ..., results: _Optional[_Iterable[_Union[_messages_pb2.ToolResult, _Mapping]]] = ..., approvals: _Optional[_Iterable[_Union[_messages_pb2.Approval, _Mapping]]] = ..., trace_id: _Optional[str] = ..., escalations: _Optional[int] = ..., started_at_ms: _Optional[int] = ..., tokens_used: _Optional[int] = ..., pending_kinds: _Optional[_Iterable[_Union[_messages_pb2.ToolIntent.Kind, str]]] = ..., answered_intent_ids: _Optional[_Iterable[str]] = ..., trace_sequence: _Optional[int] = ..., steps: _Optional[_Iterable[_Union[Continuation.StepRecord, _Mapping]]] = ..., intent_namespace: _Optional[str] = ..., compensations: _Optional[_Iterable[_Union[CompensationLink, _Mapping]]] = ..., replay_cache: _Optional[bytes] = ...) -> None: ...
+    submission_digests: _containers.ScalarMap[str, bytes]
+    def __init__(self, schema_version: _Optional[int] = ..., seq: _Optional[int] = ..., next_step: _Optional[int] = ..., snapshot: _Optional[bytes] = ..., adapter: _Optional[str] = ..., pending_intent_ids: _Optional[_Iterable[str]] = ..., deadline_ms: _Optional[int] = ..., results: _Optional[_Iterable[_Union[_messages_pb2.ToolResult, _Mapping]]] = ..., approvals: _Optional[_Iterable[_Union[_messages_pb2.Approval, _Mapping]]] = ..., trace_id: _Optional[str] = ..., escalations: _Optional[int] = ..., started_at_ms: _Optional[int] = ..., tokens_used: _Optional[int] = ..., pending_kinds: _Optional[_Iterable[_Union[_messages_pb2.ToolIntent.Kind, str]]] = ..., answered_intent_ids: _Optional[_Iterable[str]] = ..., trace_sequence: _Optional[int] = ..., steps: _Optional[_Iterable[_Union[Continuation.StepRecord, _Mapping]]] = ..., intent_namespace: _Optional[str] = ..., compensations: _Optional[_Iterable[_Union[CompensationLink, _Mapping]]] = ..., replay_cache: _Optional[bytes] = ..., submission_digests: _Optional[_Mapping[str, bytes]] = ...) -> None: ...
 
 class CompensationLink(_message.Message):
     __slots__ = ("intent_id", "step_index", "tool_name", "args_json", "compensation_intent_id")

@@ -23,6 +23,7 @@ from beam_agents._protos import (
     ToolResult,
     TraceEvent,
     canonical_json,
+    submission_digest,
     withdrawal_id_for,
 )
 from beam_agents.core.agent import (
@@ -283,7 +284,7 @@ class Activator:
                     envelope.event_time_ms,
                     envelope.SerializeToString(),
                     state.header.next_seq if suspended is None else suspended.seq,
-                    trace_id="" if suspended is None else suspended.trace_id,
+                    trace_id=_trace_of_answer(suspended, answer.intent_id),
                 )
             )
             return
@@ -606,6 +607,18 @@ DEADLINE_APPROVER = "beam-agents/deadline"
 """The ``approver`` recorded when a suspension's deadline answers a pending approval "no"."""
 
 
+def _trace_of_answer(suspended: Continuation | None, intent_id: str) -> str:
+    """The trace of the suspended run if ``intent_id`` is one of its intents, else ``""``."""
+    if suspended is None:
+        return ""
+    ours = (
+        intent_id in suspended.pending_intent_ids
+        or intent_id in suspended.answered_intent_ids
+        or intent_id in suspended.submission_digests
+    )
+    return suspended.trace_id if ours else ""
+
+
 def pending_of(continuation: Continuation) -> list[tuple[str, int]]:
     """The run's unanswered ``(intent_id, kind)`` pairs, in staging order."""
     return list(zip(continuation.pending_intent_ids, continuation.pending_kinds, strict=True))
@@ -670,6 +683,11 @@ def suspend(
     suspended.snapshot = snapshot
     suspended.adapter = adapter
     _set_pending(suspended, pending)
+    awaited = {intent_id for intent_id, _ in pending}
+    digests = suspended.submission_digests
+    for intent in staged.intents:
+        if intent.intent_id in awaited:
+            digests[intent.intent_id] = submission_digest(intent)
     suspended.deadline_ms = deadline_ms
     suspended.trace_id = staged.trace.trace_id
     suspended.tokens_used = suspended.tokens_used + staged.tokens_used
@@ -732,6 +750,7 @@ def escalate(
     escalation_steps = asked.cursor.new_steps
     _append_steps(escalated, [(StepRecord.ESCALATION, digest) for _, digest in escalation_steps])
     kept.append((intent.intent_id, ToolIntent.APPROVAL))
+    escalated.submission_digests[intent.intent_id] = submission_digest(intent)
     escalated.deadline_ms = fired_ms + timeout_ms
     trace.record(
         TraceEvent.SUSPENDED,
@@ -940,6 +959,13 @@ def answer_refusal(
     # REJECTED), but a tool intent is never answered by an approval.
     if is_approval and pending_kind(suspended, intent_id) != ToolIntent.APPROVAL:
         return f"intent {intent_id!r} is a tool intent and cannot take an approval"
+    refused = isinstance(answer, ToolResult) and answer.refused_submission_digest
+    if refused and suspended.submission_digests.get(intent_id) != refused:
+        return (
+            f"the REJECTED result for intent {intent_id!r} answers another submission of that "
+            "id, refused as a conflict; this run's own submission was kept (do two pipelines "
+            "share the effector without AgentConfig.namespace?)"
+        )
     if suspended.deadline_ms and processing_ms() >= suspended.deadline_ms:
         return (
             f"the {what} for intent {intent_id!r} arrived after the deadline "

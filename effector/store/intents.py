@@ -22,6 +22,7 @@ from beam_agents._protos import (
     ToolIntent,
     ToolResult,
     canonical_json_bytes,
+    submission_digest,
 )
 
 _KIND_NUMBERS = frozenset(ToolIntent.Kind.values())
@@ -190,7 +191,9 @@ def conflict_result(refused: ToolIntent, recorded: ToolIntent, *, now_ms: int) -
         "submission is kept and this one is refused (set AgentConfig.namespace when two agents "
         "or pipelines share an effector)"
     )
-    return rejected_result(refused, reason, now_ms=now_ms)
+    result = rejected_result(refused, reason, now_ms=now_ms)
+    result.refused_submission_digest = submission_digest(refused)
+    return result
 
 
 def late_original_reason(compensation_id: str) -> str:

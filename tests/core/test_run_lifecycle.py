@@ -28,6 +28,7 @@ from beam_agents._protos import (
     ToolResult,
     TraceEvent,
     canonical_json,
+    submission_digest,
     withdrawal_id_for,
 )
 from beam_agents.core.activation import RouteFailure, awaited, deadline_outcome
@@ -343,6 +344,33 @@ def test_a_rejected_result_resumes_the_run_like_any_result(clock: Clock) -> None
     assert of_type(outputs, AgentError) == [] and cells.continuation.value is None
 
 
+def test_a_conflicts_rejection_resumes_only_the_run_whose_submission_was_refused(
+    clock: Clock,
+) -> None:
+    """Two pipelines mint one id with different arguments: the effector keeps one submission."""
+    for dofn in started(reads_the_refusal, AgentConfig(processing_clock=clock)):
+        cells = InMemoryKeyState()
+        [staged] = of_type(cells.process(dofn, K, event(K, b"go", 1_000)[1]), ToolIntent)
+        waiting = cells.continuation.value
+        other = ToolIntent()
+        other.CopyFrom(staged)
+        other.args_json = '{"amount":6}'  # the other pipeline's submission of the same id
+        for refused, admitted in ((other, False), (staged, True)):
+            cells.continuation.value = waiting
+            conflict = result(staged.intent_id, 2_000, ToolResult.REJECTED)
+            conflict.tool_result.refused_submission_digest = submission_digest(refused)
+            outputs = cells.process(dofn, K, conflict)
+            if admitted:  # this run's own submission was refused: it resumes
+                assert [out for out in outputs if isinstance(out, bytes)] == [b"REJECTED"]
+                assert cells.continuation.value is None
+            else:  # this run's submission was kept and will run: it keeps waiting
+                [error] = of_type(outputs, AgentError)
+                assert error.reason == "orphaned_result"
+                assert "refused as a conflict" in error.detail
+                assert error.trace_id == trace_id_for(K, 0)  # about this run's own intent
+                assert cells.continuation.value == waiting
+
+
 # -- pipelines: a deny route on the streaming runner, retried bundles ----------------------------
 async def asks_and_acts(ctx: ActivationContext) -> Complete | Suspend:
     if ctx.is_resume:
@@ -424,5 +452,6 @@ def test_every_error_of_a_run_names_its_trace_and_errors_of_no_run_name_none(
     assert (no_run.reason, no_run.trace_id) == ("orphaned_result", "")
     assert (malformed.reason, malformed.trace_id) == ("malformed_element", "")
     run_trace = trace_id_for(K, 0, "v2")
-    assert (not_pending.reason, not_pending.trace_id) == ("orphaned_result", run_trace)
+    # An answer to an intent the suspended run never staged belongs to no run it knows.
+    assert (not_pending.reason, not_pending.trace_id) == ("orphaned_result", "")
     assert (overflow.reason, overflow.trace_id) == ("buffer_overflow", run_trace)

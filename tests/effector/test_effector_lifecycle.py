@@ -22,6 +22,7 @@ from beam_agents._protos import (
     ToolIntent,
     ToolResult,
     canonical_json,
+    submission_digest,
     withdrawal_id_for,
 )
 from effector.client import AsyncEffectorClient
@@ -164,6 +165,8 @@ async def test_a_conflicting_submission_resumes_its_run_with_a_rejection(tmp_pat
         assert "conflict" in refusals[0].error_message
         assert "args_json" in refusals[0].error_message
         assert ack.result == refusals[0]  # the ack says what the waiting run receives
+        # Only the run that staged these exact bytes takes it, never the one whose was kept.
+        assert refusals[0].refused_submission_digest == submission_digest(other)
         assert "REJECTED result was published" in ack.reason
         shown = await client.get_intent(first.intent_id)
         assert shown.intent == first and shown.result.status == ToolResult.OK
