@@ -732,6 +732,7 @@ class _ReadLogFn(beam.DoFn):
             return
         if response.records:
             self._idle_since = None
+        now = Timestamp.now()
         newest: Timestamp | None = None
         for record in response.records:
             if not tracker.try_claim(record.offset):
@@ -742,13 +743,17 @@ class _ReadLogFn(beam.DoFn):
                 self._skip(record.offset, envelope, problem)
                 continue
             timestamp = Timestamp(micros=envelope.event_time_ms * 1000)
+            if timestamp - now > self._watermark_lag:
+                self._report_future(record.offset, envelope, timestamp - now)
             newest = timestamp if newest is None else max(newest, timestamp)
             self._read.inc()
             self._read_total += 1
             yield TimestampedValue((envelope.entity_key, envelope), timestamp)
-        # With nothing to read the reader is at the head of the log, so the watermark may
-        # follow the clock; otherwise it follows the newest event time read.
-        self._advance_watermark(watermark, (newest or Timestamp.now()) - self._watermark_lag)
+        # The watermark follows the newest event time read, but never passes the clock: one
+        # envelope from the future must not fire every key's event-time timers (idle TTLs).
+        # With nothing to read the reader is at the head of the log, so it follows the clock.
+        head = now if newest is None else min(newest, now)
+        self._advance_watermark(watermark, head - self._watermark_lag)
         tracker.defer_remainder()
 
     def _ask_for_less(self, error: grpc.RpcError, position: int) -> bool:
@@ -778,6 +783,22 @@ class _ReadLogFn(beam.DoFn):
             _key_text(envelope.entity_key),
             envelope.WhichOneof("payload") or "no payload",
             problem,
+        )
+
+    def _report_future(self, offset: int, envelope: AgentEnvelope, ahead: Duration) -> None:
+        """Log an envelope stamped later than the clock plus the lag (the watermark ignores it)."""
+        _log.error(
+            "ReadEnvelopes from %s: the envelope at offset %d (key %s, %s) has event_time_ms "
+            "%d, %.0f s ahead of this worker's clock (more than the watermark lag of %.0f s); "
+            "it is delivered, but the watermark follows the clock, not it: fix the clock or "
+            "the event time of whoever published it",
+            self._connection.target,
+            offset,
+            _key_text(envelope.entity_key),
+            envelope.WhichOneof("payload") or "no payload",
+            envelope.event_time_ms,
+            ahead.micros / 1e6,
+            self._watermark_lag.micros / 1e6,
         )
 
     def _report_progress(self, position: int) -> None:
@@ -895,7 +916,8 @@ class ReadEnvelopes(beam.PTransform[PBegin, PCollection[tuple[bytes, AgentEnvelo
       end. ``None`` (default) reads forever.
     - ``max_batch``: envelopes per ``Read``; ``poll_wait_ms``: how long one ``Read`` waits
       (at most 60 000).
-    - ``watermark_lag_s``: how far the watermark trails the newest event time read.
+    - ``watermark_lag_s``: how far the watermark trails the newest event time read, or the
+      reader's clock when that is earlier.
     - ``progress_interval_s``: how often one line says how far the read got and what the
       effector holds (INFO, or stderr when INFO is not logged); ``None``: no such line. An
       idle reader that does not stop says why as often (every 15 s with ``None``), naming
@@ -904,6 +926,8 @@ class ReadEnvelopes(beam.PTransform[PBegin, PCollection[tuple[bytes, AgentEnvelo
 
     An envelope whose ``event_time_ms`` is outside years 1-9999 cannot be timestamped: it is
     skipped with an ERROR line and counted (``envelopes_skipped``); the rest are delivered.
+    An envelope stamped more than ``watermark_lag_s`` ahead of the reader's clock is delivered
+    with an ERROR line; the watermark does not follow it past the clock.
 
     Reading retries transient failures indefinitely; a wrong token fails the pipeline with
     ``PermissionError``. Publishing is not retried, since a cut-off ``Publish`` may have been
