@@ -22,7 +22,13 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from effector_test_tools import make_registry
 
-from beam_agents._protos import GetIntentResponse, IntentState, ToolIntent, canonical_json
+from beam_agents._protos import (
+    GetIntentResponse,
+    IntentState,
+    ToolIntent,
+    canonical_json,
+    withdrawal_id_for,
+)
 from beam_agents.tools import ToolRegistry
 from effector import launch
 from effector.client import AsyncEffectorClient
@@ -62,6 +68,26 @@ def make_intent(
         expires_at_ms=created + ttl_ms if ttl_ms else 0,
         kind=kind,
         trace_id="trace",
+    )
+
+
+def make_withdrawal(
+    target: ToolIntent,
+    reason: str = "the run took its deadline route",
+    *,
+    key: bytes | None = None,
+    created_at_ms: int | None = None,
+) -> ToolIntent:
+    """The WITHDRAWAL a run submits when it stops waiting for ``target`` (``key``: another)."""
+    return ToolIntent(
+        intent_id=withdrawal_id_for(target.intent_id),
+        entity_key=target.entity_key if key is None else key,
+        seq=target.seq,
+        step_index=target.step_index,
+        kind=ToolIntent.WITHDRAWAL,
+        withdraws_intent_id=target.intent_id,
+        args_json=canonical_json({"reason": reason}),
+        created_at_ms=target.created_at_ms if created_at_ms is None else created_at_ms,
     )
 
 

@@ -19,6 +19,7 @@ from effector_harness import (
     cli_environment,
     intent_id,
     make_intent,
+    make_withdrawal,
     run_cli,
 )
 from effector_test_tools import read_ledger
@@ -29,7 +30,6 @@ from beam_agents._protos import (
     ToolIntent,
     ToolResult,
     approval_digest,
-    withdrawal_id_for,
 )
 from effector.cli import inbox_line
 from effector.client import EffectorClient
@@ -359,16 +359,7 @@ async def _seed_hostile(url: str) -> tuple[ToolIntent, ToolIntent, ToolIntent]:
     hostile.created_at_ms = -(2**63)
     refused = make_intent("pay\u202e", {"a": 1}, key=b"k-2", seq=1)
     gone = make_intent("", {"refund": "r-1"}, key=b"k-3", seq=2, kind=ToolIntent.APPROVAL)
-    withdrawal = ToolIntent(
-        intent_id=withdrawal_id_for(gone.intent_id),
-        entity_key=gone.entity_key,
-        seq=gone.seq,
-        step_index=5,
-        kind=ToolIntent.WITHDRAWAL,
-        withdraws_intent_id=gone.intent_id,
-        args_json='{"reason":"the run completed without it"}',
-        created_at_ms=gone.created_at_ms,
-    )
+    withdrawal = make_withdrawal(gone, "the run completed without it")
     odd = make_intent("t", key=b"k-4", seq=3)
     odd.kind = ToolIntent.Kind.ValueType(99)
     store = await open_store(url)

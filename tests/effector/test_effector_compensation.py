@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from effector_harness import make_intent, running_effector, wait_done
+from effector_harness import make_intent, make_withdrawal, running_effector, wait_done
 from effector_test_tools import make_registry, read_ledger
 
 from beam_agents._protos import (
@@ -14,8 +14,6 @@ from beam_agents._protos import (
     SubmitAck,
     ToolIntent,
     ToolResult,
-    canonical_json,
-    withdrawal_id_for,
 )
 from effector.worker import intake_rejection
 
@@ -94,13 +92,7 @@ async def test_the_compensation_of_a_withdrawn_effect_is_not_needed(
 ) -> None:
     withdrawn = paid(0, key=b"order-4")
     undo = refund(withdrawn, 1)
-    notice = ToolIntent(
-        intent_id=withdrawal_id_for(withdrawn.intent_id),
-        entity_key=withdrawn.entity_key,
-        kind=ToolIntent.WITHDRAWAL,
-        withdraws_intent_id=withdrawn.intent_id,
-        args_json=canonical_json({"reason": "the run completed"}),
-    )
+    notice = make_withdrawal(withdrawn, "the run completed")
     async with running_effector(f"sqlite:///{tmp_path / 'e.db'}") as effector:
         # The run withdrew the payment, then undid it (a saga's cleanup), all in one Submit.
         acks = await effector.client.submit([withdrawn, notice, undo])

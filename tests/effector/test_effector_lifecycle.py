@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import sqlite_url
-from effector_harness import make_intent, running_effector, wait_done
+from effector_harness import make_intent, make_withdrawal, running_effector, wait_done
 from effector_test_tools import read_ledger
 
 from beam_agents._protos import (
@@ -21,9 +21,7 @@ from beam_agents._protos import (
     SubmitAck,
     ToolIntent,
     ToolResult,
-    canonical_json,
     submission_digest,
-    withdrawal_id_for,
 )
 from effector.client import AsyncEffectorClient
 
@@ -31,14 +29,7 @@ REASON = "the run took its deadline route \u202e (20000 ms)"
 
 
 def withdrawal(target: ToolIntent, reason: str = REASON) -> ToolIntent:
-    return ToolIntent(
-        intent_id=withdrawal_id_for(target.intent_id),
-        entity_key=target.entity_key,
-        seq=target.seq,
-        kind=ToolIntent.WITHDRAWAL,
-        withdraws_intent_id=target.intent_id,
-        args_json=canonical_json({"reason": reason}),
-    )
+    return make_withdrawal(target, reason)
 
 
 async def wait_started(ledger: Path, intent_id: str) -> None:

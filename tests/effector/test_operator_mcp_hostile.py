@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 from conftest import sqlite_url
-from effector_harness import FAST_WORKER, make_intent, running_effector
+from effector_harness import FAST_WORKER, make_intent, make_withdrawal, running_effector
 from test_operator_mcp import call, mcp_client, refused
 
-from beam_agents._protos import ToolIntent, withdrawal_id_for
+from beam_agents._protos import ToolIntent
 from effector.server import ServerSettings
 from effector.store.intents import NewIntent
 
@@ -34,15 +34,7 @@ async def test_hostile_rows_are_listed_flagged_and_withdrawn_ones_refused(tmp_pa
     deep.created_at_ms = -(2**63)
     huge = make_intent("", {"note": HUGE}, key=b"c", kind=ToolIntent.APPROVAL)
     gone = make_intent("", {"refund": "r-1"}, key=b"d", kind=ToolIntent.APPROVAL)
-    withdrawal = ToolIntent(
-        intent_id=withdrawal_id_for(gone.intent_id),
-        entity_key=gone.entity_key,
-        step_index=3,
-        kind=ToolIntent.WITHDRAWAL,
-        withdraws_intent_id=gone.intent_id,
-        args_json='{"reason":"the run took its deadline route"}',
-        created_at_ms=gone.created_at_ms,
-    )
+    withdrawal = make_withdrawal(gone)
     async with running_effector(sqlite_url(tmp_path / "s.db"), settings=settings) as running:
         now = int(time.time() * 1000)
         intents = [evil, deep, huge, gone]

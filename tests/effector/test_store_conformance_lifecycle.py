@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from effector_harness import make_intent
+from effector_harness import make_intent, make_withdrawal
 
 from beam_agents._protos import (
     ActivationRecord,
@@ -22,8 +22,6 @@ from beam_agents._protos import (
     ToolIntent,
     ToolResult,
     TraceEvent,
-    canonical_json,
-    withdrawal_id_for,
 )
 from effector.store import open_store
 from effector.store.intents import Claim, Completion, NewIntent, SubmitOutcome, new_result
@@ -38,16 +36,7 @@ REASON = "deadline route taken \u202e after 20000 ms\n"
 
 def withdrawal(target: ToolIntent, reason: str = REASON, *, key: bytes | None = None) -> ToolIntent:
     """The WITHDRAWAL a run submits when it stops waiting for ``target``."""
-    return ToolIntent(
-        intent_id=withdrawal_id_for(target.intent_id),
-        entity_key=target.entity_key if key is None else key,
-        seq=target.seq,
-        step_index=target.step_index,
-        kind=ToolIntent.WITHDRAWAL,
-        withdraws_intent_id=target.intent_id,
-        args_json=canonical_json({"reason": reason}),
-        created_at_ms=T0,
-    )
+    return make_withdrawal(target, reason, key=key, created_at_ms=T0)
 
 
 def approval(*, key: bytes = b"k", step: int = 0, quorum: int = 0) -> ToolIntent:
