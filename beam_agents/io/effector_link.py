@@ -42,6 +42,7 @@ from beam_agents._protos import (
     SubmitAck,
     SubmitRequest,
     ToolIntent,
+    ToolResult,
     time_problem,
 )
 from beam_agents.core.observability import progress_line
@@ -232,12 +233,47 @@ _T = TypeVar("_T")
 # -- SubmitIntents: hand staged intents to the effector, once per intent id -------------------
 _DEAD_LETTER = "dead_letter"
 _KIND_NAMES = {value: name for name, value in ToolIntent.Kind.items()}
-_DEAD_LETTER_CONSEQUENCE = {
-    ToolIntent.TOOL: "it never runs, and the run waiting for it takes its deadline route",
-    ToolIntent.APPROVAL: "nobody is asked, and the run waiting for it takes its deadline route",
-    ToolIntent.WITHDRAWAL: "the effector may still offer the intent it withdraws",
+_NOT_SENT = "not sent"
+_UNDELIVERED = "undelivered"
+_UNRECORDED = "refused unrecorded"
+_RECORDED_REJECTED = "recorded REJECTED"
+_CONFLICT = "conflict"
+_DEADLINE_ROUTE = "the run waiting for it takes its deadline route"
+_CONSEQUENCES = {
+    _NOT_SENT: f"{{never}}: it never reached the effector, and {_DEADLINE_ROUTE}",
+    _UNDELIVERED: f"unless an unanswered attempt reached the effector, {{never}} and "
+    f"{_DEADLINE_ROUTE}",
+    _UNRECORDED: f"{{never}}: the effector recorded and publishes nothing, and {_DEADLINE_ROUTE}",
+    _RECORDED_REJECTED: "{never}: the effector publishes a REJECTED result, which resumes the "
+    "run waiting for it",
+    _CONFLICT: "the effector keeps the intent first recorded under this id and publishes a "
+    "REJECTED result to the run that staged this one",
 }
-"""What a dead letter of each kind means for its run, said in its log line."""
+"""What each way of being dead-lettered means for the waiting run, said in its log line."""
+_NEVER_DONE: dict[int, str] = {
+    ToolIntent.TOOL: "it never runs",
+    ToolIntent.APPROVAL: "nobody is asked",
+}
+
+
+def _consequence(kind: int, fate: str) -> str:
+    """What a dead letter of ``kind`` that met ``fate`` means for its run."""
+    if kind == ToolIntent.WITHDRAWAL:
+        if fate == _CONFLICT:
+            return "the withdrawal first recorded under this id stands"
+        return "the effector may still offer the intent it withdraws"
+    return _CONSEQUENCES[fate].format(never=_NEVER_DONE.get(kind, "it never runs"))
+
+
+def _refusal_fate(ack: SubmitAck) -> str:
+    """How the effector refused an intent, told from its acknowledgement (see effector.proto)."""
+    if ack.state == IntentState.INTENT_STATE_UNSPECIFIED:
+        return _UNRECORDED  # refused at the boundary: no state, nothing published
+    if ack.result.refused_submission_digest:
+        return _CONFLICT  # the REJECTED result published to this submission
+    if ack.state == IntentState.DONE and ack.result.status == ToolResult.REJECTED:
+        return _RECORDED_REJECTED
+    return _CONFLICT  # the state of the intent kept under this id (a withdrawal's conflict)
 
 
 @dataclass(frozen=True)
@@ -398,7 +434,7 @@ class _SubmitIntentsFn(beam.DoFn):
         """Add ``intent`` to the batch; submit the batch first if it is full."""
         if not isinstance(intent, ToolIntent):
             yield self._dead_letter(
-                IntentDeadLetter(reason=f"not a ToolIntent: {type(intent).__name__}")
+                IntentDeadLetter(reason=f"not a ToolIntent: {type(intent).__name__}"), _NOT_SENT
             )
             return
         size = intent.ByteSize()
@@ -408,7 +444,8 @@ class _SubmitIntentsFn(beam.DoFn):
                     intent=intent,
                     reason=f"intent is {size} bytes, over the {_MAX_ITEM_BYTES}-byte limit "
                     "of one effector request",
-                )
+                ),
+                _NOT_SENT,
             )
             return
         if self._batch and self._batch_bytes + size > _MAX_BATCH_BYTES:
@@ -432,7 +469,7 @@ class _SubmitIntentsFn(beam.DoFn):
         except _CallFailedError as failure:
             for pending in batch:
                 letter = IntentDeadLetter(intent=pending.intent, reason=failure.reason)
-                yield self._dead_letter(pending.output(letter))
+                yield self._dead_letter(pending.output(letter), _UNDELIVERED)
             return
         for pending, ack in zip(batch, acks, strict=True):
             yield pending.output(ack)
@@ -447,7 +484,7 @@ class _SubmitIntentsFn(beam.DoFn):
                     reason=ack.reason,
                     outcome=SubmitAck.Outcome.Name(ack.outcome),
                 )
-                yield self._dead_letter(pending.output(letter))
+                yield self._dead_letter(pending.output(letter), _refusal_fate(ack))
 
     def _submit(self, intents: Sequence[ToolIntent]) -> Sequence[SubmitAck]:
         """Submit one batch; retrying is safe because the effector deduplicates by intent id."""
@@ -482,8 +519,8 @@ class _SubmitIntentsFn(beam.DoFn):
             )
         return list(response.acks)
 
-    def _dead_letter(self, letter: Any) -> TaggedOutput[str, Any]:
-        """Count and log one dead letter (every one: a run may be waiting for it)."""
+    def _dead_letter(self, letter: Any, fate: str) -> TaggedOutput[str, Any]:
+        """Count and log one dead letter and what its ``fate`` means for the run waiting on it."""
         self._dead_lettered.inc()
         value = letter.value if isinstance(letter, WindowedValue) else letter
         intent = value.intent
@@ -496,7 +533,7 @@ class _SubmitIntentsFn(beam.DoFn):
             intent.tool_name,
             f" {value.outcome}" if value.outcome else "",
             value.reason,
-            _DEAD_LETTER_CONSEQUENCE.get(intent.kind, "it never reaches the effector"),
+            _consequence(intent.kind, fate),
         )
         return TaggedOutput(_DEAD_LETTER, letter)
 
@@ -509,8 +546,10 @@ class SubmitIntents(beam.PTransform[PCollection[ToolIntent], SubmitIntentsOutput
     doubling up to ``max_backoff_s``, at most ``max_attempts`` calls, each with a deadline of
     ``rpc_timeout_s``); each retry logs a WARNING. A batch that still fails goes to
     ``dead_letter``, as does every intent the effector rejects. Each dead letter logs one
-    ERROR line with the intent's id, key and the reason, whether or not ``dead_letter`` is
-    consumed: the run waiting for it hears nothing and takes its deadline route.
+    ERROR line with the intent's id, key, the reason and what it means for the waiting run,
+    whether or not ``dead_letter`` is consumed. A refusal the effector records (REJECTED, or a
+    conflict) reaches the run as a REJECTED result; an intent never delivered, or refused
+    unrecorded (bad id, key, time, size or depth), leaves the run to its deadline route.
     A wrong token fails the pipeline with ``PermissionError``.
 
     ``target`` is ``HOST:PORT`` with ``token`` or ``token_env`` and ``tls_root_cert``, or an

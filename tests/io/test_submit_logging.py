@@ -12,13 +12,14 @@ import pytest
 from effector_harness import BackgroundEffector, make_intent
 
 from beam_agents import AgentConfig, Complete, Deny, HitlPolicy, RunAgent, Suspend
-from beam_agents._protos import AgentEnvelope, ToolIntent
+from beam_agents._protos import AgentEnvelope, SubmitAck, ToolIntent
 from beam_agents.core.agent import intent_id_for
 from beam_agents.core.context import ActivationContext
 from beam_agents.core.observability import LogBudget
 from beam_agents.hitl import FallbackContext
 from beam_agents.io import ReadEnvelopes, SubmitIntents, run_agent
 from beam_agents.io.run_agent import _bounded
+from effector.client import EffectorClient
 from effector.launch import free_port
 from tests.io.io_harness import Collector, counter, record_intent, run_pipeline, submit_all
 
@@ -69,7 +70,50 @@ def test_every_dead_letter_logs_its_own_error_line_even_when_nobody_reads_the_ou
         [line] = [line for line in errors if intent.intent_id in line]
         assert "REJECTED" in line and "unknown tool 'missing'" in line
         assert "0x" + intent.entity_key.hex() in line  # a key with U+202E is shown as hex
-        assert "takes its deadline route" in line
+        assert "publishes a REJECTED result, which resumes the run waiting for it" in line
+        assert "deadline route" not in line
+
+
+def test_each_dead_letter_line_says_what_its_cause_means_for_the_waiting_run(
+    effector: BackgroundEffector, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Recorded REJECTED, a conflict, and refusals the effector cannot even record."""
+    kept = make_intent("record", {"note": "kept"}, key="acct-\u202e1".encode())
+    conflicting = make_intent("record", {"note": "other \x1b[2J"}, key=kept.entity_key)
+    unknown_tool = make_intent("missing", key=b"acct-2")
+    bad_time = make_intent("record", {"note": "x"}, key=b"acct-3", created_at_ms=2**62)
+    far_expiry = make_intent("record", {"note": "x"}, key=b"acct-4")
+    far_expiry.expires_at_ms = 253_402_300_800_000  # 10000-01-01, past year 9999
+    too_deep = make_intent("record", "[" * 65 + "]" * 65, key=b"acct-5")
+    too_long = make_intent("\u202e" * 4_097, key=b"acct-6")
+    with EffectorClient(effector.address) as client:
+        [first] = client.submit([kept])
+    assert first.outcome == SubmitAck.ACCEPTED
+    refused = [conflicting, unknown_tool, bad_time, far_expiry, too_deep, too_long]
+    with caplog.at_level(logging.ERROR, logger=LOGGER):
+        _, letters, _ = submit_all(refused, SubmitIntents(effector.address))
+    assert len(letters) == len(refused)
+    lines = submit_warnings(caplog)
+
+    def line_of(intent: ToolIntent) -> str:
+        [line] = [line for line in lines if f"dead letter for intent {intent.intent_id} " in line]
+        return line
+
+    conflict = line_of(conflicting)
+    assert "conflict" in conflict
+    assert "keeps the intent first recorded under this id" in conflict
+    assert "publishes a REJECTED result to the run that staged this one" in conflict
+    assert "deadline route" not in conflict and "never runs" not in conflict
+    rejected = line_of(unknown_tool)
+    assert "it never runs: the effector publishes a REJECTED result" in rejected
+    assert "deadline route" not in rejected
+    for unrecorded in (bad_time, far_expiry, too_deep, too_long):
+        line = line_of(unrecorded)
+        assert "the effector recorded and publishes nothing" in line, line
+        assert "the run waiting for it takes its deadline route" in line
+        assert "publishes a REJECTED" not in line
+    assert "outside years 1-9999" in line_of(bad_time)
+    assert "nested too deeply" in line_of(too_deep)
 
 
 def test_the_log_budget_allows_lines_per_window_and_summarizes_the_rest() -> None:
