@@ -9,23 +9,20 @@ from __future__ import annotations
 
 import functools
 import logging
-import re
 from collections.abc import Sequence
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from beam_agents._protos import ToolIntent, ToolResult
-
-_UNSAFE_CHARACTERS = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]"
-)
-"""Control, line-separating, invisible and bidi characters: what could forge or hide log text."""
+from effector.readable import is_hiding
 
 
 def escape_text(text: str) -> str:
-    """``text`` with every control, newline and bidi character spelled as its escape."""
-    return _UNSAFE_CHARACTERS.sub(lambda found: ascii(found.group())[1:-1], text)
+    """``text`` with every character that hides or breaks text (as pages mark them) escaped."""
+    if text.isprintable():
+        return text
+    return "".join(ascii(char)[1:-1] if is_hiding(char) else char for char in text)
 
 
 class EscapingFilter(logging.Filter):

@@ -56,7 +56,7 @@ def iso_time(ms: int) -> str:
 
 
 def is_hiding(char: str) -> bool:
-    """Whether ``char`` hides, reorders or breaks the text around it (U+202E, ESC, U+2028, ...)."""
+    """Whether ``char`` hides, reorders or breaks text (U+202E, ESC, U+2028): pages and logs."""
     return unicodedata.category(char) in _HIDING_CATEGORIES
 
 

@@ -13,7 +13,8 @@ from effector_test_tools import make_registry
 
 from beam_agents._protos import SubmitAck, ToolIntent, ToolResult
 from beam_agents.tools import ToolRegistry, tool
-from effector.observability import CONFLICT_HINT
+from effector.observability import CONFLICT_HINT, escape_text
+from effector.readable import is_hiding
 from effector.server import ServerSettings
 
 AUDIT = "effector.audit"
@@ -152,4 +153,34 @@ async def test_expiries_log_one_line_each(
     assert sorted(expiries) == sorted(
         f"EXPIRED intent {intent.intent_id} (key {key}, tool ''): no decision before its deadline"
         for intent, key in ((unanswered, "ask"), (decided_late, "ask2"))
+    )
+
+
+HIDDEN_ON_PAGES = "\u00ad\u180e\ufff9\ufffa\ufffb\ue000\U000f0000\u202e\x1b\n\u2028"
+"""Soft hyphen, Mongolian vowel separator, interlinear annotation marks, private use, bidi,
+ESC, newline, line separator: characters pages mark as hidden (``readable.is_hiding``)."""
+
+
+@pytest.mark.asyncio
+async def test_a_logged_value_escapes_every_character_a_page_marks_as_hidden(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    malformed = make_intent("add", {"a": 1}, key=b"k-hidden")
+    malformed.intent_id = f"order{HIDDEN_ON_PAGES}17"
+    async with running_effector(sqlite_url(tmp_path / "s.db")) as effector:
+        caplog.set_level(logging.INFO, logger=AUDIT)
+        [ack] = await effector.client.submit([malformed])
+    assert ack.outcome == SubmitAck.REJECTED
+    [line] = [line for line in audit_lines(caplog) if "k-hidden" in line]
+    assert not [char for char in line if is_hiding(char)], repr(line)
+    escaped = "".join(ascii(char)[1:-1] for char in HIDDEN_ON_PAGES)
+    assert f"REJECTED intent order{escaped}17 (key k-hidden" in line
+
+
+def test_logs_and_pages_share_one_definition_of_a_hidden_character() -> None:
+    for code_point in range(0x110000):
+        char = chr(code_point)
+        assert (escape_text(char) != char) == is_hiding(char), f"U+{code_point:04X}"
+    assert escape_text(f"a{HIDDEN_ON_PAGES}b\u00e9\u4e2d") == (
+        "a\\xad\\u180e\\ufff9\\ufffa\\ufffb\\ue000\\U000f0000\\u202e\\x1b\\n\\u2028b\u00e9\u4e2d"
     )
