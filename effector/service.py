@@ -29,6 +29,8 @@ from google.protobuf.message_factory import GetMessageClass
 import beam_agents._protos as pb
 import effector.observability as audit
 from beam_agents._protos import (
+    MAX_ATTRIBUTE_NAME_CHARS,
+    MAX_ATTRIBUTES,
     ActivationRecord,
     AgentEnvelope,
     AgentError,
@@ -36,6 +38,7 @@ from beam_agents._protos import (
     ToolIntent,
     TraceEvent,
     approval_digest,
+    attribute_value_problem,
     canonical_json,
     json_depth_problem,
     time_problem,
@@ -55,6 +58,7 @@ from effector.store.intents import (
     intent_id_problem,
 )
 from effector.store.sql import SqlStore
+from effector.store.telemetry import RecordPlace
 from effector.worker import Worker, intake_rejection
 
 _log = logging.getLogger(__name__)
@@ -84,10 +88,6 @@ MAX_READ_BYTES = MAX_MESSAGE_BYTES // 2
 """The default and largest ``ReadRequest.max_bytes``; one envelope more still fits a message."""
 MAX_RECORD_BYTES = 4 * 1024 * 1024
 """The largest activation record RecordActivations stores."""
-MAX_ATTRIBUTES = 256
-"""The most attributes one trace event may carry."""
-MAX_ATTRIBUTE_NAME_CHARS = 256
-MAX_ATTRIBUTE_VALUE_BYTES = 64 * 1024
 MAX_ERROR_TEXT_CHARS = 64 * 1024
 """The longest ``detail`` or ``traceback`` an ``.errors`` record may carry."""
 DIGEST_CHARS = 64
@@ -391,6 +391,10 @@ def trace_event_problem(event: TraceEvent) -> str | None:
 
 
 def _attributes_problem(attributes: Mapping[str, str]) -> str | None:
+    """Why a trace event's attributes are over the limits :mod:`beam_agents._protos` shares.
+
+    Only a JSON-shaped value (see :func:`~beam_agents._protos.is_json_shaped`) is depth-checked.
+    """
     if len(attributes) > MAX_ATTRIBUTES:
         return f"has {len(attributes)} attributes (at most {MAX_ATTRIBUTES})"
     for name, value in attributes.items():
@@ -399,9 +403,9 @@ def _attributes_problem(attributes: Mapping[str, str]) -> str | None:
                 f"has an attribute name of {len(name)} characters "
                 f"(at most {MAX_ATTRIBUTE_NAME_CHARS})"
             )
-        problem = _json_problem(f"attribute {name[:64]!r}", value, MAX_ATTRIBUTE_VALUE_BYTES)
+        problem = attribute_value_problem(f"attribute {name[:64]!r}", value)
         if problem is not None:
-            return problem
+            return f"has {problem}"
     return None
 
 
@@ -435,26 +439,6 @@ def activation_record_problem(record: ActivationRecord) -> str | None:
     if size > MAX_RECORD_BYTES:
         return f"is {size} bytes (at most {MAX_RECORD_BYTES})"
     return _entity_key_problem(record.entity_key) or bounds_problem(record, MAX_RECORD_BYTES)
-
-
-def records_page(
-    records: Sequence[ActivationRecord], max_runs: int, max_bytes: int
-) -> tuple[list[ActivationRecord], int]:
-    """The page of ``records`` within ``max_bytes`` (its newest run always), next ``before_seq``."""
-    sizes: dict[int, int] = {}
-    for record in records:
-        sizes[record.seq] = sizes.get(record.seq, 0) + record.ByteSize() + 16  # tag, length
-    runs = sorted(sizes)
-    kept = total = 0
-    for seq in reversed(runs):
-        if kept and total + sizes[seq] > max_bytes:
-            break
-        kept, total = kept + 1, total + sizes[seq]
-    if not kept:
-        return [], 0
-    oldest = runs[-kept]
-    more = kept < len(runs) or len(runs) >= max_runs
-    return [record for record in records if record.seq >= oldest], oldest if more else 0
 
 
 # -- the checks a decision passes before the store records it -----------------------------------
@@ -1045,17 +1029,38 @@ class EffectorService(pb.EffectorServicer):
     async def ListRecords(
         self, request: pb.ListRecordsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListRecordsResponse:
-        """A page of one key's activation records: its newest runs before ``before_seq``."""
+        """A page of one key's activation records, the newest before a place, within one message.
+
+        A run too large for one answer is split across pages; each page holds a record at least.
+        """
         if not 0 < len(request.entity_key) <= MAX_ENTITY_KEY_BYTES:
             raise _invalid(f"entity_key must be 1 to {MAX_ENTITY_KEY_BYTES} bytes")
         if request.max_runs < 0 or request.before_seq < 0:
             raise _invalid("max_runs and before_seq must not be negative")
-        max_runs = min(request.max_runs or DEFAULT_RECORD_RUNS, MAX_RECORD_RUNS)
-        found = await self.store.records_for_key(
-            request.entity_key, max_runs, before_seq=request.before_seq or None
+        before: RecordPlace | None = None
+        if request.HasField("before"):
+            place = request.before
+            if place.seq < 0 or place.trace_sequence < 0:
+                raise _invalid("before.seq and before.trace_sequence must not be negative")
+            before = RecordPlace(place.seq, place.trace_sequence, place.intent_namespace)
+        elif request.before_seq:
+            before = RecordPlace(request.before_seq, 0, "")
+        namespace = request.intent_namespace if request.HasField("intent_namespace") else None
+        page = await self.store.records_before(
+            request.entity_key,
+            min(request.max_runs or DEFAULT_RECORD_RUNS, MAX_RECORD_RUNS),
+            MAX_READ_BYTES,
+            before=before,
+            namespace=namespace,
         )
-        records, next_before_seq = records_page(found, max_runs, MAX_MESSAGE_BYTES // 2)
-        return pb.ListRecordsResponse(records=records, next_before_seq=next_before_seq)
+        response = pb.ListRecordsResponse(records=page.records)
+        if page.more and page.records:
+            oldest = page.records[0]
+            response.next_before_seq = oldest.seq
+            response.next_before.seq = oldest.seq
+            response.next_before.trace_sequence = oldest.trace_sequence
+            response.next_before.intent_namespace = oldest.intent_namespace
+        return response
 
     async def _record_telemetry(
         self,

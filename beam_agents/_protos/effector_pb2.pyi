@@ -263,19 +263,35 @@ class RecordActivationsResponse(_message.Message):
     def __init__(self, recorded: _Optional[int] = ..., duplicates: _Optional[int] = ..., rejected: _Optional[int] = ..., first_problem: _Optional[str] = ...) -> None: ...
 
 class ListRecordsRequest(_message.Message):
-    __slots__ = ("entity_key", "max_runs", "before_seq")
+    __slots__ = ("entity_key", "max_runs", "before_seq", "intent_namespace", "before")
     ENTITY_KEY_FIELD_NUMBER: _ClassVar[int]
     MAX_RUNS_FIELD_NUMBER: _ClassVar[int]
     BEFORE_SEQ_FIELD_NUMBER: _ClassVar[int]
+    INTENT_NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    BEFORE_FIELD_NUMBER: _ClassVar[int]
     entity_key: bytes
     max_runs: int
     before_seq: int
-    def __init__(self, entity_key: _Optional[bytes] = ..., max_runs: _Optional[int] = ..., before_seq: _Optional[int] = ...) -> None: ...
+    intent_namespace: str
+    before: RecordPlace
+    def __init__(self, entity_key: _Optional[bytes] = ..., max_runs: _Optional[int] = ..., before_seq: _Optional[int] = ..., intent_namespace: _Optional[str] = ..., before: _Optional[_Union[RecordPlace, _Mapping]] = ...) -> None: ...
+
+class RecordPlace(_message.Message):
+    __slots__ = ("seq", "trace_sequence", "intent_namespace")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    TRACE_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    INTENT_NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    trace_sequence: int
+    intent_namespace: str
+    def __init__(self, seq: _Optional[int] = ..., trace_sequence: _Optional[int] = ..., intent_namespace: _Optional[str] = ...) -> None: ...
 
 class ListRecordsResponse(_message.Message):
-    __slots__ = ("records", "next_before_seq")
+    __slots__ = ("records", "next_before_seq", "next_before")
     RECORDS_FIELD_NUMBER: _ClassVar[int]
     NEXT_BEFORE_SEQ_FIELD_NUMBER: _ClassVar[int]
+    NEXT_BEFORE_FIELD_NUMBER: _ClassVar[int]
     records: _containers.RepeatedCompositeFieldContainer[_records_pb2.ActivationRecord]
     next_before_seq: int
-    def __init__(self, records: _Optional[_Iterable[_Union[_records_pb2.ActivationRecord, _Mapping]]] = ..., next_before_seq: _Optional[int] = ...) -> None: ...
+    next_before: RecordPlace
+    def __init__(self, records: _Optional[_Iterable[_Union[_records_pb2.ActivationRecord, _Mapping]]] = ..., next_before_seq: _Optional[int] = ..., next_before: _Optional[_Union[RecordPlace, _Mapping]] = ...) -> None: ...

@@ -21,6 +21,8 @@ from typing import Any, Protocol
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from beam_agents._protos import (
+    MAX_ATTRIBUTE_NAME_CHARS,
+    MAX_ATTRIBUTES,
     ActivationRecord,
     AgentEnvelope,
     AgentError,
@@ -31,6 +33,8 @@ from beam_agents._protos import (
     RecordedToolCall,
     ToolIntent,
     TraceEvent,
+    bounded_attribute_name,
+    bounded_attribute_value,
     canonical_json,
 )
 from beam_agents.core.agent import Outcome, Suspend, uuid5_hex
@@ -57,6 +61,8 @@ DEADLINE_ATTRIBUTE = "beam_agents.deadline_ms"
 """A ``SUSPENDED`` event's processing-time deadline: read from a clock, so not identity."""
 NAMESPACE_ATTRIBUTE = "beam_agents.namespace"
 """The run namespace (``AgentConfig.namespace``) on an activation's first event, if it has one."""
+_KEPT_ATTRIBUTES = MAX_ATTRIBUTES - 1
+"""The most attributes an event keeps of those it is given: one more is the run's namespace."""
 MEMORY_SLOTS_ATTRIBUTE = "beam_agents.memory.slots"
 """The key's memory slot sizes after the activation: a canonical JSON object name -> bytes."""
 
@@ -208,8 +214,12 @@ class TraceRecorder:
         if attributes:
             # Item by item: the map's inherited ``update`` is a slow pure-Python loop.
             event_attributes = event.attributes
-            for name, value in attributes.items():
-                event_attributes[name] = value
+            for kept, (name, value) in enumerate(attributes.items()):
+                if kept == _KEPT_ATTRIBUTES:
+                    break
+                if len(name) > MAX_ATTRIBUTE_NAME_CHARS:
+                    name = bounded_attribute_name(name)
+                event_attributes[name] = bounded_attribute_value(value)
         event.start_ms = event.end_ms = self._now_ms
         if sequence:
             event.sequence = sequence

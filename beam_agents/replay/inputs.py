@@ -230,10 +230,13 @@ def read_file(name: str) -> list[ActivationRecord]:
 
 
 def by_key(records: Iterable[ActivationRecord]) -> dict[bytes, list[ActivationRecord]]:
-    """Records grouped by key (keys sorted), each key's in commit order, duplicates dropped."""
-    grouped: dict[bytes, dict[tuple[int, int], ActivationRecord]] = {}
+    """Records grouped by key (keys sorted), each key's in commit order, duplicates dropped.
+
+    Runs of different namespaces on one seq stay apart, one after the other.
+    """
+    grouped: dict[bytes, dict[tuple[int, str, int], ActivationRecord]] = {}
     for record in records:
-        order = (record.seq, record.trace_sequence)
+        order = (record.seq, record.intent_namespace, record.trace_sequence)
         grouped.setdefault(record.entity_key, {}).setdefault(order, record)
     return {key: [runs[at] for at in sorted(runs)] for key, runs in sorted(grouped.items())}
 
@@ -308,21 +311,24 @@ def connect(
         raise BadInput(f"--effector {target}: {problem}") from None
 
 
-def read_stored(connection: EffectorConnection, key: bytes) -> list[ActivationRecord]:
-    """Every record the effector holds for ``key``, in commit order."""
+def read_stored(
+    connection: EffectorConnection, key: bytes, namespace: str | None = None
+) -> list[ActivationRecord]:
+    """Every record the effector holds for ``key`` (only ``namespace``'s, if given), in order."""
     pages: list[list[ActivationRecord]] = []
     try:
         metadata = connection.metadata()
         with connection.open_channel() as channel:
             stub = connection.stub(channel)
-            before = 0
+            request = ListRecordsRequest(entity_key=key, max_runs=PAGE_RUNS)
+            if namespace is not None:
+                request.intent_namespace = namespace
             while True:
-                request = ListRecordsRequest(entity_key=key, max_runs=PAGE_RUNS, before_seq=before)
                 page = stub.ListRecords(request, metadata=metadata, timeout=TIMEOUT_S)
                 pages.append(list(page.records))
-                before = page.next_before_seq
-                if not before:
+                if not page.HasField("next_before") or not page.records:
                     break
+                request.before.CopyFrom(page.next_before)
     except grpc.RpcError as error:
         code, details = error.code(), error.details()
         raise BadInput(

@@ -622,13 +622,7 @@ class SqlStore(TelemetryTables, abc.ABC):
                 recorded[intent_id] = results[intent_id]
                 if kind == ToolIntent.TOOL:
                     withdrawn[bytes(entity_key)] += 1
-        for gone in sql.chunks(sorted(withdrawn.items())):
-            tx.execute(
-                f"""WITH gone (entity_key, removed) AS (VALUES {sql.row_marks(len(gone), 2)})
-                    UPDATE effector_keys SET pending = pending - gone.removed
-                    FROM gone WHERE effector_keys.entity_key = gone.entity_key""",
-                sql.flatten(gone),
-            )
+        _take_pending(tx, withdrawn)
         return recorded
 
     # -- execution: claims, results, leases ---------------------------------------------------
@@ -786,13 +780,7 @@ class SqlStore(TelemetryTables, abc.ABC):
                     "recorded intent %s from a claim that had lost its lease",
                     claim.intent.intent_id,
                 )
-        for finished in sql.chunks(list(finished_keys.items())):
-            tx.execute(
-                f"""WITH finished (entity_key, done) AS (VALUES {sql.row_marks(len(finished), 2)})
-                    UPDATE effector_keys SET pending = pending - finished.done
-                    FROM finished WHERE effector_keys.entity_key = finished.entity_key""",
-                sql.flatten(finished),
-            )
+        _take_pending(tx, finished_keys)
         offsets = sql.append(tx, envelopes, now_ms)
         return recorded, sql.head_after(offsets)
 
@@ -1328,6 +1316,17 @@ class SqlStore(TelemetryTables, abc.ABC):
 # -- transaction steps shared by several verbs --------------------------------------------------
 
 
+def _take_pending(tx: sql.Tx, settled: Counter[bytes]) -> None:
+    """Take ``settled[key]`` intents off each key's pending count (keys in sorted order)."""
+    for chunk in sql.chunks(sorted(settled.items())):
+        tx.execute(
+            f"""WITH settled (entity_key, done) AS (VALUES {sql.row_marks(len(chunk), 2)})
+                UPDATE effector_keys SET pending = pending - settled.done
+                FROM settled WHERE effector_keys.entity_key = settled.entity_key""",
+            sql.flatten(chunk),
+        )
+
+
 def _initial_state(
     new: NewIntent, withdrawal: ToolIntent | None, now_ms: int
 ) -> tuple[IntentState, ToolResult | None]:
@@ -1348,16 +1347,23 @@ def _is_withdrawal(new: NewIntent) -> bool:
     return new.intent.kind == ToolIntent.WITHDRAWAL and new.rejection is None
 
 
+def _new_withdrawals(
+    intents: Sequence[NewIntent], first_of: dict[str, int], known: dict[str, _Known]
+) -> Iterator[tuple[str, ToolIntent]]:
+    """Each valid WITHDRAWAL of the batch not yet recorded, with its id, in batch order."""
+    for intent_id, index in first_of.items():
+        new = intents[index]
+        if _is_withdrawal(new) and intent_id not in known:
+            yield intent_id, new.intent
+
+
 def _foreign_withdrawals(
     intents: Sequence[NewIntent], first_of: dict[str, int], known: dict[str, _Known]
 ) -> dict[str, str]:
     """New WITHDRAWAL intents whose known target is of another key or kind, each with why."""
     refused: dict[str, str] = {}
-    for intent_id, index in first_of.items():
-        withdrawal = intents[index]
-        if not _is_withdrawal(withdrawal) or intent_id in known:
-            continue
-        target_id = withdrawal.intent.withdraws_intent_id
+    for intent_id, withdrawal in _new_withdrawals(intents, first_of, known):
+        target_id = withdrawal.withdraws_intent_id
         target: tuple[bytes, int] | None = None
         if target_id in known:
             target = known[target_id].entity_key, known[target_id].kind
@@ -1366,7 +1372,7 @@ def _foreign_withdrawals(
             target = intent.entity_key, intent.kind
         if target is None:
             continue
-        if target[0] != withdrawal.intent.entity_key:
+        if target[0] != withdrawal.entity_key:
             refused[intent_id] = (
                 f"withdraws intent {target_id}, which belongs to another entity key: a run "
                 "withdraws only its own intents"
@@ -1383,11 +1389,10 @@ def _withdrawals_by_target(
     intents: Sequence[NewIntent], first_of: dict[str, int], known: dict[str, _Known]
 ) -> dict[str, ToolIntent]:
     """The valid withdrawal of each target it names: the recorded one, else the batch's."""
-    withdrawals: dict[str, ToolIntent] = {}
-    for intent_id, index in first_of.items():
-        new = intents[index]
-        if _is_withdrawal(new) and intent_id not in known:
-            withdrawals[new.intent.withdraws_intent_id] = new.intent
+    withdrawals = {
+        withdrawal.withdraws_intent_id: withdrawal
+        for _, withdrawal in _new_withdrawals(intents, first_of, known)
+    }
     for recorded in known.values():
         if recorded.withdrawal is not None:
             withdrawals[recorded.withdrawal.withdraws_intent_id] = recorded.withdrawal

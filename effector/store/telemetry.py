@@ -21,8 +21,8 @@ _T = TypeVar("_T")
 
 KEY_SEARCH_SCAN = 50_000
 """The most recently seen keys a key search looks through (an exact key is found at any age)."""
-_PAIRS_PER_STATEMENT = sql.ROWS_PER_STATEMENT // 2
-"""``(entity_key, seq)`` pairs per counting statement (two parameters each)."""
+_RUNS_PER_STATEMENT = sql.ROWS_PER_STATEMENT // 3
+"""``(entity_key, seq, trace_id)`` runs per counting statement (three parameters each)."""
 _TOKEN_ATTRIBUTES = ("gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens")
 _TRACE_COLUMNS = (
     "trace_id, span_id, entity_key, seq, sequence, event_type, wall_start_ms, tokens, event, "
@@ -49,6 +49,29 @@ class RunHead:
     spans: int
     last_event: int = TraceEvent.EVENT_TYPE_UNSPECIFIED
     """The type of its newest event, which says how the run stands."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecordPlace:
+    """Where an activation record sits in its key's order: seq, then namespace, then position."""
+
+    seq: int
+    trace_sequence: int
+    intent_namespace: str
+
+
+@dataclass(frozen=True, slots=True)
+class RecordsPage:
+    """A page of one key's activation records, oldest first, and whether older ones remain."""
+
+    records: list[ActivationRecord]
+    more: bool
+
+
+RECORD_OVERHEAD_BYTES = 16
+"""What one record adds to its size in an answer, at most (its tag and length)."""
+_PLACES_PER_READ = 1_000
+"""Record places (seq, namespace, position, size) a page reads per statement."""
 
 
 MAX_EVENT_TOKENS = 2**32
@@ -148,6 +171,52 @@ class TelemetryTables:
         run = ("effector_records", "record", "intent_namespace, trace_sequence")
         blobs = await self._newest_runs(*run, entity_key, max_runs, before_seq)
         return [ActivationRecord.FromString(blob) for blob in blobs]
+
+    async def records_before(
+        self,
+        entity_key: bytes,
+        max_runs: int,
+        max_bytes: int,
+        *,
+        before: RecordPlace | None = None,
+        namespace: str | None = None,
+    ) -> RecordsPage:
+        """The key's newest records before ``before`` (of ``namespace`` only, if given).
+
+        At most ``max_runs`` runs (seqs) and ``max_bytes`` (with :data:`RECORD_OVERHEAD_BYTES`
+        each), but always one record if any remains: a page ends inside a run when it must.
+        """
+        where = "entity_key = ?" if namespace is None else "entity_key = ? AND intent_namespace = ?"
+        params: tuple[Any, ...] = (
+            (entity_key,) if namespace is None else (entity_key, sql.text(namespace))
+        )
+
+        def page(tx: sql.Tx) -> RecordsPage:
+            bound = before
+            kept: list[RecordPlace] = []
+            seqs = total = 0
+            while True:
+                after = "" if bound is None else f" AND {_PLACE} < (?, ?, ?)"
+                rows = tx.execute(
+                    f"""SELECT seq, intent_namespace, trace_sequence, LENGTH(record)
+                        FROM effector_records WHERE {where}{after}
+                        ORDER BY seq DESC, intent_namespace DESC, trace_sequence DESC LIMIT ?""",
+                    (*params, *_place_params(bound), _PLACES_PER_READ),
+                ).fetchall()
+                for seq, stored_namespace, trace_sequence, size in rows:
+                    new_run = not kept or kept[-1].seq != seq
+                    over = total + size + RECORD_OVERHEAD_BYTES > max_bytes
+                    if kept and ((new_run and seqs >= max_runs) or over):
+                        return _read_page(tx, where, params, kept[-1], before, more=True)
+                    kept.append(RecordPlace(int(seq), int(trace_sequence), str(stored_namespace)))
+                    seqs, total = seqs + new_run, total + size + RECORD_OVERHEAD_BYTES
+                if len(rows) < _PLACES_PER_READ:
+                    if not kept:
+                        return RecordsPage([], more=False)
+                    return _read_page(tx, where, params, kept[-1], before, more=False)
+                bound = kept[-1]
+
+        return RecordsPage([], more=False) if max_runs <= 0 else await self._run(page, write=False)
 
     async def traces_for_key(self, entity_key: bytes, max_runs: int) -> list[TraceEvent]:
         """The events of the key's newest ``max_runs`` runs, by seq then sequence."""
@@ -335,13 +404,13 @@ class TelemetryTables:
             """DELETE FROM effector_traces WHERE (trace_id, span_id) IN (
                  SELECT trace_id, span_id FROM effector_traces WHERE recorded_at_ms < ?
                  ORDER BY recorded_at_ms LIMIT ?)
-               RETURNING entity_key, seq""",
+               RETURNING entity_key, seq, trace_id""",
             (cutoff_ms, sql.PRUNE_BATCH),
         ).fetchall()
-        runs = sorted({(bytes(key), int(seq)) for key, seq in gone})
+        runs = sorted({(bytes(key), int(seq), str(trace)) for key, seq, trace in gone})
         idle_keys = sorted({bytes(key) for (key,) in idle})
         if self._dialect.for_update:  # SQLite needs no row locks: one writer at a time
-            for chunk in sql.chunks(sorted({key for key, _ in runs}.union(idle_keys))):
+            for chunk in sql.chunks(sorted({key for key, _, _ in runs}.union(idle_keys))):
                 tx.execute(
                     f"""SELECT entity_key FROM effector_key_activity
                         WHERE entity_key IN ({sql.marks(len(chunk))})
@@ -349,7 +418,7 @@ class TelemetryTables:
                     chunk,
                 ).fetchall()
         left = _events_by_run(tx, runs)
-        emptied = Counter(key for key, seq in runs if not left[key, seq])
+        emptied = Counter(run[0] for run in runs if not left[run])
         _add_runs(tx, Counter({key: -count for key, count in emptied.items()}))
         removed = len(gone)
         for chunk in sql.chunks(idle_keys):
@@ -369,6 +438,34 @@ class TelemetryTables:
 
 
 # -- transaction steps --------------------------------------------------------------------------
+
+_PLACE = "(seq, intent_namespace, trace_sequence)"
+
+
+def _place_params(place: RecordPlace | None) -> tuple[Any, ...]:
+    """A place as the parameters of a comparison with :data:`_PLACE` (none for no place)."""
+    if place is None:
+        return ()
+    return (place.seq, sql.text(place.intent_namespace), place.trace_sequence)
+
+
+def _read_page(
+    tx: sql.Tx,
+    where: str,
+    params: Sequence[Any],
+    oldest: RecordPlace,
+    before: RecordPlace | None,
+    *,
+    more: bool,
+) -> RecordsPage:
+    """The records matching ``where`` from ``oldest`` up to (not including) ``before``."""
+    upto = "" if before is None else f" AND {_PLACE} < (?, ?, ?)"
+    rows = tx.execute(
+        f"""SELECT record FROM effector_records WHERE {where} AND {_PLACE} >= (?, ?, ?){upto}
+            ORDER BY seq, intent_namespace, trace_sequence""",
+        (*params, *_place_params(oldest), *_place_params(before)),
+    ).fetchall()
+    return RecordsPage([ActivationRecord.FromString(bytes(blob)) for (blob,) in rows], more)
 
 
 def _last_event(tx: sql.Tx, entity_key: bytes, seq: int, trace_id: str) -> int:
@@ -411,17 +508,21 @@ def _touch_keys(tx: sql.Tx, keys: Iterable[bytes], now_ms: int) -> None:
         )
 
 
-def _events_by_run(tx: sql.Tx, runs: Sequence[tuple[bytes, int]]) -> Counter[tuple[bytes, int]]:
-    """How many trace events each ``(entity_key, seq)`` of ``runs`` has stored (none: absent)."""
-    stored: Counter[tuple[bytes, int]] = Counter()
-    for chunk in sql.chunks(runs, _PAIRS_PER_STATEMENT):
+_Run = tuple[bytes, int, str]
+"""A run as the console lists it: ``(entity_key, seq, trace_id)``."""
+
+
+def _events_by_run(tx: sql.Tx, runs: Sequence[_Run]) -> Counter[_Run]:
+    """How many trace events each run of ``runs`` has stored (none: absent)."""
+    stored: Counter[_Run] = Counter()
+    for chunk in sql.chunks(runs, _RUNS_PER_STATEMENT):
         rows = tx.execute(
-            f"""SELECT entity_key, seq, COUNT(*) FROM effector_traces
-                WHERE {" OR ".join(["(entity_key = ? AND seq = ?)"] * len(chunk))}
-                GROUP BY entity_key, seq""",
+            f"""SELECT entity_key, seq, trace_id, COUNT(*) FROM effector_traces
+                WHERE {" OR ".join(["(entity_key = ? AND seq = ? AND trace_id = ?)"] * len(chunk))}
+                GROUP BY entity_key, seq, trace_id""",
             sql.flatten(chunk),
         ).fetchall()
-        stored.update({(bytes(key), int(seq)): int(count) for key, seq, count in rows})
+        stored.update({(bytes(key), int(seq), str(trace)): int(n) for key, seq, trace, n in rows})
     return stored
 
 
@@ -454,11 +555,12 @@ def _record_traces(tx: sql.Tx, events: Sequence[TraceEvent], now_ms: int) -> Rec
         )
         for event in events
     ]
-    recorded, inserted = _insert(tx, "effector_traces", _TRACE_COLUMNS, rows, "entity_key, seq")
+    returning = "entity_key, seq, trace_id"
+    recorded, inserted = _insert(tx, "effector_traces", _TRACE_COLUMNS, rows, returning)
     if not inserted:
         return recorded
-    new: Counter[tuple[bytes, int]] = Counter((bytes(key), int(seq)) for key, seq in inserted)
-    _touch_keys(tx, {key for key, _ in new}, now_ms)
+    new: Counter[_Run] = Counter((bytes(key), int(seq), str(trace)) for key, seq, trace in inserted)
+    _touch_keys(tx, {key for key, _, _ in new}, now_ms)
     stored = _events_by_run(tx, sorted(new))
-    _add_runs(tx, Counter(key for (key, seq), count in new.items() if stored[key, seq] == count))
+    _add_runs(tx, Counter(run[0] for run, count in new.items() if stored[run] == count))
     return recorded

@@ -26,6 +26,8 @@ from effector_harness import (
 
 import beam_agents._protos as pb
 from beam_agents._protos import (
+    MAX_ATTRIBUTE_VALUE_BYTES,
+    MAX_ATTRIBUTES,
     MAX_JSON_DEPTH,
     MAX_TIME_MS,
     MIN_TIME_MS,
@@ -46,8 +48,6 @@ from effector.client import AsyncEffectorClient, EffectorClient
 from effector.server import ServerSettings
 from effector.service import (
     MAX_ARGS_JSON_BYTES,
-    MAX_ATTRIBUTE_VALUE_BYTES,
-    MAX_ATTRIBUTES,
     MAX_ENTITY_KEY_BYTES,
     MAX_ENVELOPE_BYTES,
     MAX_ERROR_TEXT_CHARS,
@@ -289,6 +289,33 @@ async def test_record_traces_refuses_each_out_of_bounds_event_alone(tmp_path: Pa
             assert problem in answer.first_problem, answer.first_problem
         kept = await effector.store.traces_for_key(b"traced", 10)
         assert sorted(event.span_id for event in kept) == [f"{n:016x}" for n in range(8)]
+
+
+@pytest.mark.asyncio
+async def test_only_json_shaped_attribute_values_are_depth_checked(tmp_path: Path) -> None:
+    plain = {
+        "opening": "[" * 5_000 + " not JSON",
+        "closing": "(" + "}" * 5_000,
+        "bidi": "\u202e" + "{" * 3_000 + "\x00",
+    }
+    shaped = {"spaced": " \n" + nested(100) + "\t ", "object": '{"a":' + nested(70) + "}"}
+    async with running_effector(sqlite_url(tmp_path / "s.db")) as effector:
+        stub = pb.EffectorStub(effector.client._channel)  # type: ignore[no-untyped-call]
+        for n, (name, value) in enumerate(plain.items()):
+            answer = await stub.RecordTraces(
+                pb.RecordTracesRequest(events=[trace(n, attributes={name: value})])
+            )
+            assert (answer.recorded, answer.rejected) == (1, 0), (name, answer)
+        for n, (name, value) in enumerate(shaped.items(), start=len(plain)):
+            answer = await stub.RecordTraces(
+                pb.RecordTracesRequest(events=[trace(n, attributes={name: value})])
+            )
+            assert (answer.recorded, answer.rejected) == (0, 1), (name, answer)
+            assert "nests deeper than 64" in answer.first_problem
+        kept = await effector.store.traces_for_key(b"traced", 10)
+        assert sorted(item for event in kept for item in event.attributes.items()) == sorted(
+            plain.items()
+        )
 
 
 @pytest.mark.asyncio

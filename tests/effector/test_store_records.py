@@ -10,8 +10,8 @@ import pytest
 
 import effector.store.schema as schema
 from beam_agents._protos import ActivationRecord, AgentEnvelope
-from effector.service import records_page
 from effector.store.sql import SqlStore
+from effector.store.telemetry import RECORD_OVERHEAD_BYTES, RecordPlace
 
 T0 = 1_700_000_020_000
 
@@ -79,11 +79,59 @@ async def test_records_are_pruned_with_the_telemetry(
     assert (await store.record_activations([record(b"old", 0)], T0 + 2_000)).recorded == 1
 
 
-def test_a_page_leaves_its_oldest_runs_for_the_next_when_it_is_too_large() -> None:
-    big = [record(b"k", seq, output=b"x" * 1_000) for seq in range(4)]
-    assert records_page(big, 10, 10_000) == (big, 0)
-    assert records_page(big, 4, 10_000) == (big, 0)  # seq 0 is the oldest: nothing before
-    assert records_page(big[1:], 3, 10_000) == (big[1:], 1)  # a full page: maybe more
-    assert records_page(big, 10, 2_500) == (big[2:], 2)
-    assert records_page(big, 10, 10) == (big[3:], 3)  # the newest run always stays
-    assert records_page([], 10, 10) == ([], 0)
+async def walk(
+    store: SqlStore, key: bytes, max_runs: int, max_bytes: int, namespace: str | None = None
+) -> list[list[ActivationRecord]]:
+    """Every page of ``key``'s records, newest first, following each page's place."""
+    pages: list[list[ActivationRecord]] = []
+    before: RecordPlace | None = None
+    while True:
+        page = await store.records_before(
+            key, max_runs, max_bytes, before=before, namespace=namespace
+        )
+        pages.append(page.records)
+        if not page.more:
+            return pages
+        assert page.records, "a page that makes no progress"
+        oldest = page.records[0]
+        before = RecordPlace(oldest.seq, oldest.trace_sequence, oldest.intent_namespace)
+
+
+def size(records: list[ActivationRecord]) -> int:
+    return sum(r.ByteSize() + RECORD_OVERHEAD_BYTES for r in records)
+
+
+@pytest.mark.asyncio
+async def test_a_run_too_large_for_one_page_is_split_and_every_page_makes_progress(
+    store: SqlStore,
+) -> None:
+    big = [record(b"k", 3, position, output=b"x" * 1_000) for position in range(7)]
+    small = [record(b"k", seq) for seq in range(3)]
+    await store.record_activations([*small, *big], T0)
+    pages = await walk(store, b"k", 10, 2_500)
+    assert [len(page) for page in pages] == [2, 2, 2, 4]  # the last: a big one, 3 small runs
+    assert all(size(page) <= 2_500 for page in pages)
+    assert [r for page in reversed(pages) for r in page] == [*small, *big]
+    lone = await walk(store, b"k", 10, 10)  # nothing fits: one record a page, still progress
+    assert [r for page in reversed(lone) for r in page] == [*small, *big]
+    assert all(len(page) == 1 for page in lone)
+    by_runs = await walk(store, b"k", 2, 1_000_000)
+    assert by_runs == [[small[2], *big], small[:2]]
+
+
+@pytest.mark.asyncio
+async def test_a_page_holds_one_namespace_when_asked_and_orders_namespaces_apart(
+    store: SqlStore,
+) -> None:
+    default = [record(b"k", 0, position) for position in range(3)]
+    other = [record(b"k", 0, position) for position in range(2)]
+    for item in other:
+        item.intent_namespace = "v2"
+        item.output = b"v2"
+    await store.record_activations([*other, *default], T0)
+    assert await walk(store, b"k", 10, 10_000, namespace="v2") == [other]
+    assert await walk(store, b"k", 10, 10_000, namespace="") == [default]
+    assert await walk(store, b"k", 10, 10_000) == [[*default, *other]]
+    split = await walk(store, b"k", 10, size(default[:2]) + 1)
+    assert [r for page in reversed(split) for r in page] == [*default, *other]
+    assert await walk(store, b"k", 10, 10_000, namespace="v3") == [[]]

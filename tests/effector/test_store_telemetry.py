@@ -401,6 +401,28 @@ async def test_a_keys_runs_count_each_run_once_however_its_events_arrive(
 
 
 @pytest.mark.asyncio
+async def test_two_namespaces_runs_on_one_seq_count_as_two_runs_until_pruned(
+    store: SqlStore,
+) -> None:
+
+    def other(sequence: int) -> TraceEvent:
+        """A span of another namespace's run on the same key and seq (its own trace id)."""
+        event = span(b"k", 0, sequence)
+        event.trace_id = "f" * 32
+        return event
+
+    await store.record_traces([span(b"k", 0, n) for n in range(2)], T0)
+    await store.record_traces([other(n) for n in range(3)], T0 + 1)
+    heads = await store.trace_runs(b"k", 10)
+    [key] = await store.list_keys(b"", 10)
+    assert key.runs == len(heads) == 2
+    await store.record_traces([other(5)], T0 + 5_000)
+    assert await store.prune_telemetry(T0 + 1_500, 1_000) == 5  # the first spans of both
+    [key] = await store.list_keys(b"", 10)
+    assert key.runs == len(await store.trace_runs(b"k", 10)) == 1
+
+
+@pytest.mark.asyncio
 async def test_a_key_search_looks_at_the_newest_keys_and_finds_an_exact_key(
     store: SqlStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
