@@ -24,6 +24,8 @@ from beam_agents._protos import (
     AgentEnvelope,
     EffectorStub,
     ListRecordsRequest,
+    ListRecordsResponse,
+    RecordActivationsRequest,
 )
 from beam_agents.io import EffectorConnection
 from beam_agents.replay import inputs
@@ -31,6 +33,12 @@ from beam_agents.replay.inputs import by_key
 from beam_agents.tools import ToolRegistry
 from effector.launch import EffectorThread, free_port
 from effector.server import ServerSettings
+from effector.service import (
+    MAX_MESSAGE_BYTES,
+    MAX_READ_BYTES,
+    MAX_RECORD_BYTES,
+    MAX_TELEMETRY_BATCH,
+)
 from tests.io.io_harness import counter, run_pipeline
 from tests.replay import agents
 from tests.replay.recording import command, record_loop, run_console
@@ -39,6 +47,12 @@ AGENTS = "tests.replay.agents"
 REPLAY = ("--agent", f"{AGENTS}:screen", "--config", f"{AGENTS}:make_config")
 TOKEN = "records-effector-token-1234"
 PAIR = tuple[bytes, AgentEnvelope]
+BATCH = MAX_MESSAGE_BYTES // 2
+"""The most record bytes one RecordActivations request of these tests carries."""
+CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+]
 
 
 def test_records_stored_in_the_effector_replay_every_run_as_same(
@@ -168,3 +182,81 @@ def test_replay_from_the_effector_refuses_bad_input_with_one_line(tmp_path: Path
             assert completed.returncode == 2, completed.stderr
             [line] = completed.stderr.splitlines()
             assert expected in line and line.startswith("beam-agents replay: "), line
+
+
+def stored_record(
+    key: bytes, seq: int, position: int, output: bytes = b"done", namespace: str = ""
+) -> ActivationRecord:
+    """A record of run ``seq`` of ``key`` at ``position`` in it."""
+    return ActivationRecord(
+        schema_version=1,
+        entity_key=key,
+        seq=seq,
+        trigger="event" if position == 0 else "tool_result",
+        trace_sequence=position,
+        envelope=AgentEnvelope(entity_key=key, event_time_ms=1_000, external_event=b"e"),
+        outcome=ActivationRecord.COMPLETE,
+        output=output,
+        intent_namespace=namespace,
+    )
+
+
+def record_all(stub: EffectorStub, records: list[ActivationRecord]) -> None:
+    """Store ``records`` through RecordActivations, in requests that fit one message."""
+    batch: list[ActivationRecord] = []
+    for record in [*records, None]:
+        full = len(batch) == MAX_TELEMETRY_BATCH
+        if record is None or full or sum(r.ByteSize() for r in batch) + record.ByteSize() > BATCH:
+            answer = stub.RecordActivations(RecordActivationsRequest(records=batch), timeout=60)
+            assert (answer.recorded, answer.rejected) == (len(batch), 0), answer
+            batch = []
+        if record is not None:
+            batch.append(record)
+
+
+def walk_pages(stub: EffectorStub, key: bytes) -> list[ListRecordsResponse]:
+    """Every ListRecords page of ``key``, newest first, following ``next_before``."""
+    request, pages = ListRecordsRequest(entity_key=key), []
+    while True:
+        page = stub.ListRecords(request, timeout=60)
+        pages.append(page)
+        if not page.HasField("next_before"):
+            return pages
+        assert page.records, "a page with a next one but no records: no progress"
+        request.before.CopyFrom(page.next_before)
+
+
+def test_a_run_of_huge_records_or_of_many_small_ones_reads_back_in_pages(tmp_path: Path) -> None:
+    room = MAX_RECORD_BYTES - 1_024  # what a record's output may take and the record still fit
+    huge = [stored_record(b"huge", 0, n, bytes([n]) * room) for n in range(5)]
+    many = [stored_record(b"many", 0, n, b"x" * 2_000) for n in range(6_000)]
+    with EffectorThread(f"sqlite:///{tmp_path}/effector.db", ToolRegistry()) as effector:
+        with grpc.insecure_channel(effector.address, options=CHANNEL_OPTIONS) as channel:
+            stub = EffectorStub(channel)  # type: ignore[no-untyped-call]
+            record_all(stub, [*huge, *many])
+            for key, records in ((b"huge", huge), (b"many", many)):
+                pages = walk_pages(stub, key)
+                assert len(pages) > 1 and all(p.ByteSize() <= MAX_READ_BYTES for p in pages)
+                assert [r for p in reversed(pages) for r in p.records] == records
+                assert all(p.next_before_seq == 0 for p in pages)  # one run: seq 0 is the oldest
+        connection = EffectorConnection(effector.address)
+        assert inputs.read_stored(connection, b"huge") == huge
+        assert inputs.read_stored(connection, b"many") == many
+        _, _, err = command("replay", "--effector", effector.address, "--key", "huge", *REPLAY)
+    assert "cannot read records" not in err, err
+
+
+def test_replay_reads_one_namespaces_records_of_a_shared_key(tmp_path: Path) -> None:
+    default = [stored_record(b"shared", 0, n, b"plain") for n in (0, 5)]
+    other = [stored_record(b"shared", 0, n, b"v2", namespace="v2") for n in (0, 5, 10)]
+    with EffectorThread(f"sqlite:///{tmp_path}/effector.db", ToolRegistry()) as effector:
+        with grpc.insecure_channel(effector.address) as channel:
+            stub = EffectorStub(channel)  # type: ignore[no-untyped-call]
+            record_all(stub, [*other, *default])
+        connection = EffectorConnection(effector.address)
+        assert inputs.read_stored(connection, b"shared", "v2") == other
+        assert inputs.read_stored(connection, b"shared", "") == default
+        assert inputs.read_stored(connection, b"shared", "v3") == []
+        everything = inputs.read_stored(connection, b"shared")
+    assert everything == [*default, *other]  # each namespace's run whole, one after the other
+    assert by_key(everything) == {b"shared": [*default, *other]}
