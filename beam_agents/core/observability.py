@@ -7,6 +7,7 @@ import contextlib
 import functools
 import hashlib
 import inspect
+import itertools
 import logging
 import os
 import sys
@@ -23,6 +24,7 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 from beam_agents._protos import (
     MAX_ATTRIBUTE_NAME_CHARS,
     MAX_ATTRIBUTES,
+    MAX_JSON_DEPTH,
     ActivationRecord,
     AgentEnvelope,
     AgentError,
@@ -61,6 +63,8 @@ DEADLINE_ATTRIBUTE = "beam_agents.deadline_ms"
 """A ``SUSPENDED`` event's processing-time deadline: read from a clock, so not identity."""
 NAMESPACE_ATTRIBUTE = "beam_agents.namespace"
 """The run namespace (``AgentConfig.namespace``) on an activation's first event, if it has one."""
+_SHORT_VALUE_CHARS = 2 * MAX_JSON_DEPTH
+"""An attribute value this long or shorter is within every limit: recorded without a check."""
 _KEPT_ATTRIBUTES = MAX_ATTRIBUTES - 1
 """The most attributes an event keeps of those it is given: one more is the run's namespace."""
 MEMORY_SLOTS_ATTRIBUTE = "beam_agents.memory.slots"
@@ -214,12 +218,16 @@ class TraceRecorder:
         if attributes:
             # Item by item: the map's inherited ``update`` is a slow pure-Python loop.
             event_attributes = event.attributes
-            for kept, (name, value) in enumerate(attributes.items()):
-                if kept == _KEPT_ATTRIBUTES:
-                    break
+            items: Iterable[tuple[str, str]] = attributes.items()
+            if len(attributes) > _KEPT_ATTRIBUTES:
+                items = itertools.islice(items, _KEPT_ATTRIBUTES)
+            for name, value in items:
                 if len(name) > MAX_ATTRIBUTE_NAME_CHARS:
                     name = bounded_attribute_name(name)
-                event_attributes[name] = bounded_attribute_value(value)
+                # Only a value longer than the deepest allowed JSON can be over a limit.
+                if len(value) > _SHORT_VALUE_CHARS:
+                    value = bounded_attribute_value(value)
+                event_attributes[name] = value
         event.start_ms = event.end_ms = self._now_ms
         if sequence:
             event.sequence = sequence
