@@ -1662,24 +1662,17 @@ def _counts(tx: sql.Tx, *, done: bool = True) -> StoreCounts:
 
 def _prune(tx: sql.Tx, cutoff: int) -> int:
     """Forget a batch of DONE intents, envelopes, idle keys, votes and compensation rows."""
-    removed = sql.delete_oldest(
-        tx,
-        "effector_intents",
-        ["intent_id"],
-        "completed_at_ms",
-        cutoff,
-        sql.PRUNE_BATCH,
-        "state = 4",
-    )
-    removed += sql.delete_oldest(
-        tx,
-        "effector_intents",
-        ["intent_id"],
-        "completed_at_ms",
-        cutoff,
-        sql.PRUNE_BATCH,
-        "state = 6",
-    )
+    removed = 0
+    for settled in (sql.DONE, sql.WITHDRAWN):  # each state by its own partial index
+        removed += sql.delete_oldest(
+            tx,
+            "effector_intents",
+            ["intent_id"],
+            "completed_at_ms",
+            cutoff,
+            sql.PRUNE_BATCH,
+            f"state = {int(settled)}",
+        )
     removed += sql.delete_oldest(
         tx, "effector_envelopes", ["log_offset"], "appended_at_ms", cutoff, sql.PRUNE_BATCH
     )
