@@ -118,7 +118,8 @@ def _print_run(report: RunReport) -> None:
         print(f"  {line}")
 
 
-def _recording(options: argparse.Namespace) -> dict[bytes, list[ActivationRecord]]:
+def _recording(options: argparse.Namespace, namespace: str) -> dict[bytes, list[ActivationRecord]]:
+    """The records to replay; read from an effector, only the runs of ``namespace``."""
     if options.effector is None:
         if not options.records:
             raise BadInput("nothing to replay: give records files, or --effector with --key")
@@ -126,11 +127,12 @@ def _recording(options: argparse.Namespace) -> dict[bytes, list[ActivationRecord
     if options.records or options.key is None:
         raise BadInput("--effector reads one --key's records, instead of records files")
     connection = connect(options.effector, options.token_env, options.tls_root_cert)
-    return by_key(read_stored(connection, parse_key(options.key)))
+    return by_key(read_stored(connection, parse_key(options.key), namespace))
 
 
 def _replay(options: argparse.Namespace) -> int:
-    recording = _recording(options)
+    config = load_config(options.config)
+    recording = _recording(options, config.namespace or "")
     if options.key is not None:
         key = parse_key(options.key)
         if key not in recording:
@@ -138,7 +140,7 @@ def _replay(options: argparse.Namespace) -> int:
                 f"no records for key {options.key!r} (the recording has {len(recording)} keys)"
             )
         recording = {key: recording[key]}
-    agent, config = load_agent(options.agent), load_config(options.config)
+    agent = load_agent(options.agent)
     if options.fork_at is not None or options.candidate is not None:
         if options.fork_at is None or options.candidate is None or options.key is None:
             raise BadInput("--fork-at needs --candidate and --key (and --candidate --fork-at)")

@@ -290,7 +290,8 @@ class Replayer:
         check_records(records, self._model.decoder_name, self._namespace)
         reports = []
         memory: RecordedMemory | None = None
-        for seq, grouped in groupby(records, key=lambda record: record.seq):
+        # A run is its seq in its namespace: two namespaces' runs may share a seq.
+        for (seq, _), grouped in groupby(records, key=lambda r: (r.seq, r.intent_namespace)):
             run = list(grouped)
             report = RunReport(run[0].entity_key, seq, len(run))
             for index, record in enumerate(run):

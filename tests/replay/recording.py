@@ -52,7 +52,12 @@ def record(
 
 
 def record_loop(
-    directory: Path, target: str, events: Sequence[AgentEnvelope], *, to_effector: bool = False
+    directory: Path,
+    target: str,
+    events: Sequence[AgentEnvelope],
+    *,
+    to_effector: bool = False,
+    config: Callable[[], AgentConfig] = agents.make_config,
 ) -> dict[bytes, list[ActivationRecord]]:
     """Run ``screen`` against an effector (results come back and resume runs); read records.
 
@@ -62,7 +67,7 @@ def record_loop(
         keyed = pipeline | ReadEnvelopes(
             target, events=list(events), stop_when_idle_s=1.0, poll_wait_ms=50
         )
-        outputs = keyed | RunAgent(agents.screen, config=agents.make_config())
+        outputs = keyed | RunAgent(agents.screen, config=config())
         outputs.intents | SubmitIntents(target)
         outputs.records | WriteRecords(str(directory))
         if to_effector:

@@ -246,6 +246,31 @@ def test_a_run_of_huge_records_or_of_many_small_ones_reads_back_in_pages(tmp_pat
     assert "cannot read records" not in err, err
 
 
+def test_replay_from_the_effector_replays_the_configs_namespace_of_a_shared_key(
+    effector: BackgroundEffector, tmp_path: Path
+) -> None:
+    events = agents.envelopes(agents.payments(4, 1, seed=9))
+    [key] = {event.entity_key for event in events}
+    for name, config in (("plain", agents.make_config), ("prod", agents.make_config_in_namespace)):
+        recorded = record_loop(
+            tmp_path / name, effector.address, events, to_effector=True, config=config
+        )
+        runs = len({record.seq for record in recorded[key]})
+        status, out, err = command(
+            "replay",
+            "--effector",
+            effector.address,
+            "--key",
+            key.decode(),
+            "--agent",
+            f"{AGENTS}:screen",
+            "--config",
+            f"{AGENTS}:{config.__name__}",
+        )
+        assert (status, err) == (0, ""), out
+        assert out.splitlines()[-1] == f"replay: {runs} runs: {runs} same, 0 divergent, 0 drift"
+
+
 def test_replay_reads_one_namespaces_records_of_a_shared_key(tmp_path: Path) -> None:
     default = [stored_record(b"shared", 0, n, b"plain") for n in (0, 5)]
     other = [stored_record(b"shared", 0, n, b"v2", namespace="v2") for n in (0, 5, 10)]
