@@ -17,12 +17,14 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from beam_agents._protos import (
+    MAX_TEXT_FIELD_CHARS,
+)
 from beam_agents.tools import ToolRegistry
 from effector.observability import EffectorMetrics
 from effector.service import (
     EFFECTOR_SERVICE,
     MAX_MESSAGE_BYTES,
-    MAX_TEXT_FIELD_CHARS,
     EffectorService,
     Tokens,
     add_effector_service,

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import grpc
-from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError, Message
 from google.protobuf.message_factory import GetMessageClass
 
@@ -31,6 +30,8 @@ import effector.observability as audit
 from beam_agents._protos import (
     MAX_ATTRIBUTE_NAME_CHARS,
     MAX_ATTRIBUTES,
+    MAX_ENTITY_KEY_BYTES,
+    MAX_TEXT_FIELD_CHARS,
     ActivationRecord,
     AgentEnvelope,
     AgentError,
@@ -39,9 +40,12 @@ from beam_agents._protos import (
     TraceEvent,
     approval_digest,
     attribute_value_problem,
+    bounds_problem,
     canonical_json,
-    json_depth_problem,
-    time_problem,
+    entity_key_problem,
+    json_problem,
+    recordable_problem,
+    text_problem,
 )
 from beam_agents._protos.effector_pb2 import DESCRIPTOR as _EFFECTOR_FILE
 from beam_agents.tools import ToolRegistry
@@ -76,12 +80,6 @@ MAX_TELEMETRY_BATCH = 1_000
 """The most trace events one RecordTraces, or error records one RecordErrors, may carry."""
 DEFAULT_RECORD_RUNS = 100
 MAX_RECORD_RUNS = 1_000
-MAX_ENTITY_KEY_BYTES = 4_096
-"""The longest entity key a trace event, error record or activation record may carry."""
-MAX_TEXT_FIELD_CHARS = 4_096
-"""The longest ``approver`` or ``reason`` a decision may carry."""
-MAX_ARGS_JSON_BYTES = 1024 * 1024
-"""The largest JSON an intent or a decision may carry in one field (arguments, edits)."""
 MAX_ENVELOPE_BYTES = 4 * 1024 * 1024
 """The largest envelope Publish appends: two always fit in one Read answer."""
 MAX_READ_BYTES = MAX_MESSAGE_BYTES // 2
@@ -257,88 +255,6 @@ def _named(source: str, number: int, line: str) -> Approver:
 # -- what a request may carry -------------------------------------------------------------------
 
 
-def _entity_key_problem(entity_key: bytes) -> str | None:
-    if not entity_key:
-        return "has an empty entity_key"
-    if len(entity_key) > MAX_ENTITY_KEY_BYTES:
-        return f"has an entity_key of {len(entity_key)} bytes (at most {MAX_ENTITY_KEY_BYTES})"
-    return None
-
-
-def _json_problem(name: str, text: str, max_bytes: int = MAX_ARGS_JSON_BYTES) -> str | None:
-    """Why the JSON text of field ``name`` is too large or nests too deeply, or ``None``."""
-    if len(text) * 4 > max_bytes and (size := len(text.encode("utf-8"))) > max_bytes:
-        return f"has {name} of {size} bytes (at most {max_bytes})"
-    problem = json_depth_problem(name, text)
-    return None if problem is None else f"has JSON nested too deeply: {problem}"
-
-
-_INT64 = FieldDescriptor.TYPE_INT64
-_STRING = FieldDescriptor.TYPE_STRING
-_MESSAGE = FieldDescriptor.TYPE_MESSAGE
-
-
-def bounds_problem(message: Message, max_json_bytes: int = MAX_ARGS_JSON_BYTES) -> str | None:
-    """Why a message holds a time, wall-clock nanos or JSON out of bounds, or ``None``.
-
-    Walks every nested message without recursion: each ``*_ms`` field is a time (years 1-9999),
-    each ``*_unix_nano`` is 0 or later than the epoch, each ``*_json`` is JSON of at most
-    ``max_json_bytes`` nested at most ``MAX_JSON_DEPTH`` deep.
-    """
-    stack: list[tuple[Message, str]] = [(message, "")]
-    while stack:
-        current, path = stack.pop()
-        for described, value in current.ListFields():
-            name = path + described.name
-            if described.type == _MESSAGE:
-                stack.extend((child, f"{name}.") for child in _submessages(described, value))
-                continue
-            values = value if described.is_repeated else [value]
-            problem = _field_problem(described, name, values, max_json_bytes)
-            if problem is not None:
-                return problem
-    return None
-
-
-def _submessages(described: FieldDescriptor, value: Any) -> list[Message]:
-    """The messages a message-typed field holds (a map's values, if they are messages)."""
-    entry = described.message_type
-    if entry is not None and entry.GetOptions().map_entry:
-        holds_messages = entry.fields_by_name["value"].type == _MESSAGE
-        return list(value.values()) if holds_messages else []
-    return list(value) if described.is_repeated else [value]
-
-
-def _field_problem(
-    described: FieldDescriptor, name: str, values: Iterable[Any], max_json_bytes: int
-) -> str | None:
-    for value in values:
-        if described.type == _INT64 and described.name.endswith("_ms"):
-            problem = time_problem(name, value)
-            if problem is not None:
-                return f"has a time out of range: {problem}"
-        elif described.type == _INT64 and described.name.endswith("_unix_nano") and value < 0:
-            return f"has {name} {value}: wall-clock nanos are 0 (not measured) or after 1970"
-        elif described.type == _STRING and described.name.endswith("_json"):
-            problem = _json_problem(name, value, max_json_bytes)
-            if problem is not None:
-                return problem
-    return None
-
-
-def _text_problem(message: Message, allowed: Iterable[str] = ()) -> str | None:
-    """Why a plain text field of ``message`` (not JSON) is over ``MAX_TEXT_FIELD_CHARS``."""
-    for described, value in message.ListFields():
-        plain = not (described.name.endswith("_json") or described.name in allowed)
-        text = described.type == _STRING and not described.is_repeated
-        if plain and text and len(value) > MAX_TEXT_FIELD_CHARS:
-            return (
-                f"has a {described.name} of {len(value)} characters "
-                f"(at most {MAX_TEXT_FIELD_CHARS})"
-            )
-    return None
-
-
 def intent_problem(intent: ToolIntent) -> str | None:
     """Why an intent cannot even be recorded, or ``None`` if it can.
 
@@ -348,18 +264,13 @@ def intent_problem(intent: ToolIntent) -> str | None:
     problem = intent_id_problem(intent.intent_id)
     if problem is not None:
         return problem
-    problem = (
-        _entity_key_problem(intent.entity_key)
-        or _text_problem(intent)
-        or _text_problem(intent.edited_from)
-        or bounds_problem(intent)
-    )
+    problem = recordable_problem(intent)
     return None if problem is None else f"intent {intent.intent_id} {problem}"
 
 
 def external_event_problem(envelope: AgentEnvelope) -> str | None:
     """Why ``envelope`` may not be published by a caller (only external events), or ``None``."""
-    problem = _entity_key_problem(envelope.entity_key)
+    problem = entity_key_problem(envelope.entity_key)
     if problem is not None:
         return problem
     if envelope.WhichOneof("payload") != "external_event":
@@ -383,8 +294,8 @@ def trace_event_problem(event: TraceEvent) -> str | None:
     if not _SPAN_ID.fullmatch(event.span_id):
         return f"has span_id {event.span_id[:64]!r}, not 16 lowercase hex digits"
     return (
-        _entity_key_problem(event.entity_key)
-        or _text_problem(event)
+        entity_key_problem(event.entity_key)
+        or text_problem(event)
         or bounds_problem(event)
         or _attributes_problem(event.attributes)
     )
@@ -412,8 +323,8 @@ def _attributes_problem(attributes: Mapping[str, str]) -> str | None:
 def agent_error_problem(error: AgentError) -> str | None:
     """Why an ``.errors`` record cannot be stored (key, times, sizes), or ``None`` if it can."""
     problem = (
-        _entity_key_problem(error.entity_key)
-        or _text_problem(error, allowed=("detail", "traceback"))
+        entity_key_problem(error.entity_key)
+        or text_problem(error, allowed=("detail", "traceback"))
         or bounds_problem(error)
     )
     if problem is not None:
@@ -438,7 +349,7 @@ def activation_record_problem(record: ActivationRecord) -> str | None:
     size = record.ByteSize()
     if size > MAX_RECORD_BYTES:
         return f"is {size} bytes (at most {MAX_RECORD_BYTES})"
-    return _entity_key_problem(record.entity_key) or bounds_problem(record, MAX_RECORD_BYTES)
+    return entity_key_problem(record.entity_key) or bounds_problem(record, MAX_RECORD_BYTES)
 
 
 # -- the checks a decision passes before the store records it -----------------------------------
@@ -866,7 +777,7 @@ class EffectorService(pb.EffectorServicer):
     ) -> Decision:
         _check_intent_id(intent_id)
         if edited_args_json:
-            problem = _json_problem("edited_args_json", edited_args_json)
+            problem = json_problem("edited_args_json", edited_args_json)
             if problem is not None:
                 raise _invalid(f"the decision {problem}")
         for name, text in (("approver", approver), ("reason", reason)):

@@ -27,6 +27,7 @@ from beam_agents._protos import (
     TraceEvent,
     approval_digest,
     canonical_json,
+    recordable_problem,
 )
 from beam_agents.core.agent import (
     BudgetExceededError,
@@ -810,8 +811,14 @@ class Staged:
             compensate_tool=compensate_with[0] if compensate_with else "",
             compensate_args_json=compensate_with[1] if compensate_with else "",
         )
-        # Built before it is traced: an intent that cannot be built (an expiry past int64)
-        # raises here and leaves no trace of an intent that was never staged.
+        # Built and checked before it is traced: an intent that cannot be built (an expiry
+        # past int64), or that the effector could not record, leaves no trace.
+        problem = recordable_problem(intent)
+        if problem is not None:
+            raise ToolArgumentError(
+                f"intent for {tool_name!r} {problem}: the effector would refuse it unrecorded",
+                tool_name=tool_name,
+            )
         trace.record(
             TraceEvent.INTENT_EMITTED,
             step,

@@ -16,7 +16,11 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from beam_agents._protos import AgentEnvelope, approval_digest
+from beam_agents._protos import (
+    MAX_TEXT_FIELD_CHARS,
+    AgentEnvelope,
+    approval_digest,
+)
 from effector.console.pages import LIST_LIMIT, checked_intent_id
 from effector.console.security import (
     SESSION_COOKIE,
@@ -28,7 +32,9 @@ from effector.console.security import (
     set_session_cookie,
 )
 from effector.console.views import raw_download, render, service_of
-from effector.service import MAX_TEXT_FIELD_CHARS, external_event_problem
+from effector.service import (
+    external_event_problem,
+)
 from effector.store.intents import ErrorRecord, intent_id_problem
 
 _log = logging.getLogger(__name__)

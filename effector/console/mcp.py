@@ -22,12 +22,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from beam_agents._protos import IntentState, ToolIntent, ToolResult, approval_digest, canonical_json
+from beam_agents._protos import (
+    MAX_TEXT_FIELD_CHARS,
+    IntentState,
+    ToolIntent,
+    ToolResult,
+    approval_digest,
+    canonical_json,
+)
 from effector.console.serve import ConsoleServer
 from effector.observability import display_key, payload_text
 from effector.readable import cut, enum_name, hidden_characters, iso_time, parsed_json
 from effector.service import (
-    MAX_TEXT_FIELD_CHARS,
     Approver,
     EffectorService,
     Tokens,

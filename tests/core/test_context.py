@@ -323,3 +323,25 @@ def test_a_resumed_run_sees_its_result_snapshot_and_what_is_still_pending() -> N
     assert staged(ctx).pending_after() == [("b", ToolIntent.TOOL), (new_id, ToolIntent.TOOL)]
     with pytest.raises(TypeError):
         ctx.results["x"] = answered  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("stage", "problem"),
+    [
+        (lambda ctx: ctx.act("unregistered", {"note": "x" * (1 << 20)}), "bytes (at most"),
+        (lambda ctx: ctx.act("unregistered", '{"a":' * 65 + "1" + "}" * 65), "nested too deeply"),
+        (lambda ctx: ctx.act("charge", {"amount": 1}, ttl_ms=2**62), "out of range"),
+        (lambda ctx: ctx.act("t" * 4_097, {}), "characters (at most 4096)"),
+        (lambda ctx: ctx.request_approval({"note": "y" * (1 << 20)}), "bytes (at most"),
+    ],
+)
+def test_an_intent_the_effector_could_not_record_fails_the_activation_untraced(
+    stage: Callable[[ActivationContext], object], problem: str
+) -> None:
+    """Staged, it would be refused unrecorded and nothing would ever answer its run."""
+    ctx = make_context(services=make_services(ToolRegistry()))
+    with pytest.raises(ToolArgumentError, match="the effector would refuse it") as refused:
+        stage(ctx)
+    assert problem in str(refused.value)
+    assert staged(ctx).intents == [] and event_types(ctx) == []
+    assert ctx.act("charge", {"amount": 1}) in {i.intent_id for i in staged(ctx).intents}

@@ -26,9 +26,12 @@ from effector_harness import (
 
 import beam_agents._protos as pb
 from beam_agents._protos import (
+    MAX_ARGS_JSON_BYTES,
     MAX_ATTRIBUTE_VALUE_BYTES,
     MAX_ATTRIBUTES,
+    MAX_ENTITY_KEY_BYTES,
     MAX_JSON_DEPTH,
+    MAX_TEXT_FIELD_CHARS,
     MAX_TIME_MS,
     MIN_TIME_MS,
     ActivationRecord,
@@ -47,14 +50,11 @@ from beam_agents.io import ReadEnvelopes
 from effector.client import AsyncEffectorClient, EffectorClient
 from effector.server import ServerSettings
 from effector.service import (
-    MAX_ARGS_JSON_BYTES,
-    MAX_ENTITY_KEY_BYTES,
     MAX_ENVELOPE_BYTES,
     MAX_ERROR_TEXT_CHARS,
     MAX_MESSAGE_BYTES,
     MAX_READ_BYTES,
     MAX_RECORD_BYTES,
-    MAX_TEXT_FIELD_CHARS,
     parse_tokens,
 )
 from effector.store.intents import wall_clock_ms

@@ -20,10 +20,15 @@ from effector_harness import FAST_WORKER, running_effector
 from effector_test_tools import make_registry
 
 import beam_agents._protos as pb
+from beam_agents._protos import (
+    MAX_ENTITY_KEY_BYTES,
+)
 from effector import cli
 from effector.launch import running_server
 from effector.server import EffectorServer, ServerSettings
-from effector.service import MAX_ENTITY_KEY_BYTES, MAX_TELEMETRY_BATCH
+from effector.service import (
+    MAX_TELEMETRY_BATCH,
+)
 from effector.store.errors import ConfigurationError
 from effector.store.intents import error_id_for, wall_clock_ms
 

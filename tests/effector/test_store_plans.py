@@ -149,7 +149,7 @@ def test_recording_and_pruning_traces_probe_indexes(planned: Any) -> None:
     events = [span(b"k1", 3, 0), span(b"new", 0, 0), span(b"new", 0, 1)]
     tx = planned(lambda tx: telemetry._record_traces(tx, events, T0 + 5))
     no_table_scans(tx)
-    counted = tx.plan_of("SELECT entity_key, seq, COUNT(*) FROM effector_traces")
+    counted = tx.plan_of("SELECT entity_key, seq, trace_id, COUNT(*) FROM effector_traces")
     assert "effector_traces_by_key (entity_key=? AND seq=?)" in " ".join(counted)
     tx = planned(lambda tx: STEPS._prune_telemetry(tx, T0 + 1))
     no_table_scans(tx)
