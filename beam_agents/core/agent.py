@@ -16,6 +16,7 @@ from collections.abc import Coroutine, Generator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeAlias, TypeVar
 
+from beam_agents._protos import MAX_TIME_MS
 from beam_agents.tools.errors import ToolError
 
 __all__ = [
@@ -80,10 +81,17 @@ class Suspend:
             positive_ms("Suspend.timeout_ms", self.timeout_ms)
 
 
+MAX_DURATION_MS = MAX_TIME_MS
+"""The longest timeout or TTL (about 8,000 years), so that now plus it always fits an int64."""
+
+
 def positive_ms(name: str, value: object) -> int:
     """``value`` if it is a positive int of milliseconds; else a ``ValueError`` naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive int of milliseconds, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_DURATION_MS:
+        raise ValueError(
+            f"{name} must be a positive int of milliseconds, at most {MAX_DURATION_MS}, "
+            f"got {value!r}"
+        )
     return value
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeAlias, TypeGuard
 
-from beam_agents.core.agent import FallbackContext, positive_ms
+from beam_agents.core.agent import MAX_DURATION_MS, FallbackContext, positive_ms
 from beam_agents.core.model_calls import DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES
 from beam_agents.core.observability import RecordOptions, record_options
 from beam_agents.model.client import CompletesRequests
@@ -57,6 +57,10 @@ def _require(condition: bool, message: str) -> None:
 
 def _is_count(value: object, minimum: int) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def _is_duration(value: object) -> TypeGuard[int]:
+    return _is_count(value, 1) and value <= MAX_DURATION_MS
 
 
 def _is_seconds(value: object, *, positive: bool) -> bool:
@@ -145,9 +149,9 @@ class AgentConfig:
             f"{type(self.tool_registry).__name__}",
         )
         _require(
-            self.ttl_ms is None or _is_count(self.ttl_ms, 1),
-            f"AgentConfig.ttl_ms must be a positive int of milliseconds or None (never clean "
-            f"up), got {self.ttl_ms!r}",
+            self.ttl_ms is None or _is_duration(self.ttl_ms),
+            f"AgentConfig.ttl_ms must be a positive int of milliseconds (at most "
+            f"{MAX_DURATION_MS}) or None (never clean up), got {self.ttl_ms!r}",
         )
         _require(
             _is_seconds(self.activation_timeout_s, positive=True),
@@ -160,11 +164,16 @@ class AgentConfig:
             f"{type(self.hitl_policy).__name__}",
         )
         _require(
-            _is_count(self.result_grace_ms, 1),
-            "AgentConfig.result_grace_ms must be a positive int of milliseconds, got "
-            f"{self.result_grace_ms!r}",
+            _is_duration(self.result_grace_ms),
+            f"AgentConfig.result_grace_ms must be a positive int of milliseconds (at most "
+            f"{MAX_DURATION_MS}), got {self.result_grace_ms!r}",
         )
-        for name in ("intent_ttl_ms", "max_buffered_events", "model_cache_max_entries"):
+        _require(
+            _is_duration(self.intent_ttl_ms),
+            f"AgentConfig.intent_ttl_ms must be a positive int of milliseconds (at most "
+            f"{MAX_DURATION_MS}), got {self.intent_ttl_ms!r}",
+        )
+        for name in ("max_buffered_events", "model_cache_max_entries"):
             value = getattr(self, name)
             _require(_is_count(value, 1), f"AgentConfig.{name} must be an int >= 1, got {value!r}")
         _require(

@@ -10,7 +10,12 @@ from typing import Any
 import pytest
 
 from beam_agents._protos import ModelCache, ToolIntent, ToolResult, TraceEvent
-from beam_agents.core.agent import ModelNotConfiguredError, ReadOnlyIntentError, intent_id_for
+from beam_agents.core.agent import (
+    MAX_DURATION_MS,
+    ModelNotConfiguredError,
+    ReadOnlyIntentError,
+    intent_id_for,
+)
 from beam_agents.core.context import ActivationContext, ActivationServices, Resumption, staged
 from beam_agents.core.model_calls import ModelGateway
 from beam_agents.core.observability import TraceRecorder, trace_id_for
@@ -330,7 +335,7 @@ def test_a_resumed_run_sees_its_result_snapshot_and_what_is_still_pending() -> N
     [
         (lambda ctx: ctx.act("unregistered", {"note": "x" * (1 << 20)}), "bytes (at most"),
         (lambda ctx: ctx.act("unregistered", '{"a":' * 65 + "1" + "}" * 65), "nested too deeply"),
-        (lambda ctx: ctx.act("charge", {"amount": 1}, ttl_ms=2**62), "out of range"),
+        (lambda ctx: ctx.act("charge", {"amount": 1}, ttl_ms=MAX_DURATION_MS), "out of range"),
         (lambda ctx: ctx.act("t" * 4_097, {}), "characters (at most 4096)"),
         (lambda ctx: ctx.request_approval({"note": "y" * (1 << 20)}), "bytes (at most"),
     ],

@@ -32,7 +32,7 @@ from beam_agents._protos import (
     withdrawal_id_for,
 )
 from beam_agents.core.activation import RouteFailure, awaited, deadline_outcome
-from beam_agents.core.agent import intent_id_for
+from beam_agents.core.agent import MAX_DURATION_MS, intent_id_for
 from beam_agents.core.context import ActivationContext
 from beam_agents.core.observability import TRACE_NAMESPACE, trace_id_for
 from beam_agents.hitl import Deny, Drop, FallbackContext, HitlPolicy
@@ -299,6 +299,31 @@ def test_result_grace_ms_must_be_a_positive_int() -> None:
         with pytest.raises(ValueError, match="result_grace_ms"):
             AgentConfig(result_grace_ms=bad)  # type: ignore[arg-type]
     assert AgentConfig().result_grace_ms == 300_000
+
+
+def test_durations_past_any_representable_deadline_are_refused_where_they_are_given() -> None:
+    """A deadline is now plus a duration: it must fit an int64, or the pipeline would crash."""
+    huge = 2**63 - 1
+    for name in ("ttl_ms", "intent_ttl_ms", "result_grace_ms"):
+        with pytest.raises(ValueError, match=f"{name} must be a positive int"):
+            AgentConfig(**{name: huge})
+        AgentConfig(**{name: MAX_DURATION_MS})  # about 8,000 years is still a duration
+    with pytest.raises(ValueError, match=r"HitlPolicy\.timeout_ms"):
+        HitlPolicy(timeout_ms=2**62, intent_ttl_ms=1, approval_channel="ops", on_timeout=deny)
+    with pytest.raises(ValueError, match=r"Suspend\.timeout_ms"):
+        Suspend(timeout_ms=huge)
+
+
+async def waits_forever(ctx: ActivationContext) -> Complete | Suspend:
+    ctx.act("note", {"n": 1})
+    return Suspend(timeout_ms=2**63 - 1)
+
+
+def test_an_agent_suspending_past_any_deadline_fails_its_activation_not_the_pipeline() -> None:
+    outputs = run_agent(created([event(K, b"go"), event(b"other", b"go")]), waits_forever)
+    assert {error.reason for error in outputs.errors} == {"activation_error"}
+    assert all("Suspend.timeout_ms" in error.detail for error in outputs.errors)
+    assert outputs.intents == [] and len(outputs.errors) == 2
 
 
 async def asks_with_its_own_timeout(ctx: ActivationContext) -> Complete | Suspend:
