@@ -31,6 +31,7 @@ from beam_agents._protos import (
     MAX_ATTRIBUTE_NAME_CHARS,
     MAX_ATTRIBUTES,
     MAX_ENTITY_KEY_BYTES,
+    MAX_ENVELOPE_BYTES,
     MAX_TEXT_FIELD_CHARS,
     ActivationRecord,
     AgentEnvelope,
@@ -80,8 +81,6 @@ MAX_TELEMETRY_BATCH = 1_000
 """The most trace events one RecordTraces, or error records one RecordErrors, may carry."""
 DEFAULT_RECORD_RUNS = 100
 MAX_RECORD_RUNS = 1_000
-MAX_ENVELOPE_BYTES = 4 * 1024 * 1024
-"""The largest envelope Publish appends: two always fit in one Read answer."""
 MAX_READ_BYTES = MAX_MESSAGE_BYTES // 2
 """The default and largest ``ReadRequest.max_bytes``; one envelope more still fits a message."""
 MAX_RECORD_BYTES = 4 * 1024 * 1024

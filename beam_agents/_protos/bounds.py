@@ -17,6 +17,8 @@ MAX_ENTITY_KEY_BYTES = 4_096
 """The longest entity key any message may carry."""
 MAX_TEXT_FIELD_CHARS = 4_096
 """The longest plain text field (a tool name, an approver, a reason) a message may carry."""
+MAX_ENVELOPE_BYTES = 4 * 1024 * 1024
+"""The largest envelope Publish appends: two always fit in one Read answer."""
 MAX_ARGS_JSON_BYTES = 1024 * 1024
 """The largest JSON an intent or a decision may carry in one field (arguments, edits)."""
 MIN_TIME_MS = -62_135_596_800_000

@@ -31,6 +31,7 @@ from apache_beam.utils.timestamp import Duration, Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_agents._protos import (
+    MAX_ENVELOPE_BYTES,
     AgentEnvelope,
     EffectorStub,
     IntentDeadLetter,
@@ -43,6 +44,7 @@ from beam_agents._protos import (
     SubmitRequest,
     ToolIntent,
     ToolResult,
+    entity_key_problem,
     time_problem,
 )
 from beam_agents.core.observability import progress_line
@@ -677,7 +679,18 @@ class _PublishInitialEventsFn(beam.DoFn):
                 response = stub.Publish(
                     PublishRequest(envelopes=chunk), timeout=_RPC_TIMEOUT_S, metadata=metadata
                 )
-                offsets.extend(response.offsets)
+                problems = [*response.problems, *[""] * (len(chunk) - len(response.problems))]
+                for envelope, offset, problem in zip(
+                    chunk, response.offsets, problems, strict=True
+                ):
+                    if not offset:
+                        _log.error(
+                            "ReadEnvelopes: the effector refused initial event %d (key %r): %s",
+                            len(offsets),
+                            envelope.entity_key[:64],
+                            problem or "no reason given",
+                        )
+                    offsets.append(offset)
         except grpc.RpcError as error:
             raise _call_failure(
                 f"publishing the initial events ({len(offsets)} of {len(self._events)} done)",
@@ -686,7 +699,13 @@ class _PublishInitialEventsFn(beam.DoFn):
             ) from error
         finally:
             channel.close()
-        return offsets[0]
+        published = [offset for offset in offsets if offset]
+        if not published:
+            raise ValueError(
+                f"the effector refused every one of the {len(offsets)} initial events (the "
+                "reasons are logged above); nothing to read from"
+            )
+        return min(published)
 
 
 _TRACKER: Any = beam.DoFn.RestrictionParam(_LogRestrictions())
@@ -1037,8 +1056,9 @@ def _encode_events(events: Iterable[AgentEnvelope]) -> list[bytes]:
             raise ValueError(
                 f"events must be AgentEnvelopes; event {position} is a {type(envelope).__name__}"
             )
-        if not envelope.entity_key:
-            raise ValueError(f"event {position} has an empty entity_key")
+        problem = entity_key_problem(envelope.entity_key)
+        if problem is not None:
+            raise ValueError(f"event {position} {problem}")
         problem = time_problem("event_time_ms", envelope.event_time_ms)
         if problem is not None:
             raise ValueError(f"event {position}: {problem}")
@@ -1048,10 +1068,10 @@ def _encode_events(events: Iterable[AgentEnvelope]) -> list[bytes]:
                 "publishes tool results and approvals"
             )
         raw = envelope.SerializeToString()
-        if len(raw) > _MAX_ITEM_BYTES:
+        if len(raw) > MAX_ENVELOPE_BYTES:
             raise ValueError(
-                f"event {position} is {len(raw)} bytes, over the {_MAX_ITEM_BYTES}-byte limit "
-                "of one effector request; keep large payloads elsewhere and send a reference"
+                f"event {position} is {len(raw)} bytes, over the {MAX_ENVELOPE_BYTES}-byte limit "
+                "of one envelope; keep large payloads elsewhere and send a reference"
             )
         encoded.append(raw)
     return encoded

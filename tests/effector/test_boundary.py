@@ -30,6 +30,7 @@ from beam_agents._protos import (
     MAX_ATTRIBUTE_VALUE_BYTES,
     MAX_ATTRIBUTES,
     MAX_ENTITY_KEY_BYTES,
+    MAX_ENVELOPE_BYTES,
     MAX_JSON_DEPTH,
     MAX_TEXT_FIELD_CHARS,
     MAX_TIME_MS,
@@ -50,7 +51,6 @@ from beam_agents.io import ReadEnvelopes
 from effector.client import AsyncEffectorClient, EffectorClient
 from effector.server import ServerSettings
 from effector.service import (
-    MAX_ENVELOPE_BYTES,
     MAX_ERROR_TEXT_CHARS,
     MAX_MESSAGE_BYTES,
     MAX_READ_BYTES,
