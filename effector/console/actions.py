@@ -32,6 +32,7 @@ from effector.console.security import (
     set_session_cookie,
 )
 from effector.console.views import raw_download, render, service_of
+from effector.observability import display_key
 from effector.service import (
     external_event_problem,
 )
@@ -116,6 +117,13 @@ async def _error(request: Request) -> tuple[ErrorRecord, AgentEnvelope | None, s
     except DecodeError:
         return record, None, "its envelope bytes do not parse as an AgentEnvelope"
     problem = external_event_problem(envelope)
+    if problem is None and envelope.entity_key != record.error.entity_key:
+        # A key_mismatch error, or a forged one: re-driving would publish to a key this page
+        # does not name.
+        problem = (
+            f"names key {display_key(envelope.entity_key)[:64]!r}, not this error's key, so "
+            "re-driving it would reach another key"
+        )
     return record, envelope, None if problem is None else f"its envelope {problem}"
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from beam_agents._protos import AgentEnvelope, IntentState, ToolResult
+from beam_agents._protos import AgentEnvelope, AgentError, IntentState, ToolResult
 from effector.console import actions, create_app
 from effector.console.security import SESSION_LIFETIME_S
 from effector.launch import EffectorThread
@@ -232,6 +232,28 @@ def test_an_error_without_an_envelope_cannot_be_redriven(effector: EffectorThrea
         assert client.get(f"{path}/redrive").status_code == 409
         csrf = csrf_of(client.get("/approvals").text)
         assert client.post(f"{path}/redrive", data={"csrf_token": csrf}).status_code == 409
+    assert log_envelopes(effector) == []
+
+
+def test_an_error_whose_envelope_names_another_key_is_not_redriven(
+    effector: EffectorThread,
+) -> None:
+    """A key_mismatch error (or a forged one) must not publish to a key its page never named."""
+    seed(effector)
+    elsewhere = AgentEnvelope(entity_key=b"other-key", event_time_ms=1, external_event=b"x")
+    error = AgentError(
+        entity_key=b"h-err3", reason="key_mismatch", envelope=elsewhere.SerializeToString()
+    )
+    effector.run(effector.server.store.record_errors([error], now_ms()))
+    [stored] = effector.run(effector.server.store.list_errors(b"h-err3", 10))
+    path = f"/errors/{stored.error_id}"
+    with client_for(effector) as client:
+        page = client.get(path).text
+        assert "cannot be re-driven" in page and "not this error&#39;s key" in page
+        assert f'href="{path}/redrive"' not in page
+        csrf = csrf_of(client.get("/approvals").text)
+        refused = client.post(f"{path}/redrive", data={"csrf_token": csrf, "requester": "dana"})
+        assert refused.status_code == 409
     assert log_envelopes(effector) == []
 
 
