@@ -542,9 +542,23 @@ def show(client: EffectorClient, args: argparse.Namespace) -> int:
     if not response.found:
         print(f"no intent {args.intent_id}", file=sys.stderr)
         return 1
-    for name, value in intent_report(response):
+    lines = intent_report(response)
+    target_id = response.intent.withdraws_intent_id
+    if response.intent.kind == ToolIntent.WITHDRAWAL and target_id:
+        lines.append(("outcome", withdrawal_outcome(client.get_intent(target_id))))
+    for name, value in lines:
         print(f"{name + ':':<14}{value}")
     return 0
+
+
+def withdrawal_outcome(target: GetIntentResponse) -> str:
+    """What a WITHDRAWAL did to its target, as its target's record tells it now."""
+    if not target.found:
+        return "its target is not recorded (not yet, or pruned): it is WITHDRAWN if it arrives"
+    if target.state == IntentState.WITHDRAWN:
+        return "withdrew its target before it started"
+    state = enum_name(IntentState, target.state)
+    return f"too late: its target had started or finished ({state}), so it was not withdrawn"
 
 
 def send_decision(client: EffectorClient, args: argparse.Namespace, *, approved: bool) -> int:
@@ -555,10 +569,7 @@ def send_decision(client: EffectorClient, args: argparse.Namespace, *, approved:
         if not shown.found:
             print(f"no intent {args.intent_id}", file=sys.stderr)
             return 1
-        if shown.state == IntentState.WITHDRAWN:
-            print(f"not applied: {withdrawn_text(shown)}", file=sys.stderr)
-            return 1
-        digest = shown.args_digest
+        digest = shown.args_digest  # a WITHDRAWN one is still sent: the effector logs why not
     decision = client.decide(
         args.intent_id,
         approved=approved,

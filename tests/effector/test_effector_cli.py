@@ -30,6 +30,7 @@ from beam_agents._protos import (
     ToolIntent,
     ToolResult,
     approval_digest,
+    withdrawal_id_for,
 )
 from effector.cli import inbox_line
 from effector.client import EffectorClient
@@ -315,6 +316,13 @@ def test_show_failed_and_unknown_ids_against_a_server_on_a_plain_store_path(
                 while client.get_intent(intent.intent_id).state != IntentState.DONE:
                     assert time.monotonic() < deadline, intent.tool_name
                     time.sleep(0.05)
+            client.submit([make_withdrawal(added, "the run completed without it")])
+        late = run_cli("show", withdrawal_id_for(added.intent_id), *target).stdout.splitlines()
+        assert "kind:         WITHDRAWAL" in late
+        assert (
+            "outcome:      too late: its target had started or finished (DONE), so it was not "
+            "withdrawn" in late
+        )
         failed = run_cli("failed", *target)
         assert failed.returncode == 0, failed.stderr
         lines = failed.stdout.splitlines()
@@ -412,6 +420,7 @@ def test_deciding_a_withdrawn_approval_prints_why_and_exits_1(tmp_path: Path) ->
     with EffectorProcess("--tools", TOOLS, "--store", url, "--listen", "127.0.0.1:0") as effector:
         target = ["--target", effector.address]
         shown = run_cli("show", gone.intent_id, *target)
+        notice = run_cli("show", withdrawal_id_for(gone.intent_id), *target)
         digest = approval_digest(gone.args_json)
         decisions = {
             "approve": run_cli("approve", gone.intent_id, *target),
@@ -430,6 +439,7 @@ def test_deciding_a_withdrawn_approval_prints_why_and_exits_1(tmp_path: Path) ->
         assert "withdrawn" in result.stderr and "not applied" in result.stderr, name
     assert "the run completed without it" in decisions["approve"].stderr
     assert after.state == IntentState.WITHDRAWN
+    assert "outcome:      withdrew its target before it started" in notice.stdout.splitlines()
 
 
 def test_serve_prints_the_metrics_port_it_picked(tmp_path: Path) -> None:
