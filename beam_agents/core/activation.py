@@ -559,6 +559,11 @@ class Activator:
         if expires_ms > fired_ms:
             plan.idle_ms = expires_ms
             return
+        if self._ticks and self._clock_readable and self.processing_ms() < expires_ms:
+            # The FnApiRunner fires event-time timers whenever a bundle round ends, whatever
+            # the reader's watermark says. Not due on the clock: keep the key. Re-arming would
+            # fire again every round, and a pipeline whose input has ended would never finish.
+            return
         wiped = state.continuation
         self._before_commit(key, current.next_seq, TRIGGER_IDLE, current.next_seq)
         state.wipe()
