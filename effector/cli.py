@@ -671,12 +671,20 @@ def intent_report(response: GetIntentResponse) -> list[tuple[str, str]]:
         lines += [
             ("result", enum_name(ToolResult.Status, result.status)),
             ("completed_at", f"{timestamp(result.completed_at_ms)} [{WALL_CLOCK}]"),
-            ("payload", payload_text(result.payload)),
+            ("payload", _shown_payload(result.payload)),
             ("error", " ".join(result.error_message.split()) or "-"),
         ]
     else:
         lines.append(("result", "- (not DONE yet)"))
     return [(name, one_line(value)) for name, value in lines]
+
+
+def _shown_payload(payload: bytes) -> str:
+    """A payload as text when it is UTF-8 (``one_line`` then marks what hides), else hex."""
+    try:
+        return payload.decode("utf-8") or "-"
+    except UnicodeDecodeError:
+        return payload_text(payload)
 
 
 def approval_lines(response: GetIntentResponse) -> list[tuple[str, str]]:

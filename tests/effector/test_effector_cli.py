@@ -25,6 +25,7 @@ from effector_harness import (
 from effector_test_tools import read_ledger
 
 from beam_agents._protos import (
+    GetIntentResponse,
     IntentState,
     SubmitAck,
     ToolIntent,
@@ -32,7 +33,7 @@ from beam_agents._protos import (
     approval_digest,
     withdrawal_id_for,
 )
-from effector.cli import inbox_line
+from effector.cli import inbox_line, intent_report
 from effector.client import EffectorClient
 from effector.observability import display_key
 from effector.store import open_store
@@ -453,3 +454,15 @@ def test_serve_prints_the_metrics_port_it_picked(tmp_path: Path) -> None:
         assert port > 0
         with urllib.request.urlopen(url, timeout=10) as answer:
             assert b"effector_intents_in_doubt" in answer.read()
+
+
+def test_show_prints_a_text_payload_as_text_with_hiding_characters_marked() -> None:
+    """Found by a trial: a payload holding U+202E was printed as hex, unreadable to a person."""
+    intent = make_intent("pay", {"to": "acct-1"}, key=b"k")
+    shown = {}
+    for payload in ('"acct-\u202e4321-evil"'.encode(), b"\xff\x00", b""):
+        result = ToolResult(intent_id=intent.intent_id, status=ToolResult.OK, payload=payload)
+        response = GetIntentResponse(found=True, intent=intent, result=result)
+        shown[payload] = dict(intent_report(response))["payload"]
+    assert shown['"acct-\u202e4321-evil"'.encode()] == '"acct-⟨U+202E⟩4321-evil"'
+    assert (shown[b"\xff\x00"], shown[b""]) == ("0xff00", "-")
