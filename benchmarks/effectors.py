@@ -48,8 +48,9 @@ KEYS = 1_000
 SUBMITTERS = 4
 CALLERS = 64
 NOOP_READY = "noop listening on "
-THROUGHPUT_TARGET = Target(Goal.AT_LEAST, 9_000.0)
-REQUEST_RATE_TARGET = Target(Goal.RATIO_AT_LEAST, 0.6)
+THROUGHPUT_TARGETS = {"SQLite": 20_000.0, "PostgreSQL, 2 replicas": 12_000.0}
+BARE_RATIO_TARGET = Target(Goal.RATIO_AT_LEAST, 0.25)
+REQUEST_RATE_TARGET = Target(Goal.RATIO_AT_LEAST, 0.8)
 
 
 # -- the no-op gRPC floor -----------------------------------------------------------------------
@@ -326,14 +327,20 @@ def measure_store(
             "intents/s",
             statistics.median(runs),
             bare_rate,
-            THROUGHPUT_TARGET,
+            Target(Goal.AT_LEAST, THROUGHPUT_TARGETS[label]),
+        ),
+        Figure(
+            f"sustained intents/s against bare inserts, {label}",
+            "intents/s",
+            statistics.median(runs),
+            bare_rate,
+            BARE_RATIO_TARGET,
         ),
         Figure(
             f"sustained intents/s against the no-op request rate, {label}",
             "/s",
             statistics.median(runs),
             statistics.median(beside),
-            REQUEST_RATE_TARGET,
         ),
         Figure(
             f"Submit calls/s (1 intent each, {CALLERS} callers), {label}",

@@ -27,12 +27,12 @@ EFFECTOR_READY = READY_PREFIX
 
 
 @tool(side_effect=True)
-def noop() -> None:
+async def noop() -> None:
     """Do nothing."""
 
 
 @tool(side_effect=True)
-def stamp() -> dict[str, int]:
+async def stamp() -> dict[str, int]:
     """Return the system-wide monotonic clock (ns) at entry and at exit."""
     started_ns = time.monotonic_ns()
     return {"started_ns": started_ns, "ended_ns": time.monotonic_ns()}
@@ -64,8 +64,12 @@ def environment() -> dict[str, str]:
     return child_environment(REPO_ROOT)
 
 
-def effector_command(store_url: str, *, concurrency: int = 256) -> list[str]:
-    """``python -m effector serve`` with the benchmark tools on ``store_url``, any free port."""
+def effector_command(store_url: str, *, concurrency: int | None = None) -> list[str]:
+    """``python -m effector serve`` with the benchmark tools on ``store_url``, any free port.
+
+    Without ``concurrency`` it runs with the default a user gets.
+    """
+    tuning = [] if concurrency is None else ["--concurrency", str(concurrency)]
     return [
         sys.executable,
         "-m",
@@ -77,8 +81,7 @@ def effector_command(store_url: str, *, concurrency: int = 256) -> list[str]:
         store_url,
         "--listen",
         "127.0.0.1:0",
-        "--concurrency",
-        str(concurrency),
+        *tuning,
         "--log-level",
         "WARNING",
     ]
