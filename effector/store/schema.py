@@ -10,10 +10,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from beam_agents._protos import IntentState, ToolResult
+from beam_agents._protos import AgentEnvelope, IntentState, ToolIntent, ToolResult
 from effector.store.errors import StoreSchemaError
+from effector.store.intents import decision_result
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The version of the tables below; a store of another version is refused."""
 
 PENDING = IntentState.PENDING
@@ -22,20 +23,20 @@ AWAITING = IntentState.AWAITING_DECISION
 DONE = IntentState.DONE
 IN_DOUBT = IntentState.IN_DOUBT
 WITHDRAWN = IntentState.WITHDRAWN
-QUEUED_STATES = "(1, 2, 5)"
-"""A key's queue (PENDING, RUNNING, IN_DOUBT) in SQL."""
-_QUEUE_CONDITION = "{row}kind = 1 AND {row}completed_at_ms IS NULL"
-QUEUE_INDEX_CONDITION = _QUEUE_CONDITION.format(row="")
-"""The queue index's condition, verbatim: TOOL intents without a result, the same rows as
-:data:`QUEUED_STATES`. Claims, releases and reconciliation change none of its columns, so they
-leave the index alone; SQLite rewrites a partial index's entry whenever a column its condition
-reads changes, as a condition on the state would at every claim."""
+OPEN_STATES = (PENDING, RUNNING, AWAITING, IN_DOUBT)
+"""The states of an intent without a result (``completed_at_ms IS NULL``)."""
+OPEN = "completed_at_ms IS NULL"
+"""The open index's condition: intents without a result (queued TOOL intents, approvals
+awaiting a decision). No index holds ``state``, ``attempts`` or ``started_at_ms``, so claims,
+releases and reconciliation move no index entry (on PostgreSQL they are HOT updates); a result
+moves an intent from the open index to the settled one."""
+SETTLED = "completed_at_ms IS NOT NULL"
+"""The settled index's condition: intents with a result (DONE or WITHDRAWN)."""
 
 
-def queued(alias: str, *, check_state: bool = True) -> str:
-    """``alias``'s row is in its key's queue, said so the queue index serves the query."""
-    condition = _QUEUE_CONDITION.format(row=f"{alias}.")
-    return f"{condition} AND {alias}.state IN {QUEUED_STATES}" if check_state else condition
+def queued(alias: str) -> str:
+    """``alias``'s row is in its key's queue (a TOOL intent without a result): the open index."""
+    return f"{alias}.{OPEN} AND {alias}.kind = {int(ToolIntent.TOOL)}"
 
 
 ROWS_PER_STATEMENT = 200
@@ -115,9 +116,18 @@ def flatten(rows: Sequence[Sequence[Any]]) -> list[Any]:
     return [value for row in rows for value in row]
 
 
-def parse_result(blob: bytes | None) -> ToolResult | None:
-    """A nullable serialized ``ToolResult``."""
-    return None if blob is None else ToolResult.FromString(bytes(blob))
+def outcome_result(outcome: bytes | None, intent: ToolIntent) -> ToolResult | None:
+    """The result of ``intent`` held in its stored outcome envelope (``None``: it has none).
+
+    The outcome is the envelope as published (or, for a withdrawal and a withdrawn intent, as it
+    would be): a result's, or a decided approval's, whose result the decision determines.
+    """
+    if outcome is None:
+        return None
+    envelope = AgentEnvelope.FromString(bytes(outcome))
+    if envelope.HasField("approval"):
+        return decision_result(intent, envelope.approval)
+    return envelope.tool_result
 
 
 def read_head(tx: Tx) -> int:
@@ -180,6 +190,9 @@ def schema_statements(dialect: Dialect) -> list[str]:
     blob, bigint = dialect.blob, dialect.bigint
     return [
         _META_TABLE,
+        # ``outcome``: the result's envelope, the bytes published (redelivered byte for byte);
+        # the log's row is the only other copy. ``settled_state`` and ``run_ms`` are written
+        # with it, once, for the settled index; ``state`` changes on claims and is not indexed.
         f"""CREATE TABLE IF NOT EXISTS effector_intents (
             intent_id TEXT PRIMARY KEY,
             entity_key {blob} NOT NULL,
@@ -192,56 +205,50 @@ def schema_statements(dialect: Dialect) -> list[str]:
             received_at_ms {bigint} NOT NULL,
             deadline_ms {bigint} NOT NULL,
             attempts INTEGER NOT NULL,
-            result {blob},
+            outcome {blob},
             completed_at_ms {bigint},
-            published_envelope {blob},
+            settled_state INTEGER,
+            run_ms {bigint},
             started_at_ms {bigint},
             tool_name TEXT NOT NULL DEFAULT '',
             in_doubt_reason TEXT,
             retry_at_ms {bigint},
             reconcile_failures INTEGER NOT NULL DEFAULT 0,
             withdraws_intent_id TEXT)""",
-        # The queue of each key: TOOL intents not yet DONE (only they are PENDING, RUNNING or
-        # IN_DOUBT). The condition's columns close the key: counting a queue reads no row.
-        f"""CREATE INDEX IF NOT EXISTS effector_intents_queue
-            ON effector_intents (entity_key, seq, step_index, kind, completed_at_ms)
-            WHERE {QUEUE_INDEX_CONDITION}""",
+        # Each key's open intents: its queue (TOOL intents, in order) and its approvals awaiting
+        # a decision. The condition's column closes the key: counting them reads no row.
+        f"""CREATE INDEX IF NOT EXISTS effector_intents_open
+            ON effector_intents (entity_key, kind, seq, step_index, completed_at_ms)
+            WHERE {OPEN}""",
         # WITHDRAWAL intents by the intent each withdraws: a Submit finds what came first.
         """CREATE INDEX IF NOT EXISTS effector_intents_withdrawals
             ON effector_intents (withdraws_intent_id) WHERE kind = 3""",
-        """CREATE INDEX IF NOT EXISTS effector_intents_awaiting
-            ON effector_intents (deadline_ms) WHERE state = 3 AND deadline_ms > 0""",
-        # A key's approvals awaiting a decision (the console's keys page); the constant state
-        # column makes it cover the count, and beat the state indexes for it without statistics.
-        """CREATE INDEX IF NOT EXISTS effector_intents_awaiting_by_key
-            ON effector_intents (entity_key, state) WHERE state = 3""",
-        # DONE intents by completion (retention; the overview's window, covering latency).
-        # Partial: claiming and starting an intent (PENDING -> RUNNING) never writes it.
-        """CREATE INDEX IF NOT EXISTS effector_intents_completed
-            ON effector_intents (state, completed_at_ms, started_at_ms) WHERE state = 4""",
-        # WITHDRAWN intents by completion (retention).
-        """CREATE INDEX IF NOT EXISTS effector_intents_withdrawn
-            ON effector_intents (state, completed_at_ms) WHERE state = 6""",
-        # The console's search by tool, newest first within a state.
+        f"""CREATE INDEX IF NOT EXISTS effector_intents_awaiting
+            ON effector_intents (deadline_ms) WHERE kind = 2 AND {OPEN} AND deadline_ms > 0""",
+        # Settled intents by completion (retention; the overview's window, covering latency;
+        # the settled counts).
+        f"""CREATE INDEX IF NOT EXISTS effector_intents_settled
+            ON effector_intents (completed_at_ms, settled_state, run_ms) WHERE {SETTLED}""",
+        # Every intent by receipt (ListIntents, the console's search by state).
+        """CREATE INDEX IF NOT EXISTS effector_intents_arrival
+            ON effector_intents (received_at_ms, intent_id)""",
+        # The console's search by tool, newest first.
         """CREATE INDEX IF NOT EXISTS effector_intents_by_tool
-            ON effector_intents (tool_name, state, received_at_ms, intent_id)""",
-        # Counts by state, and ListIntents (oldest first within a state).
-        """CREATE INDEX IF NOT EXISTS effector_intents_by_state
-            ON effector_intents (state, received_at_ms, intent_id)""",
+            ON effector_intents (tool_name, received_at_ms, intent_id)""",
         # A key's intents, newest first (the console's key and intent pages).
         """CREATE INDEX IF NOT EXISTS effector_intents_by_key
             ON effector_intents (entity_key, received_at_ms, intent_id)""",
-        # One row per key with work: the per-key execution slot and its lease.
+        # One row per key with queued work or a claim: the per-key execution slot and its lease.
+        # Submits create it; the result that empties its queue deletes it.
         f"""CREATE TABLE IF NOT EXISTS effector_keys (
             entity_key {blob} PRIMARY KEY,
-            pending INTEGER NOT NULL,
             ready_at_ms {bigint} NOT NULL,
             claim_token TEXT,
             claimed_intent_id TEXT,
             lease_owner TEXT,
             lease_expires_at_ms {bigint})""",
         """CREATE INDEX IF NOT EXISTS effector_keys_ready
-            ON effector_keys (ready_at_ms) WHERE pending > 0""",
+            ON effector_keys (ready_at_ms, entity_key)""",
         f"""CREATE TABLE IF NOT EXISTS effector_envelopes (
             log_offset {bigint} PRIMARY KEY,
             envelope {blob} NOT NULL,

@@ -13,12 +13,10 @@ import asyncio
 import dataclasses
 import functools
 import hashlib
-import heapq
 import itertools
 import logging
 import math
 import os
-from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -33,6 +31,7 @@ from beam_agents._protos import (
     ToolResult,
     approval_digest,
 )
+from effector.store.errors import StoreError
 from effector.store.intents import (
     Claim,
     ClaimBatch,
@@ -66,7 +65,8 @@ _T = TypeVar("_T")
 _FAILED_SCAN_BATCH = 1_000
 _SEARCH_SCAN_BATCH = 500
 MINUTE_MS = 60_000
-_IN_FLIGHT = (sql.PENDING, sql.RUNNING, sql.AWAITING, sql.IN_DOUBT)
+_KEY_ROW_TRIES = 8
+"""How often a submit creates a key row that results keep deleting before it gives up."""
 _WITHDRAWABLE = frozenset({ToolIntent.TOOL, ToolIntent.APPROVAL})
 """The kinds of intent a WITHDRAWAL withdraws."""
 _SUCCEEDED = frozenset({ToolResult.OK, ToolResult.NOT_NEEDED})
@@ -79,11 +79,11 @@ _NO_CLAIM = (
 _HEAD_COLUMNS = ("intent_id", "intent", "state", "attempts", "deadline_ms", "reconcile_failures")
 """What a claim reads of each key's head intent."""
 RECORD_COLUMNS = (
-    "intent, state, result, attempts, received_at_ms, started_at_ms, completed_at_ms, "
+    "intent, state, outcome, attempts, received_at_ms, started_at_ms, completed_at_ms, "
     "in_doubt_reason, retry_at_ms"
 )
 """The columns :func:`intent_record` reads, in order."""
-_EXECUTED = "state = 4 AND started_at_ms IS NOT NULL"
+_EXECUTED = f"{sql.SETTLED} AND settled_state = 4 AND run_ms IS NOT NULL"
 """DONE intents that were executed (not decided, rejected or expired without a claim)."""
 
 _TOKEN_PREFIX = os.urandom(8).hex()
@@ -107,12 +107,13 @@ def new_token() -> str:
 
 def intent_record(row: Sequence[Any]) -> IntentRecord:
     """The :class:`IntentRecord` of a row holding :data:`RECORD_COLUMNS`."""
-    blob, state, result, attempts, received_at_ms, started_at_ms, completed_at_ms = row[:7]
+    blob, state, outcome, attempts, received_at_ms, started_at_ms, completed_at_ms = row[:7]
     in_doubt_reason, retry_at_ms = row[7:9]
+    intent = ToolIntent.FromString(bytes(blob))
     return IntentRecord(
-        ToolIntent.FromString(bytes(blob)),
+        intent,
         state,
-        sql.parse_result(result),
+        sql.outcome_result(outcome, intent),
         attempts,
         received_at_ms=received_at_ms,
         started_at_ms=started_at_ms,
@@ -292,12 +293,19 @@ class _Known:
     digest: bytes
     state: IntentState
     result: ToolResult | None
-    published_envelope: bytes | None
+    outcome: bytes | None
+    """The result's envelope as stored: published unless withdrawn or a withdrawal's."""
     entity_key: bytes
     seq: int
     kind: ToolIntent.Kind = ToolIntent.TOOL
     withdrawal: ToolIntent | None = None
     """A recorded valid WITHDRAWAL intent itself (to withdraw its target if it comes later)."""
+
+    @property
+    def published_envelope(self) -> bytes | None:
+        """The envelope published for its result (redelivered as is); ``None`` if none was."""
+        published = self.state == sql.DONE and self.kind != ToolIntent.WITHDRAWAL
+        return self.outcome if published else None
 
 
 class SqlStore(TelemetryTables, abc.ABC):
@@ -454,15 +462,9 @@ class SqlStore(TelemetryTables, abc.ABC):
                 continue
             intent = intents[index].intent
             state, result = _initial_state(intents[index], withdrawals.get(intent_id), now_ms)
-            # Neither a withdrawal nor a withdrawn intent is published: no run waits for it.
-            unpublished = state == sql.WITHDRAWN or intent.kind == ToolIntent.WITHDRAWAL
-            published = (
-                None
-                if result is None or unpublished
-                else result_envelope(result).SerializeToString()
-            )
+            stored = None if result is None else result_envelope(result).SerializeToString()
             candidates[intent_id] = _Known(
-                digests[index], state, result, published, intent.entity_key, intent.seq
+                digests[index], state, result, stored, intent.entity_key, intent.seq, intent.kind
             )
             rows.append(
                 (
@@ -477,9 +479,9 @@ class SqlStore(TelemetryTables, abc.ABC):
                     now_ms,
                     expiry_deadline_ms(intent, now_ms),
                     0,
-                    None if result is None else result.SerializeToString(),
+                    stored,
                     None if result is None else now_ms,
-                    published,
+                    None if result is None else state,
                     sql.text(intent.tool_name),
                     intent.withdraws_intent_id if _is_withdrawal(intents[index]) else None,
                 )
@@ -497,7 +499,7 @@ class SqlStore(TelemetryTables, abc.ABC):
         answers: list[SubmitResult | None] = [None] * len(intents)
         conflicts: list[int] = []
         envelopes: dict[int, bytes] = {}  # appended in request order
-        new_work: dict[bytes, int] = {}
+        new_work: set[bytes] = set()
         for index in order:
             intent = intents[index].intent
             first = known[intent.intent_id]
@@ -511,7 +513,7 @@ class SqlStore(TelemetryTables, abc.ABC):
                 if first.published_envelope is not None:
                     envelopes[index] = first.published_envelope
                 elif first.state == sql.PENDING:
-                    new_work[intent.entity_key] = new_work.get(intent.entity_key, 0) + 1
+                    new_work.add(intent.entity_key)
                 continue
             same = first.digest == digests[index]
             outcome = SubmitOutcome.DUPLICATE if same else SubmitOutcome.CONFLICT
@@ -527,7 +529,7 @@ class SqlStore(TelemetryTables, abc.ABC):
         if conflicts:
             _explain_conflicts(tx, intents, first_of, inserted, conflicts, answers)
             envelopes.update(_publish_conflicts(intents, conflicts, answers, now_ms))
-        _add_pending(tx, new_work, now_ms)
+        self._hold_keys(tx, new_work, now_ms)
         if self._dialect.for_update and not lock_first and new_work:
             # The key rows are locked now: a withdrawal committed meanwhile is visible.
             fresh = [i for i in inserted if known[i].state == sql.PENDING]
@@ -557,15 +559,9 @@ class SqlStore(TelemetryTables, abc.ABC):
         of the whole batch).
         """
         linked = [new for new in intents if new.intent.compensate_tool and new.rejection is None]
-        locked = intents if lock_all else linked
-        keys = sorted({new.intent.entity_key for new in locked})
-        for keys_chunk in sql.chunks(keys):
-            tx.execute(
-                f"""INSERT INTO effector_keys (entity_key, pending, ready_at_ms)
-                    VALUES {sql.row_marks(len(keys_chunk), 3)}
-                    ON CONFLICT (entity_key) DO UPDATE SET pending = effector_keys.pending""",
-                sql.flatten([(key, 0, now_ms) for key in keys_chunk]),
-            )
+        if self._dialect.for_update:
+            locked = intents if lock_all else linked
+            self._hold_keys(tx, {new.intent.entity_key for new in locked}, now_ms)
         ids = sorted({new.intent.intent_id for new in linked if new.intent.kind == ToolIntent.TOOL})
         refused: dict[str, str] = {}
         for chunk in sql.chunks(ids):
@@ -577,6 +573,38 @@ class SqlStore(TelemetryTables, abc.ABC):
             ).fetchall():
                 refused[original] = late_original_reason(compensation)
         return refused
+
+    def _hold_keys(self, tx: sql.Tx, keys: set[bytes], now_ms: int) -> None:
+        """Create the rows of ``keys`` that are missing; with row locks, lock them, in key order.
+
+        A result that empties a key's queue deletes its row: a row found and deleted before the
+        lock is taken is created again.
+        """
+        missing = sorted(keys)
+        for _ in range(_KEY_ROW_TRIES):
+            for chunk in sql.chunks(missing):
+                tx.execute(
+                    f"""INSERT INTO effector_keys (entity_key, ready_at_ms)
+                        VALUES {sql.row_marks(len(chunk), 2)}
+                        ON CONFLICT (entity_key) DO NOTHING""",
+                    sql.flatten([(key, now_ms) for key in chunk]),
+                )
+            if not self._dialect.for_update:
+                return
+            locked = {
+                bytes(row[0])
+                for chunk in sql.chunks(missing)
+                for row in tx.execute(
+                    f"""SELECT entity_key FROM effector_keys
+                        WHERE entity_key IN ({sql.marks(len(chunk))})
+                        ORDER BY entity_key{self._dialect.for_update}""",
+                    chunk,
+                ).fetchall()
+            }
+            missing = [key for key in missing if key not in locked]
+            if not missing:
+                return
+        raise StoreError(f"the rows of {len(missing)} key(s) were deleted as often as created")
 
     def _withdraw(
         self,
@@ -599,17 +627,17 @@ class SqlStore(TelemetryTables, abc.ABC):
             for target, entity_key, seq, withdrawal in targets
         }
         rows = sorted(
-            (target, withdrawal.entity_key, results[target].SerializeToString())
+            (target, withdrawal.entity_key, result_envelope(results[target]).SerializeToString())
             for target, _, _, withdrawal in targets
         )
         recorded: dict[str, ToolResult] = {}
-        withdrawn: Counter[bytes] = Counter()
+        withdrawn: set[bytes] = set()
         for chunk in sql.chunks(rows):
             for intent_id, kind, entity_key in tx.execute(
-                f"""WITH withdrawn (intent_id, entity_key, result) AS
+                f"""WITH withdrawn (intent_id, entity_key, outcome) AS
                       (VALUES {sql.row_marks(len(chunk), 3)})
-                    UPDATE effector_intents SET state = ?, result = withdrawn.result,
-                      completed_at_ms = ?
+                    UPDATE effector_intents SET state = ?, outcome = withdrawn.outcome,
+                      completed_at_ms = ?, settled_state = ?
                     FROM withdrawn
                     WHERE effector_intents.intent_id = withdrawn.intent_id
                       AND effector_intents.entity_key = withdrawn.entity_key
@@ -617,12 +645,19 @@ class SqlStore(TelemetryTables, abc.ABC):
                            AND effector_intents.attempts = 0))
                     RETURNING effector_intents.intent_id, effector_intents.kind,
                       effector_intents.entity_key""",
-                [*sql.flatten(chunk), sql.WITHDRAWN, now_ms, sql.AWAITING, sql.PENDING],
+                [
+                    *sql.flatten(chunk),
+                    sql.WITHDRAWN,
+                    now_ms,
+                    sql.WITHDRAWN,
+                    sql.AWAITING,
+                    sql.PENDING,
+                ],
             ).fetchall():
                 recorded[intent_id] = results[intent_id]
                 if kind == ToolIntent.TOOL:
-                    withdrawn[bytes(entity_key)] += 1
-        _take_pending(tx, withdrawn)
+                    withdrawn.add(bytes(entity_key))
+        _drop_idle_keys(tx, withdrawn)
         return recorded
 
     # -- execution: claims, results, leases ---------------------------------------------------
@@ -642,9 +677,12 @@ class SqlStore(TelemetryTables, abc.ABC):
         keys = [
             bytes(row[0])
             for row in tx.execute(
-                """SELECT entity_key FROM effector_keys
-                   WHERE pending > 0 AND (claim_token IS NULL OR lease_expires_at_ms < ?)
-                   ORDER BY ready_at_ms LIMIT ?"""
+                f"""SELECT entity_key FROM effector_keys
+                    WHERE (claim_token IS NULL OR lease_expires_at_ms < ?)
+                      AND EXISTS (SELECT 1 FROM effector_intents AS queued
+                                  WHERE queued.entity_key = effector_keys.entity_key
+                                    AND {sql.queued("queued")})
+                    ORDER BY ready_at_ms, entity_key LIMIT ?"""
                 + self._dialect.skip_locked,
                 (now_ms, limit),
             ).fetchall()
@@ -661,8 +699,7 @@ class SqlStore(TelemetryTables, abc.ABC):
                 published = _finish(tx, intent_id, result, result_envelope(result), now_ms, state)
                 if published is not None:
                     tx.execute(
-                        f"""UPDATE effector_keys SET pending = pending - 1, {_NO_CLAIM}
-                            WHERE entity_key = ?""",
+                        f"UPDATE effector_keys SET {_NO_CLAIM} WHERE entity_key = ?",
                         (intent.entity_key,),
                     )
                     expired.append(published)
@@ -767,20 +804,20 @@ class SqlStore(TelemetryTables, abc.ABC):
         )
         recorded = [False] * len(completions)
         envelopes: list[bytes] = []
-        finished_keys: Counter[bytes] = Counter()
+        finished_keys: set[bytes] = set()
         for index, claim in zip(order, claims, strict=True):
             envelope = published.get(claim.intent.intent_id)
             if envelope is None or tried[claim.intent.intent_id] != index:
                 continue
             recorded[index] = True
             envelopes.append(envelope)
-            finished_keys[claim.intent.entity_key] += 1
+            finished_keys.add(claim.intent.entity_key)
             if (claim.intent.entity_key, claim.token) not in held:
                 _log.warning(
                     "recorded intent %s from a claim that had lost its lease",
                     claim.intent.intent_id,
                 )
-        _take_pending(tx, finished_keys)
+        _drop_idle_keys(tx, finished_keys)
         offsets = sql.append(tx, envelopes, now_ms)
         return recorded, sql.head_after(offsets)
 
@@ -911,9 +948,9 @@ class SqlStore(TelemetryTables, abc.ABC):
 
         def expire(tx: sql.Tx) -> tuple[list[ToolIntent], int]:
             rows = tx.execute(
-                """SELECT intent_id, intent FROM effector_intents
-                   WHERE state = 3 AND deadline_ms > 0 AND deadline_ms < ?
-                   ORDER BY deadline_ms LIMIT ?"""
+                f"""SELECT intent_id, intent FROM effector_intents
+                    WHERE kind = 2 AND {sql.OPEN} AND deadline_ms > 0 AND deadline_ms < ?
+                    ORDER BY deadline_ms LIMIT ?"""
                 + self._dialect.skip_locked,
                 (now_ms, limit),
             ).fetchall()
@@ -1036,14 +1073,14 @@ class SqlStore(TelemetryTables, abc.ABC):
         """Record ``approval`` on an undecided approval intent (EXPIRED if past its deadline)."""
         now_ms = approval.decided_at_ms
         row = tx.execute(
-            "SELECT intent, state, deadline_ms, result FROM effector_intents WHERE intent_id = ?"
+            "SELECT intent, state, deadline_ms, outcome FROM effector_intents WHERE intent_id = ?"
             + self._dialect.for_update,
             (intent_id,),
         ).fetchone()
         if row is None:
             return Decision(False, IntentState.INTENT_STATE_UNSPECIFIED, "unknown intent", None), 0
         intent = ToolIntent.FromString(bytes(row[0]))
-        state, deadline_ms, result = row[1], row[2], sql.parse_result(row[3])
+        state, deadline_ms, result = row[1], row[2], sql.outcome_result(row[3], intent)
         if intent.kind != ToolIntent.APPROVAL:
             return Decision(False, state, "not an approval intent", result), 0
         if state == sql.WITHDRAWN:
@@ -1107,10 +1144,6 @@ class SqlStore(TelemetryTables, abc.ABC):
             )
             published = _finish(tx, target, refusal, result_envelope(refusal), now_ms, sql.PENDING)
             if published is not None:
-                tx.execute(
-                    "UPDATE effector_keys SET pending = pending - 1 WHERE entity_key = ?",
-                    (compensation.entity_key,),
-                )
                 envelopes.append(published)
                 refused_original = original.intent
             original = _get_intent(tx, target)
@@ -1217,8 +1250,8 @@ class SqlStore(TelemetryTables, abc.ABC):
 
         def listed(tx: sql.Tx) -> list[ToolIntent]:
             rows = tx.execute(
-                """SELECT intent FROM effector_intents WHERE state = ?
-                   ORDER BY received_at_ms, intent_id LIMIT ?""",
+                f"""SELECT intent FROM effector_intents WHERE {_scope(state)} AND state = ?
+                    ORDER BY received_at_ms{_sorted(state)}, intent_id LIMIT ?""",
                 (state, limit),
             ).fetchall()
             return [ToolIntent.FromString(bytes(blob)) for (blob,) in rows]
@@ -1237,14 +1270,16 @@ class SqlStore(TelemetryTables, abc.ABC):
                 if after is not None:
                     where, params = " AND (received_at_ms, intent_id) > (?, ?)", after
                 rows = tx.execute(
-                    "SELECT intent, result, received_at_ms, intent_id FROM effector_intents"
-                    f" WHERE state = ?{where} ORDER BY received_at_ms, intent_id LIMIT ?",
+                    "SELECT intent, outcome, received_at_ms, intent_id FROM effector_intents"
+                    f" WHERE {sql.SETTLED} AND state = ?{where}"
+                    " ORDER BY received_at_ms, intent_id LIMIT ?",
                     (sql.DONE, *params, _FAILED_SCAN_BATCH),
                 ).fetchall()
-                for blob, result_blob, _, _ in rows:
-                    result = sql.parse_result(result_blob)
+                for blob, outcome, _, _ in rows:
+                    intent = ToolIntent.FromString(bytes(blob))
+                    result = sql.outcome_result(outcome, intent)
                     if result is not None and result.status not in _SUCCEEDED:
-                        found.append((ToolIntent.FromString(bytes(blob)), result))
+                        found.append((intent, result))
                 if len(rows) < _FAILED_SCAN_BATCH:
                     break
                 after = (rows[-1][2], rows[-1][3])
@@ -1273,24 +1308,19 @@ class SqlStore(TelemetryTables, abc.ABC):
         entity_key: bytes | None,
         limit: int,
     ) -> list[IntentRecord]:
-        """Scan the key's index with a key, else the tool's, else the state's (one per state)."""
+        """Scan the key's index with a key, else the tool's, else every intent's by receipt.
+
+        An open state without a key is found on the open index, sorted: open intents are few.
+        """
         conditions: list[tuple[str, Any]] = []
         if entity_key is not None:
             conditions.append(("entity_key = ?", entity_key))
         if tool_name is not None:
             conditions.append(("tool_name = ?", sql.text(tool_name)))
-        if entity_key is not None:
-            if state is not None:
-                conditions.append(("state = ?", state))
-            scans = [_newest_first(tx, conditions)]
-        else:
-            states = (
-                [state]
-                if state is not None
-                else [sql.PENDING, sql.RUNNING, sql.IN_DOUBT, sql.AWAITING, sql.DONE, sql.WITHDRAWN]
-            )
-            scans = [_newest_first(tx, [*conditions, ("state = ?", each)]) for each in states]
-        rows = heapq.merge(*scans, key=lambda row: (row[4], row[-1]), reverse=True)
+        if state is not None:
+            conditions.append((f"{_scope(state)} AND state = ?", state))
+        narrowed = entity_key is not None or tool_name is not None
+        rows = _newest_first(tx, conditions, sort=bool(_sorted(state)) and not narrowed)
         return [intent_record(row[:-1]) for row in itertools.islice(rows, max(limit, 0))]
 
     async def counts(self, *, done: bool = True) -> StoreCounts:
@@ -1316,15 +1346,29 @@ class SqlStore(TelemetryTables, abc.ABC):
 # -- transaction steps shared by several verbs --------------------------------------------------
 
 
-def _take_pending(tx: sql.Tx, settled: Counter[bytes]) -> None:
-    """Take ``settled[key]`` intents off each key's pending count (keys in sorted order)."""
-    for chunk in sql.chunks(sorted(settled.items())):
+_IDLE_KEY = f"""claim_token IS NULL AND NOT EXISTS (SELECT 1 FROM effector_intents AS queued
+    WHERE queued.entity_key = effector_keys.entity_key AND {sql.queued("queued")})"""
+"""A key row without a claim whose queue is empty."""
+
+
+def _drop_idle_keys(tx: sql.Tx, keys: set[bytes]) -> None:
+    """Delete the rows of ``keys`` left without queued work or a claim (in key order)."""
+    for chunk in sql.chunks(sorted(keys)):
         tx.execute(
-            f"""WITH settled (entity_key, done) AS (VALUES {sql.row_marks(len(chunk), 2)})
-                UPDATE effector_keys SET pending = pending - settled.done
-                FROM settled WHERE effector_keys.entity_key = settled.entity_key""",
-            sql.flatten(chunk),
+            f"DELETE FROM effector_keys WHERE entity_key IN ({sql.marks(len(chunk))})"
+            f" AND {_IDLE_KEY}",
+            chunk,
         )
+
+
+def _sorted(state: IntentState | None) -> str:
+    """``" + 0"`` for an open state: sort its few rows found on the open index, walk no other."""
+    return " + 0" if state in sql.OPEN_STATES else ""
+
+
+def _scope(state: IntentState) -> str:
+    """The index condition that narrows a search for ``state``: open or settled intents."""
+    return sql.OPEN if state in sql.OPEN_STATES else sql.SETTLED
 
 
 def _initial_state(
@@ -1432,8 +1476,8 @@ def _insert_intents(tx: sql.Tx, rows: Sequence[Sequence[Any]]) -> set[str]:
             row[0]
             for row in tx.execute(
                 f"""INSERT INTO effector_intents (intent_id, entity_key, seq, step_index, kind,
-                    digest, intent, state, received_at_ms, deadline_ms, attempts, result,
-                    completed_at_ms, published_envelope, tool_name, withdraws_intent_id)
+                    digest, intent, state, received_at_ms, deadline_ms, attempts, outcome,
+                    completed_at_ms, settled_state, tool_name, withdraws_intent_id)
                    VALUES {sql.row_marks(len(chunk), 16)}
                    ON CONFLICT (intent_id) DO NOTHING RETURNING intent_id""",
                 sql.flatten(chunk),
@@ -1442,7 +1486,7 @@ def _insert_intents(tx: sql.Tx, rows: Sequence[Sequence[Any]]) -> set[str]:
     return inserted
 
 
-_KNOWN_COLUMNS = f"""intent_id, digest, state, result, published_envelope, entity_key, seq, kind,
+_KNOWN_COLUMNS = f"""intent_id, digest, state, outcome, entity_key, seq, kind,
     CASE WHEN kind = {int(ToolIntent.WITHDRAWAL)} THEN intent END"""
 """What :func:`_known_intents` reads of each row (a withdrawal's intent too)."""
 
@@ -1470,14 +1514,15 @@ def _known_intents(
         ).fetchall()
     ]
     known: dict[str, _Known] = {}
-    for intent_id, digest, state, result, published, key, seq, kind, blob in rows:
-        parsed = sql.parse_result(result)
+    for intent_id, digest, state, outcome, key, seq, kind, blob in rows:
+        addressed = ToolIntent(intent_id=intent_id, entity_key=bytes(key), seq=int(seq))
+        parsed = sql.outcome_result(outcome, addressed)
         valid = blob is not None and parsed is not None and parsed.status == ToolResult.OK
         known[intent_id] = _Known(
             bytes(digest),
             state,
             parsed,
-            None if published is None else bytes(published),
+            None if outcome is None else bytes(outcome),
             bytes(key),
             int(seq),
             kind,
@@ -1512,33 +1557,16 @@ def _explain_conflicts(
         answers[index] = dataclasses.replace(answer, recorded=kept)
 
 
-def _add_pending(tx: sql.Tx, new_work: dict[bytes, int], now_ms: int) -> None:
-    """Count new PENDING intents on their keys' rows, creating rows in key order as needed."""
-    rows = [(key, new_work[key], now_ms) for key in sorted(new_work)]
-    for chunk in sql.chunks(rows):
-        tx.execute(
-            f"""INSERT INTO effector_keys (entity_key, pending, ready_at_ms)
-                VALUES {sql.row_marks(len(chunk), 3)}
-                ON CONFLICT (entity_key) DO UPDATE SET
-                 ready_at_ms = CASE WHEN effector_keys.pending = 0 THEN excluded.ready_at_ms
-                                    ELSE effector_keys.ready_at_ms END,
-                 pending = effector_keys.pending + excluded.pending""",
-            sql.flatten(chunk),
-        )
-
-
 def _start_running(tx: sql.Tx, candidates: Sequence[Claim], now_ms: int) -> list[Claim]:
     """Mark the candidates' intents RUNNING (started now), counting the attempt; returns them."""
     started: set[str] = set()
     for chunk in sql.chunks(candidates):
-        # ``+state``: checked on the rows the id finds, never searched; otherwise SQLite's planner
-        # walks the by-state index through every queued intent.
         started.update(
             row[0]
             for row in tx.execute(
                 f"""UPDATE effector_intents SET state = ?, attempts = attempts + 1,
                       started_at_ms = ?
-                    WHERE intent_id IN ({sql.marks(len(chunk))}) AND +state IN (?, ?, ?)
+                    WHERE intent_id IN ({sql.marks(len(chunk))}) AND state IN (?, ?, ?)
                     RETURNING intent_id""",
                 [
                     sql.RUNNING,
@@ -1553,6 +1581,10 @@ def _start_running(tx: sql.Tx, candidates: Sequence[Claim], now_ms: int) -> list
     return [claim for claim in candidates if claim.intent.intent_id in started]
 
 
+_SETTLE = "state = ?, completed_at_ms = ?, settled_state = ?, run_ms = ? - started_at_ms"
+"""The columns a result sets besides its outcome (state, completion, settled state, now)."""
+
+
 def _finish(
     tx: sql.Tx,
     intent_id: str,
@@ -1564,10 +1596,9 @@ def _finish(
     """Record ``result`` and its ``envelope`` if still in ``from_state`` (first result wins)."""
     published = envelope.SerializeToString()
     recorded = tx.execute(
-        """UPDATE effector_intents SET state = ?, result = ?, completed_at_ms = ?,
-             published_envelope = ?
-           WHERE intent_id = ? AND state = ?""",
-        (sql.DONE, result.SerializeToString(), now_ms, published, intent_id, from_state),
+        f"""UPDATE effector_intents SET {_SETTLE}, outcome = ?
+            WHERE intent_id = ? AND state = ?""",
+        (sql.DONE, now_ms, sql.DONE, now_ms, published, intent_id, from_state),
     ).rowcount
     return published if recorded else None
 
@@ -1577,22 +1608,20 @@ def _finish_running(
 ) -> dict[str, bytes]:
     """Record results of intents still RUNNING (:func:`_finish` for a batch); envelopes by id."""
     rows = [
-        (intent_id, result.SerializeToString(), result_envelope(result).SerializeToString())
-        for intent_id, result in results
+        (intent_id, result_envelope(result).SerializeToString()) for intent_id, result in results
     ]
-    envelopes = {intent_id: envelope for intent_id, _, envelope in rows}
+    envelopes = dict(rows)
     finished: dict[str, bytes] = {}
     for chunk in sql.chunks(rows):
-        values = sql.row_marks(len(chunk), 3)
+        values = sql.row_marks(len(chunk), 2)
         for (intent_id,) in tx.execute(
-            f"""WITH finished (intent_id, result, envelope) AS (VALUES {values})
-                UPDATE effector_intents SET state = ?, result = finished.result,
-                  completed_at_ms = ?, published_envelope = finished.envelope
+            f"""WITH finished (intent_id, envelope) AS (VALUES {values})
+                UPDATE effector_intents SET {_SETTLE}, outcome = finished.envelope
                 FROM finished
                 WHERE effector_intents.intent_id = finished.intent_id
                   AND effector_intents.state = ?
                 RETURNING effector_intents.intent_id""",
-            [*sql.flatten(chunk), sql.DONE, now_ms, sql.RUNNING],
+            [*sql.flatten(chunk), sql.DONE, now_ms, sql.DONE, now_ms, sql.RUNNING],
         ).fetchall():
             finished[intent_id] = envelopes[intent_id]
     return finished
@@ -1620,16 +1649,22 @@ def _get_intent(tx: sql.Tx, intent_id: str) -> IntentRecord | None:
     return None if row is None else intent_record(row)
 
 
-def _newest_first(tx: sql.Tx, conditions: Sequence[tuple[str, Any]]) -> Iterator[Any]:
-    """Rows of intents meeting ``conditions``, newest first by receipt, then id, in batches."""
+def _newest_first(
+    tx: sql.Tx, conditions: Sequence[tuple[str, Any]], *, sort: bool = False
+) -> Iterator[Any]:
+    """Rows of intents meeting ``conditions``, newest first by receipt, then id, in batches.
+
+    ``sort``: the rows are open ones (few), sorted (see :func:`_sorted`), not walked in order.
+    """
     after: tuple[Any, ...] = ()
+    order = f"received_at_ms{' + 0' if sort else ''} DESC, intent_id DESC"
     while True:
-        where = [condition for condition, _ in conditions]
+        where = [condition for condition, _ in conditions] or ["1 = 1"]
         if after:
             where.append("(received_at_ms, intent_id) < (?, ?)")
         rows = tx.execute(
             f"SELECT {RECORD_COLUMNS}, intent_id FROM effector_intents WHERE {' AND '.join(where)}"
-            " ORDER BY received_at_ms DESC, intent_id DESC LIMIT ?",
+            f" ORDER BY {order} LIMIT ?",
             (*(value for _, value in conditions), *after, _SEARCH_SCAN_BATCH),
         ).fetchall()
         yield from rows
@@ -1639,16 +1674,23 @@ def _newest_first(tx: sql.Tx, conditions: Sequence[tuple[str, Any]]) -> Iterator
 
 
 def _counts(tx: sql.Tx, *, done: bool = True) -> StoreCounts:
-    """How many intents are in each state, and the log head."""
+    """How many intents are in each state, and the log head.
+
+    Open intents are counted by reading their rows (they are few); settled ones on the settled
+    index alone.
+    """
+    by_state = dict(
+        tx.execute(
+            f"SELECT state, COUNT(*) FROM effector_intents WHERE {sql.OPEN} GROUP BY state"
+        ).fetchall()
+    )
     if done:
-        rows = tx.execute("SELECT state, COUNT(*) FROM effector_intents GROUP BY state")
-    else:
-        rows = tx.execute(
-            "SELECT state, COUNT(*) FROM effector_intents"
-            f" WHERE state IN ({sql.marks(len(_IN_FLIGHT))}) GROUP BY state",
-            _IN_FLIGHT,
+        by_state.update(
+            tx.execute(
+                "SELECT settled_state, COUNT(*) FROM effector_intents"
+                f" WHERE {sql.SETTLED} GROUP BY settled_state"
+            ).fetchall()
         )
-    by_state = dict(rows.fetchall())
     return StoreCounts(
         pending=int(by_state.get(sql.PENDING, 0)),
         running=int(by_state.get(sql.RUNNING, 0)),
@@ -1662,28 +1704,24 @@ def _counts(tx: sql.Tx, *, done: bool = True) -> StoreCounts:
 
 def _prune(tx: sql.Tx, cutoff: int) -> int:
     """Forget a batch of DONE intents, envelopes, idle keys, votes and compensation rows."""
-    removed = 0
-    for settled in (sql.DONE, sql.WITHDRAWN):  # each state by its own partial index
-        removed += sql.delete_oldest(
-            tx,
-            "effector_intents",
-            ["intent_id"],
-            "completed_at_ms",
-            cutoff,
-            sql.PRUNE_BATCH,
-            f"state = {int(settled)}",
-        )
+    removed = sql.delete_oldest(
+        tx,
+        "effector_intents",
+        ["intent_id"],
+        "completed_at_ms",
+        cutoff,
+        sql.PRUNE_BATCH,
+        sql.SETTLED,
+    )
     removed += sql.delete_oldest(
         tx, "effector_envelopes", ["log_offset"], "appended_at_ms", cutoff, sql.PRUNE_BATCH
     )
-    removed += tx.execute(
-        "DELETE FROM effector_keys WHERE pending = 0 AND claim_token IS NULL"
-    ).rowcount
+    removed += tx.execute(f"DELETE FROM effector_keys WHERE {_IDLE_KEY}").rowcount
     # Votes on approvals no longer awaiting (expired ones); decided ones lose theirs at once.
     removed += tx.execute(
-        """DELETE FROM effector_approval_votes WHERE recorded_at_ms < ? AND intent_id NOT IN
-             (SELECT intent_id FROM effector_intents WHERE state = ?)""",
-        (cutoff, sql.AWAITING),
+        f"""DELETE FROM effector_approval_votes WHERE recorded_at_ms < ? AND intent_id NOT IN
+              (SELECT intent_id FROM effector_intents WHERE kind = 2 AND {sql.OPEN})""",
+        (cutoff,),
     ).rowcount
     return removed + sql.delete_oldest(
         tx,
@@ -1747,7 +1785,7 @@ def _latency_percentiles(
         values = [
             int(latency)
             for (latency,) in tx.execute(
-                f"""SELECT completed_at_ms - started_at_ms AS latency {executed} {window}
+                f"""SELECT run_ms AS latency {executed} {window}
                     ORDER BY latency LIMIT 2 OFFSET ?""",
                 (start, end, below),
             ).fetchall()
@@ -1758,16 +1796,9 @@ def _latency_percentiles(
 
 
 def _oldest_open(tx: sql.Tx) -> IntentRecord | None:
-    """The intent not yet DONE that was received first: the head of each open state's index."""
-    heads = [
-        row
-        for state in (sql.PENDING, sql.RUNNING, sql.IN_DOUBT, sql.AWAITING)
-        for row in tx.execute(
-            f"""SELECT {RECORD_COLUMNS}, intent_id FROM effector_intents WHERE state = ?
-                ORDER BY received_at_ms, intent_id LIMIT 1""",
-            (state,),
-        ).fetchall()
-    ]
-    if not heads:
-        return None
-    return intent_record(min(heads, key=lambda row: (row[4], row[-1]))[:-1])
+    """The intent not yet DONE that was received first (open intents are few: sorted)."""
+    row = tx.execute(
+        f"""SELECT {RECORD_COLUMNS} FROM effector_intents WHERE {sql.OPEN}
+            ORDER BY received_at_ms + 0, intent_id LIMIT 1"""
+    ).fetchone()
+    return None if row is None else intent_record(row)

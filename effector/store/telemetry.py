@@ -32,11 +32,9 @@ _ERROR_COLUMNS = "error_id, error, recorded_at_ms, redriven_at_ms"
 _RECORD_COLUMNS = "entity_key, seq, intent_namespace, trace_sequence, record, recorded_at_ms"
 _KEY_SUMMARY = f"""SELECT a.entity_key, a.runs, a.last_seen_ms,
       (SELECT COUNT(*) FROM effector_intents AS i
-       WHERE i.entity_key = a.entity_key AND {sql.queued("i", check_state=False)})
-      + (SELECT COUNT(*) FROM effector_intents AS i
-         WHERE i.entity_key = a.entity_key AND i.state = 3)
+       WHERE i.entity_key = a.entity_key AND i.{sql.OPEN})
     FROM {{source}} AS a"""
-"""A :class:`KeySummary` per activity row of ``source``; open intents probe two partial indexes."""
+"""A :class:`KeySummary` per activity row of ``source``; open intents counted on their index."""
 _NEWEST_KEYS = "ORDER BY a.last_seen_ms DESC, a.entity_key DESC"
 
 

@@ -107,14 +107,18 @@ def no_table_scans(tx: PlannedTx) -> None:
 def test_the_overview_range_scans_its_window(planned: Any) -> None:
     tx = planned(lambda tx: store_sql._overview(tx, T0 + 60_000, 3_600_000))
     no_table_scans(tx)
-    window = "(state=? AND completed_at_ms>? AND completed_at_ms<?)"
+    window = "(completed_at_ms>? AND completed_at_ms<?)"
+    executed = "FROM effector_intents WHERE completed_at_ms IS NOT NULL AND settled_state = 4"
     for fragment in (
-        "/ 60000, COUNT(*) FROM effector_intents WHERE state = 4 AND started_at_ms IS NOT NULL",
-        "SELECT COUNT(*) FROM effector_intents WHERE state = 4 AND started_at_ms IS NOT NULL",
+        f"/ 60000, COUNT(*) {executed}",
+        f"SELECT COUNT(*) {executed}",
         "ORDER BY latency",
     ):
         plan = tx.plan_of(fragment)
-        assert f"USING COVERING INDEX effector_intents_completed {window}" in plan[0]
+        assert f"USING COVERING INDEX effector_intents_settled {window}" in plan[0]
+    # The oldest open intent: the open ones sorted, never a walk through every intent by receipt.
+    oldest = tx.plan_of("ORDER BY received_at_ms + 0, intent_id LIMIT 1")
+    assert oldest[0] == "SCAN effector_intents USING INDEX effector_intents_open"
     tokens = tx.plan_of("SUM(tokens)")
     assert "USING INDEX effector_traces_llm (wall_start_ms>? AND wall_start_ms<?)" in tokens[0]
     errors = tx.plan_of("FROM effector_errors")
@@ -128,9 +132,8 @@ def test_the_keys_list_walks_the_activity_index(planned: Any, search: bytes) -> 
     steps = [step for _, plan in tx.plans for step in plan]
     assert "SCAN a USING INDEX effector_key_activity_seen" in steps
     assert not [step for step in steps if "effector_traces" in step]
-    # The open intents are counted from the queue index alone, never reading their rows.
-    assert "SEARCH i USING COVERING INDEX effector_intents_queue (entity_key=?)" in steps
-    assert any("effector_intents_awaiting_by_key (entity_key=? AND state=?)" in s for s in steps)
+    # The open intents are counted from the open index alone, never reading their rows.
+    assert "SEARCH i USING COVERING INDEX effector_intents_open (entity_key=?)" in steps
     if not search:  # newest first straight from the index, no sorting
         assert not [step for step in steps if "TEMP B-TREE" in step]
 
@@ -141,8 +144,17 @@ def test_a_search_by_tool_follows_the_tool_index(planned: Any, state: Any) -> No
     no_table_scans(tx)
     for _, plan in tx.plans:
         assert plan == [
-            "SEARCH effector_intents USING INDEX effector_intents_by_tool (tool_name=? AND state=?)"
+            "SEARCH effector_intents USING INDEX effector_intents_by_tool (tool_name=?)"
         ]
+
+
+def test_a_search_for_an_open_state_sorts_the_open_intents(planned: Any) -> None:
+    tx = planned(lambda tx: STEPS._search_intents(tx, IntentState.PENDING, None, None, 10))
+    [(_, plan)] = tx.plans
+    assert plan == [
+        "SCAN effector_intents USING INDEX effector_intents_open",
+        "USE TEMP B-TREE FOR ORDER BY",
+    ]
 
 
 def test_recording_and_pruning_traces_probe_indexes(planned: Any) -> None:
@@ -159,23 +171,29 @@ def test_recording_and_pruning_traces_probe_indexes(planned: Any) -> None:
     assert "effector_traces_age (recorded_at_ms<?)" in forgotten
 
 
-def test_polling_the_counts_seeks_the_states_in_flight_not_the_done_ones(planned: Any) -> None:
-    every = " ".join(planned(store_sql._counts).plan_of("GROUP BY state"))
-    polled = " ".join(planned(lambda tx: store_sql._counts(tx, done=False)).plan_of("state IN"))
-    # Counting everything walks the whole by-state index; polling seeks the states in flight.
-    assert "SCAN effector_intents USING COVERING INDEX effector_intents_by_state" in every
-    assert "SEARCH effector_intents USING COVERING INDEX effector_intents_by_state (state=?)" in (
-        polled
+def test_counting_reads_open_rows_and_only_the_settled_index(planned: Any) -> None:
+    every = planned(store_sql._counts)
+    polled = planned(lambda tx: store_sql._counts(tx, done=False))
+    # The open intents (few) are counted on the open index; the settled ones on theirs alone.
+    for tx in (every, polled):
+        assert tx.plan_of("GROUP BY state")[0] == (
+            "SCAN effector_intents USING INDEX effector_intents_open"
+        )
+    settled = every.plan_of("GROUP BY settled_state")[0]
+    assert settled.startswith(
+        "SEARCH effector_intents USING COVERING INDEX effector_intents_settled"
     )
-    assert "SCAN effector_intents" not in polled
+    assert not [sql for sql, _ in polled.plans if "settled_state" in sql]
 
 
-def test_pruning_done_intents_range_scans_them_by_completion(planned: Any) -> None:
+def test_pruning_settled_intents_range_scans_them_by_completion(planned: Any) -> None:
     tx = planned(lambda tx: store_sql._prune(tx, T0 + 50))
-    done = tx.plan_of("FROM effector_intents WHERE state = 4 AND completed_at_ms")
-    assert any("effector_intents_completed (state=? AND completed_at_ms<?)" in s for s in done)
-    withdrawn = tx.plan_of("FROM effector_intents WHERE state = 6 AND completed_at_ms")
-    assert any("effector_intents_withdrawn (state=? AND completed_at_ms<?)" in s for s in withdrawn)
+    settled = tx.plan_of(
+        "FROM effector_intents WHERE completed_at_ms IS NOT NULL AND completed_at_ms"
+    )
+    assert any(
+        "effector_intents_settled (completed_at_ms>? AND completed_at_ms<?)" in s for s in settled
+    )
 
 
 @pytest_asyncio.fixture
