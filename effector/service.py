@@ -64,7 +64,7 @@ from effector.store.intents import (
 )
 from effector.store.sql import SqlStore
 from effector.store.telemetry import RecordPlace
-from effector.worker import Worker, intake_rejection
+from effector.worker import PreparedCall, Worker, screen_intent
 
 _log = logging.getLogger(__name__)
 _log.addFilter(audit.EscapingFilter())
@@ -598,10 +598,13 @@ class EffectorService(pb.EffectorServicer):
         _check_batch_size(len(request.intents), MAX_SUBMIT_BATCH, "Submit", "intents")
         acks: list[pb.SubmitAck] = []
         to_record: list[NewIntent] = []
+        prepared_calls: list[PreparedCall | None] = []
         for intent in request.intents:
             problem = intent_problem(intent)
             if problem is None:
-                to_record.append(NewIntent(intent, intake_rejection(self.registry, intent)))
+                rejection, prepared = screen_intent(self.registry, intent)
+                to_record.append(NewIntent(intent, rejection))
+                prepared_calls.append(prepared)
                 acks.append(pb.SubmitAck(intent_id=intent.intent_id))
             else:
                 acks.append(
@@ -624,7 +627,9 @@ class EffectorService(pb.EffectorServicer):
             else []
         )
         accepted = 0
-        for position, new, answer in zip(positions, to_record, answers, strict=True):
+        for position, new, prepared, answer in zip(
+            positions, to_record, prepared_calls, answers, strict=True
+        ):
             ack = acks[position]
             ack.state = answer.state
             if answer.result is not None:
@@ -653,6 +658,8 @@ class EffectorService(pb.EffectorServicer):
             else:
                 ack.outcome = pb.SubmitAck.ACCEPTED
                 accepted += 1
+                if prepared is not None:
+                    self.worker.keep_validated(new.intent.intent_id, prepared)
         if accepted:
             self.metrics.accepted.inc(accepted)
             self.worker.wake()

@@ -8,6 +8,7 @@ and claim work for the slots the results free. A failing store is retried with g
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import inspect
@@ -16,11 +17,12 @@ import logging
 import os
 import queue
 import socket
+import sys
 import threading
 import time
 import uuid
 import weakref
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -42,7 +44,7 @@ from effector.store.intents import (
     rejected_result,
     wall_clock_ms,
 )
-from effector.store.sql import GroupCommit, SqlStore
+from effector.store.sql import SqlStore
 
 _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -112,26 +114,43 @@ def prepare_call(
         ) from None
 
 
+PreparedCall = tuple[Tool[..., Any], dict[str, Any]]
+"""A TOOL intent's tool and validated keyword arguments, as :func:`prepare_call` returns them."""
+
+
 def intake_rejection(registry: ToolRegistry, intent: ToolIntent) -> str | None:
     """Why a well-identified intent must be recorded as REJECTED, or ``None`` if it is valid.
 
     Only a TOOL intent may carry compensation fields; an effect whose undo could not run is
     refused before it runs.
     """
-    if intent.kind == ToolIntent.APPROVAL:
+    return screen_intent(registry, intent)[0]
+
+
+def screen_intent(
+    registry: ToolRegistry, intent: ToolIntent
+) -> tuple[str | None, PreparedCall | None]:
+    """:func:`intake_rejection`, and a valid TOOL intent's prepared call (else ``None``)."""
+    prepared = None
+    if intent.kind == ToolIntent.TOOL:
+        try:
+            prepared = prepare_call(registry, intent)
+        except IntentRejectedError as exc:
+            return str(exc), None
+    elif intent.kind == ToolIntent.APPROVAL:
         try:
             parse_arguments(intent.args_json)
         except ValueError as exc:
-            return f"args_json of approval intent is not JSON: {exc}"
-    elif intent.kind == ToolIntent.TOOL:
-        try:
-            prepare_call(registry, intent)
-        except IntentRejectedError as exc:
-            return str(exc)
+            return f"args_json of approval intent is not JSON: {exc}", None
     elif intent.kind == ToolIntent.WITHDRAWAL:
-        return withdrawal_problem(intent)
+        return withdrawal_problem(intent), None
     else:
-        return f"unknown intent kind {int(intent.kind)}"
+        return f"unknown intent kind {int(intent.kind)}", None
+    return _linked_intent_problem(registry, intent), prepared
+
+
+def _linked_intent_problem(registry: ToolRegistry, intent: ToolIntent) -> str | None:
+    """Why a TOOL or APPROVAL intent's withdrawal, expiry or compensation fields are refused."""
     if intent.withdraws_intent_id:
         return "only a WITHDRAWAL intent may set withdraws_intent_id"
     expires_at_ms, created_at_ms = intent.expires_at_ms, intent.created_at_ms
@@ -193,6 +212,21 @@ def _read_only_refusal(tool: Tool[..., Any]) -> ToolRefusedError:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One validated call of a side-effecting tool, for :meth:`EffectorToolRunner.execute_batch`."""
+
+    intent: ToolIntent
+    tool: Tool[..., Any]
+    kwargs: dict[str, Any]
+    attempt: int
+
+
+CallFinished = Callable[[int, ToolResult | None, float], None]
+"""Told, for one call of a batch, its index, its result and the seconds it took; ``None`` for a
+call cancelled by something other than the batch's deadline (a drain)."""
+
+
 class EffectorToolRunner:
     """Runs ``side_effect=True`` tools, validated, with ``intent`` injected, under a timeout."""
 
@@ -237,34 +271,97 @@ class EffectorToolRunner:
         except IntentRejectedError as exc:
             audit.rejected(intent, str(exc))
             return rejected_result(intent, str(exc), now_ms=clock())
-        info = IntentInfo(
-            intent_id=intent.intent_id,
-            entity_key=intent.entity_key,
-            seq=intent.seq,
-            step_index=intent.step_index,
-            attempt=attempt,
-        )
+        call = ToolCall(intent, tool, kwargs, attempt)
         try:
-            value = await self._call(tool, kwargs, info)
-            payload = _encode(tool, value)
+            value = await self._call(tool, kwargs, _intent_info(call))
         # A tool that calls sys.exit() is a failed tool, not a request to stop the effector.
         except (Exception, SystemExit) as exc:
-            failed = new_result(
-                intent,
-                ToolResult.ERROR,
-                completed_at_ms=clock(),
-                attempt=attempt,
-                error_message=_describe(exc)[:MAX_ERROR_MESSAGE_CHARS],
-            )
-            audit.tool_failed(intent, failed, exc)
-            return failed
-        return new_result(
-            intent, ToolResult.OK, completed_at_ms=clock(), attempt=attempt, payload=payload
-        )
+            return _failed(call, exc, clock())
+        return _returned(call, value, clock())
+
+    def execute_batch(
+        self, calls: Sequence[ToolCall], clock: Callable[[], int], finished: CallFinished
+    ) -> list[asyncio.Task[ToolResult]]:
+        """Start every call now; ``finished`` hears of each once it ends, with its result.
+
+        Each call's first step runs here, in a task of its own started eagerly: a call that
+        does not suspend (an async no-op) is finished before this returns, with no timer and
+        no thread hop. The calls that suspend run on under one deadline, this batch's start
+        plus the tool timeout; each still running then ends as a timeout. Sync tools run on
+        pool threads. Returns the tasks still running.
+        """
+        loop = asyncio.get_running_loop()
+        started = time.perf_counter()
+        running: dict[asyncio.Task[ToolResult], int] = {}
+        for index, call in enumerate(calls):
+            call_started = time.perf_counter()
+            task = _start_eagerly(loop, self._attempt(call, clock))
+            if task.done():
+                finished(index, task.result(), time.perf_counter() - call_started)
+            else:
+                running[task] = index
+        if not running:
+            return []
+        expired: set[asyncio.Task[ToolResult]] = set()
+
+        def ended(task: asyncio.Task[ToolResult]) -> None:
+            index = running[task]
+            result: ToolResult | None
+            if not task.cancelled():
+                result = task.result()
+            elif task in expired:
+                call = calls[index]
+                message = f"tool {call.tool.name!r} did not finish within {self._timeout_ms} ms"
+                result = _failed(call, ToolTimeoutError(message), clock())
+            else:
+                result = None
+            finished(index, result, time.perf_counter() - started)
+
+        def expire() -> None:
+            for task in running:
+                if not task.done():
+                    expired.add(task)
+                    task.cancel()
+
+        deadline = loop.call_at(loop.time() + self._timeout_ms / 1000, expire)
+        remaining = len(running)
+
+        def count_down(_: asyncio.Task[ToolResult]) -> None:
+            nonlocal remaining
+            remaining -= 1
+            if not remaining:
+                deadline.cancel()
+
+        for task in running:
+            task.add_done_callback(ended)
+            task.add_done_callback(count_down)
+        return list(running)
+
+    async def _attempt(self, call: ToolCall, clock: Callable[[], int]) -> ToolResult:
+        """One call of a batch, its outcome mapped to a result (a timeout cancels it)."""
+        try:
+            value = await self._unbounded(call.tool, call.kwargs, _intent_info(call))
+        except (Exception, SystemExit) as exc:
+            return _failed(call, exc, clock())
+        return _returned(call, value, clock())
 
     async def _call(
         self, tool: Tool[..., Any], kwargs: dict[str, Any], intent_info: IntentInfo | None
     ) -> Any:
+        try:
+            async with asyncio.timeout(self._timeout_ms / 1000) as scope:
+                return await self._unbounded(tool, kwargs, intent_info)
+        except TimeoutError:
+            if scope.expired():
+                raise ToolTimeoutError(
+                    f"tool {tool.name!r} did not finish within {self._timeout_ms} ms"
+                ) from None
+            raise
+
+    def _unbounded(
+        self, tool: Tool[..., Any], kwargs: dict[str, Any], intent_info: IntentInfo | None
+    ) -> Awaitable[Any]:
+        """The call of ``tool``: a coroutine on this loop, or a pool thread for a sync tool."""
         if tool.accepts_intent:
             if intent_info is None:
                 raise ToolRefusedError(
@@ -272,8 +369,7 @@ class EffectorToolRunner:
                 )
             kwargs = {**kwargs, "intent": intent_info}
         function = tool.unwrap()
-        is_async = inspect.iscoroutinefunction(function)
-        return await self._bounded(function, kwargs, is_async, f"tool {tool.name!r}")
+        return self._invoke(function, kwargs, _is_async(function))
 
     async def reconcile(
         self, tool: Tool[..., Any], kwargs: dict[str, Any], intent_info: IntentInfo
@@ -283,34 +379,108 @@ class EffectorToolRunner:
         if reconciler is None:
             raise ValueError(f"tool {tool.name!r} has no reconciler")
         call = functools.partial(reconciler, intent_info, dict(kwargs))
-        is_async = inspect.iscoroutinefunction(reconciler)
-        answer = await self._bounded(call, {}, is_async, f"the reconciler of tool {tool.name!r}")
-        if answer is not None and not isinstance(answer, Reconciled):
-            raise TypeError(
-                f"the reconciler of tool {tool.name!r} returned {type(answer).__name__}, "
-                f"not Reconciled or None"
-            )
-        return answer
-
-    async def _bounded(
-        self, function: Callable[..., Any], kwargs: dict[str, Any], is_async: bool, what: str
-    ) -> Any:
-        """``function(**kwargs)`` under the timeout: async on this loop, sync on a pool thread."""
+        what = f"the reconciler of tool {tool.name!r}"
         try:
             async with asyncio.timeout(self._timeout_ms / 1000) as scope:
-                if is_async:
-                    value = function(**kwargs)
-                else:
-                    value = await self._threads.call(function, kwargs)
-                if inspect.isawaitable(value):
-                    value = await value
+                answer = await self._invoke(call, {}, inspect.iscoroutinefunction(reconciler))
         except TimeoutError:
             if scope.expired():
                 raise ToolTimeoutError(
                     f"{what} did not finish within {self._timeout_ms} ms"
                 ) from None
             raise
+        if answer is not None and not isinstance(answer, Reconciled):
+            raise TypeError(f"{what} returned {type(answer).__name__}, not Reconciled or None")
+        return answer
+
+    async def _invoke(
+        self, function: Callable[..., Any], kwargs: dict[str, Any], is_async: bool
+    ) -> Any:
+        """``function(**kwargs)``: async on this loop, sync on a pool thread."""
+        if is_async:
+            value = function(**kwargs)
+        else:
+            value = await self._threads.call(function, kwargs)
+        if inspect.isawaitable(value):
+            value = await value
         return value
+
+
+@functools.lru_cache(maxsize=1024)
+def _is_async(function: Callable[..., Any]) -> bool:
+    return inspect.iscoroutinefunction(function)
+
+
+def _intent_info(call: ToolCall) -> IntentInfo:
+    intent = call.intent
+    return IntentInfo(
+        intent_id=intent.intent_id,
+        entity_key=intent.entity_key,
+        seq=intent.seq,
+        step_index=intent.step_index,
+        attempt=call.attempt,
+    )
+
+
+def _returned(call: ToolCall, value: Any, now_ms: int) -> ToolResult:
+    """The OK result carrying ``value``; ERROR if no result can carry it."""
+    try:
+        payload = _encode(call.tool, value)
+    except _UnsendableResultError as exc:
+        return _failed(call, exc, now_ms)
+    return new_result(
+        call.intent, ToolResult.OK, completed_at_ms=now_ms, attempt=call.attempt, payload=payload
+    )
+
+
+def _failed(call: ToolCall, error: BaseException, now_ms: int) -> ToolResult:
+    """The ERROR result of a call that raised ``error`` (or timed out), logged once."""
+    failed = new_result(
+        call.intent,
+        ToolResult.ERROR,
+        completed_at_ms=now_ms,
+        attempt=call.attempt,
+        error_message=_describe(error)[:MAX_ERROR_MESSAGE_CHARS],
+    )
+    audit.tool_failed(call.intent, failed, error)
+    return failed
+
+
+if sys.version_info >= (3, 12):
+
+    def _start_eagerly(
+        loop: asyncio.AbstractEventLoop, coroutine: Coroutine[Any, Any, _T]
+    ) -> asyncio.Task[_T]:
+        """A task running ``coroutine``, whose first step has run before this returns."""
+        return asyncio.Task(coroutine, loop=loop, eager_start=True)
+
+else:
+
+    def _start_eagerly(
+        loop: asyncio.AbstractEventLoop, coroutine: Coroutine[Any, Any, _T]
+    ) -> asyncio.Task[_T]:
+        """A task running ``coroutine``, whose first step has run before this returns.
+
+        Python 3.11 has no eager tasks: the step a new task scheduled is taken off the loop's
+        ready queue and run here, as the task (the one calling this steps aside meanwhile),
+        so the coroutine sees its own task as current. A loop without that queue (not
+        asyncio's own) runs the step later, as usual.
+        """
+        ready = getattr(loop, "_ready", None)
+        queued = len(ready) if isinstance(ready, collections.deque) else -1
+        task = asyncio.Task(coroutine, loop=loop)
+        if queued < 0 or len(ready) != queued + 1:  # type: ignore[arg-type]
+            return task
+        step = ready.pop()  # type: ignore[union-attr]
+        current = asyncio.current_task(loop)
+        if current is not None:
+            asyncio.tasks._leave_task(loop, current)
+        try:
+            step._run()
+        finally:
+            if current is not None:
+                asyncio.tasks._enter_task(loop, current)
+        return task
 
 
 class _UnsendableResultError(Exception):
@@ -581,6 +751,8 @@ class StoreOutage:
 # -- the worker ---------------------------------------------------------------------------------
 
 _APPROVAL_EXPIRY_BATCH = 1_000
+VALIDATED_CALLS_KEPT = 65_536
+"""How many intents' prepared calls (see :meth:`Worker.keep_validated`) a worker keeps."""
 DEFAULT_TELEMETRY_RETENTION_MS = 7 * 24 * 3_600_000
 
 
@@ -653,13 +825,23 @@ class Worker:
         """Claims a commit made as a drain began: given back at its end, never run."""
         self._abandoned_commit: asyncio.Future[tuple[list[bool], ClaimBatch]] | None = None
         """A record-and-claim commit left running when a drain gave up waiting for it."""
-        self._executions: set[asyncio.Task[None]] = set()
+        self._executions: set[asyncio.Task[Any]] = set()
         self._wake = asyncio.Event()
         self._stopping = False
         self._stopped = asyncio.Event()
         """Set by :meth:`drain`: ends a claim loop waiting out a store outage."""
         self._outage = StoreOutage()
-        self._recorder: GroupCommit[Completion, bool] = GroupCommit(self._record)
+        self._outbox: list[tuple[Completion, asyncio.Future[bool] | None]] = []
+        """Results not yet handed to the store; a future where someone awaits the answer."""
+        self._committer: asyncio.Task[None] | None = None
+        """Records what is in the outbox, commit after commit, while there is any."""
+        self._validated: collections.OrderedDict[str, PreparedCall] = collections.OrderedDict()
+        """The calls Submit prepared for intents it recorded, by intent id, oldest first."""
+        self._executed = {
+            status: metrics.executed.labels(ToolResult.Status.Name(status))
+            for status in ToolResult.Status.values()
+        }
+        self._tool_latency: dict[str, Any] = {}
         self._loops: list[asyncio.Task[None]] = []
         self._next_count_at = 0.0
         """When (``time.monotonic``) the gauges may next count the intents in flight."""
@@ -680,6 +862,19 @@ class Worker:
         """Look for runnable work now (new intents were submitted, or a key was released)."""
         self._wake.set()
 
+    def keep_validated(self, intent_id: str, prepared: PreparedCall) -> None:
+        """Keep the call Submit prepared for an intent the store recorded for the first time.
+
+        Its execution takes it instead of validating the arguments again; the oldest of
+        :data:`VALIDATED_CALLS_KEPT` are let go (those intents are validated again).
+        """
+        if self._settings.concurrency == 0:
+            return  # ingest-only: this replica never executes what it records
+        validated = self._validated
+        validated[intent_id] = prepared
+        if len(validated) > VALIDATED_CALLS_KEPT:
+            validated.popitem(last=False)
+
     async def drain(self, grace_s: float) -> None:
         """Stop claiming, let executions finish for up to ``grace_s``, record, release the rest.
 
@@ -698,7 +893,7 @@ class Worker:
         housekeeping.cancel()
         await asyncio.gather(housekeeping, return_exceptions=True)
         try:
-            await asyncio.wait_for(self._recorder.drain(), grace_s)
+            await asyncio.wait_for(self._results_recorded(), grace_s)
         except TimeoutError:
             _log.warning("the store did not take the last results; those intents will run again")
             await self._give_back_abandoned(grace_s)
@@ -755,22 +950,66 @@ class Worker:
         if batch.expired:
             self._metrics.expired.inc(batch.expired)
             audit.expired(batch.expired_intents)
+        plain: list[Claim] = []
         for claim in batch.claims:
             if self._stopping:
                 # Claimed by a commit that began before the drain: never started, given back.
                 self._unstarted.append(claim)
+                continue
+            self._claims[claim.token] = claim
+            intent = claim.intent
+            if intent.kind == ToolIntent.TOOL and not (
+                intent.compensates_intent_id or claim.possibly_started
+            ):
+                plain.append(claim)
             else:
-                self._start(claim)
+                task = asyncio.create_task(
+                    self._execute(claim), name=f"effector-intent:{claim.token}"
+                )
+                self._executions.add(task)
+                task.add_done_callback(self._executions.discard)
+        if plain:
+            self._execute_plain(plain)
+        self._metrics.in_flight.set(len(self._claims))
 
-    def _start(self, claim: Claim) -> None:
-        self._claims[claim.token] = claim
-        task = asyncio.create_task(self._execute(claim), name=f"effector-intent:{claim.token}")
-        self._executions.add(task)
-        task.add_done_callback(self._executions.discard)
+    def _execute_plain(self, claims: Sequence[Claim]) -> None:
+        """Execute first attempts of TOOL intents together (see ``execute_batch``)."""
+        calls: list[ToolCall] = []
+        called: list[Claim] = []
+        for claim in claims:
+            intent = claim.intent
+            prepared = self._validated.pop(intent.intent_id, None)
+            if prepared is None:
+                try:
+                    prepared = prepare_call(self._registry, intent)
+                except IntentRejectedError as exc:
+                    audit.rejected(intent, str(exc))
+                    result = rejected_result(intent, str(exc), now_ms=self._clock())
+                    self._hand_over(Completion(claim, result))
+                    continue
+            calls.append(ToolCall(intent, prepared[0], prepared[1], claim.attempt))
+            called.append(claim)
+        if not calls:
+            return
+
+        def finished(index: int, result: ToolResult | None, seconds: float) -> None:
+            claim = called[index]
+            if result is None:  # cancelled by a drain, which gives its claim back
+                return
+            tool_name = claim.intent.tool_name
+            latency = self._tool_latency.get(tool_name)
+            if latency is None:
+                latency = self._tool_latency[tool_name] = self._metrics.tool_latency.labels(
+                    tool_name
+                )
+            latency.observe(seconds)
+            self._hand_over(Completion(claim, result))
+
+        for task in self._runner.execute_batch(calls, self._clock, finished):
+            self._executions.add(task)
+            task.add_done_callback(self._executions.discard)
 
     async def _execute(self, claim: Claim) -> None:
-        metrics = self._metrics
-        metrics.in_flight.inc()
         try:
             if await self._run_claim(claim):
                 return  # recorded: the commit that took its result claimed its key's next work
@@ -784,7 +1023,7 @@ class Worker:
             self._claims.pop(claim.token, None)
             await self._release([claim], "the claim")
         finally:
-            metrics.in_flight.dec()
+            self._metrics.in_flight.set(len(self._claims))
         self.wake()
 
     async def _run_claim(self, claim: Claim) -> bool:
@@ -800,9 +1039,9 @@ class Worker:
             return False
         if isinstance(settled, Found):
             metrics.reconciliations.labels("found").inc()
-            await self._recorder(Completion(claim, settled.result))
+            await self._recorded(Completion(claim, settled.result))
         elif isinstance(settled, NotFound) and settled.expired is not None:
-            if await self._recorder(Completion(claim, settled.expired)):
+            if await self._recorded(Completion(claim, settled.expired)):
                 metrics.expired.inc()
                 audit.expired([claim.intent])
         else:
@@ -815,8 +1054,8 @@ class Worker:
             metrics.tool_latency.labels(claim.intent.tool_name).observe(
                 time.perf_counter() - started
             )
-            if await self._recorder(Completion(claim, result)):
-                metrics.executed.labels(ToolResult.Status.Name(result.status)).inc()
+            if await self._recorded(Completion(claim, result)):
+                self._executed[result.status].inc()
         return True
 
     async def _settled_compensation(self, claim: Claim) -> bool:
@@ -832,7 +1071,7 @@ class Worker:
             return False
         result = settled.result
         if result is not None and settled.recorded:
-            self._metrics.executed.labels(ToolResult.Status.Name(result.status)).inc()
+            self._executed[result.status].inc()
             if result.status == ToolResult.REJECTED:
                 audit.rejected(claim.intent, result.error_message)
             else:
@@ -860,6 +1099,51 @@ class Worker:
                 continue
             self._outage.succeeded(operation)
             return answer
+
+    def _hand_over(
+        self, completion: Completion, answer: asyncio.Future[bool] | None = None
+    ) -> None:
+        """Put a result in the outbox: the next commit records it (and ``answer`` hears)."""
+        self._outbox.append((completion, answer))
+        if self._committer is None:
+            self._committer = asyncio.get_running_loop().create_task(
+                self._commit_results(), name="effector-results"
+            )
+
+    async def _recorded(self, completion: Completion) -> bool:
+        """Record one result with the next commit; ``False`` if another result won."""
+        answer: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._hand_over(completion, answer)
+        return await answer
+
+    async def _commit_results(self) -> None:
+        """Record the outbox, commit after commit, until it is empty; count what was recorded."""
+        entries: list[tuple[Completion, asyncio.Future[bool] | None]] = []
+        try:
+            while self._outbox:
+                entries, self._outbox = self._outbox, []
+                recorded = await self._record([completion for completion, _ in entries])
+                executed: collections.Counter[ToolResult.Status] = collections.Counter()
+                for (completion, answer), was_recorded in zip(entries, recorded, strict=True):
+                    if answer is None:
+                        if was_recorded:
+                            executed[completion.result.status] += 1
+                    elif not answer.done():
+                        answer.set_result(was_recorded)
+                entries = []
+                for status, count in executed.items():
+                    self._executed[status].inc(count)
+                self._metrics.in_flight.set(len(self._claims))
+        finally:
+            self._committer = None
+            for _, answer in entries:  # cancelled (a drain gave up): nobody hears
+                if answer is not None:
+                    answer.cancel()
+
+    async def _results_recorded(self) -> None:
+        """Wait until the outbox is empty and its last commit is done."""
+        while self._committer is not None:
+            await self._committer
 
     async def _record(self, completions: Sequence[Completion]) -> list[bool]:
         """Record a group of results, then claim work for the slots they free, at once."""
