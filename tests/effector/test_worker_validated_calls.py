@@ -1,7 +1,8 @@
 """Arguments are validated once: Submit's prepared call, kept by the worker, is what runs.
 
 Only an intent the store recorded for the first time (ACCEPTED) keeps its call; one evicted, or
-submitted before a restart, is validated again when it runs.
+submitted before a restart, is validated again when it runs. The quick intake check agrees
+with the full one.
 """
 
 from __future__ import annotations
@@ -19,14 +20,17 @@ from effector_harness import make_intent
 
 import effector.worker as worker_module
 from beam_agents._protos import (
+    MAX_TIME_MS,
+    MIN_TIME_MS,
     IntentState,
     SubmitAck,
     SubmitRequest,
     ToolIntent,
+    recordable_problem,
 )
 from beam_agents.tools import ToolRegistry, tool
 from effector.observability import EffectorMetrics
-from effector.service import EffectorService
+from effector.service import EffectorService, intent_problem
 from effector.store import open_store
 from effector.store.intents import wall_clock_ms
 from effector.store.sql import SqlStore
@@ -162,3 +166,42 @@ async def test_a_conflicting_resubmission_runs_the_recorded_arguments(
     assert second[0].outcome == SubmitAck.REJECTED and "conflict" in second[0].reason
     assert [ack.outcome for ack in both] == [SubmitAck.ACCEPTED, SubmitAck.DUPLICATE]
     assert sorted(received) == [1, 3]
+
+
+DEEP_ARGS = '{"a":' + "[" * 64 + "]" * 64 + "}"
+WIDE_ARGS = '{"a":[' + ",".join(["[]"] * 100) + "]}"
+
+
+def intent_with(**fields: Any) -> ToolIntent:
+    intent = make_intent("echo", {"x": 1})
+    for name, value in fields.items():
+        if name == "edited_from":
+            intent.edited_from.diff_json = value
+        else:
+            setattr(intent, name, value)
+    return intent
+
+
+INTAKE_CASES = {
+    "usual": intent_with(),
+    "empty key": intent_with(entity_key=b""),
+    "long key": intent_with(entity_key=b"k" * 5_000),
+    "long tool name": intent_with(tool_name="t" * 5_000),
+    "early time": intent_with(created_at_ms=MIN_TIME_MS - 1),
+    "late expiry": intent_with(expires_at_ms=MAX_TIME_MS + 1),
+    "deep arguments": intent_with(args_json=DEEP_ARGS),
+    "wide arguments": intent_with(args_json=WIDE_ARGS),
+    "deep compensation": intent_with(compensate_args_json=DEEP_ARGS),
+    "deep edit": intent_with(edited_from=DEEP_ARGS),
+    "shallow edit": intent_with(edited_from="{}"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(INTAKE_CASES))
+def test_the_quick_intake_check_agrees_with_the_full_one(case: str) -> None:
+    intent = INTAKE_CASES[case]
+    full = recordable_problem(intent)
+    expected = None if full is None else f"intent {intent.intent_id} {full}"
+    assert intent_problem(intent) == expected
+    usual = case in {"usual", "wide arguments", "shallow edit"}
+    assert (expected is None) == usual, expected
