@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import errors as pg_errors
 
+from effector.store.claims import KeyRowClaims
 from effector.store.errors import StoreError
 from effector.store.schema import Cursor, Dialect, Tx, create_schema
 from effector.store.sql import SqlStore
@@ -70,7 +71,13 @@ class PostgresStore(SqlStore):
 
     def __init__(self, conninfo: str, pool_size: int) -> None:
         executor = ThreadPoolExecutor(max_workers=pool_size, thread_name_prefix="effector-pg")
-        super().__init__(POSTGRES, executor, head=0, poll_interval_s=_POLL_INTERVAL_S)
+        super().__init__(
+            POSTGRES,
+            executor,
+            head=0,
+            poll_interval_s=_POLL_INTERVAL_S,
+            claims=KeyRowClaims(POSTGRES),
+        )
         self._conninfo = conninfo
         self._idle: queue.LifoQueue[psycopg.Connection[Any]] = queue.LifoQueue()
         self._thread_executor = executor

@@ -238,13 +238,16 @@ def schema_statements(dialect: Dialect) -> list[str]:
         # A key's intents, newest first (the console's key and intent pages).
         """CREATE INDEX IF NOT EXISTS effector_intents_by_key
             ON effector_intents (entity_key, received_at_ms, intent_id)""",
-        # One row per key with queued work or a claim: the per-key execution slot and its lease.
-        # Submits create it; the result that empties its queue deletes it.
+        # One row per key with queued work or a claim: the per-key execution slot and its lease,
+        # the intent it holds and that intent's attempts (PostgreSQL; SQLite holds claims in
+        # memory). Submits create it; the result that empties its queue deletes it.
         f"""CREATE TABLE IF NOT EXISTS effector_keys (
             entity_key {blob} PRIMARY KEY,
             ready_at_ms {bigint} NOT NULL,
             claim_token TEXT,
             claimed_intent_id TEXT,
+            attempts INTEGER NOT NULL,
+            started_at_ms {bigint},
             lease_owner TEXT,
             lease_expires_at_ms {bigint})""",
         """CREATE INDEX IF NOT EXISTS effector_keys_ready

@@ -17,7 +17,8 @@ import itertools
 import logging
 import math
 import os
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -31,7 +32,7 @@ from beam_agents._protos import (
     ToolResult,
     approval_digest,
 )
-from effector.store.errors import StoreError
+from effector.store.claims import ClaimLedger, Hold, Release, prune_idle_keys
 from effector.store.intents import (
     Claim,
     ClaimBatch,
@@ -65,8 +66,6 @@ _T = TypeVar("_T")
 _FAILED_SCAN_BATCH = 1_000
 _SEARCH_SCAN_BATCH = 500
 MINUTE_MS = 60_000
-_KEY_ROW_TRIES = 8
-"""How often a submit creates a key row that results keep deleting before it gives up."""
 _WITHDRAWABLE = frozenset({ToolIntent.TOOL, ToolIntent.APPROVAL})
 """The kinds of intent a WITHDRAWAL withdraws."""
 _SUCCEEDED = frozenset({ToolResult.OK, ToolResult.NOT_NEEDED})
@@ -300,6 +299,7 @@ class _Known:
     kind: ToolIntent.Kind = ToolIntent.TOOL
     withdrawal: ToolIntent | None = None
     """A recorded valid WITHDRAWAL intent itself (to withdraw its target if it comes later)."""
+    retry_at_ms: int | None = None
 
     @property
     def published_envelope(self) -> bytes | None:
@@ -319,6 +319,9 @@ class SqlStore(TelemetryTables, abc.ABC):
     claim whose lease ran out may be claimed again; an IN_DOUBT intent holds its key until its
     retry time; a WITHDRAWN intent never runs and its result is never published.
 
+    Claims live in ``claims`` (:mod:`effector.store.claims`): an intent's row is written when it
+    is submitted and when its result (or doubt) is recorded, never to claim it.
+
     ``claim_with_results``: :meth:`complete_and_claim` runs in one transaction (SQLite, whose
     writes are serialized anyway, saves a commit); otherwise in two, so the key rows the
     results lock are not held through the claim (PostgreSQL).
@@ -330,11 +333,13 @@ class SqlStore(TelemetryTables, abc.ABC):
         executor: Executor,
         head: int,
         poll_interval_s: float | None,
+        claims: ClaimLedger,
         read_executor: Executor | None = None,
         *,
         claim_with_results: bool = False,
     ) -> None:
         self._dialect = dialect
+        self._claims = claims
         self._claim_with_results = claim_with_results
         self._executor = executor
         self._read_executor = executor if read_executor is None else read_executor
@@ -457,7 +462,13 @@ class SqlStore(TelemetryTables, abc.ABC):
         withdrawals = _withdrawals_by_target(intents, first_of, known)
         candidates: dict[str, _Known] = {}
         rows: list[tuple[Any, ...]] = []
-        for intent_id, index in first_of.items():
+        # Rows go in by id where inserts take row locks (concurrent submits of one id never
+        # deadlock), else in arrival order, the order claims take them: a result batch then
+        # rewrites neighbouring rows.
+        inserting: Iterable[tuple[str, int]] = first_of.items()
+        if not self._dialect.for_update:
+            inserting = sorted(first_of.items(), key=lambda item: item[1])
+        for intent_id, index in inserting:
             if intent_id in known:
                 continue
             intent = intents[index].intent
@@ -496,10 +507,11 @@ class SqlStore(TelemetryTables, abc.ABC):
         ]
         for target, result in self._withdraw(tx, targets, now_ms).items():
             known[target] = dataclasses.replace(known[target], state=sql.WITHDRAWN, result=result)
+        self._mark_running(tx, known, inserted)
         answers: list[SubmitResult | None] = [None] * len(intents)
         conflicts: list[int] = []
         envelopes: dict[int, bytes] = {}  # appended in request order
-        new_work: set[bytes] = set()
+        new_work: dict[int, bytes] = {}  # by request index
         for index in order:
             intent = intents[index].intent
             first = known[intent.intent_id]
@@ -513,7 +525,7 @@ class SqlStore(TelemetryTables, abc.ABC):
                 if first.published_envelope is not None:
                     envelopes[index] = first.published_envelope
                 elif first.state == sql.PENDING:
-                    new_work.add(intent.entity_key)
+                    new_work[index] = intent.entity_key
                 continue
             same = first.digest == digests[index]
             outcome = SubmitOutcome.DUPLICATE if same else SubmitOutcome.CONFLICT
@@ -529,7 +541,7 @@ class SqlStore(TelemetryTables, abc.ABC):
         if conflicts:
             _explain_conflicts(tx, intents, first_of, inserted, conflicts, answers)
             envelopes.update(_publish_conflicts(intents, conflicts, answers, now_ms))
-        self._hold_keys(tx, new_work, now_ms)
+        self._claims.queued(tx, [new_work[index] for index in sorted(new_work)], now_ms)
         if self._dialect.for_update and not lock_first and new_work:
             # The key rows are locked now: a withdrawal committed meanwhile is visible.
             fresh = [i for i in inserted if known[i].state == sql.PENDING]
@@ -550,6 +562,22 @@ class SqlStore(TelemetryTables, abc.ABC):
         offsets = sql.append(tx, [envelopes[index] for index in sorted(envelopes)], now_ms)
         return [answer for answer in answers if answer is not None], sql.head_after(offsets)
 
+    def _mark_running(self, tx: sql.Tx, known: dict[str, _Known], inserted: set[str]) -> None:
+        """Say RUNNING for the recorded intents (not ``inserted`` now) their keys hold."""
+        waiting = {i: k for i, k in known.items() if i not in inserted and k.outcome is None}
+        if not waiting:
+            return
+        holds = self._claims.holds(tx, sorted({k.entity_key for k in waiting.values()}))
+        for intent_id, recorded in waiting.items():
+            hold = holds.get(recorded.entity_key)
+            if (
+                hold is not None
+                and hold.token is not None
+                and hold.intent_id == intent_id
+                and not _waits_out_doubt(recorded.state, recorded.retry_at_ms, hold)
+            ):
+                known[intent_id] = dataclasses.replace(recorded, state=sql.RUNNING)
+
     def _refused_originals(
         self, tx: sql.Tx, intents: Sequence[NewIntent], now_ms: int, *, lock_all: bool
     ) -> dict[str, str]:
@@ -559,9 +587,8 @@ class SqlStore(TelemetryTables, abc.ABC):
         of the whole batch).
         """
         linked = [new for new in intents if new.intent.compensate_tool and new.rejection is None]
-        if self._dialect.for_update:
-            locked = intents if lock_all else linked
-            self._hold_keys(tx, {new.intent.entity_key for new in locked}, now_ms)
+        locked = intents if lock_all else linked
+        self._claims.lock(tx, {new.intent.entity_key for new in locked}, now_ms)
         ids = sorted({new.intent.intent_id for new in linked if new.intent.kind == ToolIntent.TOOL})
         refused: dict[str, str] = {}
         for chunk in sql.chunks(ids):
@@ -573,38 +600,6 @@ class SqlStore(TelemetryTables, abc.ABC):
             ).fetchall():
                 refused[original] = late_original_reason(compensation)
         return refused
-
-    def _hold_keys(self, tx: sql.Tx, keys: set[bytes], now_ms: int) -> None:
-        """Create the rows of ``keys`` that are missing; with row locks, lock them, in key order.
-
-        A result that empties a key's queue deletes its row: a row found and deleted before the
-        lock is taken is created again.
-        """
-        missing = sorted(keys)
-        for _ in range(_KEY_ROW_TRIES):
-            for chunk in sql.chunks(missing):
-                tx.execute(
-                    f"""INSERT INTO effector_keys (entity_key, ready_at_ms)
-                        VALUES {sql.row_marks(len(chunk), 2)}
-                        ON CONFLICT (entity_key) DO NOTHING""",
-                    sql.flatten([(key, now_ms) for key in chunk]),
-                )
-            if not self._dialect.for_update:
-                return
-            locked = {
-                bytes(row[0])
-                for chunk in sql.chunks(missing)
-                for row in tx.execute(
-                    f"""SELECT entity_key FROM effector_keys
-                        WHERE entity_key IN ({sql.marks(len(chunk))})
-                        ORDER BY entity_key{self._dialect.for_update}""",
-                    chunk,
-                ).fetchall()
-            }
-            missing = [key for key in missing if key not in locked]
-            if not missing:
-                return
-        raise StoreError(f"the rows of {len(missing)} key(s) were deleted as often as created")
 
     def _withdraw(
         self,
@@ -618,6 +613,9 @@ class SqlStore(TelemetryTables, abc.ABC):
         WITHDRAWN (leaving its key's queue); one RUNNING, IN_DOUBT or DONE is left as it is.
         Returns the WITHDRAWN results recorded, by intent id.
         """
+        holds = self._claims.holds(tx, sorted({target[1] for target in targets}))
+        started = {hold.intent_id for hold in holds.values() if hold.attempts > 0}
+        targets = [target for target in targets if target[0] not in started]
         results = {
             target: withdrawn_result(
                 ToolIntent(intent_id=target, entity_key=entity_key, seq=seq),
@@ -657,7 +655,7 @@ class SqlStore(TelemetryTables, abc.ABC):
                 recorded[intent_id] = results[intent_id]
                 if kind == ToolIntent.TOOL:
                     withdrawn.add(bytes(entity_key))
-        _drop_idle_keys(tx, withdrawn)
+        self._claims.settled(tx, withdrawn)
         return recorded
 
     # -- execution: claims, results, leases ---------------------------------------------------
@@ -673,69 +671,63 @@ class SqlStore(TelemetryTables, abc.ABC):
     def _claim_work(
         self, tx: sql.Tx, owner: str, limit: int, now_ms: int, lease_ms: int
     ) -> tuple[ClaimBatch, int]:
-        """Claim the heads of idle keys (``SKIP LOCKED``); returns the batch and the log head."""
-        keys = [
-            bytes(row[0])
-            for row in tx.execute(
-                f"""SELECT entity_key FROM effector_keys
-                    WHERE (claim_token IS NULL OR lease_expires_at_ms < ?)
-                      AND EXISTS (SELECT 1 FROM effector_intents AS queued
-                                  WHERE queued.entity_key = effector_keys.entity_key
-                                    AND {sql.queued("queued")})
-                    ORDER BY ready_at_ms, entity_key LIMIT ?"""
-                + self._dialect.skip_locked,
-                (now_ms, limit),
-            ).fetchall()
-        ]
-        if not keys:
+        """Claim the heads of idle keys; returns the batch and the log head.
+
+        A head past its deadline that never started is recorded EXPIRED instead. The attempt of
+        a claim counts every earlier claim of the intent (its key's hold remembers one whose
+        lease ran out or that was given back after it started).
+        """
+        offered = self._claims.claimable(tx, limit, now_ms)
+        if not offered:
             return ClaimBatch([]), 0
-        candidates: list[Claim] = []
+        holds = {key: hold for key, hold in offered if hold is not None}
+        taken: list[Hold] = []
+        claims: list[Claim] = []
         expired: list[bytes] = []
         refused: list[ToolIntent] = []
-        for intent_id, blob, state, attempts, deadline_ms, failures in self._queue_heads(tx, keys):
+        untaken: list[bytes] = []
+        heads = self._queue_heads(tx, [key for key, _ in offered])
+        for intent_id, blob, state, attempts, deadline_ms, failures in heads:
             intent = ToolIntent.FromString(bytes(blob))
+            hold = holds.get(intent.entity_key)
+            if hold is not None and hold.intent_id == intent_id:
+                attempts = max(attempts, hold.attempts)
             if deadline_ms and now_ms > deadline_ms and state != sql.IN_DOUBT and not attempts:
                 result = expired_result(intent, now_ms=now_ms, attempts=attempts)
                 published = _finish(tx, intent_id, result, result_envelope(result), now_ms, state)
                 if published is not None:
-                    tx.execute(
-                        f"UPDATE effector_keys SET {_NO_CLAIM} WHERE entity_key = ?",
-                        (intent.entity_key,),
-                    )
                     expired.append(published)
                     refused.append(intent)
+                untaken.append(intent.entity_key)
                 continue
-            candidates.append(
-                Claim(new_token(), intent, attempts + 1, deadline_ms or 0, failures or 0)
-            )
-        claims = _start_running(tx, candidates, now_ms)
-        # The keys are locked (or, on SQLite, the whole store is), so the heads cannot change.
-        for chunk in sql.chunks(claims):
-            tx.execute(
-                f"""WITH claimed (entity_key, token, intent_id) AS
-                      (VALUES {sql.row_marks(len(chunk), 3)})
-                    UPDATE effector_keys SET claim_token = claimed.token,
-                      claimed_intent_id = claimed.intent_id, lease_owner = ?,
-                      lease_expires_at_ms = ?
-                    FROM claimed WHERE effector_keys.entity_key = claimed.entity_key""",
-                [
-                    *sql.flatten(
-                        [(c.intent.entity_key, c.token, c.intent.intent_id) for c in chunk]
-                    ),
-                    owner,
+            claim = Claim(new_token(), intent, attempts + 1, deadline_ms or 0, failures or 0)
+            claims.append(claim)
+            taken.append(
+                Hold(
+                    intent.entity_key,
+                    intent_id,
+                    claim.token,
+                    claim.attempt,
+                    now_ms,
                     now_ms + lease_ms,
-                ],
+                    owner,
+                )
             )
+        headed = {hold.entity_key for hold in taken} | set(untaken)
+        untaken += [key for key, _ in offered if key not in headed]  # none on one writer
+        self._claims.take(tx, taken)
+        self._claims.queued(tx, untaken, now_ms)
+        self._claims.settled(tx, untaken)
         offsets = sql.append(tx, expired, now_ms)
         return ClaimBatch(claims, refused), sql.head_after(offsets)
 
     def _queue_heads(self, tx: sql.Tx, keys: Sequence[bytes]) -> list[Any]:
-        """The head of each key's queue (its first PENDING or RUNNING intent), in id order."""
+        """The head of each key's queue (its first intent without a result), in id order."""
 
         def probe(columns: Sequence[str]) -> str:
             return f"""SELECT {", ".join(f"queued.{column}" for column in columns)}
                        FROM effector_intents AS queued
-                       WHERE queued.entity_key = effector_keys.entity_key
+                       WHERE queued.entity_key = claimed.entity_key
                          AND {sql.queued("queued")}
                        ORDER BY queued.seq, queued.step_index LIMIT 1"""
 
@@ -744,13 +736,16 @@ class SqlStore(TelemetryTables, abc.ABC):
             if self._dialect.lateral
             else f"JOIN effector_intents AS head ON head.intent_id = ({probe(['intent_id'])})"
         )
-        return tx.execute(
-            f"""SELECT {", ".join(f"head.{column}" for column in _HEAD_COLUMNS)}
-                FROM effector_keys {join}
-                WHERE effector_keys.entity_key IN ({sql.marks(len(keys))})
-                ORDER BY head.intent_id""",
-            keys,
-        ).fetchall()
+        rows: list[Any] = []
+        for chunk in sql.chunks(keys):
+            rows += tx.execute(
+                f"""WITH claimed (entity_key) AS (VALUES {sql.row_marks(len(chunk), 1)})
+                    SELECT {", ".join(f"head.{column}" for column in _HEAD_COLUMNS)}
+                    FROM claimed {join}
+                    ORDER BY head.intent_id""",
+                chunk,
+            ).fetchall()
+        return rows
 
     async def complete(self, completions: Sequence[Completion], now_ms: int) -> list[bool]:
         """Record results and publish their envelopes; ``False`` where another result won."""
@@ -763,7 +758,12 @@ class SqlStore(TelemetryTables, abc.ABC):
     def _record_completions(
         self, tx: sql.Tx, completions: Sequence[Completion], now_ms: int
     ) -> tuple[list[bool], int]:
-        """Record results, release their keys, publish; :meth:`complete`'s answer and the head."""
+        """Record results, release their keys, publish; :meth:`complete`'s answer and the head.
+
+        A result is recorded while its intent is RUNNING: its key holds it, by this claim's
+        token or by a later one's (a claim whose lease ran out may finish after a later claim
+        did, or beside it in one batch, where the first in key order is the one tried).
+        """
 
         def lock_order(index: int) -> tuple[bytes, str]:
             intent = completions[index].claim.intent
@@ -771,35 +771,31 @@ class SqlStore(TelemetryTables, abc.ABC):
 
         order = sorted(range(len(completions)), key=lock_order)
         claims = [completions[index].claim for index in order]
-        keys = sorted({claim.intent.entity_key for claim in claims})
-        # Locks the key rows in key order; the set-based UPDATEs below then wait for nothing.
-        held = {
-            (bytes(key), token)
-            for chunk in sql.chunks(keys)
-            for key, token in tx.execute(
-                f"""SELECT entity_key, claim_token FROM effector_keys
-                    WHERE entity_key IN ({sql.marks(len(chunk))})
-                    ORDER BY entity_key{self._dialect.for_update}""",
-                chunk,
-            ).fetchall()
-        }
-        for chunk in sql.chunks(claims):
-            tx.execute(
-                f"""WITH released (entity_key, token) AS (VALUES {sql.row_marks(len(chunk), 2)})
-                    UPDATE effector_keys SET ready_at_ms = ?, {_NO_CLAIM}
-                    FROM released
-                    WHERE effector_keys.entity_key = released.entity_key
-                      AND effector_keys.claim_token = released.token""",
-                [*sql.flatten([(c.intent.entity_key, c.token) for c in chunk]), now_ms],
-            )
-        # First result wins: a claim whose lease ran out may finish after a later claim did, or
-        # beside it in one batch, where the first in lock order is the one tried.
-        tried: dict[str, int] = {}
+        holds = self._claims.holds(
+            tx, sorted({claim.intent.entity_key for claim in claims}), lock=True
+        )
+        tried: dict[str, tuple[int, Hold]] = {}
         for index, claim in zip(order, claims, strict=True):
-            tried.setdefault(claim.intent.intent_id, index)
+            hold = holds.get(claim.intent.entity_key)
+            if hold and hold.token is not None and hold.intent_id == claim.intent.intent_id:
+                tried.setdefault(claim.intent.intent_id, (index, hold))
+        self._claims.release(
+            tx,
+            [
+                holds[claim.intent.entity_key]
+                for claim in claims
+                if claim.intent.entity_key in holds
+                and holds[claim.intent.entity_key].token == claim.token
+            ],
+            now_ms,
+            Release.FINISHED,
+        )
         published = _finish_running(
             tx,
-            [(intent_id, completions[index].result) for intent_id, index in tried.items()],
+            [
+                (intent_id, completions[index].result, hold)
+                for intent_id, (index, hold) in tried.items()
+            ],
             now_ms,
         )
         recorded = [False] * len(completions)
@@ -807,17 +803,17 @@ class SqlStore(TelemetryTables, abc.ABC):
         finished_keys: set[bytes] = set()
         for index, claim in zip(order, claims, strict=True):
             envelope = published.get(claim.intent.intent_id)
-            if envelope is None or tried[claim.intent.intent_id] != index:
+            if envelope is None or tried[claim.intent.intent_id][0] != index:
                 continue
             recorded[index] = True
             envelopes.append(envelope)
             finished_keys.add(claim.intent.entity_key)
-            if (claim.intent.entity_key, claim.token) not in held:
+            if tried[claim.intent.intent_id][1].token != claim.token:
                 _log.warning(
                     "recorded intent %s from a claim that had lost its lease",
                     claim.intent.intent_id,
                 )
-        _drop_idle_keys(tx, finished_keys)
+        self._claims.settled(tx, finished_keys)
         offsets = sql.append(tx, envelopes, now_ms)
         return recorded, sql.head_after(offsets)
 
@@ -854,6 +850,7 @@ class SqlStore(TelemetryTables, abc.ABC):
         if request.limit <= 0:
             return recorded, ClaimBatch([]), head
         tx.execute("SAVEPOINT claim_after_results")
+        point = self._claims.savepoint()
         try:
             batch, claim_head = self._claim_work(
                 tx, request.owner, request.limit, now_ms, request.lease_ms
@@ -861,6 +858,7 @@ class SqlStore(TelemetryTables, abc.ABC):
         except Exception as exc:
             try:
                 tx.execute("ROLLBACK TO SAVEPOINT claim_after_results")
+                self._claims.rollback(point)
             except Exception:
                 # SQLite rolled the whole transaction back (an I/O error, a full disk): the
                 # results are not recorded either, and the claim's error is the one to report.
@@ -875,19 +873,21 @@ class SqlStore(TelemetryTables, abc.ABC):
         tx.execute("RELEASE SAVEPOINT claim_after_results")
         return recorded, batch, max(head, claim_head)
 
+    def _holds_of(self, tx: sql.Tx, claims: Sequence[Claim]) -> list[Hold]:
+        """The holds ``claims`` still have (locked), in key order."""
+        holds = self._claims.holds(
+            tx, sorted({claim.intent.entity_key for claim in claims}), lock=True
+        )
+        tokens = {claim.token for claim in claims}
+        return [hold for hold in holds.values() if hold.token in tokens]
+
     async def renew(self, claims: Sequence[Claim], now_ms: int, lease_ms: int) -> set[str]:
         """Extend the leases of ``claims``; returns the tokens that are still held."""
 
         def renew_leases(tx: sql.Tx) -> set[str]:
-            held: set[str] = set()
-            for claim in sorted(claims, key=lambda c: c.intent.entity_key):
-                if tx.execute(
-                    """UPDATE effector_keys SET lease_expires_at_ms = ?
-                       WHERE entity_key = ? AND claim_token = ?""",
-                    (now_ms + lease_ms, claim.intent.entity_key, claim.token),
-                ).rowcount:
-                    held.add(claim.token)
-            return held
+            held = self._holds_of(tx, claims)
+            self._claims.extend(tx, held, now_ms + lease_ms)
+            return {hold.token for hold in held if hold.token is not None}
 
         return await self._run(renew_leases)
 
@@ -896,45 +896,31 @@ class SqlStore(TelemetryTables, abc.ABC):
 
         ``started=False`` says they never ran: their attempt is not counted.
         """
-        uncount = "" if started else ", attempts = attempts - 1"
-
-        def release_claims(tx: sql.Tx) -> None:
-            for claim in sorted(claims, key=lambda c: c.intent.entity_key):
-                if tx.execute(
-                    f"UPDATE effector_keys SET {_NO_CLAIM}"
-                    " WHERE entity_key = ? AND claim_token = ?",
-                    (claim.intent.entity_key, claim.token),
-                ).rowcount:
-                    tx.execute(
-                        f"UPDATE effector_intents SET state = ?{uncount}"
-                        " WHERE intent_id = ? AND state = ?",
-                        (sql.PENDING, claim.intent.intent_id, sql.RUNNING),
-                    )
-
-        await self._run(release_claims)
+        how = Release.STARTED if started else Release.UNSTARTED
+        await self._run(lambda tx: self._claims.release(tx, self._holds_of(tx, claims), 0, how))
 
     async def mark_in_doubt(self, claim: Claim, reason: str, now_ms: int, retry_at_ms: int) -> bool:
         """Leave a claimed intent IN_DOUBT, its key held, until ``retry_at_ms``; whether it did."""
 
         def in_doubt(tx: sql.Tx) -> bool:
-            held = tx.execute(
-                """UPDATE effector_keys SET lease_expires_at_ms = ?
-                   WHERE entity_key = ? AND claim_token = ?""",
-                (retry_at_ms, claim.intent.entity_key, claim.token),
-            ).rowcount
+            held = self._holds_of(tx, [claim])
             if not held:
                 return False
+            [hold] = held
+            self._claims.extend(tx, held, retry_at_ms)
             return bool(
                 tx.execute(
-                    """UPDATE effector_intents SET state = ?, in_doubt_reason = ?,
-                         retry_at_ms = ?, reconcile_failures = reconcile_failures + 1
-                       WHERE intent_id = ? AND state = ?""",
+                    f"""UPDATE effector_intents SET state = ?, in_doubt_reason = ?,
+                          retry_at_ms = ?, reconcile_failures = reconcile_failures + 1,
+                          attempts = ?, started_at_ms = ?
+                        WHERE intent_id = ? AND {sql.OPEN}""",
                     (
                         sql.IN_DOUBT,
                         sql.text(reason),
                         retry_at_ms,
+                        hold.attempts,
+                        hold.started_at_ms,
                         claim.intent.intent_id,
-                        sql.RUNNING,
                     ),
                 ).rowcount
             )
@@ -1129,14 +1115,10 @@ class SqlStore(TelemetryTables, abc.ABC):
     def _settle(self, tx: sql.Tx, claim: Claim, now_ms: int) -> tuple[CompensationSettlement, int]:
         compensation = claim.intent
         target = compensation.compensates_intent_id
-        held = tx.execute(
-            "SELECT claim_token FROM effector_keys WHERE entity_key = ?" + self._dialect.for_update,
-            (compensation.entity_key,),
-        ).fetchone()
-        if held is None or held[0] != claim.token:
+        if not self._holds_of(tx, [claim]):
             return CompensationSettlement(execute=False), 0
         envelopes: list[bytes] = []
-        original = _get_intent(tx, target)
+        original = self._get_intent(tx, target)
         refused_original = None
         if original is not None and arrived_late(original, compensation):
             refusal = rejected_result(
@@ -1146,7 +1128,7 @@ class SqlStore(TelemetryTables, abc.ABC):
             if published is not None:
                 envelopes.append(published)
                 refused_original = original.intent
-            original = _get_intent(tx, target)
+            original = self._get_intent(tx, target)
         row = tx.execute(
             """SELECT compensation_intent_id FROM effector_compensations
                WHERE original_intent_id = ?""",
@@ -1243,18 +1225,66 @@ class SqlStore(TelemetryTables, abc.ABC):
 
     async def get_intent(self, intent_id: str) -> IntentRecord | None:
         """Everything recorded about one intent, or ``None`` if it is unknown."""
-        return await self._run(lambda tx: _get_intent(tx, intent_id), write=False)
+        return await self._run(lambda tx: self._get_intent(tx, intent_id), write=False)
+
+    def _get_intent(self, tx: sql.Tx, intent_id: str) -> IntentRecord | None:
+        row = tx.execute(
+            f"SELECT {RECORD_COLUMNS} FROM effector_intents WHERE intent_id = ?", (intent_id,)
+        ).fetchone()
+        return None if row is None else self._records(tx, [row])[0]
+
+    def _records(self, tx: sql.Tx, rows: Sequence[Sequence[Any]]) -> list[IntentRecord]:
+        """The records of rows holding :data:`RECORD_COLUMNS`, each as its key's hold says."""
+        records = [intent_record(row) for row in rows]
+        keys = sorted({r.intent.entity_key for r in records if r.completed_at_ms is None})
+        if not keys:
+            return records
+        holds = self._claims.holds(tx, keys)
+        return [held_record(record, holds.get(record.intent.entity_key)) for record in records]
+
+    def _running(self, tx: sql.Tx) -> dict[str, IntentState]:
+        """The RUNNING intents, each with the state its row records (PENDING or IN_DOUBT)."""
+        holds = {hold.intent_id: hold for hold in self._claims.held(tx)}
+        running: dict[str, IntentState] = {}
+        for chunk in sql.chunks(sorted(holds)):
+            for intent_id, state, retry_at_ms in tx.execute(
+                f"""SELECT intent_id, state, retry_at_ms FROM effector_intents
+                    WHERE intent_id IN ({sql.marks(len(chunk))}) AND {sql.OPEN}""",
+                chunk,
+            ).fetchall():
+                if not _waits_out_doubt(state, retry_at_ms, holds[intent_id]):
+                    running[intent_id] = state
+        return running
+
+    def _running_records(self, tx: sql.Tx) -> list[Any]:
+        """The rows (:data:`RECORD_COLUMNS`, then the id) of the RUNNING intents."""
+        ids = sorted(self._running(tx))
+        return [
+            row
+            for chunk in sql.chunks(ids)
+            for row in tx.execute(
+                f"""SELECT {RECORD_COLUMNS}, intent_id FROM effector_intents
+                    WHERE intent_id IN ({sql.marks(len(chunk))})""",
+                chunk,
+            ).fetchall()
+        ]
 
     async def list_intents(self, state: IntentState, limit: int) -> list[ToolIntent]:
         """At most ``limit`` intents in ``state``, oldest first (by first receipt, then id)."""
 
         def listed(tx: sql.Tx) -> list[ToolIntent]:
-            rows = tx.execute(
-                f"""SELECT intent FROM effector_intents WHERE {_scope(state)} AND state = ?
-                    ORDER BY received_at_ms{_sorted(state)}, intent_id LIMIT ?""",
-                (state, limit),
-            ).fetchall()
-            return [ToolIntent.FromString(bytes(blob)) for (blob,) in rows]
+            if state == sql.RUNNING:
+                rows = sorted(self._running_records(tx), key=lambda row: (row[4], row[-1]))
+            else:
+                # RUNNING intents keep PENDING or IN_DOUBT in their rows: skip them.
+                rows = tx.execute(
+                    f"""SELECT {RECORD_COLUMNS}, intent_id FROM effector_intents
+                        WHERE {_scope(state)} AND state = ?
+                        ORDER BY received_at_ms{_sorted(state)}, intent_id LIMIT ?""",
+                    (state, limit + len(self._claims.held(tx))),
+                ).fetchall()
+            records = self._records(tx, [row[:-1] for row in rows])
+            return [record.intent for record in records if record.state == state][:limit]
 
         return await self._run(listed, write=False)
 
@@ -1317,18 +1347,31 @@ class SqlStore(TelemetryTables, abc.ABC):
             conditions.append(("entity_key = ?", entity_key))
         if tool_name is not None:
             conditions.append(("tool_name = ?", sql.text(tool_name)))
-        if state is not None:
-            conditions.append((f"{_scope(state)} AND state = ?", state))
-        narrowed = entity_key is not None or tool_name is not None
-        rows = _newest_first(tx, conditions, sort=bool(_sorted(state)) and not narrowed)
-        return [intent_record(row[:-1]) for row in itertools.islice(rows, max(limit, 0))]
+        batches: Iterable[list[Any]]
+        if state == sql.RUNNING:
+            running = self._running_records(tx)
+            batches = [sorted(running, key=lambda row: (row[4], row[-1]), reverse=True)]
+        else:
+            if state is not None:
+                conditions.append((f"{_scope(state)} AND state = ?", state))
+            narrowed = entity_key is not None or tool_name is not None
+            batches = _newest_first(tx, conditions, sort=bool(_sorted(state)) and not narrowed)
+        found = (
+            record
+            for batch in batches
+            for record in self._records(tx, [row[:-1] for row in batch])
+            if (state is None or record.state == state)
+            and (entity_key is None or record.intent.entity_key == entity_key)
+            and (tool_name is None or sql.text(record.intent.tool_name) == sql.text(tool_name))
+        )
+        return list(itertools.islice(found, max(limit, 0)))
 
     async def counts(self, *, done: bool = True) -> StoreCounts:
         """How many intents are in each state, and the head offset.
 
         ``done=False`` leaves DONE intents uncounted (``done`` reads 0): cheap enough to poll.
         """
-        counts = await self._run(lambda tx: _counts(tx, done=done), write=False)
+        counts = await self._run(lambda tx: _counts(tx, self._running(tx), done=done), write=False)
         self._announce(counts.head_offset)
         return counts
 
@@ -1340,25 +1383,16 @@ class SqlStore(TelemetryTables, abc.ABC):
 
     async def overview(self, now_ms: int, window_ms: int) -> Overview:
         """The figures of the console's overview page, over whole minutes up to now."""
-        return await self._run(lambda tx: _overview(tx, now_ms, window_ms), write=False)
+        return await self._run(lambda tx: self._overview(tx, now_ms, window_ms), write=False)
+
+    def _overview(self, tx: sql.Tx, now_ms: int, window_ms: int) -> Overview:
+        oldest = _oldest_open(tx)
+        counts = _counts(tx, self._running(tx))
+        oldest_open = None if oldest is None else self._records(tx, [oldest])[0]
+        return _overview(tx, counts, oldest_open, now_ms, window_ms)
 
 
 # -- transaction steps shared by several verbs --------------------------------------------------
-
-
-_IDLE_KEY = f"""claim_token IS NULL AND NOT EXISTS (SELECT 1 FROM effector_intents AS queued
-    WHERE queued.entity_key = effector_keys.entity_key AND {sql.queued("queued")})"""
-"""A key row without a claim whose queue is empty."""
-
-
-def _drop_idle_keys(tx: sql.Tx, keys: set[bytes]) -> None:
-    """Delete the rows of ``keys`` left without queued work or a claim (in key order)."""
-    for chunk in sql.chunks(sorted(keys)):
-        tx.execute(
-            f"DELETE FROM effector_keys WHERE entity_key IN ({sql.marks(len(chunk))})"
-            f" AND {_IDLE_KEY}",
-            chunk,
-        )
 
 
 def _sorted(state: IntentState | None) -> str:
@@ -1487,7 +1521,7 @@ def _insert_intents(tx: sql.Tx, rows: Sequence[Sequence[Any]]) -> set[str]:
 
 
 _KNOWN_COLUMNS = f"""intent_id, digest, state, outcome, entity_key, seq, kind,
-    CASE WHEN kind = {int(ToolIntent.WITHDRAWAL)} THEN intent END"""
+    CASE WHEN kind = {int(ToolIntent.WITHDRAWAL)} THEN intent END, retry_at_ms"""
 """What :func:`_known_intents` reads of each row (a withdrawal's intent too)."""
 
 
@@ -1514,7 +1548,7 @@ def _known_intents(
         ).fetchall()
     ]
     known: dict[str, _Known] = {}
-    for intent_id, digest, state, outcome, key, seq, kind, blob in rows:
+    for intent_id, digest, state, outcome, key, seq, kind, blob, retry_at_ms in rows:
         addressed = ToolIntent(intent_id=intent_id, entity_key=bytes(key), seq=int(seq))
         parsed = sql.outcome_result(outcome, addressed)
         valid = blob is not None and parsed is not None and parsed.status == ToolResult.OK
@@ -1527,6 +1561,7 @@ def _known_intents(
             int(seq),
             kind,
             ToolIntent.FromString(bytes(blob)) if valid else None,
+            retry_at_ms,
         )
     return known
 
@@ -1557,30 +1592,6 @@ def _explain_conflicts(
         answers[index] = dataclasses.replace(answer, recorded=kept)
 
 
-def _start_running(tx: sql.Tx, candidates: Sequence[Claim], now_ms: int) -> list[Claim]:
-    """Mark the candidates' intents RUNNING (started now), counting the attempt; returns them."""
-    started: set[str] = set()
-    for chunk in sql.chunks(candidates):
-        started.update(
-            row[0]
-            for row in tx.execute(
-                f"""UPDATE effector_intents SET state = ?, attempts = attempts + 1,
-                      started_at_ms = ?
-                    WHERE intent_id IN ({sql.marks(len(chunk))}) AND state IN (?, ?, ?)
-                    RETURNING intent_id""",
-                [
-                    sql.RUNNING,
-                    now_ms,
-                    *(claim.intent.intent_id for claim in chunk),
-                    sql.PENDING,
-                    sql.RUNNING,
-                    sql.IN_DOUBT,
-                ],
-            ).fetchall()
-        )
-    return [claim for claim in candidates if claim.intent.intent_id in started]
-
-
 _SETTLE = "state = ?, completed_at_ms = ?, settled_state = ?, run_ms = ? - started_at_ms"
 """The columns a result sets besides its outcome (state, completion, settled state, now)."""
 
@@ -1604,33 +1615,56 @@ def _finish(
 
 
 def _finish_running(
-    tx: sql.Tx, results: Sequence[tuple[str, ToolResult]], now_ms: int
+    tx: sql.Tx, results: Sequence[tuple[str, ToolResult, Hold]], now_ms: int
 ) -> dict[str, bytes]:
-    """Record results of intents still RUNNING (:func:`_finish` for a batch); envelopes by id."""
+    """Record results of RUNNING intents, each with its hold's attempts; envelopes by id."""
     rows = [
-        (intent_id, result_envelope(result).SerializeToString()) for intent_id, result in results
+        (
+            intent_id,
+            result_envelope(result).SerializeToString(),
+            hold.attempts,
+            hold.started_at_ms,
+        )
+        for intent_id, result, hold in results
     ]
-    envelopes = dict(rows)
+    envelopes = {row[0]: row[1] for row in rows}
     finished: dict[str, bytes] = {}
     for chunk in sql.chunks(rows):
-        values = sql.row_marks(len(chunk), 2)
+        values = sql.row_marks(len(chunk), 4)
         for (intent_id,) in tx.execute(
-            f"""WITH finished (intent_id, envelope) AS (VALUES {values})
-                UPDATE effector_intents SET {_SETTLE}, outcome = finished.envelope
+            f"""WITH finished (intent_id, envelope, attempts, started_at_ms) AS (VALUES {values})
+                UPDATE effector_intents SET state = ?, completed_at_ms = ?, settled_state = ?,
+                  outcome = finished.envelope, attempts = finished.attempts,
+                  started_at_ms = finished.started_at_ms,
+                  run_ms = ? - finished.started_at_ms
                 FROM finished
                 WHERE effector_intents.intent_id = finished.intent_id
-                  AND effector_intents.state = ?
+                  AND effector_intents.completed_at_ms IS NULL
                 RETURNING effector_intents.intent_id""",
-            [*sql.flatten(chunk), sql.DONE, now_ms, sql.DONE, now_ms, sql.RUNNING],
+            [*sql.flatten(chunk), sql.DONE, now_ms, sql.DONE, now_ms],
         ).fetchall():
             finished[intent_id] = envelopes[intent_id]
     return finished
 
 
-def release_all_claims(tx: sql.Tx) -> None:
-    """Give back every claim: for a store only one process may open, all of them are stale."""
-    tx.execute(f"UPDATE effector_keys SET {_NO_CLAIM} WHERE claim_token IS NOT NULL")
-    tx.execute("UPDATE effector_intents SET state = ? WHERE state = ?", (sql.PENDING, sql.RUNNING))
+def held_record(record: IntentRecord, hold: Hold | None) -> IntentRecord:
+    """``record`` as its key's ``hold`` has it: RUNNING while held, its attempts counted."""
+    if hold is None or hold.intent_id != record.intent.intent_id or record.completed_at_ms:
+        return record
+    running = hold.token is not None and not _waits_out_doubt(
+        record.state, record.retry_at_ms, hold
+    )
+    return dataclasses.replace(
+        record,
+        state=sql.RUNNING if running else record.state,
+        attempts=max(record.attempts, hold.attempts),
+        started_at_ms=hold.started_at_ms,
+    )
+
+
+def _waits_out_doubt(state: int, retry_at_ms: int | None, hold: Hold) -> bool:
+    """Whether a held IN_DOUBT intent waits for its retry (not claimed again after it)."""
+    return state == sql.IN_DOUBT and hold.started_at_ms < (retry_at_ms or 0)
 
 
 def _votes(tx: sql.Tx, intent_id: str) -> list[Approval]:
@@ -1642,16 +1676,9 @@ def _votes(tx: sql.Tx, intent_id: str) -> list[Approval]:
     return [Approval.FromString(bytes(row[0])) for row in rows]
 
 
-def _get_intent(tx: sql.Tx, intent_id: str) -> IntentRecord | None:
-    row = tx.execute(
-        f"SELECT {RECORD_COLUMNS} FROM effector_intents WHERE intent_id = ?", (intent_id,)
-    ).fetchone()
-    return None if row is None else intent_record(row)
-
-
 def _newest_first(
     tx: sql.Tx, conditions: Sequence[tuple[str, Any]], *, sort: bool = False
-) -> Iterator[Any]:
+) -> Iterator[list[Any]]:
     """Rows of intents meeting ``conditions``, newest first by receipt, then id, in batches.
 
     ``sort``: the rows are open ones (few), sorted (see :func:`_sorted`), not walked in order.
@@ -1667,29 +1694,35 @@ def _newest_first(
             f" ORDER BY {order} LIMIT ?",
             (*(value for _, value in conditions), *after, _SEARCH_SCAN_BATCH),
         ).fetchall()
-        yield from rows
+        yield rows
         if len(rows) < _SEARCH_SCAN_BATCH:
             return
         after = (rows[-1][4], rows[-1][-1])
 
 
-def _counts(tx: sql.Tx, *, done: bool = True) -> StoreCounts:
+def _counts(tx: sql.Tx, running: dict[str, IntentState], *, done: bool = True) -> StoreCounts:
     """How many intents are in each state, and the log head.
 
     Open intents are counted by reading their rows (they are few); settled ones on the settled
     index alone.
     """
-    by_state = dict(
-        tx.execute(
-            f"SELECT state, COUNT(*) FROM effector_intents WHERE {sql.OPEN} GROUP BY state"
-        ).fetchall()
+    by_state: Counter[int] = Counter(
+        dict(
+            tx.execute(
+                f"SELECT state, COUNT(*) FROM effector_intents WHERE {sql.OPEN} GROUP BY state"
+            ).fetchall()
+        )
     )
+    by_state.subtract(running.values())
+    by_state[sql.RUNNING] += len(running)
     if done:
         by_state.update(
-            tx.execute(
-                "SELECT settled_state, COUNT(*) FROM effector_intents"
-                f" WHERE {sql.SETTLED} GROUP BY settled_state"
-            ).fetchall()
+            dict(
+                tx.execute(
+                    "SELECT settled_state, COUNT(*) FROM effector_intents"
+                    f" WHERE {sql.SETTLED} GROUP BY settled_state"
+                ).fetchall()
+            )
         )
     return StoreCounts(
         pending=int(by_state.get(sql.PENDING, 0)),
@@ -1716,7 +1749,7 @@ def _prune(tx: sql.Tx, cutoff: int) -> int:
     removed += sql.delete_oldest(
         tx, "effector_envelopes", ["log_offset"], "appended_at_ms", cutoff, sql.PRUNE_BATCH
     )
-    removed += tx.execute(f"DELETE FROM effector_keys WHERE {_IDLE_KEY}").rowcount
+    removed += prune_idle_keys(tx)
     # Votes on approvals no longer awaiting (expired ones); decided ones lose theirs at once.
     removed += tx.execute(
         f"""DELETE FROM effector_approval_votes WHERE recorded_at_ms < ? AND intent_id NOT IN
@@ -1733,7 +1766,9 @@ def _prune(tx: sql.Tx, cutoff: int) -> int:
     )
 
 
-def _overview(tx: sql.Tx, now_ms: int, window_ms: int) -> Overview:
+def _overview(
+    tx: sql.Tx, counts: StoreCounts, oldest_open: IntentRecord | None, now_ms: int, window_ms: int
+) -> Overview:
     """The overview's figures over whole minutes, from the one ``window_ms`` reaches into to now."""
     minutes = max(1, math.ceil(window_ms / MINUTE_MS))
     end = now_ms - now_ms % MINUTE_MS + MINUTE_MS
@@ -1751,7 +1786,6 @@ def _overview(tx: sql.Tx, now_ms: int, window_ms: int) -> Overview:
             (start + minute * MINUTE_MS, int(totals.get(minute, 0))) for minute in range(minutes)
         ]
 
-    counts = _counts(tx)
     p50, p99 = _latency_percentiles(tx, start, end, (0.5, 0.99))
     return Overview(
         counts=counts,
@@ -1765,7 +1799,7 @@ def _overview(tx: sql.Tx, now_ms: int, window_ms: int) -> Overview:
         tool_latency_p50_ms=p50,
         tool_latency_p99_ms=p99,
         pending_approvals=counts.awaiting_decision,
-        oldest_open=_oldest_open(tx),
+        oldest_open=oldest_open,
     )
 
 
@@ -1795,10 +1829,10 @@ def _latency_percentiles(
     return figures
 
 
-def _oldest_open(tx: sql.Tx) -> IntentRecord | None:
-    """The intent not yet DONE that was received first (open intents are few: sorted)."""
-    row = tx.execute(
+def _oldest_open(tx: sql.Tx) -> Sequence[Any] | None:
+    """The row of the intent not yet DONE that was received first (open ones are few: sorted)."""
+    row: Sequence[Any] | None = tx.execute(
         f"""SELECT {RECORD_COLUMNS} FROM effector_intents WHERE {sql.OPEN}
             ORDER BY received_at_ms + 0, intent_id LIMIT 1"""
     ).fetchone()
-    return None if row is None else intent_record(row)
+    return row

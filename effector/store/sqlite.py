@@ -1,7 +1,8 @@
 """The embedded SQLite store: the default, for one effector process.
 
 WAL mode: writes on one connection and thread, reads on another, checkpoints on a third. A lock
-file keeps a second process out, so claims left by a previous one are given back on open.
+file keeps a second process out, so claims live in memory (:class:`MemoryClaims`): a clean close
+records the attempts they counted; after a crash each key's head counts as possibly started.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import functools
 import logging
 import sqlite3
 import threading
@@ -18,9 +20,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
+from effector.store.claims import MemoryClaims
 from effector.store.errors import ConfigurationError, StoreBusyError, StoreError
-from effector.store.schema import Cursor, Dialect, Tx, create_schema
-from effector.store.sql import SqlStore, release_all_claims
+from effector.store.schema import OPEN, Cursor, Dialect, Tx, create_schema
+from effector.store.sql import SqlStore
 
 _T = TypeVar("_T")
 _log = logging.getLogger(__name__)
@@ -83,6 +86,7 @@ class SqliteStore(SqlStore):
         path: Path,
         head: int,
         checkpointer: Checkpointer,
+        claims: MemoryClaims,
     ) -> None:
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="effector-sqlite")
         read_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="effector-sqlite-read")
@@ -91,6 +95,7 @@ class SqliteStore(SqlStore):
             executor,
             head,
             poll_interval_s=None,
+            claims=claims,
             read_executor=read_executor,
             claim_with_results=True,
         )
@@ -99,6 +104,7 @@ class SqliteStore(SqlStore):
         self._path = path
         self._thread_executors = (executor, read_executor)
         self._checkpointer = checkpointer
+        self._memory_claims = claims
 
     @classmethod
     async def open(cls, url: str) -> SqliteStore:
@@ -121,7 +127,10 @@ class SqliteStore(SqlStore):
                 connection.execute(f"PRAGMA synchronous={synchronous.upper()}")
                 for pragma in backstop_pragmas():
                     connection.execute(pragma)
-                head = _in_transaction(connection, path, _open_schema, write=True)
+                claims = MemoryClaims()
+                head = _in_transaction(
+                    connection, path, functools.partial(_open_schema, claims), write=True
+                )
                 # Opened after the schema and WAL mode exist, which a read-only one cannot set.
                 reader = sqlite3.connect(
                     path.resolve().as_uri() + "?mode=ro",
@@ -134,19 +143,28 @@ class SqliteStore(SqlStore):
                 undo.callback(checkpointer.close)
             except sqlite3.Error as exc:
                 raise StoreError(f"cannot open SQLite store {path}: {exc}") from exc
-            store = cls((connection, reader), lock_file, path, head, checkpointer)
+            store = cls((connection, reader), lock_file, path, head, checkpointer, claims)
             undo.pop_all()
         return store
 
     def _transaction(self, work: Callable[[Tx], _T], *, write: bool) -> _T:
         if not write:
             return _in_transaction(self._read_connection, self._path, work, write=False)
-        outcome = _in_transaction(self._connection, self._path, work, write=True)
+        try:
+            outcome = _in_transaction(self._connection, self._path, work, write=True)
+        except BaseException:
+            self._memory_claims.rollback()
+            raise
+        self._memory_claims.commit()
         self._checkpointer.committed()
         return outcome
 
     async def close(self) -> None:
-        """Close the connections, each on its own thread, and release the file lock."""
+        """Record the claims' attempts, close the connections (each on its thread), unlock."""
+        try:
+            await self._run(self._save_claims)
+        except StoreError as exc:  # the next open counts every key's head as started
+            _log.warning("recording the claims' attempts at close failed: %s", exc)
         await asyncio.get_running_loop().run_in_executor(None, self._checkpointer.close)
         for executor, connection in zip(
             self._thread_executors, (self._connection, self._read_connection), strict=True
@@ -155,10 +173,32 @@ class SqliteStore(SqlStore):
             executor.shutdown(wait=True)
         self._lock_file.close()
 
+    def _save_claims(self, tx: Tx) -> None:
+        """Record the attempts only the claims know, and that they are recorded."""
+        tx.executemany(
+            f"""UPDATE effector_intents SET attempts = ?, started_at_ms = ?
+                WHERE intent_id = ? AND {OPEN}""",
+            [
+                (hold.attempts, hold.started_at_ms, hold.intent_id)
+                for hold in self._memory_claims.unsaved()
+            ],
+        )
+        tx.execute(
+            f"INSERT INTO effector_meta (name, value) VALUES ('{_CLAIMS_SAVED}', '1')"
+            " ON CONFLICT (name) DO NOTHING"
+        )
 
-def _open_schema(tx: Tx) -> int:
+
+_CLAIMS_SAVED = "claims_saved"
+"""The meta row a clean close leaves: the attempts of every claim are in the intents' rows."""
+
+
+def _open_schema(claims: MemoryClaims, tx: Tx) -> int:
     head = create_schema(tx, SQLITE)
-    release_all_claims(tx)
+    saved = tx.execute(
+        "DELETE FROM effector_meta WHERE name = ? RETURNING name", (_CLAIMS_SAVED,)
+    ).fetchone()
+    claims.load(tx, crashed=saved is None)
     return head
 
 

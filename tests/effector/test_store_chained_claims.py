@@ -154,8 +154,9 @@ async def test_a_claim_that_fails_after_the_results_keeps_the_results(
 
 @pytest.mark.asyncio
 async def test_a_tool_intent_has_no_result_exactly_while_it_is_queued(store_url: str) -> None:
-    # The queue index holds TOOL intents without a result; every write path must keep them the
-    # intents PENDING, RUNNING or IN_DOUBT (a queued intent with a result would be skipped).
+    # The open index holds TOOL intents without a result; every write path must keep them the
+    # intents PENDING or IN_DOUBT in their rows (a queued intent with a result would be skipped).
+    # RUNNING is never written: it is the key's claim, the row of a running intent unchanged.
     store = await open_store(store_url)
     try:
         tools = [make_intent("add", key=f"k{n % 3}".encode(), seq=n // 3) for n in range(9)]
@@ -190,5 +191,5 @@ async def test_a_tool_intent_has_no_result_exactly_while_it_is_queued(store_url:
         ["SELECT state, kind = 1 AND completed_at_ms IS NULL FROM effector_intents ORDER BY state"],
     )
     by_state = {int(state): bool(queued) for state, queued in rows}
-    assert set(by_state) == {1, 2, 3, 4, 5}  # pending, running, awaiting, done, in doubt
-    assert all(bool(queued) == (int(state) in (1, 2, 5)) for state, queued in rows)
+    assert set(by_state) == {1, 3, 4, 5}  # pending, awaiting, done, in doubt
+    assert all(bool(queued) == (int(state) in (1, 5)) for state, queued in rows)

@@ -23,12 +23,14 @@ import effector.store.sql as store_sql
 import effector.store.telemetry as telemetry
 from beam_agents._protos import IntentState, ToolIntent, ToolResult
 from effector.store import open_store
+from effector.store.claims import MemoryClaims
 from effector.store.intents import ClaimRequest, Completion, NewIntent, new_result
 from effector.store.sqlite import SQLITE, SqliteStore
 
 STEPS = SqliteStore.__new__(SqliteStore)
 """A SQLite store object that runs no transaction of its own: its steps run on a test's."""
 STEPS._dialect = SQLITE
+STEPS._claims = MemoryClaims()
 
 
 class PlannedTx:
@@ -105,7 +107,7 @@ def no_table_scans(tx: PlannedTx) -> None:
 
 
 def test_the_overview_range_scans_its_window(planned: Any) -> None:
-    tx = planned(lambda tx: store_sql._overview(tx, T0 + 60_000, 3_600_000))
+    tx = planned(lambda tx: STEPS._overview(tx, T0 + 60_000, 3_600_000))
     no_table_scans(tx)
     window = "(completed_at_ms>? AND completed_at_ms<?)"
     executed = "FROM effector_intents WHERE completed_at_ms IS NOT NULL AND settled_state = 4"
@@ -172,8 +174,8 @@ def test_recording_and_pruning_traces_probe_indexes(planned: Any) -> None:
 
 
 def test_counting_reads_open_rows_and_only_the_settled_index(planned: Any) -> None:
-    every = planned(store_sql._counts)
-    polled = planned(lambda tx: store_sql._counts(tx, done=False))
+    every = planned(lambda tx: store_sql._counts(tx, {}))
+    polled = planned(lambda tx: store_sql._counts(tx, {}, done=False))
     # The open intents (few) are counted on the open index; the settled ones on theirs alone.
     for tx in (every, polled):
         assert tx.plan_of("GROUP BY state")[0] == (
@@ -209,17 +211,21 @@ async def backlog(tmp_path: Path) -> Path:
 
 
 def test_the_worker_finds_the_intents_it_claims_and_records_by_id(backlog: Path) -> None:
-    # With a long list of ids, SQLite's planner once preferred walking the by-state index through
-    # every queued intent over probing the ids: a claim cost grew with the backlog.
+    # With a long list of ids, SQLite's planner once preferred walking an index through every
+    # queued intent over probing the ids: a claim cost grew with the backlog.
     connection = sqlite3.connect(backlog)
     tx = PlannedTx(connection)
+    steps = SqliteStore.__new__(SqliteStore)
+    steps._dialect = SQLITE
+    steps._claims = claims = MemoryClaims()
     try:
-        batch, _ = STEPS._claim_work(tx, "w", 250, T0 + 1, 60_000)
+        claims.load(tx, crashed=False)
+        batch, _ = steps._claim_work(tx, "w", 250, T0 + 1, 60_000)
         done = [
             Completion(c, new_result(c.intent, ToolResult.OK, completed_at_ms=T0 + 2, attempt=1))
             for c in batch.claims
         ]
-        recorded, after, _ = STEPS._record_and_claim(
+        recorded, after, _ = steps._record_and_claim(
             tx, done, T0 + 2, ClaimRequest("w", 250, 60_000)
         )
     finally:
@@ -228,9 +234,15 @@ def test_the_worker_finds_the_intents_it_claims_and_records_by_id(backlog: Path)
     assert len(batch.claims) == len(after.claims) == 250 and all(recorded)
     no_table_scans(tx)
     updates = [(sql, plan) for sql, plan in tx.plans if "UPDATE effector_intents" in sql]
-    # Started and finished, 200 ids to a statement: 250 started, finished, the next 250 started.
-    assert len(updates) == 6
+    # Claims write no intent row; results 200 to a statement: 250 finished in two.
+    assert len(updates) == 2
     for sql, plan in updates:
-        steps = " ".join(plan)
-        assert "effector_intents USING INDEX sqlite_autoindex_effector_intents_1" in steps, sql
-        assert "by_state" not in steps and "by_tool" not in steps, (sql, plan)
+        found = " ".join(plan)
+        assert "effector_intents USING INDEX sqlite_autoindex_effector_intents_1" in found, sql
+        assert "arrival" not in found and "by_tool" not in found, (sql, plan)
+    # Each key's head is a probe of its queue on the open index.
+    heads = [plan for sql, plan in tx.plans if sql.startswith("WITH claimed (entity_key) AS")]
+    assert heads and all(
+        any("effector_intents_open (entity_key=? AND kind=?)" in step for step in plan)
+        for plan in heads
+    ), heads
