@@ -70,6 +70,9 @@ class EffectorMetrics:
             "or conflict (same id, different content; the first is kept).",
             ["cause"],
         )
+        self.rejected_malformed = self.rejected.labels("malformed")
+        self.rejected_invalid = self.rejected.labels("invalid")
+        self.rejected_conflict = self.rejected.labels("conflict")
         self.executed = counter(
             "effector_intents_executed",
             "Execution attempts whose result was recorded, by result status.",

@@ -62,6 +62,7 @@ from effector.store.intents import (
     NewIntent,
     Recorded,
     SubmitOutcome,
+    SubmitResult,
     expiry_deadline_ms,
     intent_id_problem,
 )
@@ -568,6 +569,10 @@ def _guarded(
     return handler
 
 
+_ACCEPTED = pb.SubmitAck.ACCEPTED
+_DUPLICATE = pb.SubmitAck.DUPLICATE
+_REFUSED = pb.SubmitAck.REJECTED
+
 _LISTABLE_STATES = (
     pb.IntentState.PENDING,
     pb.IntentState.RUNNING,
@@ -633,30 +638,25 @@ class EffectorService(pb.EffectorServicer):
         self, request: pb.SubmitRequest, context: grpc.aio.ServicerContext
     ) -> pb.SubmitResponse:
         """Record a batch of intents; one acknowledgement per intent, in request order."""
-        _check_batch_size(len(request.intents), MAX_SUBMIT_BATCH, "Submit", "intents")
-        acks: list[pb.SubmitAck] = []
+        intents = request.intents
+        _check_batch_size(len(intents), MAX_SUBMIT_BATCH, "Submit", "intents")
+        metrics = self.metrics
+        acks: list[pb.SubmitAck | None] = []
         to_record: list[NewIntent] = []
         prepared_calls: list[PreparedCall | None] = []
-        for intent in request.intents:
+        for intent in intents:
             problem = intent_problem(intent)
             if problem is None:
                 rejection, prepared = screen_intent(self.registry, intent)
                 to_record.append(NewIntent(intent, rejection))
                 prepared_calls.append(prepared)
-                acks.append(pb.SubmitAck(intent_id=intent.intent_id))
+                acks.append(None)  # acknowledged once the store has answered for it
             else:
                 acks.append(
-                    pb.SubmitAck(
-                        intent_id=intent.intent_id[:128],
-                        outcome=pb.SubmitAck.REJECTED,
-                        reason=problem,
-                    )
+                    pb.SubmitAck(intent_id=intent.intent_id[:128], outcome=_REFUSED, reason=problem)
                 )
-                self.metrics.rejected.labels("malformed").inc()
+                metrics.rejected_malformed.inc()
                 audit.rejected(intent, problem)
-        positions = [
-            i for i, ack in enumerate(acks) if ack.outcome == pb.SubmitAck.OUTCOME_UNSPECIFIED
-        ]
         answers = (
             await self.store.submit(
                 to_record, self.clock(), redeliver_results=request.redeliver_results
@@ -664,44 +664,61 @@ class EffectorService(pb.EffectorServicer):
             if to_record
             else []
         )
-        accepted = 0
-        for position, new, prepared, answer in zip(
-            positions, to_record, prepared_calls, answers, strict=True
-        ):
-            ack = acks[position]
-            ack.state = answer.state
-            if answer.result is not None:
-                ack.result.CopyFrom(answer.result)
-            if answer.outcome is SubmitOutcome.DUPLICATE:
-                ack.outcome = pb.SubmitAck.DUPLICATE
-                self.metrics.duplicates.inc()
-                if answer.redelivered:
-                    self.metrics.redelivered.inc()
-            elif answer.outcome is SubmitOutcome.CONFLICT:
-                ack.outcome = pb.SubmitAck.REJECTED
-                if answer.refusal is not None:  # what the waiting run receives, published
-                    ack.result.CopyFrom(answer.refusal)
-                ack.reason = (
-                    f"conflict: intent {new.intent.intent_id} is already recorded with different "
+        answered = iter(zip(to_record, prepared_calls, answers, strict=True))
+        done = [ack if ack is not None else self._acknowledge(*next(answered)) for ack in acks]
+        accepted = sum(ack.outcome == _ACCEPTED for ack in done)
+        if accepted:
+            metrics.accepted.inc(accepted)
+            self.worker.wake()
+        return pb.SubmitResponse(acks=done)
+
+    def _acknowledge(
+        self, new: NewIntent, prepared: PreparedCall | None, answer: SubmitResult
+    ) -> pb.SubmitAck:
+        """The acknowledgement of a recorded intent from the store's answer; counts and logs it."""
+        intent = new.intent
+        metrics = self.metrics
+        if answer.outcome is SubmitOutcome.DUPLICATE:
+            metrics.duplicates.inc()
+            if answer.redelivered:
+                metrics.redelivered.inc()
+            return pb.SubmitAck(
+                intent_id=intent.intent_id,
+                outcome=_DUPLICATE,
+                state=answer.state,
+                result=answer.result,
+            )
+        if answer.outcome is SubmitOutcome.CONFLICT:
+            metrics.rejected_conflict.inc()
+            audit.conflict(intent, answer.recorded)
+            return pb.SubmitAck(
+                intent_id=intent.intent_id,
+                outcome=_REFUSED,
+                state=answer.state,
+                # What the waiting run receives, published.
+                result=answer.result if answer.refusal is None else answer.refusal,
+                reason=(
+                    f"conflict: intent {intent.intent_id} is already recorded with different "
                     f"content ({audit.CONFLICT_HINT}); the first submission is kept, and a "
                     "REJECTED result was published to the run that submitted this one"
-                )
-                self.metrics.rejected.labels("conflict").inc()
-                audit.conflict(new.intent, answer.recorded)
-            elif (rejection := new.rejection or answer.rejection) is not None:
-                ack.outcome = pb.SubmitAck.REJECTED
-                ack.reason = rejection
-                self.metrics.rejected.labels("invalid").inc()
-                audit.rejected(new.intent, rejection)
-            else:
-                ack.outcome = pb.SubmitAck.ACCEPTED
-                accepted += 1
-                if prepared is not None:
-                    self.worker.keep_validated(new.intent.intent_id, prepared)
-        if accepted:
-            self.metrics.accepted.inc(accepted)
-            self.worker.wake()
-        return pb.SubmitResponse(acks=acks)
+                ),
+            )
+        rejection = new.rejection or answer.rejection
+        if rejection is not None:
+            metrics.rejected_invalid.inc()
+            audit.rejected(intent, rejection)
+            return pb.SubmitAck(
+                intent_id=intent.intent_id,
+                outcome=_REFUSED,
+                state=answer.state,
+                result=answer.result,
+                reason=rejection,
+            )
+        if prepared is not None:
+            self.worker.keep_validated(intent.intent_id, prepared)
+        return pb.SubmitAck(
+            intent_id=intent.intent_id, outcome=_ACCEPTED, state=answer.state, result=answer.result
+        )
 
     @_guarded
     async def Read(
