@@ -346,6 +346,15 @@ def _key_text(entity_key: bytes) -> str:
     return shown if len(shown) <= 120 else shown[:117] + "..."
 
 
+@dataclass(frozen=True)
+class _Submission:
+    """A Submit call in flight: the intents it carries, its request and the call."""
+
+    batch: list[_Pending]
+    request: SubmitRequest
+    call: grpc.Future
+
+
 class _CallFailedError(Exception):
     def __init__(self, error: grpc.RpcError, attempts: int) -> None:
         super().__init__(error)
@@ -423,9 +432,11 @@ class _SubmitIntentsFn(beam.DoFn):
             channel.close()
 
     def start_bundle(self) -> None:
-        """Start an empty batch."""
+        """Start an empty batch, with no call made yet."""
         self._batch: list[_Pending] = []
         self._batch_bytes = 0
+        self._in_flight: _Submission | None = None
+        self._sent_any = False
 
     def process(
         self,
@@ -433,7 +444,7 @@ class _SubmitIntentsFn(beam.DoFn):
         timestamp: Any = _TIMESTAMP,
         window: Any = _WINDOW,
     ) -> Iterator[Any]:
-        """Add ``intent`` to the batch; submit the batch first if it is full."""
+        """Add ``intent`` to the batch; send the bundle's first intent at once, and full batches."""
         if not isinstance(intent, ToolIntent):
             yield self._dead_letter(
                 IntentDeadLetter(reason=f"not a ToolIntent: {type(intent).__name__}"), _NOT_SENT
@@ -451,23 +462,46 @@ class _SubmitIntentsFn(beam.DoFn):
             )
             return
         if self._batch and self._batch_bytes + size > _MAX_BATCH_BYTES:
-            yield from self._submit_batch()
+            yield from self._send()
         self._batch.append(_Pending(intent, timestamp, window))
         self._batch_bytes += size
-        if len(self._batch) >= self._batch_size:
-            yield from self._submit_batch()
+        if not self._sent_any or len(self._batch) >= self._batch_size:
+            yield from self._send()
 
     def finish_bundle(self) -> Iterator[Any]:
-        """Submit what is left of the batch."""
-        yield from self._submit_batch()
+        """Submit what is left of the batch; wait for every answer."""
+        yield from self._send()
+        yield from self._settle()
 
-    def _submit_batch(self) -> Iterator[Any]:
+    def _send(self) -> Iterator[Any]:
+        """Start submitting the batch once the call before it is answered; do not wait.
+
+        The effector works on the batch while the bundle goes on. One call at a time keeps
+        each key's intents in order.
+        """
         batch, self._batch, self._batch_bytes = self._batch, [], 0
         if not batch:
             return
+        yield from self._settle()
+        self._sent_any = True
         self._batch_sizes.update(len(batch))
+        request = SubmitRequest(
+            intents=[pending.intent for pending in batch],
+            redeliver_results=self._redeliver_results,
+        )
+        call = self._stub.Submit.future(
+            request, timeout=self._rpc_timeout_s, metadata=self._metadata
+        )
+        self._in_flight = _Submission(batch, request, call)
+
+    def _settle(self) -> Iterator[Any]:
+        """Wait for the call in flight, retrying it if it failed; emit its answers."""
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is None:
+            return
+        batch = in_flight.batch
         try:
-            acks = self._submit([pending.intent for pending in batch])
+            acks = self._answers(in_flight)
         except _CallFailedError as failure:
             for pending in batch:
                 letter = IntentDeadLetter(intent=pending.intent, reason=failure.reason)
@@ -488,16 +522,17 @@ class _SubmitIntentsFn(beam.DoFn):
                 )
                 yield self._dead_letter(pending.output(letter), _refusal_fate(ack))
 
-    def _submit(self, intents: Sequence[ToolIntent]) -> Sequence[SubmitAck]:
-        """Submit one batch; retrying is safe because the effector deduplicates by intent id."""
-        request = SubmitRequest(intents=intents, redeliver_results=self._redeliver_results)
+    def _answers(self, submission: _Submission) -> Sequence[SubmitAck]:
+        """The acknowledgements of one call; retrying is safe (the effector deduplicates by id)."""
+        request = submission.request
+        count = len(request.intents)
 
         def log_retry(attempts: int, error: grpc.RpcError, delay: float) -> None:
             self._retries.inc()
             _log.warning(
                 "SubmitIntents: submitting %d intent(s) to the effector at %s failed "
                 "(attempt %d of %d: %s); retrying in %.2f s",
-                len(intents),
+                count,
                 self._connection.target,
                 attempts,
                 self._backoff.max_attempts,
@@ -505,19 +540,22 @@ class _SubmitIntentsFn(beam.DoFn):
                 delay,
             )
 
-        response = _call_with_retries(
-            lambda: self._stub.Submit(
-                request, timeout=self._rpc_timeout_s, metadata=self._metadata
-            ),
-            self._backoff,
-            "submitting intents",
-            self._connection.target,
-            log_retry,
-        )
-        if len(response.acks) != len(intents):
+        try:
+            response = submission.call.result()
+        except grpc.RpcError as error:
+            response = _call_with_retries(
+                lambda: self._stub.Submit(
+                    request, timeout=self._rpc_timeout_s, metadata=self._metadata
+                ),
+                self._backoff,
+                "submitting intents",
+                self._connection.target,
+                log_retry,
+                error,
+            )
+        if len(response.acks) != count:
             raise RuntimeError(
-                f"the effector answered {len(response.acks)} acknowledgements for "
-                f"{len(intents)} intents"
+                f"the effector answered {len(response.acks)} acknowledgements for {count} intents"
             )
         return list(response.acks)
 
@@ -543,9 +581,11 @@ class _SubmitIntentsFn(beam.DoFn):
 class SubmitIntents(beam.PTransform[PCollection[ToolIntent], SubmitIntentsOutputs]):
     """Submit ``ToolIntent``s to an effector; returns :class:`SubmitIntentsOutputs`.
 
-    Intents go in batches of at most ``batch_size`` (and a few MiB). A call that fails
-    transiently is retried with exponential backoff and full jitter (``initial_backoff_s``
-    doubling up to ``max_backoff_s``, at most ``max_attempts`` calls, each with a deadline of
+    Intents go in batches of at most ``batch_size`` (and a few MiB): a bundle's first intent at
+    once, so the effector starts on it while the bundle goes on, the rest as batches fill and
+    when the bundle ends, one call at a time. A call that fails transiently is retried with
+    exponential backoff and full jitter (``initial_backoff_s`` doubling up to
+    ``max_backoff_s``, at most ``max_attempts`` calls, each with a deadline of
     ``rpc_timeout_s``); each retry logs a WARNING. A batch that still fails goes to
     ``dead_letter``, as does every intent the effector rejects. Each dead letter logs one
     ERROR line with the intent's id, key, the reason and what it means for the waiting run,
@@ -750,9 +790,14 @@ class _ReadLogFn(beam.DoFn):
         self._skipped_total = 0
         self._last_report = time.monotonic()
         self._last_blocked_report: float | None = None
+        self._next_read: tuple[int, grpc.Future] | None = None
+        """The ``Read`` sent ahead for the next remainder, with the offset it reads from."""
 
     def teardown(self) -> None:
-        """Close the channel."""
+        """Cancel the read sent ahead; close the channel."""
+        next_read = getattr(self, "_next_read", None)
+        if next_read is not None:
+            next_read[1].cancel()
         channel = getattr(self, "_channel", None)
         if channel is not None:
             channel.close()
@@ -767,16 +812,7 @@ class _ReadLogFn(beam.DoFn):
         position = tracker.current_restriction().start
         self._report_progress(position)
         try:
-            response = self._stub.Read(
-                ReadRequest(
-                    from_offset=position,
-                    max_batch=self._batch_limit,
-                    wait_ms=self._poll_wait_ms,
-                    max_bytes=_READ_MAX_BYTES,
-                ),
-                timeout=_RPC_TIMEOUT_S + self._poll_wait_ms / 1000,
-                metadata=self._metadata,
-            )
+            response, sent_ahead = self._poll(position)
             stop = not response.records and self._idle_and_drained(position)
         except grpc.RpcError as error:
             if not self._ask_for_less(error, position):
@@ -792,9 +828,10 @@ class _ReadLogFn(beam.DoFn):
             self._idle_since = None
         now = Timestamp.now()
         newest: Timestamp | None = None
-        for record in response.records:
+        for record in self._records(response, sent_ahead):
             if not tracker.try_claim(record.offset):
                 return
+            position = record.offset + 1
             envelope = record.envelope
             problem = time_problem("event_time_ms", envelope.event_time_ms)
             if problem is not None:
@@ -813,6 +850,55 @@ class _ReadLogFn(beam.DoFn):
         head = now if newest is None else min(newest, now)
         self._advance_watermark(watermark, head - self._watermark_lag)
         tracker.defer_remainder()
+        self._read_ahead(position)
+
+    def _read_request(self, position: int, wait_ms: int) -> tuple[ReadRequest, dict[str, Any]]:
+        """A ``Read`` from ``position`` waiting up to ``wait_ms``, and its call options."""
+        request = ReadRequest(
+            from_offset=position,
+            max_batch=self._batch_limit,
+            wait_ms=wait_ms,
+            max_bytes=_READ_MAX_BYTES,
+        )
+        options = {"timeout": _RPC_TIMEOUT_S + wait_ms / 1000, "metadata": self._metadata}
+        return request, options
+
+    def _read_ahead(self, position: int) -> None:
+        """Send the next remainder's ``Read`` now: it waits for the log while the bundle ends."""
+        request, options = self._read_request(position, self._poll_wait_ms)
+        self._next_read = (position, self._stub.Read.future(request, **options))
+
+    def _poll(self, position: int) -> tuple[Any, bool]:
+        """The envelopes from ``position``, and whether they come from the read sent ahead.
+
+        That read is taken if it is for ``position`` and still waiting or answered with
+        envelopes; one that found nothing, or failed, is not: a new read looks at the log now.
+        """
+        next_read, self._next_read = self._next_read, None
+        if next_read is not None:
+            at, call = next_read
+            if at == position and (not call.done() or _has_records(call)):
+                return call.result(), True
+            call.cancel()
+        request, options = self._read_request(position, self._poll_wait_ms)
+        return self._stub.Read(request, **options), False
+
+    def _records(self, response: Any, sent_ahead: bool) -> Iterator[Any]:
+        """The records of ``response``; after those of a read sent ahead, what came since.
+
+        A read sent ahead answers as soon as the log grows, often with a few envelopes only;
+        once those are taken, one more read that does not wait takes what arrived meanwhile.
+        """
+        records = response.records
+        yield from records
+        if not sent_ahead or not 0 < len(records) < self._batch_limit:
+            return
+        request, options = self._read_request(records[-1].offset + 1, 0)
+        try:
+            more = self._stub.Read(request, **options)
+        except grpc.RpcError:
+            return  # the next poll reads them, and handles the failure
+        yield from more.records
 
     def _ask_for_less(self, error: grpc.RpcError, position: int) -> bool:
         """Halve the batch after an answer too large to receive; whether it could."""
@@ -960,6 +1046,11 @@ class _ReadLogFn(beam.DoFn):
         time.sleep(delay)
 
 
+def _has_records(call: grpc.Future) -> bool:
+    """Whether a finished ``Read`` call succeeded with envelopes."""
+    return call.exception() is None and bool(call.result().records)
+
+
 class ReadEnvelopes(beam.PTransform[PBegin, PCollection[tuple[bytes, AgentEnvelope]]]):
     """Read the effector's envelope log as ``KV[bytes, AgentEnvelope]``, timestamped by event time.
 
@@ -973,7 +1064,7 @@ class ReadEnvelopes(beam.PTransform[PBegin, PCollection[tuple[bytes, AgentEnvelo
       nothing in flight (an approval awaiting a decision counts) and the log is read to its
       end. ``None`` (default) reads forever.
     - ``max_batch``: envelopes per ``Read``; ``poll_wait_ms``: how long one ``Read`` waits
-      (at most 60 000).
+      (at most 60 000). The next ``Read`` is sent before a bundle ends.
     - ``watermark_lag_s``: how far the watermark trails the newest event time read, or the
       reader's clock when that is earlier.
     - ``progress_interval_s``: how often one line says how far the read got and what the

@@ -163,14 +163,38 @@ class _Refused(grpc.RpcError):
         return "not allowed"
 
 
-class _RefusingStub:
+class _RefusedCall:
+    """A finished call that failed, as ``Submit.future`` returns it."""
+
+    def __init__(self, error: grpc.RpcError) -> None:
+        self._error = error
+
+    def done(self) -> bool:
+        return True
+
+    def result(self) -> None:
+        raise self._error
+
+
+class _RefusingSubmit:
+    """The stub's ``Submit``: every call, waited for or not, is refused with ``code``."""
+
     def __init__(self, code: grpc.StatusCode) -> None:
         self.code = code
         self.calls = 0
 
-    def Submit(self, *args: object, **kwargs: object) -> None:
+    def __call__(self, *args: object, **kwargs: object) -> None:
         self.calls += 1
         raise _Refused(self.code)
+
+    def future(self, *args: object, **kwargs: object) -> _RefusedCall:
+        self.calls += 1
+        return _RefusedCall(_Refused(self.code))
+
+
+class _RefusingStub:
+    def __init__(self, code: grpc.StatusCode) -> None:
+        self.Submit = _RefusingSubmit(code)
 
 
 @pytest.mark.parametrize(
@@ -188,7 +212,7 @@ def test_an_auth_failure_raises_permission_error_at_once(code: grpc.StatusCode) 
         with pytest.raises(PermissionError, match=f"{code.name}: not allowed") as failure:
             list(fn.finish_bundle())
         assert "check the token" in str(failure.value)
-        assert stub.calls == 1
+        assert stub.Submit.calls == 1
     finally:
         fn.teardown()
 
