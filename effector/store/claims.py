@@ -20,7 +20,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import effector.store.schema as sql
-from effector.store.errors import StoreError
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,13 +47,13 @@ class Release(enum.Enum):
     """Unfinished and never started: its attempt is not counted."""
 
 
-_IDLE_KEY = f"""claim_token IS NULL AND NOT EXISTS (SELECT 1 FROM effector_intents AS queued
+_WORK = f"""EXISTS (SELECT 1 FROM effector_intents AS queued
     WHERE queued.entity_key = effector_keys.entity_key AND {sql.queued("queued")})"""
+"""A key row's key has queued work."""
+_IDLE_KEY = f"claim_token IS NULL AND NOT {_WORK}"
 """A key row without a claim whose queue is empty."""
 _HAS_WORK = f"""EXISTS (SELECT 1 FROM effector_intents AS queued
     WHERE queued.entity_key = ? AND {sql.queued("queued")})"""
-_KEY_ROW_TRIES = 8
-"""How often a submit creates a key row that results keep deleting before it gives up."""
 
 
 class ClaimLedger(abc.ABC):
@@ -135,55 +134,44 @@ _HOLD_COLUMNS = (
 class KeyRowClaims(ClaimLedger):
     """Holds in ``effector_keys`` rows, locked ``FOR UPDATE`` (``SKIP LOCKED`` to claim).
 
-    A key row exists while its key has queued work or a hold: the submit that queues work
-    creates it, the result that empties the queue deletes it. No index holds a claim's columns,
-    so a claim, renewal or release is a HOT update.
+    A key row says since when its key is ready (``NULL``: it has no queued work); rows are
+    created by submits and kept (pruned once idle), so a submit to a known key writes nothing
+    unless the key was idle. No index holds a claim's columns: a claim, renewal or unfinished
+    release is a HOT update.
     """
 
     def __init__(self, dialect: sql.Dialect) -> None:
         self._dialect = dialect
 
     def queued(self, tx: sql.Tx, keys: Sequence[bytes], now_ms: int) -> None:
-        """Create (and lock) the keys' rows: a claim finds work through them."""
-        self.lock(tx, keys, now_ms)
+        """Create or lock the keys' rows (in key order), ready since ``now_ms`` if idle."""
+        self._upsert(
+            tx,
+            keys,
+            now_ms,
+            "SET ready_at_ms = excluded.ready_at_ms WHERE effector_keys.ready_at_ms IS NULL",
+        )
 
     def lock(self, tx: sql.Tx, keys: Iterable[bytes], now_ms: int) -> None:
-        """Create the missing rows of ``keys``; with row locks, lock them, in key order.
+        """Create or lock the keys' rows (in key order), their readiness unchanged."""
+        # An upsert locks the row it finds even where its condition leaves it unchanged.
+        self._upsert(tx, keys, None, "SET ready_at_ms = NULL WHERE FALSE")
 
-        A result that empties a key's queue deletes its row: a row found and deleted before the
-        lock is taken is created again.
-        """
-        missing = sorted(set(keys))
-        for _ in range(_KEY_ROW_TRIES):
-            for chunk in sql.chunks(missing):
-                tx.execute(
-                    f"""INSERT INTO effector_keys (entity_key, ready_at_ms, attempts)
-                        VALUES {sql.row_marks(len(chunk), 3)}
-                        ON CONFLICT (entity_key) DO NOTHING""",
-                    sql.flatten([(key, now_ms, 0) for key in chunk]),
-                )
-            if not self._dialect.for_update:
-                return
-            locked = {
-                bytes(row[0])
-                for chunk in sql.chunks(missing)
-                for row in tx.execute(
-                    f"""SELECT entity_key FROM effector_keys
-                        WHERE entity_key IN ({sql.marks(len(chunk))})
-                        ORDER BY entity_key{self._dialect.for_update}""",
-                    chunk,
-                ).fetchall()
-            }
-            missing = [key for key in missing if key not in locked]
-            if not missing:
-                return
-        raise StoreError(f"the rows of {len(missing)} key(s) were deleted as often as created")
+    @staticmethod
+    def _upsert(tx: sql.Tx, keys: Iterable[bytes], ready_at_ms: int | None, update: str) -> None:
+        for chunk in sql.chunks(sorted(set(keys))):
+            tx.execute(
+                f"""INSERT INTO effector_keys (entity_key, ready_at_ms, attempts)
+                    VALUES {sql.row_marks(len(chunk), 3)}
+                    ON CONFLICT (entity_key) DO UPDATE {update}""",
+                sql.flatten([(key, ready_at_ms, 0) for key in chunk]),
+            )
 
     def claimable(self, tx: sql.Tx, limit: int, now_ms: int) -> list[tuple[bytes, Hold | None]]:
         """Key rows in readiness order, locked, skipping rows other claims have locked."""
         rows = tx.execute(
             f"""SELECT {_HOLD_COLUMNS} FROM effector_keys
-                WHERE (claim_token IS NULL OR lease_expires_at_ms < ?)
+                WHERE ready_at_ms IS NOT NULL AND (claim_token IS NULL OR lease_expires_at_ms < ?)
                   AND EXISTS (SELECT 1 FROM effector_intents AS queued
                               WHERE queued.entity_key = effector_keys.entity_key
                                 AND {sql.queued("queued")})
@@ -237,7 +225,11 @@ class KeyRowClaims(ClaimLedger):
     def release(self, tx: sql.Tx, holds: Sequence[Hold], now_ms: int, how: Release) -> None:
         """Clear the claims on the key rows (a finished key is ready again at ``now_ms``)."""
         changes, params = {
-            Release.FINISHED: ("claimed_intent_id = NULL, attempts = 0, ready_at_ms = ?", [now_ms]),
+            Release.FINISHED: (
+                f"claimed_intent_id = NULL, attempts = 0, ready_at_ms = CASE WHEN {_WORK} THEN ?"
+                " END",
+                [now_ms],
+            ),
             Release.STARTED: ("attempts = attempts", []),
             Release.UNSTARTED: ("attempts = attempts - 1", []),
         }[how]
@@ -262,11 +254,12 @@ class KeyRowClaims(ClaimLedger):
             )
 
     def settled(self, tx: sql.Tx, keys: Iterable[bytes]) -> None:
-        """Delete the rows of keys left without queued work or a claim."""
+        """Mark the keys left without queued work or a claim idle."""
         for chunk in sql.chunks(sorted(set(keys))):
             tx.execute(
-                f"DELETE FROM effector_keys WHERE entity_key IN ({sql.marks(len(chunk))})"
-                f" AND {_IDLE_KEY}",
+                f"""UPDATE effector_keys SET ready_at_ms = NULL
+                    WHERE entity_key IN ({sql.marks(len(chunk))}) AND ready_at_ms IS NOT NULL
+                      AND {_IDLE_KEY}""",
                 chunk,
             )
 
@@ -290,7 +283,10 @@ class KeyRowClaims(ClaimLedger):
 
 def prune_idle_keys(tx: sql.Tx) -> int:
     """Delete every key row without queued work or a claim; returns how many."""
-    return tx.execute(f"DELETE FROM effector_keys WHERE {_IDLE_KEY}").rowcount
+    return tx.execute(
+        f"DELETE FROM effector_keys WHERE claim_token IS NULL AND ready_at_ms IS NULL"
+        f" AND NOT {_WORK}"
+    ).rowcount
 
 
 _MISSING = object()

@@ -238,12 +238,12 @@ def schema_statements(dialect: Dialect) -> list[str]:
         # A key's intents, newest first (the console's key and intent pages).
         """CREATE INDEX IF NOT EXISTS effector_intents_by_key
             ON effector_intents (entity_key, received_at_ms, intent_id)""",
-        # One row per key with queued work or a claim: the per-key execution slot and its lease,
-        # the intent it holds and that intent's attempts (PostgreSQL; SQLite holds claims in
-        # memory). Submits create it; the result that empties its queue deletes it.
+        # One row per key: the per-key execution slot and its lease, the intent it holds and
+        # that intent's attempts, since when it is ready (NULL: no queued work). PostgreSQL's;
+        # SQLite holds claims in memory.
         f"""CREATE TABLE IF NOT EXISTS effector_keys (
             entity_key {blob} PRIMARY KEY,
-            ready_at_ms {bigint} NOT NULL,
+            ready_at_ms {bigint},
             claim_token TEXT,
             claimed_intent_id TEXT,
             attempts INTEGER NOT NULL,
@@ -251,7 +251,7 @@ def schema_statements(dialect: Dialect) -> list[str]:
             lease_owner TEXT,
             lease_expires_at_ms {bigint})""",
         """CREATE INDEX IF NOT EXISTS effector_keys_ready
-            ON effector_keys (ready_at_ms, entity_key)""",
+            ON effector_keys (ready_at_ms, entity_key) WHERE ready_at_ms IS NOT NULL""",
         f"""CREATE TABLE IF NOT EXISTS effector_envelopes (
             log_offset {bigint} PRIMARY KEY,
             envelope {blob} NOT NULL,

@@ -779,6 +779,15 @@ class SqlStore(TelemetryTables, abc.ABC):
             hold = holds.get(claim.intent.entity_key)
             if hold and hold.token is not None and hold.intent_id == claim.intent.intent_id:
                 tried.setdefault(claim.intent.intent_id, (index, hold))
+        published = _finish_running(
+            tx,
+            [
+                (intent_id, completions[index].result, hold)
+                for intent_id, (index, hold) in tried.items()
+            ],
+            now_ms,
+        )
+        # After the results: a key whose queue they emptied is released idle.
         self._claims.release(
             tx,
             [
@@ -790,30 +799,19 @@ class SqlStore(TelemetryTables, abc.ABC):
             now_ms,
             Release.FINISHED,
         )
-        published = _finish_running(
-            tx,
-            [
-                (intent_id, completions[index].result, hold)
-                for intent_id, (index, hold) in tried.items()
-            ],
-            now_ms,
-        )
         recorded = [False] * len(completions)
         envelopes: list[bytes] = []
-        finished_keys: set[bytes] = set()
         for index, claim in zip(order, claims, strict=True):
             envelope = published.get(claim.intent.intent_id)
             if envelope is None or tried[claim.intent.intent_id][0] != index:
                 continue
             recorded[index] = True
             envelopes.append(envelope)
-            finished_keys.add(claim.intent.entity_key)
             if tried[claim.intent.intent_id][1].token != claim.token:
                 _log.warning(
                     "recorded intent %s from a claim that had lost its lease",
                     claim.intent.intent_id,
                 )
-        self._claims.settled(tx, finished_keys)
         offsets = sql.append(tx, envelopes, now_ms)
         return recorded, sql.head_after(offsets)
 
