@@ -47,13 +47,16 @@ class Release(enum.Enum):
     """Unfinished and never started: its attempt is not counted."""
 
 
-_WORK = f"""EXISTS (SELECT 1 FROM effector_intents AS queued
-    WHERE queued.entity_key = effector_keys.entity_key AND {sql.queued("queued")})"""
+def _queued_work(key: str) -> str:
+    """A condition true when the key ``key`` names has queued work (a probe of the open index)."""
+    return f"""EXISTS (SELECT 1 FROM effector_intents AS queued
+        WHERE queued.entity_key = {key} AND {sql.queued("queued")})"""
+
+
+_WORK = _queued_work("effector_keys.entity_key")
 """A key row's key has queued work."""
 _IDLE_KEY = f"claim_token IS NULL AND NOT {_WORK}"
 """A key row without a claim whose queue is empty."""
-_HAS_WORK = f"""EXISTS (SELECT 1 FROM effector_intents AS queued
-    WHERE queued.entity_key = ? AND {sql.queued("queued")})"""
 
 
 class ClaimLedger(abc.ABC):
@@ -172,9 +175,7 @@ class KeyRowClaims(ClaimLedger):
         rows = tx.execute(
             f"""SELECT {_HOLD_COLUMNS} FROM effector_keys
                 WHERE ready_at_ms IS NOT NULL AND (claim_token IS NULL OR lease_expires_at_ms < ?)
-                  AND EXISTS (SELECT 1 FROM effector_intents AS queued
-                              WHERE queued.entity_key = effector_keys.entity_key
-                                AND {sql.queued("queued")})
+                  AND {_WORK}
                 ORDER BY ready_at_ms, entity_key LIMIT ?"""
             + self._dialect.skip_locked,
             (now_ms, limit),
@@ -443,4 +444,4 @@ class MemoryClaims(ClaimLedger):
 
 def _has_work(tx: sql.Tx, key: bytes) -> bool:
     """Whether ``key`` has queued work (one probe of the open index)."""
-    return bool(tx.execute(f"SELECT {_HAS_WORK}", (key,)).fetchone()[0])
+    return bool(tx.execute(f"SELECT {_queued_work('?')}", (key,)).fetchone()[0])

@@ -72,9 +72,6 @@ _SUCCEEDED = frozenset({ToolResult.OK, ToolResult.NOT_NEEDED})
 """Results that are not failures: OK, and a compensation that had nothing to undo."""
 _RAN = frozenset({ToolResult.OK, ToolResult.ERROR})
 """Results of an original that ran (or may have made part of its effect): compensate it."""
-_NO_CLAIM = (
-    "claim_token = NULL, claimed_intent_id = NULL, lease_owner = NULL, lease_expires_at_ms = NULL"
-)
 _HEAD_COLUMNS = ("intent_id", "intent", "state", "attempts", "deadline_ms", "reconcile_failures")
 """What a claim reads of each key's head intent."""
 RECORD_COLUMNS = (
