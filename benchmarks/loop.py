@@ -85,7 +85,7 @@ _round_trips: list[float] = []
 
 
 class _Collect(beam.DoFn):
-    """Keeps the round trips in this process (FnApiRunner runs in-process)."""
+    """Keeps the round trips in this process (the local runner runs in-process)."""
 
     def process(self, element: bytes) -> None:
         _round_trips.append(json.loads(element)["ns"] / 1e6)
@@ -98,7 +98,7 @@ def suspend_resume(quick: bool) -> Result:
     config = AgentConfig(tool_registry=make_registry(), max_buffered_events=count)
     with (
         sqlite_effector() as target,
-        beam.Pipeline(runner=FnApiRunner(), options=PipelineOptions(flags=[])) as pipeline,
+        beam.Pipeline(options=PipelineOptions(flags=[])) as pipeline,
     ):
         events = [
             AgentEnvelope(entity_key=b"chain", event_time_ms=1_000 + index, external_event=b"go")

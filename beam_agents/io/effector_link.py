@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import random
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from apache_beam.metrics.metric import Metrics
 from apache_beam.pipeline import PipelineVisitor
 from apache_beam.pvalue import PBegin, PCollection, TaggedOutput
 from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner, SwitchingDirectRunner
+from apache_beam.runners.portability.fn_api_runner import worker_handlers
 from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiRunner
 from apache_beam.testing.test_stream import TestStream
 from apache_beam.transforms.core import RestrictionProvider
@@ -887,18 +889,20 @@ class _ReadLogFn(beam.DoFn):
         """The records of ``response``; after those of a read sent ahead, what came since.
 
         A read sent ahead answers as soon as the log grows, often with a few envelopes only;
-        once those are taken, one more read that does not wait takes what arrived meanwhile.
+        one more read, which does not wait, is sent before those are taken and takes the rest.
         """
         records = response.records
+        rest = None
+        if sent_ahead and 0 < len(records) < self._batch_limit:
+            request, options = self._read_request(records[-1].offset + 1, 0)
+            rest = self._stub.Read.future(request, **options)
         yield from records
-        if not sent_ahead or not 0 < len(records) < self._batch_limit:
+        if rest is None:
             return
-        request, options = self._read_request(records[-1].offset + 1, 0)
         try:
-            more = self._stub.Read(request, **options)
+            yield from rest.result().records
         except grpc.RpcError:
             return  # the next poll reads them, and handles the failure
-        yield from more.records
 
     def _ask_for_less(self, error: grpc.RpcError, position: int) -> bool:
         """Halve the batch after an answer too large to receive; whether it could."""
@@ -1172,7 +1176,12 @@ def _encode_events(events: Iterable[AgentEnvelope]) -> list[bytes]:
 # The DirectRunner hands a pipeline with processing-time timers to its bundle-based runner,
 # which cannot run ReadEnvelopes' unbounded read; such a pipeline runs on the FnApiRunner.
 class LoopRunner(FnApiRunner):
-    """The ``FnApiRunner``, refusing a ``TestStream`` (which it cannot play) before it starts."""
+    """The ``FnApiRunner``, refusing a ``TestStream`` (which it cannot play), without a state cache.
+
+    Beam's in-process worker caches user state, weighing each value it stores by walking every
+    loaded module (``objsize``): about 0.3 ms for each state cell a bundle writes, several per
+    activation. The state it would cache is in memory in this process already.
+    """
 
     def run_pipeline(self, pipeline: beam.Pipeline, options: Any) -> Any:
         """Run on the ``FnApiRunner`` unless a ``TestStream`` needs the bundle-based runner."""
@@ -1182,7 +1191,30 @@ class LoopRunner(FnApiRunner):
                 "feed RunAgent from one of them (beam_agents.testing.EnvelopeStream replays "
                 "results without an effector)"
             )
-        return super().run_pipeline(pipeline, options)
+        with _NoStateCache():
+            return super().run_pipeline(pipeline, options)
+
+
+class _NoStateCache:
+    """While any loop runs, Beam's in-process workers are created without a user-state cache."""
+
+    _lock = threading.Lock()
+    _runs = 0
+    _size_mb = 0
+    """Beam's setting when the first of the loops running now started, restored after the last."""
+
+    def __enter__(self) -> None:
+        with self._lock:
+            if not _NoStateCache._runs:
+                _NoStateCache._size_mb = worker_handlers.STATE_CACHE_SIZE_MB
+                worker_handlers.STATE_CACHE_SIZE_MB = 0
+            _NoStateCache._runs += 1
+
+    def __exit__(self, *exc_info: object) -> None:
+        with self._lock:
+            _NoStateCache._runs -= 1
+            if not _NoStateCache._runs:
+                worker_handlers.STATE_CACHE_SIZE_MB = _NoStateCache._size_mb
 
 
 def prefer_fn_api_runner(pipeline: beam.Pipeline) -> None:

@@ -84,8 +84,8 @@ class _Method:
         call = _Call(request, self.log)
         self.log.append(f"send {id(call)}")
         self.sent.append(call)
-        if self._answer_sent is not None:
-            call.answer(self._answer_sent(request))
+        if self._answer_sent is not None and (response := self._answer_sent(request)) is not None:
+            call.answer(response)
         return call
 
 
@@ -197,8 +197,12 @@ def _records(*offsets: int) -> ReadResponse:
 
 class _ReadStub:
     def __init__(self, answers: dict[tuple[int, int], ReadResponse]) -> None:
-        """``answers`` by (from_offset, wait_ms) of the calls waited for."""
-        self.Read = _Method(lambda request: answers[request.from_offset, request.wait_ms])
+        """``answers`` by (from_offset, wait_ms); a read sent ahead that waits is answered by
+        the test."""
+        self.Read = _Method(
+            lambda request: answers[request.from_offset, request.wait_ms],
+            lambda request: answers[request.from_offset, 0] if not request.wait_ms else None,
+        )
 
 
 def _reader(answers: dict[tuple[int, int], ReadResponse]) -> tuple[Any, _Method]:
@@ -231,8 +235,9 @@ def test_the_next_read_goes_ahead_and_the_next_poll_takes_it_then_what_came_sinc
         assert (ahead.request.from_offset, ahead.request.wait_ms) == (3, 200)
         ahead.answer(_records(3))
         assert _poll(reader, 3) == ([3, 4, 5], 6)  # 4 and 5 came in a read that did not wait
-        assert [(r.from_offset, r.wait_ms) for r in read.waited] == [(1, 200), (4, 0)]
-        [_, empty] = read.sent
+        assert [(r.from_offset, r.wait_ms) for r in read.waited] == [(1, 200)]
+        [_, rest, empty] = read.sent
+        assert (rest.request.from_offset, rest.request.wait_ms) == (4, 0)
         empty.answer(_records())  # it found nothing: the next poll reads the log as it is now
         assert _poll(reader, 6) == ([], 6)
         assert [(r.from_offset, r.wait_ms) for r in read.waited][-1] == (6, 200)
