@@ -171,11 +171,14 @@ class KeyRowClaims(ClaimLedger):
             )
 
     def claimable(self, tx: sql.Tx, limit: int, now_ms: int) -> list[tuple[bytes, Hold | None]]:
-        """Key rows in readiness order, locked, skipping rows other claims have locked."""
+        """Ready key rows in readiness order, locked, skipping rows other claims have locked.
+
+        A key is ready while it has queued work (a key left without work is offered at most
+        once more: finding no head, the claim marks it idle).
+        """
         rows = tx.execute(
             f"""SELECT {_HOLD_COLUMNS} FROM effector_keys
                 WHERE ready_at_ms IS NOT NULL AND (claim_token IS NULL OR lease_expires_at_ms < ?)
-                  AND {_WORK}
                 ORDER BY ready_at_ms, entity_key LIMIT ?"""
             + self._dialect.skip_locked,
             (now_ms, limit),
