@@ -751,6 +751,8 @@ class StoreOutage:
 # -- the worker ---------------------------------------------------------------------------------
 
 _APPROVAL_EXPIRY_BATCH = 1_000
+COMMITS_IN_FLIGHT = 2
+"""Commits of results a worker has in flight at once: one records while the next gathers."""
 VALIDATED_CALLS_KEPT = 65_536
 """How many intents' prepared calls (see :meth:`Worker.keep_validated`) a worker keeps."""
 DEFAULT_TELEMETRY_RETENTION_MS = 7 * 24 * 3_600_000
@@ -823,8 +825,10 @@ class Worker:
         """Slots promised to claim transactions in progress, not yet in ``_claims``."""
         self._unstarted: list[Claim] = []
         """Claims a commit made as a drain began: given back at its end, never run."""
-        self._abandoned_commit: asyncio.Future[tuple[list[bool], ClaimBatch]] | None = None
-        """A record-and-claim commit left running when a drain gave up waiting for it."""
+        self._abandoned_commits: list[asyncio.Future[tuple[list[bool], ClaimBatch]]] = []
+        """Record-and-claim commits left running when a drain gave up waiting for them."""
+        self._executing = 0
+        """Claims started whose result is not yet in hand."""
         self._executions: set[asyncio.Task[Any]] = set()
         self._wake = asyncio.Event()
         self._stopping = False
@@ -833,8 +837,14 @@ class Worker:
         self._outage = StoreOutage()
         self._outbox: list[tuple[Completion, asyncio.Future[bool] | None]] = []
         """Results not yet handed to the store; a future where someone awaits the answer."""
-        self._committer: asyncio.Task[None] | None = None
-        """Records what is in the outbox, commit after commit, while there is any."""
+        self._commits: set[asyncio.Task[None]] = set()
+        """The commits recording results now (at most ``COMMITS_IN_FLIGHT``)."""
+        self._commit_starting = False
+        """A commit task has been made that has not yet taken the outbox."""
+        self._recording: set[str] = set()
+        """The tokens of the claims whose results are in a commit in flight."""
+        self._gave_up_recording = False
+        """Set when a drain gave up waiting for the store: no commit starts after that."""
         self._validated: collections.OrderedDict[str, PreparedCall] = collections.OrderedDict()
         """The calls Submit prepared for intents it recorded, by intent id, oldest first."""
         self._executed = {
@@ -896,6 +906,11 @@ class Worker:
             await asyncio.wait_for(self._results_recorded(), grace_s)
         except TimeoutError:
             _log.warning("the store did not take the last results; those intents will run again")
+            self._gave_up_recording = True
+            commits = list(self._commits)
+            for commit in commits:
+                commit.cancel()
+            await asyncio.gather(*commits, return_exceptions=True)
             await self._give_back_abandoned(grace_s)
         unstarted, self._unstarted = self._unstarted, []
         await self._release(unstarted, "unstarted claims", started=False)
@@ -911,11 +926,18 @@ class Worker:
             except StoreError as exc:
                 _log.warning("releasing %s failed; the leases will expire: %s", what, exc)
 
-    def _free_slots(self) -> int:
-        """Slots neither executing nor reserved by a claim in progress (0 once draining)."""
+    def _free_slots(self, freed: int = 0) -> int:
+        """Slots neither executing nor reserved by a claim in progress (0 once draining).
+
+        A claim whose result is in hand frees its slot, though it holds its key until the
+        result is durable: one batch executes while the one before it is recorded. Claims held
+        are at most twice the concurrency; ``freed`` of them are being recorded now.
+        """
         if self._stopping:
             return 0
-        return self._settings.concurrency - len(self._claims) - self._reserved
+        concurrency = self._settings.concurrency
+        held = len(self._claims) - freed
+        return min(concurrency - self._executing, 2 * concurrency - held) - self._reserved
 
     async def _claim_loop(self) -> None:
         settings = self._settings
@@ -963,6 +985,7 @@ class Worker:
             ):
                 plain.append(claim)
             else:
+                self._executing += 1
                 task = asyncio.create_task(
                     self._execute(claim), name=f"effector-intent:{claim.token}"
                 )
@@ -991,8 +1014,10 @@ class Worker:
             called.append(claim)
         if not calls:
             return
+        self._executing += len(calls)
 
         def finished(index: int, result: ToolResult | None, seconds: float) -> None:
+            self._executing -= 1
             claim = called[index]
             if result is None:  # cancelled by a drain, which gives its claim back
                 return
@@ -1010,8 +1035,16 @@ class Worker:
             task.add_done_callback(self._executions.discard)
 
     async def _execute(self, claim: Claim) -> None:
+        executing = True
+
+        def done_executing() -> None:
+            nonlocal executing
+            if executing:
+                executing = False
+                self._executing -= 1
+
         try:
-            if await self._run_claim(claim):
+            if await self._run_claim(claim, done_executing):
                 return  # recorded: the commit that took its result claimed its key's next work
             self._claims.pop(claim.token, None)
         except Exception:
@@ -1023,11 +1056,15 @@ class Worker:
             self._claims.pop(claim.token, None)
             await self._release([claim], "the claim")
         finally:
+            done_executing()
             self._metrics.in_flight.set(len(self._claims))
         self.wake()
 
-    async def _run_claim(self, claim: Claim) -> bool:
-        """Settle, reconcile or execute ``claim``; ``True`` once its result was recorded."""
+    async def _run_claim(self, claim: Claim, done_executing: Callable[[], None]) -> bool:
+        """Settle, reconcile or execute ``claim``; ``True`` once its result was recorded.
+
+        ``done_executing`` is called when its result is in hand, before it is recorded.
+        """
         metrics = self._metrics
         if claim.intent.compensates_intent_id and await self._settled_compensation(claim):
             return False
@@ -1039,8 +1076,10 @@ class Worker:
             return False
         if isinstance(settled, Found):
             metrics.reconciliations.labels("found").inc()
+            done_executing()
             await self._recorded(Completion(claim, settled.result))
         elif isinstance(settled, NotFound) and settled.expired is not None:
+            done_executing()
             if await self._recorded(Completion(claim, settled.expired)):
                 metrics.expired.inc()
                 audit.expired([claim.intent])
@@ -1054,6 +1093,7 @@ class Worker:
             metrics.tool_latency.labels(claim.intent.tool_name).observe(
                 time.perf_counter() - started
             )
+            done_executing()
             if await self._recorded(Completion(claim, result)):
                 self._executed[result.status].inc()
         return True
@@ -1105,10 +1145,27 @@ class Worker:
     ) -> None:
         """Put a result in the outbox: the next commit records it (and ``answer`` hears)."""
         self._outbox.append((completion, answer))
-        if self._committer is None:
-            self._committer = asyncio.get_running_loop().create_task(
-                self._commit_results(), name="effector-results"
-            )
+        self._start_commit()
+
+    def _start_commit(self) -> None:
+        """Start a commit of the outbox, unless one is starting or enough are in flight."""
+        if (
+            self._commit_starting
+            or self._gave_up_recording
+            or len(self._commits) >= COMMITS_IN_FLIGHT
+            or not self._outbox
+        ):
+            return
+        self._commit_starting = True
+        commit = asyncio.get_running_loop().create_task(
+            self._commit_results(), name="effector-results"
+        )
+        self._commits.add(commit)
+        commit.add_done_callback(self._commit_done)
+
+    def _commit_done(self, commit: asyncio.Task[None]) -> None:
+        self._commits.discard(commit)
+        self._start_commit()
 
     async def _recorded(self, completion: Completion) -> bool:
         """Record one result with the next commit; ``False`` if another result won."""
@@ -1117,39 +1174,46 @@ class Worker:
         return await answer
 
     async def _commit_results(self) -> None:
-        """Record the outbox, commit after commit, until it is empty; count what was recorded."""
-        entries: list[tuple[Completion, asyncio.Future[bool] | None]] = []
+        """Record what is in the outbox now (it takes all); count what was recorded.
+
+        Results handed over meanwhile go to the next commit, which may start while this one
+        is in flight: the store takes it as soon as this one is done.
+        """
+        self._commit_starting = False
+        entries, self._outbox = self._outbox, []
+        if not entries:
+            return
+        tokens = {completion.claim.token for completion, _ in entries}
+        self._recording |= tokens
         try:
-            while self._outbox:
-                entries, self._outbox = self._outbox, []
-                recorded = await self._record([completion for completion, _ in entries])
-                executed: collections.Counter[ToolResult.Status] = collections.Counter()
-                for (completion, answer), was_recorded in zip(entries, recorded, strict=True):
-                    if answer is None:
-                        if was_recorded:
-                            executed[completion.result.status] += 1
-                    elif not answer.done():
-                        answer.set_result(was_recorded)
-                entries = []
-                for status, count in executed.items():
-                    self._executed[status].inc(count)
-                self._metrics.in_flight.set(len(self._claims))
-        finally:
-            self._committer = None
+            recorded = await self._record([completion for completion, _ in entries])
+        except BaseException:
             for _, answer in entries:  # cancelled (a drain gave up): nobody hears
                 if answer is not None:
                     answer.cancel()
+            raise
+        finally:
+            self._recording -= tokens
+        executed: collections.Counter[ToolResult.Status] = collections.Counter()
+        for (completion, answer), was_recorded in zip(entries, recorded, strict=True):
+            if answer is None:
+                if was_recorded:
+                    executed[completion.result.status] += 1
+            elif not answer.done():
+                answer.set_result(was_recorded)
+        for status, count in executed.items():
+            self._executed[status].inc(count)
+        self._metrics.in_flight.set(len(self._claims))
 
     async def _results_recorded(self) -> None:
         """Wait until the outbox is empty and its last commit is done."""
-        while self._committer is not None:
-            await self._committer
+        while self._commits:
+            await asyncio.wait(set(self._commits))
 
     async def _record(self, completions: Sequence[Completion]) -> list[bool]:
         """Record a group of results, then claim work for the slots they free, at once."""
         while True:
-            # These results' claims still count in _claims: their slots are the ones freed.
-            free = 0 if self._stopping else self._free_slots() + len(completions)
+            free = self._free_slots(freed=len(completions))
             request = ClaimRequest(self._owner, max(free, 0), self._settings.lease_ms)
             self._reserved += request.limit
             # Shielded: a drain that gives up on this commit must not lose what it claimed.
@@ -1159,7 +1223,7 @@ class Worker:
             try:
                 recorded, batch = await asyncio.shield(commit)
             except asyncio.CancelledError:
-                self._abandoned_commit = commit  # the drain releases what it claims
+                self._abandoned_commits.append(commit)  # the drain releases what it claims
                 raise
             except StoreError as exc:
                 # Results stay in memory until the store is back: nothing executed is dropped.
@@ -1176,18 +1240,17 @@ class Worker:
             return recorded
 
     async def _give_back_abandoned(self, grace_s: float) -> None:
-        """Release what the commit a timed-out drain abandoned claimed, once it is done."""
-        commit, self._abandoned_commit = self._abandoned_commit, None
-        if commit is None:
-            return
-        try:
-            _, batch = await asyncio.wait_for(asyncio.shield(commit), grace_s)
-        except Exception as exc:  # the store is out, or slower than the grace: leases expire
-            _log.warning(
-                "an abandoned commit did not finish; its claims' leases will expire: %s", exc
-            )
-            return
-        await self._release(batch.claims, "abandoned claims", started=False)
+        """Release what the commits a timed-out drain abandoned claimed, once they are done."""
+        commits, self._abandoned_commits = self._abandoned_commits, []
+        for commit in commits:
+            try:
+                _, batch = await asyncio.wait_for(asyncio.shield(commit), grace_s)
+            except Exception as exc:  # the store is out, or slower than the grace: leases expire
+                _log.warning(
+                    "an abandoned commit did not finish; its claims' leases will expire: %s", exc
+                )
+                continue
+            await self._release(batch.claims, "abandoned claims", started=False)
 
     async def _housekeeping_loop(self) -> None:
         settings = self._settings
@@ -1237,7 +1300,9 @@ class Worker:
             return
         held = await self._store.renew(claims, now, self._settings.lease_ms)
         for claim in claims:
-            # Not held and not finished meanwhile: the lease ran out before this renewal, so
-            # the intent may be executing elsewhere too; the first recorded result wins.
-            if claim.token not in held and claim.token in self._claims:
+            # Not held and not finished meanwhile (nor being recorded: a commit may have
+            # released it just before): the lease ran out before this renewal, so the intent
+            # may be executing elsewhere too; the first recorded result wins.
+            token = claim.token
+            if token not in held and token in self._claims and token not in self._recording:
                 _log.warning("lease on intent %s ran out before renewal", claim.intent.intent_id)

@@ -264,7 +264,8 @@ async def test_a_drain_that_gives_up_on_a_commit_releases_what_it_claimed(
     def slow_record_and_claim(*args: Any, **kwargs: Any) -> Any:
         out = real(*args, **kwargs)
         if slow.is_set():
-            time.sleep(1.0)  # a slow commit: the drain's grace (0.5 s) runs out meanwhile
+            slow.clear()  # one slow commit; one queued behind it is not slow itself
+            time.sleep(1.6)  # the drain's grace (1 s) runs out meanwhile
         return out
 
     monkeypatch.setattr(SqlStore, "_record_and_claim", slow_record_and_claim)
@@ -283,7 +284,7 @@ async def test_a_drain_that_gives_up_on_a_commit_releases_what_it_claimed(
     slow.set()
     worker.wake()
     await asyncio.sleep(0.3)  # the heads ran; their record-and-claim commit is in flight
-    await worker.drain(0.5)
+    await worker.drain(1.0)
     await store.close()
     with sqlite3.connect(path) as connection:
         held = connection.execute(
@@ -305,3 +306,54 @@ async def test_a_drain_that_gives_up_on_a_commit_releases_what_it_claimed(
 def quick_noop() -> int:
     """Do nothing, synchronously."""
     return 1
+
+
+@tool(side_effect=True)
+async def async_noop() -> None:
+    """Return at once."""
+
+
+@pytest.mark.asyncio
+async def test_one_batch_is_recorded_while_the_next_gathers_its_results(tmp_path: Path) -> None:
+    """Two commits in flight at most: the next is queued while the store records one."""
+    store = await open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    in_flight = most = calls = 0
+    real = store.complete_and_claim
+
+    async def slow_complete_and_claim(
+        completions: Sequence[Completion], now_ms: int, request: ClaimRequest
+    ) -> tuple[list[bool], ClaimBatch]:
+        nonlocal in_flight, most, calls
+        in_flight += 1
+        calls += 1
+        most = max(most, in_flight)
+        try:
+            await asyncio.sleep(0.02)  # a slow disk: results keep arriving meanwhile
+            return await real(completions, now_ms, request)
+        finally:
+            in_flight -= 1
+
+    store.complete_and_claim = slow_complete_and_claim  # type: ignore[method-assign]
+    try:
+        async with working(store, ToolRegistry([async_noop])) as worker:
+            await submit_and_wait(store, worker, queues("async_noop", 32, 5))
+    finally:
+        await store.close()
+    assert most == 2, (most, calls)
+
+
+@pytest.mark.asyncio
+async def test_no_more_tools_run_at_once_than_the_concurrency(tmp_path: Path) -> None:
+    running = most = 0
+
+    @tool(side_effect=True)
+    async def nap() -> None:
+        """Sleep a little, counting the naps at once."""
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        await asyncio.sleep(0.01)
+        running -= 1
+
+    await run_to_the_end(tmp_path / "store.db", nap, queues("nap", 40, 3))
+    assert most == SETTINGS.concurrency
