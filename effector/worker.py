@@ -224,7 +224,7 @@ class ToolCall:
 
 CallFinished = Callable[[int, ToolResult | None, float], None]
 """Told, for one call of a batch, its index, its result and the seconds it took; ``None`` for a
-call cancelled by something other than the batch's deadline (a drain)."""
+call cancelled by something other than the batch's deadline (a drain, or the tool itself)."""
 
 
 class EffectorToolRunner:
@@ -296,8 +296,9 @@ class EffectorToolRunner:
         for index, call in enumerate(calls):
             call_started = time.perf_counter()
             task = _start_eagerly(loop, self._attempt(call, clock))
-            if task.done():
-                finished(index, task.result(), time.perf_counter() - call_started)
+            if task.done():  # cancelled: the tool raised CancelledError itself
+                result = None if task.cancelled() else task.result()
+                finished(index, result, time.perf_counter() - call_started)
             else:
                 running[task] = index
         if not running:
@@ -1019,8 +1020,13 @@ class Worker:
         def finished(index: int, result: ToolResult | None, seconds: float) -> None:
             self._executing -= 1
             claim = called[index]
-            if result is None:  # cancelled by a drain, which gives its claim back
-                return
+            if result is None:
+                if not self._stopping:  # the tool cancelled itself: give the claim back
+                    self._claims.pop(claim.token, None)
+                    release = asyncio.get_running_loop().create_task(self._give_back(claim))
+                    self._executions.add(release)
+                    release.add_done_callback(self._executions.discard)
+                return  # cancelled by a drain, which gives the claim back
             tool_name = claim.intent.tool_name
             latency = self._tool_latency.get(tool_name)
             if latency is None:
@@ -1033,6 +1039,11 @@ class Worker:
         for task in self._runner.execute_batch(calls, self._clock, finished):
             self._executions.add(task)
             task.add_done_callback(self._executions.discard)
+
+    async def _give_back(self, claim: Claim) -> None:
+        """Release a claim whose call was cancelled, to be claimed (and asked about) again."""
+        await self._release([claim], "the claim of a cancelled call")
+        self.wake()
 
     async def _execute(self, claim: Claim) -> None:
         executing = True

@@ -285,3 +285,19 @@ async def test_each_outcome_maps_to_the_result_execute_gives(case: str, ledger: 
     expected = await runner.execute(registry, intent, attempt=1, clock=lambda: 1234)
     batch = Batch(runner, calls_of(registry, [intent]))
     assert (await batch.results()) == {0: expected}
+
+
+@tool(side_effect=True)
+async def cancels_itself() -> None:
+    """Raise CancelledError of its own, before suspending."""
+    raise asyncio.CancelledError
+
+
+@pytest.mark.asyncio
+async def test_a_call_cancelling_itself_reports_no_result_and_spares_the_rest() -> None:
+    registry = ToolRegistry([cancels_itself, async_noop])
+    calls = [one(registry, "cancels_itself"), one(registry, "async_noop", seq=1)]
+    batch = Batch(EffectorToolRunner(), calls)
+    results = await batch.results()
+    assert results[0] is None
+    assert results[1] is not None and results[1].status == ToolResult.OK

@@ -357,3 +357,24 @@ async def test_no_more_tools_run_at_once_than_the_concurrency(tmp_path: Path) ->
 
     await run_to_the_end(tmp_path / "store.db", nap, queues("nap", 40, 3))
     assert most == SETTINGS.concurrency
+
+
+attempts_seen: list[int] = []
+
+
+@tool(side_effect=True)
+async def cancels_first(*, intent: IntentInfo) -> int:
+    """Raise CancelledError on its first attempt; return the attempt after that."""
+    attempts_seen.append(intent.attempt)
+    if intent.attempt == 1:
+        raise asyncio.CancelledError
+    return intent.attempt
+
+
+@pytest.mark.asyncio
+async def test_a_tool_that_cancels_itself_gives_its_claim_back_to_run_again(
+    tmp_path: Path,
+) -> None:
+    attempts_seen.clear()
+    await run_to_the_end(tmp_path / "store.db", cancels_first, queues("cancels_first", 1, 2))
+    assert attempts_seen == [1, 2, 1, 2]  # each given back, run again, in key order
