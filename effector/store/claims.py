@@ -47,14 +47,9 @@ class Release(enum.Enum):
     """Unfinished and never started: its attempt is not counted."""
 
 
-def _queued_work(key: str) -> str:
-    """A condition true when the key ``key`` names has queued work (a probe of the open index)."""
-    return f"""EXISTS (SELECT 1 FROM effector_intents AS queued
-        WHERE queued.entity_key = {key} AND {sql.queued("queued")})"""
-
-
-_WORK = _queued_work("effector_keys.entity_key")
-"""A key row's key has queued work."""
+_WORK = f"""EXISTS (SELECT 1 FROM effector_intents AS queued
+    WHERE queued.entity_key = effector_keys.entity_key AND {sql.queued("queued")})"""
+"""A key row's key has queued work (a probe of the open index)."""
 _IDLE_KEY = f"claim_token IS NULL AND NOT {_WORK}"
 """A key row without a claim whose queue is empty."""
 
@@ -377,18 +372,20 @@ class MemoryClaims(ClaimLedger):
 
         A key without work is dropped; a held key is skipped (its release puts it back).
         """
-        offered: list[tuple[bytes, Hold | None]] = []
-        for key, held in list(self._holds.items()):
-            if len(offered) == limit:
-                break
-            if held.token is not None and held.lease_until_ms < now_ms and _has_work(tx, key):
-                offered.append((key, held))
+        lapsed = [
+            key
+            for key, held in self._holds.items()
+            if held.token is not None and held.lease_until_ms < now_ms
+        ]
+        working = _with_work(tx, lapsed[:limit]) if lapsed else set()
+        offered = [(key, self._holds.get(key)) for key in lapsed[:limit] if key in working]
         while len(offered) < limit and self._waiting:
-            for key in list(itertools.islice(self._waiting, limit - len(offered))):
+            line = list(itertools.islice(self._waiting, limit - len(offered)))
+            for key in line:
                 self._drop(self._waiting, key)
-                hold = self._holds.get(key)
-                if (hold is None or hold.token is None) and _has_work(tx, key):
-                    offered.append((key, hold))
+            free = [key for key in line if key not in self._holds or not self._holds[key].token]
+            working = _with_work(tx, free)
+            offered += [(key, self._holds.get(key)) for key in free if key in working]
         return offered
 
     def take(self, tx: sql.Tx, holds: Sequence[Hold]) -> None:
@@ -445,6 +442,14 @@ class MemoryClaims(ClaimLedger):
         self._undo.clear()
 
 
-def _has_work(tx: sql.Tx, key: bytes) -> bool:
-    """Whether ``key`` has queued work (one probe of the open index)."""
-    return bool(tx.execute(f"SELECT {_queued_work('?')}", (key,)).fetchone()[0])
+def _with_work(tx: sql.Tx, keys: Sequence[bytes]) -> set[bytes]:
+    """Those of ``keys`` with queued work (one statement probing the open index per key)."""
+    return {
+        bytes(row[0])
+        for chunk in sql.chunks(keys)
+        for row in tx.execute(
+            f"""SELECT DISTINCT queued.entity_key FROM effector_intents AS queued
+                WHERE queued.entity_key IN ({sql.marks(len(chunk))}) AND {sql.queued("queued")}""",
+            chunk,
+        ).fetchall()
+    }
