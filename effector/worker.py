@@ -341,7 +341,8 @@ class EffectorToolRunner:
     async def _attempt(self, call: ToolCall, clock: Callable[[], int]) -> ToolResult:
         """One call of a batch, its outcome mapped to a result (a timeout cancels it)."""
         try:
-            value = await self._unbounded(call.tool, call.kwargs, _intent_info(call))
+            info = _intent_info(call) if call.tool.accepts_intent else None
+            value = await self._unbounded(call.tool, call.kwargs, info)
         except (Exception, SystemExit) as exc:
             return _failed(call, exc, clock())
         return _returned(call, value, clock())
@@ -489,6 +490,8 @@ class _UnsendableResultError(Exception):
 
 
 def _encode(tool: Tool[..., Any], value: Any) -> bytes:
+    if value is None:
+        return b"null"  # what most side-effecting tools return
     try:
         payload = canonical_json_bytes(value)
     except (TypeError, ValueError, RecursionError) as exc:
