@@ -739,10 +739,11 @@ class EffectorService(pb.EffectorServicer):
                 from_offset, min(request.wait_ms, MAX_READ_WAIT_MS) / 1000
             )
             records = await self.store.read(from_offset, limit, max_bytes)
-        return pb.ReadResponse(
-            records=[pb.EnvelopeRecord(offset=r.offset, envelope=r.envelope) for r in records],
-            next_offset=records[-1].offset + 1 if records else from_offset,
-        )
+        response = pb.ReadResponse(next_offset=records[-1].offset + 1 if records else from_offset)
+        add = response.records.add  # in place: no record built, then copied into the answer
+        for record in records:
+            add(offset=record.offset, envelope=record.envelope)
+        return response
 
     @_guarded
     async def GetIntent(
