@@ -296,7 +296,7 @@ class EffectorToolRunner:
         for index, call in enumerate(calls):
             call_started = time.perf_counter()
             task = _start_eagerly(loop, self._attempt(call, clock))
-            if task.done():  # cancelled: the tool raised CancelledError itself
+            if task.done():  # cancelled only if the tool raised CancelledError itself
                 result = None if task.cancelled() else task.result()
                 finished(index, result, time.perf_counter() - call_started)
             else:
@@ -410,6 +410,7 @@ class EffectorToolRunner:
 
 @functools.lru_cache(maxsize=1024)
 def _is_async(function: Callable[..., Any]) -> bool:
+    """Whether a tool's function is a coroutine function (``@tool`` wraps only functions)."""
     return inspect.iscoroutinefunction(function)
 
 
