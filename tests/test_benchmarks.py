@@ -15,6 +15,7 @@ from tests.pg import find_postgres_bin
 
 SQLITE_ROWS = [
     "sustained intents/s, SQLite",
+    "sustained intents/s against bare inserts, SQLite",
     "sustained intents/s against the no-op request rate, SQLite",
     "Submit calls/s (1 intent each, 64 callers), SQLite",
 ]
