@@ -37,6 +37,7 @@ from effector.store.intents import (
     ClaimBatch,
     ClaimRequest,
     Completion,
+    encodable_text,
     expired_result,
     intent_id_problem,
     late_original_reason,
@@ -110,7 +111,7 @@ def prepare_call(
         raise IntentRejectedError(str(exc)) from None
     except Exception as exc:  # a validator of the tool's own that raised something else
         raise IntentRejectedError(
-            f"arguments for tool {tool.name!r} could not be validated: {type(exc).__name__}: {exc}"
+            f"arguments for tool {tool.name!r} could not be validated: {error_text(exc)}"
         ) from None
 
 
@@ -277,6 +278,10 @@ class EffectorToolRunner:
         # A tool that calls sys.exit() is a failed tool, not a request to stop the effector.
         except (Exception, SystemExit) as exc:
             return _failed(call, exc, clock())
+        except asyncio.CancelledError as exc:
+            if _cancelled_from_outside():
+                raise
+            return _failed(call, exc, clock())
         return _returned(call, value, clock())
 
     def execute_batch(
@@ -297,7 +302,7 @@ class EffectorToolRunner:
             call_started = time.perf_counter()
             task = _start_eagerly(loop, self._attempt(call, clock))
             if task.done():  # cancelled only if the tool raised CancelledError itself
-                result = None if task.cancelled() else task.result()
+                result = None if task.cancelled() else _task_result(task, call, clock)
                 finished(index, result, time.perf_counter() - call_started)
             else:
                 running[task] = index
@@ -309,7 +314,7 @@ class EffectorToolRunner:
             index = running[task]
             result: ToolResult | None
             if not task.cancelled():
-                result = task.result()
+                result = _task_result(task, calls[index], clock)
             elif task in expired:
                 call = calls[index]
                 message = f"tool {call.tool.name!r} did not finish within {self._timeout_ms} ms"
@@ -344,6 +349,10 @@ class EffectorToolRunner:
             info = _intent_info(call) if call.tool.accepts_intent else None
             value = await self._unbounded(call.tool, call.kwargs, info)
         except (Exception, SystemExit) as exc:
+            return _failed(call, exc, clock())
+        except asyncio.CancelledError as exc:
+            if _cancelled_from_outside():
+                raise
             return _failed(call, exc, clock())
         return _returned(call, value, clock())
 
@@ -406,6 +415,25 @@ class EffectorToolRunner:
         if inspect.isawaitable(value):
             value = await value
         return value
+
+
+def _cancelled_from_outside() -> bool:
+    """Whether the running task was asked to cancel (a deadline, a drain), not by its tool.
+
+    A tool that raises ``CancelledError`` without being cancelled failed: its result is ERROR.
+    """
+    task = asyncio.current_task()
+    return task is None or task.cancelling() > 0
+
+
+def _task_result(
+    task: asyncio.Task[ToolResult], call: ToolCall, clock: Callable[[], int]
+) -> ToolResult:
+    """A finished (not cancelled) call's result; ERROR if the tool raised past ``_attempt``."""
+    try:
+        return task.result()
+    except BaseException as exc:  # e.g. a BaseException subclass of the tool's own
+        return _failed(call, exc, clock())
 
 
 @functools.lru_cache(maxsize=1024)
@@ -495,9 +523,9 @@ def _encode(tool: Tool[..., Any], value: Any) -> bytes:
         return b"null"  # what most side-effecting tools return
     try:
         payload = canonical_json_bytes(value)
-    except (TypeError, ValueError, RecursionError) as exc:
+    except Exception as exc:  # the value's own methods may raise anything
         raise _UnsendableResultError(
-            f"tool {tool.name!r} returned a value that is not JSON-encodable: {exc}"
+            f"tool {tool.name!r} returned a value that is not JSON-encodable: {error_text(exc)}"
         ) from None
     if len(payload) > MAX_RESULT_PAYLOAD_BYTES:
         raise _UnsendableResultError(
@@ -510,7 +538,16 @@ def _encode(tool: Tool[..., Any], value: Any) -> bytes:
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, (ToolTimeoutError, _UnsendableResultError)):
         return str(exc)
-    return f"{type(exc).__name__}: {exc}"
+    return error_text(exc)
+
+
+def error_text(exc: BaseException) -> str:
+    """``Type: message`` of ``exc``, encodable; also for an exception whose ``str`` raises."""
+    try:
+        message = str(exc)
+    except Exception as failure:  # the exception's own __str__ failed
+        message = f"<its message could not be read: {type(failure).__name__}>"
+    return encodable_text(f"{type(exc).__name__}: {message}")
 
 
 class _Inbox:
@@ -571,7 +608,7 @@ class _ToolThreads:
             try:
                 value = function(**kwargs)
             except StopIteration as exc:  # a future cannot carry it: asyncio refuses to set it
-                error = RuntimeError(f"the tool raised StopIteration: {exc}")
+                error = RuntimeError(f"the tool raised {error_text(exc)}")
             except BaseException as exc:  # delivered to the awaiting task, which classifies it
                 error = exc
             inbox.put(future, value, error)
@@ -662,7 +699,7 @@ async def ask_reconciler(
         payload = None if answer is None else _encode(tool, answer.value)
     # A reconciler that calls sys.exit() failed; it does not stop the effector.
     except (Exception, SystemExit) as exc:
-        reason = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_MESSAGE_CHARS]
+        reason = error_text(exc)[:MAX_ERROR_MESSAGE_CHARS]
         delay_ms = retry_delay_ms(claim.reconcile_failures + 1)
         audit.in_doubt(intent, claim.attempt, reason, delay_ms)
         return InDoubt(reason, delay_ms)
@@ -1250,8 +1287,11 @@ class Worker:
             for completion in completions:
                 self._claims.pop(completion.claim.token, None)
             self._start_batch(batch)
-            if batch.expired or (request.limit and not batch.claims):
-                self.wake()  # slots left unfilled: refused heads, or a claim that failed
+            if batch.expired or len(batch.claims) < len(completions):
+                # Slots left unfilled: refused heads, a claim that failed, or a limit cut by
+                # the claim loop's reservation (its claim may have run before these keys were
+                # free, so it looks again).
+                self.wake()
             return recorded
 
     async def _give_back_abandoned(self, grace_s: float) -> None:

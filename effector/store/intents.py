@@ -77,6 +77,15 @@ def expiry_deadline_ms(intent: ToolIntent, first_received_at_ms: int) -> int:
     return min(max(max(intent.created_at_ms, first_received_at_ms) + window, 1), INT64_MAX)
 
 
+def encodable_text(text: str) -> str:
+    """``text`` with what UTF-8 cannot encode (lone surrogates) escaped, so a message carries it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
 def new_result(
     intent: ToolIntent,
     status: ToolResult.Status,
@@ -93,7 +102,7 @@ def new_result(
         seq=intent.seq,
         status=status,
         payload=payload,
-        error_message=error_message,
+        error_message=encodable_text(error_message),
         completed_at_ms=completed_at_ms,
         attempt=attempt,
     )

@@ -294,10 +294,12 @@ async def cancels_itself() -> None:
 
 
 @pytest.mark.asyncio
-async def test_a_call_cancelling_itself_reports_no_result_and_spares_the_rest() -> None:
+async def test_a_call_cancelling_itself_fails_and_spares_the_rest() -> None:
     registry = ToolRegistry([cancels_itself, async_noop])
     calls = [one(registry, "cancels_itself"), one(registry, "async_noop", seq=1)]
     batch = Batch(EffectorToolRunner(), calls)
     results = await batch.results()
-    assert results[0] is None
+    failed = results[0]
+    assert failed is not None and failed.status == ToolResult.ERROR
+    assert failed.error_message.startswith("CancelledError")
     assert results[1] is not None and results[1].status == ToolResult.OK

@@ -44,7 +44,12 @@ async def working(store: SqlStore, registry: ToolRegistry) -> AsyncIterator[Work
 
 
 async def submit_and_wait(
-    store: SqlStore, worker: Worker, intents: list[ToolIntent], timeout_s: float = 20.0
+    store: SqlStore,
+    worker: Worker,
+    intents: list[ToolIntent],
+    timeout_s: float = 20.0,
+    *,
+    status: ToolResult.Status = ToolResult.OK,
 ) -> None:
     await store.submit([NewIntent(intent) for intent in intents], int(time.time() * 1000))
     worker.wake()
@@ -53,9 +58,7 @@ async def submit_and_wait(
         while True:
             record = await store.get_intent(intent.intent_id)
             if record is not None and record.state == IntentState.DONE:
-                assert record.result is not None and record.result.status == ToolResult.OK, (
-                    record.result
-                )
+                assert record.result is not None and record.result.status == status, record.result
                 break
             assert time.monotonic() < deadline, f"{intent.intent_id} not DONE in time"
             await asyncio.sleep(0.01)
@@ -71,14 +74,18 @@ def queues(tool_name: str, keys: int, length: int) -> list[ToolIntent]:
 
 
 async def run_to_the_end(
-    path: Path, tool_: Tool[..., Any], intents: list[ToolIntent]
+    path: Path,
+    tool_: Tool[..., Any],
+    intents: list[ToolIntent],
+    *,
+    status: ToolResult.Status = ToolResult.OK,
 ) -> CountingStore:
     """Open a SQLite store at ``path``, execute ``intents`` with ``tool_``, close; the counts."""
     store = await open_store(f"sqlite:///{path}")
     counts = CountingStore(store)
     try:
         async with working(store, ToolRegistry([tool_])) as worker:
-            await submit_and_wait(store, worker, intents)
+            await submit_and_wait(store, worker, intents, status=status)
     finally:
         await store.close()
     return counts
@@ -371,10 +378,78 @@ async def cancels_first(*, intent: IntentInfo) -> int:
     return intent.attempt
 
 
+async def results_of(path: Path, intents: Sequence[ToolIntent]) -> list[ToolResult]:
+    """The recorded result of each of ``intents``, read back from the store at ``path``."""
+    store = await open_store(f"sqlite:///{path}")
+    try:
+        records = [await store.get_intent(intent.intent_id) for intent in intents]
+    finally:
+        await store.close()
+    results = [record.result for record in records if record is not None]
+    assert len(results) == len(intents) and all(result is not None for result in results)
+    return [result for result in results if result is not None]
+
+
 @pytest.mark.asyncio
-async def test_a_tool_that_cancels_itself_gives_its_claim_back_to_run_again(
+async def test_a_tool_that_cancels_itself_fails_and_its_key_goes_on(tmp_path: Path) -> None:
+    attempts_seen.clear()
+    intents = queues("cancels_first", 1, 2)
+    await run_to_the_end(tmp_path / "store.db", cancels_first, intents, status=ToolResult.ERROR)
+    assert attempts_seen == [1, 1]  # each ran once, in key order; neither blocked the key
+    for result in await results_of(tmp_path / "store.db", intents):
+        assert result.status == ToolResult.ERROR
+        assert result.error_message.startswith("CancelledError")
+
+
+class OwnBaseError(BaseException):
+    """A BaseException of a tool's own, neither Exception nor SystemExit."""
+
+
+class UnprintableError(Exception):
+    """An exception whose message cannot be read."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no str")
+
+
+failures_by_seq: dict[int, BaseException] = {}
+
+
+@tool(side_effect=True)
+async def fails_strangely(*, intent: IntentInfo) -> None:
+    """Raise the failure registered for this intent's seq, after a sleep when it is odd."""
+    if intent.seq % 2:
+        await asyncio.sleep(0.01)
+    raise failures_by_seq[intent.seq]
+
+
+@pytest.mark.asyncio
+async def test_strange_failures_become_error_results_and_every_key_goes_on(
     tmp_path: Path,
 ) -> None:
-    attempts_seen.clear()
-    await run_to_the_end(tmp_path / "store.db", cancels_first, queues("cancels_first", 1, 2))
-    assert attempts_seen == [1, 2, 1, 2]  # each given back, run again, in key order
+    failures_by_seq.update(
+        {
+            0: ValueError("bad \ud800 text"),  # a lone surrogate: no protobuf string takes it
+            1: ValueError("after a sleep, bad \udfff text"),
+            2: UnprintableError(),
+            3: UnprintableError(),
+            4: OwnBaseError("mine"),
+            5: OwnBaseError("mine, later"),
+        }
+    )
+    intents = queues("fails_strangely", 3, 6)
+    await run_to_the_end(tmp_path / "store.db", fails_strangely, intents, status=ToolResult.ERROR)
+    results = await results_of(tmp_path / "store.db", intents)
+    assert [result.status for result in results] == [ToolResult.ERROR] * len(intents)
+    messages = {
+        intent.seq: result.error_message for intent, result in zip(intents, results, strict=True)
+    }
+    assert messages[0] == "ValueError: bad \\ud800 text"
+    assert messages[1] == "ValueError: after a sleep, bad \\udfff text"
+    assert (
+        messages[2]
+        == messages[3]
+        == ("UnprintableError: <its message could not be read: RuntimeError>")
+    )
+    assert messages[4] == "OwnBaseError: mine"
+    assert messages[5] == "OwnBaseError: mine, later"
