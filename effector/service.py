@@ -715,7 +715,7 @@ class EffectorService(pb.EffectorServicer):
                 reason=rejection,
             )
         if prepared is not None:
-            self.worker.keep_validated(intent.intent_id, prepared)
+            self.worker.keep_validated(intent.intent_id, prepared, len(intent.args_json))
         return pb.SubmitAck(
             intent_id=intent.intent_id, outcome=_ACCEPTED, state=answer.state, result=answer.result
         )

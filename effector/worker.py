@@ -797,6 +797,43 @@ COMMITS_IN_FLIGHT = 2
 """Commits of results a worker has in flight at once: one records while the next gathers."""
 VALIDATED_CALLS_KEPT = 65_536
 """How many intents' prepared calls (see :meth:`Worker.keep_validated`) a worker keeps."""
+VALIDATED_ARGS_BYTES_KEPT = 8 * 1024 * 1024
+"""The most argument JSON whose prepared calls a worker keeps (validated values weigh more)."""
+VALIDATED_ARGS_BYTES_EACH = 16 * 1024
+"""An intent with more argument JSON than this is validated again when it runs, not kept."""
+
+
+class _ValidatedCalls:
+    """Calls Submit prepared, by intent id, oldest let go first, bounded in count and bytes."""
+
+    def __init__(self) -> None:
+        self._calls: collections.OrderedDict[str, tuple[PreparedCall, int]] = (
+            collections.OrderedDict()
+        )
+        self._bytes = 0
+
+    def keep(self, intent_id: str, prepared: PreparedCall, args_bytes: int) -> None:
+        """Keep ``prepared`` unless its arguments are too large; let the oldest go if full."""
+        if args_bytes > VALIDATED_ARGS_BYTES_EACH or intent_id in self._calls:
+            return
+        self._calls[intent_id] = (prepared, args_bytes)
+        self._bytes += args_bytes
+        while len(self._calls) > VALIDATED_CALLS_KEPT or self._bytes > VALIDATED_ARGS_BYTES_KEPT:
+            _, (_, weight) = self._calls.popitem(last=False)
+            self._bytes -= weight
+
+    def take(self, intent_id: str) -> PreparedCall | None:
+        """The call kept for ``intent_id``, no longer kept; ``None`` if there is none."""
+        kept = self._calls.pop(intent_id, None)
+        if kept is None:
+            return None
+        self._bytes -= kept[1]
+        return kept[0]
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+
 DEFAULT_TELEMETRY_RETENTION_MS = 7 * 24 * 3_600_000
 
 
@@ -887,7 +924,7 @@ class Worker:
         """The tokens of the claims whose results are in a commit in flight."""
         self._gave_up_recording = False
         """Set when a drain gave up waiting for the store: no commit starts after that."""
-        self._validated: collections.OrderedDict[str, PreparedCall] = collections.OrderedDict()
+        self._validated = _ValidatedCalls()
         """The calls Submit prepared for intents it recorded, by intent id, oldest first."""
         self._executed = {
             status: metrics.executed.labels(ToolResult.Status.Name(status))
@@ -914,18 +951,15 @@ class Worker:
         """Look for runnable work now (new intents were submitted, or a key was released)."""
         self._wake.set()
 
-    def keep_validated(self, intent_id: str, prepared: PreparedCall) -> None:
+    def keep_validated(self, intent_id: str, prepared: PreparedCall, args_bytes: int) -> None:
         """Keep the call Submit prepared for an intent the store recorded for the first time.
 
-        Its execution takes it instead of validating the arguments again; the oldest of
-        :data:`VALIDATED_CALLS_KEPT` are let go (those intents are validated again).
+        Its execution takes it instead of validating the arguments again. What is not kept
+        (see :class:`_ValidatedCalls`' bounds) is validated again when it runs.
         """
         if self._settings.concurrency == 0:
             return  # ingest-only: this replica never executes what it records
-        validated = self._validated
-        validated[intent_id] = prepared
-        if len(validated) > VALIDATED_CALLS_KEPT:
-            validated.popitem(last=False)
+        self._validated.keep(intent_id, prepared, args_bytes)
 
     async def drain(self, grace_s: float) -> None:
         """Stop claiming, let executions finish for up to ``grace_s``, record, release the rest.
@@ -1043,7 +1077,7 @@ class Worker:
         called: list[Claim] = []
         for claim in claims:
             intent = claim.intent
-            prepared = self._validated.pop(intent.intent_id, None)
+            prepared = self._validated.take(intent.intent_id)
             if prepared is None:
                 try:
                     prepared = prepare_call(self._registry, intent)

@@ -138,6 +138,36 @@ async def test_an_evicted_intent_is_validated_again(
 
 
 @pytest.mark.asyncio
+async def test_the_kept_calls_are_bounded_by_their_arguments_bytes(
+    tmp_path: Path, prepared: Counter[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    each = len(echoes(1)[0].args_json)
+    monkeypatch.setattr(worker_module, "VALIDATED_ARGS_BYTES_KEPT", 2 * each)
+    intents = echoes(4)
+    async with effector(tmp_path / "e.db") as (store, service):
+        for intent in intents:  # one by one: the oldest are let go first
+            await submit(service, [intent])
+        await run_all(store, service.worker, intents)
+    assert sorted(received) == [0, 1, 2, 3]
+    assert [prepared[intent.intent_id] for intent in intents] == [2, 2, 1, 1]
+
+
+@pytest.mark.asyncio
+async def test_an_intent_with_large_arguments_is_not_kept(
+    tmp_path: Path, prepared: Counter[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(worker_module, "VALIDATED_ARGS_BYTES_EACH", 7)
+    small = make_intent("echo", {"x": 1}, key=b"small")
+    large = make_intent("echo", {"x": 10**9}, key=b"large")
+    assert len(small.args_json) <= 7 < len(large.args_json)
+    async with effector(tmp_path / "e.db") as (store, service):
+        await submit(service, [small, large])
+        await run_all(store, service.worker, [small, large])
+    assert sorted(received) == [1, 10**9]
+    assert prepared == {small.intent_id: 1, large.intent_id: 2}
+
+
+@pytest.mark.asyncio
 async def test_an_intent_submitted_before_a_restart_is_validated_again(
     tmp_path: Path, prepared: Counter[str]
 ) -> None:
