@@ -273,16 +273,7 @@ class EffectorToolRunner:
             audit.rejected(intent, str(exc))
             return rejected_result(intent, str(exc), now_ms=clock())
         call = ToolCall(intent, tool, kwargs, attempt)
-        try:
-            value = await self._call(tool, kwargs, _intent_info(call))
-        # A tool that calls sys.exit() is a failed tool, not a request to stop the effector.
-        except (Exception, SystemExit) as exc:
-            return _failed(call, exc, clock())
-        except asyncio.CancelledError as exc:
-            if _cancelled_from_outside():
-                raise
-            return _failed(call, exc, clock())
-        return _returned(call, value, clock())
+        return await _result_of(call, clock, lambda: self._call(tool, kwargs, _intent_info(call)))
 
     def execute_batch(
         self, calls: Sequence[ToolCall], clock: Callable[[], int], finished: CallFinished
@@ -345,16 +336,12 @@ class EffectorToolRunner:
 
     async def _attempt(self, call: ToolCall, clock: Callable[[], int]) -> ToolResult:
         """One call of a batch, its outcome mapped to a result (a timeout cancels it)."""
-        try:
+
+        def start() -> Awaitable[Any]:
             info = _intent_info(call) if call.tool.accepts_intent else None
-            value = await self._unbounded(call.tool, call.kwargs, info)
-        except (Exception, SystemExit) as exc:
-            return _failed(call, exc, clock())
-        except asyncio.CancelledError as exc:
-            if _cancelled_from_outside():
-                raise
-            return _failed(call, exc, clock())
-        return _returned(call, value, clock())
+            return self._unbounded(call.tool, call.kwargs, info)
+
+        return await _result_of(call, clock, start)
 
     async def _call(
         self, tool: Tool[..., Any], kwargs: dict[str, Any], intent_info: IntentInfo | None
@@ -415,6 +402,22 @@ class EffectorToolRunner:
         if inspect.isawaitable(value):
             value = await value
         return value
+
+
+async def _result_of(
+    call: ToolCall, clock: Callable[[], int], start: Callable[[], Awaitable[Any]]
+) -> ToolResult:
+    """The result of ``call``, run by awaiting what ``start`` returns; failures become ERROR."""
+    try:
+        value = await start()
+    # A tool that calls sys.exit() is a failed tool, not a request to stop the effector.
+    except (Exception, SystemExit) as exc:
+        return _failed(call, exc, clock())
+    except asyncio.CancelledError as exc:
+        if _cancelled_from_outside():
+            raise
+        return _failed(call, exc, clock())
+    return _returned(call, value, clock())
 
 
 def _cancelled_from_outside() -> bool:

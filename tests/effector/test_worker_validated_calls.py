@@ -123,27 +123,18 @@ async def test_submit_validates_and_execution_does_not_again(
     assert prepared == {intent.intent_id: 1 for intent in intents}
 
 
+@pytest.mark.parametrize("bound", ["count", "bytes"])
 @pytest.mark.asyncio
 async def test_an_evicted_intent_is_validated_again(
-    tmp_path: Path, prepared: Counter[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, prepared: Counter[str], monkeypatch: pytest.MonkeyPatch, bound: str
 ) -> None:
-    monkeypatch.setattr(worker_module, "VALIDATED_CALLS_KEPT", 2)
     intents = echoes(4)
-    async with effector(tmp_path / "e.db") as (store, service):
-        for intent in intents:  # one by one: the oldest are let go first
-            await submit(service, [intent])
-        await run_all(store, service.worker, intents)
-    assert sorted(received) == [0, 1, 2, 3]
-    assert [prepared[intent.intent_id] for intent in intents] == [2, 2, 1, 1]
-
-
-@pytest.mark.asyncio
-async def test_the_kept_calls_are_bounded_by_their_arguments_bytes(
-    tmp_path: Path, prepared: Counter[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    each = len(echoes(1)[0].args_json)
-    monkeypatch.setattr(worker_module, "VALIDATED_ARGS_BYTES_KEPT", 2 * each)
-    intents = echoes(4)
+    if bound == "count":
+        monkeypatch.setattr(worker_module, "VALIDATED_CALLS_KEPT", 2)
+    else:  # two intents' argument JSON
+        monkeypatch.setattr(
+            worker_module, "VALIDATED_ARGS_BYTES_KEPT", 2 * len(intents[0].args_json)
+        )
     async with effector(tmp_path / "e.db") as (store, service):
         for intent in intents:  # one by one: the oldest are let go first
             await submit(service, [intent])
