@@ -32,10 +32,7 @@ from beam_agents._protos import (
     MAX_ATTRIBUTES,
     MAX_ENTITY_KEY_BYTES,
     MAX_ENVELOPE_BYTES,
-    MAX_JSON_DEPTH,
     MAX_TEXT_FIELD_CHARS,
-    MAX_TIME_MS,
-    MIN_TIME_MS,
     ActivationRecord,
     AgentEnvelope,
     AgentError,
@@ -267,43 +264,8 @@ def intent_problem(intent: ToolIntent) -> str | None:
     problem = intent_id_problem(intent.intent_id)
     if problem is not None:
         return problem
-    if _plainly_recordable(intent):
-        return None
     problem = recordable_problem(intent)
     return None if problem is None else f"intent {intent.intent_id} {problem}"
-
-
-_INTENT_FIELDS = ToolIntent.DESCRIPTOR.fields
-_INTENT_TIMES = tuple(
-    f.name for f in _INTENT_FIELDS if f.cpp_type == f.CPPTYPE_INT64 and f.name.endswith("_ms")
-)
-_INTENT_NANOS = tuple(f.name for f in _INTENT_FIELDS if f.name.endswith("_unix_nano"))
-_INTENT_JSON = tuple(f.name for f in _INTENT_FIELDS if f.name.endswith("_json"))
-_INTENT_MESSAGES = tuple(f.name for f in _INTENT_FIELDS if f.message_type is not None)
-
-
-def _plainly_recordable(intent: ToolIntent) -> bool:
-    """Whether ``recordable_problem`` certainly finds nothing: the usual intent, checked fast.
-
-    Small (no text field can be over its limit in fewer bytes) and without nested messages, it
-    needs only its key, its times and its JSON's bracket counts looked at; any other intent
-    gets the full walk.
-    """
-    if intent.ByteSize() > MAX_TEXT_FIELD_CHARS or not intent.entity_key:
-        return False
-    if any(intent.HasField(name) for name in _INTENT_MESSAGES):
-        return False
-    for name in _INTENT_TIMES:
-        if not MIN_TIME_MS <= getattr(intent, name) <= MAX_TIME_MS:
-            return False
-    for name in _INTENT_NANOS:
-        if getattr(intent, name) < 0:
-            return False
-    for name in _INTENT_JSON:
-        text = getattr(intent, name)
-        if text.count("[") + text.count("{") > MAX_JSON_DEPTH:
-            return False
-    return True
 
 
 def external_event_problem(envelope: AgentEnvelope) -> str | None:

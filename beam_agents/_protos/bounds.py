@@ -202,9 +202,49 @@ def text_problem(message: Message, allowed: Iterable[str] = ()) -> str | None:
 
 def recordable_problem(intent: ToolIntent) -> str | None:
     """Why the effector could not record ``intent`` (key, text, times, JSON), or ``None``."""
+    if _plainly_recordable(intent):
+        return None
+    return walked_recordable_problem(intent)
+
+
+def walked_recordable_problem(intent: ToolIntent) -> str | None:
+    """:func:`recordable_problem` by walking every field, without the quick look."""
     return (
         entity_key_problem(intent.entity_key)
         or text_problem(intent)
         or text_problem(intent.edited_from)
         or bounds_problem(intent)
     )
+
+
+_INTENT_FIELDS = ToolIntent.DESCRIPTOR.fields
+_INTENT_TIMES = tuple(
+    f.name for f in _INTENT_FIELDS if f.cpp_type == f.CPPTYPE_INT64 and f.name.endswith("_ms")
+)
+_INTENT_NANOS = tuple(f.name for f in _INTENT_FIELDS if f.name.endswith("_unix_nano"))
+_INTENT_JSON = tuple(f.name for f in _INTENT_FIELDS if f.name.endswith("_json"))
+_INTENT_MESSAGES = tuple(f.name for f in _INTENT_FIELDS if f.message_type is not None)
+
+
+def _plainly_recordable(intent: ToolIntent) -> bool:
+    """Whether the full walk certainly finds nothing: the usual intent, checked fast.
+
+    Small (no text field can be over its limit in fewer bytes) and without nested messages, it
+    needs only its key, its times and its JSON's bracket counts looked at; any other intent
+    gets the full walk.
+    """
+    if intent.ByteSize() > MAX_TEXT_FIELD_CHARS or not intent.entity_key:
+        return False
+    if any(intent.HasField(name) for name in _INTENT_MESSAGES):
+        return False
+    for name in _INTENT_TIMES:
+        if not MIN_TIME_MS <= getattr(intent, name) <= MAX_TIME_MS:
+            return False
+    for name in _INTENT_NANOS:
+        if getattr(intent, name) < 0:
+            return False
+    for name in _INTENT_JSON:
+        text = getattr(intent, name)
+        if text.count("[") + text.count("{") > MAX_JSON_DEPTH:
+            return False
+    return True

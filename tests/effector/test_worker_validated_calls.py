@@ -26,8 +26,8 @@ from beam_agents._protos import (
     SubmitAck,
     SubmitRequest,
     ToolIntent,
-    recordable_problem,
 )
+from beam_agents._protos.bounds import walked_recordable_problem
 from beam_agents.tools import ToolRegistry, tool
 from effector.observability import EffectorMetrics
 from effector.service import EffectorService, intent_problem
@@ -221,7 +221,7 @@ INTAKE_CASES = {
 @pytest.mark.parametrize("case", sorted(INTAKE_CASES))
 def test_the_quick_intake_check_agrees_with_the_full_one(case: str) -> None:
     intent = INTAKE_CASES[case]
-    full = recordable_problem(intent)
+    full = walked_recordable_problem(intent)
     expected = None if full is None else f"intent {intent.intent_id} {full}"
     assert intent_problem(intent) == expected
     usual = case in {"usual", "wide arguments", "shallow edit"}
