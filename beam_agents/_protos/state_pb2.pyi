@@ -145,13 +145,13 @@ class CompensationLink(_message.Message):
     def __init__(self, intent_id: _Optional[str] = ..., step_index: _Optional[int] = ..., tool_name: _Optional[str] = ..., args_json: _Optional[str] = ..., compensation_intent_id: _Optional[str] = ...) -> None: ...
 
 class KeyHeader(_message.Message):
-    __slots__ = ("schema_version", "next_seq", "last_activity_ms", "suspended")
+    __slots__ = ("schema_version", "next_seq", "last_activity_ms", "continuation")
     SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
     NEXT_SEQ_FIELD_NUMBER: _ClassVar[int]
     LAST_ACTIVITY_MS_FIELD_NUMBER: _ClassVar[int]
-    SUSPENDED_FIELD_NUMBER: _ClassVar[int]
+    CONTINUATION_FIELD_NUMBER: _ClassVar[int]
     schema_version: int
     next_seq: int
     last_activity_ms: int
-    suspended: bool
-    def __init__(self, schema_version: _Optional[int] = ..., next_seq: _Optional[int] = ..., last_activity_ms: _Optional[int] = ..., suspended: _Optional[bool] = ...) -> None: ...
+    continuation: bytes
+    def __init__(self, schema_version: _Optional[int] = ..., next_seq: _Optional[int] = ..., last_activity_ms: _Optional[int] = ..., continuation: _Optional[bytes] = ...) -> None: ...

@@ -64,6 +64,7 @@ from beam_agents.core.context import (
     run_namespace,
     stage_route_compensations,
     staged,
+    staged_anything,
     stale_approval,
 )
 from beam_agents.core.observability import (
@@ -72,7 +73,6 @@ from beam_agents.core.observability import (
     TraceRecorder,
     explain,
     record_options,
-    trace_id_for,
 )
 from beam_agents.core.state import HEADER_SCHEMA_VERSION, KeyState
 from beam_agents.model.client import ProviderError
@@ -174,8 +174,10 @@ class Activator:
         *,
         ticks: bool = False,
         bounded: bool = False,
+        traced: bool = True,
     ) -> None:
         self._agent = agent
+        self._traced = traced
         self._ticks = ticks
         self._bounded = bounded
         self._config = config
@@ -186,6 +188,10 @@ class Activator:
         # Every clock but the test clock tells the runner's current time.
         self._clock_readable = clock is not epoch_clock
         self._record = record_options(config.record)
+        # A new run that stages nothing commits its header alone (``_new_run``).
+        self._header_only_commits = (
+            not traced and self._record is None and config.before_commit is None
+        )
 
     def activate(self, key: bytes, received: Received, state: KeyState) -> Plan:
         """What ``received`` does to the key: one ``_apply_<kind>`` per kind of input."""
@@ -221,21 +227,27 @@ class Activator:
         seq = state.header.next_seq
         now_ms = envelope.event_time_ms
         namespace = self._services.intent_namespace
-        trace_id = trace_id_for(key, seq, namespace)
+        trace = TraceRecorder(key, seq, None, 0, now_ms, namespace=namespace, enabled=self._traced)
         ctx = ActivationContext(
             entity_key=key,
             seq=seq,
             now_ms=now_ms,
             event=envelope.external_event,
             first_step=0,
-            trace=TraceRecorder(key, seq, trace_id, 0, now_ms, namespace=namespace),
+            trace=trace,
             services=self._services,
             load_memory=state.read_memory,
             load_cache=_no_committed_calls,
         )
-        outcome = self._activate(plan, ctx, staged(ctx), TRIGGER_EVENT, envelope, envelope_bytes)
-        if outcome is not None:
-            self._commit(plan, ctx, staged(ctx), outcome, TRIGGER_EVENT, None)
+        outcome = self._activate(plan, ctx, trace, TRIGGER_EVENT, envelope, envelope_bytes)
+        if outcome is None:
+            return
+        if self._header_only_commits and not staged_anything(ctx) and type(outcome) is Complete:
+            state.write_header(self._next_header(plan, seq + 1, now_ms))
+            if outcome.output:
+                plan.outputs.append(outcome.output)
+            return
+        self._commit(plan, ctx, staged(ctx), outcome, TRIGGER_EVENT, None)
 
     def _buffer_event(self, plan: Plan, key: bytes, envelope: AgentEnvelope) -> None:
         state = plan.state
@@ -258,7 +270,7 @@ class Activator:
             )
             return
         state.buffer(envelope.SerializeToString())
-        state.write_header(self._next_header(plan, state.header.next_seq, envelope.event_time_ms))
+        self._arm_idle(plan, state.header.last_activity_ms, envelope.event_time_ms)
 
     def _apply_answer(
         self,
@@ -291,26 +303,28 @@ class Activator:
         assert suspended is not None
         answered = with_answer(suspended, answer)
         now_ms = envelope.event_time_ms
+        trace = TraceRecorder(
+            key,
+            answered.seq,
+            answered.trace_id,
+            answered.trace_sequence,
+            now_ms,
+            namespace=run_namespace(answered),
+            enabled=self._traced,
+        )
         ctx = ActivationContext(
             entity_key=key,
             seq=answered.seq,
             now_ms=now_ms,
             event=b"",
             first_step=answered.next_step,
-            trace=TraceRecorder(
-                key,
-                answered.seq,
-                answered.trace_id,
-                answered.trace_sequence,
-                now_ms,
-                namespace=run_namespace(answered),
-            ),
+            trace=trace,
             services=self._services,
             load_memory=state.read_memory,
             load_cache=state.read_cache,
             resumption=resumption(answered, answer),
         )
-        outcome = self._activate(plan, ctx, staged(ctx), trigger, envelope, None)
+        outcome = self._activate(plan, ctx, trace, trigger, envelope, None)
         if outcome is not None:
             self._commit(plan, ctx, staged(ctx), outcome, trigger, answered)
 
@@ -320,22 +334,21 @@ class Activator:
         self,
         plan: Plan,
         ctx: ActivationContext,
-        staged: Staged,
+        trace: TraceRecorder,
         trigger: str,
         envelope: AgentEnvelope,
         envelope_bytes: bytes | None,
     ) -> Outcome | None:
         """Run the agent; on failure plan the error and its trace and return ``None``."""
-        trace = staged.trace
         if self._record is not None:
-            staged.recording = ActivationRecorder(
+            staged(ctx).recording = ActivationRecorder(
                 self._record, envelope, trigger, ctx.high_water_step
             )
         trace.record(TraceEvent.ACTIVATION_START, ctx.high_water_step, {"trigger": trigger})
         failure: BaseException
         try:
             outcome = self._run(self._agent(ctx), self._config.activation_timeout_s)
-            return self._checked(outcome, staged)
+            return self._checked(outcome, ctx)
         except (Exception, asyncio.CancelledError) as exc:
             failure = exc
         reason = _failure_reason(failure)
@@ -359,10 +372,10 @@ class Activator:
         )
         return None
 
-    def _checked(self, outcome: object, staged: Staged) -> Outcome:
-        if staged.budget_error is not None:
-            # The agent caught it, but a run past its budget must not commit.
-            raise staged.budget_error
+    def _checked(self, outcome: object, ctx: ActivationContext) -> Outcome:
+        budget_error = staged(ctx).budget_error if staged_anything(ctx) else None
+        if budget_error is not None:  # the agent caught it, but the run must not commit
+            raise budget_error
         if isinstance(outcome, Complete):
             if not isinstance(outcome.output, bytes):
                 raise InvalidOutcomeError(
@@ -370,7 +383,7 @@ class Activator:
                 )
             return outcome
         if isinstance(outcome, Suspend):
-            if not staged.pending_after() and self._suspension_timeout(outcome) is None:
+            if not staged(ctx).pending_after() and self._suspension_timeout(outcome) is None:
                 raise InvalidOutcomeError(
                     "the agent suspended with no pending intents and no timeout, so nothing "
                     "could ever resume it; stage an intent first, set Suspend(timeout_ms=...), "
@@ -414,7 +427,9 @@ class Activator:
             staged.trace.record(
                 TraceEvent.ACTIVATION_END,
                 staged.cursor.high_water_step,
-                staged.closing_attributes({"output_bytes": str(len(outcome.output))}),
+                staged.closing_attributes({"output_bytes": str(len(outcome.output))})
+                if self._traced
+                else None,
             )
         if self._config.before_commit is not None:
             first_step = 0 if base is None else base.next_step
@@ -488,18 +503,22 @@ class Activator:
 
     def _next_header(self, plan: Plan, next_seq: int, activity_ms: int) -> KeyHeader:
         """The header to store (the caller stores it); arm the idle timer if none is armed."""
-        previous = plan.state.header
-        last_activity_ms = max(previous.last_activity_ms, activity_ms)
-        ttl_ms = self._config.ttl_ms
+        previous_ms = plan.state.header.last_activity_ms
+        if not previous_ms:
+            self._arm_idle(plan, previous_ms, activity_ms)
+        header = KeyHeader()  # field by field: cheaper than keywords
+        header.schema_version = HEADER_SCHEMA_VERSION
+        header.next_seq = next_seq
+        header.last_activity_ms = max(previous_ms, activity_ms)
+        return header
+
+    def _arm_idle(self, plan: Plan, previous_ms: int, activity_ms: int) -> None:
+        """Arm the idle timer if none is armed: the key's last activity was zero."""
         # A zero last activity means no idle timer is armed (a fresh or cleaned-up key); an
         # armed timer that fires early re-arms itself, so it need not move on every element.
-        if ttl_ms is not None and previous.last_activity_ms == 0:
-            plan.idle_ms = last_activity_ms + ttl_ms
-        return KeyHeader(
-            schema_version=HEADER_SCHEMA_VERSION,
-            next_seq=next_seq,
-            last_activity_ms=last_activity_ms,
-        )
+        ttl_ms = self._config.ttl_ms
+        if ttl_ms is not None and previous_ms == 0:
+            plan.idle_ms = max(previous_ms, activity_ms) + ttl_ms
 
     def _drain(self, plan: Plan, key: bytes) -> None:
         """Run the events buffered during a suspension that just ended, until one suspends."""

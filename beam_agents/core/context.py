@@ -124,6 +124,8 @@ class ActivationContext:
     __slots__ = (
         "_approval",
         "_approvals",
+        "_first_step",
+        "_lazy_staged",
         "_load_cache",
         "_load_memory",
         "_pending_ids",
@@ -131,7 +133,7 @@ class ActivationContext:
         "_results",
         "_services",
         "_snapshot",
-        "_staged",
+        "_trace",
         "entity_key",
         "event",
         "now_ms",
@@ -159,6 +161,8 @@ class ActivationContext:
         self._services = services
         self._load_memory = load_memory
         self._load_cache = load_cache
+        self._trace = trace
+        self._first_step = first_step
         if resumption is None:
             self._result: ToolResult | None = None
             self._approval: Approval | None = None
@@ -166,9 +170,7 @@ class ActivationContext:
             self._results: Mapping[str, ToolResult] = _NO_RESULTS
             self._approvals: Mapping[str, Approval] = _NO_APPROVALS
             self._pending_ids = _NONE_PENDING
-            self._staged = Staged(
-                trace, StepCursor(first_step), namespace=services.intent_namespace
-            )
+            self._lazy_staged: Staged | None = None  # staged on first use
         else:
             self._result = resumption.result
             self._approval = resumption.approval
@@ -183,7 +185,7 @@ class ActivationContext:
             self._pending_ids = (
                 frozenset(intent_id for intent_id, _ in pending) if pending else _NONE_PENDING
             )
-            self._staged = Staged(
+            self._lazy_staged = Staged(
                 trace,
                 StepCursor(first_step, resumption.steps),
                 pending,
@@ -191,6 +193,17 @@ class ActivationContext:
                 namespace=resumption.namespace,
                 links=resumption.compensations,
             )
+
+    @property
+    def _staged(self) -> Staged:
+        staged = self._lazy_staged
+        if staged is None:
+            staged = self._lazy_staged = Staged(
+                self._trace,
+                StepCursor(self._first_step),
+                namespace=self._services.intent_namespace,
+            )
+        return staged
 
     # -- memory --------------------------------------------------------------------------
 
@@ -237,7 +250,8 @@ class ActivationContext:
     @property
     def pending_intent_ids(self) -> frozenset[str]:
         """Intents of this run still unanswered, including those staged in this activation."""
-        intents = self._staged.intents
+        staged = self._lazy_staged
+        intents = None if staged is None else staged.intents
         if not intents:
             return self._pending_ids
         return self._pending_ids | {intent.intent_id for intent in intents}
@@ -248,17 +262,20 @@ class ActivationContext:
 
         A step that differs from the run's record takes :attr:`high_water_step` instead.
         """
-        return self._staged.cursor.next_step
+        staged = self._lazy_staged
+        return self._first_step if staged is None else staged.cursor.next_step
 
     @property
     def high_water_step(self) -> int:
         """The first step position no activation of this run has taken yet."""
-        return self._staged.cursor.high_water_step
+        staged = self._lazy_staged
+        return self._first_step if staged is None else staged.cursor.high_water_step
 
     @property
     def run_tokens_used(self) -> int:
         """Tokens spent by the whole run so far: earlier activations plus this one."""
-        return self._staged.run_tokens_used
+        staged = self._lazy_staged
+        return 0 if staged is None else staged.run_tokens_used
 
     @property
     def intent_ttl_ms(self) -> int:
@@ -351,14 +368,15 @@ class ActivationContext:
                 )
             if limit is not None and self.run_tokens_used > limit:
                 raise self._refuse_over_budget(limit, "went over its token budget")
-        staged.trace.record(
-            TraceEvent.LLM_CALL,
-            step,
+        trace = staged.trace
+        attributes = (
             model.trace_attributes(
                 request, response, attempts=attempts, cache_hit=entry is not None
-            ),
-            started_ns,
+            )
+            if trace.enabled
+            else None
         )
+        trace.record(TraceEvent.LLM_CALL, step, attributes, started_ns)
         return response
 
     # -- tools ---------------------------------------------------------------------------
@@ -497,6 +515,11 @@ class ActivationContext:
 def staged(ctx: ActivationContext) -> Staged:
     """What ``ctx``'s activation staged, for the runtime to commit (agents never need it)."""
     return ctx._staged
+
+
+def staged_anything(ctx: ActivationContext) -> bool:
+    """Whether ``ctx``'s activation used anything it stages (memory, model, tools, intents)."""
+    return ctx._lazy_staged is not None
 
 
 # -- the step cursor: each model call and intent takes the next step --------------------------
@@ -738,7 +761,7 @@ class Staged:
         Memory it changed is always given, ``{}`` once emptied, so no stale sizes linger.
         """
         memory = self.memory
-        if memory is not None:
+        if memory is not None and self.trace.enabled:
             sizes = memory.slot_sizes
             if sizes or memory.changed:
                 attributes[MEMORY_SLOTS_ATTRIBUTE] = (

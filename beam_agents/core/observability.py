@@ -14,7 +14,6 @@ import sys
 import sysconfig
 import time
 import traceback
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -39,7 +38,7 @@ from beam_agents._protos import (
     bounded_attribute_value,
     canonical_json,
 )
-from beam_agents.core.agent import Outcome, Suspend, uuid5_hex
+from beam_agents.core.agent import Outcome, Suspend
 from beam_agents.core.state import KeyState, WorkingMemory
 from beam_agents.model.client import (
     LlmRequest,
@@ -52,8 +51,6 @@ from beam_agents.model.client import (
 # -- trace events: deterministic identity, wall-clock latency ---------------------------------
 # Every field but the wall-clock times is a pure function of key, run and position, so a
 # retried or replayed run emits the same spans (identity_of is what such runs share).
-TRACE_NAMESPACE = uuid.UUID("d14e16df-be50-59e9-a710-702fd4f47bff")
-"""The uuid5 namespace of trace ids: ``uuid5(NAMESPACE_URL, "urn:beam-agents:trace")``."""
 
 _START = TraceEvent.ACTIVATION_START
 _PARENTLESS = frozenset((_START, TraceEvent.ERROR))
@@ -81,21 +78,19 @@ def identity_of(event: TraceEvent) -> bytes:
     return kept.SerializeToString(deterministic=True)
 
 
-@functools.lru_cache(maxsize=256)
-def _trace_space(namespace: str) -> uuid.UUID:
-    """The uuid5 namespace of the trace ids of runs in the intent namespace ``namespace``."""
-    return uuid.uuid5(TRACE_NAMESPACE, f"namespace:{namespace}")
-
-
 def trace_id_for(entity_key: bytes, seq: int, namespace: str | None = None) -> str:
     """The trace id of run ``seq`` of ``entity_key`` in ``namespace`` (``AgentConfig.namespace``).
 
-    Without a namespace: ``uuid5(TRACE_NAMESPACE, f"{entity_key.hex()}|{seq}")``, as always;
-    with one, the same name under a namespace of its own, so runs of different namespaces on one
-    key never share a trace id.
+    32 hex digits: the BLAKE2b-128 digest of ``f"{seq}|{len(key)}|"``, the key, and
+    ``"|" + namespace`` if the run has one, personalized ``beam-agents.tr``.
     """
-    space = TRACE_NAMESPACE if namespace is None else _trace_space(namespace)
-    return uuid5_hex(space, f"{entity_key.hex()}|{seq}")
+    name = b"%d|%d|%s" % (seq, len(entity_key), entity_key)
+    if namespace is not None:
+        name += b"|" + namespace.encode()
+    return hashlib.blake2b(name, digest_size=16, person=_TRACE_PERSON).hexdigest()
+
+
+_TRACE_PERSON = b"beam-agents.tr"
 
 
 def span_salt_for(trace_id: str, namespace: str | None) -> int:
@@ -120,11 +115,16 @@ def _unsalted_span_id(sequence: int, event_type: int) -> str:
 
 
 class TraceRecorder:
-    """Collects one activation's trace events; they are emitted only if it commits."""
+    """Collects one activation's trace events; they are emitted only if it commits.
+
+    A disabled recorder (the pipeline reads no ``.traces``) records nothing but its failure
+    event. The trace id is derived on first use: a run with nothing to trace never needs it.
+    """
 
     __slots__ = (
         "_activation_span",
         "_clock",
+        "_enabled",
         "_entity_key",
         "_first_sequence",
         "_namespace",
@@ -133,6 +133,7 @@ class TraceRecorder:
         "_root_span",
         "_salt",
         "_seq",
+        "_skipped",
         "_trace_id",
         "events",
     )
@@ -141,14 +142,16 @@ class TraceRecorder:
         self,
         entity_key: bytes,
         seq: int,
-        trace_id: str,
+        trace_id: str | None,
         first_sequence: int,
         now_ms: int,
         clock: Callable[[], int] = time.time_ns,
         *,
         namespace: str | None = None,
+        enabled: bool = True,
     ) -> None:
         self._clock = clock
+        self._enabled = enabled
         self._opened: TraceEvent | None = None
         self._entity_key = entity_key
         self._seq = seq
@@ -156,18 +159,32 @@ class TraceRecorder:
         self._first_sequence = first_sequence
         self._now_ms = now_ms
         self._namespace = namespace
-        salt = self._salt = span_salt_for(trace_id, namespace)
-        root_span = span_id_for(0, _START, salt)
-        self._activation_span = (
-            root_span if first_sequence == 0 else span_id_for(first_sequence, _START, salt)
-        )
-        self._root_span = "" if first_sequence == 0 else root_span
+        self._salt: int | None = None
+        self._activation_span = self._root_span = ""
+        self._skipped = 0
+        """Events a disabled recorder did not build: they take their sequences all the same."""
         self.events: list[TraceEvent] = []
 
     @property
     def trace_id(self) -> str:
         """The run's trace id."""
-        return self._trace_id
+        trace_id = self._trace_id
+        if trace_id is None:
+            trace_id = self._trace_id = trace_id_for(self._entity_key, self._seq, self._namespace)
+        return trace_id
+
+    def _span_salt(self) -> int:
+        """The run's span salt; the first call also derives the activation's parent spans."""
+        salt = self._salt
+        if salt is None:
+            salt = self._salt = span_salt_for(self.trace_id, self._namespace)
+            root_span = span_id_for(0, _START, salt)
+            first_sequence = self._first_sequence
+            self._activation_span = (
+                root_span if first_sequence == 0 else span_id_for(first_sequence, _START, salt)
+            )
+            self._root_span = "" if first_sequence == 0 else root_span
+        return salt
 
     @property
     def entity_key(self) -> bytes:
@@ -191,7 +208,17 @@ class TraceRecorder:
     @property
     def next_sequence(self) -> int:
         """The sequence the run's next event will get."""
-        return self._first_sequence + len(self.events)
+        return self._first_sequence + len(self.events) + self._skipped
+
+    @property
+    def enabled(self) -> bool:
+        """Whether events are built (the pipeline reads ``.traces``)."""
+        return self._enabled
+
+    @property
+    def first_sequence(self) -> int:
+        """The sequence of the activation's first event."""
+        return self._first_sequence
 
     def _event(
         self,
@@ -205,8 +232,8 @@ class TraceRecorder:
         # Field by field rather than by keyword: about three times cheaper for these messages,
         # and zero-valued scalars are skipped (proto3 serializes them identically either way).
         event = TraceEvent()
-        event.trace_id = self._trace_id
-        event.span_id = span_id_for(sequence, event_type, self._salt)
+        event.trace_id = self.trace_id
+        event.span_id = span_id_for(sequence, event_type, self._span_salt())
         parent = self._root_span if event_type in _PARENTLESS else self._activation_span
         if parent:
             event.parent_span_id = parent
@@ -243,6 +270,9 @@ class TraceRecorder:
         started_ns: int = 0,
     ) -> None:
         """Append an event of ``event_type`` at ``step_index`` spanning ``started_ns`` to now."""
+        if not self._enabled:
+            self._skipped += 1
+            return
         events = self.events
         now = self._clock()
         event = self._event(
@@ -266,7 +296,7 @@ class TraceRecorder:
         attributes = {
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.tool.name": name,
-            "gen_ai.tool.call.id": f"call_{self._trace_id}_{self.next_sequence}",
+            "gen_ai.tool.call.id": f"call_{self.trace_id}_{self.next_sequence}",
             "tool_name": name,
             "status": "error" if error else "ok",
         }
@@ -672,7 +702,7 @@ class ActivationRecorder:
             trigger=self.trigger,
             envelope=self.envelope,
             first_step=self.first_step,
-            trace_sequence=trace.events[0].sequence if trace.events else 0,
+            trace_sequence=trace.first_sequence,
             model_calls=self.model_calls,
             tool_calls=self.tool_calls,
             intents=staged.intents,

@@ -6,12 +6,19 @@ activation reads and stages. Every format is version 1; a newer version is refus
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Protocol, TypeVar
+from collections.abc import Iterable, Sequence
+from typing import Protocol, TypeVar
 
 from google.protobuf.message import Message
 
-from beam_agents._protos import Continuation, KeyHeader, MemoryState, ModelCache, RingItems
+from beam_agents._protos import (
+    AgentEnvelope,
+    Continuation,
+    KeyHeader,
+    MemoryState,
+    ModelCache,
+    RingItems,
+)
 from beam_agents.core.agent import MemoryLimitError, MemorySlotError, StateSchemaError
 from beam_agents.core.model_calls import CACHE_SCHEMA_VERSION
 
@@ -44,54 +51,51 @@ def decode_cache(blob: bytes) -> ModelCache:
     return decode_versioned(ModelCache, blob, CACHE_SCHEMA_VERSION)
 
 
-class Readable(Protocol):
-    """A state cell as the core sees it: read-only. Writes go through :attr:`KeyState.writes`."""
+class Bag(Protocol):
+    """A bag state cell as the core uses it (Beam's bag state, or a test's stand-in)."""
 
-    def read(self) -> Any:
-        """The cell's value (``bytes`` or ``None``), or a bag's values."""
+    def read(self) -> Iterable[bytes]:
+        """The bag's elements, oldest first."""
 
+    def add(self, value: bytes) -> None:
+        """Append ``value``."""
 
-HEADER, MEMORY, CONTINUATION = 0, 1, 2
-"""The value cells, as :attr:`KeyState.writes` numbers them (the order ``KeyState`` takes)."""
+    def clear(self) -> None:
+        """Remove every element."""
 
 
 class KeyState:
     """One key's state for one ``process`` or timer call: lazy reads, staged writes.
 
-    Each cell is read at most once, and only when needed; later reads in the call see writes.
+    The header bag holds the :class:`KeyHeader` (with the suspended run's continuation) and,
+    after it, the events buffered behind that run; the memory bag holds the memory's elements.
+    Each bag is read at most once, and only when needed; :meth:`commit` writes what changed.
     """
 
     __slots__ = (
-        "_buffer_cell",
         "_continuation",
-        "_continuation_cell",
         "_continuation_read",
         "_header",
         "_header_cell",
+        "_header_out",
         "_memory_cell",
         "_memory_elements",
+        "_memory_written",
+        "_stored",
         "buffer_added",
         "buffer_reset",
-        "writes",
     )
 
-    def __init__(
-        self,
-        header: Readable,
-        memory: Readable,
-        continuation: Readable,
-        buffer: Readable,
-    ) -> None:
+    def __init__(self, header: Bag, memory: Bag) -> None:
         self._header_cell = header
         self._memory_cell = memory
-        self._continuation_cell = continuation
-        self._buffer_cell = buffer
         self._header: KeyHeader | None = None
+        self._stored: list[bytes] | None = None
+        self._header_out: bytes | None = None
         self._memory_elements: list[bytes] | None = None
+        self._memory_written = False
         self._continuation: Continuation | None = None
         self._continuation_read = False
-        self.writes: dict[int, Any] = {}
-        """Cell number to its new value (bytes, or the memory bag's list); ``None`` clears it."""
         self.buffer_reset = False
         """Whether the buffer is cleared before :attr:`buffer_added` is appended."""
         self.buffer_added: list[bytes] = []
@@ -100,19 +104,33 @@ class KeyState:
     def header(self) -> KeyHeader:
         """The key's header (a fresh one for a key never committed)."""
         if self._header is None:
-            blob = self._header_cell.read()
-            self._header = (
-                decode_versioned(KeyHeader, blob, HEADER_SCHEMA_VERSION)
-                if blob
-                else KeyHeader(schema_version=HEADER_SCHEMA_VERSION)
-            )
+            stored = self._read()
+            if not stored:
+                self._header = KeyHeader(schema_version=HEADER_SCHEMA_VERSION)
+            else:
+                header = decode_versioned(KeyHeader, stored[0], HEADER_SCHEMA_VERSION)
+                for envelope_bytes in stored[1:]:  # a buffered event is activity too
+                    event_time_ms = AgentEnvelope.FromString(envelope_bytes).event_time_ms
+                    header.last_activity_ms = max(header.last_activity_ms, event_time_ms)
+                self._header = header
         return self._header
 
+    def _read(self) -> list[bytes]:
+        """The header bag as stored: the header's element, then the buffered events."""
+        if self._stored is None:
+            self._stored = list(self._header_cell.read())
+        return self._stored
+
     def write_header(self, header: KeyHeader) -> None:
-        """Store ``header``, with ``suspended`` set to whether the key has a continuation."""
-        header.suspended = self.continuation is not None
+        """Store ``header``, with the key's continuation as it stands."""
+        continuation = self.header.continuation
+        if continuation:
+            header.continuation = continuation
+        self._stage_header(header)
+
+    def _stage_header(self, header: KeyHeader) -> None:
         self._header = header
-        self.writes[HEADER] = header.SerializeToString()
+        self._header_out = header.SerializeToString()
 
     def read_memory(self) -> list[bytes]:
         """The committed memory's elements (read from the bag once per call)."""
@@ -123,7 +141,7 @@ class KeyState:
     def write_memory(self, elements: list[bytes]) -> None:
         """Store the memory's elements; none clears the bag."""
         self._memory_elements = elements
-        self.writes[MEMORY] = elements or None
+        self._memory_written = True
 
     def read_cache(self) -> bytes | None:
         """The suspended run's ``ModelCache`` blob (``None`` if empty); see :func:`decode_cache`."""
@@ -134,7 +152,7 @@ class KeyState:
     def continuation(self) -> Continuation | None:
         """The suspended run's continuation, or ``None`` when the key is not suspended."""
         if not self._continuation_read:
-            blob = self._continuation_cell.read() if self.header.suspended else None
+            blob = self.header.continuation
             self._continuation = (
                 decode_versioned(Continuation, blob, CONTINUATION_SCHEMA_VERSION) if blob else None
             )
@@ -144,29 +162,23 @@ class KeyState:
     def write_continuation(
         self, continuation: Continuation | None, header: KeyHeader | None = None
     ) -> None:
-        """Store ``continuation`` (``None`` clears it); the header's ``suspended`` follows.
-
-        ``header``: the key's new header, stored with it (serialized once, ``suspended`` set);
-        without one the current header is stored again only if its ``suspended`` changes.
-        """
-        self._continuation = continuation
-        self._continuation_read = True
+        """Store ``continuation`` (``None`` clears it) in ``header``, or in the current header."""
         if continuation is None:
-            self.writes[CONTINUATION] = None
+            blob = b""
         else:
             continuation.schema_version = CONTINUATION_SCHEMA_VERSION
-            self.writes[CONTINUATION] = continuation.SerializeToString(deterministic=True)
+            blob = continuation.SerializeToString(deterministic=True)
         if header is None:
-            current = self.header
-            if current.suspended == (continuation is not None):
-                return
             header = KeyHeader()
-            header.CopyFrom(current)
-        self.write_header(header)
+            header.CopyFrom(self.header)
+        self._continuation = continuation
+        self._continuation_read = True
+        header.continuation = blob
+        self._stage_header(header)
 
     def buffered(self) -> list[bytes]:
         """The serialized envelopes buffered while suspended, oldest first."""
-        stored = [] if self.buffer_reset else list(self._buffer_cell.read())
+        stored = [] if self.buffer_reset else self._read()[1:]
         return [*stored, *self.buffer_added]
 
     def buffer(self, envelope_bytes: bytes) -> None:
@@ -187,9 +199,39 @@ class KeyState:
 
     def wipe(self) -> None:
         """Idle-key cleanup: clear everything but the header."""
-        self.writes[MEMORY] = None
-        self._memory_elements = []
+        self.write_memory([])
         self.end_run()
+
+    @property
+    def changed(self) -> bool:
+        """Whether :meth:`commit` would write anything."""
+        return (
+            self._header_out is not None
+            or self._memory_written
+            or self.buffer_reset
+            or bool(self.buffer_added)
+        )
+
+    def commit(self) -> None:
+        """Write what this call changed to the bags."""
+        cell = self._header_cell
+        if self._header_out is not None or self.buffer_reset:
+            head = self._header_out
+            if head is None:  # the buffer alone was replaced
+                head = self.header.SerializeToString()
+            kept = self.buffered()
+            cell.clear()
+            cell.add(head)
+            for envelope_bytes in kept:
+                cell.add(envelope_bytes)
+        else:
+            for envelope_bytes in self.buffer_added:
+                cell.add(envelope_bytes)
+        if self._memory_written:
+            memory = self._memory_cell
+            memory.clear()
+            for element in self._memory_elements or ():
+                memory.add(element)
 
 
 # -- working memory: the MemoryState wire format and the memory an activation sees ------------
@@ -432,6 +474,9 @@ def encode_memory(slots: dict[str, Slot | RawSlot]) -> list[bytes]:
     return elements
 
 
+PARSED_WHOLE_BYTES = 1 << 10
+"""A memory this small is parsed by the protobuf codec, every slot at once: cheaper than views."""
+
 MEMORY_CAP_BYTES = 1 << 20
 """The hard cap on a key's serialized working memory: 1 MiB."""
 
@@ -484,8 +529,9 @@ class WorkingMemory:
 
     @staticmethod
     def _decode(elements: Sequence[bytes]) -> dict[str, Slot | RawSlot]:
-        """The committed slots: views into ``elements`` or, if not canonical, parsed ones."""
-        raw = scan(elements)
+        """The committed slots: a small memory parsed whole, else views into ``elements``."""
+        small = len(elements) == 1 and len(elements[0]) <= PARSED_WHOLE_BYTES
+        raw = None if small else scan(elements)
         if raw is not None:
             return dict(raw)
         blob = b"".join(elements)

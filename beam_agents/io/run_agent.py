@@ -17,13 +17,13 @@ from typing import Any, NamedTuple
 import apache_beam as beam
 from apache_beam.coders import BytesCoder
 from apache_beam.metrics.metric import Metrics
+from apache_beam.pipeline import AppliedPTransform, PipelineVisitor
 from apache_beam.pvalue import PCollection, TaggedOutput
 from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiRunner
 from apache_beam.testing.test_stream import TestStream
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import (
     BagStateSpec,
-    ReadModifyWriteStateSpec,
     TimerSpec,
     on_timer,
 )
@@ -43,7 +43,7 @@ from beam_agents.core.model_calls import (
     answer_memo,
 )
 from beam_agents.core.observability import ErrorLog, progress_line
-from beam_agents.core.state import CONTINUATION, HEADER, MEMORY, KeyState
+from beam_agents.core.state import KeyState
 from beam_agents.model.resilience import CircuitBreakers
 from beam_agents.tools import ToolConnection, ToolRunner
 
@@ -215,16 +215,13 @@ class RunAgent(beam.PTransform[PCollection[tuple[bytes, AgentEnvelope]], RunAgen
                 _ENVELOPE_PAIR, errors=AgentError
             ).with_outputs(ERRORS_TAG, main="admitted")
             keyed, admission_errors = admitted.admitted, admitted[ERRORS_TAG]
-        activate = (
-            beam.ParDo(
-                agent_dofn(
-                    self._agent,
-                    config,
-                    ticks=_ticks(keyed.pipeline.runner),
-                    bounded=_bounded(keyed),
-                )
+        dofn = beam.ParDo(
+            agent_dofn(
+                self._agent, config, ticks=_ticks(keyed.pipeline.runner), bounded=_bounded(keyed)
             )
-            .with_input_types(_ENVELOPE_PAIR)
+        )
+        activate = (
+            dofn.with_input_types(_ENVELOPE_PAIR)
             .with_output_types(
                 bytes,
                 intents=ToolIntent,
@@ -235,6 +232,9 @@ class RunAgent(beam.PTransform[PCollection[tuple[bytes, AgentEnvelope]], RunAgen
             .with_outputs(INTENTS_TAG, TRACES_TAG, ERRORS_TAG, RECORDS_TAG, main=OUTPUT_TAG)
         )
         results = keyed | "Activate" >> activate
+        # ParDo holds its own copy of the DoFn: that copy is the one serialized to run.
+        agent_fn: AgentDoFn = dofn.fn
+        agent_fn.trace_if_read(results[TRACES_TAG])
         errors = results[ERRORS_TAG]
         if admission_errors is not None:
             errors = (admission_errors, errors) | "Errors" >> beam.Flatten().with_output_types(
@@ -250,14 +250,10 @@ class RunAgent(beam.PTransform[PCollection[tuple[bytes, AgentEnvelope]], RunAgen
 
 
 # -- the stateful DoFn: state cells and timers around the Activator ---------------------------
-# ``_applied`` finds a written cell by its number in KeyState.writes, in this order.
-assert (HEADER, MEMORY, CONTINUATION) == (0, 1, 2)
-
-_HEADER = ReadModifyWriteStateSpec("header", BytesCoder())
-# A bag: the memory's elements, which join to one ``MemoryState`` blob (``core.state``).
+# Two bags: the header (the KeyHeader, then the events buffered behind a suspended run) and the
+# memory's elements, which join to one ``MemoryState`` blob (``core.state``).
+_HEADER = BagStateSpec("header", BytesCoder())
 _MEMORY = BagStateSpec("memory", BytesCoder())
-_CONTINUATION = ReadModifyWriteStateSpec("continuation", BytesCoder())
-_BUFFER = BagStateSpec("buffer", BytesCoder())
 _DEADLINE = TimerSpec("deadline", TimeDomain.REAL_TIME)
 _IDLE = TimerSpec("idle", TimeDomain.WATERMARK)
 _EARLY_TIMER_PAUSE_S = 0.02
@@ -268,8 +264,6 @@ WAITING_REPORT_INTERVAL_S = 15.0
 # substitutes the runtime state object, timer, key or timestamp for each of them.
 _HEADER_STATE: Any = beam.DoFn.StateParam(_HEADER)
 _MEMORY_STATE: Any = beam.DoFn.StateParam(_MEMORY)
-_CONTINUATION_STATE: Any = beam.DoFn.StateParam(_CONTINUATION)
-_BUFFER_STATE: Any = beam.DoFn.StateParam(_BUFFER)
 _DEADLINE_TIMER: Any = beam.DoFn.TimerParam(_DEADLINE)
 _IDLE_TIMER: Any = beam.DoFn.TimerParam(_IDLE)
 _KEY: Any = beam.DoFn.KeyParam
@@ -312,35 +306,13 @@ def _ms(timestamp: Timestamp) -> int:
 
 
 def _applied(
-    plan: Plan,
-    header: Any,
-    memory: Any,
-    continuation: Any,
-    buffer: Any,
-    deadline: Any,
-    idle: Any,
-    tick_clock: Callable[[], int] | None,
+    plan: Plan, deadline: Any, idle: Any, tick_clock: Callable[[], int] | None, traced: bool
 ) -> list[Any]:
     """Write the plan's state, set its timers and return its outputs, tagged.
 
     With ``tick_clock`` a deadline still to come is checked again at once, not set for its time.
     """
-    state = plan.state
-    if state.writes:
-        cells = (header, memory, continuation)  # indexed by state.HEADER, MEMORY, ...
-        for cell, value in state.writes.items():
-            if value is None:
-                cells[cell].clear()
-            elif cell == MEMORY:  # a bag: its elements replace the committed ones
-                memory.clear()
-                for element in value:
-                    memory.add(element)
-            else:
-                cells[cell].write(value)
-    if state.buffer_reset:
-        buffer.clear()
-    for envelope_bytes in state.buffer_added:
-        buffer.add(envelope_bytes)
+    plan.state.commit()
     if plan.deadline_ms is not None:
         if not plan.deadline_ms:
             deadline.clear()
@@ -353,12 +325,28 @@ def _applied(
     out: list[Any] = plan.outputs  # the plan is done with, so its list is reused
     if plan.intents:
         out.extend([TaggedOutput(INTENTS_TAG, intent) for intent in plan.intents])
-    out.extend([TaggedOutput(TRACES_TAG, event) for event in plan.traces])
+    if plan.traces and traced:
+        out.extend([TaggedOutput(TRACES_TAG, event) for event in plan.traces])
     if plan.errors:
         out.extend([TaggedOutput(ERRORS_TAG, error) for error in plan.errors])
     if plan.records:
         out.extend([TaggedOutput(RECORDS_TAG, record) for record in plan.records])
     return out
+
+
+def _is_read(pcoll: PCollection[Any]) -> bool:
+    """Whether a transform of ``pcoll``'s pipeline reads it, as a main or a side input."""
+
+    class _Readers(PipelineVisitor):
+        found = False
+
+        def visit_transform(self, node: AppliedPTransform) -> None:
+            if pcoll in node.inputs or any(side.pvalue is pcoll for side in node.side_inputs):
+                self.found = True
+
+    readers = _Readers()
+    pcoll.pipeline.visit(readers)
+    return readers.found
 
 
 def _timer_callback(spec: TimerSpec, timer: str, name: str, doc: str) -> Any:
@@ -370,22 +358,18 @@ def _timer_callback(spec: TimerSpec, timer: str, name: str, doc: str) -> Any:
         fired: Timestamp = _TIMESTAMP,
         header: Any = _HEADER_STATE,
         memory: Any = _MEMORY_STATE,
-        continuation: Any = _CONTINUATION_STATE,
-        buffer: Any = _BUFFER_STATE,
         deadline: Any = _DEADLINE_TIMER,
         idle: Any = _IDLE_TIMER,
     ) -> list[Any]:
         assert self._activator is not None
-        state = KeyState(header, memory, continuation, buffer)
+        state = KeyState(header, memory)
         plan = self._activator.activate(key, TimerFired(timer, _ms(fired)), state)
         if plan.errors:
             self._error_log.report(plan.errors)
         self._early_fires += plan.early
         if timer == TRIGGER_DEADLINE:
             self._note_waiting(key, plan)
-        return _applied(
-            plan, header, memory, continuation, buffer, deadline, idle, self._tick_clock
-        )
+        return _applied(plan, deadline, idle, self._tick_clock, self._traced)
 
     callback.__name__ = callback.__qualname__ = name
     callback.__doc__ = doc
@@ -417,6 +401,21 @@ class AgentDoFn(beam.DoFn):
         self._waiting_said = time.monotonic()
         self._connections: list[ToolConnection] = []
         self._error_log = ErrorLog()  # every .errors record is logged, rate-limited
+        self._traced = True
+        """Whether ``.traces`` is read: decided when the pipeline is serialized to run."""
+        self._traces: PCollection[TraceEvent] | None = None
+
+    def trace_if_read(self, traces: PCollection[TraceEvent]) -> None:
+        """Build trace events only if a transform reads ``traces`` once the pipeline runs."""
+        self._traces = traces
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The DoFn as it runs: whether its traces are read, not the pipeline that tells."""
+        state = self.__dict__.copy()
+        traces = state.pop("_traces", None)
+        if traces is not None:
+            state["_traced"] = _is_read(traces)
+        return state
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -444,7 +443,13 @@ class AgentDoFn(beam.DoFn):
             connection.open()
         services = activation_services(config, gateway, ToolRunner(), driver.time_left_s)
         self._activator = Activator(
-            self._agent, config, services, driver.run, ticks=self._ticks, bounded=self._bounded
+            self._agent,
+            config,
+            services,
+            driver.run,
+            ticks=self._ticks,
+            bounded=self._bounded,
+            traced=self._traced,
         )
         self._tick_clock = self._activator.processing_ms if self._ticks else None
 
@@ -510,8 +515,6 @@ class AgentDoFn(beam.DoFn):
         element: tuple[bytes, AgentEnvelope],
         header: Any = _HEADER_STATE,
         memory: Any = _MEMORY_STATE,
-        continuation: Any = _CONTINUATION_STATE,
-        buffer: Any = _BUFFER_STATE,
         deadline: Any = _DEADLINE_TIMER,
         idle: Any = _IDLE_TIMER,
     ) -> list[Any]:
@@ -525,13 +528,11 @@ class AgentDoFn(beam.DoFn):
         key, envelope = element
         if self._waiting:
             self._waiting.pop(key, None)  # an answer may end the wait; a tick says again
-        state = KeyState(header, memory, continuation, buffer)
+        state = KeyState(header, memory)
         plan = self._activator.activate(key, envelope, state)
         if plan.errors:
             self._error_log.report(plan.errors)
-        return _applied(
-            plan, header, memory, continuation, buffer, deadline, idle, self._tick_clock
-        )
+        return _applied(plan, deadline, idle, self._tick_clock, self._traced)
 
     # Built by one factory: Beam finds a timer callback by name and reads its state and timer
     # parameters from the defaults, so both need the same long parameter list.
@@ -549,12 +550,10 @@ class _AgentDoFnWithoutTtl(AgentDoFn):
         element: tuple[bytes, AgentEnvelope],
         header: Any = _HEADER_STATE,
         memory: Any = _MEMORY_STATE,
-        continuation: Any = _CONTINUATION_STATE,
-        buffer: Any = _BUFFER_STATE,
         deadline: Any = _DEADLINE_TIMER,
     ) -> list[Any]:
         """Admit one envelope and run, buffer or refuse it (the idle timer is not bound)."""
-        return super().process(element, header, memory, continuation, buffer, deadline, None)
+        return super().process(element, header, memory, deadline, None)
 
 
 def agent_dofn(

@@ -32,11 +32,8 @@ from beam_agents.core.context import ActivationContext, AgentFn, Staged, activat
 from beam_agents.core.model_calls import CACHE_SCHEMA_VERSION, ModelGateway, cache_key_for_digest
 from beam_agents.core.observability import PLAIN_DECODER, decoder_name, jsonable
 from beam_agents.core.state import (
-    CONTINUATION,
     CONTINUATION_SCHEMA_VERSION,
-    HEADER,
     HEADER_SCHEMA_VERSION,
-    MEMORY,
     MEMORY_SCHEMA_VERSION,
     KeyState,
 )
@@ -312,61 +309,50 @@ TRIGGER_EVENT = "event"
 CLOSE_TIMEOUT_S = 30.0
 
 
-class _Cell:
-    """A value cell, readable as Beam's state is."""
+class _Bag:
+    """A bag cell, readable and writable as Beam's bag state is."""
 
-    __slots__ = ("value",)
+    __slots__ = ("elements",)
 
-    def __init__(self, value: Any = None) -> None:
-        self.value = value
-
-    def read(self) -> Any:
-        return self.value
-
-
-class _Bag(_Cell):
-    """A bag cell, whose elements :attr:`value` holds (``None``: empty)."""
+    def __init__(self) -> None:
+        self.elements: list[bytes] = []
 
     def read(self) -> list[bytes]:
-        return list(self.value or ())
+        return list(self.elements)
+
+    def add(self, value: bytes) -> None:
+        self.elements.append(value)
+
+    def clear(self) -> None:
+        self.elements = []
 
 
 class KeyCells:
-    """One key's state cells, in memory: header, memory, continuation (with the replay cache)."""
+    """One key's state cells, in memory: the header bag and the memory bag."""
 
     def __init__(self) -> None:
-        self.cells = (_Cell(), _Bag(), _Cell())  # numbered as state.HEADER, MEMORY, ...
-        self.buffer = _Bag()
+        self.header = _Bag()
+        self.memory = _Bag()
 
     def state(self) -> KeyState:
         """A fresh ``KeyState`` over the cells, for one element (as ``process`` binds them)."""
-        header, memory, continuation = self.cells
-        return KeyState(header, memory, continuation, self.buffer)
-
-    def apply(self, state: KeyState) -> None:
-        """Write what ``state`` recorded (what the ``DoFn`` does with a plan's state)."""
-        for cell, value in state.writes.items():
-            self.cells[cell].value = value
-        kept = [] if state.buffer_reset else self.buffer.read()
-        self.buffer.value = kept + state.buffer_added
+        return KeyState(self.header, self.memory)
 
     @property
     def continuation(self) -> Continuation | None:
         """The suspended run's continuation, if any."""
         return self.state().continuation
 
-    def set_header(self, next_seq: int, suspended: bool) -> None:
-        """Store a header saying the key's next seq and whether it is suspended."""
+    def set_header(self, next_seq: int, continuation: bytes = b"") -> None:
+        """Store a header saying the key's next seq and its suspended run, if any."""
         header = KeyHeader(
-            schema_version=HEADER_SCHEMA_VERSION, next_seq=next_seq, suspended=suspended
+            schema_version=HEADER_SCHEMA_VERSION, next_seq=next_seq, continuation=continuation
         )
-        self.cells[HEADER].value = header.SerializeToString()
+        self.header.elements = [header.SerializeToString()]
 
     def end_run(self, next_seq: int) -> None:
-        """Forget the suspended run (its continuation); the next run takes ``next_seq``."""
-        self.cells[CONTINUATION].value = None
-        self.buffer.value = None
-        self.set_header(next_seq, suspended=False)
+        """Forget the suspended run and its buffered events; the next run takes ``next_seq``."""
+        self.set_header(next_seq)
 
 
 def memory_blob(recorded: RecordedMemory, seq: int) -> bytes | None:
@@ -415,16 +401,17 @@ def cells_for(
     """
     cells = KeyCells()
     resumed = record.trigger != TRIGGER_EVENT and record.HasField("continuation_before")
-    cells.set_header(record.seq + 1 if resumed else record.seq, suspended=resumed)
     if resumed:
         continuation = Continuation()
         continuation.CopyFrom(record.continuation_before)
         continuation.replay_cache = cache_blob(earlier) or b""
         continuation.schema_version = CONTINUATION_SCHEMA_VERSION
-        cells.cells[CONTINUATION].value = continuation.SerializeToString(deterministic=True)
+        cells.set_header(record.seq + 1, continuation.SerializeToString(deterministic=True))
+    else:
+        cells.set_header(record.seq)
     known = record.memory_before if record.memory_before.known else memory
     blob = None if known is None else memory_blob(known, record.seq)
-    cells.cells[MEMORY].value = None if blob is None else [blob]
+    cells.memory.elements = [] if blob is None else [blob]
     return cells
 
 
@@ -504,7 +491,7 @@ class OfflineActivator:
             activator = self._activators[chosen] = self._activator_for(chosen)
         state = cells.state()
         plan = activator.activate(key, envelope, state)
-        cells.apply(state)
+        state.commit()
         return plan
 
     def close(self) -> None:

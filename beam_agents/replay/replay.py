@@ -15,7 +15,6 @@ from beam_agents._protos import ActivationRecord, AgentError, RecordedMemory, To
 from beam_agents.core.config import AgentConfig
 from beam_agents.core.context import AgentFn, Staged
 from beam_agents.core.observability import memory_record
-from beam_agents.core.state import MEMORY
 from beam_agents.replay.backtest import KeyBacktest, RunPair, changes, key_text
 from beam_agents.replay.inputs import BadInput, RecordFileError, make_provider
 from beam_agents.replay.offline import (
@@ -265,7 +264,7 @@ class Replayer:
         self._model.start(record)
         self._tools.start(record)
         cells = cells_for(record, earlier, memory)
-        given = b"".join(cells.cells[MEMORY].read())
+        given = b"".join(cells.memory.read())
         plan = self._activator.element(
             cells, record.entity_key, record.envelope, record.intent_namespace
         )

@@ -137,8 +137,9 @@ def run_agent(
     config: AgentConfig | None = None,
     *,
     streaming: bool = False,
+    read: tuple[str, ...] = ("output", "intents", "traces", "errors"),
 ) -> Outputs:
-    """Run ``agent`` over ``source`` and collect its outputs.
+    """Run ``agent`` over ``source`` and collect the outputs named in ``read``.
 
     Batch runs use the FnApiRunner; streaming runs (TestStream) the BundleBasedDirectRunner,
     which supports processing-time timers and retries failed bundles.
@@ -149,7 +150,7 @@ def run_agent(
     runner = BundleBasedDirectRunner() if streaming else FnApiRunner()
     pipeline = beam.Pipeline(runner=runner, options=options)
     outputs = source(pipeline) | "Agent" >> RunAgent(agent, config=config or AgentConfig())
-    for tag in ("output", "intents", "traces", "errors"):
+    for tag in read:
         getattr(outputs, tag) | f"Collect_{tag}" >> beam.ParDo(_Collect(token, tag))
     result = pipeline.run()
     result.wait_until_finish()
@@ -163,24 +164,6 @@ def run_agent(
     for tag, element in items:
         getattr(collected, tag).append(element)
     return collected
-
-
-class CountingCell:
-    """An in-memory ``ReadModifyWrite`` state cell that counts its reads."""
-
-    def __init__(self) -> None:
-        self.value: bytes | None = None
-        self.reads = 0
-
-    def read(self) -> bytes | None:
-        self.reads += 1
-        return self.value
-
-    def write(self, value: bytes) -> None:
-        self.value = value
-
-    def clear(self) -> None:
-        self.value = None
 
 
 class InMemoryBag:
@@ -221,20 +204,26 @@ class InMemoryKeyState:
     """
 
     def __init__(self) -> None:
-        self.header = CountingCell()
+        self.header = InMemoryBag()
         self.memory = InMemoryBag()
-        self.continuation = CountingCell()
-        self.buffer = InMemoryBag()
         self.deadline = RecordingTimer()
         self.idle = RecordingTimer()
+
+    @property
+    def continuation(self) -> StoredContinuation:
+        """The suspended run's continuation as the header stores it."""
+        return StoredContinuation(self.header)
+
+    @property
+    def buffered(self) -> list[bytes]:
+        """The events buffered behind the suspended run: the header bag after the header."""
+        return self.header.values[1:]
 
     def params(self) -> dict[str, Any]:
         """The state and timer arguments ``process`` and the timer callbacks take."""
         return {
             "header": self.header,
             "memory": self.memory,
-            "continuation": self.continuation,
-            "buffer": self.buffer,
             "deadline": self.deadline,
             "idle": self.idle,
         }
@@ -245,6 +234,25 @@ class InMemoryKeyState:
         cells = {name: cell for name, cell in self.params().items() if name in bound}
         outputs: list[Any] = dofn.process((key, envelope), **cells)
         return outputs
+
+
+class StoredContinuation:
+    """The continuation field of a header bag's header, read and written as bytes or ``None``."""
+
+    def __init__(self, header: InMemoryBag) -> None:
+        self._header = header
+
+    @property
+    def value(self) -> bytes | None:
+        values = self._header.values
+        return (KeyHeader.FromString(values[0]).continuation or None) if values else None
+
+    @value.setter
+    def value(self, blob: bytes | None) -> None:
+        values = self._header.values
+        header = KeyHeader.FromString(values[0]) if values else KeyHeader(schema_version=1)
+        header.continuation = blob or b""
+        self._header.values[:1] = [header.SerializeToString()]
 
 
 @functools.cache
@@ -383,5 +391,5 @@ def main_outputs(outputs: list[Any]) -> list[bytes]:
 
 
 def header_of(cells: InMemoryKeyState) -> KeyHeader:
-    assert cells.header.value is not None
-    return KeyHeader.FromString(cells.header.value)
+    assert cells.header.values
+    return KeyHeader.FromString(cells.header.values[0])

