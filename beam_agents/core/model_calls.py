@@ -7,9 +7,10 @@ import functools
 import hashlib
 import random
 import threading
+import time
 from collections import OrderedDict
-from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from collections.abc import Awaitable
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 from beam_agents._protos import ModelCache, ModelCacheEntry, canonical_json
 from beam_agents.core.agent import enter_task
@@ -23,10 +24,12 @@ from beam_agents.model.client import (
 )
 from beam_agents.model.resilience import (
     Attempt,
+    CircuitBreaker,
     CircuitBreakers,
     CircuitOpenError,
     RetryPolicy,
-    call_with_resilience,
+    check_budget,
+    retry_after_failure,
 )
 
 # -- the replay cache: a run's committed calls, replayed by position --------------------------
@@ -40,15 +43,31 @@ DEFAULT_MAX_BYTES = 512 * 1024
 """Default bound on a key's serialized replay cache, in bytes."""
 
 
+ENTITY_KEY_SPELLED_MAX = 16
+"""Entity keys up to this many bytes are spelled out in a cache key; longer ones by a hash."""
+
+
 def replay_cache_key(request: LlmRequest, entity_key: bytes, seq: int, step_index: int) -> str:
     """The cache key of ``request`` made by run ``seq`` of ``entity_key`` at ``step_index``."""
     return cache_key_for_digest(request.content_digest(), entity_key, seq, step_index)
 
 
 def cache_key_for_digest(request_digest: str, entity_key: bytes, seq: int, step_index: int) -> str:
-    """:func:`replay_cache_key` for a request whose ``content_digest()`` is already known."""
-    position = f"{request_digest}|{entity_key.hex()}|{seq}|{step_index}"
-    return hashlib.sha256(position.encode("ascii")).hexdigest()
+    """:func:`replay_cache_key` for a request whose ``content_digest()`` is already known.
+
+    The digest followed by the position, with no second hash: ``{digest}:{seq}:{step}:`` and
+    the key in hex, or ``#`` and a BLAKE2b-128 of a key longer than
+    :data:`ENTITY_KEY_SPELLED_MAX` bytes. The memo is shared by a ``RunAgent``'s keys, so the
+    key is part of it.
+    """
+    if len(entity_key) <= ENTITY_KEY_SPELLED_MAX:
+        return f"{request_digest}:{seq}:{step_index}:{entity_key.hex()}"
+    return f"{request_digest}:{seq}:{step_index}#{_long_key_digest(entity_key)}"
+
+
+@functools.lru_cache(maxsize=256)
+def _long_key_digest(entity_key: bytes) -> str:
+    return hashlib.blake2b(entity_key, digest_size=16).hexdigest()
 
 
 def replayed_response(client: object, entry: ModelCacheEntry) -> LlmResponse:
@@ -198,8 +217,7 @@ class AnswerMemo(Generic[_A]):
 
     def get(self, cache_key: str) -> _A | None:
         """The answer kept for ``cache_key``, if any."""
-        with self._lock:
-            return self._answers.get(cache_key)
+        return self._answers.get(cache_key)  # one C call: atomic without the lock
 
     def put(self, cache_key: str, answer: _A) -> None:
         """Keep ``answer``; drop the oldest answers past the bounds."""
@@ -279,8 +297,7 @@ class _Uncounted:
         """Ignore the increment."""
 
 
-@dataclass(frozen=True, slots=True)
-class ProviderAnswer:
+class ProviderAnswer(NamedTuple):
     """A provider's response and how many attempts reaching the provider it took."""
 
     response: LlmResponse
@@ -337,11 +354,14 @@ class ModelGateway:
     async def _call_once(self, request: LlmRequest) -> LlmResponse:
         response = await self._client.complete(request)
         if not isinstance(response, LlmResponse):
-            raise TypeError(
-                f"{type(self.client).__name__}.complete returned "
-                f"{type(response).__name__}, not an LlmResponse"
-            )
+            raise self._not_a_response(response)
         return response
+
+    def _not_a_response(self, response: object) -> TypeError:
+        return TypeError(
+            f"{type(self.client).__name__}.complete returned "
+            f"{type(response).__name__}, not an LlmResponse"
+        )
 
     async def complete(
         self, request: LlmRequest, *, budget_s: float | None = None, memo_key: str = ""
@@ -351,50 +371,96 @@ class ModelGateway:
         A ``ProviderError`` that ends the call propagates with a note of the attempts made.
         An answer the memo kept for ``memo_key`` is returned as it was.
         """
-        memo = self._memo
-        if memo is not None and memo_key:
-            kept = memo.get(memo_key)
+        if memo_key and self._memo is not None:
+            kept = self._memo.get(memo_key)
             if kept is not None:
                 return kept
-            answer = await self._call(request, budget_s)
-            memo.put(memo_key, answer)
-            return answer
-        return await self._call(request, budget_s)
-
-    async def _call(self, request: LlmRequest, budget_s: float | None) -> ProviderAnswer:
         if self._needs_task:
             await enter_task()
-        attempts: list[Attempt] = []
         breaker = None
         if self._breakers is not None:
             breaker = self._breakers.for_endpoint(self._client.endpoint_key(request))
-        metrics = self._metrics
-        metrics.inc(MODEL_CALLS)
+        self._metrics.inc(MODEL_CALLS)
+        check_budget(budget_s)
+        started = time.monotonic()
+        if breaker is not None and not breaker.closed:
+            try:
+                breaker.allow()  # an open circuit refuses; a half-open one lets a trial in
+            except CircuitOpenError as refused:
+                self._failed(refused, request, 0)
+                raise refused from None
+        # The first attempt goes straight to the provider: the retry machinery (attempt
+        # records, backoff) is entered only if it raises a ProviderError.
         try:
-            response = await call_with_resilience(
-                lambda: self._call_once(request),
+            response = await self._client.complete(request)
+            if not isinstance(response, LlmResponse):
+                raise self._not_a_response(response)
+        except ProviderError as error:
+            failed = error
+        except BaseException:
+            if breaker is not None:
+                breaker.release()
+            raise
+        else:
+            if breaker is not None:
+                breaker.record_success()
+            return self._answered(response, 1, memo_key)
+        return await self._retry(request, failed, started, budget_s, breaker, memo_key)
+
+    async def _retry(
+        self,
+        request: LlmRequest,
+        error: ProviderError,
+        started: float,
+        budget_s: float | None,
+        breaker: CircuitBreaker | None,
+        memo_key: str,
+    ) -> ProviderAnswer:
+        """Go on after the first attempt, begun at ``started``, raised ``error``."""
+        attempts: list[Attempt] = []
+
+        def call() -> Awaitable[LlmResponse]:
+            return self._call_once(request)
+
+        try:
+            response = await retry_after_failure(
+                call,
+                error,
+                started=started,
                 policy=self._policy,
                 breaker=breaker,
                 budget_s=budget_s,
                 on_attempt=attempts.append,
                 rng=self._rng,
             )
-        except ProviderError as error:
-            reached = _reached_provider(attempts)
-            metrics.inc(MODEL_CALL_FAILURES)
-            if reached > 1:
-                metrics.inc(MODEL_RETRIES, reached - 1)
-            error.add_note(
-                f"the model call to {request.model_id or 'the default model'} failed after "
-                f"{reached} attempt(s) reaching the provider"
-            )
+        except ProviderError as final:
+            self._failed(final, request, _reached_provider(attempts))
             raise
-        reached = _reached_provider(attempts)
+        return self._answered(response, _reached_provider(attempts), memo_key)
+
+    def _failed(self, error: ProviderError, request: LlmRequest, reached: int) -> None:
+        """Count a call failed for good after ``reached`` attempts; note them on ``error``."""
+        metrics = self._metrics
+        metrics.inc(MODEL_CALL_FAILURES)
         if reached > 1:
             metrics.inc(MODEL_RETRIES, reached - 1)
-        metrics.inc(MODEL_INPUT_TOKENS, response.usage.input_tokens)
-        metrics.inc(MODEL_OUTPUT_TOKENS, response.usage.output_tokens)
-        return ProviderAnswer(response, reached)
+        error.add_note(
+            f"the model call to {request.model_id or 'the default model'} failed after "
+            f"{reached} attempt(s) reaching the provider"
+        )
+
+    def _answered(self, response: LlmResponse, reached: int, memo_key: str) -> ProviderAnswer:
+        """Count the retries and tokens of a call answered after ``reached`` attempts; keep it."""
+        usage = response.usage
+        metrics = self._metrics
+        if reached > 1:
+            metrics.inc(MODEL_RETRIES, reached - 1)
+        metrics.inc(MODEL_INPUT_TOKENS, usage.input_tokens)
+        metrics.inc(MODEL_OUTPUT_TOKENS, usage.output_tokens)
+        answer = ProviderAnswer(response, reached)
+        if memo_key and self._memo is not None:
+            self._memo.put(memo_key, answer)
+        return answer
 
     def replay(self, entry: ModelCacheEntry) -> LlmResponse:
         """The response recorded in ``entry``, decoded by this gateway's client."""

@@ -6,7 +6,8 @@ import hashlib
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from json.encoder import encode_basestring
 from typing import Any, Protocol
 
 __all__ = [
@@ -82,6 +83,25 @@ class ProviderRequestError(ProviderError):
 _REQUEST_ENCODER = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
 )
+_encode = _REQUEST_ENCODER.encode
+
+
+def _messages_json(messages: Sequence[Mapping[str, Any]]) -> str:
+    """``messages`` as :data:`_REQUEST_ENCODER` writes them, plain ones without it.
+
+    A message of a role and a text is spelled at once: the encoder, set up anew per call and
+    sorting every mapping, costs ten times as much.
+    """
+    parts = []
+    for message in messages:
+        if type(message) is not dict or len(message) != 2:
+            return _encode(list(messages))
+        role = message.get("role")
+        content = message.get("content")
+        if type(role) is not str or type(content) is not str:
+            return _encode(list(messages))
+        parts.append(f'{{"content":{encode_basestring(content)},"role":{encode_basestring(role)}}}')
+    return f"[{','.join(parts)}]"
 
 
 @dataclass(frozen=True, init=False)
@@ -115,13 +135,19 @@ class LlmRequest:
 
     def canonical_json(self) -> str:
         """The request as canonical JSON (sorted keys, compact), the basis of its cache key."""
-        return _REQUEST_ENCODER.encode(
-            {
-                "model_id": self.model_id,
-                "messages": list(self.messages),
-                "tools_schema": list(self.tools_schema),
-                "sampling_params": dict(self.sampling_params),
-            }
+        model_id = self.model_id
+        return "".join(
+            (
+                '{"messages":',
+                _messages_json(self.messages),
+                ',"model_id":',
+                encode_basestring(model_id) if type(model_id) is str else _encode(model_id),
+                ',"sampling_params":',
+                _encode(dict(self.sampling_params)) if self.sampling_params else "{}",
+                ',"tools_schema":',
+                _encode(list(self.tools_schema)) if self.tools_schema else "[]",
+                "}",
+            )
         )
 
     def content_digest(self) -> str:
@@ -167,12 +193,22 @@ class ToolCall:
     arguments: Mapping[str, Any]
 
 
-@dataclass(frozen=True)
+# The responses and usages below are built once per model call: each sets its fields with one
+# call instead of the one ``object.__setattr__`` per field of a generated frozen ``__init__``.
+_set_fields = object.__setattr__
+
+
+@dataclass(frozen=True, init=False)
 class TokenUsage:
     """Tokens the provider reports for one call."""
 
     input_tokens: int = 0
     output_tokens: int = 0
+
+    def __init__(self, input_tokens: int = 0, output_tokens: int = 0) -> None:
+        _set_fields(
+            self, "__dict__", {"input_tokens": input_tokens, "output_tokens": output_tokens}
+        )
 
     @property
     def total_tokens(self) -> int:
@@ -180,7 +216,11 @@ class TokenUsage:
         return self.input_tokens + self.output_tokens
 
 
-@dataclass(frozen=True)
+_NO_USAGE = TokenUsage()
+"""The usage of a response that reports none."""
+
+
+@dataclass(frozen=True, init=False)
 class LlmResponse:
     """A provider's answer: the raw body (what the replay cache stores) and its decoded parts."""
 
@@ -188,8 +228,30 @@ class LlmResponse:
     text: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
     stop_reason: str = ""
-    usage: TokenUsage = field(default_factory=TokenUsage)
+    usage: TokenUsage = _NO_USAGE
     model: str = ""
+
+    def __init__(
+        self,
+        response: bytes,
+        text: str = "",
+        tool_calls: tuple[ToolCall, ...] = (),
+        stop_reason: str = "",
+        usage: TokenUsage = _NO_USAGE,
+        model: str = "",
+    ) -> None:
+        _set_fields(
+            self,
+            "__dict__",
+            {
+                "response": response,
+                "text": text,
+                "tool_calls": tool_calls,
+                "stop_reason": stop_reason,
+                "usage": usage,
+                "model": model,
+            },
+        )
 
 
 def decode_plain(raw: bytes) -> LlmResponse:

@@ -177,7 +177,8 @@ class RespondWith(Behavior):
     async def respond(
         self, fake: FakeLLM, request: LlmRequest, earlier_matches: int
     ) -> bytes | LlmResponse:
-        await simulate_latency(self.latency_ms)
+        if self.latency_ms:
+            await simulate_latency(self.latency_ms)
         if self.usage is None:
             return self.payload
         return dataclasses.replace(fake.decode(self.payload), usage=self.usage)
@@ -195,7 +196,8 @@ class Scripted(Behavior):
     async def respond(
         self, fake: FakeLLM, request: LlmRequest, earlier_matches: int
     ) -> bytes | LlmResponse:
-        await simulate_latency(self.latency_ms)
+        if self.latency_ms:
+            await simulate_latency(self.latency_ms)
         return fake.scripted_body(request, self.text, self.tool_calls, self.usage)
 
 
@@ -209,7 +211,8 @@ class RespondWithFn(Behavior):
     async def respond(
         self, fake: FakeLLM, request: LlmRequest, earlier_matches: int
     ) -> bytes | LlmResponse:
-        await simulate_latency(self.latency_ms)
+        if self.latency_ms:
+            await simulate_latency(self.latency_ms)
         answer = self.responder(request)
         if not isinstance(answer, bytes | LlmResponse):
             raise TypeError(

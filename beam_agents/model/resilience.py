@@ -140,6 +140,11 @@ class CircuitBreaker:
         return self._state
 
     @property
+    def closed(self) -> bool:
+        """Whether calls go through without asking: :meth:`allow` would let any call in."""
+        return self._state is CircuitState.CLOSED
+
+    @property
     def consecutive_failures(self) -> int:
         """Failures since the last success."""
         return self._consecutive_failures
@@ -232,6 +237,12 @@ class Attempt:
     elapsed_s: float = 0.0
 
 
+def check_budget(budget_s: float | None) -> None:
+    """Refuse a NaN ``budget_s`` (``None`` means no limit)."""
+    if budget_s is not None and math.isnan(budget_s):
+        raise ValueError("budget_s must be a number of seconds or None, not NaN")
+
+
 async def call_with_resilience(
     call: Callable[[], Awaitable[T]],
     *,
@@ -248,46 +259,108 @@ async def call_with_resilience(
     ``budget_s`` is the time left for the whole thing: a wait that would reach it is not taken.
     Only retryable errors count as breaker failures; a bad request means the endpoint answered.
     """
-    if budget_s is not None and math.isnan(budget_s):
-        raise ValueError("budget_s must be a number of seconds or None, not NaN")
+    check_budget(budget_s)
+    started = clock()
+    if breaker is not None:
+        _allow(breaker, 1, on_attempt, None)
+    try:
+        result = await call()
+    except ProviderError as error:
+        failed = error
+    except BaseException:
+        if breaker is not None:
+            breaker.release()
+        raise
+    else:
+        _succeeded(breaker, on_attempt, 1, clock() - started)
+        return result
+    return await retry_after_failure(
+        call,
+        failed,
+        started=started,
+        policy=policy,
+        breaker=breaker,
+        budget_s=budget_s,
+        on_attempt=on_attempt,
+        sleep=sleep,
+        clock=clock,
+        rng=rng,
+    )
+
+
+async def retry_after_failure(
+    call: Callable[[], Awaitable[T]],
+    error: ProviderError,
+    *,
+    started: float,
+    policy: RetryPolicy,
+    breaker: CircuitBreaker | None = None,
+    budget_s: float | None = None,
+    on_attempt: Callable[[Attempt], object] | None = None,
+    sleep: Sleep = asyncio.sleep,
+    clock: Clock = time.monotonic,
+    rng: random.Random | None = None,
+) -> T:
+    """:func:`call_with_resilience` after a first attempt that began at ``started`` and raised.
+
+    ``error`` is what it raised; the breaker, if any, let it through and has not yet heard it.
+    """
     rng = rng if rng is not None else random.Random()
-    deadline = None if budget_s is None else clock() + budget_s
-    last_error: ProviderError | None = None
-    number = 0
+    deadline = None if budget_s is None else started + budget_s
+    number = 1
     while True:
+        elapsed = clock() - started
+        if breaker is not None:
+            if error.retryable:
+                breaker.record_failure()
+            else:
+                breaker.record_success()
+        wait = _wait_before_retry(error, number, policy, rng, deadline, clock)
+        if wait is None:
+            _report(on_attempt, Attempt(number, "failed", error, elapsed_s=elapsed))
+            raise error
+        _report(on_attempt, Attempt(number, "retry", error, wait, elapsed))
+        await sleep(wait)
         number += 1
         started = clock()
         if breaker is not None:
-            try:
-                breaker.allow()
-            except CircuitOpenError as refused:
-                _report(on_attempt, Attempt(number, "failed", refused))
-                raise refused from last_error
+            _allow(breaker, number, on_attempt, error)
         try:
             result = await call()
-        except ProviderError as error:
-            elapsed = clock() - started
-            if breaker is not None:
-                if error.retryable:
-                    breaker.record_failure()
-                else:
-                    breaker.record_success()
-            wait = _wait_before_retry(error, number, policy, rng, deadline, clock)
-            if wait is None:
-                _report(on_attempt, Attempt(number, "failed", error, elapsed_s=elapsed))
-                raise
-            _report(on_attempt, Attempt(number, "retry", error, wait, elapsed))
-            last_error = error
-            await sleep(wait)
+        except ProviderError as next_error:
+            error = next_error
             continue
         except BaseException:
             if breaker is not None:
                 breaker.release()
             raise
-        if breaker is not None:
-            breaker.record_success()
-        _report(on_attempt, Attempt(number, "ok", elapsed_s=clock() - started))
+        _succeeded(breaker, on_attempt, number, clock() - started)
         return result
+
+
+def _allow(
+    breaker: CircuitBreaker,
+    number: int,
+    on_attempt: Callable[[Attempt], object] | None,
+    cause: ProviderError | None,
+) -> None:
+    """Let attempt ``number`` through ``breaker``, or report and raise its refusal."""
+    try:
+        breaker.allow()
+    except CircuitOpenError as refused:
+        _report(on_attempt, Attempt(number, "failed", refused))
+        raise refused from cause
+
+
+def _succeeded(
+    breaker: CircuitBreaker | None,
+    on_attempt: Callable[[Attempt], object] | None,
+    number: int,
+    elapsed_s: float,
+) -> None:
+    if breaker is not None:
+        breaker.record_success()
+    _report(on_attempt, Attempt(number, "ok", elapsed_s=elapsed_s))
 
 
 def _wait_before_retry(

@@ -5,7 +5,13 @@ from __future__ import annotations
 import asyncio
 
 from beam_agents._protos import ModelCache, ModelCacheEntry
-from beam_agents.core.model_calls import ReplayCache, replay_cache_key, replayed_response
+from beam_agents.core.model_calls import (
+    ENTITY_KEY_SPELLED_MAX,
+    ReplayCache,
+    cache_key_for_digest,
+    replay_cache_key,
+    replayed_response,
+)
 from beam_agents.model.client import LlmRequest
 from beam_agents.model.fake import FakeLLM, match_any, respond_with_tool_calls
 
@@ -32,6 +38,24 @@ def test_the_cache_key_depends_on_content_and_position() -> None:
         )
         == 5
     )
+
+
+def test_the_cache_key_is_the_request_digest_and_the_position_unambiguously() -> None:
+    digest = REQUEST.content_digest()
+    assert replay_cache_key(REQUEST, b"k", 0, 0).startswith(digest)
+    long_key = b"x" * (ENTITY_KEY_SPELLED_MAX + 1)
+    positions = [
+        (key, seq, step)
+        for key in (b"", b"\x00", b"1", b"11", b"1:1", long_key, long_key + b"y")
+        for seq in (0, 1, 11, 111)
+        for step in (0, 1, 11)
+    ]
+    keys = {cache_key_for_digest(digest, *position) for position in positions}
+    assert len(keys) == len(positions)
+    # Bounded: a long entity key costs no more than the longest spelled one.
+    longest = max(len(key) for key in keys)
+    assert longest <= len(digest) + 2 * ENTITY_KEY_SPELLED_MAX + 16
+    assert len(cache_key_for_digest(digest, b"k" * 10_000, 1, 1)) <= longest
 
 
 def test_recorded_entries_are_found_and_survive_encoding() -> None:
