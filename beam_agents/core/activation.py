@@ -503,7 +503,7 @@ class Activator:
 
     def _next_header(self, plan: Plan, next_seq: int, activity_ms: int) -> KeyHeader:
         """The header to store (the caller stores it); arm the idle timer if none is armed."""
-        previous_ms = plan.state.header.last_activity_ms
+        previous_ms = plan.state.last_activity_ms
         if not previous_ms:
             self._arm_idle(plan, previous_ms, activity_ms)
         header = KeyHeader()  # field by field: cheaper than keywords
@@ -550,7 +550,7 @@ class Activator:
         policy = self._config.hitl_policy
         route = choose_route(policy, key, suspended, fired_ms)
         self._before_commit(key, suspended.seq, TRIGGER_DEADLINE, suspended.next_step)
-        now_ms = state.header.last_activity_ms
+        now_ms = state.last_activity_ms
         taken = deadline_outcome(route, key, suspended, policy, fired_ms=fired_ms, now_ms=now_ms)
         plan.traces.extend(taken.traces)
         plan.outputs.extend(taken.outputs)
@@ -572,7 +572,8 @@ class Activator:
         state = plan.state
         ttl_ms = self._config.ttl_ms
         current = state.header
-        expires_ms = idle_expiry(current, ttl_ms)
+        last_activity_ms = state.last_activity_ms
+        expires_ms = idle_expiry(last_activity_ms, ttl_ms)
         if expires_ms is None or ttl_ms is None:  # (ttl_ms for the type checker)
             return
         if expires_ms > fired_ms:
@@ -592,7 +593,7 @@ class Activator:
         if wiped is not None:
             plan.deadline_ms = 0
             reason = f"{WIPED}: the key was idle for {ttl_ms} ms"
-            at_ms = current.last_activity_ms
+            at_ms = last_activity_ms
             plan.intents.extend(withdrawals(key, wiped, awaited(wiped), reason, at_ms))
             detail = (
                 f"run seq {wiped.seq} was still suspended, waiting for "
@@ -604,7 +605,7 @@ class Activator:
                     key,
                     ErrorReason.SUSPENSION_WIPED,
                     detail,
-                    current.last_activity_ms,
+                    last_activity_ms,
                     b"",
                     wiped.seq,
                     trace_id=wiped.trace_id,
@@ -1149,8 +1150,8 @@ def deadline_outcome(
     return outcome
 
 
-def idle_expiry(header: KeyHeader, ttl_ms: int | None) -> int | None:
+def idle_expiry(last_activity_ms: int, ttl_ms: int | None) -> int | None:
     """When the key's idle state expires (event time, ms); ``None`` if it never does."""
-    if ttl_ms is None or header.last_activity_ms == 0:
+    if ttl_ms is None or last_activity_ms == 0:
         return None
-    return header.last_activity_ms + ttl_ms
+    return last_activity_ms + ttl_ms

@@ -105,15 +105,21 @@ class KeyState:
         """The key's header (a fresh one for a key never committed)."""
         if self._header is None:
             stored = self._read()
-            if not stored:
-                self._header = KeyHeader(schema_version=HEADER_SCHEMA_VERSION)
-            else:
-                header = decode_versioned(KeyHeader, stored[0], HEADER_SCHEMA_VERSION)
-                for envelope_bytes in stored[1:]:  # a buffered event is activity too
-                    event_time_ms = AgentEnvelope.FromString(envelope_bytes).event_time_ms
-                    header.last_activity_ms = max(header.last_activity_ms, event_time_ms)
-                self._header = header
+            self._header = (
+                decode_versioned(KeyHeader, stored[0], HEADER_SCHEMA_VERSION)
+                if stored
+                else KeyHeader(schema_version=HEADER_SCHEMA_VERSION)
+            )
         return self._header
+
+    @property
+    def last_activity_ms(self) -> int:
+        """The event time of the key's last activity: its header's, or a later buffered event's."""
+        latest = self.header.last_activity_ms
+        if self._header_out is None:  # a header written in this call has the buffer's folded in
+            for envelope_bytes in self._read()[1:]:
+                latest = max(latest, AgentEnvelope.FromString(envelope_bytes).event_time_ms)
+        return latest
 
     def _read(self) -> list[bytes]:
         """The header bag as stored: the header's element, then the buffered events."""

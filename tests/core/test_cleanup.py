@@ -138,3 +138,16 @@ def test_a_key_cleaned_up_while_suspended_is_no_longer_suspended(dofn: AgentDoFn
     assert errors(dofn._on_idle(key=K, fired=fired, **cells.params())) == ["suspension_wiped"]
     assert cells.continuation.value is None and header_of(cells).next_seq == 1
     assert main_outputs(cells.process(dofn, K, event(b"again", 70_000))) == [b"done again"]
+
+
+def test_an_event_buffered_behind_a_suspension_postpones_its_cleanup(dofn: AgentDoFn) -> None:
+    cells = InMemoryKeyState()
+    cells.process(dofn, K, event(b"hold", 1_000))
+    cells.process(dofn, K, event(b"later", 50_000))  # appended behind the run
+    first_expiry = Timestamp(micros=(1_000 + TTL_MS) * 1000)
+    assert errors(dofn._on_idle(key=K, fired=first_expiry, **cells.params())) == []
+    assert cells.continuation.value is not None
+    assert cells.idle.at == Timestamp(micros=(50_000 + TTL_MS) * 1000)  # re-armed
+    later_expiry = Timestamp(micros=(50_000 + TTL_MS) * 1000)
+    outputs = dofn._on_idle(key=K, fired=later_expiry, **cells.params())
+    assert errors(outputs) == ["suspension_wiped"] and main_outputs(outputs) == [b"done later"]

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from beam_agents import AgentConfig, Complete, Suspend
-from beam_agents._protos import Continuation, KeyHeader, ToolIntent, TraceEvent
+from beam_agents._protos import Continuation, ToolIntent, TraceEvent
 from beam_agents.core.activation import (
     DEADLINE_APPROVER,
     RouteFailure,
@@ -144,10 +144,10 @@ def test_escalations_are_deterministic() -> None:
 
 
 def test_idle_expiry_counts_from_the_last_activity() -> None:
-    assert idle_expiry(KeyHeader(last_activity_ms=1_000), 500) == 1_500
-    assert idle_expiry(KeyHeader(last_activity_ms=1_000), None) is None
+    assert idle_expiry(1_000, 500) == 1_500
+    assert idle_expiry(1_000, None) is None
     # A key with no recorded activity has no idle timer armed.
-    assert idle_expiry(KeyHeader(last_activity_ms=0), 500) is None
+    assert idle_expiry(0, 500) is None
 
 
 # -- in a pipeline --------------------------------------------------------------------------
