@@ -1,4 +1,5 @@
-"""What the benchmarks share: statistics, timing, server subprocesses and the effector's tools.
+"""What the benchmarks share: statistics, timing, instruction counts, server subprocesses and
+the effector's tools.
 
 It imports no Beam: the effector subprocesses load their tools from here
 (``--tools benchmarks.harness:make_registry``).
@@ -11,12 +12,15 @@ import contextlib
 import importlib
 import math
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from beam_agents.tools import ToolRegistry, tool
@@ -113,6 +117,49 @@ def sqlite_effector() -> Iterator[str]:
             yield target
 
 
+# -- instruction counts ---------------------------------------------------------------------------
+
+_INSTRUCTIONS = re.compile(r"^==\d+== I\s+refs:\s+([\d,]+)$", re.MULTILINE)
+
+
+def instruction_total(report: str) -> int:
+    """The instruction count in valgrind's summary on stderr (its ``I   refs:`` line)."""
+    match = _INSTRUCTIONS.search(report)
+    if match is None:
+        raise ValueError("no `I refs:` line in valgrind's report")
+    return int(match[1].replace(",", ""))
+
+
+def instructions(valgrind: str, command: Sequence[str]) -> int:
+    """The instructions cachegrind counts running ``command`` with ``PYTHONHASHSEED=0``."""
+    counting = [valgrind, "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null"]
+    completed = subprocess.run(
+        [*counting, *command],
+        env={**environment(), "PYTHONHASHSEED": "0"},
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return instruction_total(completed.stderr)
+
+
+def instructions_per_element(
+    command: Callable[[str, int], Sequence[str]], names: Iterable[str], count: int, extra: int
+) -> dict[str, float] | None:
+    """Per name, ``(Ir(count + extra) - Ir(count)) / extra`` of ``command(name, elements)``
+    under cachegrind, the runs sharing the cores; ``None`` when valgrind is not on ``PATH``."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        return None
+    names = list(names)
+    runs = [(name, size) for name in names for size in (count, count + extra)]
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        counted = pool.map(lambda run: instructions(valgrind, command(*run)), runs)
+        totals = dict(zip(runs, counted, strict=True))
+    return {name: (totals[name, count + extra] - totals[name, count]) / extra for name in names}
+
+
 # -- the suite ------------------------------------------------------------------------------------
 
 BENCHMARKS = {
@@ -130,7 +177,7 @@ BENCHMARKS = {
 }
 """Each benchmark, in report order, and the module holding its function of the same name."""
 
-TIMEOUT_S = {False: 300.0, True: 120.0}
+TIMEOUT_S = {False: 600.0, True: 120.0}
 """The longest one benchmark may take, full and quick."""
 
 

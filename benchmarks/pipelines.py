@@ -4,6 +4,7 @@
 
 Each figure is the wall time of a whole pipeline ``Create(elements) | stage`` over its element
 count. After a warm-up run of each stage the stages take turns, and each stage's best round counts.
+Where valgrind is installed, the activations' figures also count instructions under cachegrind.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import multiprocessing
+import sys
 import tempfile
 import time
 import traceback
@@ -47,7 +49,7 @@ from beam_agents.model.fake import (
     simulate_latency,
 )
 from beam_agents.replay.backtest import run_backtest
-from benchmarks.harness import percentile, seconds_per_call
+from benchmarks.harness import instructions_per_element, percentile, seconds_per_call
 from benchmarks.report import Figure, Goal, Result, Target
 
 Element = tuple[bytes, AgentEnvelope]
@@ -186,30 +188,77 @@ MODEL_MEMORY_BYTES = 30
 """About the size of the memory cell the model-call agent's commit writes."""
 
 
+def activation_stages() -> dict[str, Stage]:
+    """The no-op and model-call activations and their floors, by name."""
+    return {
+        "floor": bare_stateful,
+        "ours": agent_stage(noop_agent, AgentConfig()),
+        "model floor": memory_floor(MODEL_MEMORY_BYTES),
+        "model": agent_stage(model_call_agent, AgentConfig(provider_factory=instant_model)),
+    }
+
+
+ACTIVATIONS = (
+    ("no-op activation", "ours", "floor"),
+    ("model-call activation", "model", "model floor"),
+)
+"""Each activation figure's name, its stage and its floor's."""
+
+
+def activation_target(stage: str, keys: int) -> Target:
+    """The no-op activation within 1.2x its floor; the model call 1.6x, 1.4x from 10,000 keys."""
+    bound = 1.2 if stage == "ours" else 1.4 if keys >= 10_000 else 1.6
+    return Target(Goal.RATIO_AT_MOST, bound)
+
+
+def run_activation_stage(name: str, count: int, keys: int) -> None:
+    """Run activation stage ``name`` over ``count`` events on ``keys`` keys."""
+    run_pipeline(keyed_events(count, keys), activation_stages()[name])
+
+
+def activation_command(name: str, count: int, *, keys: int) -> list[str]:
+    """A command line running :func:`run_activation_stage` in a fresh interpreter."""
+    code = "import sys; from benchmarks.pipelines import run_activation_stage as run; "
+    code += "run(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))"
+    return [sys.executable, "-c", code, name, str(count), str(keys)]
+
+
+INSTRUCTION_KEYS, INSTRUCTION_COUNT, INSTRUCTION_EXTRA = 1_000, 2_000, 8_000
+"""Instructions per element are counted over N and N + k events on the same keys; k is large
+since a run's fixed count varies by 10-20 million between runs."""
+INSTRUCTIONS_METHOD = (
+    f"\nIr: cachegrind's count over {INSTRUCTION_COUNT + INSTRUCTION_EXTRA:,} events less over "
+    f"{INSTRUCTION_COUNT:,}, per added event, {INSTRUCTION_KEYS:,} keys."
+)
+
+
 def noop_activation(quick: bool) -> Result:
-    """No-op and model-call activations against bare stateful DoFns with their state traffic."""
+    """No-op and model-call activations against bare stateful DoFns with their state traffic;
+    beside the times, instructions per element under cachegrind where valgrind is installed."""
     sizes = [(2_000, 100)] if quick else [(100_000, 1_000), (100_000, 10_000)]
-    figures = []
+    stages = activation_stages()
+    measured = []
     for count, keys in sizes:
-        stages = {
-            "model floor": memory_floor(MODEL_MEMORY_BYTES),
-            "model": agent_stage(model_call_agent, AgentConfig(provider_factory=instant_model)),
-        }
-        first = keys == sizes[0][1]
-        if first:
-            stages = {
-                "floor": bare_stateful,
-                "ours": agent_stage(noop_agent, AgentConfig()),
-                **stages,
-            }
-        us = us_per_element(keyed_events(count, keys), stages)
-        if first:
-            name = f"no-op activation, {keys:,} keys"
-            target = Target(Goal.RATIO_AT_MOST, 1.25)
-            figures.append(Figure(name, "µs/element", us["ours"], us["floor"], target))
-        name = f"model-call activation, {keys:,} keys"
-        target = Target(Goal.RATIO_AT_MOST, 1.6 if keys >= 10_000 else 1.8)
-        figures.append(Figure(name, "µs/element", us["model"], us["model floor"], target))
+        activations = ACTIVATIONS if keys == sizes[0][1] else ACTIVATIONS[1:]
+        names = [name for _, ours, floor in activations for name in (floor, ours)]
+        us = us_per_element(keyed_events(count, keys), {name: stages[name] for name in names})
+        measured += [(label, ours, floor, keys, us) for label, ours, floor in activations]
+    ir = None
+    if not quick:
+        ir = instructions_per_element(
+            functools.partial(activation_command, keys=INSTRUCTION_KEYS),
+            stages,
+            INSTRUCTION_COUNT,
+            INSTRUCTION_EXTRA,
+        )
+    figures = []
+    for label, ours, floor, keys, us in measured:
+        name, target = f"{label}, {keys:,} keys", activation_target(ours, keys)
+        figures.append(Figure(name, "µs/element", us[ours], us[floor], target))
+        if ir is not None and keys == INSTRUCTION_KEYS:
+            figures.append(
+                Figure(f"{name}, instructions", "Ir/element", ir[ours], ir[floor], target)
+            )
     return Result(
         "noop_activation",
         "No-op and model-call activations against a bare stateful DoFn",
@@ -217,7 +266,8 @@ def noop_activation(quick: bool) -> Result:
 100,000 events round-robin over 1,000 keys (and 10,000 for the model call), one round.
 No-op: the agent returns `Complete()`; floor: a DoFn reading and writing the header cell.
 Model call: one `ctx.call_model` on an instant `FakeLLM`, one memory slot written;
-floor: a DoFn reading and writing the header and a memory cell of the same size.""",
+floor: a DoFn reading and writing the header and a memory cell of the same size."""
+        + ("" if ir is None else INSTRUCTIONS_METHOD),
         figures,
     )
 

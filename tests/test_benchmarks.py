@@ -5,12 +5,21 @@ Nothing here asserts on speed.
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from benchmarks.harness import BENCHMARKS, main, run_one
-from benchmarks.report import ratios
+from benchmarks.harness import (
+    BENCHMARKS,
+    environment,
+    instruction_total,
+    instructions_per_element,
+    main,
+    run_one,
+)
+from benchmarks.pipelines import activation_command, activation_target
+from benchmarks.report import Goal, Target, ratios
 from tests.pg import find_postgres_bin
 
 SQLITE_ROWS = [
@@ -99,3 +108,56 @@ def test_compare_reads_the_report_of_before_issue_41() -> None:
         "no-op activation, 1,000 keys": 1.59,
         "activation, memory value of 1 KiB": 2.15,
     }
+
+
+def test_activation_targets_are_issue_44s() -> None:
+    assert activation_target("ours", 1_000) == Target(Goal.RATIO_AT_MOST, 1.2)
+    assert activation_target("model", 1_000) == Target(Goal.RATIO_AT_MOST, 1.6)
+    assert activation_target("model", 10_000) == Target(Goal.RATIO_AT_MOST, 1.4)
+
+
+CACHEGRIND_SUMMARY = """\
+==4242== Cachegrind, a cache and branch-prediction profiler
+==4242== Command: python -c pass
+==4242==
+==4242== I   refs:      17,088,478,178
+"""
+
+
+def test_instruction_total_reads_valgrinds_summary() -> None:
+    assert instruction_total(CACHEGRIND_SUMMARY) == 17_088_478_178
+    with pytest.raises(ValueError, match="I refs"):
+        instruction_total("==4242== Command: python -c pass\n")
+
+
+FAKE_VALGRIND = """\
+#!/bin/sh
+for argument; do cost=$count; count=$argument; done
+echo "==7== I   refs:      $((1000000 + cost * count))" >&2
+"""
+COSTS = {"floor": 250, "ours": 400}
+"""Instructions per element of the fake commands, by name."""
+
+
+def fake_command(name: str, count: int) -> list[str]:
+    """The fake valgrind's arguments: an element's cost and the element count."""
+    return [str(COSTS[name]), str(count)]
+
+
+def test_instructions_per_element_is_the_difference_over_the_added_elements(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert instructions_per_element(fake_command, COSTS, 2_000, 2_000) is None
+    valgrind = tmp_path / "valgrind"
+    valgrind.write_text(FAKE_VALGRIND)
+    valgrind.chmod(0o755)
+    assert instructions_per_element(fake_command, COSTS, 2_000, 1_000) == {
+        "floor": 250.0,
+        "ours": 400.0,
+    }
+
+
+@pytest.mark.parametrize("stage", ["floor", "ours", "model floor", "model"])
+def test_the_counted_command_runs_an_activation_stage(stage: str) -> None:
+    subprocess.run(activation_command(stage, 20, keys=5), env=environment(), check=True)
