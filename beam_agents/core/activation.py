@@ -254,7 +254,7 @@ class Activator:
         suspended = state.continuation
         assert suspended is not None
         limit = self._config.max_buffered_events
-        if len(state.buffered()) >= limit:
+        if state.buffered_count() >= limit:
             plan.errors.append(
                 error_record(
                     key,
@@ -503,7 +503,7 @@ class Activator:
 
     def _next_header(self, plan: Plan, next_seq: int, activity_ms: int) -> KeyHeader:
         """The header to store (the caller stores it); arm the idle timer if none is armed."""
-        previous_ms = plan.state.last_activity_ms
+        previous_ms = plan.state.header.last_activity_ms  # waiting events fold theirs in later
         if not previous_ms:
             self._arm_idle(plan, previous_ms, activity_ms)
         header = KeyHeader()  # field by field: cheaper than keywords
@@ -551,7 +551,9 @@ class Activator:
         route = choose_route(policy, key, suspended, fired_ms)
         self._before_commit(key, suspended.seq, TRIGGER_DEADLINE, suspended.next_step)
         now_ms = state.last_activity_ms
-        taken = deadline_outcome(route, key, suspended, policy, fired_ms=fired_ms, now_ms=now_ms)
+        taken = deadline_outcome(
+            route, key, suspended, policy, fired_ms=fired_ms, now_ms=now_ms, traced=self._traced
+        )
         plan.traces.extend(taken.traces)
         plan.outputs.extend(taken.outputs)
         plan.errors.extend(taken.errors)
@@ -1055,8 +1057,12 @@ def deadline_outcome(
     *,
     fired_ms: int,
     now_ms: int,
+    traced: bool = True,
 ) -> DeadlineOutcome:
-    """Apply ``route`` to the timed-out run ``suspended`` (``now_ms``: the key's last activity)."""
+    """Apply ``route`` to the timed-out run ``suspended`` (``now_ms``: the key's last activity).
+
+    ``traced``: whether to build its trace events (``AgentConfig.traces``).
+    """
     step = suspended.next_step
     trace = TraceRecorder(
         key,
@@ -1065,6 +1071,7 @@ def deadline_outcome(
         suspended.trace_sequence,
         now_ms,
         namespace=run_namespace(suspended),
+        enabled=traced,
     )
     trace.record(TraceEvent.ACTIVATION_START, step, {"trigger": TRIGGER_DEADLINE})
     if isinstance(route, RouteFailure):

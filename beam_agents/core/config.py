@@ -116,6 +116,10 @@ class AgentConfig:
             still gets a deadline: the longest TTL window of its pending intents plus this
             grace (processing time, default 5 minutes), so no run waits forever for a result
             that never comes (``docs/concepts/runtime.md``, "The lifecycle of a run").
+        traces: Whether activations build trace events for ``.traces``. ``None`` (the
+            default): only if a transform of the pipeline reads ``.traces`` when it runs;
+            ``True``: always (for readers the pipeline cannot see, such as Interactive Beam);
+            ``False``: never.
     """
 
     provider_factory: Callable[[], CompletesRequests] | None = None
@@ -136,6 +140,7 @@ class AgentConfig:
     namespace: str | None = None
     record: bool | RecordOptions = False
     result_grace_ms: int = DEFAULT_RESULT_GRACE_MS
+    traces: bool | None = None
 
     def __post_init__(self) -> None:
         _require(
@@ -208,6 +213,11 @@ class AgentConfig:
             self.max_tokens_per_run is None or _is_count(self.max_tokens_per_run, 1),
             "AgentConfig.max_tokens_per_run must be an int >= 1 or None (no budget), got "
             f"{self.max_tokens_per_run!r}",
+        )
+        _require(
+            self.traces is None or isinstance(self.traces, bool),
+            "AgentConfig.traces must be True, False or None (only when .traces is read), got "
+            f"{self.traces!r}",
         )
         _require(
             self.namespace is None or (isinstance(self.namespace, str) and bool(self.namespace)),

@@ -78,6 +78,10 @@ def identity_of(event: TraceEvent) -> bytes:
     return kept.SerializeToString(deterministic=True)
 
 
+_TRACE_PERSON = b"beam-agents.tr"
+"""The BLAKE2b personalization of trace ids."""
+
+
 def trace_id_for(entity_key: bytes, seq: int, namespace: str | None = None) -> str:
     """The trace id of run ``seq`` of ``entity_key`` in ``namespace`` (``AgentConfig.namespace``).
 
@@ -88,9 +92,6 @@ def trace_id_for(entity_key: bytes, seq: int, namespace: str | None = None) -> s
     if namespace is not None:
         name += b"|" + namespace.encode()
     return hashlib.blake2b(name, digest_size=16, person=_TRACE_PERSON).hexdigest()
-
-
-_TRACE_PERSON = b"beam-agents.tr"
 
 
 def span_salt_for(trace_id: str, namespace: str | None) -> int:
@@ -293,6 +294,9 @@ class TraceRecorder:
 
     def record_tool_call(self, name: str, step_index: int, started_ns: int, error: str) -> None:
         """Append a ``TOOL_CALL`` of the inline tool ``name`` (``error``: its failure's type)."""
+        if not self._enabled:
+            self._skipped += 1
+            return
         attributes = {
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.tool.name": name,

@@ -64,12 +64,19 @@ class Bag(Protocol):
         """Remove every element."""
 
 
+BUFFERED_MARK = b"\x00"
+"""The first byte of a header-bag element that is a buffered envelope (no proto starts so)."""
+
+
 class KeyState:
     """One key's state for one ``process`` or timer call: lazy reads, staged writes.
 
-    The header bag holds the :class:`KeyHeader` (with the suspended run's continuation) and,
-    after it, the events buffered behind that run; the memory bag holds the memory's elements.
-    Each bag is read at most once, and only when needed; :meth:`commit` writes what changed.
+    The header bag is a log: :class:`KeyHeader` elements (the last one counts; it holds the
+    suspended run's continuation) and :data:`BUFFERED_MARK`-prefixed envelopes buffered behind
+    that run, in arrival order. A new header is appended while events wait, so they are not
+    written again; the bag is rewritten whole once superseded headers outweigh the events. The
+    memory bag holds the memory's elements. Each bag is read at most once, and only when
+    needed; :meth:`commit` writes what changed.
     """
 
     __slots__ = (
@@ -104,28 +111,37 @@ class KeyState:
     def header(self) -> KeyHeader:
         """The key's header (a fresh one for a key never committed)."""
         if self._header is None:
-            stored = self._read()
+            blob = self._stored_header()
             self._header = (
-                decode_versioned(KeyHeader, stored[0], HEADER_SCHEMA_VERSION)
-                if stored
-                else KeyHeader(schema_version=HEADER_SCHEMA_VERSION)
+                KeyHeader(schema_version=HEADER_SCHEMA_VERSION)
+                if blob is None
+                else decode_versioned(KeyHeader, blob, HEADER_SCHEMA_VERSION)
             )
         return self._header
+
+    def _read(self) -> list[bytes]:
+        """The header bag as stored."""
+        if self._stored is None:
+            self._stored = list(self._header_cell.read())
+        return self._stored
+
+    def _stored_header(self) -> bytes | None:
+        """The last header element of the bag, if it has one."""
+        stored = self._read()
+        if len(stored) == 1:
+            return stored[0] if stored[0][:1] != BUFFERED_MARK else None
+        for element in reversed(stored):
+            if element[:1] != BUFFERED_MARK:
+                return element
+        return None
 
     @property
     def last_activity_ms(self) -> int:
         """The event time of the key's last activity: its header's, or a later buffered event's."""
         latest = self.header.last_activity_ms
-        if self._header_out is None:  # a header written in this call has the buffer's folded in
-            for envelope_bytes in self._read()[1:]:
-                latest = max(latest, AgentEnvelope.FromString(envelope_bytes).event_time_ms)
+        for envelope_bytes in self.buffered():
+            latest = max(latest, AgentEnvelope.FromString(envelope_bytes).event_time_ms)
         return latest
-
-    def _read(self) -> list[bytes]:
-        """The header bag as stored: the header's element, then the buffered events."""
-        if self._stored is None:
-            self._stored = list(self._header_cell.read())
-        return self._stored
 
     def write_header(self, header: KeyHeader) -> None:
         """Store ``header``, with the key's continuation as it stands."""
@@ -184,8 +200,19 @@ class KeyState:
 
     def buffered(self) -> list[bytes]:
         """The serialized envelopes buffered while suspended, oldest first."""
-        stored = [] if self.buffer_reset else self._read()[1:]
+        stored = [] if self.buffer_reset else self._stored_events()
         return [*stored, *self.buffer_added]
+
+    def buffered_count(self) -> int:
+        """How many envelopes are buffered (none is copied to count them)."""
+        stored = 0 if self.buffer_reset else len(self._read()) - self._header_elements()
+        return stored + len(self.buffer_added)
+
+    def _stored_events(self) -> list[bytes]:
+        return [e[1:] for e in self._read() if e[:1] == BUFFERED_MARK]
+
+    def _header_elements(self) -> int:
+        return sum(1 for element in self._read() if element[:1] != BUFFERED_MARK)
 
     def buffer(self, envelope_bytes: bytes) -> None:
         """Append an envelope to the buffer."""
@@ -208,36 +235,38 @@ class KeyState:
         self.write_memory([])
         self.end_run()
 
-    @property
-    def changed(self) -> bool:
-        """Whether :meth:`commit` would write anything."""
-        return (
-            self._header_out is not None
-            or self._memory_written
-            or self.buffer_reset
-            or bool(self.buffer_added)
-        )
-
     def commit(self) -> None:
         """Write what this call changed to the bags."""
-        cell = self._header_cell
         if self._header_out is not None or self.buffer_reset:
-            head = self._header_out
-            if head is None:  # the buffer alone was replaced
-                head = self.header.SerializeToString()
-            kept = self.buffered()
-            cell.clear()
-            cell.add(head)
-            for envelope_bytes in kept:
-                cell.add(envelope_bytes)
+            self._commit_header()
         else:
-            for envelope_bytes in self.buffer_added:
-                cell.add(envelope_bytes)
+            self._append(self.buffer_added)
         if self._memory_written:
             memory = self._memory_cell
             memory.clear()
             for element in self._memory_elements or ():
                 memory.add(element)
+
+    def _commit_header(self) -> None:
+        """Append the new header behind waiting events, or rewrite the bag once that is cheaper."""
+        stored = self._read()
+        head = self._header_out
+        if head is None:  # the buffer alone was replaced: the header stays
+            head = self._stored_header() or self.header.SerializeToString()
+        superseded = sum(len(element) for element in stored if element[:1] != BUFFERED_MARK)
+        waiting = sum(len(element) for element in stored) - superseded
+        if self.buffer_reset or superseded >= waiting:
+            kept = self.buffered()
+            self._header_cell.clear()
+            self._header_cell.add(head)
+            self._append(kept)
+        else:
+            self._header_cell.add(head)
+            self._append(self.buffer_added)
+
+    def _append(self, envelopes: list[bytes]) -> None:
+        for envelope_bytes in envelopes:
+            self._header_cell.add(BUFFERED_MARK + envelope_bytes)
 
 
 # -- working memory: the MemoryState wire format and the memory an activation sees ------------

@@ -27,9 +27,9 @@ from apache_beam.transforms.userstate import (
     TimerSpec,
     on_timer,
 )
-from apache_beam.transforms.window import GlobalWindows
+from apache_beam.transforms.window import GlobalWindow, GlobalWindows
 from apache_beam.typehints import typehints
-from apache_beam.utils.timestamp import Timestamp
+from apache_beam.utils.timestamp import MIN_TIMESTAMP, Timestamp
 
 from beam_agents._protos import ActivationRecord, AgentEnvelope, AgentError, ToolIntent, TraceEvent
 from beam_agents.core.activation import Activator, Plan, TimerFired, element_problem
@@ -297,8 +297,13 @@ class _BeamModelCounters:
             self._pending[name] = 0
 
 
+_LATEST_TIMER_MS = GlobalWindow().max_timestamp().micros // 1000
+_EARLIEST_TIMER_MS = MIN_TIMESTAMP.micros // 1000 + 1
+
+
 def _timestamp(ms: int) -> Timestamp:
-    return Timestamp(micros=ms * 1000)
+    """A timer's time: ``ms``, within the times Beam can set a timer at in the global window."""
+    return Timestamp(micros=min(max(ms, _EARLIEST_TIMER_MS), _LATEST_TIMER_MS) * 1000)
 
 
 def _ms(timestamp: Timestamp) -> int:
@@ -369,6 +374,8 @@ def _timer_callback(spec: TimerSpec, timer: str, name: str, doc: str) -> Any:
         self._early_fires += plan.early
         if timer == TRIGGER_DEADLINE:
             self._note_waiting(key, plan)
+        elif plan.idle_ms is not None and _timestamp(plan.idle_ms) <= fired:
+            plan.idle_ms = None  # due past the last time a timer can be set: it would loop
         return _applied(plan, deadline, idle, self._tick_clock, self._traced)
 
     callback.__name__ = callback.__qualname__ = name
@@ -401,8 +408,8 @@ class AgentDoFn(beam.DoFn):
         self._waiting_said = time.monotonic()
         self._connections: list[ToolConnection] = []
         self._error_log = ErrorLog()  # every .errors record is logged, rate-limited
-        self._traced = True
-        """Whether ``.traces`` is read: decided when the pipeline is serialized to run."""
+        self._traced = True if config.traces is None else config.traces
+        """Whether activations build trace events; see ``AgentConfig.traces``."""
         self._traces: PCollection[TraceEvent] | None = None
 
     def trace_if_read(self, traces: PCollection[TraceEvent]) -> None:
@@ -413,7 +420,7 @@ class AgentDoFn(beam.DoFn):
         """The DoFn as it runs: whether its traces are read, not the pipeline that tells."""
         state = self.__dict__.copy()
         traces = state.pop("_traces", None)
-        if traces is not None:
+        if traces is not None and self._config.traces is None:
             state["_traced"] = _is_read(traces)
         return state
 

@@ -37,6 +37,7 @@ from beam_agents import (
 from beam_agents._protos import AgentEnvelope, AgentError, KeyHeader, ToolIntent, TraceEvent
 from beam_agents.core.context import ActivationContext, AgentFn
 from beam_agents.core.observability import identity_of
+from beam_agents.core.state import BUFFERED_MARK
 from beam_agents.io.run_agent import AgentDoFn, agent_dofn
 from beam_agents.model.client import LlmRequest
 from beam_agents.model.fake import FakeLLM, match_contains, respond_with
@@ -216,8 +217,13 @@ class InMemoryKeyState:
 
     @property
     def buffered(self) -> list[bytes]:
-        """The events buffered behind the suspended run: the header bag after the header."""
-        return self.header.values[1:]
+        """The events buffered behind the suspended run, as the header bag holds them."""
+        return [value[1:] for value in self.header.values if value[:1] == BUFFERED_MARK]
+
+    @property
+    def headers(self) -> list[bytes]:
+        """The header elements of the header bag, oldest first: the last one counts."""
+        return [value for value in self.header.values if value[:1] != BUFFERED_MARK]
 
     def params(self) -> dict[str, Any]:
         """The state and timer arguments ``process`` and the timer callbacks take."""
@@ -244,15 +250,17 @@ class StoredContinuation:
 
     @property
     def value(self) -> bytes | None:
-        values = self._header.values
-        return (KeyHeader.FromString(values[0]).continuation or None) if values else None
+        headers = [value for value in self._header.values if value[:1] != BUFFERED_MARK]
+        return (KeyHeader.FromString(headers[-1]).continuation or None) if headers else None
 
     @value.setter
     def value(self, blob: bytes | None) -> None:
         values = self._header.values
-        header = KeyHeader.FromString(values[0]) if values else KeyHeader(schema_version=1)
+        headers = [value for value in values if value[:1] != BUFFERED_MARK]
+        header = KeyHeader.FromString(headers[-1]) if headers else KeyHeader(schema_version=1)
         header.continuation = blob or b""
-        self._header.values[:1] = [header.SerializeToString()]
+        events = [value for value in values if value[:1] == BUFFERED_MARK]
+        self._header.values = [header.SerializeToString(), *events]
 
 
 @functools.cache
@@ -391,5 +399,5 @@ def main_outputs(outputs: list[Any]) -> list[bytes]:
 
 
 def header_of(cells: InMemoryKeyState) -> KeyHeader:
-    assert cells.header.values
-    return KeyHeader.FromString(cells.header.values[0])
+    assert cells.headers
+    return KeyHeader.FromString(cells.headers[-1])

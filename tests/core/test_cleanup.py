@@ -15,7 +15,7 @@ from apache_beam.pvalue import TaggedOutput
 from apache_beam.utils.timestamp import Timestamp
 
 from beam_agents import AgentConfig, Complete, Suspend
-from beam_agents._protos import AgentError, ToolIntent, withdrawal_id_for
+from beam_agents._protos import AgentEnvelope, AgentError, ToolIntent, withdrawal_id_for
 from beam_agents.core.agent import intent_id_for
 from beam_agents.core.context import ActivationContext
 from beam_agents.core.observability import trace_id_for
@@ -27,8 +27,10 @@ from tests.core.harness import (
     InMemoryKeyState,
     SharedProvider,
     ask,
+    created,
     header_of,
     held_dofn,
+    hold_then_release,
     main_outputs,
     make_fake,
     run_agent,
@@ -151,3 +153,23 @@ def test_an_event_buffered_behind_a_suspension_postpones_its_cleanup(dofn: Agent
     later_expiry = Timestamp(micros=(50_000 + TTL_MS) * 1000)
     outputs = dofn._on_idle(key=K, fired=later_expiry, **cells.params())
     assert errors(outputs) == ["suspension_wiped"] and main_outputs(outputs) == [b"done later"]
+
+
+@pytest.mark.parametrize("at_ms", [2**63 - 1, (2**63 - 1) // 1000])
+def test_an_event_from_the_end_of_time_keeps_its_key_and_the_pipeline_ends(at_ms: int) -> None:
+    key = b"k\x00\n\x1b|"
+    hold = AgentEnvelope(entity_key=key, event_time_ms=1_000, external_event=b"hold")
+    late = AgentEnvelope(entity_key=key, event_time_ms=at_ms, external_event=b"late")
+    config = AgentConfig(ttl_ms=TTL_MS)
+    outputs = run_agent(created([(key, hold), (key, late)]), hold_then_release, config)
+    # Its activity never expires, so the run keeps waiting and the event keeps its place.
+    assert outputs.output == [] and outputs.errors == [] and len(outputs.intents) == 1
+
+
+def test_an_event_from_before_the_epoch_is_idle_like_any_other() -> None:
+    key = b"k\x00\n\x1b|"
+    hold = AgentEnvelope(entity_key=key, event_time_ms=1_000, external_event=b"hold")
+    early = AgentEnvelope(entity_key=key, event_time_ms=-5, external_event=b"early")
+    config = AgentConfig(ttl_ms=TTL_MS)
+    outputs = run_agent(created([(key, hold), (key, early)]), hold_then_release, config)
+    assert outputs.output == [b"done early"] and outputs.reasons() == ["suspension_wiped"]

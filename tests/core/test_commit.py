@@ -25,12 +25,13 @@ from beam_agents._protos import (
 from beam_agents.core.agent import intent_id_for
 from beam_agents.core.context import ActivationContext
 from beam_agents.core.state import MEMORY_CAP_BYTES
-from beam_agents.io.run_agent import AgentDoFn
+from beam_agents.io.run_agent import AgentDoFn, agent_dofn
 from beam_agents.model.client import LlmRequest
 from beam_agents.model.fake import FakeLLM, match_any, respond_with
 from beam_agents.testing import EnvelopeStream, FailFirstCommit
 from tests.core.harness import (
     SCENARIO_KEY,
+    InMemoryBag,
     InMemoryKeyState,
     SharedProvider,
     calls_containing,
@@ -264,9 +265,61 @@ def test_an_event_behind_a_suspended_run_is_appended_without_rewriting_the_heade
     assert cells.continuation.value is not None
     later = event(b"later", 2_000)
     assert main_outputs(cells.process(dofn, K, later)) == []
-    assert cells.header.values == [header, later.SerializeToString()]
+    assert cells.header.values == [header, b"\x00" + later.SerializeToString()]
     # The resumed run completes, then the buffered event runs as a new run on the same key.
     outputs = main_outputs(cells.process(dofn, K, result_for(0, 0, 3_000)))
     assert outputs == [b"released", b"done later"]
     assert cells.continuation.value is None and cells.buffered == []
     assert header_of(cells).next_seq == 2 and header_of(cells).last_activity_ms == 3_000
+
+
+async def three_steps(ctx: ActivationContext) -> Complete | Suspend:
+    """Waits for one intent at a time, three times, then completes."""
+    answered = len(ctx.results)
+    if answered < 3:
+        ctx.act("step", {"n": answered})
+        return Suspend()
+    return Complete(output=b"three steps")
+
+
+def step_result(step: int, at_ms: int) -> AgentEnvelope:
+    answer = ToolResult(
+        intent_id=intent_id_for(K, 0, step), entity_key=K, status=ToolResult.OK, payload=b"{}"
+    )
+    return AgentEnvelope(entity_key=K, event_time_ms=at_ms, tool_result=answer)
+
+
+class CountedBag(InMemoryBag):
+    """A bag that counts the bytes added to it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.added_bytes = 0
+
+    def add(self, value: bytes) -> None:
+        self.added_bytes += len(value)
+        super().add(value)
+
+
+def test_a_run_that_suspends_again_does_not_rewrite_the_events_waiting_behind_it() -> None:
+    dofn = agent_dofn(three_steps, AgentConfig())
+    dofn.setup()
+    cells = InMemoryKeyState()
+    cells.header = bag = CountedBag()
+    big = event(b"big " + bytes(100_000), 2_000)
+    try:
+        cells.process(dofn, K, event(b"first", 1_000))
+        cells.process(dofn, K, big)
+        written = bag.added_bytes
+        assert cells.buffered == [big.SerializeToString()]
+        for step in (0, 1):  # each resume suspends again: only a new header is appended
+            cells.process(dofn, K, step_result(step, 3_000 + step))
+            assert cells.buffered == [big.SerializeToString()]
+        assert bag.added_bytes - written < 10_000 and len(cells.headers) == 3
+        outputs = main_outputs(cells.process(dofn, K, step_result(2, 4_000)))
+    finally:
+        dofn.teardown()
+    # The run completes; the big event runs next and suspends: the bag is compacted.
+    assert outputs == [b"three steps"]
+    assert cells.buffered == [] and len(cells.headers) == 1
+    assert header_of(cells).next_seq == 2 and cells.continuation.value is not None

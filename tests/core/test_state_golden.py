@@ -130,3 +130,19 @@ def test_a_run_without_model_calls_writes_the_golden_continuation_and_resumes() 
         dofn.teardown()
     assert [len(main_outputs(out)) for out in outputs] == [0, 0, 1]
     assert cells.continuation.value is None
+
+
+LATER = AgentEnvelope(entity_key=K, event_time_ms=2_000, external_event=b"later")
+BUFFERED = bytes.fromhex("000a06616363742d3710d00f1a056c61746572")
+"""A header-bag element buffering ``LATER``: a zero byte, then the envelope."""
+
+
+def test_an_event_behind_the_suspension_is_appended_as_its_golden_element() -> None:
+    dofn = started(plans_again_on_resume, make_fake())
+    cells = InMemoryKeyState()
+    try:
+        cells.process(dofn, K, ORDER)
+        cells.process(dofn, K, LATER)
+    finally:
+        dofn.teardown()
+    assert cells.header.values == [HEADER + CONTINUATION, BUFFERED]

@@ -74,3 +74,16 @@ def test_a_pipeline_reading_nothing_but_outputs_builds_no_trace(built: list[int]
         outputs = keyed | RunAgent(remember_and_act, config=AgentConfig())
         _ = outputs.output | beam.Map(len)
     assert built[0] == 0
+
+
+def test_the_config_can_force_traces_on_or_off(built: list[int]) -> None:
+    silenced = run_agent(created(EVENTS), remember_and_act, AgentConfig(traces=False))
+    assert built[0] == 0 and silenced.traces == [] and silenced.output
+    unread = ("output", "intents", "errors")
+    run_agent(created(EVENTS), remember_and_act, AgentConfig(traces=True), read=unread)
+    assert built[0] > 0
+
+
+def test_the_traces_switch_takes_only_a_bool_or_none() -> None:
+    with pytest.raises(ValueError, match=r"AgentConfig\.traces must be True, False or None"):
+        AgentConfig(traces="yes")  # type: ignore[arg-type]
