@@ -270,7 +270,8 @@ class Activator:
             )
             return
         state.buffer(envelope.SerializeToString())
-        self._arm_idle(plan, state.header.last_activity_ms, envelope.event_time_ms)
+        if not state.header.last_activity_ms:
+            self._arm_idle(plan, envelope.event_time_ms)
 
     def _apply_answer(
         self,
@@ -505,20 +506,22 @@ class Activator:
         """The header to store (the caller stores it); arm the idle timer if none is armed."""
         previous_ms = plan.state.header.last_activity_ms  # waiting events fold theirs in later
         if not previous_ms:
-            self._arm_idle(plan, previous_ms, activity_ms)
+            self._arm_idle(plan, activity_ms)
         header = KeyHeader()  # field by field: cheaper than keywords
         header.schema_version = HEADER_SCHEMA_VERSION
         header.next_seq = next_seq
         header.last_activity_ms = max(previous_ms, activity_ms)
         return header
 
-    def _arm_idle(self, plan: Plan, previous_ms: int, activity_ms: int) -> None:
-        """Arm the idle timer if none is armed: the key's last activity was zero."""
-        # A zero last activity means no idle timer is armed (a fresh or cleaned-up key); an
-        # armed timer that fires early re-arms itself, so it need not move on every element.
+    def _arm_idle(self, plan: Plan, activity_ms: int) -> None:
+        """Arm the idle timer of a key whose last activity is zero: it has none armed.
+
+        A zero last activity means a fresh or cleaned-up key; an armed timer that fires early
+        re-arms itself, so it need not move on every element.
+        """
         ttl_ms = self._config.ttl_ms
-        if ttl_ms is not None and previous_ms == 0:
-            plan.idle_ms = max(previous_ms, activity_ms) + ttl_ms
+        if ttl_ms is not None:
+            plan.idle_ms = max(0, activity_ms) + ttl_ms
 
     def _drain(self, plan: Plan, key: bytes) -> None:
         """Run the events buffered during a suspension that just ended, until one suspends."""

@@ -127,10 +127,7 @@ class KeyState:
 
     def _stored_header(self) -> bytes | None:
         """The last header element of the bag, if it has one."""
-        stored = self._read()
-        if len(stored) == 1:
-            return stored[0] if stored[0][:1] != BUFFERED_MARK else None
-        for element in reversed(stored):
+        for element in reversed(self._read()):
             if element[:1] != BUFFERED_MARK:
                 return element
         return None
