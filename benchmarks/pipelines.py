@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import importlib.machinery
 import multiprocessing
+import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -41,6 +44,7 @@ from beam_agents import (
     tool,
 )
 from beam_agents._protos import KeyHeader
+from beam_agents.core import activation
 from beam_agents.model.fake import (
     FakeLLM,
     match_any,
@@ -49,8 +53,14 @@ from beam_agents.model.fake import (
     simulate_latency,
 )
 from beam_agents.replay.backtest import run_backtest
-from benchmarks.harness import instructions_per_element, percentile, seconds_per_call
+from benchmarks.harness import (
+    COMPILED_TREE,
+    instructions_per_element,
+    percentile,
+    seconds_per_call,
+)
 from benchmarks.report import Figure, Goal, Result, Target
+from effector.launch import child_environment
 
 Element = tuple[bytes, AgentEnvelope]
 Stage = Callable[["PCollection[Element]"], object]
@@ -232,6 +242,37 @@ INSTRUCTIONS_METHOD = (
 )
 
 
+COMPILED_SUFFIX = ", compiled core"
+
+
+def core_is_compiled() -> bool:
+    """Whether this process runs the mypyc build of the runtime core."""
+    return isinstance(activation.__loader__, importlib.machinery.ExtensionFileLoader)
+
+
+def compiled_activations(tree: Path, quick: bool) -> list[Figure]:
+    """The activation figures measured in ``tree``'s compiled core, in an interpreter there."""
+    with tempfile.TemporaryDirectory(prefix="beam-agents-bench-") as scratch:
+        output = Path(scratch) / "compiled.json"
+        command = [sys.executable, "-m", "benchmarks", "--run-one", "noop_activation"]
+        command += ["--json", str(output), *(["--quick"] if quick else [])]
+        environment = child_environment(tree)
+        environment.pop(COMPILED_TREE)
+        run = subprocess.run(command, cwd=tree, env=environment, capture_output=True, text=True)
+        if run.returncode != 0:
+            lines = run.stderr.strip().splitlines()
+            raise RuntimeError(f"the compiled core's run failed: {lines[-1] if lines else ''}")
+        figures = Result.from_json(output.read_text()).figures
+    if not all(figure.name.endswith(COMPILED_SUFFIX) for figure in figures):
+        raise RuntimeError(f"{tree} does not hold a compiled core: run `make compiled`")
+    return figures
+
+
+COMPILED_METHOD = (
+    "\nCompiled core: the same, in a copy whose core mypyc compiled (`make compiled`)."
+)
+
+
 def noop_activation(quick: bool) -> Result:
     """No-op and model-call activations against bare stateful DoFns with their state traffic;
     beside the times, instructions per element under cachegrind where valgrind is installed."""
@@ -252,13 +293,16 @@ def noop_activation(quick: bool) -> Result:
             INSTRUCTION_EXTRA,
         )
     figures = []
+    build = COMPILED_SUFFIX if core_is_compiled() else ""
     for label, ours, floor, keys, us in measured:
         name, target = f"{label}, {keys:,} keys", activation_target(ours, keys)
-        figures.append(Figure(name, "µs/element", us[ours], us[floor], target))
+        figures.append(Figure(name + build, "µs/element", us[ours], us[floor], target))
         if ir is not None and keys == INSTRUCTION_KEYS:
-            figures.append(
-                Figure(f"{name}, instructions", "Ir/element", ir[ours], ir[floor], target)
-            )
+            counted = f"{name}, instructions{build}"
+            figures.append(Figure(counted, "Ir/element", ir[ours], ir[floor], target))
+    tree = os.environ.get(COMPILED_TREE)
+    if tree:
+        figures += compiled_activations(Path(tree), quick)
     return Result(
         "noop_activation",
         "No-op and model-call activations against a bare stateful DoFn",
@@ -267,7 +311,8 @@ def noop_activation(quick: bool) -> Result:
 No-op: the agent returns `Complete()`; floor: a DoFn reading and writing the header cell.
 Model call: one `ctx.call_model` on an instant `FakeLLM`, one memory slot written;
 floor: a DoFn reading and writing the header and a memory cell of the same size."""
-        + ("" if ir is None else INSTRUCTIONS_METHOD),
+        + ("" if ir is None else INSTRUCTIONS_METHOD)
+        + ("" if not tree else COMPILED_METHOD),
         figures,
     )
 

@@ -51,28 +51,25 @@ from beam_agents.core.config import (
     Escalate,
     HitlPolicy,
     Route,
+    record_options,
 )
-from beam_agents.core.context import (
+from beam_agents.core.context import ActivationContext, AgentFn, staged, staged_anything
+from beam_agents.core.observability import (
+    DEADLINE_ATTRIBUTE,
+    ActivationRecorder,
+    TraceRecorder,
+    explain,
+)
+from beam_agents.core.staging import (
     APPROVAL_TOOL_NAME,
-    ActivationContext,
     ActivationServices,
-    AgentFn,
     Resumption,
     Staged,
     StepCursor,
     StepRecord,
     run_namespace,
     stage_route_compensations,
-    staged,
-    staged_anything,
     stale_approval,
-)
-from beam_agents.core.observability import (
-    DEADLINE_ATTRIBUTE,
-    ActivationRecorder,
-    TraceRecorder,
-    explain,
-    record_options,
 )
 from beam_agents.core.state import HEADER_SCHEMA_VERSION, KeyState
 from beam_agents.model.client import ProviderError
@@ -1033,11 +1030,13 @@ def fallback_context(key: bytes, suspended: Continuation, fired_ms: int) -> Fall
     )
 
 
-@dataclass(frozen=True, slots=True)
 class RouteFailure:
     """The timeout route raised instead of deciding: the run ends without a decision."""
 
-    error: Exception
+    __slots__ = ("error",)
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
 
 
 def choose_route(

@@ -1,4 +1,4 @@
-"""``AgentConfig`` and the human-in-the-loop policy, validated at construction."""
+"""``AgentConfig``, the human-in-the-loop policy and ``RecordOptions``, checked when built."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from typing import TypeAlias, TypeGuard
 
 from beam_agents.core.agent import MAX_DURATION_MS, FallbackContext, positive_ms
 from beam_agents.core.model_calls import DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES
-from beam_agents.core.observability import RecordOptions, record_options
 from beam_agents.model.client import CompletesRequests
 from beam_agents.model.resilience import RetryPolicy
 from beam_agents.tools import ToolRegistry
@@ -348,3 +347,33 @@ def _check_route_function(on_timeout: object) -> None:
             f"module), got {qualname or on_timeout!r}; lambdas, nested functions and methods "
             "are not accepted because the route must be pure and pickle by reference"
         )
+
+
+# -- activation records: how AgentConfig(record=...) records ----------------------------------
+DEFAULT_MAX_VALUE_BYTES = 16 * 1024
+"""Memory slots up to this size (encoded) are recorded whole; larger ones by digest only."""
+
+
+@dataclass(frozen=True)
+class RecordOptions:
+    """How activations are recorded (``AgentConfig(record=RecordOptions(...))``)."""
+
+    max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES
+
+    def __post_init__(self) -> None:
+        value = self.max_value_bytes
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"RecordOptions.max_value_bytes must be an int >= 0, got {value!r}")
+
+
+def record_options(record: object) -> RecordOptions | None:
+    """``AgentConfig.record`` as options: ``None`` when recording is off."""
+    if record is True:
+        return RecordOptions()
+    if record is False or record is None:
+        return None
+    if isinstance(record, RecordOptions):
+        return record
+    raise ValueError(
+        f"AgentConfig.record must be a bool or a RecordOptions, got {type(record).__name__}"
+    )

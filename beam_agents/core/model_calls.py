@@ -17,10 +17,12 @@ from beam_agents.core.agent import enter_task
 from beam_agents.model.client import (
     LlmRequest,
     LlmResponse,
+    ModelClient,
     ProviderError,
     TokenUsage,
     as_model_client,
     decode_with,
+    response_problem,
 )
 from beam_agents.model.resilience import (
     Attempt,
@@ -333,13 +335,13 @@ class ModelGateway:
         metrics: ModelMetrics | None = None,
         memo: AnswerMemo[ProviderAnswer] | None = None,
     ) -> None:
+        refusal = ""
         try:
-            adapted = as_model_client(client)
-        except TypeError:
-            raise TypeError(
-                f"provider_factory returned {type(client).__name__}, which has no "
-                "`async complete(request)` method"
-            ) from None
+            adapted: ModelClient | None = as_model_client(client)
+        except TypeError as error:
+            adapted, refusal = None, str(error)
+        if adapted is None:  # raised here, not in the handler: nothing to chain
+            raise TypeError(f"provider_factory returned {type(client).__name__}: {refusal}")
         self.client = client
         self._client = adapted
         self.provider_name = adapted.gen_ai_provider_name
@@ -352,16 +354,15 @@ class ModelGateway:
         self._memo = memo
 
     async def _call_once(self, request: LlmRequest) -> LlmResponse:
-        response = await self._client.complete(request)
-        if not isinstance(response, LlmResponse):
-            raise self._not_a_response(response)
-        return response
+        return self._checked(await self._client.complete(request))
 
-    def _not_a_response(self, response: object) -> TypeError:
-        return TypeError(
-            f"{type(self.client).__name__}.complete returned "
-            f"{type(response).__name__}, not an LlmResponse"
-        )
+    def _checked(self, response: object) -> LlmResponse:
+        """``response`` if its fields have their types; else a ``TypeError`` naming the client."""
+        problem = response_problem(response)
+        if problem is not None:
+            raise TypeError(f"{type(self.client).__name__}.complete returned {problem}")
+        assert isinstance(response, LlmResponse)
+        return response
 
     async def complete(
         self, request: LlmRequest, *, budget_s: float | None = None, memo_key: str = ""
@@ -384,17 +385,18 @@ class ModelGateway:
         check_budget(budget_s)
         started = time.monotonic()
         if breaker is not None and not breaker.closed:
+            refused = None
             try:
                 breaker.allow()  # an open circuit refuses; a half-open one lets a trial in
-            except CircuitOpenError as refused:
+            except CircuitOpenError as error:
+                refused = error
+            if refused is not None:  # raised here, not in the handler: nothing to chain
                 self._failed(refused, request, 0)
-                raise refused from None
+                raise refused
         # The first attempt goes straight to the provider: the retry machinery (attempt
         # records, backoff) is entered only if it raises a ProviderError.
         try:
-            response = await self._client.complete(request)
-            if not isinstance(response, LlmResponse):
-                raise self._not_a_response(response)
+            response = self._checked(await self._client.complete(request))
         except ProviderError as error:
             failed = error
         except BaseException:

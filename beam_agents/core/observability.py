@@ -15,7 +15,6 @@ import sysconfig
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pydantic_core import PydanticSerializationError, to_jsonable_python
@@ -39,7 +38,8 @@ from beam_agents._protos import (
     canonical_json,
 )
 from beam_agents.core.agent import Outcome, Suspend
-from beam_agents.core.state import KeyState, WorkingMemory
+from beam_agents.core.config import RecordOptions
+from beam_agents.core.state import KeyState, MemorySlots
 from beam_agents.model.client import (
     LlmRequest,
     LlmResponse,
@@ -359,8 +359,16 @@ def explain(failure: BaseException, agent: object = None) -> tuple[str, str]:
     return "; ".join([head, *notes]), _bounded("".join(summary.format()))
 
 
+_COMPILED_PREFIX = "beam_agents/"
+"""How frames of the compiled core name their files: relative to the source root."""
+
+
 def _is_runtime(filename: str) -> bool:
-    return filename.startswith(_RUNTIME_DIRS) or _BEAM_DIR in filename
+    return (
+        filename.startswith(_RUNTIME_DIRS)
+        or filename.startswith(_COMPILED_PREFIX)
+        or _BEAM_DIR in filename
+    )
 
 
 def _is_library(filename: str) -> bool:
@@ -435,7 +443,10 @@ class LogBudget:
     """At most ``lines`` log lines per ``interval_s``; counts the lines it refuses."""
 
     def __init__(
-        self, lines: int, interval_s: float, clock: Callable[[], float] = time.monotonic
+        self,
+        lines: int = LOG_LIMIT,
+        interval_s: float = LOG_INTERVAL_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.lines = lines
         self.interval_s = interval_s
@@ -551,34 +562,6 @@ RECORD_SCHEMA_VERSION = 1
 PLAIN_DECODER = "plain"
 """``RecordedModelCall.decoder`` of a client that decodes raw bodies as plain text."""
 
-DEFAULT_MAX_VALUE_BYTES = 16 * 1024
-"""Memory slots up to this size (encoded) are recorded whole; larger ones by digest only."""
-
-
-@dataclass(frozen=True)
-class RecordOptions:
-    """How activations are recorded (``AgentConfig(record=RecordOptions(...))``)."""
-
-    max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES
-
-    def __post_init__(self) -> None:
-        value = self.max_value_bytes
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"RecordOptions.max_value_bytes must be an int >= 0, got {value!r}")
-
-
-def record_options(record: object) -> RecordOptions | None:
-    """``AgentConfig.record`` as options: ``None`` when recording is off."""
-    if record is True:
-        return RecordOptions()
-    if record is False or record is None:
-        return None
-    if isinstance(record, RecordOptions):
-        return record
-    raise ValueError(
-        f"AgentConfig.record must be a bool or a RecordOptions, got {type(record).__name__}"
-    )
-
 
 def _type_name(value: object) -> str:
     """A stand-in for a value with no JSON form: its type (never its ``repr``: no addresses)."""
@@ -614,10 +597,10 @@ def decoder_name(client: object) -> str:
 
 
 class StagedView(Protocol):
-    """What the recorder reads of an activation's staged record (``context.Staged``)."""
+    """What the recorder reads of an activation's staged record (``staging.Staged``)."""
 
     intents: list[ToolIntent]
-    memory: WorkingMemory | None
+    memory: MemorySlots | None
     namespace: str | None
     trace: TraceRecorder
 

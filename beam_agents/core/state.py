@@ -1,6 +1,6 @@
 """A key's state: every cell holds protobuf ``bytes``, read lazily, written only on commit.
 
-:class:`KeyState` holds one key's cells for one call; :class:`WorkingMemory` is the memory an
+:class:`KeyState` holds one key's cells for one call; :class:`MemorySlots` is the memory an
 activation reads and stages. Every format is version 1; a newer version is refused.
 """
 
@@ -518,24 +518,13 @@ DEFAULT_RING_ITEMS = 64
 _VERSION_FIELD_SIZE = len(VERSION_FIELD)
 
 
-def _check_key(key: object) -> str:
-    if not isinstance(key, str) or not key:
-        raise MemorySlotError(f"memory keys are non-empty str, got {key!r}")
-    return key
+class MemorySlots:
+    """A key's memory slots in one activation: the committed ones plus staged writes.
 
-
-def _check_bytes(what: str, value: object) -> bytes:
-    if not isinstance(value, bytes):
-        raise MemorySlotError(f"memory {what} must be bytes, got {type(value).__name__}")
-    return value
-
-
-class WorkingMemory:
-    """The key's memory as one activation sees it: committed slots plus staged writes.
-
-    A slot holds either one value (``set``/``get``) or a ring of items (``append``/``ring``);
-    using a slot as the other kind raises :class:`MemorySlotError`. Slots are decoded only when
-    read, and a commit re-uses the committed bytes of every slot it did not change.
+    A slot holds either one value or a ring of items; using it as the other kind raises
+    :class:`MemorySlotError`. Slots are decoded only when read, and a commit re-uses the
+    committed bytes of every slot it did not change. Arguments are checked by its caller,
+    ``WorkingMemory`` in ``core.context``.
     """
 
     __slots__ = ("_changed", "_elements", "_encoded", "_size", "_sizes", "_slots")
@@ -605,30 +594,26 @@ class WorkingMemory:
 
     def get(self, key: str) -> bytes | None:
         """The value in slot ``key``, or ``None`` if there is none."""
-        slot = self._slot(_check_key(key))
+        slot = self._slot(key)
         if isinstance(slot, list):
             raise MemorySlotError(f"memory slot {key!r} is a ring; read it with ring({key!r})")
         return slot
 
     def set(self, key: str, value: bytes) -> None:
         """Put ``value`` in slot ``key`` (replacing a value or a ring)."""
-        self._replace(_check_key(key), _check_bytes("values", value))
+        self._replace(key, value)
 
     def delete(self, key: str) -> None:
         """Remove slot ``key``; deleting a missing slot is a no-op."""
-        if _check_key(key) in self._loaded():
+        if key in self._loaded():
             self._replace(key, None)
 
     def keys(self) -> list[str]:
         """The names of all slots, sorted."""
         return sorted(self._loaded())
 
-    def append(self, key: str, item: bytes, max_items: int = DEFAULT_RING_ITEMS) -> None:
+    def append(self, key: str, item: bytes, max_items: int) -> None:
         """Append ``item`` to the ring in slot ``key``, keeping only the newest ``max_items``."""
-        _check_key(key)
-        _check_bytes("ring items", item)
-        if isinstance(max_items, bool) or not isinstance(max_items, int) or max_items < 1:
-            raise MemorySlotError(f"max_items must be an int >= 1, got {max_items!r}")
         current = self._slot(key)
         if isinstance(current, bytes):
             raise MemorySlotError(
@@ -638,7 +623,7 @@ class WorkingMemory:
 
     def ring(self, key: str) -> list[bytes]:
         """The items of the ring in slot ``key``, oldest first (empty if there is none)."""
-        slot = self._slot(_check_key(key))
+        slot = self._slot(key)
         if isinstance(slot, bytes):
             raise MemorySlotError(f"memory slot {key!r} holds a single value; read it with get()")
         return list(slot or ())

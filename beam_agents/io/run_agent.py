@@ -35,7 +35,7 @@ from beam_agents._protos import ActivationRecord, AgentEnvelope, AgentError, Too
 from beam_agents.core.activation import Activator, Plan, TimerFired, element_problem
 from beam_agents.core.agent import CoroutineDriver, epoch_clock, is_agent
 from beam_agents.core.config import TRIGGER_DEADLINE, TRIGGER_IDLE, AgentConfig
-from beam_agents.core.context import AgentFn, activation_services
+from beam_agents.core.context import AgentFn
 from beam_agents.core.model_calls import (
     METRICS_NAMESPACE,
     MODEL_COUNTERS,
@@ -43,6 +43,7 @@ from beam_agents.core.model_calls import (
     answer_memo,
 )
 from beam_agents.core.observability import ErrorLog, progress_line
+from beam_agents.core.staging import activation_services
 from beam_agents.core.state import KeyState
 from beam_agents.model.resilience import CircuitBreakers
 from beam_agents.tools import ToolConnection, ToolRunner

@@ -302,12 +302,48 @@ class CompletesRequests(Protocol):
 
 
 def as_model_client(client: object) -> ModelClient:
-    """``client`` itself if it is a :class:`ModelClient`, else adapted to one."""
+    """``client`` itself if it is a :class:`ModelClient` with sound hooks, else adapted to one."""
     if isinstance(client, ModelClient):
+        _check_hook(client, "needs_asyncio_task", bool)
+        _check_hook(client, "gen_ai_provider_name", str)
         return client
     if not callable(getattr(client, "complete", None)):
         raise TypeError(f"{type(client).__name__} has no `async complete(request)` method")
     return _AdaptedClient(client)
+
+
+def _check_hook(client: ModelClient, hook: str, kind: type) -> None:
+    value = getattr(client, hook)
+    if not isinstance(value, kind):
+        raise TypeError(
+            f"{type(client).__name__}.{hook} must be a {kind.__name__}, got {type(value).__name__}"
+        )
+
+
+def response_problem(response: object) -> str | None:
+    """What is wrong with what ``complete`` returned (``None``: a sound :class:`LlmResponse`)."""
+    if not isinstance(response, LlmResponse):
+        return f"{type(response).__name__}, not an LlmResponse"
+    for name, kind in _RESPONSE_FIELDS:
+        value = getattr(response, name)
+        if not isinstance(value, kind):
+            return f"an LlmResponse whose {name} is {type(value).__name__}, not {kind.__name__}"
+    usage = response.usage
+    for name in ("input_tokens", "output_tokens"):
+        count = getattr(usage, name)
+        if isinstance(count, bool) or not isinstance(count, int):
+            return f"an LlmResponse whose usage.{name} is {type(count).__name__}, not int"
+    return None
+
+
+_RESPONSE_FIELDS = (
+    ("response", bytes),
+    ("text", str),
+    ("tool_calls", tuple),
+    ("stop_reason", str),
+    ("usage", TokenUsage),
+    ("model", str),
+)
 
 
 def underlying(client: ModelClient) -> object:

@@ -28,9 +28,10 @@ from beam_agents._protos import (
 from beam_agents.core.activation import Activator, Plan
 from beam_agents.core.agent import CoroutineDriver, epoch_clock
 from beam_agents.core.config import AgentConfig
-from beam_agents.core.context import ActivationContext, AgentFn, Staged, activation_services, staged
+from beam_agents.core.context import ActivationContext, AgentFn, staged
 from beam_agents.core.model_calls import CACHE_SCHEMA_VERSION, ModelGateway, cache_key_for_digest
 from beam_agents.core.observability import PLAIN_DECODER, decoder_name, jsonable
+from beam_agents.core.staging import Staged, activation_services
 from beam_agents.core.state import (
     CONTINUATION_SCHEMA_VERSION,
     HEADER_SCHEMA_VERSION,

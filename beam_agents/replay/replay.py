@@ -13,8 +13,9 @@ from itertools import groupby
 
 from beam_agents._protos import ActivationRecord, AgentError, RecordedMemory, ToolIntent
 from beam_agents.core.config import AgentConfig
-from beam_agents.core.context import AgentFn, Staged
+from beam_agents.core.context import AgentFn
 from beam_agents.core.observability import memory_record
+from beam_agents.core.staging import Staged
 from beam_agents.replay.backtest import KeyBacktest, RunPair, changes, key_text
 from beam_agents.replay.inputs import BadInput, RecordFileError, make_provider
 from beam_agents.replay.offline import (

@@ -29,7 +29,7 @@ from beam_agents.adapters.langgraph import (
     stage,
     thread_id_for,
 )
-from beam_agents.core.state import WorkingMemory
+from beam_agents.core.context import WorkingMemory
 from beam_agents.io.run_agent import AgentDoFn
 from beam_agents.model.fake import match_any, respond_with_fn
 from beam_agents.testing import EnvelopeStream

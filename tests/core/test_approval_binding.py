@@ -18,13 +18,8 @@ from beam_agents._protos import (
     approval_digest,
     canonical_json,
 )
-from beam_agents.core.context import (
-    APPROVAL_TOOL_NAME,
-    ActivationContext,
-    approved_call,
-    edit_diff,
-    intent_step_digest,
-)
+from beam_agents.core.context import ActivationContext, approved_call, edit_diff
+from beam_agents.core.staging import APPROVAL_TOOL_NAME, intent_step_digest
 from beam_agents.hitl import HitlPolicy
 from beam_agents.io.run_agent import AgentDoFn
 from tests.core.harness import InMemoryKeyState, make_registry

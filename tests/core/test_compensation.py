@@ -153,7 +153,7 @@ def test_adding_or_changing_an_undo_in_the_code_never_re_runs_a_staged_effect(
     first = make_context(seq=SEQ)
     plain = first.act("charge", {"amount": 5})  # staged by code that linked no undo
     second, _ = resume(first, plain)
-    with caplog.at_level(logging.WARNING, logger="beam_agents.core.context"):
+    with caplog.at_level(logging.WARNING, logger="beam_agents.core.staging"):
         assert charged(second) == plain  # the same effect: replayed, not staged again
     assert staged(second).intents == []
     assert "keeps it as staged" in caplog.text

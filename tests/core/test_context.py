@@ -16,10 +16,10 @@ from beam_agents.core.agent import (
     ReadOnlyIntentError,
     intent_id_for,
 )
-from beam_agents.core.context import ActivationContext, ActivationServices, Resumption, staged
+from beam_agents.core.context import ActivationContext, WorkingMemory, staged
 from beam_agents.core.model_calls import ModelGateway
 from beam_agents.core.observability import TraceRecorder, trace_id_for
-from beam_agents.core.state import WorkingMemory
+from beam_agents.core.staging import ActivationServices, Resumption
 from beam_agents.model.client import LlmRequest
 from beam_agents.model.fake import FakeLLM, match_any, respond_with
 from beam_agents.tools import ToolRegistry, ToolRunner, tool

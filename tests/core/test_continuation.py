@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from beam_agents._protos import Approval, Continuation, ToolIntent, ToolResult
 from beam_agents.core.activation import resumption, suspend, with_answer
-from beam_agents.core.context import Staged, StepCursor, StepRecord, intent_step_digest
 from beam_agents.core.observability import TraceRecorder, trace_id_for
+from beam_agents.core.staging import Staged, StepCursor, StepRecord, intent_step_digest
 
 KEY = b"k"
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import copy
+import pickle
+from collections.abc import Callable, Iterator
 
 import pytest
 from hypothesis import given, settings
@@ -10,7 +12,8 @@ from hypothesis import strategies as st
 
 from beam_agents._protos import MemoryState
 from beam_agents.core.agent import MemoryLimitError, MemorySlotError, StateSchemaError
-from beam_agents.core.state import MEMORY_CAP_BYTES, WorkingMemory
+from beam_agents.core.context import WorkingMemory
+from beam_agents.core.state import MEMORY_CAP_BYTES
 
 
 def reload(memory: WorkingMemory) -> WorkingMemory:
@@ -178,3 +181,13 @@ def test_a_newer_schema_version_is_refused() -> None:
     newer = MemoryState(schema_version=99).SerializeToString()
     with pytest.raises(StateSchemaError, match="schema version 99"):
         WorkingMemory([newer]).keys()
+
+
+@pytest.mark.parametrize(
+    "copy_it", [copy.copy, copy.deepcopy, pickle.dumps], ids=["copy", "deepcopy", "pickle"]
+)
+def test_a_working_memory_is_never_copied_or_pickled(copy_it: Callable[[object], object]) -> None:
+    memory = WorkingMemory(None)
+    memory.set("k", b"v")
+    with pytest.raises(TypeError, match="belongs to its activation"):
+        copy_it(memory)

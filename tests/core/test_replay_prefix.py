@@ -12,7 +12,8 @@ import pytest
 from beam_agents import AgentConfig, Complete, Suspend
 from beam_agents._protos import Continuation, ModelCache, ToolIntent, ToolResult, TraceEvent
 from beam_agents.core.agent import intent_id_for
-from beam_agents.core.context import ActivationContext, Resumption, StepRecord, staged
+from beam_agents.core.context import ActivationContext, staged
+from beam_agents.core.staging import Resumption, StepRecord
 from beam_agents.model.client import LlmRequest
 from beam_agents.model.fake import FakeLLM, match_any, respond_with
 from beam_agents.testing import EnvelopeStream, epoch_clock

@@ -14,7 +14,7 @@ import pytest
 from beam_agents import AgentConfig, Complete
 from beam_agents._protos import ModelCache, ToolResult, TraceEvent
 from beam_agents.core.activation import suspend, with_answer
-from beam_agents.core.context import ActivationContext, staged
+from beam_agents.core.context import ActivationContext, WorkingMemory, staged
 from beam_agents.core.observability import (
     DEADLINE_ATTRIBUTE,
     MEMORY_SLOTS_ATTRIBUTE,
@@ -22,7 +22,6 @@ from beam_agents.core.observability import (
     identity_of,
     trace_id_for,
 )
-from beam_agents.core.state import WorkingMemory
 from beam_agents.model.client import LlmRequest
 from beam_agents.model.fake import FakeLLM, match_any, respond_with
 from tests.core.harness import created, event, run_agent

@@ -210,5 +210,5 @@ def test_one_readme_loop_run_passes_through_at_most_25_project_files(tmp_path: P
         sys.setprofile(None)
         threading.setprofile(None)
     assert local_loop.read_lines(str(tmp_path))[0] == "denied o-0"
-    assert {"beam_agents/core/activation.py", "effector/worker.py"} <= seen
+    assert {"beam_agents/io/run_agent.py", "effector/worker.py"} <= seen
     assert len(seen) <= 25, sorted(seen)

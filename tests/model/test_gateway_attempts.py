@@ -11,10 +11,12 @@ from beam_agents.core.model_calls import AnswerMemo, ModelGateway, ProviderAnswe
 from beam_agents.model.client import (
     LlmRequest,
     LlmResponse,
+    ModelClient,
     ProviderError,
     ProviderRequestError,
     RateLimitError,
     ServerError,
+    TokenUsage,
 )
 from beam_agents.model.fake import FakeLLM, fail_then_succeed, match_any, respond_with
 from beam_agents.model.resilience import (
@@ -101,7 +103,7 @@ def test_an_open_circuit_refuses_before_the_provider_and_counts_a_failure() -> N
         asyncio.run(gateway.complete(REQUEST))
     assert client.calls == 1
     assert "after 0 attempt(s)" in str(refused.value.__notes__)
-    assert refused.value.__cause__ is None and refused.value.__suppress_context__
+    assert refused.value.__cause__ is None and refused.value.__context__ is None
     assert counts.counts == {"model_calls": 2, "model_call_failures": 2}
 
 
@@ -133,6 +135,54 @@ def test_a_client_returning_no_response_fails_without_a_retry_and_frees_the_tria
         asyncio.run(gateway.complete(REQUEST))
     assert client.calls == 2
     assert asyncio.run(gateway.complete(REQUEST)).response.text == "fine"
+
+
+@pytest.mark.parametrize(
+    ("response", "problem"),
+    [
+        (LlmResponse(response="text"), "response is str, not bytes"),  # type: ignore[arg-type]
+        (LlmResponse(b"", model=None), "model is NoneType, not str"),  # type: ignore[arg-type]
+        (LlmResponse(b"", usage=TokenUsage(1.0, 2)), "usage.input_tokens is float, not int"),  # type: ignore[arg-type]
+        (LlmResponse(b"", usage=TokenUsage(1, True)), "usage.output_tokens is bool, not int"),
+    ],
+)
+def test_a_response_with_a_field_of_the_wrong_type_is_refused_naming_it(
+    response: LlmResponse, problem: str
+) -> None:
+    gateway = ModelGateway(Client([response, answer("fine")]))
+    with pytest.raises(TypeError, match=f"Client.complete returned an LlmResponse whose {problem}"):
+        asyncio.run(gateway.complete(REQUEST))
+    assert asyncio.run(gateway.complete(REQUEST)).response.text == "fine"
+
+
+class Hooked(ModelClient):
+    """A client subclass whose hooks hold the values it is built with."""
+
+    def __init__(self, needs_task: object, provider: object) -> None:
+        self.needs_asyncio_task = needs_task  # type: ignore[assignment]
+        self.provider = provider
+
+    @property
+    def gen_ai_provider_name(self) -> str:
+        return self.provider  # type: ignore[return-value]
+
+    async def complete(self, request: LlmRequest) -> LlmResponse:
+        return answer("hooked")
+
+
+@pytest.mark.parametrize(
+    ("needs_task", "provider", "problem"),
+    [
+        (0, "p", "needs_asyncio_task must be a bool, got int"),
+        (True, None, "gen_ai_provider_name must be a str, got NoneType"),
+    ],
+)
+def test_a_client_hook_of_the_wrong_type_is_refused_when_the_gateway_is_built(
+    needs_task: object, provider: object, problem: str
+) -> None:
+    with pytest.raises(TypeError, match=f"provider_factory returned Hooked: Hooked.{problem}"):
+        ModelGateway(Hooked(needs_task, provider))
+    assert asyncio.run(ModelGateway(Hooked(False, "p")).complete(REQUEST)).response.text == "hooked"
 
 
 def test_a_nan_budget_is_refused_before_the_provider() -> None:

@@ -17,8 +17,8 @@ import random
 from beam_agents import AgentConfig, canonical_json_bytes
 from beam_agents._protos import AgentEnvelope, ToolResult
 from beam_agents.core.agent import Complete, Suspend
+from beam_agents.core.config import RecordOptions
 from beam_agents.core.context import ActivationContext
-from beam_agents.core.observability import RecordOptions
 from beam_agents.model.client import LlmRequest
 from beam_agents.model.fake import FakeLLM, match_any, match_contains, respond_with
 from beam_agents.tools import ToolRegistry, tool

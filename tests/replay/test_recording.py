@@ -19,7 +19,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from beam_agents import AgentConfig, RunAgent, canonical_json_bytes
 from beam_agents._protos import ActivationRecord
-from beam_agents.core.observability import RecordOptions
+from beam_agents.core.config import RecordOptions
 from beam_agents.replay.inputs import (
     RecordFileError,
     by_key,

@@ -50,7 +50,8 @@ from beam_agents.adapters.base import (
     warn_outside_registry,
 )
 from beam_agents.core.agent import Complete, Suspend
-from beam_agents.core.state import MEMORY_CAP_BYTES, WorkingMemory
+from beam_agents.core.context import WorkingMemory
+from beam_agents.core.state import MEMORY_CAP_BYTES
 
 __all__ = [
     "ADK_ADAPTER",

@@ -55,7 +55,8 @@ from beam_agents.adapters.pydantic_ai._calls import (
     call_key,
 )
 from beam_agents.core.agent import Complete, Suspend
-from beam_agents.core.state import MEMORY_CAP_BYTES, WorkingMemory
+from beam_agents.core.context import WorkingMemory
+from beam_agents.core.state import MEMORY_CAP_BYTES
 
 __all__ = [
     "ADAPTER",
