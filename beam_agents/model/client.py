@@ -322,6 +322,23 @@ def _check_hook(client: ModelClient, hook: str, kind: type) -> None:
 
 def response_problem(response: object) -> str | None:
     """What is wrong with what ``complete`` returned (``None``: a sound :class:`LlmResponse`)."""
+    if isinstance(response, LlmResponse):  # the usual answer, checked in one expression
+        usage = response.usage
+        if (
+            isinstance(response.response, bytes)
+            and isinstance(response.text, str)
+            and isinstance(response.tool_calls, tuple)
+            and isinstance(response.stop_reason, str)
+            and isinstance(response.model, str)
+            and isinstance(usage, TokenUsage)
+            and type(usage.input_tokens) is int
+            and type(usage.output_tokens) is int
+        ):
+            return None
+    return _field_problem(response)
+
+
+def _field_problem(response: object) -> str | None:
     if not isinstance(response, LlmResponse):
         return f"{type(response).__name__}, not an LlmResponse"
     for name, kind in _RESPONSE_FIELDS:
