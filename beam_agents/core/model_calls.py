@@ -10,7 +10,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable
-from typing import Any, Generic, NamedTuple, Protocol, TypeVar
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar, cast
 
 from beam_agents._protos import ModelCache, ModelCacheEntry, canonical_json
 from beam_agents.core.agent import enter_task
@@ -361,8 +361,7 @@ class ModelGateway:
         problem = response_problem(response)
         if problem is not None:
             raise TypeError(f"{type(self.client).__name__}.complete returned {problem}")
-        assert isinstance(response, LlmResponse)
-        return response
+        return cast(LlmResponse, response)  # response_problem checked its type
 
     async def complete(
         self, request: LlmRequest, *, budget_s: float | None = None, memo_key: str = ""
