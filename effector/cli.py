@@ -22,7 +22,13 @@ from typing import Any, NoReturn
 
 import grpc
 
-from beam_agents._protos import GetIntentResponse, IntentState, ToolIntent, ToolResult
+from beam_agents._protos import (
+    GetIntentResponse,
+    IntentState,
+    PoliciesResponse,
+    ToolIntent,
+    ToolResult,
+)
 from beam_agents.tools import Tool, ToolRegistry
 from effector.client import EffectorClient
 from effector.launch import (
@@ -34,6 +40,7 @@ from effector.launch import (
     running_server,
 )
 from effector.observability import display_key, payload_text
+from effector.policy import PolicyError, load_policy, policy_answer
 from effector.readable import enum_name, iso_time, one_line
 from effector.server import DEFAULT_MCP_IDENTITY, ServerSettings, check_tls_pair, check_token
 from effector.service import (
@@ -225,6 +232,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         type=_non_negative_int,
     )
+    _option(
+        serve,
+        "--policy",
+        "an effect policy file (TOML with CEL rules) every TOOL intent passes at intake: allow, "
+        "deny (a published REJECTED result naming the rule) or require approval; reloaded when "
+        "it changes and on SIGHUP (a bad file keeps the last good one); a bad file at start "
+        "refuses to serve",
+        metavar="FILE",
+    )
     _add_auth_options(serve)
     _option(serve, "--tls-cert", "PEM certificate chain; serve TLS only", metavar="PATH")
     _option(serve, "--tls-key", "PEM private key of --tls-cert", metavar="PATH")
@@ -305,6 +321,29 @@ def build_parser() -> argparse.ArgumentParser:
             metavar="N",
             type=_positive_int,
         )
+    policies = commands.add_parser(
+        "policies",
+        help="print the effect policy in force and its newest decisions",
+        description="Print the effect policy a running effector enforces: its file, digest and "
+        "default, one line per counter and per rule (NAME OUTCOME DECISIONS line N: WHEN), a "
+        "failed reload's error, then its newest decisions, one per line: INTENT_ID ENTITY_KEY "
+        "TOOL RULE OUTCOME STATE. With --check FILE, parse FILE here instead (no effector is "
+        "asked): exits 0 and prints its rules if it is valid, 2 naming the line if not.",
+    )
+    _option(
+        policies,
+        "--check",
+        "validate this policy file locally instead of asking an effector",
+        metavar="FILE",
+    )
+    _option(
+        policies,
+        "--limit",
+        f"list at most this many decisions (the server caps it at {MAX_LIST_LIMIT})",
+        default="20",
+        metavar="N",
+        type=_positive_int,
+    )
     show = commands.add_parser(
         "show",
         help="print everything recorded about one intent",
@@ -328,7 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Deny an APPROVAL intent; exits 1, saying why, if the decision was not "
         "applied (unknown, already decided, expired or withdrawn).",
     )
-    for client_command in (status, pending, failed, show, approve, deny):
+    for client_command in (status, pending, failed, policies, show, approve, deny):
         _option(
             client_command,
             "--target",
@@ -453,6 +492,7 @@ def _server_settings(args: argparse.Namespace) -> ServerSettings:
         mcp_identity=args.mcp_identity,
         tool_timeout_ms=args.tool_timeout_ms,
         telemetry_retention_s=args.telemetry_retention_s,
+        policy_file=args.policy or None,
         worker=WorkerSettings(
             concurrency=args.concurrency,
             lease_ms=args.lease_ms,
@@ -470,6 +510,8 @@ async def _serve(args: argparse.Namespace) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     async with running_server(args.store, registry, settings) as server:
+        if server.policy is not None:
+            loop.add_signal_handler(signal.SIGHUP, server.reload_policy)
         print(f"{READY_PREFIX}{server.address}", flush=True)
         for prefix, url in (
             (CONSOLE_PREFIX, server.console_url),
@@ -720,11 +762,53 @@ def timestamp(ms: int) -> str:
     return shown if shown.startswith("out of range") else f"{shown} ({ms})"
 
 
+def policies(args: argparse.Namespace) -> int:
+    """Print the policy in force and its newest decisions (``--check``: a local file's rules)."""
+    if not args.check:
+        return _with_client(lambda client, _: _print_policies(client.policies(args.limit)))(args)
+    try:
+        policy = load_policy(args.check)
+    except PolicyError as exc:
+        raise ConfigurationError(str(exc)) from None
+    return _print_policies(policy_answer(policy))
+
+
+def _print_policies(answer: PoliciesResponse) -> int:
+    if not answer.enforced:
+        print("no effect policy: every effect is allowed (serve --policy FILE sets one)")
+        return 0
+    loaded = f" loaded {timestamp(answer.loaded_at_ms)}" if answer.loaded_at_ms else ""
+    print(
+        f"policy {one_line(answer.source)} sha256 {answer.digest}{loaded} "
+        f"default {answer.default_outcome}"
+    )
+    for counter in answer.counters:
+        print(
+            f"counter {counter.name} counts {one_line(counter.tool)} per {counter.per} "
+            f"over {counter.window_ms} ms"
+        )
+    for rule in answer.rules:
+        print(
+            f"rule {rule.name} {rule.outcome} {rule.decisions} line {rule.line}: "
+            f"{one_line(' '.join(rule.when.split()))}"
+        )
+    if answer.reload_error:
+        print(f"reload refused (the policy above is in force): {one_line(answer.reload_error)}")
+    for decision in answer.recent:
+        print(
+            f"{decision.intent_id} {display_key(decision.entity_key)} "
+            f"{one_line(decision.tool_name) or '-'} {decision.rule} {decision.outcome} "
+            f"{enum_name(IntentState, decision.state)}"
+        )
+    return 0
+
+
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "serve": lambda args: asyncio.run(_serve(args)),
     "status": _with_client(status),
     "pending": _with_client(pending),
     "failed": _with_client(failed),
+    "policies": policies,
     "show": _with_client(show),
     "approve": _with_client(functools.partial(send_decision, approved=True)),
     "deny": _with_client(functools.partial(send_decision, approved=False)),

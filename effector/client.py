@@ -125,6 +125,12 @@ class EffectorClient(_Client):
         request = pb.ListIntentsRequest(state=state, limit=limit)
         return list(self._stub.ListIntents(request, **self._call()).intents)
 
+    def policies(self, limit: int = 0) -> pb.PoliciesResponse:
+        """The effect policy in force and its newest ``limit`` decisions (0: the default)."""
+        request = pb.PoliciesRequest(limit=limit)
+        response: pb.PoliciesResponse = self._stub.Policies(request, **self._call())
+        return response
+
     def list_failed(self, *, limit: int = 0) -> list[tuple[pb.ToolIntent, pb.ToolResult]]:
         """DONE intents whose result is not OK, each with it, oldest first (``limit`` as above)."""
         request = pb.ListIntentsRequest(state=pb.IntentState.DONE, limit=limit, failed_only=True)
@@ -223,6 +229,12 @@ class AsyncEffectorClient(_Client):
         """Intents in ``state``, oldest first; ``limit`` 0 means the server's default."""
         request = pb.ListIntentsRequest(state=state, limit=limit)
         return list((await self._stub.ListIntents(request, **self._call())).intents)
+
+    async def policies(self, limit: int = 0) -> pb.PoliciesResponse:
+        """The effect policy in force and its newest ``limit`` decisions (0: the default)."""
+        request = pb.PoliciesRequest(limit=limit)
+        response: pb.PoliciesResponse = await self._stub.Policies(request, **self._call())
+        return response
 
     async def list_failed(self, *, limit: int = 0) -> list[tuple[pb.ToolIntent, pb.ToolResult]]:
         """DONE intents whose result is not OK, each with it, oldest first (``limit`` as above)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Sequence
+from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -66,13 +67,15 @@ class EffectorMetrics:
         )
         self.rejected = counter(
             "effector_intents_rejected",
-            "Submitted intents refused: malformed (not recorded), invalid (recorded as REJECTED) "
-            "or conflict (same id, different content; the first is kept).",
+            "Submitted intents refused: malformed (not recorded), invalid (recorded as REJECTED), "
+            "conflict (same id, different content; the first is kept) or policy (an effect "
+            "policy denied it; recorded as REJECTED).",
             ["cause"],
         )
         self.rejected_malformed = self.rejected.labels("malformed")
         self.rejected_invalid = self.rejected.labels("invalid")
         self.rejected_conflict = self.rejected.labels("conflict")
+        self.rejected_policy = self.rejected.labels("policy")
         self.executed = counter(
             "effector_intents_executed",
             "Execution attempts whose result was recorded, by result status.",
@@ -124,7 +127,25 @@ class EffectorMetrics:
             buckets=_LATENCY_BUCKETS_S,
             registry=self.registry,
         )
+        self.policy_decisions = counter(
+            "effector_policy_decisions",
+            'TOOL intents an effect policy decided at intake, by rule ("" for the file\'s '
+            "default) and outcome (allow, deny, require_approval).",
+            ["rule", "outcome"],
+        )
+        self.policy_reload_failures = counter(
+            "effector_policy_reload_failures",
+            "Policy file reloads refused as invalid (the last good policy stays in force).",
+        )
+        self._decided: dict[tuple[str, str], Any] = {}
         self._http: WSGIServer | None = None
+
+    def count_decision(self, rule: str, outcome: str, count: int = 1) -> None:
+        """Count ``count`` policy decisions (the labelled child is bound once per pair)."""
+        child = self._decided.get((rule, outcome))
+        if child is None:
+            child = self._decided[rule, outcome] = self.policy_decisions.labels(rule, outcome)
+        child.inc(count)
 
     def serve(self, host: str, port: int) -> int:
         """Serve the text exposition format on ``host:port`` (0: a free port); returns the port."""
@@ -273,4 +294,17 @@ def decision(
         f" via {_cut(origin)}" if origin else "",
         outcome,
         f" ({reason})" if reason else "",
+    )
+
+
+def policy_decided(intent: ToolIntent, rule: str, outcome: str, reason: str) -> None:
+    """An effect policy rule decided a TOOL intent at intake (a default allow is not logged)."""
+    level = logging.INFO if outcome == "allow" else logging.WARNING
+    _log.log(
+        level,
+        "POLICY %s %s: rule %r%s",
+        outcome,
+        describe(intent),
+        rule or "(default)",
+        f": {reason}" if reason else "",
     )

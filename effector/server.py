@@ -7,6 +7,7 @@ endpoints (console, MCP) come from binders it is given, so this module never imp
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import logging
 from collections.abc import Awaitable, Callable
@@ -22,6 +23,7 @@ from beam_agents._protos import (
 )
 from beam_agents.tools import ToolRegistry
 from effector.observability import EffectorMetrics
+from effector.policy import PolicyError, PolicyGate
 from effector.service import (
     EFFECTOR_SERVICE,
     MAX_MESSAGE_BYTES,
@@ -155,6 +157,8 @@ class ServerSettings:
     """How long stored trace events and error records are kept (7 days)."""
     worker: WorkerSettings = field(default_factory=WorkerSettings)
     """How the worker claims, leases, retains and polls."""
+    policy_file: str | None = None
+    """The effect policy file (TOML with CEL rules) every TOOL intent passes at intake."""
 
     def __post_init__(self) -> None:
         if self.tokens is not None and self.token is None:  # named tokens alone still guard
@@ -211,6 +215,14 @@ class ServerSettings:
             )
 
 
+def _open_policy(settings: ServerSettings, clock: Callable[[], int]) -> PolicyGate:
+    assert settings.policy_file is not None
+    try:
+        return PolicyGate.open(settings.policy_file, clock())
+    except PolicyError as exc:
+        raise ConfigurationError(f"--policy: {exc}") from None
+
+
 class WebEndpoint(Protocol):
     """A web server beside the RPCs, bound when made; the effector starts and stops it."""
 
@@ -257,8 +269,12 @@ class EffectorServer:
             telemetry_retention_ms=settings.telemetry_retention_s * 1000,
         )
         tokens = settings.tokens or (Tokens.single(settings.token) if settings.token else None)
+        self._clock = clock
+        self.policy = None if settings.policy_file is None else _open_policy(settings, clock)
+        """The effect policy in force (``None``: every effect is allowed)."""
+        self._policy_watch: asyncio.Task[None] | None = None
         self._service = EffectorService(
-            store, registry, self._worker, self.metrics, clock, tokens=tokens
+            store, registry, self._worker, self.metrics, clock, tokens=tokens, policy=self.policy
         )
         self._read_only_tools = sorted(tool.name for tool in registry if not tool.side_effect)
         self._health = health.aio.HealthServicer()
@@ -329,6 +345,10 @@ class EffectorServer:
                         f"cannot serve metrics on {settings.metrics_listen}: {exc.strerror}"
                     ) from None
             await server.start()
+            if self.policy is not None:
+                self._policy_watch = asyncio.create_task(
+                    self._watch_policy(), name="effector-policy-watch"
+                )
             await self._health.set(EFFECTOR_SERVICE, health_pb2.HealthCheckResponse.SERVING)
             self._worker.start()
             self._worker_started = True
@@ -419,8 +439,31 @@ class EffectorServer:
         await self._stop_parts(rpc_grace_s)
         _log.info("effector stopped")
 
+    def reload_policy(self, *, force: bool = True) -> bool:
+        """Load the policy file again (SIGHUP); ``True`` if a new policy is now in force.
+
+        A bad file keeps the last good policy, logs why and counts a reload failure.
+        """
+        if self.policy is None:
+            return False
+        replaced = self.policy.reload(self._clock(), force=force)
+        if self.policy.reload_error and not replaced:
+            self.metrics.policy_reload_failures.inc()
+        return replaced
+
+    async def _watch_policy(self, interval_s: float = 1.0) -> None:
+        """Reload the policy whenever its file changes."""
+        assert self.policy is not None
+        while True:
+            await asyncio.sleep(interval_s)
+            if self.policy.changed():
+                self.reload_policy(force=False)
+
     async def _stop_parts(self, rpc_grace_s: float) -> None:
         """Stop whatever has started, each part even if stopping another one failed."""
+        if self._policy_watch is not None:
+            self._policy_watch.cancel()
+            self._policy_watch = None
         console, self._console = self._console, None
         mcp, self._mcp = self._mcp, None
         server, self._server = self._server, None

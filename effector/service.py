@@ -52,8 +52,10 @@ from beam_agents._protos.effector_pb2 import DESCRIPTOR as _EFFECTOR_FILE
 from beam_agents.tools import ToolRegistry
 from beam_agents.tools.errors import ToolArgumentError
 from effector.observability import EffectorMetrics
+from effector.policy import CountedBy, Counter, Outcome, PolicyGate, gate_for, policy_answer
 from effector.store.errors import ConfigurationError, StoreError
 from effector.store.intents import (
+    DEFAULT_RULE,
     Decision,
     IntentRecord,
     NewIntent,
@@ -61,6 +63,7 @@ from effector.store.intents import (
     SubmitOutcome,
     SubmitResult,
     expiry_deadline_ms,
+    gate_id_for,
     intent_id_problem,
 )
 from effector.store.sql import SqlStore
@@ -594,6 +597,8 @@ class EffectorService(pb.EffectorServicer):
     """The effector's wall clock, in milliseconds."""
     tokens: Tokens | None = None
     """The tokens callers present; named ones identify the approver of a decision."""
+    policy: PolicyGate | None = None
+    """The effect policy every TOOL intent passes at intake (``None``: all are allowed)."""
 
     @_guarded
     async def Submit(
@@ -619,10 +624,11 @@ class EffectorService(pb.EffectorServicer):
                 )
                 metrics.rejected_malformed.inc()
                 audit.rejected(intent, problem)
+        now_ms = self.clock()
+        if self.policy is not None and to_record:
+            to_record = await self._screen_effects(self.policy, to_record, now_ms)
         answers = (
-            await self.store.submit(
-                to_record, self.clock(), redeliver_results=request.redeliver_results
-            )
+            await self.store.submit(to_record, now_ms, redeliver_results=request.redeliver_results)
             if to_record
             else []
         )
@@ -634,12 +640,61 @@ class EffectorService(pb.EffectorServicer):
             self.worker.wake()
         return pb.SubmitResponse(acks=done)
 
+    async def _screen_effects(
+        self, policy: PolicyGate, to_record: list[NewIntent], now_ms: int
+    ) -> list[NewIntent]:
+        """``to_record`` with the policy's verdict on each valid TOOL intent applied."""
+        screened = [
+            index
+            for index, new in enumerate(to_record)
+            if new.rejection is None and new.intent.kind == ToolIntent.TOOL
+        ]
+        if not screened:
+            return to_record
+        store = self.store
+
+        async def count(counter: Counter, group: bytes, since_ms: int) -> int:
+            exact = counter.per is CountedBy.KEY
+            return await store.count_effects(counter.tool, group, since_ms, exact=exact)
+
+        verdicts = await policy.screen(
+            [(to_record[index].intent, None) for index in screened], now_ms, count
+        )
+        screened_records = list(to_record)
+        for index, verdict in zip(screened, verdicts, strict=True):
+            if not verdict.rule and verdict.outcome is Outcome.ALLOW:
+                continue
+            intent = to_record[index].intent
+            gate = (
+                gate_for(intent, verdict) if verdict.outcome is Outcome.REQUIRE_APPROVAL else None
+            )
+            screened_records[index] = NewIntent(
+                intent,
+                verdict.rejection(),
+                policy_rule=verdict.rule or DEFAULT_RULE,
+                policy_outcome=verdict.outcome.value,
+                gate=gate,
+                policy_reason=verdict.reason,
+            )
+        return screened_records
+
+    def _count_decision(self, new: NewIntent) -> None:
+        """Count (and, a rule's, log) the policy's decision on a newly recorded intent."""
+        if new.policy_outcome:
+            rule = "" if new.policy_rule == DEFAULT_RULE else new.policy_rule
+            self.metrics.count_decision(rule, new.policy_outcome)
+            audit.policy_decided(new.intent, rule, new.policy_outcome, new.policy_reason)
+        elif new.intent.kind == ToolIntent.TOOL and new.rejection is None:
+            self.metrics.count_decision("", Outcome.ALLOW.value)
+
     def _acknowledge(
         self, new: NewIntent, prepared: PreparedCall | None, answer: SubmitResult
     ) -> pb.SubmitAck:
         """The acknowledgement of a recorded intent from the store's answer; counts and logs it."""
         intent = new.intent
         metrics = self.metrics
+        if self.policy is not None and answer.outcome is SubmitOutcome.ACCEPTED:
+            self._count_decision(new)
         if answer.outcome is SubmitOutcome.DUPLICATE:
             metrics.duplicates.inc()
             if answer.redelivered:
@@ -667,8 +722,11 @@ class EffectorService(pb.EffectorServicer):
             )
         rejection = new.rejection or answer.rejection
         if rejection is not None:
-            metrics.rejected_invalid.inc()
-            audit.rejected(intent, rejection)
+            if new.policy_outcome == Outcome.DENY.value and new.rejection is not None:
+                metrics.rejected_policy.inc()  # its decision is logged already
+            else:
+                metrics.rejected_invalid.inc()
+                audit.rejected(intent, rejection)
             return pb.SubmitAck(
                 intent_id=intent.intent_id,
                 outcome=_REFUSED,
@@ -676,11 +734,31 @@ class EffectorService(pb.EffectorServicer):
                 result=answer.result,
                 reason=rejection,
             )
-        if prepared is not None:
+        if prepared is not None and new.gate is None:
             self.worker.keep_validated(intent.intent_id, prepared, len(intent.args_json))
         return pb.SubmitAck(
             intent_id=intent.intent_id, outcome=_ACCEPTED, state=answer.state, result=answer.result
         )
+
+    @_guarded
+    async def Policies(
+        self, request: pb.PoliciesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.PoliciesResponse:
+        """The effect policy in force, each rule's decisions, and the newest decisions."""
+        if request.limit < 0:
+            raise _invalid("limit must not be negative")
+        return await self.policies(min(request.limit or DEFAULT_LIST_LIMIT // 5, MAX_LIST_LIMIT))
+
+    async def policies(self, limit: int) -> pb.PoliciesResponse:
+        """:meth:`Policies`' answer: the one path of the RPC, the console and the CLI."""
+        gate = self.policy
+        if gate is None:
+            return pb.PoliciesResponse(enforced=False, default_outcome=Outcome.ALLOW.value)
+        answer = policy_answer(gate.policy, await self.store.policy_rule_counts())
+        answer.loaded_at_ms = gate.loaded_at_ms
+        answer.reload_error = gate.reload_error
+        answer.recent.extend(await self.store.policy_decisions(limit))
+        return answer
 
     @_guarded
     async def Read(
@@ -727,7 +805,11 @@ class EffectorService(pb.EffectorServicer):
             retry_at_ms=(record.retry_at_ms or 0) if in_doubt else 0,
             received_at_ms=record.received_at_ms,
             deadline_ms=expiry_deadline_ms(record.intent, record.received_at_ms),
+            policy_rule=record.policy_rule,
+            policy_outcome=record.policy_outcome,
         )
+        if record.policy_outcome == Outcome.REQUIRE_APPROVAL.value:
+            response.policy_gate_id = gate_id_for(record.intent.intent_id)
         await add_approval_details(self.store, record, response)
         return response
 

@@ -7,6 +7,7 @@ messages from here, not from them.
 import hashlib
 import json
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from beam_agents._protos.bounds import (
@@ -45,6 +46,11 @@ from beam_agents._protos.effector_pb2 import (
     ListIntentsResponse,
     ListRecordsRequest,
     ListRecordsResponse,
+    PoliciesRequest,
+    PoliciesResponse,
+    PolicyCounter,
+    PolicyDecision,
+    PolicyRule,
     PublishRequest,
     PublishResponse,
     ReadRequest,
@@ -114,6 +120,19 @@ def canonical_json_bytes(value: Any) -> bytes:
     return canonical_json(value).encode("utf-8")
 
 
+def edit_diff(original: Mapping[str, Any], edited: Mapping[str, Any]) -> str:
+    """The canonical JSON of an edit's ``added``, ``changed`` and ``removed`` arguments."""
+    added = {name: value for name, value in edited.items() if name not in original}
+    removed = {name: value for name, value in original.items() if name not in edited}
+    changed = {
+        name: {"from": original[name], "to": value}
+        for name, value in edited.items()
+        if name in original and canonical_json(original[name]) != canonical_json(value)
+    }
+    parts = {"added": added, "changed": changed, "removed": removed}
+    return canonical_json({part: names for part, names in parts.items() if names})
+
+
 def approval_digest(args_json: str) -> str:
     """The digest an approval decision carries: which arguments it was made on (64 hex digits).
 
@@ -173,6 +192,11 @@ __all__ = [
     "MemoryState",
     "ModelCache",
     "ModelCacheEntry",
+    "PoliciesRequest",
+    "PoliciesResponse",
+    "PolicyCounter",
+    "PolicyDecision",
+    "PolicyRule",
     "PublishRequest",
     "PublishResponse",
     "ReadRequest",
@@ -205,6 +229,7 @@ __all__ = [
     "bounds_problem",
     "canonical_json",
     "canonical_json_bytes",
+    "edit_diff",
     "entity_key_problem",
     "is_json_shaped",
     "json_depth",

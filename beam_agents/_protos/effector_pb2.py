@@ -26,15 +26,15 @@ from beam_agents._protos import messages_pb2 as beam__agents_dot___protos_dot_me
 from beam_agents._protos import records_pb2 as beam__agents_dot___protos_dot_records__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"beam_agents/_protos/effector.proto\x12\x0e\x62\x65\x61m_agents.v1\x1a\"beam_agents/_protos/messages.proto\x1a!beam_agents/_protos/records.proto\"W\n\rSubmitRequest\x12+\n\x07intents\x18\x01 \x03(\x0b\x32\x1a.beam_agents.v1.ToolIntent\x12\x19\n\x11redeliver_results\x18\x02 \x01(\x08\"\x89\x02\n\tSubmitAck\x12\x11\n\tintent_id\x18\x01 \x01(\t\x12\x32\n\x07outcome\x18\x02 \x01(\x0e\x32!.beam_agents.v1.SubmitAck.Outcome\x12*\n\x05state\x18\x03 \x01(\x0e\x32\x1b.beam_agents.v1.IntentState\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12*\n\x06result\x18\x05 \x01(\x0b\x32\x1a.beam_agents.v1.ToolResult\"M\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x41\x43\x43\x45PTED\x10\x01\x12\r\n\tDUPLICATE\x10\x02\x12\x0c\n\x08REJECTED\x10\x03\"9\n\x0eSubmitResponse\x12\'\n\x04\x61\x63ks\x18\x01 \x03(\x0b\x32\x19.beam_agents.v1.SubmitAck\"Y\n\x0bReadRequest\x12\x13\n\x0b\x66rom_offset\x18\x01 \x01(\x03\x12\x11\n\tmax_batch\x18\x02 \x01(\x05\x12\x0f\n\x07wait_ms\x18\x03 \x01(\x05\x12\x11\n\tmax_bytes\x18\x04 \x01(\x05\"Q\n\x0e\x45nvelopeRecord\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12/\n\x08\x65nvelope\x18\x02 \x01(\x0b\x32\x1d.beam_agents.v1.AgentEnvelope\"T\n\x0cReadResponse\x12/\n\x07records\x18\x01 \x03(\x0b\x32\x1e.beam_agents.v1.EnvelopeRecord\x12\x13\n\x0bnext_offset\x18\x02 \x01(\x03\"%\n\x10GetIntentRequest\x12\x11\n\tintent_id\x18\x01 \x01(\t\"\xd1\x02\n\x11GetIntentResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12*\n\x05state\x18\x02 \x01(\x0e\x32\x1b.beam_agents.v1.IntentState\x12*\n\x06intent\x18\x03 \x01(\x0b\x32\x1a.beam_agents.v1.ToolIntent\x12*\n\x06result\x18\x04 \x01(\x0b\x32\x1a.beam_agents.v1.ToolResult\x12\x10\n\x08\x61ttempts\x18\x05 \x01(\x05\x12\x17\n\x0fin_doubt_reason\x18\x06 \x01(\t\x12\x13\n\x0bretry_at_ms\x18\x07 \x01(\x03\x12\'\n\x05votes\x18\x08 \x03(\x0b\x32\x18.beam_agents.v1.Approval\x12\x13\n\x0b\x61rgs_digest\x18\t \x01(\t\x12\x16\n\x0ereceived_at_ms\x18\n \x01(\x03\x12\x13\n\x0b\x64\x65\x61\x64line_ms\x18\x0b \x01(\x03\"\x85\x01\n\rDecideRequest\x12\x11\n\tintent_id\x18\x01 \x01(\t\x12\x10\n\x08\x61pproved\x18\x02 \x01(\x08\x12\x10\n\x08\x61pprover\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x13\n\x0b\x61rgs_digest\x18\x05 \x01(\t\x12\x18\n\x10\x65\x64ited_args_json\x18\x06 \x01(\t\"\x89\x01\n\x0e\x44\x65\x63ideResponse\x12\x0f\n\x07\x61pplied\x18\x01 \x01(\x08\x12*\n\x05state\x18\x02 \x01(\x0e\x32\x1b.beam_agents.v1.IntentState\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12*\n\x06result\x18\x04 \x01(\x0b\x32\x1a.beam_agents.v1.ToolResult\"B\n\x0ePublishRequest\x12\x30\n\tenvelopes\x18\x01 \x03(\x0b\x32\x1d.beam_agents.v1.AgentEnvelope\"4\n\x0fPublishResponse\x12\x0f\n\x07offsets\x18\x01 \x03(\x03\x12\x10\n\x08problems\x18\x02 \x03(\t\"\x0f\n\rStatusRequest\"\xa8\x01\n\x0eStatusResponse\x12\x0f\n\x07pending\x18\x01 \x01(\x03\x12\x0f\n\x07running\x18\x02 \x01(\x03\x12\x19\n\x11\x61waiting_decision\x18\x03 \x01(\x03\x12\x0c\n\x04\x64one\x18\x04 \x01(\x03\x12\x13\n\x0bhead_offset\x18\x05 \x01(\x03\x12\x11\n\tin_flight\x18\x06 \x01(\x03\x12\x10\n\x08in_doubt\x18\x07 \x01(\x03\x12\x11\n\twithdrawn\x18\x08 \x01(\x03\"d\n\x12ListIntentsRequest\x12*\n\x05state\x18\x01 \x01(\x0e\x32\x1b.beam_agents.v1.IntentState\x12\r\n\x05limit\x18\x02 \x01(\x05\x12\x13\n\x0b\x66\x61iled_only\x18\x03 \x01(\x08\"o\n\x13ListIntentsResponse\x12+\n\x07intents\x18\x01 \x03(\x0b\x32\x1a.beam_agents.v1.ToolIntent\x12+\n\x07results\x18\x02 \x03(\x0b\x32\x1a.beam_agents.v1.ToolResult\"A\n\x13RecordTracesRequest\x12*\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1a.beam_agents.v1.TraceEvent\"e\n\x14RecordTracesResponse\x12\x10\n\x08recorded\x18\x01 \x01(\x05\x12\x12\n\nduplicates\x18\x02 \x01(\x05\x12\x10\n\x08rejected\x18\x03 \x01(\x05\x12\x15\n\rfirst_problem\x18\x04 \x01(\t\"A\n\x13RecordErrorsRequest\x12*\n\x06\x65rrors\x18\x01 \x03(\x0b\x32\x1a.beam_agents.v1.AgentError\"e\n\x14RecordErrorsResponse\x12\x10\n\x08recorded\x18\x01 \x01(\x05\x12\x12\n\nduplicates\x18\x02 \x01(\x05\x12\x10\n\x08rejected\x18\x03 \x01(\x05\x12\x15\n\rfirst_problem\x18\x04 \x01(\t\"M\n\x18RecordActivationsRequest\x12\x31\n\x07records\x18\x01 \x03(\x0b\x32 .beam_agents.v1.ActivationRecord\"j\n\x19RecordActivationsResponse\x12\x10\n\x08recorded\x18\x01 \x01(\x05\x12\x12\n\nduplicates\x18\x02 \x01(\x05\x12\x10\n\x08rejected\x18\x03 \x01(\x05\x12\x15\n\rfirst_problem\x18\x04 \x01(\t\"\xaf\x01\n\x12ListRecordsRequest\x12\x12\n\nentity_key\x18\x01 \x01(\x0c\x12\x10\n\x08max_runs\x18\x02 \x01(\x05\x12\x12\n\nbefore_seq\x18\x03 \x01(\x03\x12\x1d\n\x10intent_namespace\x18\x04 \x01(\tH\x00\x88\x01\x01\x12+\n\x06\x62\x65\x66ore\x18\x05 \x01(\x0b\x32\x1b.beam_agents.v1.RecordPlaceB\x13\n\x11_intent_namespace\"L\n\x0bRecordPlace\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\x16\n\x0etrace_sequence\x18\x02 \x01(\x05\x12\x18\n\x10intent_namespace\x18\x03 \x01(\t\"\x93\x01\n\x13ListRecordsResponse\x12\x31\n\x07records\x18\x01 \x03(\x0b\x32 .beam_agents.v1.ActivationRecord\x12\x17\n\x0fnext_before_seq\x18\x02 \x01(\x03\x12\x30\n\x0bnext_before\x18\x03 \x01(\x0b\x32\x1b.beam_agents.v1.RecordPlace*\x83\x01\n\x0bIntentState\x12\x1c\n\x18INTENT_STATE_UNSPECIFIED\x10\x00\x12\x0b\n\x07PENDING\x10\x01\x12\x0b\n\x07RUNNING\x10\x02\x12\x15\n\x11\x41WAITING_DECISION\x10\x03\x12\x08\n\x04\x44ONE\x10\x04\x12\x0c\n\x08IN_DOUBT\x10\x05\x12\r\n\tWITHDRAWN\x10\x06\x32\x96\x07\n\x08\x45\x66\x66\x65\x63tor\x12G\n\x06Submit\x12\x1d.beam_agents.v1.SubmitRequest\x1a\x1e.beam_agents.v1.SubmitResponse\x12\x41\n\x04Read\x12\x1b.beam_agents.v1.ReadRequest\x1a\x1c.beam_agents.v1.ReadResponse\x12P\n\tGetIntent\x12 .beam_agents.v1.GetIntentRequest\x1a!.beam_agents.v1.GetIntentResponse\x12G\n\x06\x44\x65\x63ide\x12\x1d.beam_agents.v1.DecideRequest\x1a\x1e.beam_agents.v1.DecideResponse\x12J\n\x07Publish\x12\x1e.beam_agents.v1.PublishRequest\x1a\x1f.beam_agents.v1.PublishResponse\x12G\n\x06Status\x12\x1d.beam_agents.v1.StatusRequest\x1a\x1e.beam_agents.v1.StatusResponse\x12V\n\x0bListIntents\x12\".beam_agents.v1.ListIntentsRequest\x1a#.beam_agents.v1.ListIntentsResponse\x12Y\n\x0cRecordTraces\x12#.beam_agents.v1.RecordTracesRequest\x1a$.beam_agents.v1.RecordTracesResponse\x12Y\n\x0cRecordErrors\x12#.beam_agents.v1.RecordErrorsRequest\x1a$.beam_agents.v1.RecordErrorsResponse\x12h\n\x11RecordActivations\x12(.beam_agents.v1.RecordActivationsRequest\x1a).beam_agents.v1.RecordActivationsResponse\x12V\n\x0bListRecords\x12\".beam_agents.v1.ListRecordsRequest\x1a#.beam_agents.v1.ListRecordsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"beam_agents/_protos/effector.proto\x12\x0e\x62\x65\x61m_agents.v1\x1a\"beam_agents/_protos/messages.proto\x1a!beam_agents/_protos/records.proto\"W\n\rSubmitRequest\x12+\n\x07intents\x18\x01 \x03(\x0b\x32\x1a.beam_agents.v1.ToolIntent\x12\x19\n\x11redeliver_results\x18\x02 \x01(\x08\"\x89\x02\n\tSubmitAck\x12\x11\n\tintent_id\x18\x01 \x01(\t\x12\x32\n\x07outcome\x18\x02 \x01(\x0e\x32!.beam_agents.v1.SubmitAck.Outcome\x12*\n\x05state\x18\x03 \x01(\x0e\x32\x1b.beam_agents.v1.IntentState\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12*\n\x06result\x18\x05 \x01(\x0b\x32\x1a.beam_agents.v1.ToolResult\"M\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x41\x43\x43\x45PTED\x10\x01\x12\r\n\tDUPLICATE\x10\x02\x12\x0c\n\x08REJECTED\x10\x03\"9\n\x0eSubmitResponse\x12\'\n\x04\x61\x63ks\x18\x01 \x03(\x0b\x32\x19.beam_agents.v1.SubmitAck\"Y\n\x0bReadRequest\x12\x13\n\x0b\x66rom_offset\x18\x01 \x01(\x03\x12\x11\n\tmax_batch\x18\x02 \x01(\x05\x12\x0f\n\x07wait_ms\x18\x03 \x01(\x05\x12\x11\n\tmax_bytes\x18\x04 \x01(\x05\"Q\n\x0e\x45nvelopeRecord\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12/\n\x08\x65nvelope\x18\x02 \x01(\x0b\x32\x1d.beam_agents.v1.AgentEnvelope\"T\n\x0cReadResponse\x12/\n\x07records\x18\x01 \x03(\x0b\x32\x1e.beam_agents.v1.EnvelopeRecord\x12\x13\n\x0bnext_offset\x18\x02 \x01(\x03\"%\n\x10GetIntentRequest\x12\x11\n\tintent_id\x18\x01 \x01(\t\"\x96\x03\n\x11GetIntentResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12*\n\x05state\x18\x02 \x01(\x0e\x32\x1b.beam_agents.v1.IntentState\x12*\n\x06intent\x18\x03 \x01(\x0b\x32\x1a.beam_agents.v1.ToolIntent\x12*\n\x06result\x18\x04 \x01(\x0b\x32\x1a.beam_agents.v1.ToolResult\x12\x10\n\x08\x61ttempts\x18\x05 \x01(\x05\x12\x17\n\x0fin_doubt_reason\x18\x06 \x01(\t\x12\x13\n\x0bretry_at_ms\x18\x07 \x01(\x03\x12\'\n\x05votes\x18\x08 \x03(\x0b\x32\x18.beam_agents.v1.Approval\x12\x13\n\x0b\x61rgs_digest\x18\t \x01(\t\x12\x16\n\x0ereceived_at_ms\x18\n \x01(\x03\x12\x13\n\x0b\x64\x65\x61\x64line_ms\x18\x0b \x01(\x03\x12\x13\n\x0bpolicy_rule\x18\x0c \x01(\t\x12\x16\n\x0epolicy_outcome\x18\r \x01(\t\x12\x16\n\x0epolicy_gate_id\x18\x0e \x01(\t\"\x85\x01\n\rDecideRequest\x12\x11\n\tintent_id\x18\x01 \x01(\t\x12\x10\n\x08\x61pproved\x18\x02 \x01(\x08\x12\x10\n\x08\x61pprover\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x13\n\x0b\x61rgs_digest\x18\x05 \x01(\t\x12\x18\n\x10\x65\x64ited_args_json\x18\x06 \x01(\t\"\x89\x01\n\x0e\x44\x65\x63ideResponse\x12\x0f\n\x07\x61pplied\x18\x01 \x01(\x08\x12*\n\x05state\x18\x02 \x01(\x0e\x32\x1b.beam_agents.v1.IntentState\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12*\n\x06result\x18\x04 \x01(\x0b\x32\x1a.beam_agents.v1.ToolResult\"B\n\x0ePublishRequest\x12\x30\n\tenvelopes\x18\x01 \x03(\x0b\x32\x1d.beam_agents.v1.AgentEnvelope\"4\n\x0fPublishResponse\x12\x0f\n\x07offsets\x18\x01 \x03(\x03\x12\x10\n\x08problems\x18\x02 \x03(\t\"\x0f\n\rStatusRequest\"\xa8\x01\n\x0eStatusResponse\x12\x0f\n\x07pending\x18\x01 \x01(\x03\x12\x0f\n\x07running\x18\x02 \x01(\x03\x12\x19\n\x11\x61waiting_decision\x18\x03 \x01(\x03\x12\x0c\n\x04\x64one\x18\x04 \x01(\x03\x12\x13\n\x0bhead_offset\x18\x05 \x01(\x03\x12\x11\n\tin_flight\x18\x06 \x01(\x03\x12\x10\n\x08in_doubt\x18\x07 \x01(\x03\x12\x11\n\twithdrawn\x18\x08 \x01(\x03\"d\n\x12ListIntentsRequest\x12*\n\x05state\x18\x01 \x01(\x0e\x32\x1b.beam_agents.v1.IntentState\x12\r\n\x05limit\x18\x02 \x01(\x05\x12\x13\n\x0b\x66\x61iled_only\x18\x03 \x01(\x08\"o\n\x13ListIntentsResponse\x12+\n\x07intents\x18\x01 \x03(\x0b\x32\x1a.beam_agents.v1.ToolIntent\x12+\n\x07results\x18\x02 \x03(\x0b\x32\x1a.beam_agents.v1.ToolResult\"A\n\x13RecordTracesRequest\x12*\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1a.beam_agents.v1.TraceEvent\"e\n\x14RecordTracesResponse\x12\x10\n\x08recorded\x18\x01 \x01(\x05\x12\x12\n\nduplicates\x18\x02 \x01(\x05\x12\x10\n\x08rejected\x18\x03 \x01(\x05\x12\x15\n\rfirst_problem\x18\x04 \x01(\t\"A\n\x13RecordErrorsRequest\x12*\n\x06\x65rrors\x18\x01 \x03(\x0b\x32\x1a.beam_agents.v1.AgentError\"e\n\x14RecordErrorsResponse\x12\x10\n\x08recorded\x18\x01 \x01(\x05\x12\x12\n\nduplicates\x18\x02 \x01(\x05\x12\x10\n\x08rejected\x18\x03 \x01(\x05\x12\x15\n\rfirst_problem\x18\x04 \x01(\t\"M\n\x18RecordActivationsRequest\x12\x31\n\x07records\x18\x01 \x03(\x0b\x32 .beam_agents.v1.ActivationRecord\"j\n\x19RecordActivationsResponse\x12\x10\n\x08recorded\x18\x01 \x01(\x05\x12\x12\n\nduplicates\x18\x02 \x01(\x05\x12\x10\n\x08rejected\x18\x03 \x01(\x05\x12\x15\n\rfirst_problem\x18\x04 \x01(\t\"\xaf\x01\n\x12ListRecordsRequest\x12\x12\n\nentity_key\x18\x01 \x01(\x0c\x12\x10\n\x08max_runs\x18\x02 \x01(\x05\x12\x12\n\nbefore_seq\x18\x03 \x01(\x03\x12\x1d\n\x10intent_namespace\x18\x04 \x01(\tH\x00\x88\x01\x01\x12+\n\x06\x62\x65\x66ore\x18\x05 \x01(\x0b\x32\x1b.beam_agents.v1.RecordPlaceB\x13\n\x11_intent_namespace\"L\n\x0bRecordPlace\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\x16\n\x0etrace_sequence\x18\x02 \x01(\x05\x12\x18\n\x10intent_namespace\x18\x03 \x01(\t\"\x93\x01\n\x13ListRecordsResponse\x12\x31\n\x07records\x18\x01 \x03(\x0b\x32 .beam_agents.v1.ActivationRecord\x12\x17\n\x0fnext_before_seq\x18\x02 \x01(\x03\x12\x30\n\x0bnext_before\x18\x03 \x01(\x0b\x32\x1b.beam_agents.v1.RecordPlace\" \n\x0fPoliciesRequest\x12\r\n\x05limit\x18\x01 \x01(\x05\"\x8e\x01\n\nPolicyRule\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04when\x18\x02 \x01(\t\x12\x0f\n\x07outcome\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x0f\n\x07\x63hannel\x18\x05 \x01(\t\x12\x11\n\tapprovals\x18\x06 \x01(\x05\x12\x0c\n\x04line\x18\x07 \x01(\x05\x12\x11\n\tdecisions\x18\x08 \x01(\x03\"K\n\rPolicyCounter\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04tool\x18\x02 \x01(\t\x12\x0b\n\x03per\x18\x03 \x01(\t\x12\x11\n\twindow_ms\x18\x04 \x01(\x03\"\xac\x01\n\x0ePolicyDecision\x12\x11\n\tintent_id\x18\x01 \x01(\t\x12\x12\n\nentity_key\x18\x02 \x01(\x0c\x12\x11\n\ttool_name\x18\x03 \x01(\t\x12\x0c\n\x04rule\x18\x04 \x01(\t\x12\x0f\n\x07outcome\x18\x05 \x01(\t\x12\x15\n\rdecided_at_ms\x18\x06 \x01(\x03\x12*\n\x05state\x18\x07 \x01(\x0e\x32\x1b.beam_agents.v1.IntentState\"\x95\x02\n\x10PoliciesResponse\x12\x10\n\x08\x65nforced\x18\x01 \x01(\x08\x12\x0e\n\x06source\x18\x02 \x01(\t\x12\x0e\n\x06\x64igest\x18\x03 \x01(\t\x12\x14\n\x0cloaded_at_ms\x18\x04 \x01(\x03\x12\x17\n\x0f\x64\x65\x66\x61ult_outcome\x18\x05 \x01(\t\x12)\n\x05rules\x18\x06 \x03(\x0b\x32\x1a.beam_agents.v1.PolicyRule\x12/\n\x08\x63ounters\x18\x07 \x03(\x0b\x32\x1d.beam_agents.v1.PolicyCounter\x12\x14\n\x0creload_error\x18\x08 \x01(\t\x12.\n\x06recent\x18\t \x03(\x0b\x32\x1e.beam_agents.v1.PolicyDecision*\x83\x01\n\x0bIntentState\x12\x1c\n\x18INTENT_STATE_UNSPECIFIED\x10\x00\x12\x0b\n\x07PENDING\x10\x01\x12\x0b\n\x07RUNNING\x10\x02\x12\x15\n\x11\x41WAITING_DECISION\x10\x03\x12\x08\n\x04\x44ONE\x10\x04\x12\x0c\n\x08IN_DOUBT\x10\x05\x12\r\n\tWITHDRAWN\x10\x06\x32\xe5\x07\n\x08\x45\x66\x66\x65\x63tor\x12G\n\x06Submit\x12\x1d.beam_agents.v1.SubmitRequest\x1a\x1e.beam_agents.v1.SubmitResponse\x12\x41\n\x04Read\x12\x1b.beam_agents.v1.ReadRequest\x1a\x1c.beam_agents.v1.ReadResponse\x12P\n\tGetIntent\x12 .beam_agents.v1.GetIntentRequest\x1a!.beam_agents.v1.GetIntentResponse\x12G\n\x06\x44\x65\x63ide\x12\x1d.beam_agents.v1.DecideRequest\x1a\x1e.beam_agents.v1.DecideResponse\x12J\n\x07Publish\x12\x1e.beam_agents.v1.PublishRequest\x1a\x1f.beam_agents.v1.PublishResponse\x12G\n\x06Status\x12\x1d.beam_agents.v1.StatusRequest\x1a\x1e.beam_agents.v1.StatusResponse\x12V\n\x0bListIntents\x12\".beam_agents.v1.ListIntentsRequest\x1a#.beam_agents.v1.ListIntentsResponse\x12Y\n\x0cRecordTraces\x12#.beam_agents.v1.RecordTracesRequest\x1a$.beam_agents.v1.RecordTracesResponse\x12Y\n\x0cRecordErrors\x12#.beam_agents.v1.RecordErrorsRequest\x1a$.beam_agents.v1.RecordErrorsResponse\x12h\n\x11RecordActivations\x12(.beam_agents.v1.RecordActivationsRequest\x1a).beam_agents.v1.RecordActivationsResponse\x12V\n\x0bListRecords\x12\".beam_agents.v1.ListRecordsRequest\x1a#.beam_agents.v1.ListRecordsResponse\x12M\n\x08Policies\x12\x1f.beam_agents.v1.PoliciesRequest\x1a .beam_agents.v1.PoliciesResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'beam_agents._protos.effector_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_INTENTSTATE']._serialized_start=2915
-  _globals['_INTENTSTATE']._serialized_end=3046
+  _globals['_INTENTSTATE']._serialized_start=3695
+  _globals['_INTENTSTATE']._serialized_end=3826
   _globals['_SUBMITREQUEST']._serialized_start=125
   _globals['_SUBMITREQUEST']._serialized_end=212
   _globals['_SUBMITACK']._serialized_start=215
@@ -52,41 +52,51 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETINTENTREQUEST']._serialized_start=801
   _globals['_GETINTENTREQUEST']._serialized_end=838
   _globals['_GETINTENTRESPONSE']._serialized_start=841
-  _globals['_GETINTENTRESPONSE']._serialized_end=1178
-  _globals['_DECIDEREQUEST']._serialized_start=1181
-  _globals['_DECIDEREQUEST']._serialized_end=1314
-  _globals['_DECIDERESPONSE']._serialized_start=1317
-  _globals['_DECIDERESPONSE']._serialized_end=1454
-  _globals['_PUBLISHREQUEST']._serialized_start=1456
-  _globals['_PUBLISHREQUEST']._serialized_end=1522
-  _globals['_PUBLISHRESPONSE']._serialized_start=1524
-  _globals['_PUBLISHRESPONSE']._serialized_end=1576
-  _globals['_STATUSREQUEST']._serialized_start=1578
-  _globals['_STATUSREQUEST']._serialized_end=1593
-  _globals['_STATUSRESPONSE']._serialized_start=1596
-  _globals['_STATUSRESPONSE']._serialized_end=1764
-  _globals['_LISTINTENTSREQUEST']._serialized_start=1766
-  _globals['_LISTINTENTSREQUEST']._serialized_end=1866
-  _globals['_LISTINTENTSRESPONSE']._serialized_start=1868
-  _globals['_LISTINTENTSRESPONSE']._serialized_end=1979
-  _globals['_RECORDTRACESREQUEST']._serialized_start=1981
-  _globals['_RECORDTRACESREQUEST']._serialized_end=2046
-  _globals['_RECORDTRACESRESPONSE']._serialized_start=2048
-  _globals['_RECORDTRACESRESPONSE']._serialized_end=2149
-  _globals['_RECORDERRORSREQUEST']._serialized_start=2151
-  _globals['_RECORDERRORSREQUEST']._serialized_end=2216
-  _globals['_RECORDERRORSRESPONSE']._serialized_start=2218
-  _globals['_RECORDERRORSRESPONSE']._serialized_end=2319
-  _globals['_RECORDACTIVATIONSREQUEST']._serialized_start=2321
-  _globals['_RECORDACTIVATIONSREQUEST']._serialized_end=2398
-  _globals['_RECORDACTIVATIONSRESPONSE']._serialized_start=2400
-  _globals['_RECORDACTIVATIONSRESPONSE']._serialized_end=2506
-  _globals['_LISTRECORDSREQUEST']._serialized_start=2509
-  _globals['_LISTRECORDSREQUEST']._serialized_end=2684
-  _globals['_RECORDPLACE']._serialized_start=2686
-  _globals['_RECORDPLACE']._serialized_end=2762
-  _globals['_LISTRECORDSRESPONSE']._serialized_start=2765
-  _globals['_LISTRECORDSRESPONSE']._serialized_end=2912
-  _globals['_EFFECTOR']._serialized_start=3049
-  _globals['_EFFECTOR']._serialized_end=3967
+  _globals['_GETINTENTRESPONSE']._serialized_end=1247
+  _globals['_DECIDEREQUEST']._serialized_start=1250
+  _globals['_DECIDEREQUEST']._serialized_end=1383
+  _globals['_DECIDERESPONSE']._serialized_start=1386
+  _globals['_DECIDERESPONSE']._serialized_end=1523
+  _globals['_PUBLISHREQUEST']._serialized_start=1525
+  _globals['_PUBLISHREQUEST']._serialized_end=1591
+  _globals['_PUBLISHRESPONSE']._serialized_start=1593
+  _globals['_PUBLISHRESPONSE']._serialized_end=1645
+  _globals['_STATUSREQUEST']._serialized_start=1647
+  _globals['_STATUSREQUEST']._serialized_end=1662
+  _globals['_STATUSRESPONSE']._serialized_start=1665
+  _globals['_STATUSRESPONSE']._serialized_end=1833
+  _globals['_LISTINTENTSREQUEST']._serialized_start=1835
+  _globals['_LISTINTENTSREQUEST']._serialized_end=1935
+  _globals['_LISTINTENTSRESPONSE']._serialized_start=1937
+  _globals['_LISTINTENTSRESPONSE']._serialized_end=2048
+  _globals['_RECORDTRACESREQUEST']._serialized_start=2050
+  _globals['_RECORDTRACESREQUEST']._serialized_end=2115
+  _globals['_RECORDTRACESRESPONSE']._serialized_start=2117
+  _globals['_RECORDTRACESRESPONSE']._serialized_end=2218
+  _globals['_RECORDERRORSREQUEST']._serialized_start=2220
+  _globals['_RECORDERRORSREQUEST']._serialized_end=2285
+  _globals['_RECORDERRORSRESPONSE']._serialized_start=2287
+  _globals['_RECORDERRORSRESPONSE']._serialized_end=2388
+  _globals['_RECORDACTIVATIONSREQUEST']._serialized_start=2390
+  _globals['_RECORDACTIVATIONSREQUEST']._serialized_end=2467
+  _globals['_RECORDACTIVATIONSRESPONSE']._serialized_start=2469
+  _globals['_RECORDACTIVATIONSRESPONSE']._serialized_end=2575
+  _globals['_LISTRECORDSREQUEST']._serialized_start=2578
+  _globals['_LISTRECORDSREQUEST']._serialized_end=2753
+  _globals['_RECORDPLACE']._serialized_start=2755
+  _globals['_RECORDPLACE']._serialized_end=2831
+  _globals['_LISTRECORDSRESPONSE']._serialized_start=2834
+  _globals['_LISTRECORDSRESPONSE']._serialized_end=2981
+  _globals['_POLICIESREQUEST']._serialized_start=2983
+  _globals['_POLICIESREQUEST']._serialized_end=3015
+  _globals['_POLICYRULE']._serialized_start=3018
+  _globals['_POLICYRULE']._serialized_end=3160
+  _globals['_POLICYCOUNTER']._serialized_start=3162
+  _globals['_POLICYCOUNTER']._serialized_end=3237
+  _globals['_POLICYDECISION']._serialized_start=3240
+  _globals['_POLICYDECISION']._serialized_end=3412
+  _globals['_POLICIESRESPONSE']._serialized_start=3415
+  _globals['_POLICIESRESPONSE']._serialized_end=3692
+  _globals['_EFFECTOR']._serialized_start=3829
+  _globals['_EFFECTOR']._serialized_end=4826
 # @@protoc_insertion_point(module_scope)

@@ -99,7 +99,7 @@ class GetIntentRequest(_message.Message):
     def __init__(self, intent_id: _Optional[str] = ...) -> None: ...
 
 class GetIntentResponse(_message.Message):
-    __slots__ = ("found", "state", "intent", "result", "attempts", "in_doubt_reason", "retry_at_ms", "votes", "args_digest", "received_at_ms", "deadline_ms")
+    __slots__ = ("found", "state", "intent", "result", "attempts", "in_doubt_reason", "retry_at_ms", "votes", "args_digest", "received_at_ms", "deadline_ms", "policy_rule", "policy_outcome", "policy_gate_id")
     FOUND_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     INTENT_FIELD_NUMBER: _ClassVar[int]
@@ -111,6 +111,9 @@ class GetIntentResponse(_message.Message):
     ARGS_DIGEST_FIELD_NUMBER: _ClassVar[int]
     RECEIVED_AT_MS_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
+    POLICY_RULE_FIELD_NUMBER: _ClassVar[int]
+    POLICY_OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    POLICY_GATE_ID_FIELD_NUMBER: _ClassVar[int]
     found: bool
     state: IntentState
     intent: _messages_pb2.ToolIntent
@@ -122,7 +125,10 @@ class GetIntentResponse(_message.Message):
     args_digest: str
     received_at_ms: int
     deadline_ms: int
-    def __init__(self, found: _Optional[bool] = ..., state: _Optional[_Union[IntentState, str]] = ..., intent: _Optional[_Union[_messages_pb2.ToolIntent, _Mapping]] = ..., result: _Optional[_Union[_messages_pb2.ToolResult, _Mapping]] = ..., attempts: _Optional[int] = ..., in_doubt_reason: _Optional[str] = ..., retry_at_ms: _Optional[int] = ..., votes: _Optional[_Iterable[_Union[_messages_pb2.Approval, _Mapping]]] = ..., args_digest: _Optional[str] = ..., received_at_ms: _Optional[int] = ..., deadline_ms: _Optional[int] = ...) -> None: ...
+    policy_rule: str
+    policy_outcome: str
+    policy_gate_id: str
+    def __init__(self, found: _Optional[bool] = ..., state: _Optional[_Union[IntentState, str]] = ..., intent: _Optional[_Union[_messages_pb2.ToolIntent, _Mapping]] = ..., result: _Optional[_Union[_messages_pb2.ToolResult, _Mapping]] = ..., attempts: _Optional[int] = ..., in_doubt_reason: _Optional[str] = ..., retry_at_ms: _Optional[int] = ..., votes: _Optional[_Iterable[_Union[_messages_pb2.Approval, _Mapping]]] = ..., args_digest: _Optional[str] = ..., received_at_ms: _Optional[int] = ..., deadline_ms: _Optional[int] = ..., policy_rule: _Optional[str] = ..., policy_outcome: _Optional[str] = ..., policy_gate_id: _Optional[str] = ...) -> None: ...
 
 class DecideRequest(_message.Message):
     __slots__ = ("intent_id", "approved", "approver", "reason", "args_digest", "edited_args_json")
@@ -295,3 +301,81 @@ class ListRecordsResponse(_message.Message):
     next_before_seq: int
     next_before: RecordPlace
     def __init__(self, records: _Optional[_Iterable[_Union[_records_pb2.ActivationRecord, _Mapping]]] = ..., next_before_seq: _Optional[int] = ..., next_before: _Optional[_Union[RecordPlace, _Mapping]] = ...) -> None: ...
+
+class PoliciesRequest(_message.Message):
+    __slots__ = ("limit",)
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    limit: int
+    def __init__(self, limit: _Optional[int] = ...) -> None: ...
+
+class PolicyRule(_message.Message):
+    __slots__ = ("name", "when", "outcome", "reason", "channel", "approvals", "line", "decisions")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    WHEN_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    CHANNEL_FIELD_NUMBER: _ClassVar[int]
+    APPROVALS_FIELD_NUMBER: _ClassVar[int]
+    LINE_FIELD_NUMBER: _ClassVar[int]
+    DECISIONS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    when: str
+    outcome: str
+    reason: str
+    channel: str
+    approvals: int
+    line: int
+    decisions: int
+    def __init__(self, name: _Optional[str] = ..., when: _Optional[str] = ..., outcome: _Optional[str] = ..., reason: _Optional[str] = ..., channel: _Optional[str] = ..., approvals: _Optional[int] = ..., line: _Optional[int] = ..., decisions: _Optional[int] = ...) -> None: ...
+
+class PolicyCounter(_message.Message):
+    __slots__ = ("name", "tool", "per", "window_ms")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TOOL_FIELD_NUMBER: _ClassVar[int]
+    PER_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_MS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    tool: str
+    per: str
+    window_ms: int
+    def __init__(self, name: _Optional[str] = ..., tool: _Optional[str] = ..., per: _Optional[str] = ..., window_ms: _Optional[int] = ...) -> None: ...
+
+class PolicyDecision(_message.Message):
+    __slots__ = ("intent_id", "entity_key", "tool_name", "rule", "outcome", "decided_at_ms", "state")
+    INTENT_ID_FIELD_NUMBER: _ClassVar[int]
+    ENTITY_KEY_FIELD_NUMBER: _ClassVar[int]
+    TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
+    RULE_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    DECIDED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    intent_id: str
+    entity_key: bytes
+    tool_name: str
+    rule: str
+    outcome: str
+    decided_at_ms: int
+    state: IntentState
+    def __init__(self, intent_id: _Optional[str] = ..., entity_key: _Optional[bytes] = ..., tool_name: _Optional[str] = ..., rule: _Optional[str] = ..., outcome: _Optional[str] = ..., decided_at_ms: _Optional[int] = ..., state: _Optional[_Union[IntentState, str]] = ...) -> None: ...
+
+class PoliciesResponse(_message.Message):
+    __slots__ = ("enforced", "source", "digest", "loaded_at_ms", "default_outcome", "rules", "counters", "reload_error", "recent")
+    ENFORCED_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    LOADED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    RULES_FIELD_NUMBER: _ClassVar[int]
+    COUNTERS_FIELD_NUMBER: _ClassVar[int]
+    RELOAD_ERROR_FIELD_NUMBER: _ClassVar[int]
+    RECENT_FIELD_NUMBER: _ClassVar[int]
+    enforced: bool
+    source: str
+    digest: str
+    loaded_at_ms: int
+    default_outcome: str
+    rules: _containers.RepeatedCompositeFieldContainer[PolicyRule]
+    counters: _containers.RepeatedCompositeFieldContainer[PolicyCounter]
+    reload_error: str
+    recent: _containers.RepeatedCompositeFieldContainer[PolicyDecision]
+    def __init__(self, enforced: _Optional[bool] = ..., source: _Optional[str] = ..., digest: _Optional[str] = ..., loaded_at_ms: _Optional[int] = ..., default_outcome: _Optional[str] = ..., rules: _Optional[_Iterable[_Union[PolicyRule, _Mapping]]] = ..., counters: _Optional[_Iterable[_Union[PolicyCounter, _Mapping]]] = ..., reload_error: _Optional[str] = ..., recent: _Optional[_Iterable[_Union[PolicyDecision, _Mapping]]] = ...) -> None: ...

@@ -91,6 +91,11 @@ class EffectorStub:
                 request_serializer=beam__agents_dot___protos_dot_effector__pb2.ListRecordsRequest.SerializeToString,
                 response_deserializer=beam__agents_dot___protos_dot_effector__pb2.ListRecordsResponse.FromString,
                 _registered_method=True)
+        self.Policies = channel.unary_unary(
+                '/beam_agents.v1.Effector/Policies',
+                request_serializer=beam__agents_dot___protos_dot_effector__pb2.PoliciesRequest.SerializeToString,
+                response_deserializer=beam__agents_dot___protos_dot_effector__pb2.PoliciesResponse.FromString,
+                _registered_method=True)
 
 
 class EffectorServicer:
@@ -164,6 +169,12 @@ class EffectorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Policies(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_EffectorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -221,6 +232,11 @@ def add_EffectorServicer_to_server(servicer, server):
                     servicer.ListRecords,
                     request_deserializer=beam__agents_dot___protos_dot_effector__pb2.ListRecordsRequest.FromString,
                     response_serializer=beam__agents_dot___protos_dot_effector__pb2.ListRecordsResponse.SerializeToString,
+            ),
+            'Policies': grpc.unary_unary_rpc_method_handler(
+                    servicer.Policies,
+                    request_deserializer=beam__agents_dot___protos_dot_effector__pb2.PoliciesRequest.FromString,
+                    response_serializer=beam__agents_dot___protos_dot_effector__pb2.PoliciesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -522,6 +538,33 @@ class Effector:
             '/beam_agents.v1.Effector/ListRecords',
             beam__agents_dot___protos_dot_effector__pb2.ListRecordsRequest.SerializeToString,
             beam__agents_dot___protos_dot_effector__pb2.ListRecordsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Policies(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/beam_agents.v1.Effector/Policies',
+            beam__agents_dot___protos_dot_effector__pb2.PoliciesRequest.SerializeToString,
+            beam__agents_dot___protos_dot_effector__pb2.PoliciesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -78,7 +78,7 @@ class ToolResult(_message.Message):
     def __init__(self, intent_id: _Optional[str] = ..., entity_key: _Optional[bytes] = ..., seq: _Optional[int] = ..., status: _Optional[_Union[ToolResult.Status, str]] = ..., payload: _Optional[bytes] = ..., error_message: _Optional[str] = ..., completed_at_ms: _Optional[int] = ..., attempt: _Optional[int] = ..., refused_submission_digest: _Optional[bytes] = ...) -> None: ...
 
 class ToolIntent(_message.Message):
-    __slots__ = ("intent_id", "entity_key", "seq", "step_index", "tool_name", "args_json", "created_at_ms", "expires_at_ms", "kind", "trace_id", "channel", "edited_from", "required_approvals", "gated_tool", "withdraws_intent_id", "compensates_intent_id", "compensate_tool", "compensate_args_json")
+    __slots__ = ("intent_id", "entity_key", "seq", "step_index", "tool_name", "args_json", "created_at_ms", "expires_at_ms", "kind", "trace_id", "channel", "edited_from", "required_approvals", "gated_tool", "withdraws_intent_id", "compensates_intent_id", "compensate_tool", "compensate_args_json", "intent_namespace", "policy_gate_for", "policy_rule")
     class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         KIND_UNSPECIFIED: _ClassVar[ToolIntent.Kind]
@@ -107,6 +107,9 @@ class ToolIntent(_message.Message):
     COMPENSATES_INTENT_ID_FIELD_NUMBER: _ClassVar[int]
     COMPENSATE_TOOL_FIELD_NUMBER: _ClassVar[int]
     COMPENSATE_ARGS_JSON_FIELD_NUMBER: _ClassVar[int]
+    INTENT_NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    POLICY_GATE_FOR_FIELD_NUMBER: _ClassVar[int]
+    POLICY_RULE_FIELD_NUMBER: _ClassVar[int]
     intent_id: str
     entity_key: bytes
     seq: int
@@ -125,7 +128,10 @@ class ToolIntent(_message.Message):
     compensates_intent_id: str
     compensate_tool: str
     compensate_args_json: str
-    def __init__(self, intent_id: _Optional[str] = ..., entity_key: _Optional[bytes] = ..., seq: _Optional[int] = ..., step_index: _Optional[int] = ..., tool_name: _Optional[str] = ..., args_json: _Optional[str] = ..., created_at_ms: _Optional[int] = ..., expires_at_ms: _Optional[int] = ..., kind: _Optional[_Union[ToolIntent.Kind, str]] = ..., trace_id: _Optional[str] = ..., channel: _Optional[str] = ..., edited_from: _Optional[_Union[ApprovalEdit, _Mapping]] = ..., required_approvals: _Optional[int] = ..., gated_tool: _Optional[str] = ..., withdraws_intent_id: _Optional[str] = ..., compensates_intent_id: _Optional[str] = ..., compensate_tool: _Optional[str] = ..., compensate_args_json: _Optional[str] = ...) -> None: ...
+    intent_namespace: str
+    policy_gate_for: str
+    policy_rule: str
+    def __init__(self, intent_id: _Optional[str] = ..., entity_key: _Optional[bytes] = ..., seq: _Optional[int] = ..., step_index: _Optional[int] = ..., tool_name: _Optional[str] = ..., args_json: _Optional[str] = ..., created_at_ms: _Optional[int] = ..., expires_at_ms: _Optional[int] = ..., kind: _Optional[_Union[ToolIntent.Kind, str]] = ..., trace_id: _Optional[str] = ..., channel: _Optional[str] = ..., edited_from: _Optional[_Union[ApprovalEdit, _Mapping]] = ..., required_approvals: _Optional[int] = ..., gated_tool: _Optional[str] = ..., withdraws_intent_id: _Optional[str] = ..., compensates_intent_id: _Optional[str] = ..., compensate_tool: _Optional[str] = ..., compensate_args_json: _Optional[str] = ..., intent_namespace: _Optional[str] = ..., policy_gate_for: _Optional[str] = ..., policy_rule: _Optional[str] = ...) -> None: ...
 
 class TraceEvent(_message.Message):
     __slots__ = ("trace_id", "span_id", "parent_span_id", "entity_key", "seq", "step_index", "event_type", "attributes", "start_ms", "end_ms", "sequence", "wall_start_unix_nano", "wall_end_unix_nano")

@@ -20,6 +20,7 @@ from beam_agents._protos import (
     ToolResult,
     approval_digest,
     canonical_json,
+    edit_diff,
 )
 from beam_agents.core.agent import (
     MemorySlotError,
@@ -485,19 +486,6 @@ def check_compensate_with(
     arguments, args_json = arguments_json(tool_name, args)
     check_side_effect_call(tool_name, arguments, registry, warned)
     return tool_name, args_json
-
-
-def edit_diff(original: Mapping[str, Any], edited: Mapping[str, Any]) -> str:
-    """The canonical JSON of an edit's ``added``, ``changed`` and ``removed`` arguments."""
-    added = {name: value for name, value in edited.items() if name not in original}
-    removed = {name: value for name, value in original.items() if name not in edited}
-    changed = {
-        name: {"from": original[name], "to": value}
-        for name, value in edited.items()
-        if name in original and canonical_json(original[name]) != canonical_json(value)
-    }
-    parts = {"added": added, "changed": changed, "removed": removed}
-    return canonical_json({part: names for part, names in parts.items() if names})
 
 
 def approved_call(

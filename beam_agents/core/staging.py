@@ -417,6 +417,7 @@ class Staged:
             compensates_intent_id=compensates,
             compensate_tool=compensate_with[0] if compensate_with else "",
             compensate_args_json=compensate_with[1] if compensate_with else "",
+            intent_namespace=self.namespace or "",
         )
         # Built and checked before it is traced: an intent that cannot be built (an expiry
         # past int64), or that the effector could not record, leaves no trace.

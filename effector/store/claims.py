@@ -74,6 +74,10 @@ class ClaimLedger(abc.ABC):
         """
 
     @abc.abstractmethod
+    def park(self, tx: sql.Tx, keys: Sequence[bytes]) -> None:
+        """``keys`` (just offered) wait on a decision: not offered again until :meth:`queued`."""
+
+    @abc.abstractmethod
     def take(self, tx: sql.Tx, holds: Sequence[Hold]) -> None:
         """Record new holds (each key was just offered by :meth:`claimable`)."""
 
@@ -179,6 +183,15 @@ class KeyRowClaims(ClaimLedger):
             (now_ms, limit),
         ).fetchall()
         return [(bytes(row[0]), None if row[1] is None else _hold(row)) for row in rows]
+
+    def park(self, tx: sql.Tx, keys: Sequence[bytes]) -> None:
+        """Mark the key rows (locked by :meth:`claimable`) not ready."""
+        for chunk in sql.chunks(sorted(set(keys))):
+            tx.execute(
+                f"""UPDATE effector_keys SET ready_at_ms = NULL
+                    WHERE entity_key IN ({sql.marks(len(chunk))})""",
+                chunk,
+            )
 
     def take(self, tx: sql.Tx, holds: Sequence[Hold]) -> None:
         """Write the holds on their key rows (locked by :meth:`claimable`)."""
@@ -325,7 +338,8 @@ class MemoryClaims(ClaimLedger):
                     f"""UPDATE effector_intents SET attempts = attempts + 1
                         WHERE intent_id = (SELECT queued.intent_id FROM effector_intents AS queued
                           WHERE queued.entity_key = ? AND {sql.queued("queued")}
-                          ORDER BY queued.seq, queued.step_index LIMIT 1)""",
+                          ORDER BY queued.seq, queued.step_index LIMIT 1)
+                          AND state != {int(sql.AWAITING)}""",
                     (key,),
                 )
 
@@ -387,6 +401,9 @@ class MemoryClaims(ClaimLedger):
             working = _with_work(tx, free)
             offered += [(key, self._holds.get(key)) for key in free if key in working]
         return offered
+
+    def park(self, tx: sql.Tx, keys: Sequence[bytes]) -> None:
+        """Nothing to do: :meth:`claimable` took the keys out of the line."""
 
     def take(self, tx: sql.Tx, holds: Sequence[Hold]) -> None:
         """Keep the holds."""

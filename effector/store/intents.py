@@ -22,6 +22,7 @@ from beam_agents._protos import (
     ToolIntent,
     ToolResult,
     canonical_json_bytes,
+    edit_diff,
     submission_digest,
 )
 
@@ -113,6 +114,33 @@ def rejected_result(intent: ToolIntent, reason: str, *, now_ms: int) -> ToolResu
     return new_result(
         intent, ToolResult.REJECTED, completed_at_ms=now_ms, attempt=0, error_message=reason
     )
+
+
+DEFAULT_RULE = "(default)"
+"""The rule name recorded for an intent the policy file's ``default`` decided."""
+_GATE_NAMESPACE = uuid.UUID("5b0c6f3e-29d7-4f0c-9d64-3c1c0b7e2a41")
+
+
+def gate_id_for(intent_id: str) -> str:
+    """The id of the approval an effect policy opens for TOOL intent ``intent_id`` (pure)."""
+    return str(uuid.uuid5(_GATE_NAMESPACE, intent_id))
+
+
+def gate_refusal(gate: ToolIntent, approval: Approval) -> str:
+    """The REJECTED result's message of an intent whose policy approval ``approval`` denied."""
+    said = f": {approval.reason}" if approval.reason else ""
+    return (
+        f"denied by effect policy: rule {gate.policy_rule!r} required approval on channel "
+        f"{gate.channel!r}, and {approval.approver!r} denied it{said}"
+    )
+
+
+def args_diff(original_json: str, edited_json: str) -> str:
+    """:func:`edit_diff` of two JSON objects' texts (empty if either is not an object)."""
+    original, edited = json.loads(original_json or "{}"), json.loads(edited_json)
+    if not isinstance(original, dict) or not isinstance(edited, dict):
+        return ""
+    return edit_diff(original, edited)
 
 
 def expired_result(intent: ToolIntent, *, now_ms: int, attempts: int) -> ToolResult:
@@ -227,6 +255,15 @@ class NewIntent:
 
     intent: ToolIntent
     rejection: str | None = None
+    policy_rule: str = ""
+    """The effect policy rule that decided it (empty: none did)."""
+    policy_outcome: str = ""
+    """What that rule decided: allow, deny or require_approval."""
+    gate: ToolIntent | None = None
+    """The APPROVAL intent a policy opened for it: recorded with it, it holds the intent (and
+    its key's queue) AWAITING_DECISION until decided."""
+    policy_reason: str = ""
+    """Why the rule decided so (for the audit log; a deny's is in its rejection too)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,6 +383,10 @@ class IntentRecord:
     """Why its reconciler last failed (empty if it never did); see IN_DOUBT."""
     retry_at_ms: int | None = None
     """When an IN_DOUBT intent's reconciler is asked again; ``None`` if never in doubt."""
+    policy_rule: str = ""
+    """The effect policy rule that decided it at intake (empty: none did)."""
+    policy_outcome: str = ""
+    """That rule's outcome: allow, deny or require_approval."""
 
 
 @dataclass(frozen=True, slots=True)

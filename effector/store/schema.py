@@ -14,7 +14,7 @@ from beam_agents._protos import AgentEnvelope, IntentState, ToolIntent, ToolResu
 from effector.store.errors import StoreSchemaError
 from effector.store.intents import decision_result
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The version of the tables below; a store of another version is refused."""
 
 PENDING = IntentState.PENDING
@@ -214,7 +214,10 @@ def schema_statements(dialect: Dialect) -> list[str]:
             in_doubt_reason TEXT,
             retry_at_ms {bigint},
             reconcile_failures INTEGER NOT NULL DEFAULT 0,
-            withdraws_intent_id TEXT)""",
+            withdraws_intent_id TEXT,
+            refused INTEGER NOT NULL DEFAULT 0,
+            policy_rule TEXT,
+            policy_outcome TEXT)""",
         # Each key's open intents: its queue (TOOL intents, in order) and its approvals awaiting
         # a decision. The condition's column closes the key: counting them reads no row.
         f"""CREATE INDEX IF NOT EXISTS effector_intents_open
@@ -238,6 +241,9 @@ def schema_statements(dialect: Dialect) -> list[str]:
         # A key's intents, newest first (the console's key and intent pages).
         """CREATE INDEX IF NOT EXISTS effector_intents_by_key
             ON effector_intents (entity_key, received_at_ms, intent_id)""",
+        # The intents an effect policy rule decided, newest first (the console's decisions).
+        """CREATE INDEX IF NOT EXISTS effector_intents_policy
+            ON effector_intents (received_at_ms, intent_id) WHERE policy_rule IS NOT NULL""",
         # One row per key: the per-key execution slot and its lease, the intent it holds and
         # that intent's attempts, since when it is ready (NULL: no queued work). PostgreSQL's;
         # SQLite holds claims in memory.

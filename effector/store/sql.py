@@ -27,7 +27,9 @@ import effector.store.schema as sql
 from beam_agents._protos import (
     AgentEnvelope,
     Approval,
+    ApprovalEdit,
     IntentState,
+    PolicyDecision,
     ToolIntent,
     ToolResult,
     approval_digest,
@@ -48,10 +50,13 @@ from effector.store.intents import (
     SubmitOutcome,
     SubmitResult,
     approval_envelope,
+    args_diff,
     conflict_result,
     decision_result,
     expired_result,
     expiry_deadline_ms,
+    gate_id_for,
+    gate_refusal,
     late_original_reason,
     new_result,
     rejected_result,
@@ -76,7 +81,7 @@ _HEAD_COLUMNS = ("intent_id", "intent", "state", "attempts", "deadline_ms", "rec
 """What a claim reads of each key's head intent."""
 RECORD_COLUMNS = (
     "intent, state, outcome, attempts, received_at_ms, started_at_ms, completed_at_ms, "
-    "in_doubt_reason, retry_at_ms"
+    "in_doubt_reason, retry_at_ms, policy_rule, policy_outcome"
 )
 """The columns :func:`intent_record` reads, in order."""
 _EXECUTED = f"{sql.SETTLED} AND settled_state = 4 AND run_ms IS NOT NULL"
@@ -104,7 +109,7 @@ def new_token() -> str:
 def intent_record(row: Sequence[Any]) -> IntentRecord:
     """The :class:`IntentRecord` of a row holding :data:`RECORD_COLUMNS`."""
     blob, state, outcome, attempts, received_at_ms, started_at_ms, completed_at_ms = row[:7]
-    in_doubt_reason, retry_at_ms = row[7:9]
+    in_doubt_reason, retry_at_ms, policy_rule, policy_outcome = row[7:11]
     intent = ToolIntent.FromString(bytes(blob))
     return IntentRecord(
         intent,
@@ -116,6 +121,8 @@ def intent_record(row: Sequence[Any]) -> IntentRecord:
         completed_at_ms=completed_at_ms,
         in_doubt_reason=in_doubt_reason or "",
         retry_at_ms=retry_at_ms,
+        policy_rule=policy_rule or "",
+        policy_outcome=policy_outcome or "",
     )
 
 
@@ -492,9 +499,19 @@ class SqlStore(TelemetryTables, abc.ABC):
                     None if result is None else state,
                     sql.text(intent.tool_name),
                     intent.withdraws_intent_id if _is_withdrawal(intents[index]) else None,
+                    int(intents[index].rejection is not None),
+                    intents[index].policy_rule or None,
+                    intents[index].policy_outcome or None,
                 )
             )
         inserted = _insert_intents(tx, rows)
+        gates = [
+            intents[first_of[intent_id]].gate
+            for intent_id in inserted
+            if candidates[intent_id].state == sql.AWAITING
+            and candidates[intent_id].kind == ToolIntent.TOOL
+        ]
+        _insert_intents(tx, [_gate_row(gate, now_ms) for gate in gates if gate is not None])
         known.update(_known_intents(tx, [i for i in candidates if i not in inserted]))
         known.update((intent_id, candidates[intent_id]) for intent_id in inserted)
         targets = [
@@ -627,6 +644,7 @@ class SqlStore(TelemetryTables, abc.ABC):
         )
         recorded: dict[str, ToolResult] = {}
         withdrawn: set[bytes] = set()
+        tools: set[str] = set()
         for chunk in sql.chunks(rows):
             for intent_id, kind, entity_key in tx.execute(
                 f"""WITH withdrawn (intent_id, entity_key, outcome) AS
@@ -652,6 +670,32 @@ class SqlStore(TelemetryTables, abc.ABC):
                 recorded[intent_id] = results[intent_id]
                 if kind == ToolIntent.TOOL:
                     withdrawn.add(bytes(entity_key))
+                    tools.add(intent_id)
+        gates = sorted(
+            (gate_id_for(target), entity_key, target)
+            for target, entity_key, _, _ in targets
+            if target in tools
+        )
+        for gate_id, entity_key, target in gates:  # a policy's approval holding a withdrawn one
+            gate_result = ToolResult()
+            gate_result.CopyFrom(results[target])
+            gate_result.intent_id = gate_id
+            envelope = result_envelope(gate_result)
+            tx.execute(
+                f"""UPDATE effector_intents SET state = ?, outcome = ?, completed_at_ms = ?,
+                      settled_state = ?
+                    WHERE intent_id = ? AND entity_key = ? AND state = {int(sql.AWAITING)}""",
+                (
+                    sql.WITHDRAWN,
+                    envelope.SerializeToString(),
+                    now_ms,
+                    sql.WITHDRAWN,
+                    gate_id,
+                    entity_key,
+                ),
+            )
+        # A key a policy's approval parked wakes for the work behind the withdrawn intent.
+        self._claims.queued(tx, sorted(withdrawn), now_ms)
         self._claims.settled(tx, withdrawn)
         return recorded
 
@@ -684,8 +728,12 @@ class SqlStore(TelemetryTables, abc.ABC):
         refused: list[ToolIntent] = []
         untaken: list[bytes] = []
         heads = self._queue_heads(tx, [key for key, _ in offered])
+        parked: list[bytes] = []
         for intent_id, blob, state, attempts, deadline_ms, failures in heads:
             intent = ToolIntent.FromString(bytes(blob))
+            if state == sql.AWAITING:  # held by a policy's approval: its decision wakes the key
+                parked.append(intent.entity_key)
+                continue
             hold = holds.get(intent.entity_key)
             if hold is not None and hold.intent_id == intent_id:
                 attempts = max(attempts, hold.attempts)
@@ -710,8 +758,9 @@ class SqlStore(TelemetryTables, abc.ABC):
                     owner,
                 )
             )
-        headed = {hold.entity_key for hold in taken} | set(untaken)
+        headed = {hold.entity_key for hold in taken} | set(untaken) | set(parked)
         untaken += [key for key, _ in offered if key not in headed]  # none on one writer
+        self._claims.park(tx, parked)
         self._claims.take(tx, taken)
         self._claims.queued(tx, untaken, now_ms)
         self._claims.settled(tx, untaken)
@@ -941,6 +990,10 @@ class SqlStore(TelemetryTables, abc.ABC):
                 result = expired_result(intent, now_ms=now_ms, attempts=0)
                 envelope = result_envelope(result)
                 published = _finish(tx, intent_id, result, envelope, now_ms, sql.AWAITING)
+                if published is not None and intent.policy_gate_for:
+                    gated = self._release_gated(tx, intent, None, now_ms)
+                    published = None if gated is None else gated[1]
+                    intent = intent if gated is None else gated[0]
                 if published is not None:
                     envelopes.append(published)
                     refused.append(intent)
@@ -1077,7 +1130,8 @@ class SqlStore(TelemetryTables, abc.ABC):
             return Decision(
                 False, state, "already expired" if expired else "already decided", result
             ), 0
-        if deadline_ms and now_ms > deadline_ms:
+        expired = bool(deadline_ms and now_ms > deadline_ms)
+        if expired:
             result = expired_result(intent, now_ms=now_ms, attempts=0)
             envelope, applied, reason = (
                 result_envelope(result),
@@ -1088,9 +1142,59 @@ class SqlStore(TelemetryTables, abc.ABC):
             result = decision_result(intent, approval)
             envelope, applied, reason = approval_envelope(approval, intent.entity_key), True, ""
         published = _finish(tx, intent_id, result, envelope, now_ms, sql.AWAITING)
+        if published is not None and intent.policy_gate_for:
+            # The run waits for the gated intent, not for this approval: publish its outcome.
+            gated = self._release_gated(tx, intent, None if expired else approval, now_ms)
+            published = None if gated is None else gated[1]
         offsets = sql.append(tx, [] if published is None else [published], now_ms)
         refused = intent if published is not None and not applied else None
         return Decision(applied, sql.DONE, reason, result, refused), sql.head_after(offsets)
+
+    def _release_gated(
+        self, tx: sql.Tx, gate: ToolIntent, approval: Approval | None, now_ms: int
+    ) -> tuple[ToolIntent, bytes | None] | None:
+        """Settle the TOOL intent a policy's approval ``gate`` held, once the gate is decided.
+
+        Approved, it joins its key's queue (with the approver's edited arguments, if any);
+        denied or expired (``approval`` ``None``), it gets a published REJECTED or EXPIRED result.
+        Returns the gated intent and the envelope to publish; ``None`` if it is no longer held
+        (withdrawn meanwhile).
+        """
+        row = tx.execute(
+            "SELECT intent FROM effector_intents WHERE intent_id = ? AND state = ?"
+            + self._dialect.for_update,
+            (gate.policy_gate_for, sql.AWAITING),
+        ).fetchone()
+        if row is None:
+            return None
+        gated = ToolIntent.FromString(bytes(row[0]))
+        key = gated.entity_key
+        published: bytes | None = None
+        if approval is not None and approval.approved:
+            if approval.edited_args_json:
+                gated.edited_from.CopyFrom(
+                    ApprovalEdit(
+                        approval_intent_id=gate.intent_id,
+                        edited_by=approval.approver,
+                        diff_json=args_diff(gated.args_json, approval.edited_args_json),
+                    )
+                )
+                gated.args_json = approval.edited_args_json
+            tx.execute(
+                "UPDATE effector_intents SET state = ?, intent = ? WHERE intent_id = ?",
+                (sql.PENDING, gated.SerializeToString(deterministic=True), gated.intent_id),
+            )
+        else:
+            if approval is None:
+                result = expired_result(gated, now_ms=now_ms, attempts=0)
+            else:
+                result = rejected_result(gated, gate_refusal(gate, approval), now_ms=now_ms)
+            published = _finish(
+                tx, gated.intent_id, result, result_envelope(result), now_ms, sql.AWAITING
+            )
+        self._claims.queued(tx, [key], now_ms)
+        self._claims.settled(tx, [key])
+        return gated, published
 
     async def approval_votes(self, intent_id: str) -> list[Approval]:
         """The votes recorded so far on an approval gathering its quorum, in voting order."""
@@ -1274,7 +1378,7 @@ class SqlStore(TelemetryTables, abc.ABC):
                 # RUNNING intents keep PENDING or IN_DOUBT in their rows: skip them.
                 rows = tx.execute(
                     f"""SELECT {RECORD_COLUMNS}, intent_id FROM effector_intents
-                        WHERE {_scope(state)} AND state = ?
+                        WHERE {_scope(state)} AND state = ?{_approvals_only(state)}
                         ORDER BY received_at_ms{_sorted(state)}, intent_id LIMIT ?""",
                     (state, limit + len(self._claims.held(tx))),
                 ).fetchall()
@@ -1361,6 +1465,70 @@ class SqlStore(TelemetryTables, abc.ABC):
         )
         return list(itertools.islice(found, max(limit, 0)))
 
+    # -- effect policies: counters and decisions ------------------------------------------------
+
+    async def count_effects(self, tool: str, group: bytes, since_ms: int, *, exact: bool) -> int:
+        """TOOL intents of ``tool`` recorded since ``since_ms`` and not refused at intake.
+
+        ``group``: the key (``exact``), else a key prefix (empty: every key).
+        """
+        condition, params = "", [sql.text(tool), since_ms]
+        if exact:
+            condition, params = " AND entity_key = ?", [*params, group]
+        elif group:
+            upper = _prefix_end(group)
+            condition = " AND entity_key >= ?" + ("" if upper is None else " AND entity_key < ?")
+            params += [group] if upper is None else [group, upper]
+
+        def count(tx: sql.Tx) -> int:
+            (found,) = tx.execute(
+                f"""SELECT COUNT(*) FROM effector_intents
+                    WHERE tool_name = ? AND received_at_ms >= ?{condition}
+                      AND kind = {int(ToolIntent.TOOL)} AND refused = 0""",
+                params,
+            ).fetchone()
+            return int(found)
+
+        return await self._run(count, write=False)
+
+    async def policy_decisions(self, limit: int) -> list[PolicyDecision]:
+        """The newest intents an effect policy rule decided (at most ``limit``), newest first."""
+
+        def decisions(tx: sql.Tx) -> list[PolicyDecision]:
+            rows = tx.execute(
+                """SELECT intent_id, entity_key, tool_name, policy_rule, policy_outcome,
+                     received_at_ms, state FROM effector_intents
+                   WHERE policy_rule IS NOT NULL
+                   ORDER BY received_at_ms DESC, intent_id DESC LIMIT ?""",
+                (limit,),
+            ).fetchall()
+            return [
+                PolicyDecision(
+                    intent_id=row[0],
+                    entity_key=bytes(row[1]),
+                    tool_name=row[2],
+                    rule=row[3],
+                    outcome=row[4] or "",
+                    decided_at_ms=row[5],
+                    state=row[6],
+                )
+                for row in rows
+            ]
+
+        return await self._run(decisions, write=False)
+
+    async def policy_rule_counts(self) -> dict[str, int]:
+        """How many recorded intents each effect policy rule decided."""
+
+        def counted(tx: sql.Tx) -> dict[str, int]:
+            rows = tx.execute(
+                """SELECT policy_rule, COUNT(*) FROM effector_intents
+                   WHERE policy_rule IS NOT NULL GROUP BY policy_rule"""
+            ).fetchall()
+            return {str(rule): int(count) for rule, count in rows}
+
+        return await self._run(counted, write=False)
+
     async def counts(self, *, done: bool = True) -> StoreCounts:
         """How many intents are in each state, and the head offset.
 
@@ -1390,6 +1558,19 @@ class SqlStore(TelemetryTables, abc.ABC):
 # -- transaction steps shared by several verbs --------------------------------------------------
 
 
+def _approvals_only(state: IntentState) -> str:
+    """An inbox of AWAITING_DECISION lists approvals, not the TOOL intents they hold."""
+    return f" AND kind = {int(ToolIntent.APPROVAL)}" if state == sql.AWAITING else ""
+
+
+def _prefix_end(prefix: bytes) -> bytes | None:
+    """The smallest bytes above every bytes starting with ``prefix`` (``None``: there is none)."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
 def _sorted(state: IntentState | None) -> str:
     """``" + 0"`` for an open state: sort its few rows found on the open index, walk no other."""
     return " + 0" if state in sql.OPEN_STATES else ""
@@ -1410,7 +1591,7 @@ def _initial_state(
         return sql.DONE, new_result(new.intent, ToolResult.OK, completed_at_ms=now_ms, attempt=0)
     if withdrawal is not None and withdrawal.entity_key == new.intent.entity_key:
         return sql.WITHDRAWN, withdrawn_result(new.intent, withdrawal, now_ms=now_ms)
-    if new.intent.kind == ToolIntent.APPROVAL:
+    if new.intent.kind == ToolIntent.APPROVAL or new.gate is not None:
         return sql.AWAITING, None
     return sql.PENDING, None
 
@@ -1497,6 +1678,32 @@ def _publish_conflicts(
     return envelopes
 
 
+def _gate_row(gate: ToolIntent, now_ms: int) -> tuple[Any, ...]:
+    """The row of the APPROVAL intent a policy opened (AWAITING_DECISION, as the rule said)."""
+    blob = gate.SerializeToString(deterministic=True)
+    return (
+        gate.intent_id,
+        gate.entity_key,
+        gate.seq,
+        gate.step_index,
+        gate.kind,
+        hashlib.sha256(blob).digest(),
+        blob,
+        sql.AWAITING,
+        now_ms,
+        expiry_deadline_ms(gate, now_ms),
+        0,
+        None,
+        None,
+        None,
+        "",
+        None,
+        0,
+        None,
+        None,
+    )
+
+
 def _insert_intents(tx: sql.Tx, rows: Sequence[Sequence[Any]]) -> set[str]:
     """Insert intent rows (in the given order) that are not recorded yet; returns their ids."""
     inserted: set[str] = set()
@@ -1506,8 +1713,9 @@ def _insert_intents(tx: sql.Tx, rows: Sequence[Sequence[Any]]) -> set[str]:
             for row in tx.execute(
                 f"""INSERT INTO effector_intents (intent_id, entity_key, seq, step_index, kind,
                     digest, intent, state, received_at_ms, deadline_ms, attempts, outcome,
-                    completed_at_ms, settled_state, tool_name, withdraws_intent_id)
-                   VALUES {sql.row_marks(len(chunk), 16)}
+                    completed_at_ms, settled_state, tool_name, withdraws_intent_id, refused,
+                    policy_rule, policy_outcome)
+                   VALUES {sql.row_marks(len(chunk), 19)}
                    ON CONFLICT (intent_id) DO NOTHING RETURNING intent_id""",
                 sql.flatten(chunk),
             ).fetchall()
