@@ -693,6 +693,12 @@ def intent_report(response: GetIntentResponse) -> list[tuple[str, str]]:
         lines.append(("compensates", intent.compensates_intent_id))
     if intent.withdraws_intent_id:
         lines.append(("withdraws", intent.withdraws_intent_id))
+    if response.policy_rule:
+        lines.append(("policy", f"rule {response.policy_rule}: {response.policy_outcome}"))
+    if response.policy_gate_id and response.state == IntentState.AWAITING_DECISION:
+        lines.append(("held_for", f"approval {response.policy_gate_id}"))
+    if intent.policy_gate_for:
+        lines.append(("opened_by", f"policy rule {intent.policy_rule} for {intent.policy_gate_for}"))
     lines += approval_lines(response)
     if response.state == IntentState.WITHDRAWN:
         lines.append(("withdrawn", withdrawn_text(response)))

@@ -58,6 +58,13 @@ EXPECTED_OUTPUT: dict[str, list[str]] = {
         "local_loop: ok",
     ],
     "demo.py": ["demo: ok"],
+    "refund_desk.py": [
+        "refund_desk: two approvers released large-refund-two-approvers: o-2",
+        "refund_desk: o-1: refunded o-1",
+        "refund_desk: o-2: refunded o-2",
+        "refund_desk: o-3: refused: denied by effect policy: rule 'refund-ceiling'",
+        "refund_desk: ok",
+    ],
     "adk_agent.py": [
         "adk_agent: acct-1: risk 7, card of acct-1 held",
         "adk_agent: acct-2: risk 2, nothing to do",

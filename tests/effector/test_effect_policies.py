@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -29,7 +31,7 @@ from beam_agents._protos import (
     ToolResult,
     canonical_json,
 )
-from effector.client import AsyncEffectorClient
+from effector.client import AsyncEffectorClient, EffectorClient
 from effector.policy import PolicyError, load_policy, parse_policy
 from effector.server import EffectorServer, ServerSettings
 from effector.store.errors import ConfigurationError
@@ -414,9 +416,19 @@ def test_sighup_reloads_and_the_cli_shows_the_policy(tmp_path: Path) -> None:
         "--policy",
         str(policy),
     ) as effector:
+        with EffectorClient(effector.address) as client:
+            shout, big = _record("SHOUT", key=b"s"), _record("big", key=b"b")
+            client.submit([shout, big])
+        denied = run_cli("show", shout.intent_id, "--target", effector.address)
+        assert re.search(r"^policy:\s+rule no-shouting: deny$", denied.stdout, re.M), denied.stdout
+        held = run_cli("show", big.intent_id, "--target", effector.address).stdout
+        assert re.search(rf"^held_for:\s+approval {gate_id_for(big.intent_id)}$", held, re.M)
+        gate = run_cli("show", gate_id_for(big.intent_id), "--target", effector.address).stdout
+        assert re.search(rf"^opened_by:\s+policy rule two-eyes for {big.intent_id}$", gate, re.M)
         shown = run_cli("policies", "--target", effector.address)
         assert shown.returncode == 0, shown.stderr
-        assert 'rule no-shouting deny 0 line 9: tool == "record"' in shown.stdout
+        assert 'rule no-shouting deny 1 line 9: tool == "record"' in shown.stdout
+        assert f"{shout.intent_id} s record no-shouting deny DONE" in shown.stdout
         policy.write_text('[[rules]]\nname = "only"\nwhen = "false"\noutcome = "deny"\n')
         effector.signal(signal.SIGHUP)
         for _ in range(100):
@@ -424,9 +436,35 @@ def test_sighup_reloads_and_the_cli_shows_the_policy(tmp_path: Path) -> None:
             if "rule only deny" in shown.stdout:
                 break
         assert "rule only deny 0 line 1: false" in shown.stdout
-        assert "no-shouting" not in shown.stdout
+        assert "rule no-shouting" not in shown.stdout  # its decisions stay recorded
 
 
 def test_a_policy_path_is_a_configuration_error_in_process(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match=r"--policy: .*cannot read"):
         EffectorServer(None, None, _settings(tmp_path / "absent.toml"))  # type: ignore[arg-type]
+
+
+def test_a_held_intent_survives_a_sigkill_unstarted(tmp_path: Path, ledger: Path) -> None:
+    policy, store = _policy_file(tmp_path), sqlite_url(tmp_path / "s.db")
+    big, after = _record("big refund"), _record("calm", seq=1)
+    serve = ("--tools", TOOLS, "--store", store, "--listen", "127.0.0.1:0", "--policy", str(policy))
+    with EffectorProcess(*serve) as effector, EffectorClient(effector.address) as client:
+        assert client.submit([big, after])[0].state == IntentState.AWAITING_DECISION
+    # SIGKILLed holding the key: after a crash every key's head counts as possibly started,
+    # but a held head never started, so it must not be counted (nor its reconciler asked).
+    with EffectorProcess(*serve) as effector, EffectorClient(effector.address) as client:
+        assert client.get_intent(big.intent_id).state == IntentState.AWAITING_DECISION
+        for approver in ("alice", "bob"):
+            assert client.decide(
+                gate_id_for(big.intent_id), approved=True, approver=approver
+            ).applied
+        for _ in range(400):
+            states = [client.get_intent(i).state for i in (big.intent_id, after.intent_id)]
+            if states == [IntentState.DONE, IntentState.DONE]:
+                break
+            time.sleep(0.05)
+        ran = client.get_intent(big.intent_id)
+        assert ran.result.status == ToolResult.OK and ran.attempts == 1
+        assert json.loads(ran.result.payload)["attempt"] == 1
+    started = [row.intent_id for row in read_ledger(ledger) if row.event == "started"]
+    assert started == [big.intent_id, after.intent_id]
