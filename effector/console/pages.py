@@ -1,4 +1,4 @@
-"""The console's reading pages (GET only): overview, keys, one key's runs, intents, one intent."""
+"""The console's reading pages (GET only): overview, keys, runs, intents, one intent, policies."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ from effector.console.runs import (
     spans_per_run,
 )
 from effector.console.views import raw_download, render, service_of
-from effector.store.intents import IntentRecord, intent_id_problem
+from effector.policy import Outcome
+from effector.store.intents import IntentRecord, gate_id_for, intent_id_problem
 from effector.store.sql import SqlStore
 
 WINDOWS = {15: "15 min", 60: "1 h", 360: "6 h", 1440: "24 h"}
@@ -35,6 +36,11 @@ LIST_LIMIT = 200
 WITHDRAWN_SHOWN = 20
 """Withdrawn intents a key's page lists, newest first."""
 """Rows on the keys, intents and errors lists."""
+DEFAULT_DECISIONS = 50
+MAX_DECISIONS = 1_000
+"""Policy decisions the policies page lists: the newest 50 unless more are asked for."""
+WHEN_CHARS = 4_000
+"""The most characters of one rule's condition the policies page shows."""
 OPEN_STATES = (
     IntentState.AWAITING_DECISION,
     IntentState.PENDING,
@@ -194,6 +200,10 @@ class IntentLinks:
     allowed: list[str] = field(default_factory=list)
     """The tool intents this approval allowed."""
     withdraws: str = ""
+    policy_gate: str = ""
+    """The approval an effect policy opened to hold this tool intent (require_approval)."""
+    policy_holds: str = ""
+    """The tool intent this approval, opened by an effect policy, holds until it is decided."""
 
 
 def _approved(record: IntentRecord) -> bool:
@@ -236,12 +246,15 @@ async def intent_links(store: SqlStore, record: IntentRecord) -> IntentLinks:
         ),
         "",
     )
-    approved_by, allowed = "", []
+    approved_by, allowed, policy_gate = "", [], ""
     if intent.kind == ToolIntent.TOOL:
         approved_by = next(
             (n.intent.intent_id for n in neighbours if _allows(n, intent)),
             intent.edited_from.approval_intent_id,
         )
+        held = record.state == IntentState.AWAITING_DECISION
+        if held or record.policy_outcome == Outcome.REQUIRE_APPROVAL.value:
+            policy_gate = gate_id_for(intent.intent_id)
     elif intent.kind == ToolIntent.APPROVAL:
         allowed = [
             n.intent.intent_id
@@ -254,6 +267,8 @@ async def intent_links(store: SqlStore, record: IntentRecord) -> IntentLinks:
         approved_by=approved_by,
         allowed=allowed,
         withdraws=intent.withdraws_intent_id,
+        policy_gate=policy_gate,
+        policy_holds=intent.policy_gate_for if intent.kind == ToolIntent.APPROVAL else "",
     )
 
 
@@ -286,6 +301,16 @@ async def intent_raw(request: Request) -> Response:
     return raw_download(values[what], f"intent-{record.intent.intent_id}-{what}")
 
 
+async def policies(request: Request) -> Response:
+    """The effect policy in force: file, rules, counters, a refused reload, newest decisions."""
+    wanted = number(request, "recent", DEFAULT_DECISIONS, range(1, MAX_DECISIONS + 1))
+    policy = await service_of(request).policies(wanted)
+    truncated = len(policy.recent) == wanted and wanted < MAX_DECISIONS
+    more = min(wanted * 4, MAX_DECISIONS) if truncated else 0
+    context = {"policy": policy, "wanted": wanted, "more": more, "when_chars": WHEN_CHARS}
+    return await render(request, "policies.html", context)
+
+
 ROUTES = [
     Route("/", overview, name="overview"),
     Route("/keys", keys, name="keys"),
@@ -294,4 +319,5 @@ ROUTES = [
     Route("/intents", intents, name="intents"),
     Route("/intents/{intent_id}", intent_page, name="intent"),
     Route("/intents/{intent_id}/raw/{what}", intent_raw, name="intent_raw"),
+    Route("/policies", policies, name="policies"),
 ]

@@ -33,7 +33,7 @@ from effector.readable import (
     visible,
 )
 from effector.service import EffectorService
-from effector.store.intents import IntentRecord, expiry_deadline_ms
+from effector.store.intents import DEFAULT_RULE, IntentRecord, expiry_deadline_ms
 
 
 def key_from_hex(text: str) -> bytes | None:
@@ -132,9 +132,9 @@ def pretty_json(value: str | bytes) -> Shown:
     return plain(text)
 
 
-def plain(text: str) -> Shown:
-    """Text as a page shows it, cut to a bound, its hiding characters marked and named."""
-    shown, left_out = cut(text or "-")
+def plain(text: str, limit: int = SHOWN_CHARS) -> Shown:
+    """Text as a page shows it, cut to ``limit``, its hiding characters marked and named."""
+    shown, left_out = cut(text or "-", limit)
     return Shown(visible(shown), left_out, hidden_characters(shown))
 
 
@@ -230,7 +230,7 @@ def environment() -> jinja2.Environment:
         kind_name=functools.partial(enum_name, ToolIntent.Kind),
         decision=decision,
     )
-    env.globals.update(age=age, deadline=deadline, csrf_field=CSRF_FIELD)
+    env.globals.update(age=age, deadline=deadline, csrf_field=CSRF_FIELD, default_rule=DEFAULT_RULE)
     return env
 
 

@@ -44,8 +44,12 @@ def start_effector(
     host: str = "127.0.0.1",
     tls: tuple[bytes, bytes] | None = None,
     tokens: Tokens | None = None,
+    policy_file: Path | None = None,
 ) -> EffectorThread:
-    """An effector on ``host`` with its console on a free port; ``tls``: PEM cert and key."""
+    """An effector on ``host`` with its console on a free port; ``tls``: PEM cert and key.
+
+    ``policy_file``: the effect policy it enforces (``serve --policy``).
+    """
     settings = ServerSettings(
         listen=f"{host}:0",
         console_listen=f"{host}:0",
@@ -53,6 +57,7 @@ def start_effector(
         tokens=tokens,
         tls_cert=None if tls is None else tls[0],
         tls_key=None if tls is None else tls[1],
+        policy_file=None if policy_file is None else str(policy_file),
     )
     tmp_path.mkdir(parents=True, exist_ok=True)
     store = f"sqlite:///{tmp_path / 'effector.db'}"

@@ -9,12 +9,14 @@ the browser's log (the ``page`` fixture checks). The docs' picture of the keys p
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from selenium import webdriver
 from selenium.webdriver.common.by import By
 
 from beam_agents._protos import IntentState
 from effector.launch import EffectorThread
+from effector.store.intents import gate_id_for
 from tests.console.harness import (
     KEY,
     TOKEN,
@@ -24,7 +26,9 @@ from tests.console.harness import (
     intent,
     log_envelopes,
     seed,
+    start_effector,
 )
+from tests.console.policy_data import registry, submit_intents, tool_intent, write_policy
 from tests.console.runs_data import MS, agent_run, approval_intent, key_runs, now_ms, submit
 
 
@@ -144,3 +148,32 @@ def test_the_keys_page_draws_each_run_as_a_waterfall(
     wait = runs[1].find_element(By.CSS_SELECTOR, "tr.wait rect")
     model = runs[1].find_element(By.CSS_SELECTOR, "tr.llm rect")
     assert wait.size["width"] > model.size["width"] > 0  # bars are to scale
+
+
+def test_the_policies_page_leads_to_a_held_intent_and_its_gate(
+    page: webdriver.Chrome, tmp_path: Path
+) -> None:
+    held = tool_intent(KEY, 1, "pay", {"account": "a-2", "cents": 5_000})
+    denied = tool_intent(KEY, 2, "pay", {"account": "a-3", "cents": 500_000})
+    gate = gate_id_for(held.intent_id)
+    policy = write_policy(tmp_path)
+    with start_effector(tmp_path / "e", registry=registry(), policy_file=policy) as effector:
+        submit_intents(effector, held, denied)
+        page.get(f"{console_url(effector)}/policies")
+        assert page.find_element(By.TAG_NAME, "h1").text == "Effect policy"
+        current = page.find_element(By.CSS_SELECTOR, 'nav a[aria-current="page"]')
+        assert current.text == "Policies"
+        rules = page.find_elements(By.CSS_SELECTOR, "#rules tbody tr")
+        assert [row.find_element(By.CSS_SELECTOR, "td.rule").text for row in rules] == [
+            "no-big-sums",
+            "two-eyes",
+            "small-pays",
+        ]
+        follow(page, page.find_element(By.CSS_SELECTOR, f'a[href="/intents/{held.intent_id}"]'))
+        assert page.find_element(By.ID, "held").text.startswith(
+            "Held for approval: policy rule two-eyes requires a decision"
+        )
+        follow(page, page.find_element(By.CSS_SELECTOR, f'#held a[href="/intents/{gate}"]'))
+        assert page.find_element(By.ID, "opened-by-policy").text.startswith(
+            f"Opened by policy rule two-eyes for intent {held.intent_id}"
+        )
