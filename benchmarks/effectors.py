@@ -1,4 +1,5 @@
-"""Effector benchmarks: throughput on SQLite and PostgreSQL, and the console's keys page.
+"""Effector benchmarks: throughput on SQLite and PostgreSQL, the overhead of an effect policy, and
+the console's keys page.
 
 The throughput's floors: a bare insert-and-commit of the same records into the same store, and
 a no-op gRPC server (``python -m benchmarks.effectors --listen HOST:PORT``) serving the same
@@ -376,6 +377,172 @@ Submit calls/s: one-intent calls from 64 callers to ingest-only effectors (`--co
 against a no-op gRPC server in 5 rounds taking turns; the median round's ratio.
 SQLite fsyncs every commit; the throwaway PostgreSQL cluster runs with `fsync=off`.""",
         figures,
+    )
+
+
+# -- effect policies ------------------------------------------------------------------------------
+
+POLICY = """\
+default = "allow"
+
+[[rules]]
+name = "blocked-keys"
+when = 'key.startsWith("blocked/")'
+outcome = "deny"
+reason = "the key is blocked"
+
+[[rules]]
+name = "frozen-keys"
+when = 'key.endsWith("/frozen") || key.contains("..")'
+outcome = "deny"
+
+[[rules]]
+name = "destructive-tools"
+when = 'tool in ["drop_table", "delete_account", "wipe_disk"]'
+outcome = "deny"
+
+[[rules]]
+name = "admin-tools"
+when = 'tool.startsWith("admin_")'
+outcome = "require_approval"
+channel = "ops"
+
+[[rules]]
+name = "negative-amounts"
+when = 'has(args.amount) && args.amount < 0'
+outcome = "deny"
+
+[[rules]]
+name = "oversized-args"
+when = 'size(args) > 32'
+outcome = "deny"
+
+[[rules]]
+name = "noop-forbidden"
+when = 'tool == "noop" && has(args.forbidden)'
+outcome = "deny"
+
+[[rules]]
+name = "big-refunds"
+when = 'tool == "refund" && args.amount > 100'
+outcome = "require_approval"
+channel = "finance"
+
+[[rules]]
+name = "large-transfers"
+when = 'tool == "transfer" && args.amount >= 10000'
+outcome = "deny"
+
+[[rules]]
+name = "outside-email"
+when = 'tool == "send_email" && !args.to.endsWith("@example.com")'
+outcome = "require_approval"
+channel = "comms"
+"""
+"""Ten rules on ``tool``, ``args`` and ``key``, none of which holds for the benchmark's intents:
+each intent runs all ten and is allowed by the default."""
+
+COUNTED_POLICY = (
+    POLICY
+    + """
+[[rules]]
+name = "refunds-per-key"
+when = 'tool == "refund" && counters.refunds_per_key >= 5'
+outcome = "require_approval"
+channel = "finance"
+
+[counters.refunds_per_key]
+tool = "refund"
+per = "key"
+window = "1h"
+"""
+)
+"""The ten rules and one on a per-key sliding window of a tool the benchmark never submits: its
+count is still queried for every key of a batch."""
+
+POLICY_TARGET = Target(Goal.RATIO_AT_MOST, 1.1)
+
+
+async def rotating_sustained(
+    targets: Sequence[str], count: int, batch: int, rounds: int
+) -> list[list[float]]:
+    """Per target, the sustained intents/s of each round; the order rotates every round."""
+    for target in targets:
+        await sustained([target], max(count // 10, batch), batch)  # warm-up
+    rates: list[list[float]] = [[] for _ in targets]
+    for index in range(rounds):
+        first = index % len(targets)
+        for side in [*range(first, len(targets)), *range(first)]:
+            rates[side].append(await sustained([targets[side]], count, batch))
+    return rates
+
+
+async def check_undecided(target: str, rules: int) -> None:
+    """Raise unless ``target`` enforces ``rules`` rules, none of which decided an intent."""
+    client = AsyncEffectorClient(target)
+    try:
+        answer = await client.policies()
+    finally:
+        await client.close()
+    decided = {rule.name: rule.decisions for rule in answer.rules if rule.decisions}
+    if not answer.enforced or len(answer.rules) != rules or decided or answer.reload_error:
+        raise RuntimeError(
+            f"the policy is not as measured: {len(answer.rules)} rules, decided {decided}, "
+            f"enforced {answer.enforced}, {answer.reload_error or 'no reload error'}"
+        )
+
+
+async def policy_rates(
+    targets: Sequence[str], count: int, batch: int, rounds: int
+) -> list[list[float]]:
+    """:func:`rotating_sustained` of no policy, the ten rules and the counted policy, checked."""
+    rates = await rotating_sustained(targets, count, batch, rounds)
+    await check_undecided(targets[1], POLICY.count("[[rules]]"))
+    await check_undecided(targets[2], COUNTED_POLICY.count("[[rules]]"))
+    return rates
+
+
+def per_intent(name: str, ours: list[float], floor: list[float], target: Target | None) -> Figure:
+    """Microseconds per intent of the round whose ratio to the floor's is the median."""
+    ratios = [without / with_ for with_, without in zip(ours, floor, strict=True)]
+    median = ratios.index(statistics.median_low(ratios))
+    return Figure(name, "µs", 1e6 / ours[median], 1e6 / floor[median], target)
+
+
+def policy_overhead(quick: bool) -> Result:
+    """SQLite sustained throughput with 10 policy rules, and with a counter too, beside none."""
+    count, batch, rounds = (1_000, 100, 2) if quick else (20_000, 500, 5)
+    with tempfile.TemporaryDirectory(prefix="beam-agents-bench-") as scratch_dir:
+        scratch = Path(scratch_dir)
+        policies: list[Path | None] = [None, scratch / "rules.toml", scratch / "counted.toml"]
+        (scratch / "rules.toml").write_text(POLICY)
+        (scratch / "counted.toml").write_text(COUNTED_POLICY)
+        commands = [
+            effector_command(f"sqlite:///{scratch / f'e{index}.db'}", policy=policy)
+            for index, policy in enumerate(policies)
+        ]
+        with servers(commands, EFFECTOR_READY, scratch) as targets:
+            none, rules, counted = asyncio.run(policy_rates(targets, count, batch, rounds))
+    return Result(
+        "policy_overhead",
+        "Overhead of an effect policy on the effector's sustained throughput",
+        """\
+Sustained as in effector_throughput (20,000 `noop` intents over 1,000 keys, 500 a Submit from 4
+callers, until every OK result is read) on three SQLite effectors, 5 rounds taking turns. Floor:
+no policy. Ours: 10 CEL rules on tool, args and key, none holding (checked), so all 10 run and the
+default allows; and those 10 and a rule on a per-key 1 h counter of a tool never submitted, whose
+count is queried for each key of a batch. The median round's ratio.""",
+        [
+            per_intent(
+                "sustained, per intent, with a 10-rule policy, SQLite", rules, none, POLICY_TARGET
+            ),
+            per_intent(
+                "sustained, per intent, with the 10 rules and a per-key counter rule, SQLite",
+                counted,
+                none,
+                None,
+            ),
+        ],
     )
 
 

@@ -68,12 +68,16 @@ def environment() -> dict[str, str]:
     return child_environment(REPO_ROOT)
 
 
-def effector_command(store_url: str, *, concurrency: int | None = None) -> list[str]:
+def effector_command(
+    store_url: str, *, concurrency: int | None = None, policy: Path | None = None
+) -> list[str]:
     """``python -m effector serve`` with the benchmark tools on ``store_url``, any free port.
 
-    Without ``concurrency`` it runs with the default a user gets.
+    Without ``concurrency`` it runs with the default a user gets; with ``policy``, it enforces
+    that effect policy file.
     """
     tuning = [] if concurrency is None else ["--concurrency", str(concurrency)]
+    tuning += [] if policy is None else ["--policy", str(policy)]
     return [
         sys.executable,
         "-m",
@@ -169,6 +173,7 @@ BENCHMARKS = {
     "state_commit": "benchmarks.pipelines",
     "suspend_resume": "benchmarks.loop",
     "effector_throughput": "benchmarks.effectors",
+    "policy_overhead": "benchmarks.effectors",
     "write_traces": "benchmarks.loop",
     "console_keys": "benchmarks.effectors",
     "replay_backtest": "benchmarks.pipelines",

@@ -50,6 +50,10 @@ ROWS = {
         if find_postgres_bin()
         else []
     ),
+    "policy_overhead": [
+        "sustained, per intent, with a 10-rule policy, SQLite",
+        "sustained, per intent, with the 10 rules and a per-key counter rule, SQLite",
+    ],
     "write_traces": ["the loop with WriteTraces, per event"],
     "console_keys": [
         "keys page, key with 1,000 runs (newest 50 drawn), p50",
