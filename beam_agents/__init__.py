@@ -41,10 +41,12 @@ if TYPE_CHECKING:
     from beam_agents._protos import TraceEvent as TraceEvent
     from beam_agents._protos import canonical_json as canonical_json
     from beam_agents._protos import canonical_json_bytes as canonical_json_bytes
+    from beam_agents.core.agent import BudgetExceeded as BudgetExceeded
     from beam_agents.core.agent import Complete as Complete
     from beam_agents.core.agent import Suspend as Suspend
     from beam_agents.core.agent import intent_id_for as intent_id_for
     from beam_agents.core.config import AgentConfig as AgentConfig
+    from beam_agents.core.config import Budget as Budget
     from beam_agents.core.context import ActivationContext as ActivationContext
     from beam_agents.hitl import Deny as Deny
     from beam_agents.hitl import Drop as Drop

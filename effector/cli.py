@@ -44,6 +44,7 @@ from effector.policy import PolicyError, load_policy, policy_answer
 from effector.readable import enum_name, iso_time, one_line
 from effector.server import DEFAULT_MCP_IDENTITY, ServerSettings, check_tls_pair, check_token
 from effector.service import (
+    DEFAULT_BUDGET_LEASE_MS,
     DEFAULT_LIST_LIMIT,
     MAX_LIST_LIMIT,
     Tokens,
@@ -241,6 +242,15 @@ def build_parser() -> argparse.ArgumentParser:
         "refuses to serve",
         metavar="FILE",
     )
+    _option(
+        serve,
+        "--budget-lease-ms",
+        "how long a fleet budget allowance leased to a worker lasts; a dead worker's unspent "
+        "allowance returns to its budget after it",
+        default=str(DEFAULT_BUDGET_LEASE_MS),
+        metavar="MS",
+        type=_positive_int,
+    )
     _add_auth_options(serve)
     _option(serve, "--tls-cert", "PEM certificate chain; serve TLS only", metavar="PATH")
     _option(serve, "--tls-key", "PEM private key of --tls-cert", metavar="PATH")
@@ -344,6 +354,22 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         type=_positive_int,
     )
+    budgets = commands.add_parser(
+        "budgets",
+        help="print the fleet budgets' windows: cap, debited, leased, left",
+        description="Print the newest fleet budget windows, one per line: LEDGER WINDOW_START "
+        "WINDOW tokens DEBITED+LEASED/CAP (LEFT left) cost DEBITED+LEASED/CAP USD, LIVE_LEASES "
+        "leases, DEBITS debits. A measure without a cap prints as 'no cap'. Says so on stderr "
+        "when there are none.",
+    )
+    _option(
+        budgets,
+        "--limit",
+        f"list at most this many windows (the server caps it at {MAX_LIST_LIMIT})",
+        default=str(DEFAULT_LIST_LIMIT),
+        metavar="N",
+        type=_positive_int,
+    )
     show = commands.add_parser(
         "show",
         help="print everything recorded about one intent",
@@ -367,7 +393,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Deny an APPROVAL intent; exits 1, saying why, if the decision was not "
         "applied (unknown, already decided, expired or withdrawn).",
     )
-    for client_command in (status, pending, failed, policies, show, approve, deny):
+    for client_command in (status, pending, failed, policies, budgets, show, approve, deny):
         _option(
             client_command,
             "--target",
@@ -493,6 +519,7 @@ def _server_settings(args: argparse.Namespace) -> ServerSettings:
         tool_timeout_ms=args.tool_timeout_ms,
         telemetry_retention_s=args.telemetry_retention_s,
         policy_file=args.policy or None,
+        budget_lease_ms=args.budget_lease_ms,
         worker=WorkerSettings(
             concurrency=args.concurrency,
             lease_ms=args.lease_ms,
@@ -698,7 +725,9 @@ def intent_report(response: GetIntentResponse) -> list[tuple[str, str]]:
     if response.policy_gate_id and response.state == IntentState.AWAITING_DECISION:
         lines.append(("held_for", f"approval {response.policy_gate_id}"))
     if intent.policy_gate_for:
-        lines.append(("opened_by", f"policy rule {intent.policy_rule} for {intent.policy_gate_for}"))
+        lines.append(
+            ("opened_by", f"policy rule {intent.policy_rule} for {intent.policy_gate_for}")
+        )
     lines += approval_lines(response)
     if response.state == IntentState.WITHDRAWN:
         lines.append(("withdrawn", withdrawn_text(response)))
@@ -809,12 +838,43 @@ def _print_policies(answer: PoliciesResponse) -> int:
     return 0
 
 
+def budgets(client: EffectorClient, args: argparse.Namespace) -> int:
+    """Print the newest budget windows, one per line."""
+    windows = client.budgets(args.limit)
+    for window in windows:
+        tokens = _measure(window.cap_tokens, window.debited_tokens, window.leased_tokens, "")
+        cost = _measure(
+            window.cap_cost_micros, window.debited_cost_micros, window.leased_cost_micros, " USD"
+        )
+        print(
+            f"{one_line(window.ledger)} {iso_time(window.window_start_ms)} "
+            f"{window.window_ms} ms tokens {tokens} cost {cost}, {window.live_leases} leases, "
+            f"{window.debits} debits"
+        )
+    if not windows:
+        print("no budget windows: no worker has leased from a fleet budget", file=sys.stderr)
+    return 0
+
+
+def _measure(cap: int, debited: int, leased: int, unit: str) -> str:
+    """``DEBITED+LEASED/CAP (LEFT left)`` of one measure; micro-dollars shown as dollars."""
+
+    def shown(amount: int) -> str:
+        return f"{amount / 1_000_000:.6f}" if unit else str(amount)
+
+    if not cap:
+        return f"{shown(debited)} (no cap)"
+    left = max(cap - debited - leased, 0)
+    return f"{shown(debited)}+{shown(leased)}/{shown(cap)}{unit} ({shown(left)} left)"
+
+
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "serve": lambda args: asyncio.run(_serve(args)),
     "status": _with_client(status),
     "pending": _with_client(pending),
     "failed": _with_client(failed),
     "policies": policies,
+    "budgets": _with_client(budgets),
     "show": _with_client(show),
     "approve": _with_client(functools.partial(send_decision, approved=True)),
     "deny": _with_client(functools.partial(send_decision, approved=False)),

@@ -131,6 +131,16 @@ class EffectorClient(_Client):
         response: pb.PoliciesResponse = self._stub.Policies(request, **self._call())
         return response
 
+    def budgets(self, limit: int = 0) -> list[pb.BudgetWindow]:
+        """The newest fleet budget windows (``limit`` 0: the server's default)."""
+        response = self._stub.Budgets(pb.BudgetsRequest(limit=limit), **self._call())
+        return list(response.windows)
+
+    def lease_budget(self, request: pb.LeaseBudgetRequest) -> pb.LeaseBudgetResponse:
+        """Lease an allowance of a fleet budget's window (see ``LeaseBudgetRequest``)."""
+        response: pb.LeaseBudgetResponse = self._stub.LeaseBudget(request, **self._call())
+        return response
+
     def list_failed(self, *, limit: int = 0) -> list[tuple[pb.ToolIntent, pb.ToolResult]]:
         """DONE intents whose result is not OK, each with it, oldest first (``limit`` as above)."""
         request = pb.ListIntentsRequest(state=pb.IntentState.DONE, limit=limit, failed_only=True)
@@ -234,6 +244,16 @@ class AsyncEffectorClient(_Client):
         """The effect policy in force and its newest ``limit`` decisions (0: the default)."""
         request = pb.PoliciesRequest(limit=limit)
         response: pb.PoliciesResponse = await self._stub.Policies(request, **self._call())
+        return response
+
+    async def budgets(self, limit: int = 0) -> list[pb.BudgetWindow]:
+        """The newest fleet budget windows (``limit`` 0: the server's default)."""
+        response = await self._stub.Budgets(pb.BudgetsRequest(limit=limit), **self._call())
+        return list(response.windows)
+
+    async def lease_budget(self, request: pb.LeaseBudgetRequest) -> pb.LeaseBudgetResponse:
+        """Lease an allowance of a fleet budget's window (see ``LeaseBudgetRequest``)."""
+        response: pb.LeaseBudgetResponse = await self._stub.LeaseBudget(request, **self._call())
         return response
 
     async def list_failed(self, *, limit: int = 0) -> list[tuple[pb.ToolIntent, pb.ToolResult]]:

@@ -137,6 +137,10 @@ class EffectorMetrics:
             "effector_policy_reload_failures",
             "Policy file reloads refused as invalid (the last good policy stays in force).",
         )
+        self.budget_refusals = counter(
+            "effector_budget_refusals",
+            "LeaseBudget requests granted nothing: the budget window is exhausted.",
+        )
         self._decided: dict[tuple[str, str], Any] = {}
         self._http: WSGIServer | None = None
 

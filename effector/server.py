@@ -25,6 +25,7 @@ from beam_agents.tools import ToolRegistry
 from effector.observability import EffectorMetrics
 from effector.policy import PolicyError, PolicyGate
 from effector.service import (
+    DEFAULT_BUDGET_LEASE_MS,
     EFFECTOR_SERVICE,
     MAX_MESSAGE_BYTES,
     EffectorService,
@@ -159,6 +160,8 @@ class ServerSettings:
     """How the worker claims, leases, retains and polls."""
     policy_file: str | None = None
     """The effect policy file (TOML with CEL rules) every TOOL intent passes at intake."""
+    budget_lease_ms: int = DEFAULT_BUDGET_LEASE_MS
+    """How long a fleet budget allowance lasts; a dead worker's unspent part returns after it."""
 
     def __post_init__(self) -> None:
         if self.tokens is not None and self.token is None:  # named tokens alone still guard
@@ -274,7 +277,14 @@ class EffectorServer:
         """The effect policy in force (``None``: every effect is allowed)."""
         self._policy_watch: asyncio.Task[None] | None = None
         self._service = EffectorService(
-            store, registry, self._worker, self.metrics, clock, tokens=tokens, policy=self.policy
+            store,
+            registry,
+            self._worker,
+            self.metrics,
+            clock,
+            tokens=tokens,
+            policy=self.policy,
+            budget_lease_ms=settings.budget_lease_ms,
         )
         self._read_only_tools = sorted(tool.name for tool in registry if not tool.side_effect)
         self._health = health.aio.HealthServicer()

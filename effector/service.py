@@ -53,6 +53,7 @@ from beam_agents.tools import ToolRegistry
 from beam_agents.tools.errors import ToolArgumentError
 from effector.observability import EffectorMetrics
 from effector.policy import CountedBy, Counter, Outcome, PolicyGate, gate_for, policy_answer
+from effector.store.budgets import lease_problem
 from effector.store.errors import ConfigurationError, StoreError
 from effector.store.intents import (
     DEFAULT_RULE,
@@ -80,6 +81,7 @@ DEFAULT_READ_BATCH = 500
 MAX_READ_BATCH = 5_000
 MAX_READ_WAIT_MS = 60_000
 DEFAULT_LIST_LIMIT = 100
+DEFAULT_BUDGET_LEASE_MS = 60_000
 MAX_LIST_LIMIT = 1_000
 MAX_TELEMETRY_BATCH = 1_000
 """The most trace events one RecordTraces, or error records one RecordErrors, may carry."""
@@ -599,6 +601,8 @@ class EffectorService(pb.EffectorServicer):
     """The tokens callers present; named ones identify the approver of a decision."""
     policy: PolicyGate | None = None
     """The effect policy every TOOL intent passes at intake (``None``: all are allowed)."""
+    budget_lease_ms: int = DEFAULT_BUDGET_LEASE_MS
+    """How long a fleet budget allowance lasts before its unspent part returns."""
 
     @_guarded
     async def Submit(
@@ -759,6 +763,29 @@ class EffectorService(pb.EffectorServicer):
         answer.reload_error = gate.reload_error
         answer.recent.extend(await self.store.policy_decisions(limit))
         return answer
+
+    @_guarded
+    async def LeaseBudget(
+        self, request: pb.LeaseBudgetRequest, context: grpc.aio.ServicerContext
+    ) -> pb.LeaseBudgetResponse:
+        """Grant a worker an allowance of a fleet budget's window (releasing its old lease)."""
+        problem = lease_problem(request)
+        if problem is not None:
+            raise _invalid(problem)
+        answer = await self.store.lease_budget(request, self.clock(), self.budget_lease_ms)
+        if not answer.lease_id and (request.want_tokens or request.want_cost_micros):
+            self.metrics.budget_refusals.inc()
+        return answer
+
+    @_guarded
+    async def Budgets(
+        self, request: pb.BudgetsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.BudgetsResponse:
+        """The newest budget windows: caps, debited, leased and live leases."""
+        if request.limit < 0:
+            raise _invalid("limit must not be negative")
+        limit = min(request.limit or DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT)
+        return pb.BudgetsResponse(windows=await self.store.budget_windows(limit, self.clock()))
 
     @_guarded
     async def Read(
@@ -1005,7 +1032,13 @@ class EffectorService(pb.EffectorServicer):
     ) -> pb.StatusResponse:
         """How many intents are in each state, and the head of the envelope log."""
         counts = await self.store.counts()
-        in_flight = counts.pending + counts.running + counts.in_doubt + counts.awaiting_decision
+        in_flight = (
+            counts.pending
+            + counts.running
+            + counts.in_doubt
+            + counts.awaiting_decision
+            + counts.held
+        )
         return _response(pb.StatusResponse, counts, in_flight=in_flight)
 
     @_guarded

@@ -31,6 +31,7 @@ from beam_agents._protos import ToolIntent, ToolResult, canonical_json_bytes, wi
 from beam_agents.tools import IntentInfo, Reconciled, Tool, ToolRegistry
 from beam_agents.tools.errors import ToolArgumentError, ToolNotFoundError
 from effector.observability import EffectorMetrics
+from effector.store.budgets import parse_debit
 from effector.store.errors import EffectorError, StoreError
 from effector.store.intents import (
     Claim,
@@ -145,6 +146,12 @@ def screen_intent(
             return f"args_json of approval intent is not JSON: {exc}", None
     elif intent.kind == ToolIntent.WITHDRAWAL:
         return withdrawal_problem(intent), None
+    elif intent.kind == ToolIntent.BUDGET_DEBIT:
+        try:
+            parse_debit(intent)
+        except ValueError as exc:
+            return str(exc), None
+        return None, None
     else:
         return f"unknown intent kind {int(intent.kind)}", None
     return _linked_intent_problem(registry, intent), prepared

@@ -36,12 +36,17 @@ from beam_agents._protos.bounds import (
     time_problem,
 )
 from beam_agents._protos.effector_pb2 import (
+    BudgetsRequest,
+    BudgetsResponse,
+    BudgetWindow,
     DecideRequest,
     DecideResponse,
     EnvelopeRecord,
     GetIntentRequest,
     GetIntentResponse,
     IntentState,
+    LeaseBudgetRequest,
+    LeaseBudgetResponse,
     ListIntentsRequest,
     ListIntentsResponse,
     ListRecordsRequest,
@@ -155,6 +160,14 @@ def withdrawal_id_for(intent_id: str) -> str:
     return str(uuid.uuid5(_WITHDRAWAL_NAMESPACE, intent_id))
 
 
+_DEBIT_NAMESPACE = uuid.UUID("c8d1f0a2-6b43-4e57-9a0e-2f4b8d7c1e65")
+
+
+def debit_id_for(position_id: str) -> str:
+    """The id of the BUDGET_DEBIT intent of the model call at ``position_id`` (an intent id)."""
+    return str(uuid.uuid5(_DEBIT_NAMESPACE, position_id))
+
+
 __all__ = [
     "MAX_ARGS_JSON_BYTES",
     "MAX_ATTRIBUTES",
@@ -172,6 +185,9 @@ __all__ = [
     "AgentError",
     "Approval",
     "ApprovalEdit",
+    "BudgetWindow",
+    "BudgetsRequest",
+    "BudgetsResponse",
     "CompensationLink",
     "Continuation",
     "DecideRequest",
@@ -184,6 +200,8 @@ __all__ = [
     "IntentDeadLetter",
     "IntentState",
     "KeyHeader",
+    "LeaseBudgetRequest",
+    "LeaseBudgetResponse",
     "ListIntentsRequest",
     "ListIntentsResponse",
     "ListRecordsRequest",
@@ -229,6 +247,7 @@ __all__ = [
     "bounds_problem",
     "canonical_json",
     "canonical_json_bytes",
+    "debit_id_for",
     "edit_diff",
     "entity_key_problem",
     "is_json_shaped",

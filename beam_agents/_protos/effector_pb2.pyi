@@ -177,7 +177,7 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("pending", "running", "awaiting_decision", "done", "head_offset", "in_flight", "in_doubt", "withdrawn")
+    __slots__ = ("pending", "running", "awaiting_decision", "done", "head_offset", "in_flight", "in_doubt", "withdrawn", "held")
     PENDING_FIELD_NUMBER: _ClassVar[int]
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     AWAITING_DECISION_FIELD_NUMBER: _ClassVar[int]
@@ -186,6 +186,7 @@ class StatusResponse(_message.Message):
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
     IN_DOUBT_FIELD_NUMBER: _ClassVar[int]
     WITHDRAWN_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
     pending: int
     running: int
     awaiting_decision: int
@@ -194,7 +195,8 @@ class StatusResponse(_message.Message):
     in_flight: int
     in_doubt: int
     withdrawn: int
-    def __init__(self, pending: _Optional[int] = ..., running: _Optional[int] = ..., awaiting_decision: _Optional[int] = ..., done: _Optional[int] = ..., head_offset: _Optional[int] = ..., in_flight: _Optional[int] = ..., in_doubt: _Optional[int] = ..., withdrawn: _Optional[int] = ...) -> None: ...
+    held: int
+    def __init__(self, pending: _Optional[int] = ..., running: _Optional[int] = ..., awaiting_decision: _Optional[int] = ..., done: _Optional[int] = ..., head_offset: _Optional[int] = ..., in_flight: _Optional[int] = ..., in_doubt: _Optional[int] = ..., withdrawn: _Optional[int] = ..., held: _Optional[int] = ...) -> None: ...
 
 class ListIntentsRequest(_message.Message):
     __slots__ = ("state", "limit", "failed_only")
@@ -379,3 +381,89 @@ class PoliciesResponse(_message.Message):
     reload_error: str
     recent: _containers.RepeatedCompositeFieldContainer[PolicyDecision]
     def __init__(self, enforced: _Optional[bool] = ..., source: _Optional[str] = ..., digest: _Optional[str] = ..., loaded_at_ms: _Optional[int] = ..., default_outcome: _Optional[str] = ..., rules: _Optional[_Iterable[_Union[PolicyRule, _Mapping]]] = ..., counters: _Optional[_Iterable[_Union[PolicyCounter, _Mapping]]] = ..., reload_error: _Optional[str] = ..., recent: _Optional[_Iterable[_Union[PolicyDecision, _Mapping]]] = ...) -> None: ...
+
+class LeaseBudgetRequest(_message.Message):
+    __slots__ = ("ledger", "window_ms", "cap_tokens", "cap_cost_micros", "want_tokens", "want_cost_micros", "owner", "release_lease_id", "released_spent_tokens", "released_spent_cost_micros")
+    LEDGER_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_MS_FIELD_NUMBER: _ClassVar[int]
+    CAP_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CAP_COST_MICROS_FIELD_NUMBER: _ClassVar[int]
+    WANT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    WANT_COST_MICROS_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    RELEASED_SPENT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    RELEASED_SPENT_COST_MICROS_FIELD_NUMBER: _ClassVar[int]
+    ledger: str
+    window_ms: int
+    cap_tokens: int
+    cap_cost_micros: int
+    want_tokens: int
+    want_cost_micros: int
+    owner: str
+    release_lease_id: str
+    released_spent_tokens: int
+    released_spent_cost_micros: int
+    def __init__(self, ledger: _Optional[str] = ..., window_ms: _Optional[int] = ..., cap_tokens: _Optional[int] = ..., cap_cost_micros: _Optional[int] = ..., want_tokens: _Optional[int] = ..., want_cost_micros: _Optional[int] = ..., owner: _Optional[str] = ..., release_lease_id: _Optional[str] = ..., released_spent_tokens: _Optional[int] = ..., released_spent_cost_micros: _Optional[int] = ...) -> None: ...
+
+class LeaseBudgetResponse(_message.Message):
+    __slots__ = ("lease_id", "window_start_ms", "granted_tokens", "granted_cost_micros", "expires_at_ms", "debited_tokens", "debited_cost_micros", "leased_tokens", "leased_cost_micros", "lease_ms")
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_START_MS_FIELD_NUMBER: _ClassVar[int]
+    GRANTED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    GRANTED_COST_MICROS_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    DEBITED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    DEBITED_COST_MICROS_FIELD_NUMBER: _ClassVar[int]
+    LEASED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    LEASED_COST_MICROS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_MS_FIELD_NUMBER: _ClassVar[int]
+    lease_id: str
+    window_start_ms: int
+    granted_tokens: int
+    granted_cost_micros: int
+    expires_at_ms: int
+    debited_tokens: int
+    debited_cost_micros: int
+    leased_tokens: int
+    leased_cost_micros: int
+    lease_ms: int
+    def __init__(self, lease_id: _Optional[str] = ..., window_start_ms: _Optional[int] = ..., granted_tokens: _Optional[int] = ..., granted_cost_micros: _Optional[int] = ..., expires_at_ms: _Optional[int] = ..., debited_tokens: _Optional[int] = ..., debited_cost_micros: _Optional[int] = ..., leased_tokens: _Optional[int] = ..., leased_cost_micros: _Optional[int] = ..., lease_ms: _Optional[int] = ...) -> None: ...
+
+class BudgetsRequest(_message.Message):
+    __slots__ = ("limit",)
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    limit: int
+    def __init__(self, limit: _Optional[int] = ...) -> None: ...
+
+class BudgetWindow(_message.Message):
+    __slots__ = ("ledger", "window_start_ms", "window_ms", "cap_tokens", "cap_cost_micros", "debited_tokens", "debited_cost_micros", "leased_tokens", "leased_cost_micros", "live_leases", "debits")
+    LEDGER_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_START_MS_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_MS_FIELD_NUMBER: _ClassVar[int]
+    CAP_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CAP_COST_MICROS_FIELD_NUMBER: _ClassVar[int]
+    DEBITED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    DEBITED_COST_MICROS_FIELD_NUMBER: _ClassVar[int]
+    LEASED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    LEASED_COST_MICROS_FIELD_NUMBER: _ClassVar[int]
+    LIVE_LEASES_FIELD_NUMBER: _ClassVar[int]
+    DEBITS_FIELD_NUMBER: _ClassVar[int]
+    ledger: str
+    window_start_ms: int
+    window_ms: int
+    cap_tokens: int
+    cap_cost_micros: int
+    debited_tokens: int
+    debited_cost_micros: int
+    leased_tokens: int
+    leased_cost_micros: int
+    live_leases: int
+    debits: int
+    def __init__(self, ledger: _Optional[str] = ..., window_start_ms: _Optional[int] = ..., window_ms: _Optional[int] = ..., cap_tokens: _Optional[int] = ..., cap_cost_micros: _Optional[int] = ..., debited_tokens: _Optional[int] = ..., debited_cost_micros: _Optional[int] = ..., leased_tokens: _Optional[int] = ..., leased_cost_micros: _Optional[int] = ..., live_leases: _Optional[int] = ..., debits: _Optional[int] = ...) -> None: ...
+
+class BudgetsResponse(_message.Message):
+    __slots__ = ("windows",)
+    WINDOWS_FIELD_NUMBER: _ClassVar[int]
+    windows: _containers.RepeatedCompositeFieldContainer[BudgetWindow]
+    def __init__(self, windows: _Optional[_Iterable[_Union[BudgetWindow, _Mapping]]] = ...) -> None: ...

@@ -96,6 +96,16 @@ class EffectorStub:
                 request_serializer=beam__agents_dot___protos_dot_effector__pb2.PoliciesRequest.SerializeToString,
                 response_deserializer=beam__agents_dot___protos_dot_effector__pb2.PoliciesResponse.FromString,
                 _registered_method=True)
+        self.LeaseBudget = channel.unary_unary(
+                '/beam_agents.v1.Effector/LeaseBudget',
+                request_serializer=beam__agents_dot___protos_dot_effector__pb2.LeaseBudgetRequest.SerializeToString,
+                response_deserializer=beam__agents_dot___protos_dot_effector__pb2.LeaseBudgetResponse.FromString,
+                _registered_method=True)
+        self.Budgets = channel.unary_unary(
+                '/beam_agents.v1.Effector/Budgets',
+                request_serializer=beam__agents_dot___protos_dot_effector__pb2.BudgetsRequest.SerializeToString,
+                response_deserializer=beam__agents_dot___protos_dot_effector__pb2.BudgetsResponse.FromString,
+                _registered_method=True)
 
 
 class EffectorServicer:
@@ -175,6 +185,18 @@ class EffectorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def LeaseBudget(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Budgets(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_EffectorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -237,6 +259,16 @@ def add_EffectorServicer_to_server(servicer, server):
                     servicer.Policies,
                     request_deserializer=beam__agents_dot___protos_dot_effector__pb2.PoliciesRequest.FromString,
                     response_serializer=beam__agents_dot___protos_dot_effector__pb2.PoliciesResponse.SerializeToString,
+            ),
+            'LeaseBudget': grpc.unary_unary_rpc_method_handler(
+                    servicer.LeaseBudget,
+                    request_deserializer=beam__agents_dot___protos_dot_effector__pb2.LeaseBudgetRequest.FromString,
+                    response_serializer=beam__agents_dot___protos_dot_effector__pb2.LeaseBudgetResponse.SerializeToString,
+            ),
+            'Budgets': grpc.unary_unary_rpc_method_handler(
+                    servicer.Budgets,
+                    request_deserializer=beam__agents_dot___protos_dot_effector__pb2.BudgetsRequest.FromString,
+                    response_serializer=beam__agents_dot___protos_dot_effector__pb2.BudgetsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -565,6 +597,60 @@ class Effector:
             '/beam_agents.v1.Effector/Policies',
             beam__agents_dot___protos_dot_effector__pb2.PoliciesRequest.SerializeToString,
             beam__agents_dot___protos_dot_effector__pb2.PoliciesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LeaseBudget(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/beam_agents.v1.Effector/LeaseBudget',
+            beam__agents_dot___protos_dot_effector__pb2.LeaseBudgetRequest.SerializeToString,
+            beam__agents_dot___protos_dot_effector__pb2.LeaseBudgetResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Budgets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/beam_agents.v1.Effector/Budgets',
+            beam__agents_dot___protos_dot_effector__pb2.BudgetsRequest.SerializeToString,
+            beam__agents_dot___protos_dot_effector__pb2.BudgetsResponse.FromString,
             options,
             channel_credentials,
             insecure,

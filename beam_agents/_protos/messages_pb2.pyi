@@ -85,10 +85,12 @@ class ToolIntent(_message.Message):
         TOOL: _ClassVar[ToolIntent.Kind]
         APPROVAL: _ClassVar[ToolIntent.Kind]
         WITHDRAWAL: _ClassVar[ToolIntent.Kind]
+        BUDGET_DEBIT: _ClassVar[ToolIntent.Kind]
     KIND_UNSPECIFIED: ToolIntent.Kind
     TOOL: ToolIntent.Kind
     APPROVAL: ToolIntent.Kind
     WITHDRAWAL: ToolIntent.Kind
+    BUDGET_DEBIT: ToolIntent.Kind
     INTENT_ID_FIELD_NUMBER: _ClassVar[int]
     ENTITY_KEY_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]

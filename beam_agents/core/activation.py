@@ -453,6 +453,8 @@ class Activator:
             )
         if staged.intents:
             plan.intents.extend(staged.intents)
+        if staged.debits:
+            plan.intents.extend(staged.debits)
         plan.traces.extend(staged.trace.events)
         if isinstance(outcome, Complete):
             if outcome.output:

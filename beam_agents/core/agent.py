@@ -229,6 +229,20 @@ class BudgetExceededError(AgentRuntimeError):
     """The run went past ``AgentConfig.max_tokens_per_run``; the activation fails even if caught."""
 
 
+class BudgetExceeded(AgentRuntimeError):
+    """A fleet budget (``AgentConfig.budget``) has nothing left; raised before the provider call.
+
+    The agent may catch it and go on; uncaught, the activation fails as ``budget_exceeded``.
+    """
+
+    def __init__(self, message: str, *, ledger: str = "", window_start_ms: int = 0) -> None:
+        super().__init__(message)
+        self.ledger = ledger
+        """The budget's ledger (``Budget.name``, or ``name/tenant``)."""
+        self.window_start_ms = window_start_ms
+        """The start of the exhausted window (Unix ms)."""
+
+
 class ActivationTimeoutError(AgentRuntimeError, TimeoutError):
     """The activation did not finish within ``AgentConfig.activation_timeout_s``."""
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeAlias, TypeGuard
 
@@ -68,6 +68,149 @@ def _is_seconds(value: object, *, positive: bool) -> bool:
     return value > 0 if positive else value >= 0
 
 
+_WINDOW_UNITS_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_MICROS = 1_000_000
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A fleet budget: tokens and/or cost per window, shared by every key, worker and pipeline.
+
+    The effector at ``effector`` keeps the ledger (``docs/fleet.md``, "Fleet budgets").
+
+    Attributes:
+        name: The ledger's name; every pipeline that names it shares it.
+        effector: The effector keeping the ledger: ``"HOST:PORT"`` or a
+            ``beam_agents.io.EffectorConnection`` (token, TLS).
+        tokens: The cap on input plus output tokens per window (``None``: no token cap).
+        cost_usd: The cap on cost per window, in US dollars (``None``: no cost cap); needs
+            ``prices``.
+        prices: US dollars per million input and output tokens, by model name.
+        window: The window's length: ``"90s"``, ``"15m"``, ``"24h"``, ``"7d"``. Windows start at
+            multiples of it since the Unix epoch (a day's window starts at 00:00 UTC).
+        tenant_separator: With one, each tenant (a key's text up to the separator) gets a
+            ledger of its own, ``name/tenant``, with the same caps.
+        chunk_tokens: The allowance a worker leases at a time (default: a fiftieth of the cap,
+            at least 1, at most 100,000).
+        chunk_cost_usd: The cost allowance leased at a time (default: a fiftieth of the cap).
+    """
+
+    name: str
+    effector: object
+    tokens: int | None = None
+    cost_usd: float | None = None
+    prices: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    window: str = "24h"
+    tenant_separator: str | None = None
+    chunk_tokens: int | None = None
+    chunk_cost_usd: float | None = None
+
+    def __post_init__(self) -> None:
+        _require(
+            isinstance(self.name, str) and 0 < len(self.name) <= 200 and self.name.isprintable(),
+            f"Budget.name must be printable text of 1 to 200 chars, got {self.name!r}",
+        )
+        _require(
+            self.tokens is not None or self.cost_usd is not None,
+            "a Budget needs a cap: tokens, cost_usd or both",
+        )
+        _require(
+            self.tokens is None or _is_count(self.tokens, 1),
+            f"Budget.tokens must be an int >= 1 or None, got {self.tokens!r}",
+        )
+        _require(
+            self.cost_usd is None or _is_seconds(self.cost_usd, positive=True),
+            f"Budget.cost_usd must be a positive number of dollars or None, got {self.cost_usd!r}",
+        )
+        _require(
+            self.cost_usd is None or bool(self.prices),
+            "Budget.cost_usd needs prices: {model: (usd_per_million_in, usd_per_million_out)}",
+        )
+        for model, price in dict(self.prices).items():
+            _require(
+                isinstance(model, str)
+                and isinstance(price, tuple)
+                and len(price) == 2
+                and all(_is_seconds(part, positive=False) for part in price),
+                f"Budget.prices maps a model name to (input, output) US dollars per million "
+                f"tokens, got {model!r}: {price!r}",
+            )
+        self.window_ms  # noqa: B018 - checks the window
+        _require(
+            self.tenant_separator is None
+            or (isinstance(self.tenant_separator, str) and 0 < len(self.tenant_separator) <= 16),
+            f"Budget.tenant_separator must be 1 to 16 chars or None, got {self.tenant_separator!r}",
+        )
+        _require(
+            self.chunk_tokens is None or _is_count(self.chunk_tokens, 1),
+            f"Budget.chunk_tokens must be an int >= 1 or None, got {self.chunk_tokens!r}",
+        )
+        _require(
+            self.chunk_cost_usd is None or _is_seconds(self.chunk_cost_usd, positive=True),
+            f"Budget.chunk_cost_usd must be a positive number or None, got {self.chunk_cost_usd!r}",
+        )
+
+    @property
+    def window_ms(self) -> int:
+        """The window's length in milliseconds."""
+        text = self.window
+        _require(isinstance(text, str), f"Budget.window must be a str like '24h', got {text!r}")
+        number, unit = (text[:-2], "ms") if text.endswith("ms") else (text[:-1], text[-1:])
+        _require(
+            number.isascii() and number.isdigit() and unit in _WINDOW_UNITS_MS,
+            f"Budget.window must be a duration like 90s, 15m, 24h or 7d, got {text!r}",
+        )
+        window_ms = int(number) * _WINDOW_UNITS_MS[unit]
+        _require(
+            0 < window_ms <= 366 * 86_400_000,
+            f"Budget.window must be from 1 ms to 366 days, got {text!r}",
+        )
+        return window_ms
+
+    @property
+    def cap_cost_micros(self) -> int:
+        """The cost cap in millionths of a dollar (0: none)."""
+        return 0 if self.cost_usd is None else round(self.cost_usd * _MICROS)
+
+    @property
+    def lease_tokens(self) -> int:
+        """The token allowance leased at a time (0: no token cap)."""
+        if self.tokens is None:
+            return 0
+        return self.chunk_tokens or min(max(self.tokens // 50, 1), 100_000)
+
+    @property
+    def lease_cost_micros(self) -> int:
+        """The cost allowance leased at a time, in millionths of a dollar (0: no cost cap)."""
+        if self.chunk_cost_usd is not None:
+            return max(round(self.chunk_cost_usd * _MICROS), 1)
+        return max(self.cap_cost_micros // 50, 1) if self.cost_usd is not None else 0
+
+    def ledger_for(self, entity_key: bytes) -> str:
+        """The ledger ``entity_key``'s calls are debited from."""
+        separator = self.tenant_separator
+        if separator is None:
+            return self.name
+        text = entity_key.decode("utf-8", "replace")
+        tenant, found, _ = text.partition(separator)
+        return f"{self.name}/{tenant if found else text}"[:512]
+
+    def cost_micros(self, model: str, input_tokens: int, output_tokens: int) -> int:
+        """The cost of a call in millionths of a dollar (0 without a cost cap).
+
+        Raises ``ValueError`` for a model ``prices`` does not list.
+        """
+        if self.cost_usd is None:
+            return 0
+        price = self.prices.get(model)
+        if price is None:
+            raise ValueError(
+                f"Budget {self.name!r} has no price for model {model!r}; add it to "
+                f"Budget.prices (known: {', '.join(sorted(self.prices)) or 'none'})"
+            )
+        return math.ceil(input_tokens * price[0] + output_tokens * price[1])
+
+
 @dataclass(frozen=True)
 class AgentConfig:
     """How ``RunAgent`` runs an agent.
@@ -115,6 +258,8 @@ class AgentConfig:
             still gets a deadline: the longest TTL window of its pending intents plus this
             grace (processing time, default 5 minutes), so no run waits forever for a result
             that never comes (``docs/concepts/runtime.md``, "The lifecycle of a run").
+        budget: A fleet budget every model call of this agent is admitted by and debited from
+            (``docs/fleet.md``); at its cap ``ctx.call_model`` raises ``BudgetExceeded``.
         traces: Whether activations build trace events for ``.traces``. ``None`` (the
             default): only if a transform of the pipeline reads ``.traces`` when it runs;
             ``True``: always (for readers the pipeline cannot see, such as Interactive Beam);
@@ -140,6 +285,7 @@ class AgentConfig:
     record: bool | RecordOptions = False
     result_grace_ms: int = DEFAULT_RESULT_GRACE_MS
     traces: bool | None = None
+    budget: Budget | None = None
 
     def __post_init__(self) -> None:
         _require(
@@ -222,6 +368,11 @@ class AgentConfig:
             self.namespace is None or (isinstance(self.namespace, str) and bool(self.namespace)),
             "AgentConfig.namespace must be a non-empty str or None (the default intent ids), "
             f"got {self.namespace!r}",
+        )
+        _require(
+            self.budget is None or isinstance(self.budget, Budget),
+            f"AgentConfig.budget must be a beam_agents.Budget or None, got "
+            f"{type(self.budget).__name__}",
         )
         record_options(self.record)  # raises on anything but a bool or RecordOptions
         policy = self.hitl_policy

@@ -12,6 +12,7 @@ import hashlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from beam_agents._protos import (
     Approval,
@@ -23,6 +24,7 @@ from beam_agents._protos import (
     ToolResult,
     TraceEvent,
     canonical_json,
+    debit_id_for,
     recordable_problem,
 )
 from beam_agents.core.agent import (
@@ -46,6 +48,25 @@ def _no_time_limit() -> float | None:
 
 
 @dataclass(frozen=True, slots=True)
+class Allowance:
+    """What admitted a model call under a fleet budget: the ledger, its window and the lease."""
+
+    ledger: str
+    window_start_ms: int
+    lease_id: str
+
+
+class FleetBudget(Protocol):
+    """The worker's side of a fleet budget (``AgentConfig.budget``): leases, admits, spends."""
+
+    def admit(self, entity_key: bytes) -> Allowance:
+        """The allowance a call of ``entity_key`` spends; raises ``BudgetExceeded`` at the cap."""
+
+    def spend(self, allowance: Allowance, response: LlmResponse) -> tuple[int, int]:
+        """Take the call's usage off the allowance; returns its tokens and cost (micro-USD)."""
+
+
+@dataclass(frozen=True, slots=True)
 class ActivationServices:
     """What all activations of one runtime instance share: model, tools and defaults."""
 
@@ -66,6 +87,8 @@ class ActivationServices:
     """Tools ``act`` staged without a registry entry to validate them, warned about once each."""
     required_approvals: int = 1
     """``HitlPolicy.required_approvals``: the quorum of ``request_approval`` unless it says."""
+    budget: FleetBudget | None = None
+    """The fleet budget every provider call is admitted by and debited from, if any."""
 
 
 def activation_services(
@@ -73,6 +96,7 @@ def activation_services(
     model: ModelGateway | None,
     tool_runner: ToolRunner,
     time_left_s: Callable[[], float | None],
+    budget: FleetBudget | None = None,
 ) -> ActivationServices:
     """The services for ``config``'s activations; the DoFn and ``replay`` both build them."""
     policy = config.hitl_policy
@@ -89,6 +113,7 @@ def activation_services(
         time_left_s=time_left_s,
         intent_namespace=config.namespace,
         required_approvals=1 if policy is None else policy.required_approvals,
+        budget=budget,
     )
 
 
@@ -210,6 +235,7 @@ class Staged:
         "cache",
         "carried",
         "cursor",
+        "debits",
         "intents",
         "links",
         "memory",
@@ -237,6 +263,8 @@ class Staged:
         self.tokens_before = tokens_before
         self.namespace = namespace
         self.intents: list[ToolIntent] = []
+        self.debits: list[ToolIntent] = []
+        """BUDGET_DEBIT intents of this activation's provider calls, emitted when it commits."""
         self.links = [_copied(link) for link in links]
         """The run's compensation links, this activation's too."""
         self.tokens_used = 0
@@ -317,10 +345,14 @@ class Staged:
             limit = services.max_tokens_per_run
             if limit is not None and self.run_tokens_used >= limit:
                 raise self._refuse_over_budget(limit, "was refused a model call")
+            fleet = services.budget
+            allowance = None if fleet is None else fleet.admit(trace.entity_key)
             answer = await model.complete(
                 request, budget_s=services.time_left_s(), memo_key=cache_key
             )
             response, attempts = answer.response, answer.attempts
+            if fleet is not None and allowance is not None:
+                self._stage_debit(step, allowance, fleet.spend(allowance, response))
             cache.record(
                 ModelCacheEntry(
                     cache_key=cache_key,
@@ -354,6 +386,32 @@ class Staged:
         )
         trace.record(TraceEvent.LLM_CALL, step, attributes, started_ns)
         return response
+
+    def _stage_debit(self, step: int, allowance: Allowance, spent: tuple[int, int]) -> None:
+        """Stage the BUDGET_DEBIT of the provider call at ``step`` (emitted if it commits)."""
+        trace = self.trace
+        tokens, cost_micros = spent
+        args = {
+            "cost_micros": cost_micros,
+            "lease_id": allowance.lease_id,
+            "ledger": allowance.ledger,
+            "tokens": tokens,
+            "window_start_ms": allowance.window_start_ms,
+        }
+        position = intent_id_for(trace.entity_key, trace.seq, step, self.namespace)
+        self.debits.append(
+            ToolIntent(
+                intent_id=debit_id_for(position),
+                entity_key=trace.entity_key,
+                seq=trace.seq,
+                step_index=step,
+                args_json=canonical_json(args),
+                created_at_ms=trace.now_ms,
+                kind=ToolIntent.BUDGET_DEBIT,
+                trace_id=trace.trace_id,
+                intent_namespace=self.namespace or "",
+            )
+        )
 
     def pending_after(self) -> list[tuple[str, int]]:
         """``(intent_id, kind)`` of every unanswered intent, carried ones first, for a Suspend."""

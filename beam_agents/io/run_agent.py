@@ -45,6 +45,7 @@ from beam_agents.core.model_calls import (
 from beam_agents.core.observability import ErrorLog, progress_line
 from beam_agents.core.staging import activation_services
 from beam_agents.core.state import KeyState
+from beam_agents.io.budget_leases import LeasedBudget, as_connection
 from beam_agents.model.resilience import CircuitBreakers
 from beam_agents.tools import ToolConnection, ToolRunner
 
@@ -198,6 +199,8 @@ class RunAgent(beam.PTransform[PCollection[tuple[bytes, AgentEnvelope]], RunAgen
             )
         if config is not None and not isinstance(config, AgentConfig):
             raise ValueError(f"RunAgent config must be an AgentConfig, got {type(config).__name__}")
+        if config is not None and config.budget is not None:
+            as_connection(config.budget.effector)  # refuses a bad effector now, not on workers
         self._agent = agent
         self._config = AgentConfig() if config is None else config
 
@@ -399,6 +402,7 @@ class AgentDoFn(beam.DoFn):
         self._memo_scope = uuid.uuid4().hex
         self._driver: CoroutineDriver | None = None
         self._gateway: ModelGateway | None = None
+        self._budget: LeasedBudget | None = None
         self._activator: Activator | None = None
         self._tick_clock: Callable[[], int] | None = None
         self._counters: _BeamModelCounters | None = None
@@ -449,7 +453,10 @@ class AgentDoFn(beam.DoFn):
         self._connections = config.tool_registry.connections()
         for connection in self._connections:  # MCP sessions: opened now, closed in teardown
             connection.open()
-        services = activation_services(config, gateway, ToolRunner(), driver.time_left_s)
+        self._budget = None if config.budget is None else LeasedBudget(config.budget)
+        services = activation_services(
+            config, gateway, ToolRunner(), driver.time_left_s, budget=self._budget
+        )
         self._activator = Activator(
             self._agent,
             config,
@@ -506,6 +513,9 @@ class AgentDoFn(beam.DoFn):
         connections, self._connections = self._connections, []
         for connection in connections:
             connection.close()
+        budget, self._budget = self._budget, None
+        if budget is not None:
+            budget.close()
         driver, gateway = self._driver, self._gateway
         self._driver = self._gateway = self._activator = None
         if driver is None:

@@ -402,6 +402,8 @@ class StoreCounts:
     """Intents whose reconciler failed: held, neither executed again nor DONE."""
     withdrawn: int = 0
     """Intents their runs stopped waiting for before they started: terminal, never run."""
+    held: int = 0
+    """TOOL intents an effect policy holds until its approval is decided."""
 
 
 @dataclass(frozen=True, slots=True)

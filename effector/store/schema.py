@@ -329,6 +329,33 @@ def schema_statements(dialect: Dialect) -> list[str]:
             recorded_at_ms {bigint} NOT NULL)""",
         """CREATE INDEX IF NOT EXISTS effector_compensations_age
             ON effector_compensations (recorded_at_ms)""",
+        # Fleet budgets (effector.store.budgets): one row per ledger window, one per lease.
+        f"""CREATE TABLE IF NOT EXISTS effector_budget_windows (
+            ledger TEXT NOT NULL,
+            window_start_ms {bigint} NOT NULL,
+            window_ms {bigint} NOT NULL,
+            cap_tokens {bigint} NOT NULL,
+            cap_cost_micros {bigint} NOT NULL,
+            debited_tokens {bigint} NOT NULL,
+            debited_cost_micros {bigint} NOT NULL,
+            debits {bigint} NOT NULL,
+            updated_at_ms {bigint} NOT NULL,
+            PRIMARY KEY (ledger, window_start_ms))""",
+        """CREATE INDEX IF NOT EXISTS effector_budget_windows_newest
+            ON effector_budget_windows (window_start_ms)""",
+        f"""CREATE TABLE IF NOT EXISTS effector_budget_leases (
+            lease_id TEXT PRIMARY KEY,
+            ledger TEXT NOT NULL,
+            window_start_ms {bigint} NOT NULL,
+            owner TEXT NOT NULL,
+            granted_tokens {bigint} NOT NULL,
+            granted_cost_micros {bigint} NOT NULL,
+            debited_tokens {bigint} NOT NULL,
+            debited_cost_micros {bigint} NOT NULL,
+            granted_at_ms {bigint} NOT NULL,
+            expires_at_ms {bigint} NOT NULL)""",
+        """CREATE INDEX IF NOT EXISTS effector_budget_leases_live
+            ON effector_budget_leases (ledger, window_start_ms, expires_at_ms)""",
         f"""INSERT INTO effector_meta (name, value)
             VALUES ('schema_version', '{SCHEMA_VERSION}') ON CONFLICT (name) DO NOTHING""",
     ]

@@ -34,6 +34,7 @@ from beam_agents._protos import (
     ToolResult,
     approval_digest,
 )
+from effector.store.budgets import BudgetLedger, apply_debits, parse_debit
 from effector.store.claims import ClaimLedger, Hold, Release, prune_idle_keys
 from effector.store.intents import (
     Claim,
@@ -73,6 +74,8 @@ _SEARCH_SCAN_BATCH = 500
 MINUTE_MS = 60_000
 _WITHDRAWABLE = frozenset({ToolIntent.TOOL, ToolIntent.APPROVAL})
 """The kinds of intent a WITHDRAWAL withdraws."""
+_UNPUBLISHED_KINDS = frozenset({ToolIntent.WITHDRAWAL, ToolIntent.BUDGET_DEBIT})
+"""Kinds recorded DONE and never published: no run waits for them."""
 _SUCCEEDED = frozenset({ToolResult.OK, ToolResult.NOT_NEEDED})
 """Results that are not failures: OK, and a compensation that had nothing to undo."""
 _RAN = frozenset({ToolResult.OK, ToolResult.ERROR})
@@ -308,11 +311,11 @@ class _Known:
     @property
     def published_envelope(self) -> bytes | None:
         """The envelope published for its result (redelivered as is); ``None`` if none was."""
-        published = self.state == sql.DONE and self.kind != ToolIntent.WITHDRAWAL
+        published = self.state == sql.DONE and self.kind not in _UNPUBLISHED_KINDS
         return self.outcome if published else None
 
 
-class SqlStore(TelemetryTables, abc.ABC):
+class SqlStore(TelemetryTables, BudgetLedger, abc.ABC):
     """The store over SQL; each backend supplies its connections and transactions.
 
     Guarantees on every backend: one record per intent id (a second submit of the id never
@@ -512,6 +515,14 @@ class SqlStore(TelemetryTables, abc.ABC):
             and candidates[intent_id].kind == ToolIntent.TOOL
         ]
         _insert_intents(tx, [_gate_row(gate, now_ms) for gate in gates if gate is not None])
+        debits = [
+            parse_debit(intents[first_of[intent_id]].intent)
+            for intent_id in inserted
+            if candidates[intent_id].kind == ToolIntent.BUDGET_DEBIT
+            and intents[first_of[intent_id]].rejection is None
+        ]
+        if debits:
+            apply_debits(tx, debits, now_ms)
         known.update(_known_intents(tx, [i for i in candidates if i not in inserted]))
         known.update((intent_id, candidates[intent_id]) for intent_id in inserted)
         targets = [
@@ -1587,7 +1598,7 @@ def _initial_state(
     """The state and result a new intent is recorded with (``withdrawal``: it came first)."""
     if new.rejection is not None:
         return sql.DONE, rejected_result(new.intent, new.rejection, now_ms=now_ms)
-    if new.intent.kind == ToolIntent.WITHDRAWAL:
+    if new.intent.kind in _UNPUBLISHED_KINDS:
         return sql.DONE, new_result(new.intent, ToolResult.OK, completed_at_ms=now_ms, attempt=0)
     if withdrawal is not None and withdrawal.entity_key == new.intent.entity_key:
         return sql.WITHDRAWN, withdrawn_result(new.intent, withdrawal, now_ms=now_ms)
@@ -1670,7 +1681,7 @@ def _publish_conflicts(
         answer = answers[index]
         refused = intents[index].intent
         assert answer is not None and answer.recorded is not None
-        if refused.kind == ToolIntent.WITHDRAWAL:
+        if refused.kind in _UNPUBLISHED_KINDS:
             continue
         result = conflict_result(refused, answer.recorded, now_ms=now_ms)
         envelopes[index] = result_envelope(result).SerializeToString()
@@ -1909,13 +1920,15 @@ def _counts(tx: sql.Tx, running: dict[str, IntentState], *, done: bool = True) -
     Open intents are counted by reading their rows (they are few); settled ones on the settled
     index alone.
     """
-    by_state: Counter[int] = Counter(
-        dict(
-            tx.execute(
-                f"SELECT state, COUNT(*) FROM effector_intents WHERE {sql.OPEN} GROUP BY state"
-            ).fetchall()
-        )
-    )
+    by_state: Counter[int] = Counter()
+    held = 0
+    for state, kind, count in tx.execute(
+        f"SELECT state, kind, COUNT(*) FROM effector_intents WHERE {sql.OPEN} GROUP BY state, kind"
+    ).fetchall():
+        if state == sql.AWAITING and kind == ToolIntent.TOOL:
+            held += count  # a TOOL intent an effect policy holds for its approval
+        else:
+            by_state[state] += count
     by_state.subtract(running.values())
     by_state[sql.RUNNING] += len(running)
     if done:
@@ -1935,6 +1948,7 @@ def _counts(tx: sql.Tx, running: dict[str, IntentState], *, done: bool = True) -
         head_offset=sql.read_head(tx),
         in_doubt=int(by_state.get(sql.IN_DOUBT, 0)),
         withdrawn=int(by_state.get(sql.WITHDRAWN, 0)),
+        held=int(held),
     )
 
 
@@ -1959,6 +1973,17 @@ def _prune(tx: sql.Tx, cutoff: int) -> int:
               (SELECT intent_id FROM effector_intents WHERE kind = 2 AND {sql.OPEN})""",
         (cutoff,),
     ).rowcount
+    removed += sql.delete_oldest(
+        tx, "effector_budget_leases", ["lease_id"], "expires_at_ms", cutoff, sql.PRUNE_BATCH
+    )
+    removed += sql.delete_oldest(
+        tx,
+        "effector_budget_windows",
+        ["ledger", "window_start_ms"],
+        "updated_at_ms",
+        cutoff,
+        sql.PRUNE_BATCH,
+    )
     return removed + sql.delete_oldest(
         tx,
         "effector_compensations",

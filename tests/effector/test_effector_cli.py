@@ -212,6 +212,7 @@ def test_status_approve_deny_and_sigterm_against_a_running_server(tmp_path: Path
             "head_offset": 2,
             "in_doubt": 0,
             "withdrawn": 0,
+            "held": 0,
             "in_flight": 0,
             "pending": 0,
             "running": 0,

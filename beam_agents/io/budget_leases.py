@@ -1,0 +1,225 @@
+"""A worker's leases on a fleet budget (``AgentConfig.budget``): admit, spend, lease in chunks.
+
+Each ``RunAgent`` DoFn instance holds one :class:`LeasedBudget`. A call is admitted while the
+instance's allowance for the key's ledger lasts; the allowance is leased from the effector in
+chunks, so most calls never wait on the network. The usage itself is debited by the
+activation's ``BUDGET_DEBIT`` intents, which ``SubmitIntents`` delivers once it commits
+(``docs/fleet.md``, "Fleet budgets").
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import grpc
+
+from beam_agents._protos import LeaseBudgetRequest, LeaseBudgetResponse
+from beam_agents.core.agent import AgentRuntimeError, BudgetExceeded
+from beam_agents.core.config import Budget
+from beam_agents.core.staging import Allowance
+from beam_agents.io.effector_link import EffectorConnection
+from beam_agents.model.client import LlmResponse
+
+_log = logging.getLogger(__name__)
+
+_RPC_TIMEOUT_S = 10.0
+UNREACHABLE_PATIENCE_S = 30.0
+"""How long an admission keeps asking an unreachable effector before the activation fails."""
+REFUSAL_MEMORY_S = 1.0
+"""How long an exhausted window's refusal is remembered before the effector is asked again."""
+_RENEW_AT = 0.8
+"""The fraction of a lease's time after which it is renewed (replaced) before the next call."""
+_RETRYABLE = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.ABORTED}
+)
+
+
+class BudgetUnavailableError(AgentRuntimeError):
+    """The effector keeping a fleet budget's ledger could not be reached; the activation fails."""
+
+
+def as_connection(effector: object) -> EffectorConnection:
+    """``Budget.effector`` as a connection: ``"HOST:PORT"`` or an ``EffectorConnection``."""
+    if isinstance(effector, EffectorConnection):
+        return effector
+    if isinstance(effector, str):
+        return EffectorConnection(effector)
+    raise TypeError(
+        f"Budget.effector must be 'HOST:PORT' or a beam_agents.io.EffectorConnection, got "
+        f"{type(effector).__name__}"
+    )
+
+
+@dataclass(slots=True)
+class _Lease:
+    """One ledger's allowance this worker holds, and what it spent of it."""
+
+    allowance: Allowance
+    granted_tokens: int
+    granted_cost_micros: int
+    renew_at: float
+    """Monotonic seconds after which the lease is replaced before a call."""
+    spent_tokens: int = 0
+    spent_cost_micros: int = 0
+
+    def lasts(self, budget: Budget, window_start_ms: int, now: float) -> bool:
+        """Whether it still admits a call: same window, not due for renewal, some left."""
+        if self.allowance.window_start_ms != window_start_ms or now >= self.renew_at:
+            return False
+        if budget.tokens is not None and self.spent_tokens >= self.granted_tokens:
+            return False
+        return budget.cost_usd is None or self.spent_cost_micros < self.granted_cost_micros
+
+
+class LeasedBudget:
+    """The :class:`~beam_agents.core.staging.FleetBudget` of one worker, over gRPC."""
+
+    def __init__(
+        self,
+        budget: Budget,
+        *,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._budget = budget
+        self._connection = as_connection(budget.effector)
+        self._clock, self._monotonic = clock, monotonic
+        self._owner = f"{socket.gethostname()}/{os.getpid()}/{id(self):x}"
+        self._leases: dict[str, _Lease] = {}
+        self._refused: dict[str, tuple[int, float, str]] = {}
+        self._lock = threading.Lock()
+        self._channel: grpc.Channel | None = None
+
+    def admit(self, entity_key: bytes) -> Allowance:
+        """The allowance a call of ``entity_key`` spends; leases a chunk when it ran out."""
+        budget = self._budget
+        ledger = budget.ledger_for(entity_key)
+        window_ms = budget.window_ms
+        now_ms = int(self._clock() * 1000)
+        start = now_ms - now_ms % window_ms
+        with self._lock:
+            now = self._monotonic()
+            lease = self._leases.get(ledger)
+            if lease is not None and lease.lasts(budget, start, now):
+                return lease.allowance
+            refused = self._refused.get(ledger)
+            if refused is not None and refused[0] == start and now < refused[1]:
+                raise BudgetExceeded(refused[2], ledger=ledger, window_start_ms=start)
+            answer = self._lease(ledger, lease)
+            if not answer.lease_id:
+                self._leases.pop(ledger, None)
+                why = _exhausted(budget, ledger, answer)
+                self._refused[ledger] = (answer.window_start_ms, now + REFUSAL_MEMORY_S, why)
+                raise BudgetExceeded(why, ledger=ledger, window_start_ms=answer.window_start_ms)
+            fresh = _Lease(
+                Allowance(ledger, answer.window_start_ms, answer.lease_id),
+                answer.granted_tokens,
+                answer.granted_cost_micros,
+                now + answer.lease_ms / 1000 * _RENEW_AT,
+            )
+            self._leases[ledger] = fresh
+            return fresh.allowance
+
+    def spend(self, allowance: Allowance, response: LlmResponse) -> tuple[int, int]:
+        """Take a call's usage off its lease; returns its tokens and cost in micro-dollars."""
+        usage = response.usage
+        tokens = usage.input_tokens + usage.output_tokens
+        cost = self._budget.cost_micros(response.model, usage.input_tokens, usage.output_tokens)
+        with self._lock:
+            lease = self._leases.get(allowance.ledger)
+            if lease is not None and lease.allowance == allowance:
+                lease.spent_tokens += tokens
+                lease.spent_cost_micros += cost
+        return tokens, cost
+
+    def close(self) -> None:
+        """Give back what the held leases did not spend, and close the channel."""
+        with self._lock:
+            leases, self._leases = list(self._leases.values()), {}
+            try:
+                for lease in leases:
+                    self._call(self._release_request(lease), patience_s=0)
+            except (grpc.RpcError, BudgetUnavailableError) as error:
+                _log.warning("could not return unspent budget allowances (they lapse): %s", error)
+            finally:
+                if self._channel is not None:
+                    self._channel.close()
+                    self._channel = None
+
+    def _lease(self, ledger: str, old: _Lease | None) -> LeaseBudgetResponse:
+        budget = self._budget
+        request = LeaseBudgetRequest(
+            ledger=ledger,
+            window_ms=budget.window_ms,
+            cap_tokens=budget.tokens or 0,
+            cap_cost_micros=budget.cap_cost_micros,
+            want_tokens=budget.lease_tokens,
+            want_cost_micros=budget.lease_cost_micros,
+            owner=self._owner,
+        )
+        if old is not None:
+            request.MergeFrom(self._release_request(old))
+        return self._call(request, patience_s=UNREACHABLE_PATIENCE_S)
+
+    def _release_request(self, lease: _Lease) -> LeaseBudgetRequest:
+        budget = self._budget
+        return LeaseBudgetRequest(
+            ledger=lease.allowance.ledger,
+            window_ms=budget.window_ms,
+            cap_tokens=budget.tokens or 0,
+            cap_cost_micros=budget.cap_cost_micros,
+            owner=self._owner,
+            release_lease_id=lease.allowance.lease_id,
+            released_spent_tokens=lease.spent_tokens,
+            released_spent_cost_micros=lease.spent_cost_micros,
+        )
+
+    def _call(self, request: LeaseBudgetRequest, *, patience_s: float) -> LeaseBudgetResponse:
+        """One ``LeaseBudget`` call, retried while the effector is unreachable, up to a limit."""
+        connection = self._connection
+        give_up = self._monotonic() + patience_s
+        pause = 0.05
+        while True:
+            if self._channel is None:
+                self._channel = connection.open_channel()
+            stub = connection.stub(self._channel)
+            try:
+                answer: LeaseBudgetResponse = stub.LeaseBudget(
+                    request, timeout=_RPC_TIMEOUT_S, metadata=connection.metadata()
+                )
+                return answer
+            except grpc.RpcError as error:
+                code = error.code() if isinstance(error, grpc.Call) else None
+                if code not in _RETRYABLE or self._monotonic() + pause > give_up:
+                    detail = error.details() if isinstance(error, grpc.Call) else str(error)
+                    raise BudgetUnavailableError(
+                        f"fleet budget ledger {request.ledger!r} at {connection.target}: "
+                        f"LeaseBudget failed ({code.name if code else 'error'}: {detail})"
+                    ) from None
+                time.sleep(pause)
+                pause = min(pause * 2, 1.0)
+
+
+def _exhausted(budget: Budget, ledger: str, answer: LeaseBudgetResponse) -> str:
+    """Why nothing was granted: what the window has debited and leased against its caps."""
+    parts = []
+    if budget.tokens is not None:
+        parts.append(
+            f"{answer.debited_tokens} tokens debited and {answer.leased_tokens} leased of "
+            f"{budget.tokens}"
+        )
+    if budget.cost_usd is not None:
+        parts.append(
+            f"{answer.debited_cost_micros / 1e6:.6f} USD debited and "
+            f"{answer.leased_cost_micros / 1e6:.6f} leased of {budget.cost_usd}"
+        )
+    return (
+        f"fleet budget {ledger!r} is exhausted for the {budget.window} window starting at "
+        f"{answer.window_start_ms} ms: {'; '.join(parts)}"
+    )
