@@ -390,9 +390,9 @@ def policy_answer(policy: Policy, decisions: Mapping[str, int] | None = None) ->
     )
 
 
-CountEffects = Callable[[Counter, bytes, int], Awaitable[int]]
-"""``(counter, group, since_ms)`` -> the effects recorded since then (``group``: key or tenant
-prefix; empty for the fleet)."""
+CountEffects = Callable[[Counter, Sequence[bytes], int], Awaitable[Mapping[bytes, int]]]
+"""``(counter, groups, since_ms)`` -> the effects recorded since then in each group (a key, a
+tenant prefix, or empty for the fleet), in one store transaction."""
 
 
 def _timestamp(ms: int) -> datetime.datetime:
@@ -462,9 +462,9 @@ class PolicyGate:
         tallies: dict[tuple[str, bytes], int] = {}
         for name in sorted(needed):
             counter = policy.counters[name]
-            for group in {group_of(policy, counter, intent) for intent, _ in intents}:
-                since = now_ms - counter.window_ms
-                tallies[name, group] = await count(counter, group, since)
+            groups = sorted({group_of(policy, counter, intent) for intent, _ in intents})
+            counts = await count(counter, groups, now_ms - counter.window_ms)
+            tallies.update(((name, group), counts.get(group, 0)) for group in groups)
         now = _timestamp(now_ms)
         verdicts = []
         for intent, arguments in intents:

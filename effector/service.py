@@ -657,9 +657,11 @@ class EffectorService(pb.EffectorServicer):
             return to_record
         store = self.store
 
-        async def count(counter: Counter, group: bytes, since_ms: int) -> int:
+        async def count(
+            counter: Counter, groups: Sequence[bytes], since_ms: int
+        ) -> dict[bytes, int]:
             exact = counter.per is CountedBy.KEY
-            return await store.count_effects(counter.tool, group, since_ms, exact=exact)
+            return await store.count_effects(counter.tool, groups, since_ms, exact=exact)
 
         verdicts = await policy.screen(
             [(to_record[index].intent, None) for index in screened], now_ms, count

@@ -1478,27 +1478,39 @@ class SqlStore(TelemetryTables, BudgetLedger, abc.ABC):
 
     # -- effect policies: counters and decisions ------------------------------------------------
 
-    async def count_effects(self, tool: str, group: bytes, since_ms: int, *, exact: bool) -> int:
-        """TOOL intents of ``tool`` recorded since ``since_ms`` and not refused at intake.
+    async def count_effects(
+        self, tool: str, groups: Sequence[bytes], since_ms: int, *, exact: bool
+    ) -> dict[bytes, int]:
+        """TOOL intents of ``tool`` recorded since ``since_ms`` and not refused, per group.
 
-        ``group``: the key (``exact``), else a key prefix (empty: every key).
+        A group is a key (``exact``), else a key prefix (empty: every key). One transaction.
         """
-        condition, params = "", [sql.text(tool), since_ms]
-        if exact:
-            condition, params = " AND entity_key = ?", [*params, group]
-        elif group:
-            upper = _prefix_end(group)
-            condition = " AND entity_key >= ?" + ("" if upper is None else " AND entity_key < ?")
-            params += [group] if upper is None else [group, upper]
+        counted = f"""SELECT COUNT(*) FROM effector_intents
+            WHERE tool_name = ? AND received_at_ms >= ? AND kind = {int(ToolIntent.TOOL)}
+              AND refused = 0"""
 
-        def count(tx: sql.Tx) -> int:
-            (found,) = tx.execute(
-                f"""SELECT COUNT(*) FROM effector_intents
-                    WHERE tool_name = ? AND received_at_ms >= ?{condition}
-                      AND kind = {int(ToolIntent.TOOL)} AND refused = 0""",
-                params,
-            ).fetchone()
-            return int(found)
+        def count(tx: sql.Tx) -> dict[bytes, int]:
+            found = dict.fromkeys(groups, 0)
+            if exact:
+                for chunk in sql.chunks(sorted(set(groups))):
+                    for key, number in tx.execute(
+                        f"""SELECT entity_key, COUNT(*) FROM effector_intents
+                            WHERE entity_key IN ({sql.marks(len(chunk))}) AND tool_name = ?
+                              AND received_at_ms >= ? AND kind = {int(ToolIntent.TOOL)}
+                              AND refused = 0 GROUP BY entity_key""",
+                        [*chunk, sql.text(tool), since_ms],
+                    ).fetchall():
+                        found[bytes(key)] = int(number)
+                return found
+            for group in found:
+                condition, params = "", [sql.text(tool), since_ms]
+                if group:
+                    upper = _prefix_end(group)
+                    condition = " AND entity_key >= ?" + (" AND entity_key < ?" if upper else "")
+                    params += [group] if upper is None else [group, upper]
+                (number,) = tx.execute(counted + condition, params).fetchone()
+                found[group] = int(number)
+            return found
 
         return await self._run(count, write=False)
 
