@@ -1,7 +1,8 @@
 """A worker's leases on a fleet budget (``AgentConfig.budget``): admit, spend, lease in chunks.
 
-Each ``RunAgent`` DoFn instance holds one :class:`LeasedBudget`. A call is admitted while the
-instance's allowance for the key's ledger lasts; the allowance is leased from the effector in
+Each worker process holds one :class:`LeasedBudget` per budget, shared by its ``RunAgent`` DoFn
+instances (a runner may make one per bundle). A call is admitted while the worker's allowance
+for the key's ledger lasts; the allowance is leased from the effector in
 chunks, so most calls never wait on the network. The usage itself is debited by the
 activation's ``BUDGET_DEBIT`` intents, which ``SubmitIntents`` delivers once it commits
 (``docs/fleet.md``, "Fleet budgets").
@@ -9,6 +10,7 @@ activation's ``BUDGET_DEBIT`` intents, which ``SubmitIntents`` delivers once it 
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import socket
@@ -75,6 +77,41 @@ class _Lease:
         if budget.tokens is not None and self.spent_tokens >= self.granted_tokens:
             return False
         return budget.cost_usd is None or self.spent_cost_micros < self.granted_cost_micros
+
+
+_SHARED: dict[tuple[object, ...], LeasedBudget] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_budget(budget: Budget) -> LeasedBudget:
+    """The :class:`LeasedBudget` of ``budget`` in this process (one per budget and effector)."""
+    connection = as_connection(budget.effector)
+    identity = (
+        budget.name,
+        connection.target,
+        budget.window,
+        budget.tokens,
+        budget.cost_usd,
+        tuple(sorted(budget.prices.items())),
+        budget.tenant_separator,
+        budget.lease_tokens,
+        budget.lease_cost_micros,
+    )
+    with _SHARED_LOCK:
+        leases = _SHARED.get(identity)
+        if leases is None:
+            leases = _SHARED[identity] = LeasedBudget(budget)
+        return leases
+
+
+@atexit.register
+def _return_shared() -> None:
+    """At exit, give back what this process's leases did not spend (else they lapse)."""
+    with _SHARED_LOCK:
+        held = list(_SHARED.values())
+        _SHARED.clear()
+    for leases in held:
+        leases.close()
 
 
 class LeasedBudget:

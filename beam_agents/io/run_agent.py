@@ -45,7 +45,7 @@ from beam_agents.core.model_calls import (
 from beam_agents.core.observability import ErrorLog, progress_line
 from beam_agents.core.staging import activation_services
 from beam_agents.core.state import KeyState
-from beam_agents.io.budget_leases import LeasedBudget, as_connection
+from beam_agents.io.budget_leases import LeasedBudget, as_connection, shared_budget
 from beam_agents.model.resilience import CircuitBreakers
 from beam_agents.tools import ToolConnection, ToolRunner
 
@@ -453,7 +453,7 @@ class AgentDoFn(beam.DoFn):
         self._connections = config.tool_registry.connections()
         for connection in self._connections:  # MCP sessions: opened now, closed in teardown
             connection.open()
-        self._budget = None if config.budget is None else LeasedBudget(config.budget)
+        self._budget = None if config.budget is None else shared_budget(config.budget)
         services = activation_services(
             config, gateway, ToolRunner(), driver.time_left_s, budget=self._budget
         )
@@ -513,9 +513,7 @@ class AgentDoFn(beam.DoFn):
         connections, self._connections = self._connections, []
         for connection in connections:
             connection.close()
-        budget, self._budget = self._budget, None
-        if budget is not None:
-            budget.close()
+        self._budget = None  # shared by the process's instances: returned at exit
         driver, gateway = self._driver, self._gateway
         self._driver = self._gateway = self._activator = None
         if driver is None:
