@@ -59,11 +59,14 @@ class Allowance:
 class FleetBudget(Protocol):
     """The worker's side of a fleet budget (``AgentConfig.budget``): leases, admits, spends."""
 
-    def admit(self, entity_key: bytes) -> Allowance:
-        """The allowance a call of ``entity_key`` spends; raises ``BudgetExceeded`` at the cap."""
+    def admit(self, entity_key: bytes, call_id: str) -> Allowance:
+        """The allowance call ``call_id`` of ``entity_key`` spends; ``BudgetExceeded`` at the cap.
 
-    def spend(self, allowance: Allowance, response: LlmResponse) -> tuple[int, int]:
-        """Take the call's usage off the allowance; returns its tokens and cost (micro-USD)."""
+        A call admitted before (a retried activation) gets its first allowance again, unchecked.
+        """
+
+    def spend(self, allowance: Allowance, response: LlmResponse, call_id: str) -> tuple[int, int]:
+        """Take the usage off the allowance once per call; returns tokens and cost (micro-USD)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,13 +349,13 @@ class Staged:
             if limit is not None and self.run_tokens_used >= limit:
                 raise self._refuse_over_budget(limit, "was refused a model call")
             fleet = services.budget
-            allowance = None if fleet is None else fleet.admit(trace.entity_key)
+            allowance = None if fleet is None else fleet.admit(trace.entity_key, cache_key)
             answer = await model.complete(
                 request, budget_s=services.time_left_s(), memo_key=cache_key
             )
             response, attempts = answer.response, answer.attempts
             if fleet is not None and allowance is not None:
-                self._stage_debit(step, allowance, fleet.spend(allowance, response))
+                self._stage_debit(step, allowance, fleet.spend(allowance, response, cache_key))
             cache.record(
                 ModelCacheEntry(
                     cache_key=cache_key,

@@ -16,6 +16,7 @@ import os
 import socket
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -35,6 +36,8 @@ UNREACHABLE_PATIENCE_S = 30.0
 """How long an admission keeps asking an unreachable effector before the activation fails."""
 REFUSAL_MEMORY_S = 1.0
 """How long an exhausted window's refusal is remembered before the effector is asked again."""
+MAX_REMEMBERED_CALLS = 4_096
+"""Calls a worker remembers it admitted (the answer memo keeps 1,024 per RunAgent)."""
 _RENEW_AT = 0.8
 """The fraction of a lease's time after which it is renewed (replaced) before the next call."""
 _RETRYABLE = frozenset(
@@ -129,12 +132,29 @@ class LeasedBudget:
         self._clock, self._monotonic = clock, monotonic
         self._owner = f"{socket.gethostname()}/{os.getpid()}/{id(self):x}"
         self._leases: dict[str, _Lease] = {}
+        self._calls: OrderedDict[str, tuple[Allowance, bool]] = OrderedDict()
+        """The allowance of each call admitted lately, and whether its usage was spent."""
         self._refused: dict[str, tuple[int, float, str]] = {}
         self._lock = threading.Lock()
         self._channel: grpc.Channel | None = None
 
-    def admit(self, entity_key: bytes) -> Allowance:
-        """The allowance a call of ``entity_key`` spends; leases a chunk when it ran out."""
+    def admit(self, entity_key: bytes, call_id: str) -> Allowance:
+        """The allowance call ``call_id`` of ``entity_key`` spends; leases a chunk when it ran out.
+
+        A call this worker admitted before (its bundle is retried; the provider's answer comes
+        from the worker's memo) gets the same allowance again, without a check.
+        """
+        known = self._calls.get(call_id)
+        if known is not None:
+            return known[0]
+        allowance = self._admit(entity_key)
+        with self._lock:
+            self._calls[call_id] = (allowance, False)
+            while len(self._calls) > MAX_REMEMBERED_CALLS:
+                self._calls.popitem(last=False)
+        return allowance
+
+    def _admit(self, entity_key: bytes) -> Allowance:
         budget = self._budget
         ledger = budget.ledger_for(entity_key)
         window_ms = budget.window_ms
@@ -163,12 +183,16 @@ class LeasedBudget:
             self._leases[ledger] = fresh
             return fresh.allowance
 
-    def spend(self, allowance: Allowance, response: LlmResponse) -> tuple[int, int]:
-        """Take a call's usage off its lease; returns its tokens and cost in micro-dollars."""
+    def spend(self, allowance: Allowance, response: LlmResponse, call_id: str) -> tuple[int, int]:
+        """Take a call's usage off its lease, once per call; its tokens and cost (micro-USD)."""
         usage = response.usage
         tokens = usage.input_tokens + usage.output_tokens
         cost = self._budget.cost_micros(response.model, usage.input_tokens, usage.output_tokens)
         with self._lock:
+            known = self._calls.get(call_id)
+            if known is not None and known[1]:
+                return tokens, cost  # spent when the provider answered it the first time
+            self._calls[call_id] = (allowance, True)
             lease = self._leases.get(allowance.ledger)
             if lease is not None and lease.allowance == allowance:
                 lease.spent_tokens += tokens

@@ -12,7 +12,7 @@ import json
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import effector.store.schema as sql
 from beam_agents._protos import BudgetWindow, LeaseBudgetRequest, LeaseBudgetResponse, ToolIntent
@@ -129,6 +129,12 @@ _LIVE_HOLDINGS = """SELECT
 """What a window's live leases hold and have not debited yet, and how many there are."""
 
 
+def _holdings(tx: sql.Tx, ledger: str, start: int, now_ms: int) -> tuple[int, int, int]:
+    """What a window's live leases hold and have not debited (tokens, cost), and their count."""
+    tokens, cost, count = tx.execute(_LIVE_HOLDINGS, (ledger, start, now_ms)).fetchone()
+    return int(tokens), int(cost), int(count)  # PostgreSQL sums as NUMERIC
+
+
 def _grant(cap: int, want: int, debited: int, leased: int) -> int:
     """What a lease may take of one measure (``cap`` 0: that measure has no cap)."""
     if not cap:
@@ -168,30 +174,36 @@ class BudgetLedger:
                  updated_at_ms = excluded.updated_at_ms""",
             (ledger, start, request.window_ms, request.cap_tokens, request.cap_cost_micros, now_ms),
         )
-        debited_tokens, debited_cost = tx.execute(
-            """SELECT debited_tokens, debited_cost_micros FROM effector_budget_windows
-               WHERE ledger = ? AND window_start_ms = ?"""
-            + self._dialect.for_update,
-            (ledger, start),
-        ).fetchone()
+        debited_tokens, debited_cost = (
+            int(amount)
+            for amount in tx.execute(
+                """SELECT debited_tokens, debited_cost_micros FROM effector_budget_windows
+                   WHERE ledger = ? AND window_start_ms = ?"""
+                + self._dialect.for_update,
+                (ledger, start),
+            ).fetchone()
+        )
         if request.release_lease_id:
+            # It keeps holding what was spent and not yet debited (debits in flight) for one
+            # more lease time, so those debits can arrive before that part returns.
             tx.execute(
                 """UPDATE effector_budget_leases SET
                      granted_tokens = CASE WHEN debited_tokens > ? THEN debited_tokens ELSE ? END,
                      granted_cost_micros = CASE WHEN debited_cost_micros > ?
-                       THEN debited_cost_micros ELSE ? END
+                       THEN debited_cost_micros ELSE ? END,
+                     expires_at_ms = CASE WHEN expires_at_ms > ? THEN expires_at_ms ELSE ? END
                    WHERE lease_id = ?""",
                 (
                     request.released_spent_tokens,
                     request.released_spent_tokens,
                     request.released_spent_cost_micros,
                     request.released_spent_cost_micros,
+                    now_ms + lease_ms,
+                    now_ms + lease_ms,
                     request.release_lease_id,
                 ),
             )
-        leased_tokens, leased_cost, _ = tx.execute(
-            _LIVE_HOLDINGS, (ledger, start, now_ms)
-        ).fetchone()
+        leased_tokens, leased_cost, _ = _holdings(tx, ledger, start, now_ms)
         tokens = _grant(request.cap_tokens, request.want_tokens, debited_tokens, leased_tokens)
         cost = _grant(request.cap_cost_micros, request.want_cost_micros, debited_cost, leased_cost)
         exhausted = (request.cap_tokens and not tokens) or (request.cap_cost_micros and not cost)
@@ -241,7 +253,7 @@ class BudgetLedger:
             ).fetchall()
             found: list[BudgetWindow] = []
             for row in rows:
-                held: Any = tx.execute(_LIVE_HOLDINGS, (row[0], row[1], now_ms)).fetchone()
+                held = _holdings(tx, row[0], row[1], now_ms)
                 found.append(
                     BudgetWindow(
                         ledger=row[0],

@@ -222,7 +222,7 @@ def test_an_unreachable_ledger_fails_the_activation_loudly() -> None:
     module.UNREACHABLE_PATIENCE_S = leases_patience
     try:
         with pytest.raises(BudgetUnavailableError, match=r"fleet-x.*LeaseBudget failed"):
-            leases.admit(b"k")
+            leases.admit(b"k", "call-1")
     finally:
         module.UNREACHABLE_PATIENCE_S = original
         leases.close()
