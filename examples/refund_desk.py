@@ -1,9 +1,11 @@
 """A refund desk whose limits hold at the effector, whatever the agent does.
 
-The agent refunds every request directly with ``ctx.act``: it never asks anyone. The
-effector's policy (``refund_policy.toml`` beside this file) decides each refund before it runs:
-small ones run, those above 500.00 wait for two approvers, those above 5,000.00 are refused
-with a REJECTED result that names the rule, and the run handles it.
+The agent drafts a note to the customer with the model, then refunds directly with
+``ctx.act``: it never asks anyone. The effector's policy (``refund_policy.toml`` beside this
+file) decides each refund before it runs: small ones run, those above 500.00 wait for two
+approvers, those above 5,000.00 are refused with a REJECTED result that names the rule, and
+the run handles it. Each tenant's model calls draw on a daily token budget the effector keeps;
+past it the agent sends a stock note instead (``BudgetExceeded``).
 
 Two people approve here from another thread; in production they would use the console, the
 CLI (``beam-agents-effector approve``) or the MCP endpoint, each with a named token.
@@ -24,8 +26,12 @@ from beam_agents import (
     ActivationContext,
     AgentConfig,
     AgentEnvelope,
+    Budget,
+    BudgetExceeded,
     Complete,
+    FakeLLM,
     IntentState,
+    LlmRequest,
     ReadEnvelopes,
     RunAgent,
     SubmitIntents,
@@ -34,16 +40,28 @@ from beam_agents import (
     ToolResult,
     tool,
 )
+from beam_agents.model import TokenUsage, match_any, respond_with
 
 import apache_beam as beam
 
 POLICY = Path(__file__).with_name("refund_policy.toml")
 
 
+STOCK_NOTE = "Your refund is on its way."
+DAILY_TOKENS = 10_000
+"""Each tenant's daily token budget."""
+
+
 @tool(side_effect=True)
-def refund(order: str, amount_cents: int) -> str:
-    """Pay the refund back. Executed by the effector, never in the pipeline."""
+def refund(order: str, amount_cents: int, note: str) -> str:
+    """Pay the refund back and send the note. Executed by the effector, never in the pipeline."""
     return f"refunded {order}"
+
+
+def make_model() -> FakeLLM:
+    """The model that drafts notes (a fake here: 21 tokens a call)."""
+    answer = b"Sorry for the trouble: your refund is on its way."
+    return FakeLLM([(match_any(), respond_with(answer, usage=TokenUsage(12, 9)))])
 
 
 def make_registry() -> ToolRegistry:
@@ -60,7 +78,12 @@ async def desk(ctx: ActivationContext) -> Complete | Suspend:
             return Complete(output=ctx.snapshot + b": " + json.loads(result.payload).encode())
         return Complete(output=ctx.snapshot + b": refused: " + result.error_message.encode())
     request = json.loads(ctx.event)
-    ctx.act("refund", {"order": request["order"], "amount_cents": request["amount_cents"]})
+    try:
+        ask = f"Write a one-line note for refund {request['order']}."
+        note = (await ctx.call_model(LlmRequest(model_id="desk", messages=[ask]))).text
+    except BudgetExceeded:  # the tenant's tokens for today are spent
+        note = STOCK_NOTE
+    ctx.act("refund", {**request, "note": note})
     return Suspend(snapshot=request["order"].encode(), timeout_ms=600_000)
 
 
@@ -94,16 +117,18 @@ def approve_as_two(target: str, stop: threading.Event) -> list[str]:
 
 def run(target: str, out_dir: str, **pipeline_args: Any) -> None:
     """The loop: read events and results from the effector, run the agent, submit its intents."""
+    budget = Budget("refund-desk", target, tokens=DAILY_TOKENS, window="24h", tenant_separator="/")
+    config = AgentConfig(provider_factory=make_model, tool_registry=make_registry(), budget=budget)
     with beam.Pipeline(**pipeline_args) as pipeline:
         events = pipeline | ReadEnvelopes(target, events=make_events(), stop_when_idle_s=1.0)
-        outputs = events | RunAgent(desk, config=AgentConfig(tool_registry=make_registry()))
+        outputs = events | RunAgent(desk, config=config)
         outputs.intents | SubmitIntents(target)
         outputs.output | beam.Map(bytes.decode) | beam.io.WriteToText(f"{out_dir}/refunds")
 
 
 def main() -> None:
     """Start an effector with the policy, run the desk against it, print what happened."""
-    from effector import EffectorThread, ServerSettings
+    from effector import EffectorClient, EffectorThread, ServerSettings
 
     settings = ServerSettings(policy_file=str(POLICY))
     with tempfile.TemporaryDirectory() as scratch:
@@ -119,8 +144,13 @@ def main() -> None:
             finally:
                 stop.set()
                 approver.join()
+            with EffectorClient(effector.address) as client:
+                windows = client.budgets()
         for line in decided:
             print(f"refund_desk: two approvers released {line}")
+        for window in windows:
+            used = f"{window.debited_tokens} of {window.cap_tokens} tokens"
+            print(f"refund_desk: {window.ledger} used {used} today")
         paths = Path(scratch).glob("refunds-*")
         for line in sorted(line for path in paths for line in path.read_text().splitlines()):
             print(f"refund_desk: {line}")

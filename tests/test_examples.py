@@ -60,6 +60,7 @@ EXPECTED_OUTPUT: dict[str, list[str]] = {
     "demo.py": ["demo: ok"],
     "refund_desk.py": [
         "refund_desk: two approvers released large-refund-two-approvers: o-2",
+        "refund_desk: refund-desk/acme used 63 of 10000 tokens today",
         "refund_desk: o-1: refunded o-1",
         "refund_desk: o-2: refunded o-2",
         "refund_desk: o-3: refused: denied by effect policy: rule 'refund-ceiling'",

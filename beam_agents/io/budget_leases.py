@@ -207,7 +207,7 @@ class LeasedBudget:
                 for lease in leases:
                     self._call(self._release_request(lease), patience_s=0)
             except (grpc.RpcError, BudgetUnavailableError) as error:
-                _log.warning("could not return unspent budget allowances (they lapse): %s", error)
+                _log.info("could not return unspent budget allowances (they lapse): %s", error)
             finally:
                 if self._channel is not None:
                     self._channel.close()

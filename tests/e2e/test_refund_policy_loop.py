@@ -47,10 +47,11 @@ def test_the_policy_holds_whatever_the_agent_stages(desk: ModuleType, tmp_path: 
             approver.join()
         with EffectorClient(effector.address) as client:
             found = {
-                event.entity_key: client.get_intent(intent_id_for(event.entity_key, 0, 0))
+                event.entity_key: client.get_intent(intent_id_for(event.entity_key, 0, 1))
                 for event in desk.make_events()
             }
             answer = client.policies()
+            [window] = client.budgets()
     small, large, huge = (found[f"acme/customer-{n}".encode()] for n in range(3))
     assert (small.result.status, small.attempts, small.policy_rule) == (ToolResult.OK, 1, "")
     assert (large.result.status, large.attempts) == (ToolResult.OK, 1)
@@ -68,6 +69,8 @@ def test_the_policy_holds_whatever_the_agent_stages(desk: ModuleType, tmp_path: 
         "o-3: refused: denied by effect policy: rule 'refund-ceiling': refunds above "
         "5,000.00 go through finance, not the desk",
     ]
+    # Step 0 of each run drafted the note (21 tokens), debited from the tenant's daily budget.
+    assert (window.ledger, window.debited_tokens, window.debits) == ("refund-desk/acme", 63, 3)
     assert {rule.name: rule.decisions for rule in answer.rules} == {
         "refund-ceiling": 1,
         "refund-storm": 0,
