@@ -358,9 +358,9 @@ def build_parser() -> argparse.ArgumentParser:
         "budgets",
         help="print the fleet budgets' windows: cap, debited, leased, left",
         description="Print the newest fleet budget windows, one per line: LEDGER WINDOW_START "
-        "WINDOW tokens DEBITED+LEASED/CAP (LEFT left) cost DEBITED+LEASED/CAP USD, LIVE_LEASES "
-        "leases, DEBITS debits. A measure without a cap prints as 'no cap'. Says so on stderr "
-        "when there are none.",
+        "WINDOW_MS ms tokens T cost C USD requests R, LIVE_LEASES leases, DEBITS debits. Each "
+        "capped measure prints as DEBITED+LEASED/CAP (LEFT left), an uncapped one as DEBITED "
+        "(no cap). Says so on stderr when there are none.",
     )
     _option(
         budgets,
@@ -846,10 +846,13 @@ def budgets(client: EffectorClient, args: argparse.Namespace) -> int:
         cost = _measure(
             window.cap_cost_micros, window.debited_cost_micros, window.leased_cost_micros, " USD"
         )
+        requests = _measure(
+            window.cap_requests, window.debited_requests, window.leased_requests, ""
+        )
         print(
             f"{one_line(window.ledger)} {iso_time(window.window_start_ms)} "
-            f"{window.window_ms} ms tokens {tokens} cost {cost}, {window.live_leases} leases, "
-            f"{window.debits} debits"
+            f"{window.window_ms} ms tokens {tokens} cost {cost} requests {requests}, "
+            f"{window.live_leases} leases, {window.debits} debits"
         )
     if not windows:
         print("no budget windows: no worker has leased from a fleet budget", file=sys.stderr)

@@ -163,9 +163,9 @@ def withdrawal_id_for(intent_id: str) -> str:
 _DEBIT_NAMESPACE = uuid.UUID("c8d1f0a2-6b43-4e57-9a0e-2f4b8d7c1e65")
 
 
-def debit_id_for(position_id: str) -> str:
-    """The id of the BUDGET_DEBIT intent of the model call at ``position_id`` (an intent id)."""
-    return str(uuid.uuid5(_DEBIT_NAMESPACE, position_id))
+def debit_id_for(charged: str) -> str:
+    """The id of a BUDGET_DEBIT intent: ``charged`` is ``"{call's intent id}|{ledger}"``."""
+    return str(uuid.uuid5(_DEBIT_NAMESPACE, charged))
 
 
 __all__ = [

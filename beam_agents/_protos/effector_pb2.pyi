@@ -383,7 +383,7 @@ class PoliciesResponse(_message.Message):
     def __init__(self, enforced: _Optional[bool] = ..., source: _Optional[str] = ..., digest: _Optional[str] = ..., loaded_at_ms: _Optional[int] = ..., default_outcome: _Optional[str] = ..., rules: _Optional[_Iterable[_Union[PolicyRule, _Mapping]]] = ..., counters: _Optional[_Iterable[_Union[PolicyCounter, _Mapping]]] = ..., reload_error: _Optional[str] = ..., recent: _Optional[_Iterable[_Union[PolicyDecision, _Mapping]]] = ...) -> None: ...
 
 class LeaseBudgetRequest(_message.Message):
-    __slots__ = ("ledger", "window_ms", "cap_tokens", "cap_cost_micros", "want_tokens", "want_cost_micros", "owner", "release_lease_id", "released_spent_tokens", "released_spent_cost_micros")
+    __slots__ = ("ledger", "window_ms", "cap_tokens", "cap_cost_micros", "want_tokens", "want_cost_micros", "owner", "release_lease_id", "released_spent_tokens", "released_spent_cost_micros", "cap_requests", "want_requests", "released_spent_requests")
     LEDGER_FIELD_NUMBER: _ClassVar[int]
     WINDOW_MS_FIELD_NUMBER: _ClassVar[int]
     CAP_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -394,6 +394,9 @@ class LeaseBudgetRequest(_message.Message):
     RELEASE_LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     RELEASED_SPENT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     RELEASED_SPENT_COST_MICROS_FIELD_NUMBER: _ClassVar[int]
+    CAP_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    WANT_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    RELEASED_SPENT_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     ledger: str
     window_ms: int
     cap_tokens: int
@@ -404,10 +407,13 @@ class LeaseBudgetRequest(_message.Message):
     release_lease_id: str
     released_spent_tokens: int
     released_spent_cost_micros: int
-    def __init__(self, ledger: _Optional[str] = ..., window_ms: _Optional[int] = ..., cap_tokens: _Optional[int] = ..., cap_cost_micros: _Optional[int] = ..., want_tokens: _Optional[int] = ..., want_cost_micros: _Optional[int] = ..., owner: _Optional[str] = ..., release_lease_id: _Optional[str] = ..., released_spent_tokens: _Optional[int] = ..., released_spent_cost_micros: _Optional[int] = ...) -> None: ...
+    cap_requests: int
+    want_requests: int
+    released_spent_requests: int
+    def __init__(self, ledger: _Optional[str] = ..., window_ms: _Optional[int] = ..., cap_tokens: _Optional[int] = ..., cap_cost_micros: _Optional[int] = ..., want_tokens: _Optional[int] = ..., want_cost_micros: _Optional[int] = ..., owner: _Optional[str] = ..., release_lease_id: _Optional[str] = ..., released_spent_tokens: _Optional[int] = ..., released_spent_cost_micros: _Optional[int] = ..., cap_requests: _Optional[int] = ..., want_requests: _Optional[int] = ..., released_spent_requests: _Optional[int] = ...) -> None: ...
 
 class LeaseBudgetResponse(_message.Message):
-    __slots__ = ("lease_id", "window_start_ms", "granted_tokens", "granted_cost_micros", "expires_at_ms", "debited_tokens", "debited_cost_micros", "leased_tokens", "leased_cost_micros", "lease_ms")
+    __slots__ = ("lease_id", "window_start_ms", "granted_tokens", "granted_cost_micros", "expires_at_ms", "debited_tokens", "debited_cost_micros", "leased_tokens", "leased_cost_micros", "lease_ms", "granted_requests", "debited_requests", "leased_requests")
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     WINDOW_START_MS_FIELD_NUMBER: _ClassVar[int]
     GRANTED_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -418,6 +424,9 @@ class LeaseBudgetResponse(_message.Message):
     LEASED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     LEASED_COST_MICROS_FIELD_NUMBER: _ClassVar[int]
     LEASE_MS_FIELD_NUMBER: _ClassVar[int]
+    GRANTED_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    DEBITED_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    LEASED_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     lease_id: str
     window_start_ms: int
     granted_tokens: int
@@ -428,7 +437,10 @@ class LeaseBudgetResponse(_message.Message):
     leased_tokens: int
     leased_cost_micros: int
     lease_ms: int
-    def __init__(self, lease_id: _Optional[str] = ..., window_start_ms: _Optional[int] = ..., granted_tokens: _Optional[int] = ..., granted_cost_micros: _Optional[int] = ..., expires_at_ms: _Optional[int] = ..., debited_tokens: _Optional[int] = ..., debited_cost_micros: _Optional[int] = ..., leased_tokens: _Optional[int] = ..., leased_cost_micros: _Optional[int] = ..., lease_ms: _Optional[int] = ...) -> None: ...
+    granted_requests: int
+    debited_requests: int
+    leased_requests: int
+    def __init__(self, lease_id: _Optional[str] = ..., window_start_ms: _Optional[int] = ..., granted_tokens: _Optional[int] = ..., granted_cost_micros: _Optional[int] = ..., expires_at_ms: _Optional[int] = ..., debited_tokens: _Optional[int] = ..., debited_cost_micros: _Optional[int] = ..., leased_tokens: _Optional[int] = ..., leased_cost_micros: _Optional[int] = ..., lease_ms: _Optional[int] = ..., granted_requests: _Optional[int] = ..., debited_requests: _Optional[int] = ..., leased_requests: _Optional[int] = ...) -> None: ...
 
 class BudgetsRequest(_message.Message):
     __slots__ = ("limit",)
@@ -437,7 +449,7 @@ class BudgetsRequest(_message.Message):
     def __init__(self, limit: _Optional[int] = ...) -> None: ...
 
 class BudgetWindow(_message.Message):
-    __slots__ = ("ledger", "window_start_ms", "window_ms", "cap_tokens", "cap_cost_micros", "debited_tokens", "debited_cost_micros", "leased_tokens", "leased_cost_micros", "live_leases", "debits")
+    __slots__ = ("ledger", "window_start_ms", "window_ms", "cap_tokens", "cap_cost_micros", "debited_tokens", "debited_cost_micros", "leased_tokens", "leased_cost_micros", "live_leases", "debits", "cap_requests", "debited_requests", "leased_requests")
     LEDGER_FIELD_NUMBER: _ClassVar[int]
     WINDOW_START_MS_FIELD_NUMBER: _ClassVar[int]
     WINDOW_MS_FIELD_NUMBER: _ClassVar[int]
@@ -449,6 +461,9 @@ class BudgetWindow(_message.Message):
     LEASED_COST_MICROS_FIELD_NUMBER: _ClassVar[int]
     LIVE_LEASES_FIELD_NUMBER: _ClassVar[int]
     DEBITS_FIELD_NUMBER: _ClassVar[int]
+    CAP_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    DEBITED_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    LEASED_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     ledger: str
     window_start_ms: int
     window_ms: int
@@ -460,7 +475,10 @@ class BudgetWindow(_message.Message):
     leased_cost_micros: int
     live_leases: int
     debits: int
-    def __init__(self, ledger: _Optional[str] = ..., window_start_ms: _Optional[int] = ..., window_ms: _Optional[int] = ..., cap_tokens: _Optional[int] = ..., cap_cost_micros: _Optional[int] = ..., debited_tokens: _Optional[int] = ..., debited_cost_micros: _Optional[int] = ..., leased_tokens: _Optional[int] = ..., leased_cost_micros: _Optional[int] = ..., live_leases: _Optional[int] = ..., debits: _Optional[int] = ...) -> None: ...
+    cap_requests: int
+    debited_requests: int
+    leased_requests: int
+    def __init__(self, ledger: _Optional[str] = ..., window_start_ms: _Optional[int] = ..., window_ms: _Optional[int] = ..., cap_tokens: _Optional[int] = ..., cap_cost_micros: _Optional[int] = ..., debited_tokens: _Optional[int] = ..., debited_cost_micros: _Optional[int] = ..., leased_tokens: _Optional[int] = ..., leased_cost_micros: _Optional[int] = ..., live_leases: _Optional[int] = ..., debits: _Optional[int] = ..., cap_requests: _Optional[int] = ..., debited_requests: _Optional[int] = ..., leased_requests: _Optional[int] = ...) -> None: ...
 
 class BudgetsResponse(_message.Message):
     __slots__ = ("windows",)

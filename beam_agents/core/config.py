@@ -83,6 +83,8 @@ class Budget:
         effector: The effector keeping the ledger: ``"HOST:PORT"`` or a
             ``beam_agents.io.EffectorConnection`` (token, TLS).
         tokens: The cap on input plus output tokens per window (``None``: no token cap).
+        requests: The cap on provider calls per window (``None``: none); with a short window,
+            a request-rate limit (``Budget("openai-rpm", ..., requests=500, window="1m")``).
         cost_usd: The cap on cost per window, in US dollars (``None``: no cost cap); needs
             ``prices``.
         prices: US dollars per million input and output tokens, by model name.
@@ -93,6 +95,7 @@ class Budget:
         chunk_tokens: The allowance a worker leases at a time (default: a fiftieth of the cap,
             at least 1, at most 100,000).
         chunk_cost_usd: The cost allowance leased at a time (default: a fiftieth of the cap).
+        chunk_requests: The calls leased at a time (default: a fiftieth of the cap, at least 1).
     """
 
     name: str
@@ -104,6 +107,8 @@ class Budget:
     tenant_separator: str | None = None
     chunk_tokens: int | None = None
     chunk_cost_usd: float | None = None
+    requests: int | None = None
+    chunk_requests: int | None = None
 
     def __post_init__(self) -> None:
         _require(
@@ -111,9 +116,15 @@ class Budget:
             f"Budget.name must be printable text of 1 to 200 chars, got {self.name!r}",
         )
         _require(
-            self.tokens is not None or self.cost_usd is not None,
-            "a Budget needs a cap: tokens, cost_usd or both",
+            self.tokens is not None or self.cost_usd is not None or self.requests is not None,
+            "a Budget needs a cap: tokens, cost_usd, requests or several",
         )
+        for name in ("requests", "chunk_requests"):
+            value = getattr(self, name)
+            _require(
+                value is None or _is_count(value, 1),
+                f"Budget.{name} must be an int >= 1 or None, got {value!r}",
+            )
         _require(
             self.tokens is None or _is_count(self.tokens, 1),
             f"Budget.tokens must be an int >= 1 or None, got {self.tokens!r}",
@@ -185,6 +196,13 @@ class Budget:
         if self.chunk_cost_usd is not None:
             return max(round(self.chunk_cost_usd * _MICROS), 1)
         return max(self.cap_cost_micros // 50, 1) if self.cost_usd is not None else 0
+
+    @property
+    def lease_requests(self) -> int:
+        """The calls leased at a time (0: no request cap)."""
+        if self.requests is None:
+            return 0
+        return self.chunk_requests or max(self.requests // 50, 1)
 
     def ledger_for(self, entity_key: bytes) -> str:
         """The ledger ``entity_key``'s calls are debited from."""
@@ -258,8 +276,10 @@ class AgentConfig:
             still gets a deadline: the longest TTL window of its pending intents plus this
             grace (processing time, default 5 minutes), so no run waits forever for a result
             that never comes (``docs/concepts/runtime.md``, "The lifecycle of a run").
-        budget: A fleet budget every model call of this agent is admitted by and debited from
-            (``docs/fleet.md``); at its cap ``ctx.call_model`` raises ``BudgetExceeded``.
+        budget: A fleet budget (or a tuple of them, such as a daily token budget and a
+            provider's request-rate limit) every model call of this agent is admitted by and
+            debited from (``docs/fleet.md``); at a cap ``ctx.call_model`` raises
+            ``BudgetExceeded``.
         traces: Whether activations build trace events for ``.traces``. ``None`` (the
             default): only if a transform of the pipeline reads ``.traces`` when it runs;
             ``True``: always (for readers the pipeline cannot see, such as Interactive Beam);
@@ -285,7 +305,14 @@ class AgentConfig:
     record: bool | RecordOptions = False
     result_grace_ms: int = DEFAULT_RESULT_GRACE_MS
     traces: bool | None = None
-    budget: Budget | None = None
+    budget: Budget | tuple[Budget, ...] | None = None
+
+    @property
+    def budgets(self) -> tuple[Budget, ...]:
+        """The fleet budgets every model call is admitted by, in order (``()``: none)."""
+        if self.budget is None:
+            return ()
+        return self.budget if isinstance(self.budget, tuple) else (self.budget,)
 
     def __post_init__(self) -> None:
         _require(
@@ -369,10 +396,12 @@ class AgentConfig:
             "AgentConfig.namespace must be a non-empty str or None (the default intent ids), "
             f"got {self.namespace!r}",
         )
+        budgets = self.budgets
         _require(
-            self.budget is None or isinstance(self.budget, Budget),
-            f"AgentConfig.budget must be a beam_agents.Budget or None, got "
-            f"{type(self.budget).__name__}",
+            all(isinstance(budget, Budget) for budget in budgets)
+            and len({budget.name for budget in budgets}) == len(budgets),
+            "AgentConfig.budget must be a beam_agents.Budget, a tuple of them with distinct "
+            f"names, or None, got {self.budget!r}",
         )
         record_options(self.record)  # raises on anything but a bool or RecordOptions
         policy = self.hitl_policy

@@ -56,17 +56,30 @@ class Allowance:
     lease_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class Charge:
+    """What one call spent of one fleet budget: debited when its activation commits."""
+
+    allowance: Allowance
+    tokens: int
+    cost_micros: int
+    requests: int = 1
+
+
 class FleetBudget(Protocol):
-    """The worker's side of a fleet budget (``AgentConfig.budget``): leases, admits, spends."""
+    """The worker's side of the fleet budgets (``AgentConfig.budget``): leases, admits, spends."""
 
-    def admit(self, entity_key: bytes, call_id: str) -> Allowance:
-        """The allowance call ``call_id`` of ``entity_key`` spends; ``BudgetExceeded`` at the cap.
+    def admit(self, entity_key: bytes, call_id: str) -> tuple[Allowance, ...]:
+        """The allowances call ``call_id`` of ``entity_key`` spends, one per budget.
 
-        A call admitted before (a retried activation) gets its first allowance again, unchecked.
+        Raises ``BudgetExceeded`` when a budget has nothing left. A call admitted before (a
+        retried activation) gets its first allowances again, unchecked.
         """
 
-    def spend(self, allowance: Allowance, response: LlmResponse, call_id: str) -> tuple[int, int]:
-        """Take the usage off the allowance once per call; returns tokens and cost (micro-USD)."""
+    def spend(
+        self, allowances: tuple[Allowance, ...], response: LlmResponse, call_id: str
+    ) -> tuple[Charge, ...]:
+        """Take the call's usage off its allowances (once per call); what to debit from each."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,13 +362,14 @@ class Staged:
             if limit is not None and self.run_tokens_used >= limit:
                 raise self._refuse_over_budget(limit, "was refused a model call")
             fleet = services.budget
-            allowance = None if fleet is None else fleet.admit(trace.entity_key, cache_key)
+            allowances = () if fleet is None else fleet.admit(trace.entity_key, cache_key)
             answer = await model.complete(
                 request, budget_s=services.time_left_s(), memo_key=cache_key
             )
             response, attempts = answer.response, answer.attempts
-            if fleet is not None and allowance is not None:
-                self._stage_debit(step, allowance, fleet.spend(allowance, response, cache_key))
+            if fleet is not None and allowances:
+                for charge in fleet.spend(allowances, response, cache_key):
+                    self._stage_debit(step, charge)
             cache.record(
                 ModelCacheEntry(
                     cache_key=cache_key,
@@ -390,21 +404,22 @@ class Staged:
         trace.record(TraceEvent.LLM_CALL, step, attributes, started_ns)
         return response
 
-    def _stage_debit(self, step: int, allowance: Allowance, spent: tuple[int, int]) -> None:
+    def _stage_debit(self, step: int, charge: Charge) -> None:
         """Stage the BUDGET_DEBIT of the provider call at ``step`` (emitted if it commits)."""
         trace = self.trace
-        tokens, cost_micros = spent
+        allowance = charge.allowance
         args = {
-            "cost_micros": cost_micros,
+            "cost_micros": charge.cost_micros,
             "lease_id": allowance.lease_id,
             "ledger": allowance.ledger,
-            "tokens": tokens,
+            "requests": charge.requests,
+            "tokens": charge.tokens,
             "window_start_ms": allowance.window_start_ms,
         }
         position = intent_id_for(trace.entity_key, trace.seq, step, self.namespace)
         self.debits.append(
             ToolIntent(
-                intent_id=debit_id_for(position),
+                intent_id=debit_id_for(f"{position}|{allowance.ledger}"),
                 entity_key=trace.entity_key,
                 seq=trace.seq,
                 step_index=step,

@@ -18,14 +18,14 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 
 from beam_agents._protos import LeaseBudgetRequest, LeaseBudgetResponse
 from beam_agents.core.agent import AgentRuntimeError, BudgetExceeded
 from beam_agents.core.config import Budget
-from beam_agents.core.staging import Allowance
+from beam_agents.core.staging import Allowance, Charge
 from beam_agents.io.effector_link import EffectorConnection
 from beam_agents.model.client import LlmResponse
 
@@ -66,20 +66,20 @@ class _Lease:
     """One ledger's allowance this worker holds, and what it spent of it."""
 
     allowance: Allowance
-    granted_tokens: int
-    granted_cost_micros: int
+    granted: tuple[int, int, int]
+    """Tokens, cost (micro-dollars) and requests granted."""
     renew_at: float
     """Monotonic seconds after which the lease is replaced before a call."""
-    spent_tokens: int = 0
-    spent_cost_micros: int = 0
+    spent: list[int] = field(default_factory=lambda: [0, 0, 0])
 
-    def lasts(self, budget: Budget, window_start_ms: int, now: float) -> bool:
-        """Whether it still admits a call: same window, not due for renewal, some left."""
+    def lasts(self, caps: tuple[int, int, int], window_start_ms: int, now: float) -> bool:
+        """Whether it still admits a call: same window, not due for renewal, some of each left."""
         if self.allowance.window_start_ms != window_start_ms or now >= self.renew_at:
             return False
-        if budget.tokens is not None and self.spent_tokens >= self.granted_tokens:
-            return False
-        return budget.cost_usd is None or self.spent_cost_micros < self.granted_cost_micros
+        return all(
+            not cap or spent < granted
+            for cap, spent, granted in zip(caps, self.spent, self.granted, strict=True)
+        )
 
 
 _SHARED: dict[tuple[object, ...], LeasedBudget] = {}
@@ -97,8 +97,10 @@ def shared_budget(budget: Budget) -> LeasedBudget:
         budget.cost_usd,
         tuple(sorted(budget.prices.items())),
         budget.tenant_separator,
+        budget.requests,
         budget.lease_tokens,
         budget.lease_cost_micros,
+        budget.lease_requests,
     )
     with _SHARED_LOCK:
         leases = _SHARED.get(identity)
@@ -117,8 +119,28 @@ def _return_shared() -> None:
         leases.close()
 
 
+class BudgetSet:
+    """The :class:`~beam_agents.core.staging.FleetBudget` of an agent: its budgets, in order."""
+
+    def __init__(self, budgets: tuple[Budget, ...]) -> None:
+        self._budgets = tuple(shared_budget(budget) for budget in budgets)
+
+    def admit(self, entity_key: bytes, call_id: str) -> tuple[Allowance, ...]:
+        """Admit the call on every budget; the first that has nothing left refuses it."""
+        return tuple(budget.admit(entity_key, call_id) for budget in self._budgets)
+
+    def spend(
+        self, allowances: tuple[Allowance, ...], response: LlmResponse, call_id: str
+    ) -> tuple[Charge, ...]:
+        """Spend the call's usage on every budget it was admitted by."""
+        return tuple(
+            budget.spend(allowance, response, call_id)
+            for budget, allowance in zip(self._budgets, allowances, strict=True)
+        )
+
+
 class LeasedBudget:
-    """The :class:`~beam_agents.core.staging.FleetBudget` of one worker, over gRPC."""
+    """One budget's allowances on this worker, leased over gRPC."""
 
     def __init__(
         self,
@@ -128,6 +150,7 @@ class LeasedBudget:
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._budget = budget
+        self._caps = (budget.tokens or 0, budget.cap_cost_micros, budget.requests or 0)
         self._connection = as_connection(budget.effector)
         self._clock, self._monotonic = clock, monotonic
         self._owner = f"{socket.gethostname()}/{os.getpid()}/{id(self):x}"
@@ -163,7 +186,7 @@ class LeasedBudget:
         with self._lock:
             now = self._monotonic()
             lease = self._leases.get(ledger)
-            if lease is not None and lease.lasts(budget, start, now):
+            if lease is not None and lease.lasts(self._caps, start, now):
                 return lease.allowance
             refused = self._refused.get(ledger)
             if refused is not None and refused[0] == start and now < refused[1]:
@@ -176,28 +199,28 @@ class LeasedBudget:
                 raise BudgetExceeded(why, ledger=ledger, window_start_ms=answer.window_start_ms)
             fresh = _Lease(
                 Allowance(ledger, answer.window_start_ms, answer.lease_id),
-                answer.granted_tokens,
-                answer.granted_cost_micros,
+                (answer.granted_tokens, answer.granted_cost_micros, answer.granted_requests),
                 now + answer.lease_ms / 1000 * _RENEW_AT,
             )
             self._leases[ledger] = fresh
             return fresh.allowance
 
-    def spend(self, allowance: Allowance, response: LlmResponse, call_id: str) -> tuple[int, int]:
-        """Take a call's usage off its lease, once per call; its tokens and cost (micro-USD)."""
+    def spend(self, allowance: Allowance, response: LlmResponse, call_id: str) -> Charge:
+        """Take a call's usage off its lease, once per call; what to debit for it."""
         usage = response.usage
         tokens = usage.input_tokens + usage.output_tokens
         cost = self._budget.cost_micros(response.model, usage.input_tokens, usage.output_tokens)
+        charge = Charge(allowance, tokens, cost, 1)
         with self._lock:
             known = self._calls.get(call_id)
             if known is not None and known[1]:
-                return tokens, cost  # spent when the provider answered it the first time
+                return charge  # spent when the provider answered it the first time
             self._calls[call_id] = (allowance, True)
             lease = self._leases.get(allowance.ledger)
             if lease is not None and lease.allowance == allowance:
-                lease.spent_tokens += tokens
-                lease.spent_cost_micros += cost
-        return tokens, cost
+                for index, amount in enumerate((tokens, cost, 1)):
+                    lease.spent[index] += amount
+        return charge
 
     def close(self) -> None:
         """Give back what the held leases did not spend, and close the channel."""
@@ -220,8 +243,10 @@ class LeasedBudget:
             window_ms=budget.window_ms,
             cap_tokens=budget.tokens or 0,
             cap_cost_micros=budget.cap_cost_micros,
+            cap_requests=budget.requests or 0,
             want_tokens=budget.lease_tokens,
             want_cost_micros=budget.lease_cost_micros,
+            want_requests=budget.lease_requests,
             owner=self._owner,
         )
         if old is not None:
@@ -235,10 +260,12 @@ class LeasedBudget:
             window_ms=budget.window_ms,
             cap_tokens=budget.tokens or 0,
             cap_cost_micros=budget.cap_cost_micros,
+            cap_requests=budget.requests or 0,
             owner=self._owner,
             release_lease_id=lease.allowance.lease_id,
-            released_spent_tokens=lease.spent_tokens,
-            released_spent_cost_micros=lease.spent_cost_micros,
+            released_spent_tokens=lease.spent[0],
+            released_spent_cost_micros=lease.spent[1],
+            released_spent_requests=lease.spent[2],
         )
 
     def _call(self, request: LeaseBudgetRequest, *, patience_s: float) -> LeaseBudgetResponse:
@@ -279,6 +306,11 @@ def _exhausted(budget: Budget, ledger: str, answer: LeaseBudgetResponse) -> str:
         parts.append(
             f"{answer.debited_cost_micros / 1e6:.6f} USD debited and "
             f"{answer.leased_cost_micros / 1e6:.6f} leased of {budget.cost_usd}"
+        )
+    if budget.requests is not None:
+        parts.append(
+            f"{answer.debited_requests} requests debited and {answer.leased_requests} leased "
+            f"of {budget.requests}"
         )
     return (
         f"fleet budget {ledger!r} is exhausted for the {budget.window} window starting at "

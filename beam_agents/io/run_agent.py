@@ -45,7 +45,7 @@ from beam_agents.core.model_calls import (
 from beam_agents.core.observability import ErrorLog, progress_line
 from beam_agents.core.staging import activation_services
 from beam_agents.core.state import KeyState
-from beam_agents.io.budget_leases import LeasedBudget, as_connection, shared_budget
+from beam_agents.io.budget_leases import BudgetSet, as_connection
 from beam_agents.model.resilience import CircuitBreakers
 from beam_agents.tools import ToolConnection, ToolRunner
 
@@ -199,8 +199,8 @@ class RunAgent(beam.PTransform[PCollection[tuple[bytes, AgentEnvelope]], RunAgen
             )
         if config is not None and not isinstance(config, AgentConfig):
             raise ValueError(f"RunAgent config must be an AgentConfig, got {type(config).__name__}")
-        if config is not None and config.budget is not None:
-            as_connection(config.budget.effector)  # refuses a bad effector now, not on workers
+        for budget in () if config is None else config.budgets:
+            as_connection(budget.effector)  # refuses a bad effector now, not on workers
         self._agent = agent
         self._config = AgentConfig() if config is None else config
 
@@ -402,7 +402,7 @@ class AgentDoFn(beam.DoFn):
         self._memo_scope = uuid.uuid4().hex
         self._driver: CoroutineDriver | None = None
         self._gateway: ModelGateway | None = None
-        self._budget: LeasedBudget | None = None
+        self._budget: BudgetSet | None = None
         self._activator: Activator | None = None
         self._tick_clock: Callable[[], int] | None = None
         self._counters: _BeamModelCounters | None = None
@@ -453,7 +453,7 @@ class AgentDoFn(beam.DoFn):
         self._connections = config.tool_registry.connections()
         for connection in self._connections:  # MCP sessions: opened now, closed in teardown
             connection.open()
-        self._budget = None if config.budget is None else shared_budget(config.budget)
+        self._budget = BudgetSet(config.budgets) if config.budgets else None
         services = activation_services(
             config, gateway, ToolRunner(), driver.time_left_s, budget=self._budget
         )

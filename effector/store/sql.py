@@ -1988,14 +1988,14 @@ def _prune(tx: sql.Tx, cutoff: int) -> int:
     removed += sql.delete_oldest(
         tx, "effector_budget_leases", ["lease_id"], "expires_at_ms", cutoff, sql.PRUNE_BATCH
     )
-    removed += sql.delete_oldest(
-        tx,
-        "effector_budget_windows",
-        ["ledger", "window_start_ms"],
-        "updated_at_ms",
-        cutoff,
-        sql.PRUNE_BATCH,
-    )
+    # A budget window goes once it has ended and nothing touched it within the retention.
+    removed += tx.execute(
+        """DELETE FROM effector_budget_windows WHERE (ledger, window_start_ms) IN (
+             SELECT ledger, window_start_ms FROM effector_budget_windows
+             WHERE window_start_ms + window_ms < ? AND updated_at_ms < ?
+             ORDER BY window_start_ms LIMIT ?)""",
+        (cutoff, cutoff, sql.PRUNE_BATCH),
+    ).rowcount
     return removed + sql.delete_oldest(
         tx,
         "effector_compensations",

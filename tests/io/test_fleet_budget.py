@@ -92,13 +92,13 @@ def _events(keys: int, per_key: int) -> list[tuple[bytes, AgentEnvelope]]:
 
 def _run(
     address: str,
-    budget: Budget,
+    budget: Budget | tuple[Budget, ...],
     events: list[tuple[bytes, AgentEnvelope]],
     *,
     streaming: bool = False,
     **config: object,
 ) -> tuple[list[bytes], list[ToolIntent], int]:
-    token = budget.name + str(id(events))
+    token = str(id(budget)) + str(id(events))
     outputs, intents = Collector.new(), Collector.new()
     agent_config = AgentConfig(provider_factory=_Factory(token), budget=budget, **config)  # type: ignore[arg-type]
 
@@ -149,7 +149,7 @@ def test_calls_past_the_cap_are_refused_and_committed_usage_debited_once(tmp_pat
     ids = {i.intent_id for i in debit_intents}
     assert len(ids) == ok
     key, seq, step = debit_intents[0].entity_key, debit_intents[0].seq, debit_intents[0].step_index
-    assert debit_intents[0].intent_id == debit_id_for(intent_id_for(key, seq, step))
+    assert debit_intents[0].intent_id == debit_id_for(f"{intent_id_for(key, seq, step)}|fleet-a")
 
 
 def test_a_retried_commit_debits_once(tmp_path: Path) -> None:
@@ -249,3 +249,20 @@ def test_a_budget_with_a_bad_effector_is_refused_by_run_agent() -> None:
     budget = Budget("b", effector=42, tokens=10)
     with pytest.raises(TypeError, match=r"Budget\.effector must be"):
         RunAgent(ask_once, config=AgentConfig(budget=budget))
+
+
+def test_a_request_rate_limit_and_a_token_budget_hold_together(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path}/effector.db"
+    with EffectorThread(store, ToolRegistry()) as effector:
+        rate = Budget("provider-rpm", effector.address, requests=6, window="1h")
+        tokens = Budget("fleet-both", effector.address, tokens=10_000)
+        outputs, intents, calls = _run(effector.address, (tokens, rate), _events(3, 4))
+        with EffectorClient(effector.address) as client:
+            windows = {window.ledger: window for window in client.budgets()}
+    assert sorted(outputs) == [b"ok"] * 6 + [b"over"] * 6  # each call takes a whole request
+    assert calls == 6
+    limited, spent = windows["provider-rpm"], windows["fleet-both"]
+    assert (limited.cap_requests, limited.debited_requests, limited.debited_tokens) == (6, 6, 90)
+    assert (spent.debited_tokens, spent.debited_requests, spent.debits) == (90, 6, 6)
+    debits = [i for i in intents if i.kind == ToolIntent.BUDGET_DEBIT]
+    assert len(debits) == 12 and len({i.intent_id for i in debits}) == 12  # one per budget
