@@ -1,4 +1,4 @@
-"""The console's reading pages (GET only): overview, keys, runs, intents, one intent, policies."""
+"""The console's reading pages (GET only): overview, keys, runs, intents, policies, budgets."""
 
 from __future__ import annotations
 
@@ -41,6 +41,9 @@ MAX_DECISIONS = 1_000
 """Policy decisions the policies page lists: the newest 50 unless more are asked for."""
 WHEN_CHARS = 4_000
 """The most characters of one rule's condition the policies page shows."""
+DEFAULT_BUDGET_WINDOWS = 100
+MAX_BUDGET_WINDOWS = 1_000
+"""Budget windows the budgets page lists: the newest 100 unless more are asked for."""
 OPEN_STATES = (
     IntentState.AWAITING_DECISION,
     IntentState.PENDING,
@@ -311,6 +314,21 @@ async def policies(request: Request) -> Response:
     return await render(request, "policies.html", context)
 
 
+async def budgets(request: Request) -> Response:
+    """Fleet budget windows, newest first: per measure its cap, debited, leased and remaining."""
+    wanted = number(request, "windows", DEFAULT_BUDGET_WINDOWS, range(1, MAX_BUDGET_WINDOWS + 1))
+    service = service_of(request)
+    now_ms = service.clock()
+    windows = await service.store.budget_windows(wanted, now_ms)
+    truncated = len(windows) == wanted and wanted < MAX_BUDGET_WINDOWS
+    context = {
+        "rows": [views.budget_row(window, now_ms) for window in windows],
+        "wanted": wanted,
+        "more": min(wanted * 4, MAX_BUDGET_WINDOWS) if truncated else 0,
+    }
+    return await render(request, "budgets.html", context)
+
+
 ROUTES = [
     Route("/", overview, name="overview"),
     Route("/keys", keys, name="keys"),
@@ -320,4 +338,5 @@ ROUTES = [
     Route("/intents/{intent_id}", intent_page, name="intent"),
     Route("/intents/{intent_id}/raw/{what}", intent_raw, name="intent_raw"),
     Route("/policies", policies, name="policies"),
+    Route("/budgets", budgets, name="budgets"),
 ]

@@ -19,7 +19,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
-from beam_agents._protos import IntentState, ToolIntent, ToolResult
+from beam_agents._protos import BudgetWindow, IntentState, ToolIntent, ToolResult
 from effector.console.security import CSRF_FIELD, Sessions
 from effector.observability import display_key
 from effector.readable import (
@@ -61,6 +61,11 @@ def when(ms: int | None) -> str:
     """
     if not ms:
         return "-"
+    return instant(ms)
+
+
+def instant(ms: int) -> str:
+    """Epoch milliseconds as :func:`when` shows them, 0 included (the epoch: a window's start)."""
     found = moment(ms)
     if found is None:
         return out_of_range(ms)
@@ -190,6 +195,147 @@ def chart(points: Sequence[tuple[int, int]], unit: str) -> Chart:
     ]
     latest = points[-1][1] if points else 0
     return Chart(bars=bars, peak=peak, total=sum(value for _, value in points), latest=latest)
+
+
+LEDGER_CHARS = 512
+"""The most characters of a budget ledger's name the budgets page shows (the API's bound)."""
+
+
+def dollars(micros: int) -> str:
+    """Micro-dollars as dollars, exactly, to the cent at least: ``$1.50``, ``$0.000125``."""
+    whole, fraction = divmod(abs(micros), 1_000_000)
+    digits = f"{fraction:06d}".rstrip("0").ljust(2, "0")
+    return f"{'-' if micros < 0 else ''}${whole:,}.{digits}"
+
+
+_SPANS = ((86_400_000, "d"), (3_600_000, "h"), (60_000, "min"), (1_000, "s"))
+
+
+def span(ms: int) -> str:
+    """A window's length exactly, in the largest whole unit: ``1 d``, ``90 min``, ``1,500 ms``."""
+    if ms <= 0:
+        return "-"
+    unit_ms, unit = next(((size, name) for size, name in _SPANS if ms % size == 0), (1, "ms"))
+    return f"{ms // unit_ms:,} {unit}"
+
+
+def share(part: int, whole: int) -> float:
+    """``part`` as per cent of ``whole``, from 0 to 100 (0 unless both are positive)."""
+    if part <= 0 or whole <= 0:
+        return 0.0
+    return round(min(part / whole * 100, 100.0), 2)
+
+
+@dataclass(frozen=True, slots=True)
+class Measure:
+    """One measure of a budget window (tokens, or cost) as the budgets page shows it."""
+
+    name: str
+    capped: bool
+    """Whether the window has a cap on it (a cap of 0 is none)."""
+    cap: str
+    debited: str
+    leased: str
+    """Held by live leases and not debited yet."""
+    remaining: str
+    """The cap less debited and leased, never below 0."""
+    over: str
+    """How far debited and leased exceed the cap; empty when they do not."""
+    debited_share: float
+    leased_share: float
+    remaining_share: float
+    """Per cent of the cap each part of the bar takes: debited, then leased, then remaining."""
+
+    @property
+    def remaining_x(self) -> float:
+        """Where the bar's remaining part begins (per cent of the cap)."""
+        return round(self.debited_share + self.leased_share, 2)
+
+    @property
+    def label(self) -> str:
+        """What the bar shows, in words."""
+        return (
+            f"debited {self.debited_share:g}%, leased {self.leased_share:g}%, "
+            f"remaining {self.remaining_share:g}% of the cap"
+        )
+
+
+def measure(name: str, cap: int, debited: int, leased: int, micros: bool = False) -> Measure:
+    """One measure of a window; ``micros``: amounts are micro-dollars, shown as dollars."""
+    shown = dollars if micros else (lambda amount: f"{amount:,}")
+    remaining = max(cap - debited - leased, 0)
+    debited_share = share(debited, cap)
+    leased_share = min(share(leased, cap), round(100 - debited_share, 2))
+    remaining_share = min(share(remaining, cap), round(100 - debited_share - leased_share, 2))
+    return Measure(
+        name=name,
+        capped=cap != 0,
+        cap=shown(cap),
+        debited=shown(debited),
+        leased=shown(leased),
+        remaining=shown(remaining),
+        over=shown(debited + leased - cap) if cap and debited + leased > cap else "",
+        debited_share=debited_share,
+        leased_share=leased_share,
+        remaining_share=max(remaining_share, 0.0),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetRow:
+    """One fleet budget window as the budgets page shows it."""
+
+    ledger: Shown
+    start_ms: int
+    start: str
+    length: str
+    state: str
+    """Where the effector's clock is: before the window, in it, or past it."""
+    tokens: Measure
+    cost: Measure
+    requests: Measure
+    live_leases: int
+    debits: int
+
+
+def window_state(start_ms: int, length_ms: int, now_ms: int) -> str:
+    """Whether a window has begun, is current or has ended, and when, as the clock reads."""
+
+    def at(ms: int) -> str:
+        return f" {age(ms, now_ms)}" if ms and moment(ms) is not None else ""
+
+    if now_ms < start_ms:
+        return f"not begun, begins{at(start_ms)}" if at(start_ms) else "not begun"
+    if length_ms <= 0:
+        return "length unknown: only debits recorded, no lease"
+    end_ms = start_ms + length_ms
+    if now_ms >= end_ms:
+        return f"ended{at(end_ms)}"
+    return f"current, ends{at(end_ms)}" if at(end_ms) else "current"
+
+
+def budget_row(window: BudgetWindow, now_ms: int) -> BudgetRow:
+    """A window's row: its ledger, times and its three measures, each against its cap."""
+    return BudgetRow(
+        ledger=plain(window.ledger, LEDGER_CHARS),
+        start_ms=window.window_start_ms,
+        start=instant(window.window_start_ms),
+        length=span(window.window_ms),
+        state=window_state(window.window_start_ms, window.window_ms, now_ms),
+        tokens=measure("tokens", window.cap_tokens, window.debited_tokens, window.leased_tokens),
+        cost=measure(
+            "cost",
+            window.cap_cost_micros,
+            window.debited_cost_micros,
+            window.leased_cost_micros,
+            micros=True,
+        ),
+        requests=measure(
+            "requests", window.cap_requests, window.debited_requests, window.leased_requests
+        ),
+        live_leases=window.live_leases,
+        debits=window.debits,
+    )
 
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"

@@ -17,6 +17,7 @@ from selenium.webdriver.common.by import By
 from beam_agents._protos import IntentState
 from effector.launch import EffectorThread
 from effector.store.intents import gate_id_for
+from tests.console.budget_data import debit_intent, lease, submit_debits
 from tests.console.harness import (
     KEY,
     TOKEN,
@@ -177,3 +178,33 @@ def test_the_policies_page_leads_to_a_held_intent_and_its_gate(
         assert page.find_element(By.ID, "opened-by-policy").text.startswith(
             f"Opened by policy rule two-eyes for intent {held.intent_id}"
         )
+
+
+def test_the_budgets_page_draws_what_a_window_debited_leased_and_has_left(
+    page: webdriver.Chrome, effector: EffectorThread
+) -> None:
+    leased = lease(effector, "fleet-a", cap_tokens=1_000, want_tokens=300)
+    spent = debit_intent(
+        KEY,
+        0,
+        ledger="fleet-a",
+        window_start_ms=leased.window_start_ms,
+        lease_id=leased.lease_id,
+        tokens=100,
+    )
+    submit_debits(effector, spent)
+    page.get(f"{console_url(effector)}/budgets")
+    assert page.find_element(By.TAG_NAME, "h1").text == "Fleet budgets"
+    current = page.find_element(By.CSS_SELECTOR, 'nav a[aria-current="page"]')
+    assert current.text == "Budgets"
+    tokens = page.find_element(By.CSS_SELECTOR, "#window-1 tr.tokens")
+    assert "1,000 100 200 700" in tokens.text
+    parts = tokens.find_elements(By.CSS_SELECTOR, "svg.budget rect")
+    widths = [part.size["width"] for part in parts]
+    assert [part.get_attribute("class") for part in parts] == ["debited", "leased", "remaining"]
+    assert 0 < widths[0] < widths[1] < widths[2]  # 10%, 20% and 70% of the cap, to scale
+    assert abs(widths[2] / widths[0] - 7) < 0.2
+    fills = {part.value_of_css_property("fill") for part in parts}
+    assert len(fills) == 3
+    cost = page.find_element(By.CSS_SELECTOR, "#window-1 tr.cost")
+    assert cost.text.count("no cap") == 2 and cost.find_elements(By.TAG_NAME, "svg") == []
