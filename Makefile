@@ -28,7 +28,7 @@ TEST_WORKERS ?= logical
 GATES := tests/semantics/test_
 COMPILED_TESTS := tests/core tests/model tests/replay tests/adapters tests/io tests/loop \
 	tests/portable $(GATES)retry_gate.py $(GATES)crash_gate.py $(GATES)clock_gate.py \
-	$(GATES)bad_input_gate.py $(GATES)state_cache.py
+	$(GATES)bad_input_gate.py $(GATES)state_cache.py $(GATES)budget_gate.py
 test: lint
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 ifeq ($(CAN_COMPILE),)
