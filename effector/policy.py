@@ -487,7 +487,10 @@ def _decide(
 ) -> Verdict:
     if not policy.rules:
         return Verdict(policy.default)
-    context = cel.Context(_facts(policy, intent, arguments, now, tallies))
+    try:
+        context = cel.Context(_facts(policy, intent, arguments, now, tallies))
+    except Exception as exc:  # arguments CEL cannot hold: no rule can be evaluated
+        return _failed(policy.rules[0], f"its variables: {type(exc).__name__}: {exc}")
     for rule in policy.rules:
         try:
             holds = rule.condition.execute(context)

@@ -468,3 +468,24 @@ def test_a_held_intent_survives_a_sigkill_unstarted(tmp_path: Path, ledger: Path
         assert json.loads(ran.result.payload)["attempt"] == 1
     started = [row.intent_id for row in read_ledger(ledger) if row.event == "started"]
     assert started == [big.intent_id, after.intent_id]
+
+
+@pytest.mark.asyncio
+async def test_variables_cel_cannot_hold_deny_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import effector.policy as policy_module
+
+    gate = policy_module.PolicyGate.open(_policy_file(tmp_path), 0)
+
+    def refuse(*_: object) -> object:
+        raise OverflowError("out of range for CEL")
+
+    monkeypatch.setattr(policy_module.cel, "Context", refuse)
+
+    async def no_counts(*_: object) -> dict[bytes, int]:
+        return {}
+
+    [verdict] = await gate.screen([(_record("calm"), None)], 1_000, no_counts)
+    assert verdict.outcome is policy_module.Outcome.DENY
+    assert "OverflowError: out of range for CEL" in verdict.reason
