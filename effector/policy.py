@@ -26,6 +26,7 @@ from typing import Any
 import cel
 
 from beam_agents._protos import PoliciesResponse, PolicyCounter, PolicyRule, ToolIntent
+from beam_agents._protos.bounds import window_ms
 from effector.store.intents import gate_id_for
 
 _log = logging.getLogger("effector.policy")
@@ -38,8 +39,6 @@ MAX_APPROVALS = 100
 MAX_REASON_CHARS = 1_000
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,127}\Z")
 _COUNTER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
-_WINDOW = re.compile(r"(\d{1,9})(ms|s|m|h|d)\Z")
-_WINDOW_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _BOUND = re.compile(r"\.\s*(?:all|exists|exists_one|map|filter)\s*\(\s*([A-Za-z_]\w*)\s*,")
 _COUNTER_USE = re.compile(r"\bcounters\s*(?:\.\s*([A-Za-z_]\w*)|\[\s*[\"']([^\"']*)[\"']\s*\])")
 VARIABLES = frozenset(
@@ -84,7 +83,7 @@ class PolicyError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class Counter:
+class EffectCounter:
     """Effects of ``tool`` in the trailing ``window_ms``, per key, tenant or fleet."""
 
     name: str
@@ -115,7 +114,7 @@ class Policy:
     source: str
     digest: str
     rules: tuple[Rule, ...]
-    counters: Mapping[str, Counter]
+    counters: Mapping[str, EffectCounter]
     default: Outcome = Outcome.ALLOW
     tenant_separator: str = ""
     variables: frozenset[str] = frozenset()
@@ -157,10 +156,10 @@ ALLOWED = Verdict(Outcome.ALLOW)
 
 def parse_window(text: object, where: str) -> int:
     """``"90s"``, ``"15m"``, ``"24h"``, ``"7d"`` or ``"500ms"`` in milliseconds."""
-    match = _WINDOW.match(text) if isinstance(text, str) else None
-    if match is None or int(match[1]) == 0:
-        raise PolicyError(f"{where}: window must be a positive duration like 90s, 15m or 24h")
-    return int(match[1]) * _WINDOW_MS[match[2]]
+    length = window_ms(text)
+    if length is None:
+        raise PolicyError(f"{where}: window must be a duration like 90s, 15m or 24h (366d at most)")
+    return length
 
 
 def load_policy(path: str | os.PathLike[str]) -> Policy:
@@ -248,10 +247,10 @@ def _outcome(value: object, where: str, *, deciding: bool = False) -> Outcome:
     return outcome
 
 
-def _counters(tables: object, source: str, text: str) -> dict[str, Counter]:
+def _counters(tables: object, source: str, text: str) -> dict[str, EffectCounter]:
     if not isinstance(tables, dict):
         raise PolicyError(f"{source}:1: counters must be a table of counter tables")
-    counters: dict[str, Counter] = {}
+    counters: dict[str, EffectCounter] = {}
     for name, table in tables.items():
         line = _line_of(text, rf"\[\s*counters\.{re.escape(name)}\s*\]")
         where = f"{source}:{line}: counter {name!r}"
@@ -265,7 +264,7 @@ def _counters(tables: object, source: str, text: str) -> dict[str, Counter]:
             per = CountedBy(table.get("per", "key"))
         except ValueError:
             raise PolicyError(f"{where}: per must be key, tenant or fleet") from None
-        counters[name] = Counter(name, tool, per, parse_window(table.get("window"), where))
+        counters[name] = EffectCounter(name, tool, per, parse_window(table.get("window"), where))
     return counters
 
 
@@ -276,7 +275,7 @@ def _line_of(text: str, pattern: str) -> int:
     return 1
 
 
-def _rule(table: object, where: str, line: int, counters: Mapping[str, Counter]) -> Rule:
+def _rule(table: object, where: str, line: int, counters: Mapping[str, EffectCounter]) -> Rule:
     _only(table, {"name", "when", "outcome", "reason", "channel", "approvals"}, where, "a rule")
     assert isinstance(table, dict)
     name = table.get("name")
@@ -348,7 +347,7 @@ def gate_for(intent: ToolIntent, verdict: Verdict) -> ToolIntent:
     )
 
 
-def group_of(policy: Policy, counter: Counter, intent: ToolIntent) -> bytes:
+def group_of(policy: Policy, counter: EffectCounter, intent: ToolIntent) -> bytes:
     """The group whose effects ``counter`` counts for ``intent``: key, tenant prefix or fleet."""
     if counter.per is CountedBy.KEY:
         return intent.entity_key
@@ -390,7 +389,7 @@ def policy_answer(policy: Policy, decisions: Mapping[str, int] | None = None) ->
     )
 
 
-CountEffects = Callable[[Counter, Sequence[bytes], int], Awaitable[Mapping[bytes, int]]]
+CountEffects = Callable[[EffectCounter, Sequence[bytes], int], Awaitable[Mapping[bytes, int]]]
 """``(counter, groups, since_ms)`` -> the effects recorded since then in each group (a key, a
 tenant prefix, or empty for the fleet), in one store transaction."""
 
@@ -400,7 +399,7 @@ def _timestamp(ms: int) -> datetime.datetime:
     return datetime.datetime.fromtimestamp(seconds, datetime.UTC)
 
 
-class PolicyGate:
+class LivePolicy:
     """The policy an effector enforces now; reloads it from its file when asked or changed."""
 
     def __init__(self, policy: Policy) -> None:
@@ -410,7 +409,7 @@ class PolicyGate:
         self._signature = _signature(policy.source)
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str], now_ms: int) -> PolicyGate:
+    def open(cls, path: str | os.PathLike[str], now_ms: int) -> LivePolicy:
         """Load the file at ``path`` (raises :class:`PolicyError` if it is not a valid policy)."""
         gate = cls(load_policy(path))
         gate.loaded_at_ms = now_ms
@@ -528,7 +527,11 @@ def _facts(
     if "key" in used:
         facts["key"] = intent.entity_key.decode("utf-8", "replace")
     if "tenant" in used:
-        facts["tenant"] = policy.tenant_of(intent.entity_key).decode("utf-8", "replace")
+        tenant = policy.tenant_of(intent.entity_key)
+        separator = policy.tenant_separator.encode()
+        if separator and tenant.endswith(separator):
+            tenant = tenant[: -len(separator)]
+        facts["tenant"] = tenant.decode("utf-8", "replace")
     if "namespace" in used:
         facts["namespace"] = intent.intent_namespace
     if "seq" in used:

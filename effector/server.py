@@ -23,7 +23,7 @@ from beam_agents._protos import (
 )
 from beam_agents.tools import ToolRegistry
 from effector.observability import EffectorMetrics
-from effector.policy import PolicyError, PolicyGate
+from effector.policy import LivePolicy, PolicyError
 from effector.service import (
     DEFAULT_BUDGET_LEASE_MS,
     EFFECTOR_SERVICE,
@@ -218,10 +218,10 @@ class ServerSettings:
             )
 
 
-def _open_policy(settings: ServerSettings, clock: Callable[[], int]) -> PolicyGate:
+def _open_policy(settings: ServerSettings, clock: Callable[[], int]) -> LivePolicy:
     assert settings.policy_file is not None
     try:
-        return PolicyGate.open(settings.policy_file, clock())
+        return LivePolicy.open(settings.policy_file, clock())
     except PolicyError as exc:
         raise ConfigurationError(f"--policy: {exc}") from None
 

@@ -52,7 +52,7 @@ from beam_agents._protos.effector_pb2 import DESCRIPTOR as _EFFECTOR_FILE
 from beam_agents.tools import ToolRegistry
 from beam_agents.tools.errors import ToolArgumentError
 from effector.observability import EffectorMetrics
-from effector.policy import CountedBy, Counter, Outcome, PolicyGate, gate_for, policy_answer
+from effector.policy import CountedBy, EffectCounter, LivePolicy, Outcome, gate_for, policy_answer
 from effector.store.budgets import lease_problem
 from effector.store.errors import ConfigurationError, StoreError
 from effector.store.intents import (
@@ -599,10 +599,12 @@ class EffectorService(pb.EffectorServicer):
     """The effector's wall clock, in milliseconds."""
     tokens: Tokens | None = None
     """The tokens callers present; named ones identify the approver of a decision."""
-    policy: PolicyGate | None = None
+    policy: LivePolicy | None = None
     """The effect policy every TOOL intent passes at intake (``None``: all are allowed)."""
     budget_lease_ms: int = DEFAULT_BUDGET_LEASE_MS
     """How long a fleet budget allowance lasts before its unspent part returns."""
+    _counting: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False, compare=False)
+    """Held while a Submit under a counting policy screens and records."""
 
     @_guarded
     async def Submit(
@@ -628,14 +630,27 @@ class EffectorService(pb.EffectorServicer):
                 )
                 metrics.rejected_malformed.inc()
                 audit.rejected(intent, problem)
-        now_ms = self.clock()
-        if self.policy is not None and to_record:
-            to_record = await self._screen_effects(self.policy, to_record, now_ms)
-        answers = (
-            await self.store.submit(to_record, now_ms, redeliver_results=request.redeliver_results)
-            if to_record
-            else []
-        )
+        policy = self.policy
+        if policy is not None and to_record and policy.policy.counted:
+            # Counters count what is recorded: one Submit at a time screens and records, so
+            # each sees the ones before it (replicas of one store may still overlap).
+            async with self._counting:
+                now_ms = self.clock()
+                to_record = await self._screen_effects(policy, to_record, now_ms)
+                answers = await self.store.submit(
+                    to_record, now_ms, redeliver_results=request.redeliver_results
+                )
+        else:
+            now_ms = self.clock()
+            if policy is not None and to_record:
+                to_record = await self._screen_effects(policy, to_record, now_ms)
+            answers = (
+                await self.store.submit(
+                    to_record, now_ms, redeliver_results=request.redeliver_results
+                )
+                if to_record
+                else []
+            )
         answered = iter(zip(to_record, prepared_calls, answers, strict=True))
         done = [ack if ack is not None else self._acknowledge(*next(answered)) for ack in acks]
         accepted = sum(ack.outcome == _ACCEPTED for ack in done)
@@ -645,7 +660,7 @@ class EffectorService(pb.EffectorServicer):
         return pb.SubmitResponse(acks=done)
 
     async def _screen_effects(
-        self, policy: PolicyGate, to_record: list[NewIntent], now_ms: int
+        self, policy: LivePolicy, to_record: list[NewIntent], now_ms: int
     ) -> list[NewIntent]:
         """``to_record`` with the policy's verdict on each valid TOOL intent applied."""
         screened = [
@@ -653,18 +668,15 @@ class EffectorService(pb.EffectorServicer):
             for index, new in enumerate(to_record)
             if new.rejection is None and new.intent.kind == ToolIntent.TOOL
         ]
+        if screened and policy.policy.counted:  # a duplicate is counted already: not again
+            recorded = await self.store.recorded_ids(
+                [to_record[i].intent.intent_id for i in screened]
+            )
+            screened = [i for i in screened if to_record[i].intent.intent_id not in recorded]
         if not screened:
             return to_record
-        store = self.store
-
-        async def count(
-            counter: Counter, groups: Sequence[bytes], since_ms: int
-        ) -> dict[bytes, int]:
-            exact = counter.per is CountedBy.KEY
-            return await store.count_effects(counter.tool, groups, since_ms, exact=exact)
-
         verdicts = await policy.screen(
-            [(to_record[index].intent, None) for index in screened], now_ms, count
+            [(to_record[index].intent, None) for index in screened], now_ms, self._count_effects
         )
         screened_records = list(to_record)
         for index, verdict in zip(screened, verdicts, strict=True):
@@ -930,6 +942,8 @@ class EffectorService(pb.EffectorServicer):
             refused, edited_args_json = screen_decision(
                 record, identity, approved, edited_args_json, self.registry
             )
+            if refused is None and record is not None and approved and edited_args_json:
+                refused = await self._screen_edit(record, edited_args_json)
             if refused is not None:
                 return refused
         decision = await self.store.record_vote(
@@ -944,6 +958,43 @@ class EffectorService(pb.EffectorServicer):
         if decision.expired is not None:
             audit.expired([decision.expired])
         return decision
+
+    async def _screen_edit(self, gate: IntentRecord, edited_args_json: str) -> Decision | None:
+        """Refuse an edit of a policy-held intent that the policy would deny as edited."""
+        policy, held_id = self.policy, gate.intent.policy_gate_for
+        if policy is None or not held_id:
+            return None
+        held = await self.store.get_intent(held_id)
+        if held is None:
+            return None
+        edited = pb.ToolIntent()
+        edited.CopyFrom(held.intent)
+        edited.args_json = edited_args_json
+        [verdict] = await policy.screen([(edited, None)], self.clock(), self._count_effects)
+        if verdict.outcome is not Outcome.DENY:
+            return None
+        return Decision(
+            False,
+            pb.IntentState.AWAITING_DECISION,
+            f"the edited arguments would be {verdict.rejection()}; the decision is not recorded",
+            None,
+        )
+
+    async def _count_effects(
+        self, counter: EffectCounter, groups: Sequence[bytes], since_ms: int
+    ) -> dict[bytes, int]:
+        """What ``counter`` counted since ``since_ms`` for each group (key, tenant, fleet)."""
+        store, tool = self.store, counter.tool
+        if counter.per is not CountedBy.TENANT:
+            exact = counter.per is CountedBy.KEY
+            return await store.count_effects(tool, groups, since_ms, exact=exact)
+        # A tenant is a key prefix ending with the separator; a key without one is its own.
+        separator = b"" if self.policy is None else self.policy.policy.tenant_separator.encode()
+        prefixes = [group for group in groups if separator and group.endswith(separator)]
+        keys = [group for group in groups if not (separator and group.endswith(separator))]
+        found = await store.count_effects(tool, prefixes, since_ms, exact=False)
+        found.update(await store.count_effects(tool, keys, since_ms, exact=True))
+        return found
 
     async def pending_approvals(self, limit: int) -> tuple[list[IntentRecord], int]:
         """The oldest approvals awaiting a decision (at most ``limit``), and how many await."""

@@ -161,6 +161,8 @@ def _linked_intent_problem(registry: ToolRegistry, intent: ToolIntent) -> str | 
     """Why a TOOL or APPROVAL intent's withdrawal, expiry or compensation fields are refused."""
     if intent.withdraws_intent_id:
         return "only a WITHDRAWAL intent may set withdraws_intent_id"
+    if intent.policy_gate_for or intent.policy_rule:
+        return "policy_gate_for and policy_rule are set by the effector's policy, never by a client"
     expires_at_ms, created_at_ms = intent.expires_at_ms, intent.created_at_ms
     if expires_at_ms != 0 and expires_at_ms < created_at_ms:
         return f"expires_at_ms ({expires_at_ms}) precedes created_at_ms ({created_at_ms})"

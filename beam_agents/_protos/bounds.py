@@ -5,6 +5,7 @@ checks each intent it stages against the same ones, so an intent the effector wo
 unrecorded fails its activation instead.
 """
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -25,6 +26,24 @@ MIN_TIME_MS = -62_135_596_800_000
 """0001-01-01T00:00:00Z: the earliest time any message may carry (ms since the epoch)."""
 MAX_TIME_MS = 253_402_300_799_999
 """9999-12-31T23:59:59.999Z: the latest time any message may carry, so every reader can show it."""
+MAX_WINDOW_MS = 366 * 86_400_000
+"""The longest window a budget or a policy counter may have: 366 days."""
+_DURATION = re.compile(r"(\d{1,12})(ms|s|m|h|d)\Z")
+_DURATION_UNITS_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def window_ms(text: object) -> int | None:
+    """A window written ``"500ms"``, ``"90s"``, ``"15m"``, ``"24h"`` or ``"7d"``, in ms.
+
+    ``None`` unless it is one of those, from 1 ms to :data:`MAX_WINDOW_MS`.
+    """
+    match = _DURATION.match(text) if isinstance(text, str) else None
+    if match is None:
+        return None
+    length = int(match[1]) * _DURATION_UNITS_MS[match[2]]
+    return length if 0 < length <= MAX_WINDOW_MS else None
+
+
 MAX_JSON_DEPTH = 64
 """How deeply JSON a client sends (arguments, attributes) may nest."""
 MAX_ATTRIBUTES = 256

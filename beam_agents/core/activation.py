@@ -28,6 +28,7 @@ from beam_agents._protos import (
 )
 from beam_agents.core.agent import (
     ActivationTimeoutError,
+    BudgetExceeded,
     BudgetExceededError,
     Complete,
     ErrorReason,
@@ -621,7 +622,7 @@ class Activator:
 def _failure_reason(failure: BaseException) -> ErrorReason:
     if isinstance(failure, ActivationTimeoutError):
         return ErrorReason.ACTIVATION_TIMEOUT
-    if isinstance(failure, BudgetExceededError):
+    if isinstance(failure, BudgetExceededError | BudgetExceeded):
         return ErrorReason.BUDGET_EXCEEDED
     if isinstance(failure, ProviderError):
         return ErrorReason.MODEL_ERROR

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeAlias, TypeGuard
 
+from beam_agents._protos.bounds import window_ms
 from beam_agents.core.agent import MAX_DURATION_MS, FallbackContext, positive_ms
 from beam_agents.core.model_calls import DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES
 from beam_agents.model.client import CompletesRequests
@@ -68,7 +69,6 @@ def _is_seconds(value: object, *, positive: bool) -> bool:
     return value > 0 if positive else value >= 0
 
 
-_WINDOW_UNITS_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _MICROS = 1_000_000
 
 
@@ -164,19 +164,14 @@ class Budget:
     @property
     def window_ms(self) -> int:
         """The window's length in milliseconds."""
-        text = self.window
-        _require(isinstance(text, str), f"Budget.window must be a str like '24h', got {text!r}")
-        number, unit = (text[:-2], "ms") if text.endswith("ms") else (text[:-1], text[-1:])
+        length = window_ms(self.window)
         _require(
-            number.isascii() and number.isdigit() and unit in _WINDOW_UNITS_MS,
-            f"Budget.window must be a duration like 90s, 15m, 24h or 7d, got {text!r}",
+            length is not None,
+            f"Budget.window must be a duration like 90s, 15m, 24h or 7d, from 1 ms to 366 days, "
+            f"got {self.window!r}",
         )
-        window_ms = int(number) * _WINDOW_UNITS_MS[unit]
-        _require(
-            0 < window_ms <= 366 * 86_400_000,
-            f"Budget.window must be from 1 ms to 366 days, got {text!r}",
-        )
-        return window_ms
+        assert length is not None
+        return length
 
     @property
     def cap_cost_micros(self) -> int:

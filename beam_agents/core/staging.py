@@ -69,15 +69,15 @@ class Charge:
 class FleetBudget(Protocol):
     """The worker's side of the fleet budgets (``AgentConfig.budget``): leases, admits, spends."""
 
-    def admit(self, entity_key: bytes, call_id: str) -> tuple[Allowance, ...]:
-        """The allowances call ``call_id`` of ``entity_key`` spends, one per budget.
+    def admit(self, entity_key: bytes, call_id: str, model: str) -> tuple[Allowance, ...]:
+        """The allowances call ``call_id`` of ``entity_key`` to ``model`` spends, one per budget.
 
         Raises ``BudgetExceeded`` when a budget has nothing left. A call admitted before (a
         retried activation) gets its first allowances again, unchecked.
         """
 
     def spend(
-        self, allowances: tuple[Allowance, ...], response: LlmResponse, call_id: str
+        self, allowances: tuple[Allowance, ...], model: str, response: LlmResponse, call_id: str
     ) -> tuple[Charge, ...]:
         """Take the call's usage off its allowances (once per call); what to debit from each."""
 
@@ -362,13 +362,15 @@ class Staged:
             if limit is not None and self.run_tokens_used >= limit:
                 raise self._refuse_over_budget(limit, "was refused a model call")
             fleet = services.budget
-            allowances = () if fleet is None else fleet.admit(trace.entity_key, cache_key)
+            allowances = (
+                () if fleet is None else fleet.admit(trace.entity_key, cache_key, request.model_id)
+            )
             answer = await model.complete(
                 request, budget_s=services.time_left_s(), memo_key=cache_key
             )
             response, attempts = answer.response, answer.attempts
             if fleet is not None and allowances:
-                for charge in fleet.spend(allowances, response, cache_key):
+                for charge in fleet.spend(allowances, request.model_id, response, cache_key):
                     self._stage_debit(step, charge)
             cache.record(
                 ModelCacheEntry(

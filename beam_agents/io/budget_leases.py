@@ -36,7 +36,7 @@ UNREACHABLE_PATIENCE_S = 30.0
 """How long an admission keeps asking an unreachable effector before the activation fails."""
 REFUSAL_MEMORY_S = 1.0
 """How long an exhausted window's refusal is remembered before the effector is asked again."""
-MAX_REMEMBERED_CALLS = 4_096
+MAX_REMEMBERED_CALLS = 16_384
 """Calls a worker remembers it admitted (the answer memo keeps 1,024 per RunAgent)."""
 _RENEW_AT = 0.8
 """The fraction of a lease's time after which it is renewed (replaced) before the next call."""
@@ -119,22 +119,30 @@ def _return_shared() -> None:
         leases.close()
 
 
+@dataclass(slots=True)
+class _Flight:
+    """One thread's LeaseBudget call for a ledger, which the others wait for and share."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+    failure: BudgetUnavailableError | None = None
+
+
 class BudgetSet:
     """The :class:`~beam_agents.core.staging.FleetBudget` of an agent: its budgets, in order."""
 
     def __init__(self, budgets: tuple[Budget, ...]) -> None:
         self._budgets = tuple(shared_budget(budget) for budget in budgets)
 
-    def admit(self, entity_key: bytes, call_id: str) -> tuple[Allowance, ...]:
+    def admit(self, entity_key: bytes, call_id: str, model: str) -> tuple[Allowance, ...]:
         """Admit the call on every budget; the first that has nothing left refuses it."""
-        return tuple(budget.admit(entity_key, call_id) for budget in self._budgets)
+        return tuple(budget.admit(entity_key, call_id, model) for budget in self._budgets)
 
     def spend(
-        self, allowances: tuple[Allowance, ...], response: LlmResponse, call_id: str
+        self, allowances: tuple[Allowance, ...], model: str, response: LlmResponse, call_id: str
     ) -> tuple[Charge, ...]:
         """Spend the call's usage on every budget it was admitted by."""
         return tuple(
-            budget.spend(allowance, response, call_id)
+            budget.spend(allowance, model, response, call_id)
             for budget, allowance in zip(self._budgets, allowances, strict=True)
         )
 
@@ -158,18 +166,22 @@ class LeasedBudget:
         self._calls: OrderedDict[str, tuple[Allowance, bool]] = OrderedDict()
         """The allowance of each call admitted lately, and whether its usage was spent."""
         self._refused: dict[str, tuple[int, float, str]] = {}
+        self._leasing: dict[str, _Flight] = {}
+        """Ledgers a thread is leasing for right now; the others wait for its answer."""
         self._lock = threading.Lock()
         self._channel: grpc.Channel | None = None
 
-    def admit(self, entity_key: bytes, call_id: str) -> Allowance:
+    def admit(self, entity_key: bytes, call_id: str, model: str) -> Allowance:
         """The allowance call ``call_id`` of ``entity_key`` spends; leases a chunk when it ran out.
 
         A call this worker admitted before (its bundle is retried; the provider's answer comes
-        from the worker's memo) gets the same allowance again, without a check.
+        from the worker's memo) gets the same allowance again, without a check. A cost budget
+        refuses a ``model`` it has no price for here, before the provider is called.
         """
         known = self._calls.get(call_id)
         if known is not None:
             return known[0]
+        self._budget.cost_micros(model, 0, 0)  # raises for a model without a price
         allowance = self._admit(entity_key)
         with self._lock:
             self._calls[call_id] = (allowance, False)
@@ -178,38 +190,63 @@ class LeasedBudget:
         return allowance
 
     def _admit(self, entity_key: bytes) -> Allowance:
+        """Take a request off the ledger's lease; one thread leases for all when it ran out."""
         budget = self._budget
         ledger = budget.ledger_for(entity_key)
-        window_ms = budget.window_ms
         now_ms = int(self._clock() * 1000)
-        start = now_ms - now_ms % window_ms
-        with self._lock:
-            now = self._monotonic()
-            lease = self._leases.get(ledger)
-            if lease is not None and lease.lasts(self._caps, start, now):
-                return lease.allowance
-            refused = self._refused.get(ledger)
-            if refused is not None and refused[0] == start and now < refused[1]:
-                raise BudgetExceeded(refused[2], ledger=ledger, window_start_ms=start)
-            answer = self._lease(ledger, lease)
-            if not answer.lease_id:
-                self._leases.pop(ledger, None)
-                why = _exhausted(budget, ledger, answer)
-                self._refused[ledger] = (answer.window_start_ms, now + REFUSAL_MEMORY_S, why)
-                raise BudgetExceeded(why, ledger=ledger, window_start_ms=answer.window_start_ms)
-            fresh = _Lease(
-                Allowance(ledger, answer.window_start_ms, answer.lease_id),
-                (answer.granted_tokens, answer.granted_cost_micros, answer.granted_requests),
-                now + answer.lease_ms / 1000 * _RENEW_AT,
-            )
-            self._leases[ledger] = fresh
-            return fresh.allowance
+        start = now_ms - now_ms % budget.window_ms
+        while True:
+            with self._lock:
+                now = self._monotonic()
+                lease = self._leases.get(ledger)
+                if lease is not None and lease.lasts(self._caps, start, now):
+                    lease.spent[2] += 1  # the call's request, taken now: a request cap is exact
+                    return lease.allowance
+                refused = self._refused.get(ledger)
+                if refused is not None and refused[0] == start and now < refused[1]:
+                    raise BudgetExceeded(refused[2], ledger=ledger, window_start_ms=start)
+                flight = self._leasing.get(ledger)
+                mine = flight is None
+                if flight is None:
+                    flight = self._leasing[ledger] = _Flight()
+            if not mine:
+                flight.done.wait()  # another thread is leasing this ledger: share its answer
+                if flight.failure is not None:
+                    raise flight.failure
+                continue
+            try:
+                answer = self._lease(ledger, lease)  # the RPC, without the lock
+            except BudgetUnavailableError as failure:
+                flight.failure = failure
+                raise
+            finally:
+                with self._lock:
+                    del self._leasing[ledger]
+                flight.done.set()
+            with self._lock:
+                now = self._monotonic()
+                if not answer.lease_id:
+                    self._leases.pop(ledger, None)
+                    why = _exhausted(budget, ledger, answer)
+                    self._refused[ledger] = (answer.window_start_ms, now + REFUSAL_MEMORY_S, why)
+                    raise BudgetExceeded(why, ledger=ledger, window_start_ms=answer.window_start_ms)
+                self._leases[ledger] = _Lease(
+                    Allowance(ledger, answer.window_start_ms, answer.lease_id),
+                    (answer.granted_tokens, answer.granted_cost_micros, answer.granted_requests),
+                    now + answer.lease_ms / 1000 * _RENEW_AT,
+                )
 
-    def spend(self, allowance: Allowance, response: LlmResponse, call_id: str) -> Charge:
-        """Take a call's usage off its lease, once per call; what to debit for it."""
+    def spend(
+        self, allowance: Allowance, model: str, response: LlmResponse, call_id: str
+    ) -> Charge:
+        """Take a call's usage off its lease, once per call; what to debit for it.
+
+        Its cost is priced by the model the request named (a provider may answer with a dated
+        snapshot's name).
+        """
         usage = response.usage
         tokens = usage.input_tokens + usage.output_tokens
-        cost = self._budget.cost_micros(response.model, usage.input_tokens, usage.output_tokens)
+        cost = self._budget.cost_micros(model, usage.input_tokens, usage.output_tokens)
         charge = Charge(allowance, tokens, cost, 1)
         with self._lock:
             known = self._calls.get(call_id)
@@ -218,8 +255,8 @@ class LeasedBudget:
             self._calls[call_id] = (allowance, True)
             lease = self._leases.get(allowance.ledger)
             if lease is not None and lease.allowance == allowance:
-                for index, amount in enumerate((tokens, cost, 1)):
-                    lease.spent[index] += amount
+                lease.spent[0] += tokens
+                lease.spent[1] += cost
         return charge
 
     def close(self) -> None:

@@ -217,7 +217,8 @@ def schema_statements(dialect: Dialect) -> list[str]:
             withdraws_intent_id TEXT,
             refused INTEGER NOT NULL DEFAULT 0,
             policy_rule TEXT,
-            policy_outcome TEXT)""",
+            policy_outcome TEXT,
+            gates_intent_id TEXT)""",
         # Each key's open intents: its queue (TOOL intents, in order) and its approvals awaiting
         # a decision. The condition's column closes the key: counting them reads no row.
         f"""CREATE INDEX IF NOT EXISTS effector_intents_open

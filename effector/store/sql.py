@@ -505,6 +505,7 @@ class SqlStore(TelemetryTables, BudgetLedger, abc.ABC):
                     int(intents[index].rejection is not None),
                     intents[index].policy_rule or None,
                     intents[index].policy_outcome or None,
+                    None,
                 )
             )
         inserted = _insert_intents(tx, rows)
@@ -514,7 +515,24 @@ class SqlStore(TelemetryTables, BudgetLedger, abc.ABC):
             if candidates[intent_id].state == sql.AWAITING
             and candidates[intent_id].kind == ToolIntent.TOOL
         ]
-        _insert_intents(tx, [_gate_row(gate, now_ms) for gate in gates if gate is not None])
+        opened = _insert_intents(
+            tx, [_gate_row(gate, now_ms) for gate in gates if gate is not None]
+        )
+        taken = [gate for gate in gates if gate is not None and gate.intent_id not in opened]
+        for gate in taken:  # its approval's id is recorded already: hold nothing, refuse it
+            intent_id = gate.policy_gate_for
+            refusal = rejected_result(
+                intents[first_of[intent_id]].intent,
+                f"denied by effect policy: rule {gate.policy_rule!r} requires approval, but its "
+                f"approval id {gate.intent_id} is recorded already; refused closed",
+                now_ms=now_ms,
+            )
+            published = _finish(
+                tx, intent_id, refusal, result_envelope(refusal), now_ms, sql.AWAITING
+            )
+            candidates[intent_id] = dataclasses.replace(
+                candidates[intent_id], state=sql.DONE, result=refusal, outcome=published
+            )
         debits = [
             parse_debit(intents[first_of[intent_id]].intent)
             for intent_id in inserted
@@ -566,10 +584,22 @@ class SqlStore(TelemetryTables, BudgetLedger, abc.ABC):
         if conflicts:
             _explain_conflicts(tx, intents, first_of, inserted, conflicts, answers)
             envelopes.update(_publish_conflicts(intents, conflicts, answers, now_ms))
+        held = {
+            known[i].entity_key
+            for i in inserted
+            if known[i].state == sql.AWAITING and known[i].kind == ToolIntent.TOOL
+        }
+        if held:  # a policy holds them: they wait, but a withdrawal must still meet them
+            self._claims.lock(tx, held | set(new_work.values()), now_ms)  # one key order
         self._claims.queued(tx, [new_work[index] for index in sorted(new_work)], now_ms)
-        if self._dialect.for_update and not lock_first and new_work:
+        if self._dialect.for_update and not lock_first and (new_work or held):
             # The key rows are locked now: a withdrawal committed meanwhile is visible.
-            fresh = [i for i in inserted if known[i].state == sql.PENDING]
+            fresh = [
+                i
+                for i in inserted
+                if known[i].kind == ToolIntent.TOOL
+                and known[i].state in (sql.PENDING, sql.AWAITING)
+            ]
             late = _known_intents(tx, (), withdrawn=fresh)
             found = {
                 k.withdrawal.withdraws_intent_id: k.withdrawal
@@ -665,6 +695,7 @@ class SqlStore(TelemetryTables, BudgetLedger, abc.ABC):
                     FROM withdrawn
                     WHERE effector_intents.intent_id = withdrawn.intent_id
                       AND effector_intents.entity_key = withdrawn.entity_key
+                      AND effector_intents.gates_intent_id IS NULL
                       AND (effector_intents.state = ? OR (effector_intents.state = ?
                            AND effector_intents.attempts = 0))
                     RETURNING effector_intents.intent_id, effector_intents.kind,
@@ -695,7 +726,8 @@ class SqlStore(TelemetryTables, BudgetLedger, abc.ABC):
             tx.execute(
                 f"""UPDATE effector_intents SET state = ?, outcome = ?, completed_at_ms = ?,
                       settled_state = ?
-                    WHERE intent_id = ? AND entity_key = ? AND state = {int(sql.AWAITING)}""",
+                    WHERE intent_id = ? AND entity_key = ? AND state = {int(sql.AWAITING)}
+                      AND gates_intent_id IS NOT NULL""",
                 (
                     sql.WITHDRAWN,
                     envelope.SerializeToString(),
@@ -988,6 +1020,14 @@ class SqlStore(TelemetryTables, BudgetLedger, abc.ABC):
         """Refuse undecided approvals past their deadline (EXPIRED result envelopes)."""
 
         def expire(tx: sql.Tx) -> tuple[list[ToolIntent], int]:
+            due = tx.execute(
+                f"""SELECT intent_id FROM effector_intents
+                    WHERE kind = 2 AND {sql.OPEN} AND deadline_ms > 0 AND deadline_ms < ?
+                      AND gates_intent_id IS NOT NULL
+                    ORDER BY deadline_ms LIMIT ?""",
+                (now_ms, limit),
+            ).fetchall()
+            self._lock_gated_keys(tx, [row[0] for row in due], now_ms)
             rows = tx.execute(
                 f"""SELECT intent_id, intent FROM effector_intents
                     WHERE kind = 2 AND {sql.OPEN} AND deadline_ms > 0 AND deadline_ms < ?
@@ -1013,6 +1053,26 @@ class SqlStore(TelemetryTables, BudgetLedger, abc.ABC):
         refused, head = await self._run(expire)
         self._announce(head)
         return refused
+
+    def _lock_gated_keys(self, tx: sql.Tx, gate_ids: Sequence[str], now_ms: int) -> None:
+        """Lock the key rows of those ``gate_ids`` that a policy opened, before their rows.
+
+        Deciding or expiring a policy's approval releases the intent it holds and wakes its key;
+        taking the key first keeps the order a withdrawal takes (key, intent, approval).
+        """
+        if not self._dialect.for_update or not gate_ids:
+            return
+        keys = {
+            bytes(row[0])
+            for chunk in sql.chunks(sorted(set(gate_ids)))
+            for row in tx.execute(
+                f"""SELECT entity_key FROM effector_intents
+                    WHERE intent_id IN ({sql.marks(len(chunk))}) AND gates_intent_id IS NOT NULL""",
+                chunk,
+            ).fetchall()
+        }
+        if keys:
+            self._claims.lock(tx, keys, now_ms)
 
     async def record_vote(
         self,
@@ -1047,6 +1107,7 @@ class SqlStore(TelemetryTables, BudgetLedger, abc.ABC):
 
     def _vote(self, tx: sql.Tx, intent_id: str, ballot: Approval) -> tuple[Decision, int]:
         """Record ``ballot``; apply the decision if it completes the quorum or denies."""
+        self._lock_gated_keys(tx, [intent_id], ballot.decided_at_ms)
         row = tx.execute(
             "SELECT intent, state, deadline_ms FROM effector_intents WHERE intent_id = ?"
             + self._dialect.for_update,
@@ -1171,10 +1232,12 @@ class SqlStore(TelemetryTables, BudgetLedger, abc.ABC):
         Returns the gated intent and the envelope to publish; ``None`` if it is no longer held
         (withdrawn meanwhile).
         """
+        if gate.intent_id != gate_id_for(gate.policy_gate_for):
+            return None  # not an approval this effector opened (clients cannot set the link)
         row = tx.execute(
-            "SELECT intent FROM effector_intents WHERE intent_id = ? AND state = ?"
-            + self._dialect.for_update,
-            (gate.policy_gate_for, sql.AWAITING),
+            "SELECT intent FROM effector_intents WHERE intent_id = ? AND entity_key = ?"
+            " AND state = ?" + self._dialect.for_update,
+            (gate.policy_gate_for, gate.entity_key, sql.AWAITING),
         ).fetchone()
         if row is None:
             return None
@@ -1514,6 +1577,22 @@ class SqlStore(TelemetryTables, BudgetLedger, abc.ABC):
 
         return await self._run(count, write=False)
 
+    async def recorded_ids(self, intent_ids: Sequence[str]) -> set[str]:
+        """Those of ``intent_ids`` that are recorded."""
+
+        def recorded(tx: sql.Tx) -> set[str]:
+            return {
+                str(row[0])
+                for chunk in sql.chunks(sorted(set(intent_ids)))
+                for row in tx.execute(
+                    f"""SELECT intent_id FROM effector_intents
+                        WHERE intent_id IN ({sql.marks(len(chunk))})""",
+                    chunk,
+                ).fetchall()
+            }
+
+        return await self._run(recorded, write=False)
+
     async def policy_decisions(self, limit: int) -> list[PolicyDecision]:
         """The newest intents an effect policy rule decided (at most ``limit``), newest first."""
 
@@ -1724,6 +1803,7 @@ def _gate_row(gate: ToolIntent, now_ms: int) -> tuple[Any, ...]:
         0,
         None,
         None,
+        gate.policy_gate_for,
     )
 
 
@@ -1737,8 +1817,8 @@ def _insert_intents(tx: sql.Tx, rows: Sequence[Sequence[Any]]) -> set[str]:
                 f"""INSERT INTO effector_intents (intent_id, entity_key, seq, step_index, kind,
                     digest, intent, state, received_at_ms, deadline_ms, attempts, outcome,
                     completed_at_ms, settled_state, tool_name, withdraws_intent_id, refused,
-                    policy_rule, policy_outcome)
-                   VALUES {sql.row_marks(len(chunk), 19)}
+                    policy_rule, policy_outcome, gates_intent_id)
+                   VALUES {sql.row_marks(len(chunk), 20)}
                    ON CONFLICT (intent_id) DO NOTHING RETURNING intent_id""",
                 sql.flatten(chunk),
             ).fetchall()

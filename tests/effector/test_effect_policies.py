@@ -476,7 +476,7 @@ async def test_variables_cel_cannot_hold_deny_closed(
 ) -> None:
     import effector.policy as policy_module
 
-    gate = policy_module.PolicyGate.open(_policy_file(tmp_path), 0)
+    gate = policy_module.LivePolicy.open(_policy_file(tmp_path), 0)
 
     def refuse(*_: object) -> object:
         raise OverflowError("out of range for CEL")

@@ -222,7 +222,7 @@ def test_an_unreachable_ledger_fails_the_activation_loudly() -> None:
     module.UNREACHABLE_PATIENCE_S = leases_patience
     try:
         with pytest.raises(BudgetUnavailableError, match=r"fleet-x.*LeaseBudget failed"):
-            leases.admit(b"k", "call-1")
+            leases.admit(b"k", "call-1", "m")
     finally:
         module.UNREACHABLE_PATIENCE_S = original
         leases.close()
@@ -266,3 +266,99 @@ def test_a_request_rate_limit_and_a_token_budget_hold_together(tmp_path: Path) -
     assert (spent.debited_tokens, spent.debited_requests, spent.debits) == (90, 6, 6)
     debits = [i for i in intents if i.kind == ToolIntent.BUDGET_DEBIT]
     assert len(debits) == 12 and len({i.intent_id for i in debits}) == 12  # one per budget
+
+
+def test_concurrent_calls_take_whole_requests_and_lease_once(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path}/effector.db"
+    with EffectorThread(store, ToolRegistry()) as effector:
+        leases = LeasedBudget(Budget("rpm-1", effector.address, requests=1, window="1h"))
+        flights = []
+        lease = leases._lease
+
+        def counted(ledger: str, old: object) -> object:
+            flights.append(ledger)
+            return lease(ledger, old)  # type: ignore[arg-type]
+
+        leases._lease = counted  # type: ignore[method-assign]
+        admitted, refused = [], []
+        start = threading.Barrier(8)
+
+        def call(n: int) -> None:
+            start.wait()
+            try:
+                admitted.append(leases.admit(b"k", f"call-{n}", "m"))
+            except BudgetExceeded:
+                refused.append(n)
+
+        threads = [threading.Thread(target=call, args=(n,)) for n in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        leases.close()
+    assert (len(admitted), len(refused)) == (1, 7)  # a request cap holds under concurrency
+    assert len(flights) <= 2  # one thread leases for all; the rest wait for its answer
+
+
+def test_an_unreachable_ledger_is_asked_once_for_every_waiting_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import beam_agents.io.budget_leases as module
+
+    monkeypatch.setattr(module, "UNREACHABLE_PATIENCE_S", 0.3)
+    leases = LeasedBudget(Budget("fleet-y", f"127.0.0.1:{free_port()}", tokens=100))
+    failures: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def call(n: int) -> None:
+        start.wait()
+        try:
+            leases.admit(b"k", f"call-{n}", "m")
+        except BudgetUnavailableError as failure:
+            failures.append(failure)
+
+    threads = [threading.Thread(target=call, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    leases.close()
+    assert len(failures) == 4
+    assert len({id(failure) for failure in failures}) == 1  # one flight's failure, shared
+
+
+def test_cost_is_priced_by_the_model_the_request_named(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path}/effector.db"
+    dated = LlmResponse(response=b"x", usage=TokenUsage(1_000, 500), model="gpt-4o-2024-08-06")
+    with EffectorThread(store, ToolRegistry()) as effector:
+        budget = Budget("priced", effector.address, cost_usd=10.0, prices={"gpt-4o": (2.5, 10.0)})
+        leases = LeasedBudget(budget)
+        allowance = leases.admit(b"k", "call-1", "gpt-4o")
+        charge = leases.spend(allowance, "gpt-4o", dated, "call-1")
+        with pytest.raises(ValueError, match=r"no price for model 'gpt-5'"):
+            leases.admit(b"k", "call-2", "gpt-5")  # refused before the provider is called
+        leases.close()
+    assert (charge.tokens, charge.cost_micros) == (1_500, 7_500)  # 1,000 x 2.5 + 500 x 10
+
+
+async def ask_uncaught(ctx: ActivationContext) -> Complete:
+    """Ask the model once and let ``BudgetExceeded`` fail the activation."""
+    await ctx.call_model(LlmRequest(model_id="m", messages=[ctx.event.decode()]))
+    return Complete(output=b"ok")
+
+
+def test_an_uncaught_refusal_is_a_budget_exceeded_error(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path}/effector.db"
+    errors = Collector.new()
+    with EffectorThread(store, ToolRegistry()) as effector:
+        budget = Budget("fleet-u", effector.address, requests=1, window="1h")
+        config = AgentConfig(provider_factory=_Factory("uncaught"), budget=budget)
+
+        def build(pipeline: beam.Pipeline) -> None:
+            ran = pipeline | beam.Create(_events(1, 2)) | RunAgent(ask_uncaught, config=config)
+            ran.errors | errors.sink()
+
+        run_pipeline(build)
+    [error] = errors.values()
+    assert error.reason == "budget_exceeded"
+    assert "fleet budget 'fleet-u' is exhausted" in error.detail
