@@ -187,6 +187,11 @@ def parse_policy(raw: bytes, source: str) -> Policy:
         line = where[1] if where else "1"
         raise PolicyError(f"{source}:{line}: not TOML: {exc}") from None
     lines = _rule_lines(text)
+    if not document:
+        raise PolicyError(
+            f"{source}:1: the policy file is empty: it would allow every effect (write "
+            'default = "allow" to mean that)'
+        )
     _only(document, {"default", "tenant_separator", "counters", "rules"}, f"{source}:1", "file")
     default = _outcome(document.get("default", "allow"), f"{source}:1: default", deciding=True)
     separator = document.get("tenant_separator", "")
@@ -356,6 +361,22 @@ def group_of(policy: Policy, counter: EffectCounter, intent: ToolIntent) -> byte
     return b""
 
 
+_TOOL_NAMED = re.compile(r"""\btool\s*==\s*["']([^"']+)["']|["']([^"']+)["']\s*==\s*tool\b""")
+
+
+def unknown_tools(policy: Policy, known: set[str]) -> list[str]:
+    """Tools the rules compare ``tool`` with, or counters count, that ``known`` lacks (typos)."""
+    named = {
+        tool
+        for rule in policy.rules
+        for pair in _TOOL_NAMED.findall(rule.when)
+        for tool in pair
+        if tool
+    }
+    named |= {counter.tool for counter in policy.counters.values()}
+    return sorted(named - known)
+
+
 def policy_answer(policy: Policy, decisions: Mapping[str, int] | None = None) -> PoliciesResponse:
     """``policy`` as the ``Policies`` RPC describes it (``decisions``: counts by rule)."""
     counts = decisions or {}
@@ -426,6 +447,8 @@ class LivePolicy:
         """
         if not force and not self.changed():
             return False
+        if force and not self.changed():
+            _log.info("policy reload asked: %s is unchanged", self.policy.source)
         self._signature = _signature(self.policy.source)
         try:
             policy = load_policy(self.policy.source)
@@ -435,6 +458,7 @@ class LivePolicy:
             return False
         self.reload_error = ""
         if policy.digest == self.policy.digest:
+            _log.info("policy reload: %s has the same content", policy.source)
             return False
         self.policy, self.loaded_at_ms = policy, now_ms
         _log.warning(

@@ -23,7 +23,7 @@ from beam_agents._protos import (
 )
 from beam_agents.tools import ToolRegistry
 from effector.observability import EffectorMetrics
-from effector.policy import LivePolicy, PolicyError
+from effector.policy import LivePolicy, PolicyError, unknown_tools
 from effector.service import (
     DEFAULT_BUDGET_LEASE_MS,
     EFFECTOR_SERVICE,
@@ -287,6 +287,7 @@ class EffectorServer:
             budget_lease_ms=settings.budget_lease_ms,
         )
         self._read_only_tools = sorted(tool.name for tool in registry if not tool.side_effect)
+        self._effect_tools = {tool.name for tool in registry if tool.side_effect}
         self._health = health.aio.HealthServicer()
         self._server: grpc.aio.Server | None = None
         self._host = ""
@@ -411,7 +412,20 @@ class EffectorServer:
             raise ConfigurationError(f"cannot listen on {address}")
         return server, bound
 
+    def _warn_about_policy(self) -> None:
+        if self.policy is None:
+            return
+        unknown = unknown_tools(self.policy.policy, self._effect_tools)
+        if unknown:
+            _log.warning(
+                "the effect policy %s names tools the registry has no side-effecting tool for "
+                "(a rule on them never matches): %s",
+                self.policy.policy.source,
+                ", ".join(unknown),
+            )
+
     def _warn_about_settings(self) -> None:
+        self._warn_about_policy()
         settings = self._settings
         if settings.worker.concurrency == 0:
             _log.warning("ingest-only (concurrency 0): this effector executes no intents")
@@ -459,6 +473,8 @@ class EffectorServer:
         replaced = self.policy.reload(self._clock(), force=force)
         if self.policy.reload_error and not replaced:
             self.metrics.policy_reload_failures.inc()
+        if replaced:
+            self._warn_about_policy()
         return replaced
 
     async def _watch_policy(self, interval_s: float = 1.0) -> None:

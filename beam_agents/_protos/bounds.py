@@ -26,6 +26,11 @@ MIN_TIME_MS = -62_135_596_800_000
 """0001-01-01T00:00:00Z: the earliest time any message may carry (ms since the epoch)."""
 MAX_TIME_MS = 253_402_300_799_999
 """9999-12-31T23:59:59.999Z: the latest time any message may carry, so every reader can show it."""
+MAX_BUDGET_AMOUNT = 2**53
+"""The largest amount of tokens, micro-dollars or requests a budget's cap, lease or debit
+carries."""
+MAX_LEDGER_CHARS = 512
+"""The longest budget ledger name; it is printable text."""
 MAX_WINDOW_MS = 366 * 86_400_000
 """The longest window a budget or a policy counter may have: 366 days."""
 _DURATION = re.compile(r"(\d{1,12})(ms|s|m|h|d)\Z")

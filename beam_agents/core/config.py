@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeAlias, TypeGuard
 
-from beam_agents._protos.bounds import window_ms
+from beam_agents._protos.bounds import MAX_BUDGET_AMOUNT, MAX_LEDGER_CHARS, window_ms
 from beam_agents.core.agent import MAX_DURATION_MS, FallbackContext, positive_ms
 from beam_agents.core.model_calls import DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES
 from beam_agents.model.client import CompletesRequests
@@ -119,20 +120,34 @@ class Budget:
             self.tokens is not None or self.cost_usd is not None or self.requests is not None,
             "a Budget needs a cap: tokens, cost_usd, requests or several",
         )
-        for name in ("requests", "chunk_requests"):
+        for name in ("tokens", "requests", "chunk_tokens", "chunk_requests"):
             value = getattr(self, name)
             _require(
-                value is None or _is_count(value, 1),
-                f"Budget.{name} must be an int >= 1 or None, got {value!r}",
+                value is None or (_is_count(value, 1) and value <= MAX_BUDGET_AMOUNT),
+                f"Budget.{name} must be an int from 1 to 2**53 or None, got {value!r}",
             )
-        _require(
-            self.tokens is None or _is_count(self.tokens, 1),
-            f"Budget.tokens must be an int >= 1 or None, got {self.tokens!r}",
-        )
-        _require(
-            self.cost_usd is None or _is_seconds(self.cost_usd, positive=True),
-            f"Budget.cost_usd must be a positive number of dollars or None, got {self.cost_usd!r}",
-        )
+        for name in ("cost_usd", "chunk_cost_usd"):
+            value = getattr(self, name)
+            _require(
+                value is None
+                or (_is_seconds(value, positive=True) and value * 1e6 <= MAX_BUDGET_AMOUNT),
+                f"Budget.{name} must be a positive number of dollars (2**53 millionths at "
+                f"most) or None, got {value!r}",
+            )
+        for name in ("tokens", "requests", "chunk_tokens", "chunk_requests"):
+            value = getattr(self, name)
+            _require(
+                value is None or (_is_count(value, 1) and value <= MAX_BUDGET_AMOUNT),
+                f"Budget.{name} must be an int from 1 to 2**53 or None, got {value!r}",
+            )
+        for name in ("cost_usd", "chunk_cost_usd"):
+            value = getattr(self, name)
+            _require(
+                value is None
+                or (_is_seconds(value, positive=True) and value * 1e6 <= MAX_BUDGET_AMOUNT),
+                f"Budget.{name} must be a positive number of dollars (2**53 millionths at "
+                f"most) or None, got {value!r}",
+            )
         _require(
             self.cost_usd is None or bool(self.prices),
             "Budget.cost_usd needs prices: {model: (usd_per_million_in, usd_per_million_out)}",
@@ -151,14 +166,6 @@ class Budget:
             self.tenant_separator is None
             or (isinstance(self.tenant_separator, str) and 0 < len(self.tenant_separator) <= 16),
             f"Budget.tenant_separator must be 1 to 16 chars or None, got {self.tenant_separator!r}",
-        )
-        _require(
-            self.chunk_tokens is None or _is_count(self.chunk_tokens, 1),
-            f"Budget.chunk_tokens must be an int >= 1 or None, got {self.chunk_tokens!r}",
-        )
-        _require(
-            self.chunk_cost_usd is None or _is_seconds(self.chunk_cost_usd, positive=True),
-            f"Budget.chunk_cost_usd must be a positive number or None, got {self.chunk_cost_usd!r}",
         )
 
     @property
@@ -200,13 +207,25 @@ class Budget:
         return self.chunk_requests or max(self.requests // 50, 1)
 
     def ledger_for(self, entity_key: bytes) -> str:
-        """The ledger ``entity_key``'s calls are debited from."""
+        """The ledger ``entity_key``'s calls are debited from: ``name`` or ``name/tenant``.
+
+        A tenant's characters that are not printable are escaped as Python escapes them, and a
+        tenant too long for a ledger name is cut and told apart by a digest of it.
+        """
         separator = self.tenant_separator
         if separator is None:
             return self.name
         text = entity_key.decode("utf-8", "replace")
         tenant, found, _ = text.partition(separator)
-        return f"{self.name}/{tenant if found else text}"[:512]
+        shown = "".join(
+            char if char.isprintable() else char.encode("unicode_escape").decode("ascii")
+            for char in (tenant if found else text)
+        )
+        room = MAX_LEDGER_CHARS - len(self.name) - 1
+        if len(shown) > room:
+            digest = hashlib.sha256(shown.encode()).hexdigest()[:16]
+            shown = f"{shown[: room - 18]}~{digest}"
+        return f"{self.name}/{shown}"
 
     def cost_micros(self, model: str, input_tokens: int, output_tokens: int) -> int:
         """The cost of a call in millionths of a dollar (0 without a cost cap).

@@ -465,11 +465,13 @@ def arguments_json(tool_name: str, args: object) -> tuple[dict[str, Any], str]:
             tool_name=tool_name,
         )
     try:
-        return parsed, canonical_json(parsed)
+        encoded = canonical_json(parsed)
+        encoded.encode("utf-8")  # a lone surrogate is JSON text but no UTF-8 holds it
     except (TypeError, ValueError) as exc:
         raise ToolArgumentError(
             f"arguments for {tool_name!r} are not JSON-encodable: {exc}", tool_name=tool_name
         ) from None
+    return parsed, encoded
 
 
 def check_compensate_with(

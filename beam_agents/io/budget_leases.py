@@ -34,10 +34,13 @@ _log = logging.getLogger(__name__)
 _RPC_TIMEOUT_S = 10.0
 UNREACHABLE_PATIENCE_S = 30.0
 """How long an admission keeps asking an unreachable effector before the activation fails."""
+UNREACHABLE_MEMORY_S = 10.0
+"""How long calls fail at once after the effector stayed unreachable for a whole patience."""
 REFUSAL_MEMORY_S = 1.0
 """How long an exhausted window's refusal is remembered before the effector is asked again."""
 MAX_REMEMBERED_CALLS = 16_384
 """Calls a worker remembers it admitted (the answer memo keeps 1,024 per RunAgent)."""
+_FIRST_PAUSE_S = 0.05
 _RENEW_AT = 0.8
 """The fraction of a lease's time after which it is renewed (replaced) before the next call."""
 _RETRYABLE = frozenset(
@@ -167,6 +170,8 @@ class LeasedBudget:
         """The allowance of each call admitted lately, and whether its usage was spent."""
         self._refused: dict[str, tuple[int, float, str]] = {}
         self._leasing: dict[str, _Flight] = {}
+        self._unreachable: dict[str, tuple[float, BudgetUnavailableError]] = {}
+        """Ledgers whose effector stayed unreachable lately: until when calls fail at once."""
         """Ledgers a thread is leasing for right now; the others wait for its answer."""
         self._lock = threading.Lock()
         self._channel: grpc.Channel | None = None
@@ -205,6 +210,9 @@ class LeasedBudget:
                 refused = self._refused.get(ledger)
                 if refused is not None and refused[0] == start and now < refused[1]:
                     raise BudgetExceeded(refused[2], ledger=ledger, window_start_ms=start)
+                unreachable = self._unreachable.get(ledger)
+                if unreachable is not None and now < unreachable[0]:
+                    raise unreachable[1]  # asked lately for its whole patience: fail at once
                 flight = self._leasing.get(ledger)
                 mine = flight is None
                 if flight is None:
@@ -218,6 +226,8 @@ class LeasedBudget:
                 answer = self._lease(ledger, lease)  # the RPC, without the lock
             except BudgetUnavailableError as failure:
                 flight.failure = failure
+                with self._lock:
+                    self._unreachable[ledger] = (self._monotonic() + UNREACHABLE_MEMORY_S, failure)
                 raise
             finally:
                 with self._lock:
@@ -309,7 +319,7 @@ class LeasedBudget:
         """One ``LeaseBudget`` call, retried while the effector is unreachable, up to a limit."""
         connection = self._connection
         give_up = self._monotonic() + patience_s
-        pause = 0.05
+        pause = _FIRST_PAUSE_S
         while True:
             if self._channel is None:
                 self._channel = connection.open_channel()
@@ -321,6 +331,15 @@ class LeasedBudget:
                 return answer
             except grpc.RpcError as error:
                 code = error.code() if isinstance(error, grpc.Call) else None
+                if code in _RETRYABLE and pause == _FIRST_PAUSE_S and patience_s:
+                    _log.warning(
+                        "fleet budget ledger %r at %s: LeaseBudget failed (%s); calls on it "
+                        "wait while it is retried for up to %.0f s",
+                        request.ledger,
+                        connection.target,
+                        code.name if code else "error",
+                        patience_s,
+                    )
                 if code not in _RETRYABLE or self._monotonic() + pause > give_up:
                     detail = error.details() if isinstance(error, grpc.Call) else str(error)
                     raise BudgetUnavailableError(

@@ -241,6 +241,8 @@ _NOT_SENT = "not sent"
 _UNDELIVERED = "undelivered"
 _UNRECORDED = "refused unrecorded"
 _RECORDED_REJECTED = "recorded REJECTED"
+_POLICY_DENIAL = "denied by effect policy"
+"""How the effector's REJECTED reason begins when an effect policy refused the intent."""
 _CONFLICT = "conflict"
 _DEADLINE_ROUTE = "the run waiting for it takes its deadline route"
 _CONSEQUENCES = {
@@ -262,6 +264,8 @@ _NEVER_DONE: dict[int, str] = {
 
 def _consequence(kind: int, fate: str) -> str:
     """What a dead letter of ``kind`` that met ``fate`` means for its run."""
+    if kind == ToolIntent.BUDGET_DEBIT:
+        return "its model call's usage is not debited from its fleet budget"
     if kind == ToolIntent.WITHDRAWAL:
         if fate == _CONFLICT:
             return "the withdrawal first recorded under this id stands"
@@ -566,7 +570,10 @@ class _SubmitIntentsFn(beam.DoFn):
         self._dead_lettered.inc()
         value = letter.value if isinstance(letter, WindowedValue) else letter
         intent = value.intent
-        _log.error(
+        # A policy's deny is an outcome the run handles, not a failure: a warning.
+        denied = fate == _RECORDED_REJECTED and value.reason.startswith(_POLICY_DENIAL)
+        _log.log(
+            logging.WARNING if denied else logging.ERROR,
             "SubmitIntents to %s: dead letter for intent %s (key %s, %s, tool %r)%s: %s; %s",
             self._connection.target,
             intent.intent_id or "(none)",

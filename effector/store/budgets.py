@@ -17,12 +17,11 @@ from typing import TYPE_CHECKING, TypeVar
 
 import effector.store.schema as sql
 from beam_agents._protos import BudgetWindow, LeaseBudgetRequest, LeaseBudgetResponse, ToolIntent
+from beam_agents._protos.bounds import MAX_BUDGET_AMOUNT, MAX_LEDGER_CHARS
 
 _T = TypeVar("_T")
 
-MAX_LEDGER_CHARS = 512
-MAX_AMOUNT = 2**53
-"""The largest amount of a measure one request or debit may carry."""
+MAX_AMOUNT = MAX_BUDGET_AMOUNT
 MAX_TOTAL = 2**62
 """Where a window's or a lease's debited total stops growing (a BIGINT must never overflow)."""
 MEASURES = ("tokens", "cost_micros", "requests")

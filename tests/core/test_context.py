@@ -174,6 +174,8 @@ def test_act_without_side_effecting_tools_stages_unvalidated_and_warns_once_per_
         (42, "must be a JSON object string or a mapping"),
         ({"amount": 1, "note": {1, 2}}, "not JSON-encodable"),
         ({"amount": float("nan")}, "not JSON-encodable"),
+        ({"amount": 1, "note": "lone \ud800 surrogate"}, "not JSON-encodable"),
+        ('{"amount": 1, "note": "\\ud800"}', "not JSON-encodable"),
     ],
 )
 def test_invalid_intent_arguments_raise_and_stage_nothing(args: Any, message: str) -> None:

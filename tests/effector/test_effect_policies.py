@@ -149,6 +149,8 @@ async def _wait_state(
         ('[counters.c]\ntool = "t"\nwindow = "1h"\nper = "planet"\n', "per must be key"),
         ('mode = "strict"\n', "unknown field 'mode'"),
         ('default = "require_approval"\n', "default must be allow or deny"),
+        ("", ":1: the policy file is empty: it would allow every effect"),
+        ("# only a comment\n\n", ":1: the policy file is empty"),
     ],
 )
 def test_a_bad_policy_file_is_refused_naming_the_line(text: str, expected: str) -> None:
@@ -489,3 +491,17 @@ async def test_variables_cel_cannot_hold_deny_closed(
     [verdict] = await gate.screen([(_record("calm"), None)], 1_000, no_counts)
     assert verdict.outcome is policy_module.Outcome.DENY
     assert "OverflowError: out of range for CEL" in verdict.reason
+
+
+@pytest.mark.asyncio
+async def test_rules_on_tools_the_registry_lacks_are_warned_about(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    text = POLICY.replace('tool == "record" && args.note.startsWith("SHOUT")', 'tool == "recrod"')
+    with caplog.at_level(logging.WARNING, logger="effector.server"):
+        async with running_effector(
+            sqlite_url(tmp_path / "s.db"), settings=_settings(_policy_file(tmp_path, text))
+        ):
+            pass
+    assert "names tools the registry has no side-effecting tool for" in caplog.text
+    assert ": recrod" in caplog.text

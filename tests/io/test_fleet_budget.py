@@ -232,12 +232,14 @@ def test_an_unreachable_ledger_fails_the_activation_loudly() -> None:
     ("kwargs", "message"),
     [
         ({}, "needs a cap"),
-        ({"tokens": 0}, "tokens must be an int >= 1"),
+        ({"tokens": 0}, "tokens must be an int from 1"),
         ({"tokens": 10, "window": "1 day"}, "window must be a duration"),
         ({"tokens": 10, "window": "0s"}, "from 1 ms to 366 days"),
         ({"cost_usd": 5.0}, "needs prices"),
         ({"tokens": 10, "tenant_separator": ""}, "tenant_separator"),
         ({"tokens": 10, "prices": {"m": (1.0,)}}, "Budget.prices maps"),
+        ({"tokens": 10**30}, r"Budget.tokens must be an int from 1 to 2\*\*53"),
+        ({"cost_usd": 1e12, "prices": {"m": (1.0, 1.0)}}, "2\\*\\*53 millionths at most"),
     ],
 )
 def test_a_bad_budget_is_refused_when_built(kwargs: dict[str, object], message: str) -> None:
@@ -362,3 +364,38 @@ def test_an_uncaught_refusal_is_a_budget_exceeded_error(tmp_path: Path) -> None:
     [error] = errors.values()
     assert error.reason == "budget_exceeded"
     assert "fleet budget 'fleet-u' is exhausted" in error.detail
+
+
+def test_hostile_tenants_get_printable_distinct_ledgers() -> None:
+    budget = Budget("desk", "127.0.0.1:1", tokens=10, tenant_separator="/")
+    ledgers = [
+        budget.ledger_for(key)
+        for key in (
+            b"\x00acme/1",
+            "acme\u202e/1".encode(),
+            b"\xff\xfe/1",
+            b"x" * 4_000,
+            b"x" * 3_999,
+        )
+    ]
+    assert all(ledger.isprintable() and len(ledger) <= 512 for ledger in ledgers)
+    assert ledgers[0] == "desk/\\x00acme" and ledgers[1] == "desk/acme\\u202e"
+    assert len(set(ledgers)) == len(ledgers)  # cut tenants stay apart by their digest
+
+
+def test_after_a_whole_patience_unreachable_calls_fail_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import beam_agents.io.budget_leases as module
+
+    monkeypatch.setattr(module, "UNREACHABLE_PATIENCE_S", 0.2)
+    leases = LeasedBudget(Budget("fleet-z", f"127.0.0.1:{free_port()}", tokens=100))
+    with pytest.raises(BudgetUnavailableError) as first:
+        leases.admit(b"k", "call-1", "m")
+    asked = leases._lease
+    leases._lease = lambda *_: pytest.fail("asked the unreachable effector again")  # type: ignore[method-assign]
+    with pytest.raises(BudgetUnavailableError) as second:
+        leases.admit(b"k", "call-2", "m")
+    assert second.value is first.value
+    leases._lease = asked  # type: ignore[method-assign]
+    leases.close()
