@@ -168,6 +168,7 @@ def instructions_per_element(
 
 BENCHMARKS = {
     "noop_activation": "benchmarks.pipelines",
+    "budget_overhead": "benchmarks.pipelines",
     "overhead_tiers": "benchmarks.pipelines",
     "run_inference": "benchmarks.pipelines",
     "state_commit": "benchmarks.pipelines",
@@ -253,7 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\n".join(table([result])))
         return 0
     if options.compiled is not None:
-        os.environ[COMPILED_TREE] = str(options.compiled.resolve())  # read by noop_activation
+        os.environ[COMPILED_TREE] = str(options.compiled.resolve())  # the activations read it
     machine = machine_info()
     results, failures = [], {}
     for name in names:

@@ -10,10 +10,12 @@ Where valgrind is installed, the activations' figures also count instructions un
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import importlib.machinery
 import multiprocessing
 import os
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -36,6 +38,7 @@ from beam_agents import (
     ActivationContext,
     AgentConfig,
     AgentEnvelope,
+    Budget,
     Complete,
     LlmRequest,
     RunAgent,
@@ -43,7 +46,7 @@ from beam_agents import (
     WriteRecords,
     tool,
 )
-from beam_agents._protos import KeyHeader
+from beam_agents._protos import KeyHeader, ToolIntent
 from beam_agents.core import activation
 from beam_agents.model.fake import (
     FakeLLM,
@@ -55,9 +58,12 @@ from beam_agents.model.fake import (
 from beam_agents.replay.backtest import run_backtest
 from benchmarks.harness import (
     COMPILED_TREE,
+    EFFECTOR_READY,
+    effector_command,
     instructions_per_element,
     percentile,
     seconds_per_call,
+    servers,
 )
 from benchmarks.report import Figure, Goal, Result, Target
 from effector.launch import child_environment
@@ -250,11 +256,13 @@ def core_is_compiled() -> bool:
     return isinstance(activation.__loader__, importlib.machinery.ExtensionFileLoader)
 
 
-def compiled_activations(tree: Path, quick: bool) -> list[Figure]:
-    """The activation figures measured in ``tree``'s compiled core, in an interpreter there."""
+def compiled_activations(
+    tree: Path, quick: bool, benchmark: str = "noop_activation"
+) -> list[Figure]:
+    """``benchmark``'s figures measured in ``tree``'s compiled core, in an interpreter there."""
     with tempfile.TemporaryDirectory(prefix="beam-agents-bench-") as scratch:
         output = Path(scratch) / "compiled.json"
-        command = [sys.executable, "-m", "benchmarks", "--run-one", "noop_activation"]
+        command = [sys.executable, "-m", "benchmarks", "--run-one", benchmark]
         command += ["--json", str(output), *(["--quick"] if quick else [])]
         environment = child_environment(tree)
         environment.pop(COMPILED_TREE)
@@ -312,6 +320,116 @@ No-op: the agent returns `Complete()`; floor: a DoFn reading and writing the hea
 Model call: one `ctx.call_model` on an instant `FakeLLM`, one memory slot written;
 floor: a DoFn reading and writing the header and a memory cell of the same size."""
         + ("" if ir is None else INSTRUCTIONS_METHOD)
+        + ("" if not tree else COMPILED_METHOD),
+        figures,
+    )
+
+
+# -- a fleet budget on the model call ----------------------------------------------------------
+
+CALL_TOKENS = len(REPLY.split())
+"""The tokens one call of :func:`instant_model` spends: ``FakeLLM`` counts a plain body's words
+as output tokens."""
+LEASES_PER_RUN = 5
+"""The cap is set so that a timed run leases this many chunks (a chunk is a fiftieth of it)."""
+BUDGET_TARGET = Target(Goal.RATIO_AT_MOST, 1.1)
+
+
+class CountIntents(beam.DoFn):
+    """Consumes ``.intents`` (both stages alike), counting them in this process (``seen``)."""
+
+    seen = 0
+
+    def process(self, intent: ToolIntent) -> None:
+        """Count the intent."""
+        CountIntents.seen += 1
+
+
+def counted_stage(config: AgentConfig) -> Stage:
+    """The model-call agent under ``config``, its ``.intents`` counted."""
+
+    def stage(keyed: PCollection[Element]) -> None:
+        outputs = keyed | "Agent" >> RunAgent(model_call_agent, config=config)
+        outputs.intents | "Intents" >> beam.ParDo(CountIntents())
+
+    return stage
+
+
+def fleet_budget(effector: str, count: int) -> Budget:
+    """A token budget on ``effector`` whose default chunk is a timed run's tokens over
+    :data:`LEASES_PER_RUN`: its cap is 50 chunks, ten runs' tokens, so the benchmark's few runs
+    never reach it (their debits are not delivered: what they spent is held until leases lapse)."""
+    return Budget("bench", effector, tokens=50 * count * CALL_TOKENS // LEASES_PER_RUN)
+
+
+def alternating_us(
+    count: int, keys: int, stages: Mapping[str, tuple[Stage, int]], rounds: int
+) -> dict[str, float]:
+    """The best µs per element of each stage over ``count`` events on ``keys`` keys, in
+    ``rounds`` rounds taking turns (the order reversed every other round) after a warm-up.
+
+    Each run has keys of its own, so no call is one the process's budget leases saw before
+    (they remember the calls they admitted lately); each stage must emit its number of intents
+    per event on ``.intents``.
+    """
+    best = dict.fromkeys(stages, float("inf"))
+    runs = 0
+    for index in range(rounds + 1):  # the first is the warm-up
+        size = count if index else WARM_UP_ELEMENTS
+        for name in list(stages)[:: -1 if index % 2 else 1]:
+            stage, intents_per_event = stages[name]
+            elements = keyed_events(size, keys, prefix=b"k%03d" % runs)
+            runs += 1
+            CountIntents.seen = 0
+            seconds = seconds_per_call(functools.partial(run_pipeline, elements, stage))
+            if CountIntents.seen != intents_per_event * size:
+                raise RuntimeError(f"{name}: {CountIntents.seen} intents over {size} events")
+            if index:
+                best[name] = min(best[name], seconds * 1e6 / size)
+    return best
+
+
+def leases_taken(database: Path) -> int:
+    """How many leases the effector on SQLite file ``database`` granted."""
+    connection = sqlite3.connect(f"file:{database}?mode=ro", uri=True)
+    try:
+        (leases,) = connection.execute("SELECT COUNT(*) FROM effector_budget_leases").fetchone()
+    finally:
+        connection.close()
+    return int(leases)
+
+
+def budget_overhead(quick: bool) -> Result:
+    """The model-call activation with a fleet budget against the same without one."""
+    count, keys, rounds = (2_000, 100, 1) if quick else (100_000, 1_000, 3)
+    with tempfile.TemporaryDirectory(prefix="beam-agents-bench-") as scratch_dir:
+        scratch = Path(scratch_dir)
+        command = effector_command(f"sqlite:///{scratch / 'e.db'}")
+        with servers([command], EFFECTOR_READY, scratch) as (target,):
+            budget = fleet_budget(target, count)
+            plain = AgentConfig(provider_factory=instant_model)
+            stages = {
+                "plain": (counted_stage(plain), 0),
+                "budget": (counted_stage(dataclasses.replace(plain, budget=budget)), 1),
+            }
+            us = alternating_us(count, keys, stages, rounds)
+        leases = leases_taken(scratch / "e.db")
+    if leases < rounds * LEASES_PER_RUN:
+        raise RuntimeError(f"{leases} leases over {rounds} timed runs: the budget was not leased")
+    build = COMPILED_SUFFIX if core_is_compiled() else ""
+    name = f"model-call activation with a fleet budget, {keys:,} keys{build}"
+    figures = [Figure(name, "µs/element", us["budget"], us["plain"], BUDGET_TARGET)]
+    tree = os.environ.get(COMPILED_TREE)
+    if tree:
+        figures += compiled_activations(Path(tree), quick, "budget_overhead")
+    return Result(
+        "budget_overhead",
+        "A model-call activation with a fleet budget against the same without one",
+        f"""\
+The model-call activation of noop_activation, 100,000 events over 1,000 keys, `.intents` counted
+(checked: one debit per event with the budget, none without); best of 3 rounds taking turns.
+Budget: `AgentConfig(budget=Budget(tokens=...))` on an effector subprocess on SQLite; its default
+chunk (a fiftieth of the cap) is a run's tokens over {LEASES_PER_RUN}; the cap is never reached."""
         + ("" if not tree else COMPILED_METHOD),
         figures,
     )

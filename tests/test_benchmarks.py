@@ -30,6 +30,7 @@ SQLITE_ROWS = [
 ]
 ROWS = {
     "noop_activation": ["no-op activation, 100 keys", "model-call activation, 100 keys"],
+    "budget_overhead": ["model-call activation with a fleet budget, 100 keys"],
     "overhead_tiers": [
         *(
             f"activation overhead {label}, L = {latency} ms ({pipelines} pipelines)"

@@ -4,6 +4,7 @@ The ``*_pb2`` modules beside this file are generated from ``protos/`` by ``make 
 messages from here, not from them.
 """
 
+import functools
 import hashlib
 import json
 import uuid
@@ -155,6 +156,27 @@ def submission_digest(intent: ToolIntent) -> bytes:
     return hashlib.sha256(intent.SerializeToString(deterministic=True)).digest()
 
 
+@functools.cache
+def _namespace_hash(namespace: uuid.UUID) -> Any:
+    # The SHA-1 state after the namespace bytes: copying it skips rehashing them on every call.
+    return hashlib.sha1(namespace.bytes)
+
+
+def uuid5_hex(namespace: uuid.UUID, name: str) -> str:
+    """``uuid.uuid5(namespace, name).hex``: 32 lowercase hex digits."""
+    hasher = _namespace_hash(namespace).copy()
+    hasher.update(name.encode("utf-8"))
+    digest = bytearray(hasher.digest()[:16])
+    digest[6] = (digest[6] & 0x0F) | 0x50  # version 5
+    digest[8] = (digest[8] & 0x3F) | 0x80  # RFC 4122 variant
+    return digest.hex()
+
+
+def hyphenated(hex32: str) -> str:
+    """The canonical 8-4-4-4-12 string form of a 32-digit UUID hex."""
+    return f"{hex32[:8]}-{hex32[8:12]}-{hex32[12:16]}-{hex32[16:20]}-{hex32[20:]}"
+
+
 def withdrawal_id_for(intent_id: str) -> str:
     """The id of the WITHDRAWAL intent that withdraws ``intent_id``: a pure function of it."""
     return str(uuid.uuid5(_WITHDRAWAL_NAMESPACE, intent_id))
@@ -163,9 +185,15 @@ def withdrawal_id_for(intent_id: str) -> str:
 _DEBIT_NAMESPACE = uuid.UUID("c8d1f0a2-6b43-4e57-9a0e-2f4b8d7c1e65")
 
 
-def debit_id_for(charged: str) -> str:
-    """The id of a BUDGET_DEBIT intent: ``charged`` is ``"{call's intent id}|{ledger}"``."""
-    return str(uuid.uuid5(_DEBIT_NAMESPACE, charged))
+def debit_id_for(
+    entity_key: bytes, seq: int, step_index: int, ledger: str, namespace: str | None = None
+) -> str:
+    """The id of the BUDGET_DEBIT of the model call at a run's step, for one budget ledger.
+
+    ``uuid5`` of the position and the ledger: a retried or replayed call mints the same id.
+    """
+    position = f"{namespace or ''}|{entity_key.hex()}|{seq}|{step_index}|{ledger}"
+    return hyphenated(uuid5_hex(_DEBIT_NAMESPACE, position))
 
 
 __all__ = [
@@ -250,6 +278,7 @@ __all__ = [
     "debit_id_for",
     "edit_diff",
     "entity_key_problem",
+    "hyphenated",
     "is_json_shaped",
     "json_depth",
     "json_depth_problem",
@@ -258,5 +287,6 @@ __all__ = [
     "submission_digest",
     "text_problem",
     "time_problem",
+    "uuid5_hex",
     "withdrawal_id_for",
 ]

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import enum
 import functools
-import hashlib
 import inspect
 import time
 import uuid
@@ -16,7 +15,7 @@ from collections.abc import Coroutine, Generator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeAlias, TypeVar
 
-from beam_agents._protos import MAX_TIME_MS
+from beam_agents._protos import MAX_TIME_MS, hyphenated, uuid5_hex
 from beam_agents.tools.errors import ToolError
 
 __all__ = [
@@ -109,27 +108,7 @@ def is_agent(candidate: object) -> bool:
 
 
 # -- deterministic identifiers ----------------------------------------------------------------
-@functools.cache
-def _namespace_hash(namespace: uuid.UUID) -> Any:
-    # The SHA-1 state after the namespace bytes: copying it skips rehashing them on every call.
-    return hashlib.sha1(namespace.bytes)
-
-
-def uuid5_hex(namespace: uuid.UUID, name: str) -> str:
-    """``uuid.uuid5(namespace, name).hex``: 32 lowercase hex digits."""
-    hasher = _namespace_hash(namespace).copy()
-    hasher.update(name.encode("utf-8"))
-    digest = bytearray(hasher.digest()[:16])
-    digest[6] = (digest[6] & 0x0F) | 0x50  # version 5
-    digest[8] = (digest[8] & 0x3F) | 0x80  # RFC 4122 variant
-    return digest.hex()
-
-
-def hyphenated(hex32: str) -> str:
-    """The canonical 8-4-4-4-12 string form of a 32-digit UUID hex."""
-    return f"{hex32[:8]}-{hex32[8:12]}-{hex32[12:16]}-{hex32[16:20]}-{hex32[20:]}"
-
-
+# uuid5_hex and hyphenated live with the wire contract, which the effector shares.
 INTENT_NAMESPACE = uuid.UUID("396f639f-0714-5193-8a2d-3dad80bac0d8")
 """The uuid5 namespace of intent ids, fixed forever: the effector deduplicates on them."""
 

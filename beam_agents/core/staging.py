@@ -54,6 +54,14 @@ class Allowance:
     ledger: str
     window_start_ms: int
     lease_id: str
+    encoded: str
+    """``"lease_id":...,"ledger":...`` as canonical JSON, built once per lease for the debits."""
+
+
+def allowance_for(ledger: str, window_start_ms: int, lease_id: str) -> Allowance:
+    """The :class:`Allowance` of a lease, with its part of every debit's JSON encoded once."""
+    encoded = canonical_json({"lease_id": lease_id, "ledger": ledger})[1:-1]
+    return Allowance(ledger, window_start_ms, lease_id, encoded)
 
 
 @dataclass(frozen=True, slots=True)
@@ -407,29 +415,29 @@ class Staged:
         return response
 
     def _stage_debit(self, step: int, charge: Charge) -> None:
-        """Stage the BUDGET_DEBIT of the provider call at ``step`` (emitted if it commits)."""
+        """Stage the BUDGET_DEBIT of the provider call at ``step`` (emitted if it commits).
+
+        Its arguments are the canonical JSON of cost_micros, lease_id, ledger, requests, tokens
+        and window_start_ms, written from the lease's encoded part.
+        """
         trace = self.trace
         allowance = charge.allowance
-        args = {
-            "cost_micros": charge.cost_micros,
-            "lease_id": allowance.lease_id,
-            "ledger": allowance.ledger,
-            "requests": charge.requests,
-            "tokens": charge.tokens,
-            "window_start_ms": allowance.window_start_ms,
-        }
-        position = intent_id_for(trace.entity_key, trace.seq, step, self.namespace)
+        args_json = (
+            f'{{"cost_micros":{charge.cost_micros},{allowance.encoded},'
+            f'"requests":{charge.requests},"tokens":{charge.tokens},'
+            f'"window_start_ms":{allowance.window_start_ms}}}'
+        )
+        key, seq, namespace = trace.entity_key, trace.seq, self.namespace
         self.debits.append(
             ToolIntent(
-                intent_id=debit_id_for(f"{position}|{allowance.ledger}"),
-                entity_key=trace.entity_key,
-                seq=trace.seq,
+                intent_id=debit_id_for(key, seq, step, allowance.ledger, namespace),
+                entity_key=key,
+                seq=seq,
                 step_index=step,
-                args_json=canonical_json(args),
+                args_json=args_json,
                 created_at_ms=trace.now_ms,
                 kind=ToolIntent.BUDGET_DEBIT,
-                trace_id=trace.trace_id,
-                intent_namespace=self.namespace or "",
+                intent_namespace=namespace or "",
             )
         )
 

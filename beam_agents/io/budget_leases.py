@@ -16,7 +16,6 @@ import os
 import socket
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -25,7 +24,7 @@ import grpc
 from beam_agents._protos import LeaseBudgetRequest, LeaseBudgetResponse
 from beam_agents.core.agent import AgentRuntimeError, BudgetExceeded
 from beam_agents.core.config import Budget
-from beam_agents.core.staging import Allowance, Charge
+from beam_agents.core.staging import Allowance, Charge, allowance_for
 from beam_agents.io.effector_link import EffectorConnection
 from beam_agents.model.client import LlmResponse
 
@@ -38,8 +37,9 @@ UNREACHABLE_MEMORY_S = 10.0
 """How long calls fail at once after the effector stayed unreachable for a whole patience."""
 REFUSAL_MEMORY_S = 1.0
 """How long an exhausted window's refusal is remembered before the effector is asked again."""
-MAX_REMEMBERED_CALLS = 16_384
-"""Calls a worker remembers it admitted (the answer memo keeps 1,024 per RunAgent)."""
+MAX_REMEMBERED_CALLS = 8_192
+"""Calls a worker remembers it admitted, per generation; the one before is kept too (the
+answer memo these calls mirror keeps 1,024 per RunAgent)."""
 _FIRST_PAUSE_S = 0.05
 _RENEW_AT = 0.8
 """The fraction of a lease's time after which it is renewed (replaced) before the next call."""
@@ -79,9 +79,11 @@ class _Lease:
         """Whether it still admits a call: same window, not due for renewal, some of each left."""
         if self.allowance.window_start_ms != window_start_ms or now >= self.renew_at:
             return False
-        return all(
-            not cap or spent < granted
-            for cap, spent, granted in zip(caps, self.spent, self.granted, strict=True)
+        spent, granted = self.spent, self.granted
+        return (
+            (not caps[0] or spent[0] < granted[0])
+            and (not caps[1] or spent[1] < granted[1])
+            and (not caps[2] or spent[2] < granted[2])
         )
 
 
@@ -135,15 +137,20 @@ class BudgetSet:
 
     def __init__(self, budgets: tuple[Budget, ...]) -> None:
         self._budgets = tuple(shared_budget(budget) for budget in budgets)
+        self._only = self._budgets[0] if len(self._budgets) == 1 else None
 
     def admit(self, entity_key: bytes, call_id: str, model: str) -> tuple[Allowance, ...]:
         """Admit the call on every budget; the first that has nothing left refuses it."""
+        if self._only is not None:
+            return (self._only.admit(entity_key, call_id, model),)
         return tuple(budget.admit(entity_key, call_id, model) for budget in self._budgets)
 
     def spend(
         self, allowances: tuple[Allowance, ...], model: str, response: LlmResponse, call_id: str
     ) -> tuple[Charge, ...]:
         """Spend the call's usage on every budget it was admitted by."""
+        if self._only is not None:
+            return (self._only.spend(allowances[0], model, response, call_id),)
         return tuple(
             budget.spend(allowance, model, response, call_id)
             for budget, allowance in zip(self._budgets, allowances, strict=True)
@@ -166,13 +173,18 @@ class LeasedBudget:
         self._clock, self._monotonic = clock, monotonic
         self._owner = f"{socket.gethostname()}/{os.getpid()}/{id(self):x}"
         self._leases: dict[str, _Lease] = {}
-        self._calls: OrderedDict[str, tuple[Allowance, bool]] = OrderedDict()
+        self._calls: dict[str, tuple[Allowance, bool]] = {}
         """The allowance of each call admitted lately, and whether its usage was spent."""
+        self._older_calls: dict[str, tuple[Allowance, bool]] = {}
+        """The generation of calls before :attr:`_calls` filled up."""
         self._refused: dict[str, tuple[int, float, str]] = {}
         self._leasing: dict[str, _Flight] = {}
+        """Ledgers a thread is leasing for right now; the others wait for its answer."""
         self._unreachable: dict[str, tuple[float, BudgetUnavailableError]] = {}
         """Ledgers whose effector stayed unreachable lately: until when calls fail at once."""
-        """Ledgers a thread is leasing for right now; the others wait for its answer."""
+        self._window_ms = budget.window_ms
+        self._priced = budget.cost_usd is not None
+        self._one_ledger = budget.name if budget.tenant_separator is None else None
         self._lock = threading.Lock()
         self._channel: grpc.Channel | None = None
 
@@ -183,29 +195,30 @@ class LeasedBudget:
         from the worker's memo) gets the same allowance again, without a check. A cost budget
         refuses a ``model`` it has no price for here, before the provider is called.
         """
-        known = self._calls.get(call_id)
-        if known is not None:
-            return known[0]
-        self._budget.cost_micros(model, 0, 0)  # raises for a model without a price
-        allowance = self._admit(entity_key)
-        with self._lock:
-            self._calls[call_id] = (allowance, False)
-            while len(self._calls) > MAX_REMEMBERED_CALLS:
-                self._calls.popitem(last=False)
-        return allowance
+        if self._priced:
+            self._budget.cost_micros(model, 0, 0)  # raises for a model without a price
+        return self._admit(entity_key, call_id)
 
-    def _admit(self, entity_key: bytes) -> Allowance:
+    def _admit(self, entity_key: bytes, call_id: str) -> Allowance:
         """Take a request off the ledger's lease; one thread leases for all when it ran out."""
         budget = self._budget
-        ledger = budget.ledger_for(entity_key)
+        ledger = self._one_ledger or budget.ledger_for(entity_key)
         now_ms = int(self._clock() * 1000)
-        start = now_ms - now_ms % budget.window_ms
+        start = now_ms - now_ms % self._window_ms
+        calls = self._calls
         while True:
             with self._lock:
+                known = calls.get(call_id) or self._older_calls.get(call_id)
+                if known is not None:
+                    return known[0]
                 now = self._monotonic()
                 lease = self._leases.get(ledger)
                 if lease is not None and lease.lasts(self._caps, start, now):
                     lease.spent[2] += 1  # the call's request, taken now: a request cap is exact
+                    if len(calls) >= MAX_REMEMBERED_CALLS:  # a new generation; one is kept
+                        self._older_calls, calls = calls, {}
+                        self._calls = calls
+                    calls[call_id] = (lease.allowance, False)
                     return lease.allowance
                 refused = self._refused.get(ledger)
                 if refused is not None and refused[0] == start and now < refused[1]:
@@ -241,7 +254,7 @@ class LeasedBudget:
                     self._refused[ledger] = (answer.window_start_ms, now + REFUSAL_MEMORY_S, why)
                     raise BudgetExceeded(why, ledger=ledger, window_start_ms=answer.window_start_ms)
                 self._leases[ledger] = _Lease(
-                    Allowance(ledger, answer.window_start_ms, answer.lease_id),
+                    allowance_for(ledger, answer.window_start_ms, answer.lease_id),
                     (answer.granted_tokens, answer.granted_cost_micros, answer.granted_requests),
                     now + answer.lease_ms / 1000 * _RENEW_AT,
                 )
@@ -256,10 +269,14 @@ class LeasedBudget:
         """
         usage = response.usage
         tokens = usage.input_tokens + usage.output_tokens
-        cost = self._budget.cost_micros(model, usage.input_tokens, usage.output_tokens)
+        cost = (
+            self._budget.cost_micros(model, usage.input_tokens, usage.output_tokens)
+            if self._priced
+            else 0
+        )
         charge = Charge(allowance, tokens, cost, 1)
         with self._lock:
-            known = self._calls.get(call_id)
+            known = self._calls.get(call_id) or self._older_calls.get(call_id)
             if known is not None and known[1]:
                 return charge  # spent when the provider answered it the first time
             self._calls[call_id] = (allowance, True)

@@ -15,7 +15,6 @@ from beam_agents._protos import (
     canonical_json,
     debit_id_for,
 )
-from beam_agents.core.agent import intent_id_for
 from effector.client import EffectorClient
 from effector.launch import EffectorThread
 from tests.console.runs_data import now_ms
@@ -70,7 +69,7 @@ def debit_intent(
         "window_start_ms": window_start_ms,
     }
     return ToolIntent(
-        intent_id=debit_id_for(f"{intent_id_for(key, seq, step)}|{ledger}"),
+        intent_id=debit_id_for(key, seq, step, ledger),
         entity_key=key,
         seq=seq,
         step_index=step,

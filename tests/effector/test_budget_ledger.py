@@ -28,7 +28,6 @@ from beam_agents._protos import (
     canonical_json,
     debit_id_for,
 )
-from beam_agents.core.agent import intent_id_for
 from effector.client import EffectorClient
 from effector.readable import iso_time
 from effector.store.budgets import MAX_AMOUNT, MAX_TOTAL
@@ -103,7 +102,7 @@ def _debit(
         "window_start_ms": start,
     }
     return ToolIntent(
-        intent_id=debit_id_for(f"{intent_id_for(KEY, seq, 1)}|{ledger}"),
+        intent_id=debit_id_for(KEY, seq, 1, ledger),
         entity_key=KEY,
         seq=seq,
         step_index=1,

@@ -27,7 +27,6 @@ from beam_agents import (
     ToolIntent,
 )
 from beam_agents._protos import LeaseBudgetRequest, debit_id_for
-from beam_agents.core.agent import intent_id_for
 from beam_agents.core.context import ActivationContext
 from beam_agents.io.budget_leases import BudgetUnavailableError, LeasedBudget
 from beam_agents.model.client import LlmRequest, LlmResponse, TokenUsage
@@ -149,7 +148,7 @@ def test_calls_past_the_cap_are_refused_and_committed_usage_debited_once(tmp_pat
     ids = {i.intent_id for i in debit_intents}
     assert len(ids) == ok
     key, seq, step = debit_intents[0].entity_key, debit_intents[0].seq, debit_intents[0].step_index
-    assert debit_intents[0].intent_id == debit_id_for(f"{intent_id_for(key, seq, step)}|fleet-a")
+    assert debit_intents[0].intent_id == debit_id_for(key, seq, step, "fleet-a")
 
 
 def test_a_retried_commit_debits_once(tmp_path: Path) -> None:
