@@ -152,6 +152,8 @@ class Verdict:
 
 
 ALLOWED = Verdict(Outcome.ALLOW)
+_DEFAULTS = {outcome: Verdict(outcome) for outcome in Outcome}
+"""The verdict of the file's default, one per outcome (shared: verdicts are immutable)."""
 
 
 def parse_window(text: object, where: str) -> int:
@@ -509,7 +511,7 @@ def _decide(
     tallies: Mapping[tuple[str, bytes], int],
 ) -> Verdict:
     if not policy.rules:
-        return Verdict(policy.default)
+        return _DEFAULTS[policy.default]
     try:
         context = cel.Context(_facts(policy, intent, arguments, now, tallies))
     except Exception as exc:  # arguments CEL cannot hold: no rule can be evaluated
@@ -523,7 +525,7 @@ def _decide(
             return Verdict(rule.outcome, rule.name, rule.reason, rule.channel, rule.approvals)
         if holds is not False:
             return _failed(rule, f"it gave {type(holds).__name__}, not a bool")
-    return Verdict(policy.default)
+    return _DEFAULTS[policy.default]
 
 
 def _failed(rule: Rule, why: str) -> Verdict:

@@ -653,6 +653,17 @@ class EffectorService(pb.EffectorServicer):
             )
         answered = iter(zip(to_record, prepared_calls, answers, strict=True))
         done = [ack if ack is not None else self._acknowledge(*next(answered)) for ack in acks]
+        if policy is not None:  # the default's allows, counted once per Submit
+            allowed = sum(
+                1
+                for new, answer in zip(to_record, answers, strict=True)
+                if answer.outcome is SubmitOutcome.ACCEPTED
+                and not new.policy_outcome
+                and new.rejection is None
+                and new.intent.kind == ToolIntent.TOOL
+            )
+            if allowed:
+                metrics.count_decision("", Outcome.ALLOW.value, allowed)
         accepted = sum(ack.outcome == _ACCEPTED for ack in done)
         if accepted:
             metrics.accepted.inc(accepted)
@@ -697,13 +708,11 @@ class EffectorService(pb.EffectorServicer):
         return screened_records
 
     def _count_decision(self, new: NewIntent) -> None:
-        """Count (and, a rule's, log) the policy's decision on a newly recorded intent."""
+        """Count and log a rule's (or a deciding default's) decision on a new intent."""
         if new.policy_outcome:
             rule = "" if new.policy_rule == DEFAULT_RULE else new.policy_rule
             self.metrics.count_decision(rule, new.policy_outcome)
             audit.policy_decided(new.intent, rule, new.policy_outcome, new.policy_reason)
-        elif new.intent.kind == ToolIntent.TOOL and new.rejection is None:
-            self.metrics.count_decision("", Outcome.ALLOW.value)
 
     def _acknowledge(
         self, new: NewIntent, prepared: PreparedCall | None, answer: SubmitResult
