@@ -6,6 +6,7 @@ free port; clients keep cookies and do not follow redirects, so tests see what t
 
 from __future__ import annotations
 
+import html
 import re
 import time
 from pathlib import Path
@@ -62,6 +63,21 @@ def start_effector(
     tmp_path.mkdir(parents=True, exist_ok=True)
     store = f"sqlite:///{tmp_path / 'effector.db'}"
     return EffectorThread(store, registry or ToolRegistry(), settings)
+
+
+_CELL = re.compile(r"</?(?:td|th|tr|dt|dd|p|br|pre|h\d)\b[^>]*>")
+_TAG = re.compile(r"<[^>]+>")
+
+
+def page_text(page: str) -> str:
+    """A page's text as a person reads it: tags dropped, entities decoded, spaces collapsed."""
+    return " ".join(html.unescape(_TAG.sub("", _CELL.sub(" ", page))).split())
+
+
+def between(page: str, start: str, end: str) -> str:
+    """The part of ``page`` from ``start`` to the next ``end``."""
+    begins = page.index(start)
+    return page[begins : page.index(end, begins)]
 
 
 def console_url(effector: EffectorThread) -> str:

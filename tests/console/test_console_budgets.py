@@ -9,7 +9,6 @@ INT64 amounts, windows at the epoch and past year 9999, caps of 0) never break t
 
 from __future__ import annotations
 
-import html
 import re
 import sqlite3
 from pathlib import Path
@@ -24,24 +23,11 @@ from tests.console.budget_data import (
     lease,
     submit_debits,
 )
-from tests.console.harness import client_for
+from tests.console.harness import between, client_for, page_text
 from tests.console.runs_data import now_ms
 
 KEY = b"acme/k1"
 INT64_MAX = 2**63 - 1
-_CELL = re.compile(r"</?(?:td|th|tr|dt|dd|p|br|pre|h\d)\b[^>]*>")
-_TAG = re.compile(r"<[^>]+>")
-
-
-def _text(page: str) -> str:
-    """A page's text as a person reads it: tags dropped, entities decoded, spaces collapsed."""
-    return " ".join(html.unescape(_TAG.sub("", _CELL.sub(" ", page))).split())
-
-
-def _between(page: str, start: str, end: str) -> str:
-    """The part of ``page`` from ``start`` to the next ``end``."""
-    begins = page.index(start)
-    return page[begins : page.index(end, begins)]
 
 
 def _windows(page: str) -> list[str]:
@@ -58,13 +44,13 @@ def _window(page: str, ledger: str) -> str:
 
 def _measure(window: str, name: str) -> str:
     """The text of one measure's row of a window (its window's cells and its bar aside)."""
-    row = _between(window, f'<tr class="measure {name}">', "</tr>")
-    return _text(re.sub(r"<svg.*?</svg>", "", row[row.index('<th scope="row">') :], flags=re.S))
+    row = between(window, f'<tr class="measure {name}">', "</tr>")
+    return page_text(re.sub(r"<svg.*?</svg>", "", row[row.index('<th scope="row">') :], flags=re.S))
 
 
 def _bar(window: str, name: str) -> list[tuple[str, str, str]]:
     """``(class, x, width)`` of each part of one measure's bar."""
-    row = _between(window, f'<tr class="measure {name}">', "</tr>")
+    row = between(window, f'<tr class="measure {name}">', "</tr>")
     return re.findall(r'<rect class="(\w+)"(?: x="([\d.]+)")? width="([\d.]+)"', row)
 
 
@@ -97,7 +83,7 @@ def test_without_windows_the_page_says_no_worker_has_leased(effector: EffectorTh
     assert '<a href="/budgets" aria-current="page">Budgets</a>' in answer.text
     assert '<a href="/policies">Policies</a>\n<a href="/budgets">Budgets</a>' in overview
     assert "<title>Budgets · effector console</title>" in answer.text
-    shown = _text(_between(answer.text, '<p class="empty" id="no-budgets">', "</p>"))
+    shown = page_text(between(answer.text, '<p class="empty" id="no-budgets">', "</p>"))
     assert shown == (
         "No budget windows: no worker has leased from a fleet budget. An agent gets one with "
         "AgentConfig(budget=Budget(...))."
@@ -165,14 +151,14 @@ def test_leased_and_debited_windows_show_cap_debited_leased_and_remaining(
     with client_for(effector) as client:
         answer = client.get("/budgets")
         debit_page = client.get(f"/intents/{calls[0].intent_id}").text
-        listed = _text(client.get("/intents").text)
+        listed = page_text(client.get("/intents").text)
     assert answer.status_code == 200
     page = answer.text
     assert len(_windows(page)) == 2
     daily = _window(page, "fleet-a")
     start = views.instant(start_a)
     assert f'<time title="{start_a}">{start}</time>' in daily
-    window_cells = _text(_between(daily, '<td rowspan="3">', '<th scope="row">'))
+    window_cells = page_text(between(daily, '<td rowspan="3">', '<th scope="row">'))
     assert window_cells.startswith(f"{start} 1 d · current, ends in ")
     assert start_a % DAY_MS == 0
     assert _measure(daily, "tokens") == "tokens 1,000 150 350 500"  # 150+150 held, 200 held
@@ -192,7 +178,7 @@ def test_leased_and_debited_windows_show_cap_debited_leased_and_remaining(
     assert counts == ["2", "2"]  # live leases, debits (the duplicate debited nothing)
 
     hour = _window(page, "fleet-b")
-    assert f"{views.instant(hourly.window_start_ms)} 1 h · current, ends in " in _text(hour)
+    assert f"{views.instant(hourly.window_start_ms)} 1 h · current, ends in " in page_text(hour)
     assert _measure(hour, "tokens") == "tokens 1,000 1,100 0 0 over the cap by 100"
     assert _measure(hour, "cost") == "cost no cap $0.009 $0.00 no cap"
     assert _bar(hour, "tokens") == [
@@ -285,8 +271,9 @@ def test_hostile_windows_never_break_the_page_and_show_escaped(
     assert len(_windows(page)) == 7
 
     evil = _window(page, "acct⟨U+0000⟩⟨U+001B⟩[31m⟨U+202E⟩-evil")
-    assert "Look closely: U+0000 unnamed, U+001B unnamed, U+202E RIGHT-TO-LEFT OVERRIDE" in _text(
-        evil
+    assert (
+        "Look closely: U+0000 unnamed, U+001B unnamed, U+202E RIGHT-TO-LEFT OVERRIDE"
+        in page_text(evil)
     )
     assert _measure(evil, "tokens") == (
         "tokens 9,007,199,254,740,992 9,007,199,254,740,991 18,014,398,509,481,984 0 "
@@ -304,11 +291,13 @@ def test_hostile_windows_never_break_the_page_and_show_escaped(
     assert re.findall(r'<td rowspan="3" class="num">(\d+)</td>', evil) == ["2", str(2**53)]
 
     future = _window(page, "future")
-    assert f"out of range ({2**62} ms) 1 d · not begun" in _text(future)
+    assert f"out of range ({2**62} ms) 1 d · not begun" in page_text(future)
     assert _measure(future, "tokens") == "tokens 100 0 60 40"
 
     epoch = _window(page, "epoch")
-    assert "1970-01-01 00:00:00.000 UTC - · length unknown: only debits recorded" in _text(epoch)
+    assert "1970-01-01 00:00:00.000 UTC - · length unknown: only debits recorded" in page_text(
+        epoch
+    )
     assert _measure(epoch, "tokens") == "tokens no cap 7 0 no cap"
     assert _measure(epoch, "cost") == "cost no cap $0.000009 $0.00 no cap"
 
@@ -317,14 +306,14 @@ def test_hostile_windows_never_break_the_page_and_show_escaped(
     assert "<svg" not in zero
 
     long = _window(page, "&lt;script&gt;alert(1)&lt;/script&gt;" + "x" * 487)
-    assert f"… ({len(LONG) - 512} more characters)" in _text(long)
+    assert f"… ({len(LONG) - 512} more characters)" in page_text(long)
 
     biggest = _window(page, "int64")
-    assert f"out of range ({INT64_MAX} ms)" in _text(biggest)
+    assert f"out of range ({INT64_MAX} ms)" in page_text(biggest)
     assert _measure(biggest, "tokens") == f"tokens {INT64_MAX:,} {INT64_MAX:,} 0 0"
 
     negative = _window(page, "negative")
     assert _measure(negative, "tokens") == "tokens -1 -7 0 6"  # what the ledger would grant
-    assert "ended " in _text(negative)
+    assert "ended " in page_text(negative)
 
     assert "odd⟨U+202E⟩" not in page  # refused at Submit: never a window

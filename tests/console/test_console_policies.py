@@ -18,7 +18,7 @@ from beam_agents._protos import IntentState, SubmitAck, ToolResult, approval_dig
 from effector.console import views
 from effector.launch import EffectorThread
 from effector.store.intents import NewIntent, gate_id_for
-from tests.console.harness import client_for, csrf_of, intent, start_effector
+from tests.console.harness import between, client_for, csrf_of, intent, page_text, start_effector
 from tests.console.policy_data import (
     POLICY,
     RULE_LINES,
@@ -30,25 +30,12 @@ from tests.console.policy_data import (
 from tests.console.runs_data import now_ms
 
 KEY = b"acme-7"
-_CELL = re.compile(r"</?(?:td|th|tr|dt|dd|p|br|pre|h\d)\b[^>]*>")
-_TAG = re.compile(r"<[^>]+>")
-
-
-def _text(page: str) -> str:
-    """A page's text as a person reads it: tags dropped, entities decoded, spaces collapsed."""
-    return " ".join(html.unescape(_TAG.sub("", _CELL.sub(" ", page))).split())
-
-
-def _between(page: str, start: str, end: str) -> str:
-    """The part of ``page`` from ``start`` to the next ``end``."""
-    begins = page.index(start)
-    return page[begins : page.index(end, begins)]
 
 
 def _rows(table: str) -> list[str]:
     """The text of each body row of an HTML table."""
     body = table[table.index("<tbody>") :]
-    return [_text(row) for row in re.findall(r"<tr[^>]*>(.*?)</tr>", body, re.S)]
+    return [page_text(row) for row in re.findall(r"<tr[^>]*>(.*?)</tr>", body, re.S)]
 
 
 def _wait_state(effector: EffectorThread, intent_id: str, state: IntentState) -> None:
@@ -90,7 +77,7 @@ def test_without_a_policy_the_page_says_every_effect_is_allowed(
     assert answer.status_code == 200
     assert '<a href="/policies" aria-current="page">Policies</a>' in answer.text
     assert '<a href="/policies">Policies</a>' in overview
-    shown = _text(_between(answer.text, '<p class="empty" id="no-policy">', "</p>"))
+    shown = page_text(between(answer.text, '<p class="empty" id="no-policy">', "</p>"))
     assert shown == (
         "No effect policy is enforced: every effect is allowed. serve --policy FILE sets one."
     )
@@ -111,14 +98,14 @@ def test_the_policies_page_shows_the_file_its_rules_counters_and_decisions(
     assert answer.status_code == 200
     page = answer.text
     assert 'id="reload-error"' not in page
-    fields = _text(_between(page, '<dl class="fields" id="policy-file">', "</dl>"))
+    fields = page_text(between(page, '<dl class="fields" id="policy-file">', "</dl>"))
     digest = hashlib.sha256(POLICY.encode()).hexdigest()
     assert f"File {policy} SHA-256 {digest} Loaded {views.when(gate.loaded_at_ms)}" in fields
     assert fields.endswith("Default deny what an intent no rule matches gets")
-    assert _rows(_between(page, '<table id="counters">', "</table>")) == [
+    assert _rows(between(page, '<table id="counters">', "</table>")) == [
         "pays_per_key pay key 60 min"
     ]
-    rules = _rows(_between(page, '<table class="rules" id="rules">', "</table>"))
+    rules = _rows(between(page, '<table class="rules" id="rules">', "</table>"))
     assert rules == [
         f"1 no-big-sums deny sums over 1,000.00 are never paid {RULE_LINES['no-big-sums']} 1 "
         'tool == "pay" && args.cents > 100000',
@@ -128,7 +115,7 @@ def test_the_policies_page_shows_the_file_its_rules_counters_and_decisions(
     ]
     assert '<pre class="cel">tool == &#34;pay&#34; &amp;&amp; args.cents &gt; 100000</pre>' in page
     assert '<span class="outcome require-approval">require_approval</span>' in page
-    decisions = _rows(_between(page, '<h2 id="decisions">', "</table>"))
+    decisions = _rows(between(page, '<h2 id="decisions">', "</table>"))
     by_id = {row.split()[0]: row for row in decisions}
     assert len(decisions) == 4
     assert set(by_id) == {ids["allowed"], ids["held"], ids["denied"], ids["defaulted"]}
@@ -139,7 +126,7 @@ def test_the_policies_page_shows_the_file_its_rules_counters_and_decisions(
     for intent_id in by_id:
         assert f'<a class="id" href="/intents/{intent_id}">{intent_id}</a>' in page
     assert 'href="/keys/' + KEY.hex() + '"' in page
-    assert len(_rows(_between(fewer, '<h2 id="decisions">', "</table>"))) == 2
+    assert len(_rows(between(fewer, '<h2 id="decisions">', "</table>"))) == 2
     assert 'href="/policies?recent=8#decisions"' in fewer
 
 
@@ -160,7 +147,9 @@ def test_a_refused_reload_is_shown_and_the_last_good_policy_stays_enforced(
         assert gate.reload_error and gate.policy.digest == good
         with client_for(effector) as client:
             page = client.get("/policies").text
-            refused = _text(_between(page, '<div class="notice bad" id="reload-error"', "</div>"))
+            refused = page_text(
+                between(page, '<div class="notice bad" id="reload-error"', "</div>")
+            )
             assert refused.startswith("The policy file was changed, and the change is refused")
             assert f"{policy}:1: rule 'x': when is not CEL" in refused
             assert good in page and "no-big-sums" in page and "two-eyes" in page
@@ -189,49 +178,50 @@ def test_intent_pages_show_the_rule_that_decided_and_the_gate_that_holds(
                 return answer.text
 
             denied = page("denied")
-            assert _text(_between(denied, '<dd id="policy">', "</dd>")) == (
+            assert page_text(between(denied, '<dd id="policy">', "</dd>")) == (
                 "policy rule no-big-sums decided deny · the policy"
             )
             assert "denied by effect policy: rule &#39;no-big-sums&#39;: sums over" in denied
             assert 'id="held"' not in denied
-            assert _text(_between(page("defaulted"), '<dd id="policy">', "</dd>")) == (
+            assert page_text(between(page("defaulted"), '<dd id="policy">', "</dd>")) == (
                 "the policy's default decided deny · the policy"
             )
-            assert _text(_between(page("allowed"), '<dd id="policy">', "</dd>")) == (
+            assert page_text(between(page("allowed"), '<dd id="policy">', "</dd>")) == (
                 "policy rule small-pays decided allow · the policy"
             )
 
             held = page("held")
             gate_link = f'<a class="id" href="/intents/{ids["gate"]}">{ids["gate"]}</a>'
-            notice = _between(held, '<p class="notice bad held" id="held"', "</p>")
-            assert _text(notice).startswith(
+            notice = between(held, '<p class="notice bad held" id="held"', "</p>")
+            assert page_text(notice).startswith(
                 "Held for approval: policy rule two-eyes requires a decision before this tool runs"
             )
             assert gate_link in notice and 'href="/approvals"' in notice
             assert f"AWAITING_DECISION · held for approval by {gate_link}</dd>" in held
-            policy_row = _between(held, '<dd id="policy">', "</dd>")
-            assert _text(policy_row) == (
+            policy_row = between(held, '<dd id="policy">', "</dd>")
+            assert page_text(policy_row) == (
                 f"policy rule two-eyes decided require_approval · gate approval {ids['gate']}"
                 " · the policy"
             )
             assert gate_link in policy_row
 
             gate = page("gate")
-            opened = _between(gate, '<p class="notice policy-gate" id="opened-by-policy"', "</p>")
-            assert _text(opened).startswith(
+            opened = between(gate, '<p class="notice policy-gate" id="opened-by-policy"', "</p>")
+            assert page_text(opened).startswith(
                 f"Opened by policy rule two-eyes for intent {ids['held']}, which is held"
             )
             assert f'<a class="id" href="/intents/{ids["held"]}">' in opened
             assert "gates tool pay" in gate and "(channel finance)" in gate
 
             inbox = client.get("/approvals").text
-            card = _between(inbox, f'id="approval-{ids["gate"]}"', "</article>")
-            assert "Asked by the effect policy: policy rule two-eyes holds tool intent" in _text(
-                card
+            card = between(inbox, f'id="approval-{ids["gate"]}"', "</article>")
+            assert (
+                "Asked by the effect policy: policy rule two-eyes holds tool intent"
+                in page_text(card)
             )
             assert f'href="/intents/{ids["held"]}"' in card
             assert 'id="more-pending"' not in inbox  # the held intent is no approval
-            listed = _text(client.get("/intents", params={"state": "AWAITING_DECISION"}).text)
+            listed = page_text(client.get("/intents", params={"state": "AWAITING_DECISION"}).text)
             assert "pay AWAITING_DECISION held for approval" in listed
 
             form = {
@@ -243,7 +233,7 @@ def test_intent_pages_show_the_rule_that_decided_and_the_gate_that_holds(
             }
             decided = client.post(f"/approvals/{ids['gate']}", data=form)
             assert decided.status_code == 303
-            after = _text(client.get(decided.headers["location"]).text)
+            after = page_text(client.get(decided.headers["location"]).text)
             assert "approved by dana: checked the invoice · the effect policy held tool intent" in (
                 after
             )
@@ -251,8 +241,8 @@ def test_intent_pages_show_the_rule_that_decided_and_the_gate_that_holds(
             released = page("held")
             assert 'id="held"' not in released
             assert f'<dd id="approved-by">approval {gate_link}' in released
-            assert "policy rule two-eyes decided require_approval" in _text(released)
-            assert "which it held until it was decided" in _text(page("gate"))
+            assert "policy rule two-eyes decided require_approval" in page_text(released)
+            assert "which it held until it was decided" in page_text(page("gate"))
         record = intent(effector, ids["held"])
         assert record.result is not None and record.result.status == ToolResult.OK
 
@@ -356,9 +346,9 @@ def test_hostile_keys_rules_and_reasons_never_break_a_page_and_show_escaped(
     assert '<span class="outcome">maybe⟨U+0000⟩⟨U+202E⟩</span>' in policies
     assert f'href="/keys/{HOSTILE_KEY.hex()}"' in policies
     assert f"0x{HOSTILE_KEY.hex()}" in policies
-    inbox = _text(pages["/approvals"].text)
+    inbox = page_text(pages["/approvals"].text)
     assert f"policy rule {LONG_RULE} holds tool intent {held.intent_id}" in inbox
-    decided = _text(pages["decided"].text)
+    decided = page_text(pages["decided"].text)
     assert "denied by dana: ⟨U+202E⟩⟨U+001B⟩[2J⟨U+0000⟩<script>alert(1)</script>rrr" in decided
     assert f"… ({len('denied by dana: ') + 2_000 - 1_000} more characters)" in decided
     refused_page = shown["refused"]
@@ -366,13 +356,13 @@ def test_hostile_keys_rules_and_reasons_never_break_a_page_and_show_escaped(
     assert "and 'dana' denied it: ⟨U+202E⟩⟨U+001B⟩[2J⟨U+0000⟩<script>" in refused_page
     assert LONG_REASON[-1_900:] in refused_page  # within the page's bound: all of it
     assert "Look closely" in refused_page
-    assert f"Opened by policy rule {LONG_RULE} for intent {refused.intent_id}" in _text(
+    assert f"Opened by policy rule {LONG_RULE} for intent {refused.intent_id}" in page_text(
         pages["refused-gate"].text
     )
-    assert "Held for approval: policy rule " + LONG_RULE in _text(pages["held"].text)
-    evil_page = _text(pages["evil"].text)
+    assert "Held for approval: policy rule " + LONG_RULE in page_text(pages["held"].text)
+    evil_page = page_text(pages["evil"].text)
     assert "policy rule evil-literal decided deny" in evil_page
-    odd_page = _text(pages["odd"].text)
+    odd_page = page_text(pages["odd"].text)
     assert "policy rule " + "z" * 1_000 + "… (4003 more characters) decided maybe⟨U+0000⟩" in (
         odd_page
     )
