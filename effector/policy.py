@@ -151,7 +151,6 @@ class Verdict:
         return f"denied by effect policy: {decided}" + (f": {self.reason}" if self.reason else "")
 
 
-ALLOWED = Verdict(Outcome.ALLOW)
 _DEFAULTS = {outcome: Verdict(outcome) for outcome in Outcome}
 """The verdict of the file's default, one per outcome (shared: verdicts are immutable)."""
 

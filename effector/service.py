@@ -10,6 +10,7 @@ of the three doors (the CLI decides over gRPC); every decision attempt logs one 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import hmac
@@ -569,6 +570,13 @@ def _fitting(sizes: Iterable[int], max_bytes: int = MAX_READ_BYTES) -> int:
     return kept
 
 
+def _list_limit(requested: int, default: int = DEFAULT_LIST_LIMIT) -> int:
+    """A list request's limit: ``default`` for 0, capped at ``MAX_LIST_LIMIT``; never negative."""
+    if requested < 0:
+        raise _invalid("limit must not be negative")
+    return min(requested or default, MAX_LIST_LIMIT)
+
+
 def _check_intent_id(intent_id: str) -> None:
     problem = intent_id_problem(intent_id)
     if problem is not None:
@@ -631,16 +639,10 @@ class EffectorService(pb.EffectorServicer):
                 metrics.rejected_malformed.inc()
                 audit.rejected(intent, problem)
         policy = self.policy
-        if policy is not None and to_record and policy.policy.counted:
-            # Counters count what is recorded: one Submit at a time screens and records, so
-            # each sees the ones before it (replicas of one store may still overlap).
-            async with self._counting:
-                now_ms = self.clock()
-                to_record = await self._screen_effects(policy, to_record, now_ms)
-                answers = await self.store.submit(
-                    to_record, now_ms, redeliver_results=request.redeliver_results
-                )
-        else:
+        # Counters count what is recorded: under a counting policy one Submit at a time screens
+        # and records, so each sees the ones before it (replicas of one store may still overlap).
+        counting = policy is not None and bool(policy.policy.counted)
+        async with self._counting if counting else contextlib.nullcontext():
             now_ms = self.clock()
             if policy is not None and to_record:
                 to_record = await self._screen_effects(policy, to_record, now_ms)
@@ -772,9 +774,7 @@ class EffectorService(pb.EffectorServicer):
         self, request: pb.PoliciesRequest, context: grpc.aio.ServicerContext
     ) -> pb.PoliciesResponse:
         """The effect policy in force, each rule's decisions, and the newest decisions."""
-        if request.limit < 0:
-            raise _invalid("limit must not be negative")
-        return await self.policies(min(request.limit or DEFAULT_LIST_LIMIT // 5, MAX_LIST_LIMIT))
+        return await self.policies(_list_limit(request.limit, DEFAULT_LIST_LIMIT // 5))
 
     async def policies(self, limit: int) -> pb.PoliciesResponse:
         """:meth:`Policies`' answer: the one path of the RPC, the console and the CLI."""
@@ -805,9 +805,7 @@ class EffectorService(pb.EffectorServicer):
         self, request: pb.BudgetsRequest, context: grpc.aio.ServicerContext
     ) -> pb.BudgetsResponse:
         """The newest budget windows: caps, debited, leased and live leases."""
-        if request.limit < 0:
-            raise _invalid("limit must not be negative")
-        limit = min(request.limit or DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT)
+        limit = _list_limit(request.limit)
         return pb.BudgetsResponse(windows=await self.store.budget_windows(limit, self.clock()))
 
     @_guarded
@@ -1074,9 +1072,7 @@ class EffectorService(pb.EffectorServicer):
         """
         if request.state not in _LISTABLE_STATES:
             raise _invalid(f"state must be one of {_LISTABLE_NAMES}, got {request.state}")
-        if request.limit < 0:
-            raise _invalid("limit must not be negative")
-        limit = min(request.limit or DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT)
+        limit = _list_limit(request.limit)
         if request.failed_only:
             if request.state != pb.IntentState.DONE:
                 raise _invalid("failed_only lists DONE intents: set state to DONE")
