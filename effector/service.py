@@ -796,7 +796,8 @@ class EffectorService(pb.EffectorServicer):
         if problem is not None:
             raise _invalid(problem)
         answer = await self.store.lease_budget(request, self.clock(), self.budget_lease_ms)
-        if not answer.lease_id and (request.want_tokens or request.want_cost_micros):
+        asked = request.want_tokens or request.want_cost_micros or request.want_requests
+        if not answer.lease_id and asked:
             self.metrics.budget_refusals.inc()
         return answer
 

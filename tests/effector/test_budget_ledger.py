@@ -473,3 +473,15 @@ async def test_debits_past_int64_leave_the_ledger_answering(store: SqlStore) -> 
     await _submit(store, *huge[1_000:])
     window = await _window(store)
     assert window.debited_tokens == MAX_TOTAL  # the total stops growing; it never overflows
+
+
+@pytest.mark.asyncio
+async def test_a_refused_lease_of_any_measure_is_counted(tmp_path: Path) -> None:
+    async with running_effector(f"sqlite:///{tmp_path / 's.db'}") as running:
+        ask = LeaseBudgetRequest(
+            ledger="rpm", window_ms=DAY_MS, cap_requests=1, want_requests=1, owner="w"
+        )
+        assert (await running.client.lease_budget(ask)).granted_requests == 1
+        assert not (await running.client.lease_budget(ask)).lease_id
+        metrics = running.server.metrics.registry
+        assert metrics.get_sample_value("effector_budget_refusals_total") == 1
