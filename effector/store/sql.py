@@ -74,6 +74,8 @@ _SEARCH_SCAN_BATCH = 500
 MINUTE_MS = 60_000
 _WITHDRAWABLE = frozenset({ToolIntent.TOOL, ToolIntent.APPROVAL})
 """The kinds of intent a WITHDRAWAL withdraws."""
+REQUIRE_APPROVAL = "require_approval"
+"""The policy outcome stored on a TOOL intent a policy held for its approval."""
 _UNPUBLISHED_KINDS = frozenset({ToolIntent.WITHDRAWAL, ToolIntent.BUDGET_DEBIT})
 """Kinds recorded DONE and never published: no run waits for them."""
 _SUCCEEDED = frozenset({ToolResult.OK, ToolResult.NOT_NEEDED})
@@ -685,9 +687,9 @@ class SqlStore(TelemetryTables, BudgetLedger, abc.ABC):
         )
         recorded: dict[str, ToolResult] = {}
         withdrawn: set[bytes] = set()
-        tools: set[str] = set()
+        held: set[str] = set()
         for chunk in sql.chunks(rows):
-            for intent_id, kind, entity_key in tx.execute(
+            for intent_id, kind, entity_key, policy_outcome in tx.execute(
                 f"""WITH withdrawn (intent_id, entity_key, outcome) AS
                       (VALUES {sql.row_marks(len(chunk), 3)})
                     UPDATE effector_intents SET state = ?, outcome = withdrawn.outcome,
@@ -699,7 +701,7 @@ class SqlStore(TelemetryTables, BudgetLedger, abc.ABC):
                       AND (effector_intents.state = ? OR (effector_intents.state = ?
                            AND effector_intents.attempts = 0))
                     RETURNING effector_intents.intent_id, effector_intents.kind,
-                      effector_intents.entity_key""",
+                      effector_intents.entity_key, effector_intents.policy_outcome""",
                 [
                     *sql.flatten(chunk),
                     sql.WITHDRAWN,
@@ -712,30 +714,28 @@ class SqlStore(TelemetryTables, BudgetLedger, abc.ABC):
                 recorded[intent_id] = results[intent_id]
                 if kind == ToolIntent.TOOL:
                     withdrawn.add(bytes(entity_key))
-                    tools.add(intent_id)
-        gates = sorted(
-            (gate_id_for(target), entity_key, target)
-            for target, entity_key, _, _ in targets
-            if target in tools
-        )
-        for gate_id, entity_key, target in gates:  # a policy's approval holding a withdrawn one
-            gate_result = ToolResult()
-            gate_result.CopyFrom(results[target])
-            gate_result.intent_id = gate_id
-            envelope = result_envelope(gate_result)
+                    if policy_outcome == REQUIRE_APPROVAL:
+                        held.add(intent_id)
+        gates = []  # the approvals a policy opened to hold the withdrawn intents
+        for target, entity_key, _, _ in targets:
+            if target in held:
+                gate_result = ToolResult()
+                gate_result.CopyFrom(results[target])
+                gate_result.intent_id = gate_id_for(target)
+                envelope = result_envelope(gate_result).SerializeToString()
+                gates.append((gate_result.intent_id, entity_key, envelope))
+        for chunk in sql.chunks(sorted(gates)):
             tx.execute(
-                f"""UPDATE effector_intents SET state = ?, outcome = ?, completed_at_ms = ?,
-                      settled_state = ?
-                    WHERE intent_id = ? AND entity_key = ? AND state = {int(sql.AWAITING)}
-                      AND gates_intent_id IS NOT NULL""",
-                (
-                    sql.WITHDRAWN,
-                    envelope.SerializeToString(),
-                    now_ms,
-                    sql.WITHDRAWN,
-                    gate_id,
-                    entity_key,
-                ),
+                f"""WITH gate (intent_id, entity_key, outcome) AS
+                      (VALUES {sql.row_marks(len(chunk), 3)})
+                    UPDATE effector_intents SET state = ?, outcome = gate.outcome,
+                      completed_at_ms = ?, settled_state = ?
+                    FROM gate
+                    WHERE effector_intents.intent_id = gate.intent_id
+                      AND effector_intents.entity_key = gate.entity_key
+                      AND effector_intents.state = {int(sql.AWAITING)}
+                      AND effector_intents.gates_intent_id IS NOT NULL""",
+                [*sql.flatten(chunk), sql.WITHDRAWN, now_ms, sql.WITHDRAWN],
             )
         # A key a policy's approval parked wakes for the work behind the withdrawn intent.
         self._claims.queued(tx, sorted(withdrawn), now_ms)
