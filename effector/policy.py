@@ -187,7 +187,7 @@ def parse_policy(raw: bytes, source: str) -> Policy:
         where = re.search(r"\(at line (\d+), column \d+\)$", str(exc))
         line = where[1] if where else "1"
         raise PolicyError(f"{source}:{line}: not TOML: {exc}") from None
-    lines = _rule_lines(text)
+    lines = _lines_starting(text, r"\[\[\s*rules\s*\]\]")
     if not document:
         raise PolicyError(
             f"{source}:1: the policy file is empty: it would allow every effect (write "
@@ -225,13 +225,10 @@ def parse_policy(raw: bytes, source: str) -> Policy:
     )
 
 
-def _rule_lines(text: str) -> list[int]:
-    """The line of each ``[[rules]]`` header, in order."""
-    return [
-        number
-        for number, line in enumerate(text.splitlines(), start=1)
-        if re.match(r"\s*\[\[\s*rules\s*\]\]", line)
-    ]
+def _lines_starting(text: str, pattern: str) -> list[int]:
+    """The numbers of the lines that start with ``pattern`` (after blanks), in order."""
+    starts = re.compile(r"\s*" + pattern)
+    return [number for number, line in enumerate(text.splitlines(), start=1) if starts.match(line)]
 
 
 def _only(table: object, allowed: set[str], where: str, what: str) -> None:
@@ -258,7 +255,7 @@ def _counters(tables: object, source: str, text: str) -> dict[str, EffectCounter
         raise PolicyError(f"{source}:1: counters must be a table of counter tables")
     counters: dict[str, EffectCounter] = {}
     for name, table in tables.items():
-        line = _line_of(text, rf"\[\s*counters\.{re.escape(name)}\s*\]")
+        line = next(iter(_lines_starting(text, rf"\[\s*counters\.{re.escape(name)}\s*\]")), 1)
         where = f"{source}:{line}: counter {name!r}"
         if not _COUNTER_NAME.match(name):
             raise PolicyError(f"{where}: a counter's name is letters, digits and _")
@@ -272,13 +269,6 @@ def _counters(tables: object, source: str, text: str) -> dict[str, EffectCounter
             raise PolicyError(f"{where}: per must be key, tenant or fleet") from None
         counters[name] = EffectCounter(name, tool, per, parse_window(table.get("window"), where))
     return counters
-
-
-def _line_of(text: str, pattern: str) -> int:
-    for number, line in enumerate(text.splitlines(), start=1):
-        if re.match(r"\s*" + pattern, line):
-            return number
-    return 1
 
 
 def _rule(table: object, where: str, line: int, counters: Mapping[str, EffectCounter]) -> Rule:
